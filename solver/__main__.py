@@ -1,0 +1,5 @@
+"""`python -m solver` runs the parplan CLI."""
+
+from solver.cli import main
+
+main()

@@ -1,0 +1,53 @@
+"""Reading TOML and JSON files into frozen specs, with one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from solver.errors import InputError, format_validation_error
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error names the file and the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+
+
+def load_json(path: Path) -> Any:
+    """Parse a JSON file; a syntax error names the file and the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
+
+
+def validate_spec(spec_type: type[SpecT], data: Any, source: str) -> SpecT:
+    """Build a frozen spec from parsed data; any problem becomes one InputError line."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a table of fields, got {type(data).__name__}")
+    try:
+        return spec_type.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(source, exc)) from None

@@ -1,0 +1,35 @@
+"""Project errors: what a user can cause.
+
+`InputError` is raised for bad input (an unknown name, a malformed file, an impossible number).
+Its message is one line naming the file or option, the field, and what is wrong. The CLI turns
+every `ParplanError` into that line on stderr and exit status 2, in one place (`solver.cli`).
+`assert` is kept for the project's own invariants.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class ParplanError(Exception):
+    """Base of every error a user can cause; the message is shown as is."""
+
+
+class InputError(ParplanError):
+    """Bad input: the message names the source, the field and the problem."""
+
+
+def format_validation_error(source: str, err: ValidationError) -> str:
+    """One line for a pydantic error: `source: field 'x': problem` (first problem, plus a count)."""
+    problems = err.errors(include_url=False)
+    # A misspelt key also shows up as a missing one; name the misspelling first.
+    problems.sort(key=lambda p: p["type"] != "extra_forbidden")
+    first = problems[0]
+    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field (check the spelling; see the zoo files for the accepted keys)"
+    elif first["type"] == "missing":
+        message = "required field is missing"
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    return f"{source}: field '{location}': {message}{more}"

@@ -1,0 +1,113 @@
+"""GpuSpec, TierSpec, ClusterSpec: the hardware a plan runs on.
+
+A **tier** is an interconnect level, innermost first (NVLink domain, then the fabric between
+nodes). A group of ranks communicates at the bandwidth and latency of the outermost tier it
+spans. Bandwidths are per GPU and unidirectional, in GB/s (1e9 B/s), comparable with the
+nccl-tests "busbw" column; presets ship datasheet-derived values until calibration replaces them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCALE_UP_KINDS = ("nvlink", "xgmi")
+
+
+class GpuSpec(BaseModel):
+    """One accelerator model. Peaks are dense (no 2:4 sparsity) tensor-core TFLOP/s."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    vendor: Literal["nvidia", "amd"] = "nvidia"
+    memory_gib: float = Field(gt=0)
+    peak_tflops_bf16: float = Field(gt=0)
+    peak_tflops_fp16: float = Field(gt=0)
+    peak_tflops_fp8: float | None = Field(default=None, gt=0)
+    hbm_gb_per_s: float = Field(gt=0)
+    nvlink_gb_per_s: float = Field(default=0.0, ge=0)
+    num_sms: int | None = Field(default=None, gt=0)
+    source: str = ""
+
+    def peak_flop_per_s(self, precision: str) -> float:
+        """Dense peak in FLOP/s for `precision` (bf16 | fp16 | fp8)."""
+        tflops = {
+            "bf16": self.peak_tflops_bf16,
+            "fp16": self.peak_tflops_fp16,
+            "fp8": self.peak_tflops_fp8,
+        }[precision]
+        if tflops is None:
+            from solver.errors import InputError
+
+            raise InputError(f"gpu '{self.name}': precision {precision} is not supported")
+        return tflops * 1e12
+
+
+class TierSpec(BaseModel):
+    """One interconnect level; `span_gpus` None means it spans the whole cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    kind: Literal["nvlink", "xgmi", "pcie", "network"]
+    span_gpus: int | None = Field(default=None, gt=0)
+    bandwidth_gb_per_s: float = Field(gt=0)
+    latency_us: float = Field(ge=0)
+
+
+class ClusterSpec(BaseModel):
+    """A cluster preset: one GPU type, GPUs per node, and its tiers innermost first."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    gpu: GpuSpec
+    gpus_per_node: int = Field(gt=0)
+    tiers: tuple[TierSpec, ...] = Field(min_length=1)
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _check_tiers(self) -> ClusterSpec:
+        spans = [t.span_gpus for t in self.tiers]
+        if spans[-1] is not None:
+            raise ValueError("the outermost tier must span the whole cluster (omit span_gpus)")
+        inner = [s for s in spans[:-1]]
+        if any(s is None for s in inner):
+            raise ValueError("only the outermost tier may omit span_gpus")
+        for a, b in zip(inner, inner[1:]):
+            if b % a:  # type: ignore[operator]
+                raise ValueError(f"tier spans must nest: {b} is not a multiple of {a}")
+        for tier, nxt in zip(self.tiers, self.tiers[1:]):
+            if nxt.bandwidth_gb_per_s > tier.bandwidth_gb_per_s:
+                raise ValueError(
+                    f"tier '{nxt.name}' is faster than the tier inside it ('{tier.name}'); "
+                    "tiers go innermost (fastest) first"
+                )
+        return self
+
+    @property
+    def scale_up_gpus(self) -> int:
+        """GPUs in one NVLink / xGMI domain (1 when GPUs only meet over PCIe or the network)."""
+        spans = [t.span_gpus or 1 for t in self.tiers if t.kind in SCALE_UP_KINDS]
+        return max(spans, default=1)
+
+    def tier_for_span(self, num_gpus: int) -> TierSpec:
+        """The innermost tier whose span holds `num_gpus` consecutive ranks."""
+        for tier in self.tiers:
+            if tier.span_gpus is None or num_gpus <= tier.span_gpus:
+                return tier
+        raise AssertionError("the outermost tier spans everything")
+
+    def with_gpus_per_node(self, gpus_per_node: int) -> ClusterSpec:
+        """The same cluster with another node size; tiers that spanned a node follow it."""
+        tiers = tuple(
+            t.model_copy(update={"span_gpus": gpus_per_node})
+            if t.span_gpus == self.gpus_per_node
+            else t
+            for t in self.tiers
+        )
+        data = self.model_dump()
+        data.update(gpus_per_node=gpus_per_node, tiers=[t.model_dump() for t in tiers])
+        return ClusterSpec.model_validate(data)

@@ -1,0 +1,63 @@
+"""JobSpec (what is trained) and ParallelConfig (how it is split).
+
+A **degree** is the number of ranks along one axis: tp (tensor), pp (pipeline), dp (data),
+cp (context), ep (expert), etp (expert tensor). Dense layers use tp*cp*pp*dp GPUs; expert
+layers carve ep and etp out of the same GPUs (Megatron's expert-data-parallel group has
+tp*cp*dp / (ep*etp) ranks).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Precision = Literal["bf16", "fp8"]
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_LEVELS: tuple[Recompute, ...] = ("none", "selective", "full")
+
+
+class JobSpec(BaseModel):
+    """A training job: sequence length, global batch (sequences), token budget, precision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq_len: int = Field(default=4096, gt=0)
+    global_batch: int = Field(default=1024, gt=0)
+    token_budget: int | None = Field(default=None, gt=0)
+    precision: Precision = "bf16"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
+
+
+class ParallelConfig(BaseModel):
+    """One parallel configuration; sequence parallel is on whenever tp > 1."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    dp: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    etp: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0)
+    zero: int = Field(default=1, ge=0, le=3)
+    micro_batch: int = Field(default=1, gt=0)
+    recompute: Recompute = "selective"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.tp > 1
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel degree: the dense tp*cp*dp ranks of a stage regrouped by ep*etp.
+        Integer only when ep*etp divides tp*cp*dp (a solver constraint)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)

@@ -1,0 +1,334 @@
+"""ModelSpec: a transformer described with Hugging Face `config.json` names.
+
+Only primary quantities are stored; parameter counts and FLOPs are computed here so that the
+zoo, the memory model and the step-time model all count the same way.
+
+Vocabulary (used by every module):
+  dense layer   a decoder layer whose MLP is one feed-forward block (`intermediate_size`)
+  MoE layer     a decoder layer whose MLP is a router, `num_experts` routed experts of width
+                `moe_intermediate_size` (each token visits `num_experts_per_tok`) and
+                `num_shared_experts` shared experts every token visits
+  MLA           DeepSeek's multi-head latent attention (low-rank q and kv projections)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    model_type: str = "llama"
+    source: str = ""
+
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_hidden_layers: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_key_value_heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = Field(default=4096, gt=0)
+
+    mlp_type: Literal["gated", "plain"] = "gated"
+    norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_bias: bool = True  # LayerNorm's additive bias; MPT and DBRX use LayerNorm without one
+    norms_per_layer: int = Field(default=2, ge=0)
+    qk_norm: bool = False
+    embedding_norm: bool = False
+    position_embedding_type: Literal["rope", "learned", "alibi"] = "rope"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    attention_sinks: bool = False
+
+    num_experts: int = Field(default=0, ge=0)
+    num_experts_per_tok: int = Field(default=0, ge=0)
+    moe_intermediate_size: int | None = Field(default=None, gt=0)
+    num_shared_experts: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int | None = Field(default=None, gt=0)
+    shared_expert_gate: bool = False
+    first_k_dense_layers: int = Field(default=0, ge=0)
+    moe_layer_freq: int = Field(default=1, gt=0)
+    router_bias: bool = False
+
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int | None = Field(default=None, gt=0)
+    qk_nope_head_dim: int | None = Field(default=None, gt=0)
+    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    v_head_dim: int | None = Field(default=None, gt=0)
+    num_nextn_predict_layers: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> ModelSpec:
+        heads, kv_heads = self.num_attention_heads, self.kv_heads
+        if heads % kv_heads:
+            raise ValueError(
+                f"num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})"
+            )
+        if self.head_dim is None and not self.is_mla and self.hidden_size % heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
+                f"({heads}); give head_dim explicitly"
+            )
+        if self.num_experts:
+            if not 1 <= self.num_experts_per_tok <= self.num_experts:
+                raise ValueError(
+                    f"num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 and "
+                    f"num_experts ({self.num_experts})"
+                )
+            if self.moe_intermediate_size is None:
+                raise ValueError("moe_intermediate_size is required when num_experts > 0")
+            if self.num_moe_layers == 0:
+                raise ValueError(
+                    f"first_k_dense_layers ({self.first_k_dense_layers}) leaves no MoE layer "
+                    f"out of num_hidden_layers ({self.num_hidden_layers})"
+                )
+        elif self.num_experts_per_tok or self.num_shared_experts:
+            raise ValueError("num_experts_per_tok / num_shared_experts need num_experts > 0")
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if any(v is not None for v in mla) and any(v is None for v in mla):
+            raise ValueError(
+                "multi-head latent attention needs all of kv_lora_rank, qk_nope_head_dim, "
+                "qk_rope_head_dim and v_head_dim"
+            )
+        if self.q_lora_rank is not None and not self.is_mla:
+            raise ValueError("q_lora_rank is only meaningful with kv_lora_rank (MLA)")
+        return self
+
+    # ---- shape -------------------------------------------------------------------------------
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads (HF default: as many as attention heads)."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query/key vectors."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim  # type: ignore[operator]
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of one head's value vector."""
+        if self.is_mla:
+            return self.v_head_dim  # type: ignore[return-value]
+        return self.qk_head_dim
+
+    @property
+    def num_moe_layers(self) -> int:
+        """MoE layers: index i >= first_k_dense_layers with i % moe_layer_freq == 0 (DeepSeek)."""
+        if not self.is_moe:
+            return 0
+        return sum(
+            1
+            for i in range(self.first_k_dense_layers, self.num_hidden_layers)
+            if i % self.moe_layer_freq == 0
+        )
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_hidden_layers - self.num_moe_layers
+
+    # ---- parameter counts (per layer kind) ---------------------------------------------------
+
+    def _norm_params(self, width: int) -> int:
+        return width * (2 if self.norm_type == "layernorm" and self.norm_bias else 1)
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Attention projections (+biases, q/k norms, sinks) of one layer."""
+        h, heads, kv = self.hidden_size, self.num_attention_heads, self.kv_heads
+        if self.is_mla:
+            q_width = heads * self.qk_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self._norm_params(self.q_lora_rank)
+                q += self.q_lora_rank * q_width
+            else:
+                q = h * q_width
+            kv_rank = self.kv_lora_rank or 0
+            kv_down = h * (kv_rank + (self.qk_rope_head_dim or 0)) + self._norm_params(kv_rank)
+            kv_up = kv_rank * heads * ((self.qk_nope_head_dim or 0) + self.value_head_dim)
+            out = heads * self.value_head_dim * h
+            return q + kv_down + kv_up + out + (h if self.o_bias else 0)
+        d = self.qk_head_dim
+        q_width, kv_width = heads * d, kv * d
+        params = h * (q_width + 2 * kv_width) + q_width * h
+        if self.qkv_bias:
+            params += q_width + 2 * kv_width
+        if self.o_bias:
+            params += h
+        if self.qk_norm:
+            params += 2 * self._norm_params(d)
+        if self.attention_sinks:
+            params += heads
+        return params
+
+    def _ffn_params(self, width: int) -> int:
+        """One feed-forward block h -> width -> h (gated: three matrices)."""
+        h = self.hidden_size
+        matrices = 3 if self.mlp_type == "gated" else 2
+        params = matrices * h * width
+        if self.mlp_bias:
+            params += (matrices - 1) * width + h
+        return params
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        return self._ffn_params(self.intermediate_size)
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self._ffn_params(self.moe_intermediate_size) if self.is_moe else 0
+
+    @property
+    def router_params_per_layer(self) -> int:
+        if not self.is_moe:
+            return 0
+        return self.num_experts * (self.hidden_size + (1 if self.router_bias else 0))
+
+    @property
+    def shared_expert_params_per_layer(self) -> int:
+        if not self.num_shared_experts:
+            return 0
+        width = self.shared_expert_intermediate_size or self.moe_intermediate_size
+        gate = self.hidden_size if self.shared_expert_gate else 0
+        return self.num_shared_experts * self._ffn_params(width) + gate  # type: ignore[arg-type]
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        return self.norms_per_layer * self._norm_params(self.hidden_size)
+
+    @property
+    def dense_layer_params(self) -> int:
+        return (
+            self.attention_params_per_layer
+            + self.dense_mlp_params_per_layer
+            + self.norm_params_per_layer
+        )
+
+    @property
+    def moe_layer_params(self) -> int:
+        """All parameters of one MoE layer (every routed expert included)."""
+        if not self.is_moe:
+            return 0
+        return (
+            self.attention_params_per_layer
+            + self.router_params_per_layer
+            + self.num_experts * self.expert_params
+            + self.shared_expert_params_per_layer
+            + self.norm_params_per_layer
+        )
+
+    @property
+    def embedding_params(self) -> int:
+        """Input side: token embedding, learned positions, embedding norm."""
+        h = self.hidden_size
+        params = self.vocab_size * h
+        if self.position_embedding_type == "learned":
+            params += self.max_position_embeddings * h
+        if self.embedding_norm:
+            params += self._norm_params(h)
+        return params
+
+    @property
+    def lm_head_params(self) -> int:
+        """Output projection; 0 when tied to the token embedding."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def final_norm_params(self) -> int:
+        return self._norm_params(self.hidden_size)
+
+    @property
+    def mtp_params(self) -> int:
+        """DeepSeek multi-token-prediction modules (not counted in total_params, as the model
+        cards count them apart: "671B main model weights and 14B MTP module weights")."""
+        if not self.num_nextn_predict_layers:
+            return 0
+        h = self.hidden_size
+        layer = self.moe_layer_params if self.is_moe else self.dense_layer_params
+        per_module = layer + 2 * h * h + 3 * self._norm_params(h)  # eh_proj + enorm/hnorm/head norm
+        return self.num_nextn_predict_layers * per_module
+
+    @property
+    def total_params(self) -> int:
+        return (
+            self.embedding_params
+            + self.num_dense_layers * self.dense_layer_params
+            + self.num_moe_layers * self.moe_layer_params
+            + self.final_norm_params
+            + self.lm_head_params
+        )
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token touches (routed experts: top-k of them)."""
+        if not self.is_moe:
+            return self.total_params
+        idle = self.num_experts - self.num_experts_per_tok
+        return self.total_params - self.num_moe_layers * idle * self.expert_params
+
+    def breakdown(self) -> dict[str, int]:
+        """Parameters by kind, summed over the model; the values add up to total_params."""
+        moe_layers = self.num_moe_layers
+        parts = {
+            "embedding": self.embedding_params,
+            "attention": self.num_hidden_layers * self.attention_params_per_layer,
+            "dense_mlp": self.num_dense_layers * self.dense_mlp_params_per_layer,
+            "router": moe_layers * self.router_params_per_layer,
+            "routed_experts": moe_layers * self.num_experts * self.expert_params,
+            "shared_experts": moe_layers * self.shared_expert_params_per_layer,
+            "norms": self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params,
+            "lm_head": self.lm_head_params,
+        }
+        assert sum(parts.values()) == self.total_params
+        return parts
+
+    # ---- FLOPs -------------------------------------------------------------------------------
+
+    @property
+    def matmul_params_active(self) -> int:
+        """Weights a token multiplies by in one forward pass: every projection it visits plus
+        the LM head (also when tied). Embeddings are a lookup and layer norms are not GEMMs, so
+        both are left out; biases (a few thousand per layer) stay in."""
+        h = self.hidden_size
+        norms = self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params
+        lm_head_gemm = self.vocab_size * h
+        return self.active_params - self.embedding_params - norms - self.lm_head_params + lm_head_gemm
+
+    def attention_flops_per_token(self, seq_len: int, causal: bool = True) -> float:
+        """Forward FLOPs of QK^T and AV for one token, all layers: 2 * ctx * heads *
+        (d_qk + d_v) per layer, ctx = seq_len (or seq_len / 2 on average when causal)."""
+        ctx = seq_len / 2 if causal else seq_len
+        per_layer = 2 * ctx * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
+        return self.num_hidden_layers * per_layer
+
+    def flops_per_token(self, seq_len: int, causal: bool = True) -> float:
+        """Training FLOPs per token (forward + backward = 3x forward, no recompute):
+        6 * matmul_params_active + 3 * attention_flops_per_token.
+
+        Worked number (Narayanan et al. 2021, eq. 3, non-causal, GPT-3 175B, s=2048):
+        72*b*s*L*h^2*(1 + s/(6h) + V/(12hL)) / (b*s) = 1.076e12 FLOPs per token.
+        """
+        return 6.0 * self.matmul_params_active + 3.0 * self.attention_flops_per_token(
+            seq_len, causal
+        )

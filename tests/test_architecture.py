@@ -1,0 +1,88 @@
+"""The import rules of STYLE.md: imports go downward only (cli -> api -> search -> cost -> spec),
+heavy libraries stay out of the layers that must not need them, and `parplan --help` does not
+import numpy, ortools or pydantic-heavy machinery it does not need."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SOLVER = Path(__file__).resolve().parent.parent / "solver"
+
+# Which project layers each layer may import (besides itself).
+ALLOWED = {
+    "errors": set(),
+    "spec": {"errors"},
+    "catalog": {"spec", "errors"},
+    "cost": {"spec", "errors"},
+    "search": {"cost", "spec", "errors"},
+    "calibrate": {"cost", "spec", "errors", "catalog"},
+    "emit": {"search", "cost", "spec", "errors"},
+    "serve": {"search", "cost", "spec", "errors"},
+    "api": {"search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve"},
+    "sweep": {"api", "search", "cost", "spec", "errors", "catalog"},
+    "cli": {"api", "sweep", "search", "cost", "spec", "errors", "catalog", "calibrate", "emit",
+            "serve"},
+}
+# Third-party libraries each layer must not import.
+FORBIDDEN = {
+    "spec": {"ortools", "click", "rich", "numpy"},
+    "cost": {"ortools", "click", "rich"},
+    "catalog": {"ortools", "click", "rich"},
+    "search": {"click", "rich"},
+}
+
+
+def layer_of(path: Path) -> str:
+    rel = path.relative_to(SOLVER)
+    return rel.parts[0].removesuffix(".py")
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+MODULES = sorted(p for p in SOLVER.rglob("*.py") if layer_of(p) not in {"__init__", "__main__"}
+                 and "_data" not in p.parts)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SOLVER)))
+def test_imports_go_downward_only(path: Path) -> None:
+    layer = layer_of(path)
+    assert layer in ALLOWED, f"new top-level module {layer}: add it to ALLOWED with its layer"
+    for name in imported_modules(path):
+        top = name.split(".")
+        if top[0] == "solver" and len(top) > 1:
+            target = top[1]
+            assert target == layer or target in ALLOWED[layer], f"{layer} imports solver.{target}"
+        else:
+            assert top[0] not in FORBIDDEN.get(layer, set()), f"{layer} imports {top[0]}"
+
+
+def test_only_the_cli_prints_or_exits() -> None:
+    for path in MODULES:
+        if layer_of(path) == "cli":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "print(" not in text and "sys.exit" not in text, path
+
+
+def test_help_does_not_import_heavy_libraries() -> None:
+    code = (
+        "import sys; from solver.cli import cli; "
+        "heavy = [m for m in ('numpy', 'ortools', 'rich', 'torch', 'matplotlib') "
+        "if m in sys.modules]; print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
