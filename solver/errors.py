@@ -26,7 +26,8 @@ def format_validation_error(source: str, err: ValidationError) -> str:
     problems.sort(key=lambda p: p["type"] != "extra_forbidden")
     first = problems[0]
     location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    message = first["msg"]
+    location = location.encode("unicode_escape").decode("ascii")  # a key may hold a newline
+    message = " ".join(first["msg"].split())
     if first["type"] == "extra_forbidden":
         message = "unknown field (check the spelling; see the zoo files for the accepted keys)"
     elif first["type"] == "missing":

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from solver.catalog.names import unknown_name_error
 from solver.catalog.paths import data_dir
 from solver.catalog.tomlfile import load_toml, validate_spec
-from solver.errors import InputError
+from solver.errors import InputError, format_validation_error
 from solver.spec import ClusterSpec, GpuSpec
 
 
@@ -25,9 +27,11 @@ def list_preset_names() -> list[str]:
 
 def load_gpu_spec(name: str) -> GpuSpec:
     """A GPU of the catalog by name."""
+    known = list_gpu_names()
+    # A name is looked up in the listing, never joined into a path ("../presets/x" is unknown).
+    if name.lower() not in known:
+        raise unknown_name_error("gpu", name, known, "see `parplan clusters`")
     path = data_dir("clusters") / "gpus" / f"{name.lower()}.toml"
-    if not path.is_file():
-        raise unknown_name_error("gpu", name, list_gpu_names(), "see `parplan clusters`")
     data = load_toml(path)
     data.setdefault("name", path.stem)
     return validate_spec(GpuSpec, data, str(path))
@@ -58,15 +62,15 @@ def load_cluster_spec(ref: str, gpus_per_node: int | None = None) -> ClusterSpec
     if path.suffix.lower() == ".toml":
         cluster = load_cluster_toml(path)
     else:
-        preset = data_dir("clusters") / "presets" / f"{ref.lower()}.toml"
-        if not preset.is_file():
-            raise unknown_name_error("cluster", ref, list_preset_names(), "see `parplan clusters`")
-        cluster = load_cluster_toml(preset)
+        known = list_preset_names()
+        if ref.lower() not in known:
+            raise unknown_name_error("cluster", ref, known, "see `parplan clusters`")
+        cluster = load_cluster_toml(data_dir("clusters") / "presets" / f"{ref.lower()}.toml")
     if gpus_per_node is None or gpus_per_node == cluster.gpus_per_node:
         return cluster
     if gpus_per_node <= 0:
         raise InputError(f"--gpus-per-node: must be positive, got {gpus_per_node}")
     try:
         return cluster.with_gpus_per_node(gpus_per_node)
-    except ValueError as exc:  # pydantic ValidationError is a ValueError
-        raise InputError(f"--gpus-per-node {gpus_per_node}: {exc}".splitlines()[0]) from None
+    except ValidationError as exc:
+        raise InputError(format_validation_error(f"--gpus-per-node {gpus_per_node}", exc)) from None

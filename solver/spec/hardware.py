@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 SCALE_UP_KINDS = ("nvlink", "xgmi")
 
@@ -68,30 +68,50 @@ class ClusterSpec(BaseModel):
     tiers: tuple[TierSpec, ...] = Field(min_length=1)
     source: str = ""
 
-    @model_validator(mode="after")
-    def _check_tiers(self) -> ClusterSpec:
-        spans = [t.span_gpus for t in self.tiers]
-        if spans[-1] is not None:
-            raise ValueError("the outermost tier must span the whole cluster (omit span_gpus)")
-        inner = [s for s in spans[:-1]]
-        if any(s is None for s in inner):
-            raise ValueError("only the outermost tier may omit span_gpus")
-        for a, b in zip(inner, inner[1:]):
-            if b % a:  # type: ignore[operator]
-                raise ValueError(f"tier spans must nest: {b} is not a multiple of {a}")
-        for tier, nxt in zip(self.tiers, self.tiers[1:]):
+    @field_validator("tiers")
+    @classmethod
+    def _check_tiers(
+        cls, tiers: tuple[TierSpec, ...], info: ValidationInfo
+    ) -> tuple[TierSpec, ...]:
+        """Innermost first: spans grow and nest, bandwidth never rises outward, and only the
+        outermost tier (the network or PCIe, never a scale-up link) spans the whole cluster."""
+        *inner, outer = tiers
+        if outer.span_gpus is not None:
+            raise ValueError(f"the outermost tier '{outer.name}' must span the whole cluster "
+                             "(omit its span_gpus)")
+        if outer.kind in SCALE_UP_KINDS:
+            raise ValueError(f"the outermost tier '{outer.name}' is kind {outer.kind}; give it "
+                             "a span_gpus and add the network tier around it")
+        spans = []
+        for tier in inner:
+            if tier.span_gpus is None:
+                raise ValueError(f"tier '{tier.name}' omits span_gpus; only the outermost tier "
+                                 "may span the whole cluster")
+            spans.append(tier.span_gpus)
+        for span, (nxt, nxt_span) in zip(spans, zip(inner[1:], spans[1:])):
+            if nxt_span <= span or nxt_span % span:
+                raise ValueError(f"tier spans must grow and nest: '{nxt.name}' spans "
+                                 f"{nxt_span}, not a larger multiple of {span}")
+        node = info.data.get("gpus_per_node")  # absent when gpus_per_node itself was invalid
+        for tier, span in zip(inner, spans):
+            if node and span % node and node % span:
+                raise ValueError(f"tier '{tier.name}' spans {span} GPUs, neither a divisor nor "
+                                 f"a multiple of gpus_per_node ({node})")
+        for tier, nxt in zip(tiers, tiers[1:]):
             if nxt.bandwidth_gb_per_s > tier.bandwidth_gb_per_s:
                 raise ValueError(
-                    f"tier '{nxt.name}' is faster than the tier inside it ('{tier.name}'); "
-                    "tiers go innermost (fastest) first"
+                    f"tier '{nxt.name}' ({nxt.bandwidth_gb_per_s:g} GB/s) is faster than the "
+                    f"tier inside it ('{tier.name}', {tier.bandwidth_gb_per_s:g} GB/s); tiers go "
+                    "innermost (fastest) first"
                 )
-        return self
+        return tiers
 
     @property
     def scale_up_gpus(self) -> int:
-        """GPUs in one NVLink / xGMI domain (1 when GPUs only meet over PCIe or the network)."""
-        spans = [t.span_gpus or 1 for t in self.tiers if t.kind in SCALE_UP_KINDS]
-        return max(spans, default=1)
+        """GPUs in one NVLink / xGMI domain (1 when GPUs only meet over PCIe or the network).
+        A scale-up tier always has a span: validation keeps it off the outermost tier."""
+        spans = [t.span_gpus for t in self.tiers if t.kind in SCALE_UP_KINDS]
+        return max((s for s in spans if s is not None), default=1)
 
     def tier_for_span(self, num_gpus: int) -> TierSpec:
         """The innermost tier whose span holds `num_gpus` consecutive ranks."""

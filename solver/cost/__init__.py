@@ -1,0 +1,1 @@
+"""The cost model: pure numpy, vectorised over candidate configurations; no solver imports."""

@@ -1,0 +1,72 @@
+"""How fast a GPU runs the work of one layer: GEMMs, the attention core, element-wise passes.
+
+GEMM time follows a roofline with a fixed cost per kernel:
+
+    t(M, K, N) = max(2MKN / (f_gemm * peak), 2(MK + KN + MN) bytes / (f_hbm * HBM)) + t_kernel
+
+`f_gemm` (the fraction of the dense peak that large GEMMs reach) and `t_kernel` (the fixed
+launch/ramp/tail cost of one GEMM) are the two fitted constants: `benchmarks/fit_time.py`
+fits them on the public runs in benchmarks/data/published_runs.jsonl. Their physical meaning
+lets them carry over to other GPUs: small GEMMs (large TP, small micro-batches, fine-grained
+experts) lose efficiency through t_kernel and through the memory roofline, newer GPUs with a
+higher peak need bigger GEMMs to reach the same fraction (notes §5.3 take-aways 2 and 3).
+
+The attention core (FlashAttention) runs at `f_attention` of the peak: FlashAttention-2
+reaches 50-73% of the A100 peak forward and less backward (Dao 2023, arXiv 2307.08691 §4.1);
+FlashAttention-3 about 75% forward on H100 (Shah et al. 2024, arXiv 2407.08608). Element-wise
+passes (norms, residual adds, rotary, the MLP activation) stream their tensors through HBM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from solver.spec import GpuSpec
+
+
+class ComputeConstants(BaseModel):
+    """Constants of the compute model; `fitted` ones come from benchmarks/fit_time.py."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gemm_peak_fraction: float = Field(default=0.78, gt=0, le=1)  # fitted
+    gemm_kernel_s: float = Field(default=12e-6, ge=0)  # fitted
+    attention_peak_fraction: float = Field(default=0.5, gt=0, le=1)
+    hbm_fraction: float = Field(default=0.8, gt=0, le=1)
+
+
+def estimate_gemm_s(
+    gpu: GpuSpec,
+    precision: str,
+    m: np.ndarray | float,
+    k: np.ndarray | float,
+    n: np.ndarray | float,
+    constants: ComputeConstants,
+    bytes_per_element: float = 2.0,
+) -> np.ndarray:
+    """Seconds for one (M x K) @ (K x N) GEMM on one GPU (vectorised, zero where M*K*N = 0).
+
+    Worked number: M = 8192 tokens, K = 4096, N = 14336 on an H100 (989 TFLOP/s bf16) with
+    f_gemm = 0.78 and t_kernel = 12 us: 2MKN = 9.6e11 FLOPs -> 1.25 ms + 0.012 ms = 1.26 ms.
+    """
+    m, k, n = (np.asarray(x, dtype=float) for x in (m, k, n))
+    flops = 2.0 * m * k * n
+    compute_s = flops / (constants.gemm_peak_fraction * gpu.peak_flop_per_s(precision))
+    traffic = bytes_per_element * (m * k + k * n + m * n)
+    memory_s = traffic / (constants.hbm_fraction * gpu.hbm_gb_per_s * 1e9)
+    return np.where(flops > 0, np.maximum(compute_s, memory_s) + constants.gemm_kernel_s, 0.0)
+
+
+def estimate_attention_core_s(
+    gpu: GpuSpec, precision: str, flops: np.ndarray | float, constants: ComputeConstants
+) -> np.ndarray:
+    """Seconds for FlashAttention work of `flops` (it keeps bf16 inputs under fp8 recipes)."""
+    peak = gpu.peak_flop_per_s("bf16" if precision == "fp8" else precision)
+    return np.asarray(flops, dtype=float) / (constants.attention_peak_fraction * peak)
+
+
+def estimate_streaming_s(gpu: GpuSpec, num_bytes: np.ndarray | float,
+                         constants: ComputeConstants) -> np.ndarray:
+    """Seconds to stream `num_bytes` through HBM (read + write counted by the caller)."""
+    return np.asarray(num_bytes, dtype=float) / (constants.hbm_fraction * gpu.hbm_gb_per_s * 1e9)

@@ -1,0 +1,326 @@
+"""Step time of a training iteration, vectorised over candidate configurations.
+
+One micro-batch on the slowest pipeline stage costs
+
+    t_mb = forward + backward (+ recompute) compute of its layers (+ LM head on the last stage)
+           + exposed TP, CP and EP communication of those layers
+
+and a step of m = global_batch / (dp * micro_batch) micro-batches costs
+
+    step = m * t_mb                                  steady state
+         + (pp - 1) / vpp * t_mb                     pipeline bubble (Narayanan et al. 2021 §2.2:
+                                                     1F1B (p-1)/(m+p-1) of the step; interleaved
+                                                     (p-1)/(v*m) of the ideal time)
+         + m * pp point-to-point sends               (activations forward, gradients backward)
+         + exposed DP / ZeRO traffic                 (gradient sync hides behind the last
+                                                     micro-batch's backward, the parameter
+                                                     all-gather behind the next forward; ZeRO-3
+                                                     gathers per micro-batch behind its compute)
+         + optimizer step                            (Adam streams ~30 bytes per local parameter)
+
+Group links follow Megatron's rank order tp-cp-ep-dp-pp (dense generator tp-cp-dp-pp, expert
+generator etp-ep-edp-pp): TP has stride 1, CP stride tp, DP stride tp*cp, PP stride tp*cp*dp;
+EP stride etp, expert-DP stride etp*ep.
+
+Layer kinds: attention + dense MLP, or attention + MoE (router, top-k routed experts on
+ep*etp GPUs, shared experts split by TP). Routing is taken as balanced, as in the vendor MoE
+benchmarks this is checked against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.cost.efficiency import (
+    ComputeConstants,
+    estimate_attention_core_s,
+    estimate_gemm_s,
+    estimate_streaming_s,
+)
+from solver.cost.flops import (
+    estimate_attention_core_flops,
+    estimate_model_flops_per_token,
+)
+from solver.spec import ClusterSpec, JobSpec, ModelSpec
+
+BF16_BYTES = 2.0
+RECOMPUTE_FULL = 2
+
+
+class TimeConstants(BaseModel):
+    """Constants of the step-time model; each has a physical meaning and a source."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute: ComputeConstants = ComputeConstants()
+    # Megatron keeps fp32 main gradients and reduces them in fp32 for bf16 training
+    # (arguments.py forces accumulate_allreduce_grads_in_fp32 with --bf16); FSDP / ZeRO-3
+    # recipes reduce in the parameter dtype (LLM Foundry "PURE" mixed precision).
+    grad_reduce_bytes: float = Field(default=4.0, gt=0)
+    zero3_grad_reduce_bytes: float = Field(default=2.0, gt=0)
+    # Adam: read fp32 param, grad, m, v; write param, m, v (7 x 4 B) and the bf16 copy (2 B).
+    optimizer_bytes_per_param: float = Field(default=30.0, gt=0)
+    # FlashAttention's backward recomputes QK^T: 2.5x the forward FLOPs (Dao 2023 §3.1.2).
+    attention_backward_ratio: float = Field(default=2.5, gt=0)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per step and its breakdown, one entry per candidate; the parts add up."""
+
+    compute: np.ndarray
+    recompute: np.ndarray
+    tp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    dp: np.ndarray
+    pp: np.ndarray
+    bubble: np.ndarray
+    optimizer: np.ndarray
+    step_s: np.ndarray
+    tokens_per_s: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    tflops_per_gpu: np.ndarray
+    mfu: np.ndarray
+
+    def breakdown(self, index: int) -> dict[str, float]:
+        """The DESIGN.md `time_seconds` object of one candidate."""
+        names = ("compute", "recompute", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
+        return {name: float(getattr(self, name)[index]) for name in names}
+
+    def row(self, index: int) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)[index]) for f in fields(self)}
+
+
+def _degrees(candidates: Any) -> dict[str, np.ndarray]:
+    names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+    return {n: np.asarray(getattr(candidates, n), dtype=np.int64) for n in names}
+
+
+def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                     d: dict[str, np.ndarray], constants: TimeConstants) -> dict[str, np.ndarray]:
+    """Forward seconds per micro-batch of one dense and one MoE layer on one GPU, split into
+    GEMMs, attention core and element-wise passes."""
+    gpu, precision, cc = cluster.gpu, job.precision, constants.compute
+    tp, cp = d["tp"], d["cp"]
+    h = model_spec.hidden_size
+    rows = d["micro_batch"] * job.seq_len / cp  # tokens in a GPU's GEMMs (SP gathers over tp)
+    gemm_bytes = 1.0 if precision == "fp8" else BF16_BYTES
+
+    def two_gemms(params: float, rows_: np.ndarray, split: np.ndarray) -> np.ndarray:
+        # A block of `params` weights as two GEMMs (up/in and down/out) of equal size.
+        width = params / (2.0 * h * split)
+        return 2.0 * estimate_gemm_s(gpu, precision, rows_, h, width, cc, gemm_bytes)
+
+    attention = two_gemms(model_spec.attention_params_per_layer, rows, tp)
+    core_flops = rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
+    core = estimate_attention_core_s(gpu, precision, core_flops, cc)
+    q_width = model_spec.num_attention_heads * model_spec.qk_head_dim
+    kv_width = 2 * model_spec.kv_heads * model_spec.qk_head_dim
+    # Element-wise bytes per token: 2 norms (read + write h), 2 residual adds (2 reads + write),
+    # rotary on q and k, the MLP activation (gated: read 2F, write F; plain: read F, write F).
+    base_bytes = BF16_BYTES * (4 * h + 6 * h + 2 * (q_width + kv_width))
+
+    def elementwise(mlp_width: float) -> np.ndarray:
+        factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
+        per_token = base_bytes + BF16_BYTES * factor * mlp_width
+        return estimate_streaming_s(gpu, rows * per_token / tp, cc)
+
+    dense = {
+        "gemm": attention + two_gemms(model_spec.dense_mlp_params_per_layer, rows, tp),
+        "core": core,
+        "elementwise": elementwise(model_spec.intermediate_size),
+    }
+    if not model_spec.is_moe:
+        return {"dense": dense, "moe": dense}
+    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    expert_rows = rows * k * d["ep"] * d["etp"] / (experts * tp)
+    local_experts = experts / d["ep"]
+    routed = local_experts * two_gemms(model_spec.expert_params, expert_rows, d["etp"])
+    shared = two_gemms(model_spec.shared_expert_params_per_layer, rows, tp)
+    router = estimate_gemm_s(gpu, "bf16", rows / tp, h, experts, cc)
+    moe_width = k * model_spec.moe_intermediate_size + (
+        model_spec.num_shared_experts
+        * (model_spec.shared_expert_intermediate_size or model_spec.moe_intermediate_size)
+    )
+    moe = {
+        "gemm": attention + routed + shared + router,
+        "core": core,
+        "elementwise": elementwise(moe_width),
+    }
+    return {"dense": dense, "moe": moe}
+
+
+def estimate_step_time(
+    model_spec: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    candidates: Any,
+    constants: TimeConstants | None = None,
+) -> StepTime:
+    """Step time and breakdown for every candidate (arrays with attributes tp, pp, dp, cp, ep,
+    etp, vpp, zero, micro_batch, recompute as in solver.cost.candidates).
+
+    Worked number (seed 003, example 3): PP = 2 and m = 32 micro-batches give a 1F1B bubble of
+    (p - 1) / (m + p - 1) = 1/33 = 3.0% of the step (the seed writes 1/32 = 3.1%).
+    """
+    constants = constants or TimeConstants()
+    d = _degrees(candidates)
+    tp, pp, dp, cp, ep, etp, vpp = (d[n] for n in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"))
+    zero, mb, recompute = d["zero"], d["micro_batch"], d["recompute"]
+    h, s = model_spec.hidden_size, job.seq_len
+    num_layers = model_spec.num_hidden_layers
+    num_micro = job.global_batch / (dp * mb)
+    layers_per_stage = np.ceil(num_layers / pp)
+    moe_share = model_spec.num_moe_layers / num_layers
+    dense_share = 1.0 - moe_share
+
+    # ---- compute per micro-batch on one GPU of the slowest stage -----------------------------
+    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
+    fwd = {
+        part: dense_share * layer["dense"][part] + moe_share * layer["moe"][part]
+        for part in ("gemm", "core", "elementwise")
+    }
+    fwd_layer = fwd["gemm"] + fwd["core"] + fwd["elementwise"]
+    bwd_layer = (
+        2.0 * fwd["gemm"]
+        + constants.attention_backward_ratio * fwd["core"]
+        + 2.0 * fwd["elementwise"]
+    )
+    full = recompute == RECOMPUTE_FULL
+    recompute_layer = np.where(full, fwd_layer, 0.0)
+
+    rows = mb * s / cp
+    gemm_bytes = 1.0 if job.precision == "fp8" else BF16_BYTES
+    head_fwd = estimate_gemm_s(cluster.gpu, job.precision, rows, h, model_spec.vocab_size / tp,
+                               constants.compute, gemm_bytes)
+    # Cross-entropy reads the fp32 logits about three times (max, exp-sum, gradient).
+    loss = estimate_streaming_s(cluster.gpu, 3 * 4.0 * rows * model_spec.vocab_size / tp,
+                                constants.compute)
+    head = 3.0 * head_fwd + loss
+
+    # ---- exposed communication per micro-batch per layer --------------------------------------
+    tp_link = estimate_group_link(cluster, 1, tp)
+    activation_bytes = rows * h * BF16_BYTES
+    ag = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
+    rs = estimate_collective_s("reduce_scatter", activation_bytes, tp, tp_link)
+    # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out, forward
+    # and backward (Korthikanti et al. 2022 §4.2.2); an MoE layer's MLP side goes by EP instead.
+    tp_dense = 2.0 * (ag + rs)
+    tp_moe = 1.0 * (ag + rs)
+    tp_fwd = dense_share * tp_dense + moe_share * tp_moe
+    tp_layer = tp_fwd * np.where(full, 3.0, 2.0)
+
+    cp_link = estimate_group_link(cluster, tp, cp)
+    kv_heads_per_rank = np.maximum(model_spec.kv_heads / tp, 1.0)
+    kv_bytes = (mb * (s / cp) * kv_heads_per_rank * BF16_BYTES
+                * (model_spec.qk_head_dim + model_spec.value_head_dim))
+    ring_step = estimate_collective_s("send_recv", kv_bytes, np.where(cp > 1, 2, 1), cp_link)
+    ring_fwd = (cp - 1) * ring_step
+    # The ring hides behind the attention core it feeds (Megatron context_parallel.md).
+    cp_fwd = np.maximum(ring_fwd - fwd["core"], 0.0)
+    cp_bwd = np.maximum(2.0 * ring_fwd - constants.attention_backward_ratio * fwd["core"], 0.0)
+    cp_layer = cp_fwd * np.where(full, 2.0, 1.0) + cp_bwd
+
+    if model_spec.is_moe:
+        ep_link = estimate_group_link(cluster, etp, ep)
+        dispatch_bytes = rows / tp * model_spec.num_experts_per_tok * h * BF16_BYTES
+        a2a = estimate_collective_s("all_to_all", dispatch_bytes, ep, ep_link)
+        etp_link = estimate_group_link(cluster, 1, etp)
+        etp_bytes = dispatch_bytes * etp
+        etp_comm = estimate_collective_s("all_gather", etp_bytes, etp, etp_link) + (
+            estimate_collective_s("reduce_scatter", etp_bytes, etp, etp_link))
+        ep_fwd = moe_share * (2.0 * a2a + etp_comm)  # dispatch + combine
+        ep_layer = ep_fwd * np.where(full, 3.0, 2.0)
+    else:
+        ep_layer = np.zeros_like(tp_layer)
+
+    per_mb = {
+        "compute": layers_per_stage * (fwd_layer + bwd_layer) + head,
+        "recompute": layers_per_stage * recompute_layer,
+        "tp": layers_per_stage * tp_layer,
+        "cp": layers_per_stage * cp_layer,
+        "ep": layers_per_stage * ep_layer,
+    }
+    t_mb = sum(per_mb.values())
+
+    # ---- pipeline ----------------------------------------------------------------------------
+    pp_link = estimate_group_link(cluster, tp * cp * dp, np.where(pp > 1, 2, 1))
+    p2p = estimate_collective_s("send_recv", activation_bytes / tp, np.where(pp > 1, 2, 1),
+                                pp_link)
+    pp_time = num_micro * 2.0 * vpp * p2p
+    bubble = (pp - 1) / vpp * t_mb
+
+    # ---- data parallel / ZeRO ------------------------------------------------------------------
+    dense_params, expert_params = _stage_params(model_spec, pp)
+    dense_local = dense_params / tp
+    expert_local = expert_params / (ep * etp)
+    edp = np.maximum(tp * cp * dp // (ep * etp), 1)
+    dp_link = estimate_group_link(cluster, tp, cp * dp)
+    edp_link = estimate_group_link(cluster, etp * ep, edp)
+    dp_ranks, fwd_mb = cp * dp, layers_per_stage * fwd_layer
+    bwd_mb = layers_per_stage * bwd_layer
+
+    def sync(bytes_per_param: float, op: str) -> np.ndarray:
+        return estimate_collective_s(op, dense_local * bytes_per_param, dp_ranks, dp_link) + (
+            estimate_collective_s(op, expert_local * bytes_per_param, edp, edp_link))
+
+    grads_ar = sync(constants.grad_reduce_bytes, "all_reduce")
+    grads_rs = sync(constants.grad_reduce_bytes, "reduce_scatter")
+    params_ag = sync(BF16_BYTES, "all_gather")
+    z3_rs = sync(constants.zero3_grad_reduce_bytes, "reduce_scatter")
+    exposed_01 = np.where(
+        zero == 0,
+        np.maximum(grads_ar - bwd_mb, 0.0),
+        np.maximum(grads_rs - bwd_mb, 0.0) + np.maximum(params_ag - fwd_mb, 0.0),
+    )
+    exposed_3 = num_micro * (
+        np.maximum(params_ag - fwd_mb, 0.0) + np.maximum(params_ag + z3_rs - bwd_mb, 0.0)
+    )
+    dp_time = np.where(zero == 3, exposed_3, exposed_01)
+
+    local_params = np.where(zero >= 1, dense_local / dp_ranks + expert_local / edp,
+                            dense_local + expert_local)
+    optimizer = estimate_streaming_s(
+        cluster.gpu, local_params * constants.optimizer_bytes_per_param, constants.compute
+    )
+
+    parts = {name: num_micro * value for name, value in per_mb.items()}
+    step = sum(parts.values()) + bubble + pp_time + dp_time + optimizer
+    num_gpus = tp * pp * dp * cp
+    tokens = job.global_batch * s
+    tokens_per_s = tokens / step
+    model_flops = estimate_model_flops_per_token(model_spec, s) * tokens_per_s / num_gpus
+    peak = cluster.gpu.peak_flop_per_s(job.precision)
+    return StepTime(
+        compute=parts["compute"], recompute=parts["recompute"], tp=parts["tp"],
+        cp=parts["cp"], ep=parts["ep"], dp=dp_time, pp=pp_time, bubble=bubble,
+        optimizer=optimizer, step_s=step, tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / num_gpus, tflops_per_gpu=model_flops / 1e12,
+        mfu=model_flops / peak,
+    )
+
+
+def _stage_params(model_spec: ModelSpec, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense (non-expert) and routed-expert parameters of the largest stage: its share of the
+    layers plus the embedding (first stage) or LM head (last stage), whichever is larger; with
+    pp = 1 the one stage holds both."""
+    layers = np.ceil(model_spec.num_hidden_layers / pp)
+    moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
+    expert_per_layer = model_spec.num_experts * model_spec.expert_params
+    dense_per_layer = (
+        (1 - moe_share) * model_spec.dense_layer_params
+        + moe_share * (model_spec.moe_layer_params - expert_per_layer)
+    )
+    ends = np.where(
+        pp == 1,
+        model_spec.embedding_params + model_spec.lm_head_params + model_spec.final_norm_params,
+        max(model_spec.embedding_params,
+            model_spec.lm_head_params or model_spec.vocab_size * model_spec.hidden_size),
+    )
+    return layers * dense_per_layer + ends, layers * moe_share * expert_per_layer
