@@ -28,8 +28,9 @@ def format_validation_error(source: str, err: ValidationError) -> str:
     location = ".".join(str(part) for part in first["loc"]) or "(top level)"
     location = location.encode("unicode_escape").decode("ascii")  # a key may hold a newline
     message = " ".join(first["msg"].split())
+    message = message.removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        message = "unknown field (check the spelling; see the zoo files for the accepted keys)"
+        message = "unknown field (check the spelling against the documented keys)"
     elif first["type"] == "missing":
         message = "required field is missing"
     more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""

@@ -399,9 +399,26 @@ CLUSTER_DICTS = st.fixed_dictionaries(
     },
 )
 
+# Mostly well-formed clusters, so that the success path and its invariants are exercised too.
+PLAUSIBLE_TIERS = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["nvlink", "pcie", "fabric"]),
+         "kind": st.sampled_from(["nvlink", "xgmi", "pcie", "network"]),
+         "bandwidth_gb_per_s": st.sampled_from([5.0, 40.0, 360.0, 720.0]),
+         "latency_us": st.sampled_from([0.0, 15.6, 46.0])},
+        optional={"span_gpus": st.sampled_from([2, 4, 8, 16, 72])},
+    ),
+    min_size=1, max_size=3,
+)
+PLAUSIBLE_CLUSTERS = st.fixed_dictionaries(
+    {"name": st.just("x"), "gpu": GPU_TABLE, "gpus_per_node": st.sampled_from([1, 4, 8, 16]),
+     "tiers": PLAUSIBLE_TIERS},
+)
 
-@settings(max_examples=400, deadline=None)
-@given(CLUSTER_DICTS | st.dictionaries(st.text(max_size=12), TOML_VALUES, max_size=6))
+
+@settings(max_examples=500, deadline=None)
+@given(PLAUSIBLE_CLUSTERS | CLUSTER_DICTS
+       | st.dictionaries(st.text(max_size=12), TOML_VALUES, max_size=6))
 def test_cluster_validation_raises_only_input_error(data: dict[str, Any]) -> None:
     try:
         cluster = validate_spec(ClusterSpec, data, "x")

@@ -1,0 +1,78 @@
+"""MemoryOptions: the memory model's constants, each physical and each with its source.
+
+Section numbers (§) refer to the project's cost-model research notes (notes/cost_model.md in
+the shared brief), which cite the primary sources.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 2**30
+
+
+class MemoryOptions(BaseModel):
+    """What the framework keeps per parameter and per token, and what the GPU loses to others.
+
+    Model states (bytes per parameter; §3.1):
+      param_bytes 2        bf16/fp16 working weights.
+      grad_bytes 4         gradient buffers kept for every local parameter until the step
+                           (sharded from ZeRO-2 on). 4 = Megatron's fp32 `main_grad` buffer
+                           (dist_optimizer.md: bf16 params + fp32 grads = 18 B, or 6 + 12/d with
+                           the distributed optimizer); 2 = the ZeRO paper's fp16 gradients;
+                           6 = DeepSpeed's BF16_Optimizer (bf16 .grad plus an fp32 accumulation
+                           buffer, "4 bytes x params ... not sharded", BLOOM chronicles).
+      optimizer_bytes 12   fp32 master weights + Adam m and v (sharded from ZeRO-1 on);
+                           16 = DeepSpeed ZeRO-1/2, whose partition also holds fp32 gradients.
+      fp8_weight_copy_bytes 2
+                           with precision fp8, Transformer Engine caches an fp8 copy of every
+                           GEMM weight and, on Hopper, its transpose across micro-batches (§3.5,
+                           "about 1-2 B/param"); embeddings, LM head, norms and router stay bf16.
+    Activations (§3.2):
+      sequence_parallel    Megatron shards norms, dropout and GEMM inputs over TP (on whenever
+                           tp > 1, DESIGN.md); False reproduces frameworks without it
+                           (Megatron-DeepSpeed 2022, which trained BLOOM).
+      flash_attention      no s x s scores are stored (FlashAttention / fused attention).
+      dropout              dropout masks are stored; Llama-style pretraining uses none.
+      moe_capacity_factor 1.25
+                           routed token copies on the busiest GPU over the average (§3.2 MoE:
+                           "budget 1.0-1.25 with token dropping"; the upper end, since the
+                           busiest GPU is the one that runs out of memory).
+      logits_bytes 6       per logit on the last stage while the loss runs: the bf16 logits
+                           plus the fp32 copy Megatron's vocab-parallel cross-entropy makes and
+                           keeps for backward (theoretical_memory_usage counts the fp32 copy,
+                           4 bytes; a fused cross-entropy needs 2).
+    Temporary buffers and fixed overheads (§3.1 FSDP, §3.4):
+      zero3_prefetch_layers 1
+                           ZeRO-3 keeps the current and the prefetched layer gathered (FSDP2:
+                           "two all-gather output tensors alive at once").
+      comm_bucket_bytes 0.32e9
+                           flat buffers gradient reduction copies into: two buckets (one being
+                           reduced, one being filled) of Megatron's 40M-element bucket in fp32.
+      cuda_context_gib 1.0 CUDA context and kernels: 0.47-0.92 GiB with PyTorch 2.1 on A100,
+                           1.78 GiB with PyTorch 1.10 (ml-engineering, §3.4).
+      nccl_gib 1.5         NCCL communicators and buffers: "expect ~1-2 GiB"; measured +1.45 GiB
+                           after the first barrier (ml-engineering, §3.4).
+      fragmentation 0.12   the caching allocator's reserved-over-allocated excess, applied to
+                           everything allocated: 216.9 / 194.4 = 1.12 in the one measured log
+                           (Llama-3.1-8B, dgxc-benchmarking, §3.4); nvidia-smi shows reserved.
+      include_mtp          DeepSeek's multi-token-prediction module on the last stage.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    param_bytes: float = Field(default=2.0, gt=0)
+    grad_bytes: float = Field(default=4.0, ge=0)
+    optimizer_bytes: float = Field(default=12.0, ge=0)
+    fp8_weight_copy_bytes: float = Field(default=2.0, ge=0)
+    sequence_parallel: bool = True
+    flash_attention: bool = True
+    dropout: bool = False
+    moe_capacity_factor: float = Field(default=1.25, ge=1.0)
+    logits_bytes: float = Field(default=6.0, ge=0)
+    zero3_prefetch_layers: int = Field(default=1, ge=0)
+    comm_bucket_bytes: float = Field(default=2 * 40e6 * 4, ge=0)
+    cuda_context_gib: float = Field(default=1.0, ge=0)
+    nccl_gib: float = Field(default=1.5, ge=0)
+    fragmentation: float = Field(default=0.12, ge=0)
+    include_mtp: bool = True
