@@ -4,10 +4,11 @@ GEMM time follows a roofline with a fixed cost per kernel:
 
     t(M, K, N) = max(2MKN / (f_gemm * peak), 2(MK + KN + MN) bytes / (f_hbm * HBM)) + t_kernel
 
-`f_gemm` (the fraction of the dense peak that large GEMMs reach) and `t_kernel` (the fixed
-launch/ramp/tail cost of one GEMM) are the two fitted constants: `benchmarks/fit_time.py`
-fits them on the public runs in benchmarks/data/published_runs.jsonl. Their physical meaning
-lets them carry over to other GPUs: small GEMMs (large TP, small micro-batches, fine-grained
+`f_gemm` is the fraction of the dense peak that the best GEMM shapes reach on that GPU, measured
+(MAMF, stored in the GPU catalog; a default for GPUs without a measurement), and `t_kernel` is
+the fixed launch/ramp/tail cost of one GEMM, the one fitted constant: `benchmarks/fit_gemm.py`
+fits it to measured GEMM efficiencies by shape (benchmarks/data/gemm_efficiency.csv). Their
+physical meaning lets them carry over to other GPUs: small GEMMs (large TP, small micro-batches, fine-grained
 experts) lose efficiency through t_kernel and through the memory roofline, newer GPUs with a
 higher peak need bigger GEMMs to reach the same fraction (notes §5.3 take-aways 2 and 3).
 
@@ -30,8 +31,9 @@ class ComputeConstants(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    gemm_peak_fraction: float = Field(default=0.78, gt=0, le=1)  # fitted
-    gemm_kernel_s: float = Field(default=12e-6, ge=0)  # fitted
+    # Used only for GPUs without a measured MAMF fraction: the median of the measured ones.
+    gemm_peak_fraction: float = Field(default=0.78, gt=0, le=1)
+    gemm_kernel_s: float = Field(default=8.5e-6, ge=0)  # fitted by benchmarks/fit_gemm.py
     attention_peak_fraction: float = Field(default=0.5, gt=0, le=1)
     hbm_fraction: float = Field(default=0.8, gt=0, le=1)
 
@@ -47,12 +49,13 @@ def estimate_gemm_s(
 ) -> np.ndarray:
     """Seconds for one (M x K) @ (K x N) GEMM on one GPU (vectorised, zero where M*K*N = 0).
 
-    Worked number: M = 8192 tokens, K = 4096, N = 14336 on an H100 (989 TFLOP/s bf16) with
-    f_gemm = 0.78 and t_kernel = 12 us: 2MKN = 9.6e11 FLOPs -> 1.25 ms + 0.012 ms = 1.26 ms.
+    Worked number: M = 8192 tokens, K = 4096, N = 14336 on an H100 (989 TFLOP/s bf16, MAMF
+    fraction 0.803) with t_kernel = 8.5 us: 2MKN = 9.62e11 FLOPs -> 1.212 ms + 0.0085 ms.
     """
     m, k, n = (np.asarray(x, dtype=float) for x in (m, k, n))
     flops = 2.0 * m * k * n
-    compute_s = flops / (constants.gemm_peak_fraction * gpu.peak_flop_per_s(precision))
+    fraction = gpu.mamf_fraction(precision) or constants.gemm_peak_fraction
+    compute_s = flops / (fraction * gpu.peak_flop_per_s(precision))
     traffic = bytes_per_element * (m * k + k * n + m * n)
     memory_s = traffic / (constants.hbm_fraction * gpu.hbm_gb_per_s * 1e9)
     return np.where(flops > 0, np.maximum(compute_s, memory_s) + constants.gemm_kernel_s, 0.0)

@@ -29,6 +29,10 @@ class GpuSpec(BaseModel):
     hbm_gb_per_s: float = Field(gt=0)
     nvlink_gb_per_s: float = Field(default=0.0, ge=0)
     num_sms: int | None = Field(default=None, gt=0)
+    # Maximum achievable matmul FLOP/s over the dense peak, best shape, measured (MAMF,
+    # stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py); None if unmeasured.
+    mamf_fraction_bf16: float | None = Field(default=None, gt=0, le=1)
+    mamf_fraction_fp8: float | None = Field(default=None, gt=0, le=1)
     source: str = ""
 
     def peak_flop_per_s(self, precision: str) -> float:
@@ -43,6 +47,10 @@ class GpuSpec(BaseModel):
 
             raise InputError(f"gpu '{self.name}': precision {precision} is not supported")
         return tflops * 1e12
+
+    def mamf_fraction(self, precision: str) -> float | None:
+        """The measured best-shape matmul fraction of the peak for `precision`, if known."""
+        return self.mamf_fraction_fp8 if precision == "fp8" else self.mamf_fraction_bf16
 
 
 class TierSpec(BaseModel):

@@ -1,0 +1,177 @@
+"""Activation memory: what one decoder layer saves for its backward pass, and a stage's total.
+
+Per layer and token, in bytes, after Korthikanti et al. 2022 (arXiv 2205.05198, §4 and
+Table 2; notes §3.2), whose GPT layer (MHA, LayerNorm, GeLU MLP F = 4h, dropout) stores
+34 h + 5 a s:
+  attention  norm input 2h, QKV input 2h, Q 2h, K 2h, V 2h, output-projection input 2h,
+             softmax output 2as, its dropout mask as and output 2as, output dropout mask h
+  MLP        norm input 2h, fc1 input 2h, GeLU input 2F, fc2 input 2F, dropout mask h.
+Generalised here: Q/K/V at their real widths (GQA: K and V are n_kv*d_h wide; MLA: the
+latent inputs plus per-head K and V), the MLP interior 4F gated or not (Megatron's
+theoretical_memory_usage coefficient 4F/h; the measured Llama-3.1-8B point in notes §3.2 fits
+it, not the 6F an unfused SwiGLU would keep), no dropout masks unless `options.dropout`,
+FlashAttention keeping only its fp32 log-sum-exp (4a bytes) instead of the s x s scores.
+MoE layers store the router scores (4 bytes per expert) and, for k routed copies of each
+token (times the capacity factor), the dispatched input, the expert interior 4F_e and the
+output the combine weights; with expert-TP each of the etp ranks holds the full-width input
+and output of its tokens.
+
+Tensor parallelism divides Q/K/V, the attention core, the output-projection input and the
+MLP interior by t; sequence parallelism also divides the rest (norm, QKV/fc1 inputs, masks),
+giving 34 h / t + 5 a s / t. Context parallelism divides every term by cp (each rank keeps its
+s/cp tokens). Recompute: selective drops the attention core (Korthikanti §5), full keeps only
+each layer's input 2h (/t with SP) plus, while a layer is recomputed, that layer's working
+set. With precision fp8, GEMM inputs (QKV, output projection, fc1, fc2) are saved in 1 byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_NONE, Candidates
+from solver.cost.memory.layout import StageLayout
+from solver.cost.memory.options import MemoryOptions
+from solver.spec import JobSpec, ModelSpec
+
+BF16_BYTES = 2.0
+FP32_BYTES = 4.0
+
+
+def _linear_input_bytes(job: JobSpec) -> float:
+    return 1.0 if job.precision == "fp8" else BF16_BYTES
+
+
+def _mlp_interior_bytes(width: float, job: JobSpec) -> float:
+    """Activation input 2F plus the fc2 input 2F (1F in fp8) per token."""
+    return BF16_BYTES * width + _linear_input_bytes(job) * width
+
+
+def _attention_bytes(model_spec: ModelSpec, job: JobSpec, recompute: np.ndarray,
+                     options: MemoryOptions) -> tuple[np.ndarray, float]:
+    """(divided by tp, replicated without SP) bytes per token of one attention block."""
+    m, lin = model_spec, _linear_input_bytes(job)
+    h, heads = m.hidden_size, m.num_attention_heads
+    k_heads = heads if m.is_mla else m.kv_heads
+    q_width = heads * m.qk_head_dim
+    k_width, v_width = k_heads * m.qk_head_dim, k_heads * m.value_head_dim
+    mask = 1.0 * h if options.dropout else 0.0
+    replicated = BF16_BYTES * h + lin * h + mask
+    if m.is_mla:
+        q_rank, kv_rank = m.q_lora_rank or 0, m.kv_lora_rank or 0
+        replicated += (BF16_BYTES + lin) * (q_rank + kv_rank) + BF16_BYTES * m.qk_rope_head_dim
+    if options.flash_attention:
+        core_none = FP32_BYTES * heads
+    else:
+        core_none = (5.0 if options.dropout else 2.0) * heads * job.seq_len
+    core = np.where(recompute == RECOMPUTE_NONE, core_none, 0.0)
+    split = BF16_BYTES * (q_width + k_width + v_width) + lin * heads * m.value_head_dim + core
+    return split, replicated
+
+
+def _mlp_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+               options: MemoryOptions, moe: bool) -> tuple[np.ndarray | float, float]:
+    """(divided by tp, replicated without SP) bytes per token of one MLP or MoE block."""
+    m, lin = model_spec, _linear_input_bytes(job)
+    h = m.hidden_size
+    mask = 1.0 * h if options.dropout else 0.0
+    if not moe:
+        return _mlp_interior_bytes(m.intermediate_size, job), BF16_BYTES * h + lin * h + mask
+    shared_width = m.num_shared_experts * (
+        m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
+    routed_copies = m.num_experts_per_tok * options.moe_capacity_factor
+    per_copy = candidates.etp * (lin + BF16_BYTES) * h + _mlp_interior_bytes(
+        m.moe_intermediate_size or 0, job)
+    split = _mlp_interior_bytes(shared_width, job) + routed_copies * per_copy
+    replicated = 2 * BF16_BYTES * h + FP32_BYTES * m.num_experts + mask
+    return split, replicated
+
+
+def _per_gpu(job: JobSpec, candidates: Candidates, options: MemoryOptions,
+             split: np.ndarray | float, replicated: np.ndarray | float) -> np.ndarray:
+    """Bytes per GPU for one micro-batch from per-token bytes: (s*b/cp) tokens per rank."""
+    tp = candidates.tp
+    tokens = job.seq_len * candidates.micro_batch / candidates.cp
+    replicated_over = tp if options.sequence_parallel else 1
+    return tokens * (split / tp + replicated / replicated_over)
+
+
+def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                                    options: MemoryOptions, moe: bool = False) -> np.ndarray:
+    """Bytes one decoder layer saves per GPU for one micro-batch at each candidate's
+    recompute level (full: the layer input only).
+
+    Korthikanti et al. 2022 Table 2 (dropout on, no FlashAttention, GPT layer):
+    none s*b*h*(34 + 5as/h); with TP and SP s*b*h*(34/t + 5as/(ht)); TP without SP
+    s*b*h*(10 + 24/t + 5as/(ht)); selective drops the 5as/h term; full keeps 2sbh (/t with SP).
+    Worked number: GPT-3 175B (h = 12288, a = 96), s = 2048, b = 1, t = 8 with SP, none:
+    2048 * 12288 * (34 + 5*96*2048/12288) / 8 = 716.2 MB.
+    """
+    attention_split, attention_replicated = _attention_bytes(
+        model_spec, job, candidates.recompute, options)
+    mlp_split, mlp_replicated = _mlp_bytes(model_spec, job, candidates, options, moe)
+    saved = _per_gpu(job, candidates, options, attention_split + mlp_split,
+                     attention_replicated + mlp_replicated)
+    layer_input = _per_gpu(job, candidates, options, 0.0, BF16_BYTES * model_spec.hidden_size)
+    return np.where(candidates.recompute == RECOMPUTE_FULL, layer_input, saved)
+
+
+def estimate_stage_activations(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                               layout: StageLayout, options: MemoryOptions) -> np.ndarray:
+    """Activation bytes per GPU of one stage at its peak.
+
+        in_flight * (dense layers * A_dense + MoE layers * A_moe)       (layout.in_flight)
+        + first stage: in_flight * embedding-norm input / dropout mask
+        + last stage: final-norm and LM-head inputs (4h), MTP modules, one micro-batch
+        + full recompute: the working set of the largest layer being recomputed (less its
+          input, already counted).
+    Worked number: Llama-3.1-8B, s = 8192, b = 4, tp = pp = 1, none, FlashAttention:
+    27.03 h bytes per token per layer = 3.63 GB per layer, 116.1 GB for 32 layers
+    (notes §3.2: Megatron's s*b*h*(18 + 4F/h) = 4.29 GB per layer for MHA; GQA saves 3h).
+    """
+    m, h = model_spec, model_spec.hidden_size
+    dense = estimate_layer_activation_bytes(m, job, candidates, options, moe=False)
+    moe = estimate_layer_activation_bytes(m, job, candidates, options, moe=True) if m.is_moe \
+        else dense
+    layers = layout.in_flight * (layout.num_dense_layers * dense + layout.num_moe_layers * moe)
+
+    embedding = (BF16_BYTES if m.embedding_norm else 0.0) * h + (h if options.dropout else 0.0)
+    first = layout.in_flight * _per_gpu(job, candidates, options, 0.0, embedding)
+    head = _per_gpu(job, candidates, options, 0.0, 2 * BF16_BYTES * h)
+    mtp_layer = moe if m.is_moe else dense
+    mtp = m.num_nextn_predict_layers * (mtp_layer + head) if options.include_mtp else 0.0
+    last = head + mtp
+
+    full = candidates.recompute == RECOMPUTE_FULL
+    working = _working_set(m, job, candidates, layout, options)
+    return (layers + np.where(layout.is_first, first, 0.0) + np.where(layout.is_last, last, 0.0)
+            + np.where(full, working, 0.0))
+
+
+def _working_set(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                 layout: StageLayout, options: MemoryOptions) -> np.ndarray:
+    """Under full recompute: the largest layer's activations (recomputed without any recompute)
+    less its input, for one micro-batch."""
+    replay = replace(candidates, recompute=np.full(len(candidates), RECOMPUTE_NONE))
+    layer_input = _per_gpu(job, candidates, options, 0.0, BF16_BYTES * model_spec.hidden_size)
+    dense = estimate_layer_activation_bytes(model_spec, job, replay, options, moe=False)
+    largest = np.where(layout.num_dense_layers > 0, dense, 0.0)
+    if model_spec.is_moe:
+        moe = estimate_layer_activation_bytes(model_spec, job, replay, options, moe=True)
+        largest = np.maximum(largest, np.where(layout.num_moe_layers > 0, moe, 0.0))
+    return np.maximum(largest - layer_input, 0.0)
+
+
+def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                          layout: StageLayout, options: MemoryOptions) -> np.ndarray:
+    """Logits and cross-entropy buffers on the last stage: s*b/cp tokens x V/tp vocabulary
+    entries x logits_bytes (bf16 logits + the fp32 copy the loss keeps), once per output head
+    (the main head plus each MTP module).
+
+    Worked number: Llama-3.1-8B, s = 8192, b = 4, tp = 1: 32768 * 128256 * 6 B = 25.2 GB.
+    """
+    heads = 1 + (model_spec.num_nextn_predict_layers if options.include_mtp else 0)
+    tokens = job.seq_len * candidates.micro_batch / candidates.cp
+    logits = heads * tokens * model_spec.vocab_size / candidates.tp * options.logits_bytes
+    return np.where(layout.is_last, logits, 0.0)

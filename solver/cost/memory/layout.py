@@ -1,0 +1,98 @@
+"""Which layers a pipeline stage holds, and how many micro-batches it keeps in flight.
+
+A stage holds `vpp` model chunks (virtual stages i, i + pp, ..., i + (vpp-1)*pp). The L decoder
+layers are split over the pp*vpp virtual stages in order, the first L % (pp*vpp) virtual stages
+taking one layer more (the heaviest split Megatron's uneven first/last-stage options allow;
+with L divisible by pp*vpp every chunk has L/(pp*vpp) layers). The first stage also holds the
+embedding, the last the final norm and LM head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.cost.candidates import Candidates
+from solver.spec import JobSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class StageLayout:
+    """Per candidate, for one stage position: its layers by kind and its in-flight work."""
+
+    num_dense_layers: np.ndarray
+    num_moe_layers: np.ndarray
+    is_first: np.ndarray
+    is_last: np.ndarray
+    num_microbatches: np.ndarray
+    in_flight: np.ndarray
+
+    @property
+    def num_layers(self) -> np.ndarray:
+        return self.num_dense_layers + self.num_moe_layers
+
+
+def _count_multiples_below(x: np.ndarray, step: int) -> np.ndarray:
+    """How many of 0, step, 2*step, ... are < x (x >= 0)."""
+    return (x + step - 1) // step
+
+
+def _count_moe_layers(model_spec: ModelSpec, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """MoE layers among indices [start, end): i >= first_k_dense_layers, i % freq == 0."""
+    if not model_spec.is_moe:
+        return np.zeros_like(start)
+    first = np.maximum(start, model_spec.first_k_dense_layers)
+    freq = model_spec.moe_layer_freq
+    count = _count_multiples_below(end, freq) - _count_multiples_below(first, freq)
+    return np.where(end > first, count, 0)
+
+
+def estimate_in_flight(candidates: Candidates, stage: np.ndarray,
+                       num_microbatches: np.ndarray) -> np.ndarray:
+    """Micro-batches whose activations stage `stage` holds at its peak, in units of "all the
+    stage's layers for one micro-batch".
+
+    1F1B (PipeDream-Flush; Narayanan et al. 2021 §2.2.1; Megatron `forward_backward_pipelining_
+    without_interleaving`): stage i runs p - i - 1 warm-up forwards, so it holds min(p - i, m).
+    Interleaved 1F1B with v chunks (Megatron's warm-up of 2(p - i - 1) + (v - 1)p chunk
+    forwards): 2(p - i - 1) + (v - 1)p + 1 chunks of 1/v of the stage's layers, at most m*v.
+    Worked number: p = 4, v = 2, stage 0: (6 + 4 + 1)/2 = 5.5 = p(1 + (p-1)/(pv)), the first-
+    stage factor of Megatron's theoretical_memory_usage (notes §3.3).
+    """
+    pp, vpp = candidates.pp, candidates.vpp
+    plain = np.minimum(pp - stage, num_microbatches)
+    chunks = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, num_microbatches * vpp)
+    return np.where(vpp > 1, chunks / vpp, plain).astype(float)
+
+
+def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                          stage: np.ndarray) -> StageLayout:
+    """Layers by kind on stage `stage` (an int array, 0-based) of each candidate.
+
+    Worked number: DeepSeek-V3 (61 layers, first 3 dense), pp = 16: stages 0-12 hold 4 layers,
+    13-15 hold 3; stage 0 = 3 dense + 1 MoE, stage 1 = 4 MoE.
+    """
+    stage = np.asarray(stage, dtype=np.int64)
+    pp, vpp = candidates.pp, candidates.vpp
+    num_layers = model_spec.num_hidden_layers
+    num_virtual = pp * vpp
+    per_chunk, extra = num_layers // num_virtual, num_layers % num_virtual
+    total = np.zeros(len(candidates), dtype=np.int64)
+    moe = np.zeros(len(candidates), dtype=np.int64)
+    for chunk in range(int(vpp.max())):
+        held = chunk < vpp
+        virtual = stage + chunk * pp
+        start = virtual * per_chunk + np.minimum(virtual, extra)
+        count = per_chunk + (virtual < extra)
+        total += np.where(held, count, 0)
+        moe += np.where(held, _count_moe_layers(model_spec, start, start + count), 0)
+    num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
+    return StageLayout(
+        num_dense_layers=(total - moe).astype(float),
+        num_moe_layers=moe.astype(float),
+        is_first=stage == 0,
+        is_last=stage == pp - 1,
+        num_microbatches=num_micro,
+        in_flight=estimate_in_flight(candidates, stage, num_micro),
+    )

@@ -1,0 +1,117 @@
+"""Model states per GPU: weights, gradients and optimizer state of one pipeline stage.
+
+Parameters of a stage split in two groups that shard differently (Megatron parallel_state,
+notes §3.1):
+  dense   attention, dense MLPs, shared experts, norms, embedding and LM head: split by tp
+          (vocabulary-parallel embedding and head), router replicated; gradients and optimizer
+          sharded over the dp*cp ranks (the distributed optimizer shards over DP x CP);
+  expert  routed experts: num_experts/ep experts per GPU, each split by etp; sharded over the
+          expert-data-parallel group of tp*cp*dp/(ep*etp) ranks.
+
+ZeRO stages (Rajbhandari et al. 2020 §5): 1 shards the optimizer state, 2 also the gradients,
+3 also the weights (FSDP FULL_SHARD). Megatron's distributed optimizer is ZeRO-1 with the fp32
+gradient buffer kept whole: with the defaults (2 + 4 + 12/d bytes) that is 6 + 12/d B/param.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.cost.candidates import Candidates
+from solver.cost.memory.layout import StageLayout
+from solver.cost.memory.options import MemoryOptions
+from solver.spec import JobSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one GPU of a stage holds (before ZeRO sharding)."""
+
+    dense: np.ndarray
+    expert: np.ndarray
+    gemm: np.ndarray  # the weights Transformer Engine casts to fp8 (a subset of the two above)
+    largest_layer: np.ndarray  # the biggest decoder layer on the stage (a ZeRO-3 gather unit)
+
+
+def _mtp_split(model_spec: ModelSpec) -> tuple[int, int]:
+    """(non-expert, routed-expert) parameters of the multi-token-prediction modules."""
+    if not model_spec.num_nextn_predict_layers:
+        return 0, 0
+    per_module_experts = model_spec.num_experts * model_spec.expert_params
+    experts = model_spec.num_nextn_predict_layers * per_module_experts
+    return model_spec.mtp_params - experts, experts
+
+
+def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout: StageLayout,
+                          options: MemoryOptions) -> StageParams:
+    """Parameters per GPU on one stage, by sharding group.
+
+    Worked number: Llama-3.1-405B, tp = 8, pp = 2, first stage: 63 layers of 3.188e9 plus the
+    embedding 2.101e9, / 8 = 25.37e9 per GPU (seed 003 example 3: "810 / 16 = 50.6 GB" bf16).
+    """
+    tp, ep, etp = candidates.tp, candidates.ep, candidates.etp
+    m = model_spec
+    n_dense, n_moe = layout.num_dense_layers, layout.num_moe_layers
+    h = m.hidden_size
+
+    moe_shared = m.attention_params_per_layer + m.shared_expert_params_per_layer
+    moe_dense_part = (moe_shared + m.norm_params_per_layer) / tp + m.router_params_per_layer
+    moe_expert_part = m.num_experts / ep * m.expert_params / etp
+
+    # Megatron keeps a copy of a tied embedding on the last stage when pp > 1 (the embedding
+    # group all-reduces the two copies' gradients).
+    head = m.lm_head_params or np.where(candidates.pp > 1, m.vocab_size * h, 0)
+    mtp_dense, mtp_expert = _mtp_split(m) if options.include_mtp else (0, 0)
+    first = np.where(layout.is_first, m.embedding_params / tp, 0.0)
+    last_dense = (head + m.final_norm_params + mtp_dense) / tp
+    last = np.where(layout.is_last, last_dense, 0.0)
+    last_expert = np.where(layout.is_last, mtp_expert / (ep * etp), 0.0)
+
+    dense = n_dense * m.dense_layer_params / tp + n_moe * moe_dense_part + first + last
+    expert = n_moe * moe_expert_part + last_expert
+    gemm = (
+        n_dense * (m.attention_params_per_layer + m.dense_mlp_params_per_layer) / tp
+        + n_moe * (moe_shared / tp + moe_expert_part)
+    )
+    largest = np.maximum(
+        np.where(n_dense > 0, m.dense_layer_params / tp, 0.0),
+        np.where(n_moe > 0, moe_dense_part + moe_expert_part, 0.0),
+    )
+    return StageParams(dense=dense, expert=expert, gemm=gemm, largest_layer=largest)
+
+
+def estimate_model_states(job: JobSpec, candidates: Candidates, params: StageParams,
+                          options: MemoryOptions) -> dict[str, np.ndarray]:
+    """Bytes of weights, gradients and optimizer state per GPU under ZeRO 0-3.
+
+        weights   = P * param_bytes                           / d  if zero == 3
+                    (+ P_gemm * fp8_weight_copy_bytes with precision fp8, never sharded)
+        grads     = P * grad_bytes                            / d  if zero >= 2
+        optimizer = P * optimizer_bytes                       / d  if zero >= 1
+    with d = dp*cp for dense parameters and tp*cp*dp/(ep*etp) for routed experts.
+
+    Sources: ZeRO paper §5.1 (16 Psi, 4 Psi + 12 Psi/d, 2 Psi + 14 Psi/d, 16 Psi/d with
+    2-byte gradients); Megatron dist_optimizer.md (18 B/param, 6 + 12/d with fp32 gradients).
+    Worked number: Llama-3.1-8B (8.03e9 params), dp = 8, ZeRO-1, defaults:
+    weights + optimizer = 8.03e9 * (2 + 12/8) = 28.1 GB, plus 32.1 GB of fp32 gradients =
+    60.2 GB, the "weights and optimizer" Megatron-Bridge logs for this run (notes §3.2).
+    """
+    zero = candidates.zero
+    dense_shards = (candidates.dp * candidates.cp).astype(float)
+    expert_shards = candidates.expert_dp
+
+    def shard(bytes_per_param: float | np.ndarray, from_stage: int) -> np.ndarray:
+        on = zero >= from_stage
+        return (params.dense * bytes_per_param / np.where(on, dense_shards, 1.0)
+                + params.expert * bytes_per_param / np.where(on, expert_shards, 1.0))
+
+    # Transformer Engine caches the fp8 copies in each module, gathered or not (ZeRO-3 too).
+    fp8_copy = options.fp8_weight_copy_bytes if job.precision == "fp8" else 0.0
+    weights = shard(options.param_bytes, 3) + params.gemm * fp8_copy
+    return {
+        "weights": weights,
+        "grads": shard(options.grad_bytes, 2),
+        "optimizer": shard(options.optimizer_bytes, 1),
+    }
