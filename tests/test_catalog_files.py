@@ -50,3 +50,25 @@ def test_python_dash_m_solver_runs_the_cli() -> None:
     out = subprocess.run([sys.executable, "-m", "solver", "--help"], capture_output=True,
                          text=True, check=True)
     assert "models" in out.stdout and "clusters" in out.stdout
+
+
+def test_json_with_a_huge_integer_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": ' + "9" * 5000 + "}")
+    try:
+        load_model_spec(str(path))
+    except InputError as exc:
+        assert "\n" not in str(exc) and "not valid JSON" in str(exc)
+    else:
+        raise AssertionError("expected an InputError")
+
+
+def test_deeply_nested_json_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    try:
+        load_model_spec(str(path))
+    except InputError as exc:
+        assert "\n" not in str(exc)
+    else:
+        raise AssertionError("expected an InputError")

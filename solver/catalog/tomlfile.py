@@ -41,6 +41,9 @@ def load_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
+        message = " ".join(str(exc).split())
+        raise InputError(f"{path}: not valid JSON: {message}") from None
 
 
 def validate_spec(spec_type: type[SpecT], data: Any, source: str) -> SpecT:

@@ -143,10 +143,16 @@ def estimate_stage_activations(model_spec: ModelSpec, job: JobSpec, candidates: 
     mtp = m.num_nextn_predict_layers * (mtp_layer + head) if options.include_mtp else 0.0
     last = head + mtp
 
+    outputs = 0.0
+    if options.keep_stage_outputs:
+        # DeepSpeed keeps a 1/tp slice of it (its pipe partitioning) whether or not SP is on.
+        stage_output = layout.in_flight * _per_gpu(job, candidates, options,
+                                                   BF16_BYTES * h, 0.0)
+        outputs = np.where(layout.is_last, 0.0, stage_output)
     full = candidates.recompute == RECOMPUTE_FULL
     working = _working_set(m, job, candidates, layout, options)
     return (layers + np.where(layout.is_first, first, 0.0) + np.where(layout.is_last, last, 0.0)
-            + np.where(full, working, 0.0))
+            + outputs + np.where(full, working, 0.0))
 
 
 def _working_set(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,

@@ -67,26 +67,32 @@ def estimate_in_flight(candidates: Candidates, stage: np.ndarray,
 
 
 def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
-                          stage: np.ndarray) -> StageLayout:
+                          stage: np.ndarray, embedding_slots: bool = False) -> StageLayout:
     """Layers by kind on stage `stage` (an int array, 0-based) of each candidate.
 
+    With `embedding_slots` the split is over L + 2 slots, the first taken by the embedding and
+    the last by the LM head (Megatron-Bridge account_for_embedding/loss_in_pipeline_split).
     Worked number: DeepSeek-V3 (61 layers, first 3 dense), pp = 16: stages 0-12 hold 4 layers,
-    13-15 hold 3; stage 0 = 3 dense + 1 MoE, stage 1 = 4 MoE.
+    13-15 hold 3; stage 0 = 3 dense + 1 MoE, stage 1 = 4 MoE. BLOOM (70 layers), pp = 12 with
+    embedding slots: 72 slots, stage 0 = embedding + 5 layers, stages 1-10 = 6, stage 11 = 5.
     """
     stage = np.asarray(stage, dtype=np.int64)
     pp, vpp = candidates.pp, candidates.vpp
     num_layers = model_spec.num_hidden_layers
+    offset = 1 if embedding_slots else 0
     num_virtual = pp * vpp
-    per_chunk, extra = num_layers // num_virtual, num_layers % num_virtual
+    per_chunk, extra = (num_layers + 2 * offset) // num_virtual, (
+        num_layers + 2 * offset) % num_virtual
     total = np.zeros(len(candidates), dtype=np.int64)
     moe = np.zeros(len(candidates), dtype=np.int64)
     for chunk in range(int(vpp.max())):
         held = chunk < vpp
         virtual = stage + chunk * pp
-        start = virtual * per_chunk + np.minimum(virtual, extra)
-        count = per_chunk + (virtual < extra)
-        total += np.where(held, count, 0)
-        moe += np.where(held, _count_moe_layers(model_spec, start, start + count), 0)
+        first_slot = virtual * per_chunk + np.minimum(virtual, extra)
+        start = np.clip(first_slot - offset, 0, num_layers)
+        end = np.clip(first_slot + per_chunk + (virtual < extra) - offset, 0, num_layers)
+        total += np.where(held, end - start, 0)
+        moe += np.where(held, _count_moe_layers(model_spec, start, end), 0)
     num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
     return StageLayout(
         num_dense_layers=(total - moe).astype(float),

@@ -57,6 +57,14 @@ class MemoryOptions(BaseModel):
                            everything allocated: 216.9 / 194.4 = 1.12 in the one measured log
                            (Llama-3.1-8B, dgxc-benchmarking, §3.4); nvidia-smi shows reserved.
       include_mtp          DeepSeek's multi-token-prediction module on the last stage.
+    Framework layouts, off by default (used to reproduce published runs):
+      account_for_embedding_in_pipeline_split
+                           the embedding and the LM head each take one layer slot of the
+                           first and last stage (Megatron-Bridge's option of that name;
+                           DeepSpeed's partition 'type:transformer|embedding' for BLOOM).
+      keep_stage_outputs   a 1/tp slice of each in-flight micro-batch's stage output stays
+                           alive until its backward (DeepSpeed's pipeline engine partitions it
+                           over the TP group; Megatron frees it once sent).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -76,3 +84,5 @@ class MemoryOptions(BaseModel):
     nccl_gib: float = Field(default=1.5, ge=0)
     fragmentation: float = Field(default=0.12, ge=0)
     include_mtp: bool = True
+    account_for_embedding_in_pipeline_split: bool = False
+    keep_stage_outputs: bool = False

@@ -1,0 +1,222 @@
+"""How well the step-time model predicts the public training runs (issue 4, "Check it against").
+
+    .venv/bin/python benchmarks/time_accuracy.py [--summary-only]
+
+Every run `benchmarks/published.py` maps is predicted from its own model, cluster, job and
+parallel configuration with `solver.cost.steptime.estimate_step_time`, and compared with its
+measured tokens/s per GPU. Printed: one row per run, the median and 90th-percentile absolute
+relative error (overall and split by source group, GPU, dense/MoE, precision, recompute), the
+ten worst runs, and the Spearman rank correlation of predicted vs measured within each sweep.
+
+Targets (issue 4): median error <= 10% on dense runs and <= 20% on MoE runs; Spearman >= 0.8
+within each sweep. Sweeps rank runs by model FLOP/s per GPU (tokens/s x parplan's model FLOPs
+per token), which orders runs of one model exactly as tokens/s does and stays comparable when a
+sweep changes the model (the Megatron-LM weak-scaling table, BLOOM's 02-28 shape sweep).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from published import PublishedRun, load_published_runs
+from solver.cost.flops import estimate_model_flops_per_token
+from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.spec import ParallelConfig
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+MIN_SWEEP_RUNS = 3
+
+
+@dataclass(frozen=True)
+class CandidateArrays:
+    """Parallel configurations as the integer arrays estimate_step_time reads."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    vpp: np.ndarray
+    zero: np.ndarray
+    micro_batch: np.ndarray
+    recompute: np.ndarray
+
+    @classmethod
+    def from_configs(cls, configs: Sequence[ParallelConfig]) -> CandidateArrays:
+        names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch")
+        arrays = {n: np.array([getattr(c, n) for c in configs], dtype=np.int64) for n in names}
+        arrays["recompute"] = np.array([RECOMPUTE_CODES[c.recompute] for c in configs],
+                                       dtype=np.int64)
+        return cls(**arrays)
+
+
+def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = None
+             ) -> list[tuple[PublishedRun, float]]:
+    """(run, predicted tokens/s per GPU) in the order of `runs`; runs that share model, cluster
+    and job go through estimate_step_time in one vectorised call."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for index, run in enumerate(runs):
+        groups[(run.model_spec, run.cluster, run.job)].append(index)
+    predicted = np.empty(len(runs))
+    for (model_spec, cluster, job), indices in groups.items():
+        candidates = CandidateArrays.from_configs([runs[i].parallel for i in indices])
+        estimate = estimate_step_time(model_spec, cluster, job, candidates, constants)
+        predicted[indices] = estimate.tokens_per_s_per_gpu
+    return [(run, float(p)) for run, p in zip(runs, predicted)]
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+def _abs_errors(results: Iterable[tuple[PublishedRun, float]]) -> np.ndarray:
+    return np.array([abs(p / r.tokens_per_sec_per_gpu - 1.0) for r, p in results])
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 0..n-1, ties sharing their average rank."""
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values))
+    for value in np.unique(values):
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation (scipy's when installed); nan when either side is constant."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    try:
+        from scipy.stats import spearmanr
+    except ImportError:
+        return float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
+    return float(spearmanr(x, y).statistic)
+
+
+def sweep_key(run: PublishedRun) -> str | None:
+    """The sweep a run belongs to: runs of one source that vary the parallel configuration."""
+    if run.source_group == "bloom":
+        date = run.id.split("-")[1]
+        if date.isdigit():  # the production run stands alone
+            return f"bloom {date[:2]}-{date[2:]} sweep ({run.num_gpus} GPUs)"
+    if run.source_group == "megatron-lm":
+        return "megatron-lm H100 weak-scaling table"
+    if run.source_group == "llm-foundry":
+        return (f"llm-foundry {run.gpu} {run.precision} {run.model_spec.name} "
+                f"s{run.job.seq_len} (GPUs x micro-batch)")
+    return None
+
+
+def _model_flops_per_gpu(run: PublishedRun, tokens_per_s_per_gpu: float) -> float:
+    return tokens_per_s_per_gpu * estimate_model_flops_per_token(run.model_spec, run.job.seq_len)
+
+
+# ---- rendering --------------------------------------------------------------------------------
+
+def render_config(run: PublishedRun) -> str:
+    c = run.parallel
+    parts = [f"tp{c.tp}", f"pp{c.pp}", f"dp{c.dp}"]
+    parts += [f"{n}{getattr(c, n)}" for n in ("cp", "ep", "etp", "vpp") if getattr(c, n) > 1]
+    parts += [f"z{c.zero}", f"mb{c.micro_batch}", c.recompute]
+    return " ".join(parts)
+
+
+def render_runs(console: Console, results: Sequence[tuple[PublishedRun, float]],
+                title: str) -> None:
+    table = Table(title=title)
+    for name in ("id", "model", "gpu", "config", "seq", "gbs"):
+        table.add_column(name, overflow="fold")
+    for name in ("predicted tok/s/GPU", "measured", "pred/meas"):
+        table.add_column(name, justify="right")
+    for run, predicted in results:
+        ratio = predicted / run.tokens_per_sec_per_gpu
+        table.add_row(run.id, run.model_spec.name, run.gpu, render_config(run),
+                      str(run.job.seq_len), str(run.job.global_batch), f"{predicted:,.0f}",
+                      f"{run.tokens_per_sec_per_gpu:,.0f}", f"{ratio:.2f}")
+    console.print(table)
+
+
+def render_splits(console: Console, results: Sequence[tuple[PublishedRun, float]]) -> None:
+    splits: list[tuple[str, Callable[[PublishedRun], str]]] = [
+        ("all", lambda r: "all runs"),
+        ("source", lambda r: r.source_group),
+        ("gpu", lambda r: r.gpu),
+        ("arch", lambda r: r.arch_kind),
+        ("precision", lambda r: r.precision),
+        ("recompute", lambda r: r.parallel.recompute),
+    ]
+    table = Table(title="Absolute relative error of tokens/s per GPU")
+    for name in ("split", "value", "n"):
+        table.add_column(name)
+    for name in ("median |err|", "p90 |err|", "median pred/meas"):
+        table.add_column(name, justify="right")
+    for split, key in splits:
+        groups: dict[str, list[tuple[PublishedRun, float]]] = defaultdict(list)
+        for item in results:
+            groups[key(item[0])].append(item)
+        for value in sorted(groups):
+            items = groups[value]
+            errors = _abs_errors(items)
+            ratios = [p / r.tokens_per_sec_per_gpu for r, p in items]
+            table.add_row(split, value, str(len(items)), f"{np.median(errors):.1%}",
+                          f"{np.percentile(errors, 90):.1%}", f"{np.median(ratios):.2f}")
+        table.add_section()
+    console.print(table)
+
+
+def render_sweeps(console: Console, results: Sequence[tuple[PublishedRun, float]]) -> None:
+    sweeps: dict[str, list[tuple[PublishedRun, float]]] = defaultdict(list)
+    for run, predicted in results:
+        key = sweep_key(run)
+        if key is not None:
+            sweeps[key].append((run, predicted))
+    table = Table(title="Spearman rank correlation within sweeps (model FLOP/s per GPU; "
+                        f"sweeps of >= {MIN_SWEEP_RUNS} runs)")
+    table.add_column("sweep", overflow="fold")
+    for name in ("n", "measured max/min", "median pred/meas", "spearman"):
+        table.add_column(name, justify="right")
+    for key in sorted(sweeps):
+        items = sweeps[key]
+        if len(items) < MIN_SWEEP_RUNS:
+            continue
+        measured = [_model_flops_per_gpu(r, r.tokens_per_sec_per_gpu) for r, _ in items]
+        predicted = [_model_flops_per_gpu(r, p) for r, p in items]
+        ratios = [p / r.tokens_per_sec_per_gpu for r, p in items]
+        table.add_row(key, str(len(items)), f"{max(measured) / min(measured):.2f}",
+                      f"{np.median(ratios):.2f}", f"{spearman(predicted, measured):+.2f}")
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--summary-only", action="store_true", help="skip the per-run table")
+    args = parser.parse_args(argv)
+    console = Console() if Console().is_terminal else Console(width=160)
+
+    runs, skipped = load_published_runs()
+    results = evaluate(runs)
+    if not args.summary_only:
+        render_runs(console, results, f"Predicted vs measured ({len(runs)} runs)")
+    reasons: dict[str, int] = defaultdict(int)
+    for _, reason in skipped:
+        reasons[reason] += 1
+    console.print(f"{len(runs)} runs mapped, {len(skipped)} rows skipped:")
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        console.print(f"  {count:3d}  {reason}")
+    render_splits(console, results)
+    worst = sorted(results, key=lambda item: -abs(item[1] / item[0].tokens_per_sec_per_gpu - 1))
+    render_runs(console, worst[:10], "The 10 worst runs")
+    render_sweeps(console, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Per-GPU training memory, per pipeline stage and itemized, vectorised over candidates.
+
+    options      MemoryOptions: every constant, with its source
+    layout       layers per stage, micro-batches in flight (1F1B, interleaved)
+    states       weights, gradients, optimizer state under ZeRO 0-3
+    activations  Korthikanti et al. 2022 per layer, adapted to GQA / MLA / gated MLP / MoE
+    overheads    ZeRO-3 gathers, buckets, CUDA context, NCCL, fragmentation
+    estimate     one stage, the worst stage, every stage of one configuration
+"""
+
+from solver.cost.memory.activations import estimate_layer_activation_bytes
+from solver.cost.memory.estimate import (
+    ITEMS,
+    MAIN_ITEMS,
+    OTHER_ITEMS,
+    MemoryBreakdown,
+    estimate_all_stages,
+    estimate_memory,
+    estimate_stage_memory,
+)
+from solver.cost.memory.options import MemoryOptions
+
+__all__ = [
+    "ITEMS",
+    "MAIN_ITEMS",
+    "OTHER_ITEMS",
+    "MemoryBreakdown",
+    "MemoryOptions",
+    "estimate_all_stages",
+    "estimate_layer_activation_bytes",
+    "estimate_memory",
+    "estimate_stage_memory",
+]

@@ -1,0 +1,161 @@
+"""benchmarks/published.py maps the public runs (benchmarks/data/published_runs.jsonl, copied from
+the shared reference data) onto parplan's specs faithfully: layouts multiply to the GPU count,
+models match the published parameter counts, and three rows are pinned field by field."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from published import DATA_PATH, PublishedRun, load_published_runs  # noqa: E402
+from time_accuracy import evaluate  # noqa: E402
+
+from solver.catalog import load_model_spec  # noqa: E402
+
+# Why the ok rows that are not mapped are left out (reason prefix -> rows).
+SKIPPED_OK_ROWS = {
+    # BLOOM 02-20 sweeps: "Layer count varied per row to fit PP (not given per row)"; the rounded
+    # total_params_b leaves it ambiguous to +-1 layer.
+    "architecture incomplete: layers not given": 20,
+    # Nemotron 3 Nano: hybrid Mamba-MoE, architecture not in the source.
+    "arch_type 'hybrid_mamba_moe'": 4,
+    # Megatron-LM strong-scaling end points: "TP/PP for the strong-scaling points not stated".
+    "parallel layout (tp/pp/dp) not stated": 2,
+}
+# Runs whose model parameter count may differ from the row's total_params_b by more than 10%.
+PARAM_COUNT_EXCEPTIONS: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def loaded() -> tuple[list[PublishedRun], list[tuple[str, str]]]:
+    return load_published_runs()
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict]:
+    lines = DATA_PATH.read_text().splitlines()
+    return {row["id"]: row for row in map(json.loads, filter(str.strip, lines))}
+
+
+@pytest.fixture(scope="module")
+def by_id(loaded: tuple[list[PublishedRun], list[tuple[str, str]]]) -> dict[str, PublishedRun]:
+    return {run.id: run for run in loaded[0]}
+
+
+def test_the_data_is_the_projects_own_copy() -> None:
+    assert DATA_PATH.is_relative_to(ROOT / "benchmarks" / "data")
+    assert DATA_PATH.is_file()
+
+
+def test_at_least_300_ok_rows_are_mapped(loaded, rows) -> None:
+    runs, skipped = loaded
+    ok = sum(row["status"] == "ok" for row in rows.values())
+    skipped_ok = [(i, why) for i, why in skipped if rows[i]["status"] == "ok"]
+    counts = {prefix: sum(why.startswith(prefix) for _, why in skipped_ok)
+              for prefix in SKIPPED_OK_ROWS}
+    assert counts == SKIPPED_OK_ROWS, skipped_ok
+    assert len(runs) + len(skipped_ok) == ok
+    assert len(runs) >= 300, (
+        f"{len(runs)} of {ok} ok rows mapped; left out: {SKIPPED_OK_ROWS}")
+    assert all(rows[i]["status"] != "ok" for i, why in skipped if why.startswith("status"))
+
+
+def test_every_layout_multiplies_to_the_gpu_count(loaded, rows) -> None:
+    for run in loaded[0]:
+        c = run.parallel
+        assert c.tp * c.pp * c.dp * c.cp == run.num_gpus == rows[run.id]["num_gpus"], run.id
+        assert (c.tp * c.cp * c.dp) % (c.ep * c.etp) == 0, run.id
+
+
+def test_models_match_the_published_parameter_counts(loaded) -> None:
+    for run in loaded[0]:
+        if run.params_ratio is None or run.id in PARAM_COUNT_EXCEPTIONS:
+            continue
+        assert 0.9 <= run.params_ratio <= 1.1, (run.id, run.params_ratio)
+
+
+def test_megatron_lm_sizes_in_the_model_names_match(loaded) -> None:
+    # The table gives no total_params_b; its names ("GPT 7.1B", two significant figures) are
+    # the sizes. Untied embeddings with a 4h MLP match within 4% (1.75e9, 7.13e9); tied ones
+    # would miss the small models by 13% (1.48e9) and 7% (6.6e9).
+    table = [run for run in loaded[0] if run.source_group == "megatron-lm"]
+    assert len(table) == 9
+    for run in table:
+        named = float(re.search(r"([\d.]+)B", run.model_spec.name).group(1))
+        assert run.model_spec.total_params / 1e9 == pytest.approx(named, rel=0.04), run.id
+
+
+def test_bloom_production_row(by_id, rows) -> None:
+    # bigscience tr11-176B-ml README: 384 A100 80GB, TP 4, PP 12, DP 8, MBS 2, GBS 2048,
+    # 19.561 samples/s at iteration 85376; 4 x 100 Gb/s Omni-Path per 8-GPU node.
+    run = by_id["bloom-176b-production"]
+    assert run.model_spec == load_model_spec("bloom-176b")
+    assert run.params_ratio == pytest.approx(176.247271424 / 176.0)
+    assert run.parallel.model_dump() == dict(tp=4, pp=12, dp=8, cp=1, ep=1, etp=1, vpp=1, zero=1,
+                                            micro_batch=2, recompute="full")
+    assert (run.job.seq_len, run.job.global_batch, run.job.precision) == (2048, 2048, "bf16")
+    assert run.measured_from == "samples_per_sec"
+    assert run.tokens_per_sec_per_gpu == pytest.approx(19.561 * 2048 / 384)
+    # The row's seconds per iteration give the same throughput within rounding.
+    row = rows[run.id]
+    from_step = row["global_batch_size"] * row["seq_len"] / row["step_time_s"] / row["num_gpus"]
+    assert run.tokens_per_sec_per_gpu == pytest.approx(from_step, rel=0.002)
+    nvlink, fabric = run.cluster.tiers
+    assert (nvlink.bandwidth_gb_per_s, nvlink.span_gpus) == (240.0, 8)
+    assert fabric.bandwidth_gb_per_s == pytest.approx(400 / 8 / 8 * 0.80)  # 5 GB/s per GPU
+    assert (run.source_group, run.gpu, run.arch_kind) == ("bloom", "A100-80GB", "dense")
+
+
+def test_qwen3_235b_megatron_bridge_row(by_id) -> None:
+    run = by_id["mb-archive-26.04.01-H100-Qwen3_235B_a22B-FP8-256g-78"]
+    assert run.model_spec == load_model_spec("qwen3-235b-a22b")
+    assert run.parallel.model_dump() == dict(tp=2, pp=8, dp=16, cp=1, ep=32, etp=1, vpp=4, zero=1,
+                                            micro_batch=1, recompute="selective")
+    assert (run.job.seq_len, run.job.global_batch, run.job.precision) == (4096, 8192, "fp8")
+    assert (run.tokens_per_sec_per_gpu, run.measured_from) == (1712.0, "tokens_per_sec_per_gpu")
+    assert run.cluster.name == "dgx-h100"
+    assert (run.source_group, run.arch_kind) == ("megatron-bridge", "moe")
+
+
+def test_mpt_350m_llm_foundry_row(by_id) -> None:
+    # LLM Foundry, A100 40GB with 1600 Gbps RoCE: MPT-350m, seq 2048, 16 GPUs, micro-batch 18,
+    # global batch 288, FSDP FULL_SHARD, no activation checkpointing, 55413 tokens/s/GPU.
+    run = by_id["llmfoundry-a100_40gb-bf16-350m-s2048-g16-mb18-202"]
+    spec = run.model_spec
+    assert (spec.num_hidden_layers, spec.hidden_size, spec.intermediate_size) == (24, 1024, 4096)
+    assert (spec.num_attention_heads, spec.kv_heads, spec.vocab_size) == (16, 16, 50368)
+    assert (spec.mlp_type, spec.norm_type, spec.norm_bias) == ("plain", "layernorm", False)
+    assert (spec.position_embedding_type, spec.max_position_embeddings) == ("learned", 2048)
+    assert spec.tie_word_embeddings
+    assert run.params_ratio == pytest.approx(spec.total_params / 0.356e9)
+    assert run.parallel.model_dump() == dict(tp=1, pp=1, dp=16, cp=1, ep=1, etp=1, vpp=1, zero=3,
+                                            micro_batch=18, recompute="none")
+    assert (run.job.seq_len, run.job.global_batch, run.job.precision) == (2048, 288, "bf16")
+    assert run.tokens_per_sec_per_gpu == 55413.0
+    assert run.cluster.gpu.name == "a100-40gb"
+    assert run.cluster.tiers[-1].bandwidth_gb_per_s == pytest.approx(1600 / 8 / 8 * 0.80)
+
+
+def test_megatron_lm_throughput_comes_from_its_flops_formula(by_id) -> None:
+    # GPT 7.1B: 465.9 TFLOP/s per GPU; Megatron's formula gives 12 x 30 x 4096^2 x
+    # (1 + 1 + 4096/4096 + 4 + 131072 / (2 x 30 x 4096)) = 4.5500e10 FLOPs per token.
+    run = by_id["mlm2024-h100-7.1B"]
+    flops = 12 * 30 * 4096**2 * (7 + 131072 / (2 * 30 * 4096))
+    assert run.tokens_per_sec_per_gpu == pytest.approx(465.9e12 / flops)
+    assert run.parallel.tp == 2 and run.parallel.dp == 48
+
+
+def test_evaluate_batches_like_one_call_per_run(loaded) -> None:
+    runs = [run for run in loaded[0] if run.id.startswith(("bloom-0225", "llmfoundry-a100_40gb"))]
+    batched = [p for _, p in evaluate(runs)]
+    single = [evaluate([run])[0][1] for run in runs]
+    np.testing.assert_allclose(batched, single, rtol=1e-12)
+    assert all(p > 0 for p in batched)
