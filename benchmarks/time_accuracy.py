@@ -19,43 +19,17 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from published import PublishedRun, load_published_runs
+from solver.cost.candidates import Candidates
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
-from solver.spec import ParallelConfig
 
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 MIN_SWEEP_RUNS = 3
-
-
-@dataclass(frozen=True)
-class CandidateArrays:
-    """Parallel configurations as the integer arrays estimate_step_time reads."""
-
-    tp: np.ndarray
-    pp: np.ndarray
-    dp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
-    vpp: np.ndarray
-    zero: np.ndarray
-    micro_batch: np.ndarray
-    recompute: np.ndarray
-
-    @classmethod
-    def from_configs(cls, configs: Sequence[ParallelConfig]) -> CandidateArrays:
-        names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch")
-        arrays = {n: np.array([getattr(c, n) for c in configs], dtype=np.int64) for n in names}
-        arrays["recompute"] = np.array([RECOMPUTE_CODES[c.recompute] for c in configs],
-                                       dtype=np.int64)
-        return cls(**arrays)
 
 
 def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = None
@@ -67,7 +41,7 @@ def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = Non
         groups[(run.model_spec, run.cluster, run.job)].append(index)
     predicted = np.empty(len(runs))
     for (model_spec, cluster, job), indices in groups.items():
-        candidates = CandidateArrays.from_configs([runs[i].parallel for i in indices])
+        candidates = Candidates.from_configs([runs[i].parallel for i in indices])
         estimate = estimate_step_time(model_spec, cluster, job, candidates, constants)
         predicted[indices] = estimate.tokens_per_s_per_gpu
     return [(run, float(p)) for run, p in zip(runs, predicted)]

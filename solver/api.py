@@ -1,0 +1,171 @@
+"""The library's front door: what the CLI calls (cli -> api -> cost -> spec).
+
+`estimate` turns the command-line values of `parplan estimate` into specs, checks that the
+degrees make sense for the model and the GPU count (bad input is an InputError naming the
+option, its value and the rule), and evaluates the memory model on every pipeline stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from solver.catalog import load_cluster_spec, load_model_spec
+from solver.cost.candidates import Candidates
+from solver.cost.memory import (
+    MAIN_ITEMS,
+    OTHER_ITEMS,
+    MemoryBreakdown,
+    MemoryOptions,
+    estimate_all_stages,
+    estimate_memory,
+)
+from solver.errors import InputError, format_validation_error
+from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
+from solver.spec.plan import Plan, StageMemory
+
+GIB = 2**30
+MEMORY_CONSTRAINT = "memory_fits_hbm"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What `parplan estimate` reports: the problem and the plan of the given degrees.
+    `fixes` lists single changes that make a plan that does not fit fit (empty when it fits)."""
+
+    model_spec: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    num_gpus: int
+    plan: Plan
+    fixes: tuple[str, ...]
+
+
+def check_parallel_config(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
+                          config: ParallelConfig) -> None:
+    """Raise InputError for degrees the model, the job or the GPU count cannot take."""
+    m, c, name = model_spec, config, model_spec.name
+    if c.num_gpus != num_gpus:
+        raise InputError(f"--gpus ({num_gpus}) must equal tp x pp x cp x dp ({c.num_gpus})")
+    if m.num_attention_heads % c.tp:
+        raise InputError(f"--tp ({c.tp}) must divide num_attention_heads "
+                         f"({m.num_attention_heads}) of {name}")
+    if not m.is_mla and m.kv_heads % c.tp:
+        raise InputError(f"--tp ({c.tp}) must divide num_key_value_heads ({m.kv_heads}) of "
+                         f"{name}")
+    if c.vpp > 1 and c.pp == 1:
+        raise InputError(f"--vpp ({c.vpp}) needs --pp > 1: virtual stages interleave a pipeline")
+    if c.pp * c.vpp > m.num_hidden_layers:
+        raise InputError(f"--pp ({c.pp}) x --vpp ({c.vpp}) must not exceed num_hidden_layers "
+                         f"({m.num_hidden_layers}) of {name}: every virtual stage needs a layer")
+    if not m.is_moe and (c.ep > 1 or c.etp > 1):
+        option, value = ("--ep", c.ep) if c.ep > 1 else ("--etp", c.etp)
+        raise InputError(f"{option} ({value}) needs a mixture-of-experts model; {name} has no "
+                         "experts")
+    if m.is_moe and m.num_experts % c.ep:
+        raise InputError(f"--ep ({c.ep}) must divide num_experts ({m.num_experts}) of {name}")
+    dense_ranks = c.tp * c.cp * c.dp
+    if dense_ranks % (c.ep * c.etp):
+        raise InputError(f"--ep ({c.ep}) x --etp ({c.etp}) must divide tp x cp x dp "
+                         f"({dense_ranks}): expert layers reuse the ranks of a stage")
+    if c.cp > 1 and job.seq_len % (2 * c.cp):
+        raise InputError(f"--seq-len ({job.seq_len}) must be a multiple of 2 x cp "
+                         f"({2 * c.cp}): context parallelism cuts each sequence in 2 x cp chunks")
+    if job.global_batch % (c.dp * c.micro_batch):
+        raise InputError(f"--global-batch ({job.global_batch}) must be a multiple of dp x "
+                         f"micro-batch ({c.dp} x {c.micro_batch} = {c.dp * c.micro_batch})")
+
+
+def build_parallel_config(num_gpus: int, **degrees: int | str) -> ParallelConfig:
+    """A ParallelConfig whose dp is the rest of the GPUs: num_gpus / (tp*pp*cp)."""
+    tp, pp, cp = (int(degrees.get(k, 1)) for k in ("tp", "pp", "cp"))
+    model_parallel = tp * pp * cp
+    if num_gpus % model_parallel:
+        raise InputError(f"--gpus ({num_gpus}) must be a multiple of tp x pp x cp "
+                         f"({tp} x {pp} x {cp} = {model_parallel}); dp is the rest of the GPUs")
+    try:
+        return ParallelConfig(dp=num_gpus // model_parallel, **degrees)
+    except ValidationError as exc:
+        raise InputError(format_validation_error("parallel degrees", exc)) from None
+
+
+def _stage_memory(breakdown: MemoryBreakdown, row: int) -> StageMemory:
+    values = {name: float(breakdown.items[name][row]) for name in MAIN_ITEMS + OTHER_ITEMS}
+    return StageMemory(
+        stage=int(breakdown.stage[row]),
+        **{f"{name}_bytes": values[name] for name in MAIN_ITEMS},
+        other_bytes={name: values[name] for name in OTHER_ITEMS},
+    )
+
+
+def estimate_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                  config: ParallelConfig, options: MemoryOptions | None = None) -> Plan:
+    """Memory of every pipeline stage of `config` on the cluster's GPU."""
+    stages = estimate_all_stages(model_spec, job, config, options)
+    return Plan(
+        config=config,
+        gpu_memory_bytes=cluster.gpu.memory_gib * GIB,
+        stages=tuple(_stage_memory(stages, i) for i in range(len(stages))),
+    )
+
+
+def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                         num_gpus: int, config: ParallelConfig,
+                         options: MemoryOptions | None = None) -> tuple[str, ...]:
+    """Single changes of `config` after which it fits (valid ones only), e.g. "--zero 3
+    (61.2 GB)"; the memory model decides, in one vectorised call."""
+    changes: list[tuple[str, ParallelConfig]] = []
+
+    def add(label: str, **update: int | str) -> None:
+        variant = config.model_copy(update=update)
+        try:
+            check_parallel_config(model_spec, job, num_gpus, variant)
+        except InputError:
+            return
+        changes.append((label, variant))
+
+    for zero in range(config.zero + 1, 4):
+        add(f"--zero {zero}", zero=zero)
+    if config.recompute != "full":
+        add("--recompute full", recompute="full")
+    if config.micro_batch > 1:
+        add("--micro-batch 1", micro_batch=1)
+    if config.dp % 2 == 0:
+        add(f"--tp {2 * config.tp}", tp=2 * config.tp, dp=config.dp // 2)
+        add(f"--pp {2 * config.pp}", pp=2 * config.pp, dp=config.dp // 2)
+    if not changes:
+        return ()
+    candidates = Candidates.from_configs([variant for _, variant in changes])
+    totals = estimate_memory(model_spec, job, candidates, options).total
+    capacity = cluster.gpu.memory_gib * GIB
+    return tuple(f"{label} ({total / 1e9:.1f} GB)"
+                 for (label, _), total in zip(changes, totals) if total <= capacity)
+
+
+def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | None = None,
+             seq_len: int | None = None, global_batch: int | None = None,
+             precision: str = "bf16", calibration: str | None = None,
+             options: MemoryOptions | None = None, **degrees: int | str) -> Estimate:
+    """`parplan estimate`: load the model and cluster, build the job and the configuration
+    (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage."""
+    if calibration is not None:
+        raise InputError(f"--calibration ({calibration}): calibration files are not supported "
+                         "yet; run without --calibration")
+    model_spec = load_model_spec(model)
+    cluster_spec = load_cluster_spec(cluster, gpus_per_node)
+    job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision}
+    try:
+        job = JobSpec(**{k: v for k, v in job_values.items() if v is not None})
+    except ValidationError as exc:
+        raise InputError(format_validation_error("job", exc)) from None
+    config = build_parallel_config(num_gpus, **degrees)
+    check_parallel_config(model_spec, job, num_gpus, config)
+    if job.precision == "fp8" and cluster_spec.gpu.peak_tflops_fp8 is None:
+        raise InputError(f"--precision fp8: gpu '{cluster_spec.gpu.name}' of cluster "
+                         f"'{cluster_spec.name}' has no fp8 support")
+    plan = estimate_plan(model_spec, cluster_spec, job, config, options)
+    fixes = () if plan.fits else suggest_memory_fixes(
+        model_spec, cluster_spec, job, num_gpus, config, options)
+    return Estimate(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
+                    plan=plan, fixes=fixes)

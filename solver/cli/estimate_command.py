@@ -1,0 +1,60 @@
+"""`parplan estimate`: the memory of one given parallel configuration, stage by stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from solver.cli.options import degree_options, planning_options
+
+
+@click.command()
+@planning_options
+@degree_options
+@click.option("--per-stage", is_flag=True, help="Show every pipeline stage, not only the worst.")
+def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
+             global_batch: int, precision: str, calibration: str | None, as_json: bool,
+             per_stage: bool, **degrees: Any) -> None:
+    """Per-GPU memory of one configuration (dp is the rest of the GPUs) and whether it fits."""
+    from solver.api import MEMORY_CONSTRAINT
+    from solver.api import estimate as run_estimate
+    from solver.cli.render import echo_json
+    from solver.cli.render_plan import (
+        echo_fixes,
+        echo_memory_table,
+        echo_stage_table,
+        render_plan_json,
+    )
+
+    result = run_estimate(
+        model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
+        global_batch=global_batch, precision=precision, calibration=calibration, **degrees,
+    )
+    plan = result.plan
+    if as_json:
+        answer: dict[str, Any] = {
+            "status": "feasible" if plan.fits else "infeasible",
+            "solve_seconds": 0,
+            "model": result.model_spec.name,
+            "cluster": result.cluster.name,
+            "gpus": result.num_gpus,
+            "seq_len": result.job.seq_len,
+            "global_batch": result.job.global_batch,
+            "precision": result.job.precision,
+            "plans": [render_plan_json(plan)],
+        }
+        if not plan.fits:
+            answer["conflicts"] = [MEMORY_CONSTRAINT]
+            answer["fixes"] = list(result.fixes)
+        echo_json(answer)
+        return
+    heading = (f"{result.model_spec.name} on {result.num_gpus} x {result.cluster.gpu.name} "
+               f"({result.cluster.name}), seq {result.job.seq_len}, global batch "
+               f"{result.job.global_batch}, {result.job.precision}")
+    if per_stage:
+        echo_stage_table(plan, heading)
+    else:
+        echo_memory_table(plan, heading)
+    if not plan.fits:
+        echo_fixes(result.fixes)

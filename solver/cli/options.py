@@ -1,0 +1,83 @@
+"""Command-line options shared by the planning commands, as reusable decorators.
+
+`planning_options` adds the common options of DESIGN.md ("Interfaces"): --model --cluster
+--gpus --gpus-per-node --seq-len --global-batch --precision --calibration --json.
+`degree_options` adds one value per decision variable (--tp .. --recompute), as `estimate`
+takes them. Defaults come from the specs, so they are written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+
+from solver.spec.job import RECOMPUTE_LEVELS, JobSpec, ParallelConfig
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def _apply(command: F, decorators: list[Callable[[F], F]]) -> F:
+    for decorator in reversed(decorators):
+        command = decorator(command)
+    return command
+
+
+def _default(spec: type, field: str) -> object:
+    return spec.model_fields[field].default
+
+
+def planning_options(command: F) -> F:
+    """--model --cluster --gpus --gpus-per-node --seq-len --global-batch --precision
+    --calibration --json (parameters model, cluster, num_gpus, gpus_per_node, seq_len,
+    global_batch, precision, calibration, as_json)."""
+    return _apply(command, [
+        click.option("--model", required=True, metavar="NAME|PATH",
+                     help="Zoo name, zoo-format TOML or Hugging Face config.json."),
+        click.option("--cluster", required=True, metavar="NAME|PATH",
+                     help="Cluster preset name or cluster TOML file."),
+        click.option("--gpus", "num_gpus", required=True, type=click.IntRange(min=1),
+                     help="Number of GPUs of the job."),
+        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+                     help="GPUs per node (overrides the preset)."),
+        click.option("--seq-len", type=click.IntRange(min=1), show_default=True,
+                     default=_default(JobSpec, "seq_len"), help="Tokens per sequence."),
+        click.option("--global-batch", type=click.IntRange(min=1), show_default=True,
+                     default=_default(JobSpec, "global_batch"),
+                     help="Sequences per optimizer step."),
+        click.option("--precision", type=click.Choice(["bf16", "fp8"]), show_default=True,
+                     default=_default(JobSpec, "precision"), help="Training precision."),
+        click.option("--calibration", metavar="FILE", default=None,
+                     help="Fitted bandwidth curves (`parplan calibrate`)."),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables."),
+    ])
+
+
+def degree_options(command: F) -> F:
+    """One value per decision variable: --tp --pp --cp --ep --etp --vpp --zero --micro-batch
+    --recompute (dp is the rest of the GPUs)."""
+    degree = click.IntRange(min=1)
+    return _apply(command, [
+        click.option("--tp", type=degree, default=1, show_default=True,
+                     help="Tensor-parallel degree (sequence parallel on when > 1)."),
+        click.option("--pp", type=degree, default=1, show_default=True,
+                     help="Pipeline stages."),
+        click.option("--cp", type=degree, default=1, show_default=True,
+                     help="Context-parallel degree."),
+        click.option("--ep", type=degree, default=1, show_default=True,
+                     help="Expert-parallel degree (carved out of tp x cp x dp)."),
+        click.option("--etp", type=degree, default=1, show_default=True,
+                     help="Expert tensor-parallel degree."),
+        click.option("--vpp", type=degree, default=1, show_default=True,
+                     help="Virtual pipeline stages per stage (interleaved 1F1B)."),
+        click.option("--zero", type=click.IntRange(0, 3), show_default=True,
+                     default=_default(ParallelConfig, "zero"),
+                     help="ZeRO stage (1 = Megatron distributed optimizer, 3 = FSDP)."),
+        click.option("--micro-batch", type=degree, show_default=True,
+                     default=_default(ParallelConfig, "micro_batch"),
+                     help="Sequences per micro-batch."),
+        click.option("--recompute", type=click.Choice(RECOMPUTE_LEVELS), show_default=True,
+                     default=_default(ParallelConfig, "recompute"),
+                     help="Activation recomputation."),
+    ])

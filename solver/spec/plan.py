@@ -1,0 +1,53 @@
+"""Plan: one parallel configuration with what the cost model says about it.
+
+Memory is per GPU and per pipeline stage, in bytes, itemized: the four model-state and
+activation terms, plus named other items (logits, temporary buffers, fixed reserves). The
+worst stage decides whether the plan fits. Step-time fields join when the time model lands.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from solver.spec.job import ParallelConfig
+
+
+class StageMemory(BaseModel):
+    """Bytes per GPU on one pipeline stage."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: int = Field(ge=0)
+    weights_bytes: float = Field(ge=0)
+    grads_bytes: float = Field(ge=0)
+    optimizer_bytes: float = Field(ge=0)
+    activations_bytes: float = Field(ge=0)
+    other_bytes: dict[str, float]
+
+    @property
+    def other_total_bytes(self) -> float:
+        return sum(self.other_bytes.values())
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.other_total_bytes)
+
+
+class Plan(BaseModel):
+    """A configuration, its per-stage memory and the GPU it must fit on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    config: ParallelConfig
+    gpu_memory_bytes: float = Field(gt=0)
+    stages: tuple[StageMemory, ...] = Field(min_length=1)
+
+    @property
+    def worst_stage(self) -> StageMemory:
+        """The stage with the largest total (the first of equals)."""
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return self.worst_stage.total_bytes <= self.gpu_memory_bytes
