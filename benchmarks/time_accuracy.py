@@ -36,15 +36,30 @@ def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = Non
              ) -> list[tuple[PublishedRun, float]]:
     """(run, predicted tokens/s per GPU) in the order of `runs`; runs that share model, cluster
     and job go through estimate_step_time in one vectorised call."""
+    base = constants or TimeConstants()
     groups: dict[tuple, list[int]] = defaultdict(list)
     for index, run in enumerate(runs):
-        groups[(run.model_spec, run.cluster, run.job)].append(index)
+        switches = tuple(sorted(framework_switches(run).items()))
+        groups[(run.model_spec, run.cluster, run.job, switches)].append(index)
     predicted = np.empty(len(runs))
-    for (model_spec, cluster, job), indices in groups.items():
+    for (model_spec, cluster, job, switches), indices in groups.items():
         candidates = Candidates.from_configs([runs[i].parallel for i in indices])
-        estimate = estimate_step_time(model_spec, cluster, job, candidates, constants)
+        run_constants = base.model_copy(update=dict(switches))
+        estimate = estimate_step_time(model_spec, cluster, job, candidates, run_constants)
         predicted[indices] = estimate.tokens_per_s_per_gpu
     return [(run, float(p)) for run, p in zip(runs, predicted)]
+
+
+def framework_switches(run: PublishedRun) -> dict[str, bool]:
+    """What each source's framework did, from its own text (not fitted): BLOOM ran
+    Megatron-DeepSpeed (2022) without sequence parallelism; the Megatron-LM README runs state
+    `--tp-comm-overlap`; Megatron-Bridge's H100 performance recipes enable TP communication
+    overlap whenever tp > 1."""
+    if run.source_group == "bloom":
+        return {"sequence_parallel": False}
+    if run.source_group in ("megatron-lm", "megatron-bridge"):
+        return {"tp_comm_overlap": True}
+    return {}
 
 
 # ---- statistics -------------------------------------------------------------------------------

@@ -34,8 +34,14 @@ class ComputeConstants(BaseModel):
     # Used only for GPUs without a measured MAMF fraction: the median of the measured ones.
     gemm_peak_fraction: float = Field(default=0.78, gt=0, le=1)
     gemm_kernel_s: float = Field(default=8.5e-6, ge=0)  # fitted by benchmarks/fit_gemm.py
-    attention_peak_fraction: float = Field(default=0.5, gt=0, le=1)
+    attention_peak_fraction: float = Field(default=0.31, gt=0, le=1)  # fitted
     hbm_fraction: float = Field(default=0.8, gt=0, le=1)
+    # Element-wise traffic actually streamed over the minimal count (fp32 up-casts, unfused
+    # kernels, saved tensors re-read in backward); fitted by benchmarks/fit_time.py.
+    elementwise_traffic_factor: float = Field(default=3.75, ge=1)  # fitted
+    # Forward non-GEMM kernels per layer, counted in a Megatron/PyTorch block: 2 norms,
+    # rotary, 2 residual adds, the MLP activation, 2 casts or bias adds; each pays t_kernel.
+    elementwise_kernels_per_layer: int = Field(default=8, ge=0)
 
 
 def estimate_gemm_s(
@@ -73,3 +79,12 @@ def estimate_streaming_s(gpu: GpuSpec, num_bytes: np.ndarray | float,
                          constants: ComputeConstants) -> np.ndarray:
     """Seconds to stream `num_bytes` through HBM (read + write counted by the caller)."""
     return np.asarray(num_bytes, dtype=float) / (constants.hbm_fraction * gpu.hbm_gb_per_s * 1e9)
+
+
+def estimate_elementwise_s(gpu: GpuSpec, minimal_bytes: np.ndarray | float,
+                           constants: ComputeConstants) -> np.ndarray:
+    """Forward element-wise passes of one layer: the minimal traffic times the traffic factor,
+    streamed through HBM, plus a fixed cost per kernel."""
+    traffic = np.asarray(minimal_bytes, dtype=float) * constants.elementwise_traffic_factor
+    launches = constants.elementwise_kernels_per_layer * constants.gemm_kernel_s
+    return estimate_streaming_s(gpu, traffic, constants) + launches

@@ -39,6 +39,7 @@ from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.efficiency import (
     ComputeConstants,
     estimate_attention_core_s,
+    estimate_elementwise_s,
     estimate_gemm_s,
     estimate_streaming_s,
 )
@@ -67,6 +68,13 @@ class TimeConstants(BaseModel):
     optimizer_bytes_per_param: float = Field(default=30.0, gt=0)
     # FlashAttention's backward recomputes QK^T: 2.5x the forward FLOPs (Dao 2023 §3.1.2).
     attention_backward_ratio: float = Field(default=2.5, gt=0)
+    # Framework switches (not fitted). Sequence parallel splits norms, residual adds and the
+    # pipeline hand-off over TP (Megatron since 2022, DESIGN.md: on whenever tp > 1); older
+    # Megatron-DeepSpeed runs (BLOOM) replicate them on every TP rank. TP communication
+    # overlap (Transformer Engine userbuffers, `--tp-comm-overlap`) hides the SP all-gathers
+    # and reduce-scatters behind the layer's GEMMs (NeMo communication_overlap.rst).
+    sequence_parallel: bool = True
+    tp_comm_overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,12 +132,19 @@ def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     kv_width = 2 * model_spec.kv_heads * model_spec.qk_head_dim
     # Element-wise bytes per token: 2 norms (read + write h), 2 residual adds (2 reads + write),
     # rotary on q and k, the MLP activation (gated: read 2F, write F; plain: read F, write F).
-    base_bytes = BF16_BYTES * (4 * h + 6 * h + 2 * (q_width + kv_width))
+    # Norms and residual adds work on the full hidden width: split over TP only under
+    # sequence parallel; rotary and the MLP activation work on TP-split heads and widths.
+    sequence_bytes = BF16_BYTES * (4 * h + 6 * h)
+    sequence_split = tp if constants.sequence_parallel else 1
+    head_bytes = BF16_BYTES * 2 * (q_width + kv_width)
 
-    def elementwise(mlp_width: float) -> np.ndarray:
+    def elementwise(mlp_width: float, routed_copies: int = 0) -> np.ndarray:
         factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
-        per_token = base_bytes + BF16_BYTES * factor * mlp_width
-        return estimate_streaming_s(gpu, rows * per_token / tp, cc)
+        # MoE token permutation and un-permutation each read and write k copies of h.
+        permute = 2.0 * 2.0 * routed_copies * h
+        split_bytes = head_bytes + BF16_BYTES * (factor * mlp_width + permute)
+        per_gpu = rows * (sequence_bytes / sequence_split + split_bytes / tp)
+        return estimate_elementwise_s(gpu, per_gpu, cc)
 
     dense = {
         "gemm": attention + two_gemms(model_spec.dense_mlp_params_per_layer, rows, tp),
@@ -151,7 +166,7 @@ def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     moe = {
         "gemm": attention + routed + shared + router,
         "core": core,
-        "elementwise": elementwise(moe_width),
+        "elementwise": elementwise(moe_width, k),
     }
     return {"dense": dense, "moe": moe}
 
@@ -214,6 +229,8 @@ def estimate_step_time(
     tp_dense = 2.0 * (ag + rs)
     tp_moe = 1.0 * (ag + rs)
     tp_fwd = dense_share * tp_dense + moe_share * tp_moe
+    if constants.tp_comm_overlap:
+        tp_fwd = np.maximum(tp_fwd - fwd["gemm"], 0.0)
     tp_layer = tp_fwd * np.where(full, 3.0, 2.0)
 
     cp_link = estimate_group_link(cluster, tp, cp)
@@ -251,7 +268,8 @@ def estimate_step_time(
 
     # ---- pipeline ----------------------------------------------------------------------------
     pp_link = estimate_group_link(cluster, tp * cp * dp, np.where(pp > 1, 2, 1))
-    p2p = estimate_collective_s("send_recv", activation_bytes / tp, np.where(pp > 1, 2, 1),
+    handoff_bytes = activation_bytes / (tp if constants.sequence_parallel else 1)
+    p2p = estimate_collective_s("send_recv", handoff_bytes, np.where(pp > 1, 2, 1),
                                 pp_link)
     pp_time = num_micro * 2.0 * vpp * p2p
     bubble = (pp - 1) / vpp * t_mb
