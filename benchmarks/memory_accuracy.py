@@ -146,7 +146,8 @@ def summarize(cases: list[MemoryCase]) -> dict[str, Any]:
         "mean_signed_error": float(np.mean(
             [r["relative_error"] for r in rows if r["relative_error"] is not None])),
         "oom_predicted_fit": [r["id"] for r in rows if r["oom"] and r["predicted_fits"]],
-        "success_predicted_oom": [r["id"] for r in rows if not r["oom"] and not r["predicted_fits"]],
+        "success_predicted_oom": [
+            r["id"] for r in rows if not r["oom"] and not r["predicted_fits"]],
     }
 
 

@@ -32,7 +32,7 @@ def _gb(value_bytes: float) -> float:
     return round(value_bytes / 1e9, 3)
 
 
-def stage_memory_gb(stage: StageMemory) -> dict[str, float]:
+def render_memory_gb(stage: StageMemory) -> dict[str, float]:
     """`weights grads optimizer activations other total` in GB."""
     values = {name: _gb(getattr(stage, f"{name}_bytes")) for name in MAIN}
     values["other"] = _gb(stage.other_total_bytes)
@@ -46,19 +46,19 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
     return {
         **{name: getattr(plan.config, name) for name in DEGREES},
         "fits": plan.fits,
-        "memory_gb": stage_memory_gb(worst),
+        "memory_gb": render_memory_gb(worst),
         "other_gb": {name: _gb(value) for name, value in worst.other_bytes.items()},
         "worst_stage": worst.stage,
         "gpu_memory_gb": _gb(plan.gpu_memory_bytes),
         "stages": [
-            {"stage": s.stage, "memory_gb": stage_memory_gb(s),
+            {"stage": s.stage, "memory_gb": render_memory_gb(s),
              "other_gb": {name: _gb(value) for name, value in s.other_bytes.items()}}
             for s in plan.stages
         ],
     }
 
 
-def describe_config(plan: Plan) -> str:
+def render_config(plan: Plan) -> str:
     c = plan.config
     return (f"tp {c.tp} pp {c.pp} dp {c.dp} cp {c.cp} ep {c.ep} etp {c.etp} vpp {c.vpp} "
             f"zero {c.zero} micro-batch {c.micro_batch} recompute {c.recompute}")
@@ -77,7 +77,7 @@ def echo_memory_table(plan: Plan, heading: str) -> None:
     rows += [("total", _gb(worst.total_bytes)), ("GPU capacity", _gb(plan.gpu_memory_bytes)),
              ("fits", plan.fits)]
     click.echo(heading)
-    click.echo(describe_config(plan))
+    click.echo(render_config(plan))
     echo_table(f"memory per GPU, worst stage: {worst.stage} of {plan.config.pp}",
                ["component", "GB"], rows)
 
@@ -91,7 +91,7 @@ def echo_stage_table(plan: Plan, heading: str) -> None:
         for s in plan.stages
     ]
     click.echo(heading)
-    click.echo(describe_config(plan))
+    click.echo(render_config(plan))
     echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity "
                f"{_gb(plan.gpu_memory_bytes)} GB)", ["stage", *names, "total", "fits"], rows)
 

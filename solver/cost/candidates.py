@@ -38,9 +38,9 @@ class Candidates:
     recompute: np.ndarray
 
     def __post_init__(self) -> None:
-        arrays = np.broadcast_arrays(
-            *(np.atleast_1d(np.asarray(getattr(self, f.name), dtype=np.int64)) for f in fields(self))
-        )
+        arrays = np.broadcast_arrays(*(
+            np.atleast_1d(np.asarray(getattr(self, f.name), dtype=np.int64)) for f in fields(self)
+        ))
         for f, array in zip(fields(self), arrays):
             object.__setattr__(self, f.name, np.array(array, dtype=np.int64))
         assert self.tp.ndim == 1, "candidates are a flat list"

@@ -105,8 +105,8 @@ def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candida
     Korthikanti et al. 2022 Table 2 (dropout on, no FlashAttention, GPT layer):
     none s*b*h*(34 + 5as/h); with TP and SP s*b*h*(34/t + 5as/(ht)); TP without SP
     s*b*h*(10 + 24/t + 5as/(ht)); selective drops the 5as/h term; full keeps 2sbh (/t with SP).
-    Worked number: GPT-3 175B (h = 12288, a = 96), s = 2048, b = 1, t = 8 with SP, none:
-    2048 * 12288 * (34 + 5*96*2048/12288) / 8 = 716.2 MB.
+    Worked number: GPT-3 175B (h = 12288, a = 96), s = 2048, b = 1, t = 8 with SP, none,
+    dropout, no FlashAttention: 2048 * 12288 * (34 + 5*96*2048/12288) / 8 = 358.6 MB.
     """
     attention_split, attention_replicated = _attention_bytes(
         model_spec, job, candidates.recompute, options)
@@ -127,8 +127,9 @@ def estimate_stage_activations(model_spec: ModelSpec, job: JobSpec, candidates: 
         + full recompute: the working set of the largest layer being recomputed (less its
           input, already counted).
     Worked number: Llama-3.1-8B, s = 8192, b = 4, tp = pp = 1, none, FlashAttention:
-    27.03 h bytes per token per layer = 3.63 GB per layer, 116.1 GB for 32 layers
-    (notes §3.2: Megatron's s*b*h*(18 + 4F/h) = 4.29 GB per layer for MHA; GQA saves 3h).
+    27.03 h bytes per token per layer = 3.63 GB per layer, 116.1 GB for 32 layers, plus
+    0.54 GB of final-norm and LM-head inputs (notes §3.2: Megatron's s*b*h*(18 + 4F/h) is
+    4.29 GB per layer for MHA; GQA's narrower K and V save 3h).
     """
     m, h = model_spec, model_spec.hidden_size
     dense = estimate_layer_activation_bytes(m, job, candidates, options, moe=False)

@@ -1,10 +1,10 @@
 """Which layers a pipeline stage holds, and how many micro-batches it keeps in flight.
 
 A stage holds `vpp` model chunks (virtual stages i, i + pp, ..., i + (vpp-1)*pp). The L decoder
-layers are split over the pp*vpp virtual stages in order, the first L % (pp*vpp) virtual stages
-taking one layer more (the heaviest split Megatron's uneven first/last-stage options allow;
-with L divisible by pp*vpp every chunk has L/(pp*vpp) layers). The first stage also holds the
-embedding, the last the final norm and LM head.
+layers are split over the pp*vpp virtual stages in order; when pp*vpp does not divide L the
+first L % (pp*vpp) virtual stages take one layer more (conservative: the first stage also holds
+the embedding and the most micro-batches in flight). The first stage also holds the embedding,
+the last the final norm and LM head (optionally each in a layer slot of its own).
 """
 
 from __future__ import annotations
