@@ -98,6 +98,7 @@ def row_case(row: dict[str, Any]) -> MemoryCase:
         optimizer_bytes=12.0 if bf16_optimizer else 16.0,
         account_for_embedding_in_pipeline_split=bf16_optimizer,
         keep_stage_outputs=True,
+        fragmentation=0.12,  # 2022 PyTorch allocator, no expandable segments (options.py)
     )
     config = ParallelConfig(tp=row["tp"], pp=row["pp"], dp=row["dp"], zero=1,
                             micro_batch=row["micro_batch_size"], recompute="full")

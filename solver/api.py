@@ -21,9 +21,10 @@ from solver.cost.memory import (
     estimate_all_stages,
     estimate_memory,
 )
+from solver.cost.steptime import TimeConstants, estimate_step_time
 from solver.errors import InputError, format_validation_error
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
-from solver.spec.plan import Plan, StageMemory
+from solver.spec.plan import Plan, PlanTime, StageMemory
 
 GIB = 2**30
 MEMORY_CONSTRAINT = "memory_fits_hbm"
@@ -99,14 +100,39 @@ def _stage_memory(breakdown: MemoryBreakdown, row: int) -> StageMemory:
     )
 
 
+def estimate_plan_time(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                       config: ParallelConfig, constants: TimeConstants | None = None
+                       ) -> PlanTime:
+    """Step time, throughput and MFU of `config`; days and GPU-hours of the token budget."""
+    step = estimate_step_time(model_spec, cluster, job, Candidates.from_configs([config]),
+                              constants)
+    tokens_per_second = float(step.tokens_per_s[0])
+    train_days = gpu_hours = None
+    if job.token_budget is not None:
+        train_days = job.token_budget / tokens_per_second / 86400.0
+        gpu_hours = train_days * 24.0 * config.num_gpus
+    return PlanTime(
+        step_seconds=float(step.step_s[0]),
+        tokens_per_second=tokens_per_second,
+        tokens_per_second_per_gpu=float(step.tokens_per_s_per_gpu[0]),
+        tflops_per_gpu=float(step.tflops_per_gpu[0]),
+        mfu=float(step.mfu[0]),
+        time_seconds=step.breakdown(0),
+        train_days=train_days,
+        gpu_hours=gpu_hours,
+    )
+
+
 def estimate_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                  config: ParallelConfig, options: MemoryOptions | None = None) -> Plan:
-    """Memory of every pipeline stage of `config` on the cluster's GPU."""
+                  config: ParallelConfig, options: MemoryOptions | None = None,
+                  constants: TimeConstants | None = None) -> Plan:
+    """Memory of every pipeline stage of `config` on the cluster's GPU, and its step time."""
     stages = estimate_all_stages(model_spec, job, config, options)
     return Plan(
         config=config,
         gpu_memory_bytes=cluster.gpu.memory_gib * GIB,
         stages=tuple(_stage_memory(stages, i) for i in range(len(stages))),
+        time=estimate_plan_time(model_spec, cluster, job, config, constants),
     )
 
 
@@ -145,7 +171,8 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
 
 def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | None = None,
              seq_len: int | None = None, global_batch: int | None = None,
-             precision: str = "bf16", calibration: str | None = None,
+             precision: str = "bf16", token_budget: int | None = None,
+             calibration: str | None = None,
              options: MemoryOptions | None = None, **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage."""
@@ -154,7 +181,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
                          "yet; run without --calibration")
     model_spec = load_model_spec(model)
     cluster_spec = load_cluster_spec(cluster, gpus_per_node)
-    job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision}
+    job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
+                  "token_budget": token_budget}
     try:
         job = JobSpec(**{k: v for k, v in job_values.items() if v is not None})
     except ValidationError as exc:

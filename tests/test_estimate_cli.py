@@ -81,7 +81,8 @@ def test_table_shows_the_memory_verification_of_the_worst_stage(cluster_file: st
                   "logits + cross-entropy", "ZeRO-3 gathered layers", "CUDA context",
                   "NCCL buffers", "allocator fragmentation", "total", "GPU capacity", "fits"):
         assert label in result.stdout, label
-    assert "46.35" in result.stdout  # seed 003 example 1 under our model (tests/test_memory.py)
+    assert "43.62" in result.stdout  # seed 003 example 1 under our model (tests/test_memory.py)
+    assert "step time" in result.stdout and "MFU" in result.stdout
     assert "yes" in result.stdout
 
 
@@ -107,7 +108,12 @@ def test_json_has_the_design_fields(cluster_file: str) -> None:
         assert sum(stage["other_gb"].values()) == pytest.approx(memory["other"], abs=0.006)
     assert plan["stages"][1]["other_gb"]["logits"] > 0 == plan["stages"][0]["other_gb"]["logits"]
     assert plan["gpu_memory_gb"] == pytest.approx(80 * 2**30 / 1e9, abs=0.001)
-    assert "step_seconds" not in plan  # time fields land with the step-time model
+    for field in ("step_seconds", "tokens_per_second", "tokens_per_second_per_gpu",
+                  "tflops_per_gpu", "mfu"):
+        assert plan[field] > 0
+    assert set(plan["time_seconds"]) == {"compute", "recompute", "tp", "cp", "ep", "dp", "pp",
+                                         "bubble", "optimizer"}
+    assert sum(plan["time_seconds"].values()) == pytest.approx(plan["step_seconds"], rel=1e-4)
 
 
 def test_json_of_a_plan_that_does_not_fit_is_an_answer_with_fixes(cluster_file: str) -> None:
@@ -125,7 +131,8 @@ def test_per_stage_lists_every_stage(cluster_file: str) -> None:
     result = llama8b(cluster_file, "--gpus", "32", "--tp", "2", "--pp", "4", "--vpp", "2",
                      "--per-stage")
     assert result.exit_code == 0, result.output
-    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    stage_table = result.stdout.split("step time")[0]
+    rows = [line for line in stage_table.splitlines() if line.startswith("│")]
     assert [row.split("│")[1].strip() for row in rows] == ["0", "1", "2", "3"]
 
 
@@ -198,3 +205,23 @@ def test_fp8_adds_weight_copies(cluster_file: str) -> None:
         assert result.exit_code == 0, result.output
         weights[precision] = json.loads(result.stdout)["plans"][0]["memory_gb"]["weights"]
     assert weights["fp8"] > weights["bf16"]
+
+
+def test_token_budget_gives_days_and_gpu_hours() -> None:
+    """days = tokens / (tokens/s) / 86400 and GPU-hours = days x 24 x GPUs (issue 4 outputs)."""
+    result = run("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                 "--token-budget", "2T", "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plans"][0]
+    days = 2e12 / plan["tokens_per_second"] / 86400
+    assert plan["train_days"] == pytest.approx(days, rel=1e-3)
+    assert plan["gpu_hours"] == pytest.approx(days * 24 * 8, rel=1e-3)
+
+
+@pytest.mark.parametrize("budget", ["lots", "0", "-5T", "1e30"])
+def test_bad_token_budget_is_one_line(budget: str) -> None:
+    result = run("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                 "--token-budget", budget)
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "--token-budget" in result.stderr

@@ -166,7 +166,7 @@ def test_items_are_non_negative_and_add_up(problem) -> None:
     cluster = ClusterSpec.model_validate({
         "name": "test", "gpus_per_node": 8,
         "gpu": {"name": "gpu", "memory_gib": 80, "peak_tflops_bf16": 989,
-                "peak_tflops_fp16": 989, "hbm_gb_per_s": 3350},
+                "peak_tflops_fp16": 989, "peak_tflops_fp8": 1979, "hbm_gb_per_s": 3350},
         "tiers": [{"name": "fabric", "kind": "network", "bandwidth_gb_per_s": 40,
                    "latency_us": 20}],
     })

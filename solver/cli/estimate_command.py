@@ -1,4 +1,4 @@
-"""`parplan estimate`: the memory of one given parallel configuration, stage by stage."""
+"""`parplan estimate`: memory (stage by stage) and step time of one parallel configuration."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from solver.cli.options import degree_options, planning_options
 @degree_options
 @click.option("--per-stage", is_flag=True, help="Show every pipeline stage, not only the worst.")
 def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
-             global_batch: int, precision: str, calibration: str | None, as_json: bool,
+             global_batch: int, precision: str, token_budget: int | None,
+             calibration: str | None, as_json: bool,
              per_stage: bool, **degrees: Any) -> None:
-    """Per-GPU memory of one configuration (dp is the rest of the GPUs) and whether it fits."""
+    """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
+    of the GPUs."""
     from solver.api import MEMORY_CONSTRAINT
     from solver.api import estimate as run_estimate
     from solver.cli.render import echo_json
@@ -24,12 +26,14 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_fixes,
         echo_memory_table,
         echo_stage_table,
+        echo_time_table,
         render_plan_json,
     )
 
     result = run_estimate(
         model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
-        global_batch=global_batch, precision=precision, calibration=calibration, **degrees,
+        global_batch=global_batch, precision=precision, token_budget=token_budget,
+        calibration=calibration, **degrees,
     )
     plan = result.plan
     if as_json:
@@ -56,5 +60,6 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_stage_table(plan, heading)
     else:
         echo_memory_table(plan, heading)
+    echo_time_table(plan)
     if not plan.fits:
         echo_fixes(result.fixes)

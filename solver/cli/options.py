@@ -24,14 +24,36 @@ def _apply(command: F, decorators: list[Callable[[F], F]]) -> F:
     return command
 
 
+class TokenCount(click.ParamType):
+    """A token count: an integer, or a number with a K/M/B/T suffix ("2T", "300B", "1.5e12")."""
+
+    name = "TOKENS"
+    _suffixes = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper()
+        scale = self._suffixes.get(text[-1:], 1.0)
+        number = text[:-1] if text[-1:] in self._suffixes else text
+        try:
+            tokens = float(number) * scale
+        except ValueError:
+            self.fail(f"{value!r} is not a token count (e.g. 2T, 300B, 1.5e12)", param, ctx)
+        if not 1 <= tokens < 1e18:
+            self.fail(f"{value!r} must be between 1 and 1e18 tokens", param, ctx)
+        return int(round(tokens))
+
+
 def _default(spec: type, field: str) -> object:
     return spec.model_fields[field].default
 
 
 def planning_options(command: F) -> F:
     """--model --cluster --gpus --gpus-per-node --seq-len --global-batch --precision
-    --calibration --json (parameters model, cluster, num_gpus, gpus_per_node, seq_len,
-    global_batch, precision, calibration, as_json)."""
+    --token-budget --calibration --json (parameters model, cluster, num_gpus, gpus_per_node,
+    seq_len, global_batch, precision, token_budget, calibration, as_json)."""
     return _apply(command, [
         click.option("--model", required=True, metavar="NAME|PATH",
                      help="Zoo name, zoo-format TOML or Hugging Face config.json."),
@@ -48,6 +70,8 @@ def planning_options(command: F) -> F:
                      help="Sequences per optimizer step."),
         click.option("--precision", type=click.Choice(["bf16", "fp8"]), show_default=True,
                      default=_default(JobSpec, "precision"), help="Training precision."),
+        click.option("--token-budget", type=TokenCount(), default=None,
+                     help="Tokens to train on (e.g. 2T): adds days and GPU-hours."),
         click.option("--calibration", metavar="FILE", default=None,
                      help="Fitted bandwidth curves (`parplan calibrate`)."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables."),

@@ -50,12 +50,61 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
         "other_gb": {name: _gb(value) for name, value in worst.other_bytes.items()},
         "worst_stage": worst.stage,
         "gpu_memory_gb": _gb(plan.gpu_memory_bytes),
+        **render_time_json(plan),
         "stages": [
             {"stage": s.stage, "memory_gb": render_memory_gb(s),
              "other_gb": {name: _gb(value) for name, value in s.other_bytes.items()}}
             for s in plan.stages
         ],
     }
+
+
+def render_time_json(plan: Plan) -> dict[str, Any]:
+    """The DESIGN.md time fields of a plan (empty when it has no time estimate)."""
+    if plan.time is None:
+        return {}
+    t = plan.time
+    return {
+        "step_seconds": round(t.step_seconds, 6),
+        "tokens_per_second": round(t.tokens_per_second, 3),
+        "tokens_per_second_per_gpu": round(t.tokens_per_second_per_gpu, 3),
+        "tflops_per_gpu": round(t.tflops_per_gpu, 3),
+        "mfu": round(t.mfu, 5),
+        "time_seconds": {name: round(value, 6) for name, value in t.time_seconds.items()},
+        "train_days": None if t.train_days is None else round(t.train_days, 4),
+        "gpu_hours": None if t.gpu_hours is None else round(t.gpu_hours, 1),
+    }
+
+
+def echo_time_table(plan: Plan) -> None:
+    """Step time, its breakdown (share of the step) and throughput."""
+    if plan.time is None:
+        return
+    t = plan.time
+    rows: list[tuple[str, Any, Any]] = [
+        (LABELS_TIME[name], round(value, 4), f"{100 * value / t.step_seconds:.1f}%")
+        for name, value in t.time_seconds.items()
+    ]
+    rows.append(("step", round(t.step_seconds, 4), "100.0%"))
+    echo_table("step time, slowest pipeline stage", ["part", "seconds", "share"], rows)
+    line = (f"{t.tokens_per_second:,.0f} tokens/s ({t.tokens_per_second_per_gpu:,.0f} per GPU), "
+            f"{t.tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {100 * t.mfu:.1f}%")
+    if t.train_days is not None and t.gpu_hours is not None:
+        line += f"; token budget in {t.train_days:.1f} days ({t.gpu_hours:,.0f} GPU-hours)"
+    click.echo(line)
+
+
+LABELS_TIME = {
+    "compute": "compute (forward + backward)",
+    "recompute": "recompute",
+    "tp": "tensor-parallel comm (exposed)",
+    "cp": "context-parallel comm (exposed)",
+    "ep": "expert all-to-all (exposed)",
+    "dp": "data-parallel / ZeRO comm (exposed)",
+    "pp": "pipeline send/recv",
+    "bubble": "pipeline bubble",
+    "optimizer": "optimizer step",
+}
 
 
 def render_config(plan: Plan) -> str:

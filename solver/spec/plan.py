@@ -2,7 +2,9 @@
 
 Memory is per GPU and per pipeline stage, in bytes, itemized: the four model-state and
 activation terms, plus named other items (logits, temporary buffers, fixed reserves). The
-worst stage decides whether the plan fits. Step-time fields join when the time model lands.
+worst stage decides whether the plan fits. `time` is the step-time model's answer: seconds per
+step, throughput, MFU, the breakdown of the step, and the days and GPU-hours of the job's token
+budget when it has one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,25 @@ class StageMemory(BaseModel):
                 + self.activations_bytes + self.other_total_bytes)
 
 
+TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
+
+
+class PlanTime(BaseModel):
+    """Step time and throughput of one plan; `time_seconds` holds TIME_PARTS and adds up to
+    `step_seconds`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_seconds: float = Field(gt=0)
+    tokens_per_second: float = Field(gt=0)
+    tokens_per_second_per_gpu: float = Field(gt=0)
+    tflops_per_gpu: float = Field(ge=0)
+    mfu: float = Field(ge=0)
+    time_seconds: dict[str, float]
+    train_days: float | None = None
+    gpu_hours: float | None = None
+
+
 class Plan(BaseModel):
     """A configuration, its per-stage memory and the GPU it must fit on."""
 
@@ -42,6 +63,7 @@ class Plan(BaseModel):
     config: ParallelConfig
     gpu_memory_bytes: float = Field(gt=0)
     stages: tuple[StageMemory, ...] = Field(min_length=1)
+    time: PlanTime | None = None
 
     @property
     def worst_stage(self) -> StageMemory:
