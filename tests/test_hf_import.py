@@ -11,7 +11,6 @@ matters for two-digit figures such as "37B" or "3.3B". Where the exact count is 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,9 +24,9 @@ from solver.catalog.zoo import list_zoo_names, load_model_spec
 from solver.cli import cli
 from solver.errors import InputError
 from solver.spec import ModelSpec
+from published_counts import assert_matches_published
 
 CONFIG_DIR = Path(__file__).resolve().parent / "data" / "hf_configs"
-RELATIVE_TOLERANCE = 0.01
 
 
 class Published(NamedTuple):
@@ -141,27 +140,6 @@ def load_config(name: str) -> dict[str, Any]:
 
 def import_config(name: str) -> ModelSpec:
     return model_spec_from_hf_config(load_config(name), source=str(CONFIG_DIR / f"{name}.json"))
-
-
-def parse_published_count(text: str) -> tuple[float, float]:
-    """("37B" -> 37e9, 1e9), ("124,439,808" -> 124439808, 1): the value and one unit of its
-    last digit."""
-    match = re.fullmatch(r"(\d[\d,]*)(?:\.(\d+))?(B?)", text)
-    assert match, f"unparsable published count {text!r}"
-    whole, fraction, billions = match.groups()
-    scale = 1e9 if billions else 1.0
-    fraction = fraction or ""
-    value = float(whole.replace(",", "") + "." + (fraction or "0")) * scale
-    return value, scale * 10.0 ** -len(fraction)
-
-
-def assert_matches_published(computed: int, published: str, what: str) -> None:
-    value, last_digit_unit = parse_published_count(published)
-    tolerance = max(RELATIVE_TOLERANCE * value, last_digit_unit)
-    assert abs(computed - value) <= tolerance, (
-        f"{what}: computed {computed:,} is {100 * (computed - value) / value:+.2f}% from the "
-        f"published {published}"
-    )
 
 
 # ---- published counts -------------------------------------------------------------------------

@@ -16,9 +16,9 @@ import pytest
 
 from solver.catalog.paths import data_dir
 from solver.catalog.zoo import list_zoo_names, load_model_spec
+from published_counts import assert_matches_published, parse_published_count
 
 MIN_NUM_ZOO_MODELS = 30
-RELATIVE_TOLERANCE = 0.01
 
 
 class Published(NamedTuple):
@@ -179,27 +179,6 @@ PUBLISHED: dict[str, Published] = {
 
 ZOO_NAMES = list_zoo_names()
 SOURCE_REFERENCE = re.compile(r"https?://\S+|arXiv:\d{4}\.\d{4,5}|et al\. \d{4}")
-
-
-def parse_published_count(text: str) -> tuple[float, float]:
-    """("37B" -> 37e9, 1e9), ("176,247,271,424" -> 176247271424, 1): the value and one unit
-    of its last digit."""
-    match = re.fullmatch(r"(\d[\d,]*)(?:\.(\d+))?(B?)", text)
-    assert match, f"unparsable published count {text!r}"
-    whole, fraction, billions = match.groups()
-    scale = 1e9 if billions else 1.0
-    fraction = fraction or ""
-    value = float(whole.replace(",", "") + "." + (fraction or "0")) * scale
-    return value, scale * 10.0 ** -len(fraction)
-
-
-def assert_matches_published(computed: int, published: str, what: str) -> None:
-    value, last_digit_unit = parse_published_count(published)
-    tolerance = max(RELATIVE_TOLERANCE * value, last_digit_unit)
-    error = (computed - value) / value
-    assert abs(computed - value) <= tolerance, (
-        f"{what}: computed {computed / 1e9:.3f}B, published {published} ({error:+.2%})"
-    )
 
 
 def test_parse_published_count() -> None:

@@ -19,12 +19,16 @@ else:  # pragma: no cover - exercised on 3.10 only
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
-def load_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; a syntax error names the file and the line."""
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error names the file and the line."""
+    text = _read_text(path)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -33,10 +37,7 @@ def load_toml(path: Path) -> dict[str, Any]:
 
 def load_json(path: Path) -> Any:
     """Parse a JSON file; a syntax error names the file and the line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
+    text = _read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
