@@ -1,0 +1,162 @@
+"""Named constraints of the search, each with the variables it reads and a one-line rule.
+
+A constraint checks candidate arrays (numpy, vectorised): `check(values)` takes a dict of the
+variables it names and returns a boolean array. The exhaustive oracle applies a constraint as
+soon as its variables are bound; the explanation of an infeasible problem names the smallest
+set of constraints that cannot hold together. Names are stable snake_case (STYLE.md): they are
+printed, asserted by tests and used in JSON (`conflicts`).
+
+Framework rule sets (`--framework`), each from the framework's own documentation or checks:
+  megatron    ZeRO 1 is the distributed optimizer; no ZeRO 2; ZeRO 3 only as Megatron-FSDP,
+              which does not combine with pipeline parallelism (megatron/training/arguments.py
+              validate_args; Megatron-Core FSDP docs). The interleaved schedule needs the
+              micro-batches per step to be a multiple of pp (arguments.py: "number of
+              microbatches ... divisible by pipeline-model-parallel-size" with
+              --num-layers-per-virtual-pipeline-stage).
+  torchtitan  FSDP2 data parallelism: no ZeRO 1 (there is no optimizer-only sharding; ZeRO 2 is
+              reshard_after_forward=False, ZeRO 3 the default; plain replication is DDP)
+              (torchtitan docs/fsdp.md, parallelize_llama).
+  deepspeed   pipeline parallelism works with ZeRO 0/1 only ("ZeRO-2 and ZeRO-3 are
+              incompatible with pipeline parallelism", DeepSpeed pipeline docs); ring context
+              parallelism is not DeepSpeed's (it has Ulysses sequence parallelism instead).
+  generic     no framework rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.cost.candidates import Candidates
+from solver.cost.memory import estimate_memory
+from solver.search.space import VARIABLES, Problem
+
+GIB = 2**30
+Values = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One named rule over some decision variables."""
+
+    name: str
+    variables: tuple[str, ...]
+    rule: str
+    check: Callable[[Values], np.ndarray]
+
+
+def _structural(problem: Problem) -> list[Constraint]:
+    m, job, n = problem.model_spec, problem.job, problem.num_gpus
+    heads, kv, layers = m.num_attention_heads, m.kv_heads, m.num_hidden_layers
+    domain = problem.cluster.scale_up_gpus
+    rules = [
+        Constraint("gpus_product", ("tp", "cp", "pp", "dp"),
+                   f"tp x cp x pp x dp must equal the GPU count ({n})",
+                   lambda v: v["tp"] * v["cp"] * v["pp"] * v["dp"] == n),
+        Constraint("tp_divides_heads", ("tp",),
+                   f"tp must divide num_attention_heads ({heads})",
+                   lambda v: heads % v["tp"] == 0),
+        Constraint("pp_at_most_layers", ("pp",),
+                   f"pp must not exceed num_hidden_layers ({layers})",
+                   lambda v: v["pp"] <= layers),
+        Constraint("vpp_needs_pp", ("pp", "vpp"),
+                   "virtual pipeline stages (vpp > 1) need pp > 1",
+                   lambda v: (v["vpp"] == 1) | (v["pp"] > 1)),
+        Constraint("vpp_divides_layers", ("pp", "vpp"),
+                   f"with vpp > 1, pp x vpp must divide num_hidden_layers ({layers})",
+                   lambda v: (v["vpp"] == 1) | (layers % (v["pp"] * v["vpp"]) == 0)),
+        Constraint("cp_splits_sequence", ("cp",),
+                   f"seq_len ({job.seq_len}) must be a multiple of 2 x cp (load-balanced "
+                   "ring attention cuts each sequence in 2 x cp chunks)",
+                   lambda v: job.seq_len % (2 * v["cp"]) == 0),
+        Constraint("batch_divides", ("dp", "micro_batch"),
+                   f"global_batch ({job.global_batch}) must be a multiple of dp x micro_batch",
+                   lambda v: job.global_batch % (v["dp"] * v["micro_batch"]) == 0),
+        Constraint("expert_ranks_fit_stage", ("tp", "cp", "dp", "ep", "etp"),
+                   "ep x etp must divide tp x cp x dp (expert layers reuse a stage's ranks)",
+                   lambda v: (v["tp"] * v["cp"] * v["dp"]) % (v["ep"] * v["etp"]) == 0),
+    ]
+    if not m.is_mla:
+        rules.append(Constraint("tp_divides_kv_heads", ("tp",),
+                                f"tp must divide num_key_value_heads ({kv})",
+                                lambda v: kv % v["tp"] == 0))
+    if m.is_moe:
+        rules.append(Constraint("ep_divides_experts", ("ep",),
+                                f"ep must divide num_experts ({m.num_experts})",
+                                lambda v: m.num_experts % v["ep"] == 0))
+    else:
+        rules.append(Constraint("dense_model_has_no_ep", ("ep", "etp"),
+                                f"{m.name} has no experts: ep = etp = 1",
+                                lambda v: (v["ep"] == 1) & (v["etp"] == 1)))
+    if not problem.allow_tp_across_nodes:
+        rules += [
+            Constraint("tp_within_nvlink", ("tp",),
+                       f"tp must divide the NVLink domain ({domain} GPUs)",
+                       lambda v: domain % v["tp"] == 0),
+            Constraint("etp_within_nvlink", ("etp",),
+                       f"etp must divide the NVLink domain ({domain} GPUs)",
+                       lambda v: domain % v["etp"] == 0),
+        ]
+    return rules
+
+
+def _framework(problem: Problem) -> list[Constraint]:
+    job = problem.job
+    if problem.framework == "megatron":
+        return [
+            Constraint("megatron_zero_stage", ("zero", "pp"),
+                       "Megatron: ZeRO 0 or 1 (distributed optimizer), or 3 (Megatron-FSDP) "
+                       "without pipeline parallelism",
+                       lambda v: (v["zero"] <= 1) | ((v["zero"] == 3) & (v["pp"] == 1))),
+            Constraint("megatron_interleave_microbatches", ("pp", "vpp", "dp", "micro_batch"),
+                       "Megatron's interleaved schedule needs micro-batches per step to be a "
+                       "multiple of pp",
+                       lambda v: (v["vpp"] == 1) | (
+                           (job.global_batch // (v["dp"] * v["micro_batch"])) % v["pp"] == 0)),
+        ]
+    if problem.framework == "torchtitan":
+        return [Constraint("torchtitan_zero_stage", ("zero",),
+                           "torchtitan (FSDP2): ZeRO 0 (DDP), 2 or 3; no optimizer-only ZeRO 1",
+                           lambda v: v["zero"] != 1)]
+    if problem.framework == "deepspeed":
+        return [
+            Constraint("deepspeed_zero_with_pp", ("zero", "pp"),
+                       "DeepSpeed: pipeline parallelism only with ZeRO 0 or 1",
+                       lambda v: (v["pp"] == 1) | (v["zero"] <= 1)),
+            Constraint("deepspeed_no_cp", ("cp",),
+                       "DeepSpeed has no ring context parallelism (cp = 1)",
+                       lambda v: v["cp"] == 1),
+        ]
+    return []
+
+
+def _pins(problem: Problem) -> list[Constraint]:
+    def pin(name: str, allowed: tuple[int, ...]) -> Constraint:
+        values = np.array(sorted(allowed))
+        shown = ", ".join(str(x) for x in values)
+        return Constraint(f"pin_{name}", (name,), f"{name} pinned to {{{shown}}}",
+                          lambda v: np.isin(v[name], values))
+
+    return [pin(name, allowed) for name, allowed in sorted(problem.pins.items())]
+
+
+def _memory(problem: Problem) -> Constraint:
+    capacity = problem.cluster.gpu.memory_gib * GIB
+
+    def fits(values: Values) -> np.ndarray:
+        candidates = Candidates(**{name: values[name] for name in VARIABLES})
+        total = estimate_memory(problem.model_spec, problem.job, candidates,
+                                problem.memory_options).total
+        return total <= capacity
+
+    return Constraint("memory_fits_hbm", VARIABLES,
+                      f"the worst pipeline stage must fit the GPU's "
+                      f"{capacity / 1e9:.1f} GB", fits)
+
+
+def build_constraints(problem: Problem) -> tuple[Constraint, ...]:
+    """Every constraint of the problem: structure, framework rules, pins, memory (last)."""
+    return tuple(_structural(problem) + _framework(problem) + _pins(problem)
+                 + [_memory(problem)])

@@ -1,0 +1,115 @@
+"""The exhaustive oracle: every candidate of the space that meets every constraint, costed by
+the numpy model and sorted. Same space, same constraints, same cost model as the CP-SAT
+program, no solver; it is the reference the integer program is tested against.
+
+Candidates are built one variable at a time (cartesian product), and each constraint prunes as
+soon as the variables it reads are bound, so the expensive memory check sees only candidates
+that pass every structural and framework rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.cost.candidates import Candidates
+from solver.cost.memory import estimate_memory
+from solver.cost.steptime import StepTime, estimate_step_time
+from solver.search.constraints import Constraint, build_constraints
+from solver.search.space import VARIABLES, Problem, variable_domains
+
+# Binding order: the GPU split first (dp is implied by the others), cheap rules early.
+ORDER = ("tp", "cp", "pp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+
+
+def enumerate_feasible(problem: Problem, constraints: Sequence[Constraint] | None = None,
+                       stop_at_first: bool = False) -> Candidates:
+    """Every candidate meeting `constraints` (default: all of the problem's), in a fixed order."""
+    constraints = build_constraints(problem) if constraints is None else tuple(constraints)
+    domains = variable_domains(problem)
+    values: dict[str, np.ndarray] = {}
+    pending = list(constraints)
+    for name in ORDER:
+        values = _expand(values, name, np.array(domains[name], dtype=np.int64))
+        if name == "pp":
+            split = values["tp"] * values["cp"] * values["pp"]
+            keep = problem.num_gpus % split == 0
+            values = {k: v[keep] for k, v in values.items()}
+            values["dp"] = problem.num_gpus // (values["tp"] * values["cp"] * values["pp"])
+        values, pending = _apply_ready(values, pending, stop_at_first)
+        if len(values["tp"]) == 0:
+            break
+    if len(values["tp"]) == 0:
+        return Candidates(**{n: np.zeros(0, dtype=np.int64) for n in VARIABLES})
+    assert not pending
+    return Candidates(**{n: values[n] for n in VARIABLES})
+
+
+def _expand(values: dict[str, np.ndarray], name: str, domain: np.ndarray
+            ) -> dict[str, np.ndarray]:
+    if not values:
+        return {name: domain.copy()}
+    size = len(next(iter(values.values())))
+    expanded = {k: np.repeat(v, len(domain)) for k, v in values.items()}
+    expanded[name] = np.tile(domain, size)
+    return expanded
+
+
+def _apply_ready(values: dict[str, np.ndarray], pending: list[Constraint],
+                 stop_at_first: bool) -> tuple[dict[str, np.ndarray], list[Constraint]]:
+    bound = set(values)
+    waiting = []
+    for constraint in pending:
+        if not set(constraint.variables) <= bound:
+            waiting.append(constraint)
+            continue
+        if len(values["tp"]) == 0:
+            continue
+        keep = np.asarray(constraint.check(values), dtype=bool)
+        keep = np.broadcast_to(keep, values["tp"].shape)
+        values = {k: v[keep] for k, v in values.items()}
+    if stop_at_first and not waiting and len(values["tp"]):
+        values = {k: v[:1] for k, v in values.items()}
+    return values, waiting
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Feasible candidates sorted best first, with their step times and worst-stage memory."""
+
+    candidates: Candidates
+    step_time: StepTime
+    memory_bytes: np.ndarray
+    num_feasible: int
+
+
+def rank(problem: Problem, candidates: Candidates, top: int | None = None) -> Ranked:
+    """Sort candidates by the objective (step time or memory), ties broken by the other, then
+    by the degrees, so the order is deterministic."""
+    step = estimate_step_time(problem.model_spec, problem.cluster, problem.job, candidates,
+                              problem.time_constants)
+    memory = estimate_memory(problem.model_spec, problem.job, candidates,
+                             problem.memory_options).total
+    primary, secondary = (step.step_s, memory) if problem.objective == "time" else (
+        memory, step.step_s)
+    keys = [getattr(candidates, n) for n in reversed(VARIABLES)] + [secondary, primary]
+    order = np.lexsort(keys)
+    if top is not None:
+        order = order[:top]
+    return Ranked(
+        candidates=candidates.take(order),
+        step_time=_take_step(step, order),
+        memory_bytes=memory[order],
+        num_feasible=len(candidates),
+    )
+
+
+def _take_step(step: StepTime, order: np.ndarray) -> StepTime:
+    return StepTime(**{name: getattr(step, name)[order] for name in step.__dataclass_fields__})
+
+
+def solve_by_enumeration(problem: Problem, top: int = 5) -> Ranked:
+    """The oracle's answer: the `top` best feasible candidates."""
+    return rank(problem, enumerate_feasible(problem), top)

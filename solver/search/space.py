@@ -1,0 +1,71 @@
+"""The search space: one planning problem and the domain of each decision variable.
+
+Decision variables (DESIGN.md): tp, cp, pp, dp (their product is the GPU count), ep, etp
+(carved out of tp*cp*dp for the expert layers), vpp (virtual stages per pipeline stage), zero
+(0-3), micro_batch, recompute (0 none, 1 selective, 2 full). Sequence parallelism is on
+whenever tp > 1. A domain lists every value a variable may take before constraints.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from solver.cost.memory import MemoryOptions
+from solver.cost.steptime import TimeConstants
+from solver.spec import ClusterSpec, JobSpec, ModelSpec
+
+VARIABLES = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+Framework = Literal["megatron", "torchtitan", "deepspeed", "generic"]
+Objective = Literal["time", "memory"]
+
+
+class Problem(BaseModel):
+    """One planning problem: what to train, on what, under which framework and pins.
+
+    `pins` maps a variable to the values it may take (e.g. {"tp": (8,), "pp": (1, 2, 4)});
+    recompute values are codes 0/1/2.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    model_spec: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    num_gpus: int = Field(gt=0)
+    framework: Framework = "megatron"
+    objective: Objective = "time"
+    pins: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    allow_tp_across_nodes: bool = False
+    memory_options: MemoryOptions = MemoryOptions()
+    time_constants: TimeConstants = TimeConstants()
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    """Positive divisors of n, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+def variable_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
+    """Every value each variable may take before constraints (pins are constraints too, so
+    that an infeasible pin can be named in the explanation)."""
+    n = problem.num_gpus
+    model_spec = problem.model_spec
+    gpu_divisors = divisors(n)
+    experts = model_spec.num_experts
+    domains = {
+        "tp": gpu_divisors,
+        "cp": gpu_divisors,
+        "pp": tuple(d for d in gpu_divisors if d <= model_spec.num_hidden_layers),
+        "dp": gpu_divisors,
+        "ep": divisors(math.gcd(experts, n)) if experts else (1,),
+        "etp": gpu_divisors if experts else (1,),
+        "vpp": divisors(model_spec.num_hidden_layers),
+        "zero": (0, 1, 2, 3),
+        "micro_batch": divisors(problem.job.global_batch),
+        "recompute": (0, 1, 2),
+    }
+    return domains
