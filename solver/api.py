@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from solver.catalog import load_cluster_spec, load_model_spec
+from solver.calibrate.profile import CurveSource, describe_sources, load_calibrated_cluster
+from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
 from solver.cost.memory import (
     MAIN_ITEMS,
@@ -41,6 +42,8 @@ class Estimate:
     num_gpus: int
     plan: Plan
     fixes: tuple[str, ...]
+    calibration: str | None = None
+    curve_sources: tuple[CurveSource, ...] = ()
 
 
 def check_parallel_config(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
@@ -175,12 +178,11 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
              calibration: str | None = None,
              options: MemoryOptions | None = None, **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
-    (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage."""
-    if calibration is not None:
-        raise InputError(f"--calibration ({calibration}): calibration files are not supported "
-                         "yet; run without --calibration")
+    (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
+    `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
+    bandwidths and latencies of the tiers it covers."""
     model_spec = load_model_spec(model)
-    cluster_spec = load_cluster_spec(cluster, gpus_per_node)
+    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
     job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
                   "token_budget": token_budget}
     try:
@@ -195,5 +197,6 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     plan = estimate_plan(model_spec, cluster_spec, job, config, options)
     fixes = () if plan.fits else suggest_memory_fixes(
         model_spec, cluster_spec, job, num_gpus, config, options)
+    sources = tuple(describe_sources(cluster_spec)) if calibration is not None else ()
     return Estimate(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
-                    plan=plan, fixes=fixes)
+                    plan=plan, fixes=fixes, calibration=calibration, curve_sources=sources)

@@ -24,8 +24,9 @@ ALLOWED = {
     "emit": {"search", "cost", "spec", "errors"},
     "serve": {"search", "cost", "spec", "errors"},
     "api": {"search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve"},
-    "sweep": {"api", "search", "cost", "spec", "errors", "catalog"},
-    "cli": {"api", "sweep", "search", "cost", "spec", "errors", "catalog", "calibrate", "emit",
+    "optimize": {"api", "search", "cost", "spec", "errors", "catalog", "calibrate"},
+    "sweep": {"api", "optimize", "search", "cost", "spec", "errors", "catalog"},
+    "cli": {"api", "optimize", "sweep", "search", "cost", "spec", "errors", "catalog", "calibrate", "emit",
             "serve"},
 }
 # Third-party libraries each layer must not import.

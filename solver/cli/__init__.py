@@ -47,15 +47,15 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    from solver.cli import catalog_commands
+    from solver.cli import catalog_commands, estimate_command, optimize_command
 
     cli.add_command(catalog_commands.models)
     cli.add_command(catalog_commands.clusters)
-    try:
-        from solver.cli import estimate_command
-    except ImportError:  # the estimate command lands with the memory model
-        return
     cli.add_command(estimate_command.estimate)
+    from solver.cli import calibrate_command
+
+    cli.add_command(calibrate_command.calibrate)
+    cli.add_command(optimize_command.optimize)
 
 
 _register_commands()

@@ -51,6 +51,11 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         if not plan.fits:
             answer["conflicts"] = [MEMORY_CONSTRAINT]
             answer["fixes"] = list(result.fixes)
+        if result.calibration is not None:
+            from solver.cli.render_calibration import render_sources_json
+
+            answer["calibration"] = render_sources_json(result.calibration,
+                                                        result.curve_sources)
         echo_json(answer)
         return
     heading = (f"{result.model_spec.name} on {result.num_gpus} x {result.cluster.gpu.name} "
@@ -61,5 +66,9 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     else:
         echo_memory_table(plan, heading)
     echo_time_table(plan)
+    if result.calibration is not None:
+        from solver.cli.render_calibration import echo_sources_table
+
+        echo_sources_table(result.calibration, result.curve_sources)
     if not plan.fits:
         echo_fixes(result.fixes)

@@ -51,6 +51,16 @@ def _default(spec: type, field: str) -> object:
 
 
 def planning_options(command: F) -> F:
+    """The common planning options with --gpus required."""
+    return make_planning_options(gpus_required=True)(command)
+
+
+def make_planning_options(gpus_required: bool) -> Callable[[F], F]:
+    """The common planning options; `optimize --gpus-for-days` makes --gpus optional."""
+    return lambda command: _planning_options(command, gpus_required)
+
+
+def _planning_options(command: F, gpus_required: bool) -> F:
     """--model --cluster --gpus --gpus-per-node --seq-len --global-batch --precision
     --token-budget --calibration --json (parameters model, cluster, num_gpus, gpus_per_node,
     seq_len, global_batch, precision, token_budget, calibration, as_json)."""
@@ -59,8 +69,8 @@ def planning_options(command: F) -> F:
                      help="Zoo name, zoo-format TOML or Hugging Face config.json."),
         click.option("--cluster", required=True, metavar="NAME|PATH",
                      help="Cluster preset name or cluster TOML file."),
-        click.option("--gpus", "num_gpus", required=True, type=click.IntRange(min=1),
-                     help="Number of GPUs of the job."),
+        click.option("--gpus", "num_gpus", required=gpus_required,
+                     type=click.IntRange(min=1), help="Number of GPUs of the job."),
         click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
                      help="GPUs per node (overrides the preset)."),
         click.option("--seq-len", type=click.IntRange(min=1), show_default=True,

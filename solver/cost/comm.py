@@ -12,20 +12,26 @@ members inside each inner domain (e.g. DP over two 8-GPU nodes with stride 1) ru
 hierarchically: only the fraction (k-1)/(n-1) of its bus traffic crosses the outer tier, k being
 the number of inner domains it touches (notes §1.4, ml-engineering's conversion
 busbw = per-GPU NIC rate * (n-1)/(k-1)); it is still capped by the inner tier's bandwidth.
+
+Calibration: a tier that carries measured curves (`TierSpec.curves`, from a profile of
+`parplan calibrate`) replaces its single bandwidth and latency by the curve's segment at the
+message size: t = alpha_i + S * factor(n) / min(inner rate_i(S), rate_i * share), where rate_i is
+the segment's bus bandwidth converted to the tier's per-GPU unit (divided by the measured
+group's own share, see solver.spec.calibration), never below the curve's latency floor. For the
+measured group itself this gives back the fitted curve exactly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from solver.spec import ClusterSpec
+from solver.spec import ClusterSpec, TierSpec
+from solver.spec.calibration import Collective, CollectiveCurve, select_curve
 
-Collective = Literal[
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"
-]
+__all__ = ["Collective", "GroupLink", "collective_factor", "estimate_collective_s",
+           "estimate_curve_s", "estimate_group_link"]
 
 
 def collective_factor(op: Collective, num_ranks: np.ndarray | int) -> np.ndarray:
@@ -43,10 +49,16 @@ def collective_factor(op: Collective, num_ranks: np.ndarray | int) -> np.ndarray
 
 @dataclass(frozen=True)
 class GroupLink:
-    """Bus bandwidth (B/s) and per-collective latency (s) of groups, one entry per candidate."""
+    """Bus bandwidth (B/s) and per-collective latency (s) of groups, one entry per candidate,
+    from the tiers' preset numbers. When a tier of the cluster carries measured curves, the
+    link also keeps which tier each group uses, its bus share of that tier's per-GPU rate, and
+    the tiers, so that the time can follow the curve at each message size."""
 
     bandwidth_bytes_per_s: np.ndarray
     latency_s: np.ndarray
+    tier_index: np.ndarray | None = None
+    share: np.ndarray | None = None
+    tiers: tuple[TierSpec, ...] = ()
 
 
 def estimate_group_link(
@@ -64,10 +76,12 @@ def estimate_group_link(
     span = stride_arr * degree_arr
     bandwidth = np.zeros(span.shape)
     latency = np.zeros(span.shape)
+    tier_index = np.zeros(span.shape, dtype=np.int64)
+    group_share = np.ones(span.shape)
     assigned = np.zeros(span.shape, dtype=bool)
     inner_span = 1
     inner_bw = np.inf
-    for tier in cluster.tiers:
+    for index, tier in enumerate(cluster.tiers):
         tier_span = tier.span_gpus if tier.span_gpus is not None else np.iinfo(np.int64).max
         # A block of `span` ranks stays inside one domain only if domains tile it evenly.
         here = ~assigned & (span <= tier_span) & ((tier_span % span == 0) | (tier.span_gpus is None))
@@ -80,11 +94,16 @@ def estimate_group_link(
         )
         bandwidth = np.where(here, np.minimum(inner_bw, tier_bw * share), bandwidth)
         latency = np.where(here, tier.latency_us * 1e-6, latency)
+        tier_index = np.where(here, index, tier_index)
+        group_share = np.where(here, share, group_share)
         assigned |= here
         inner_span = tier_span
         inner_bw = tier_bw
     assert assigned.all()
-    return GroupLink(bandwidth_bytes_per_s=bandwidth, latency_s=latency)
+    if not any(tier.curves for tier in cluster.tiers):
+        return GroupLink(bandwidth_bytes_per_s=bandwidth, latency_s=latency)
+    return GroupLink(bandwidth_bytes_per_s=bandwidth, latency_s=latency, tier_index=tier_index,
+                     share=group_share, tiers=cluster.tiers)
 
 
 def estimate_collective_s(
@@ -99,7 +118,86 @@ def estimate_collective_s(
     uses factor 2 (the n -> infinity limit).
     """
     n = np.asarray(num_ranks)
-    seconds = link.latency_s + np.asarray(size_bytes, dtype=float) * collective_factor(op, n) / (
-        link.bandwidth_bytes_per_s
-    )
+    if link.tier_index is None:
+        seconds = link.latency_s + np.asarray(size_bytes, dtype=float) * collective_factor(
+            op, n) / link.bandwidth_bytes_per_s
+    else:
+        seconds = _estimate_calibrated_s(op, size_bytes, n, link)
     return np.where(n > 1, seconds, 0.0)
+
+
+@dataclass(frozen=True)
+class _CurveBands:
+    """A curve as alpha-beta segments: segment i holds sizes from knot i on (the first also
+    below, the last also above); `rate` is its bus bandwidth in the tier's per-GPU unit."""
+
+    knot_bytes: np.ndarray
+    alpha_s: np.ndarray
+    rate_bytes_per_s: np.ndarray
+    floor_s: float
+
+    def at(self, size_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        band = np.searchsorted(self.knot_bytes, size_bytes, side="right") - 1
+        band = np.clip(band, 0, len(self.alpha_s) - 1)
+        return self.rate_bytes_per_s[band], self.alpha_s[band]
+
+
+def _curve_bands(curve: CollectiveCurve, curve_op: Collective) -> _CurveBands:
+    size = np.array([k.size_bytes for k in curve.knots], dtype=float)
+    time_s = np.array([k.time_us for k in curve.knots]) * 1e-6
+    slope = np.diff(time_s) / np.diff(size)  # seconds per byte of the segment, >= 0
+    with np.errstate(divide="ignore"):
+        busbw = np.where(slope > 0, collective_factor(curve_op, curve.num_ranks) / slope, np.inf)
+    return _CurveBands(knot_bytes=size, alpha_s=time_s[:-1] - slope * size[:-1],
+                       rate_bytes_per_s=busbw / curve.measured_share, floor_s=float(time_s[0]))
+
+
+def estimate_curve_s(curve: CollectiveCurve, curve_op: Collective,
+                     size_bytes: np.ndarray | float) -> np.ndarray:
+    """Seconds of `curve_op` on the group the curve was measured on: the fitted curve itself
+    (knot times, linear in size between knots, the latency floor below the first knot).
+
+    Worked number: knots (1 MiB, 27.37 us) and (16 MiB, 123.8 us) of an 8-rank all-reduce give
+    27.37 + (123.8 - 27.37) * 7 / 15 = 72.4 us at 8 MiB, a bus bandwidth of
+    8 MiB * 1.75 / 72.4 us = 203 GB/s (the DGX H100 log measures 178 there)."""
+    bands = _curve_bands(curve, curve_op)
+    size = np.asarray(size_bytes, dtype=float)
+    rate, alpha = bands.at(size)
+    factor = collective_factor(curve_op, curve.num_ranks)
+    with np.errstate(divide="ignore"):
+        seconds = alpha + size * factor / (rate * curve.measured_share)
+    return np.maximum(seconds, bands.floor_s)
+
+
+def _tier_rate(tier: TierSpec, op: Collective, size: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per-GPU rate (B/s), latency (s) and time floor (s) of a tier for `op` at each size:
+    the measured curve's segment when the tier has one, else the preset numbers."""
+    chosen = select_curve(tier.curves, op)
+    if chosen is None:
+        return (np.full(size.shape, tier.bandwidth_gb_per_s * 1e9),
+                np.full(size.shape, tier.latency_us * 1e-6), 0.0)
+    curve_op, curve = chosen
+    bands = _curve_bands(curve, curve_op)
+    rate, alpha = bands.at(size)
+    return rate, alpha, bands.floor_s
+
+
+def _estimate_calibrated_s(op: Collective, size_bytes: np.ndarray | float, n: np.ndarray,
+                           link: GroupLink) -> np.ndarray:
+    assert link.tier_index is not None and link.share is not None
+    size, num_ranks, tier_index, share = np.broadcast_arrays(
+        np.asarray(size_bytes, dtype=float), n, link.tier_index, link.share)
+    factor = collective_factor(op, num_ranks)
+    rates = [_tier_rate(tier, op, size) for tier in link.tiers]
+    seconds = np.zeros(size.shape)
+    for index, (rate, alpha, floor_s) in enumerate(rates):
+        here = tier_index == index
+        if not here.any():
+            continue
+        cap = rates[index - 1][0] if index > 0 else np.inf
+        bandwidth = np.minimum(cap, rate * share)
+        with np.errstate(divide="ignore"):
+            time_s = np.maximum(alpha + size * factor / bandwidth, floor_s)
+        seconds = np.where(here, time_s, seconds)
+    return seconds

@@ -50,6 +50,7 @@ from solver.cost.flops import (
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 
 BF16_BYTES = 2.0
+DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
 RECOMPUTE_FULL = 2
 
 
@@ -75,6 +76,9 @@ class TimeConstants(BaseModel):
     # and reduce-scatters behind the layer's GEMMs (NeMo communication_overlap.rst).
     sequence_parallel: bool = True
     tp_comm_overlap: bool = False
+    # SMs that overlapped NCCL / userbuffer kernels occupy: NeMo's TP-overlap default is 16
+    # (communication_overlap.rst; notes §4.5), NCCL's channel count is of the same order.
+    comm_sms: int = Field(default=16, gt=0)
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,8 @@ def estimate_step_time(
     tp_moe = 1.0 * (ag + rs)
     tp_fwd = dense_share * tp_dense + moe_share * tp_moe
     if constants.tp_comm_overlap:
-        tp_fwd = np.maximum(tp_fwd - fwd["gemm"], 0.0)
+        hidden_tp = np.minimum(tp_fwd, fwd["gemm"])
+        tp_fwd = tp_fwd - hidden_tp + hidden_tp * _sm_contention(cluster, constants)
     tp_layer = tp_fwd * np.where(full, 3.0, 2.0)
 
     cp_link = estimate_group_link(cluster, tp, cp)
@@ -292,15 +297,27 @@ def estimate_step_time(
     grads_rs = sync(constants.grad_reduce_bytes, "reduce_scatter")
     params_ag = sync(BF16_BYTES, "all_gather")
     z3_rs = sync(constants.zero3_grad_reduce_bytes, "reduce_scatter")
-    exposed_01 = np.where(
-        zero == 0,
-        np.maximum(grads_ar - bwd_mb, 0.0),
-        np.maximum(grads_rs - bwd_mb, 0.0) + np.maximum(params_ag - fwd_mb, 0.0),
+    # What hides behind compute: gradient sync behind the last micro-batch's backward and the
+    # parameter gather behind the first forward (ZeRO 0-2, once per step); ZeRO-3 gathers and
+    # reduce-scatters every micro-batch behind its own compute. One layer's share of each
+    # collective cannot hide: the first gather comes before any compute, the last
+    # reduce-scatter after the last backward (notes §4.5: "exposes only one DP communication
+    # chunk"; FSDP: "the 1st all-gather will not be able to overlap").
+    first_last = 1.0 / layers_per_stage
+    hidden_0 = np.minimum(grads_ar, bwd_mb)
+    hidden_12 = np.minimum(grads_rs, bwd_mb) + np.minimum(params_ag, fwd_mb)
+    hidden_3 = num_micro * (np.minimum(params_ag, fwd_mb)
+                            + np.minimum(params_ag + z3_rs, bwd_mb))
+    exposed = np.select(
+        [zero == 0, zero == 3],
+        [grads_ar * (1 + first_last) - hidden_0,
+         num_micro * (2 * params_ag + z3_rs) * (1 + first_last) - hidden_3],
+        default=(grads_rs + params_ag) * (1 + first_last) - hidden_12,
     )
-    exposed_3 = num_micro * (
-        np.maximum(params_ag - fwd_mb, 0.0) + np.maximum(params_ag + z3_rs - bwd_mb, 0.0)
-    )
-    dp_time = np.where(zero == 3, exposed_3, exposed_01)
+    hidden = np.select([zero == 0, zero == 3], [hidden_0, hidden_3], default=hidden_12)
+    # Overlapped collectives run on SMs the GEMMs then lack (notes §4.5): the hidden time
+    # slows compute by the communication kernels' share of the SMs.
+    dp_time = exposed + hidden * _sm_contention(cluster, constants)
 
     local_params = np.where(zero >= 1, dense_local / dp_ranks + expert_local / edp,
                             dense_local + expert_local)
@@ -322,6 +339,13 @@ def estimate_step_time(
         tokens_per_s_per_gpu=tokens_per_s / num_gpus, tflops_per_gpu=model_flops / 1e12,
         mfu=model_flops / peak,
     )
+
+
+def _sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:
+    """Extra compute time per second of overlapped communication: f / (1 - f), f the share of
+    the SMs that communication kernels hold (16 of H100's 132: 0.138)."""
+    fraction = constants.comm_sms / (cluster.gpu.num_sms or DEFAULT_NUM_SMS)
+    return fraction / (1.0 - fraction)
 
 
 def _stage_params(model_spec: ModelSpec, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

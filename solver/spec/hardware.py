@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from solver.spec.calibration import TierCurves
+
 SCALE_UP_KINDS = ("nvlink", "xgmi")
 
 
@@ -54,7 +56,11 @@ class GpuSpec(BaseModel):
 
 
 class TierSpec(BaseModel):
-    """One interconnect level; `span_gpus` None means it spans the whole cluster."""
+    """One interconnect level; `span_gpus` None means it spans the whole cluster.
+
+    `curves` holds measured collective-time curves (a calibration profile applied to the
+    cluster); a collective with a curve uses it instead of `bandwidth_gb_per_s` and
+    `latency_us` (solver.cost.comm)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -63,6 +69,7 @@ class TierSpec(BaseModel):
     span_gpus: int | None = Field(default=None, gt=0)
     bandwidth_gb_per_s: float = Field(gt=0)
     latency_us: float = Field(ge=0)
+    curves: TierCurves | None = None
 
 
 class ClusterSpec(BaseModel):

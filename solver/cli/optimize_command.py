@@ -1,0 +1,116 @@
+"""`parplan optimize`: the best parallel configurations, ranked, with why the winner won."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from solver.cli.options import make_planning_options
+
+PIN_OPTIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "zero", "micro_batch")
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+class PinSpec(click.ParamType):
+    """A pin: one value (8), a range (1-4) or a list (1,2,4)."""
+
+    name = "N|A-B|A,B"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        text = str(value).replace(" ", "")
+        try:
+            if "-" in text:
+                low, high = (int(x) for x in text.split("-", 1))
+                if low > high or high - low > 1_000_000:
+                    raise ValueError
+                values = tuple(range(low, high + 1))
+            else:
+                values = tuple(int(x) for x in text.split(","))
+        except ValueError:
+            self.fail(f"{value!r} is not a value, a range A-B or a list A,B,C", param, ctx)
+        if not values or min(values) < 0:
+            self.fail(f"{value!r} must hold non-negative values", param, ctx)
+        return values
+
+
+def _pin_options(command):
+    for name in reversed(PIN_OPTIONS):
+        flag = "--" + name.replace("_", "-")
+        command = click.option(flag, name, type=PinSpec(), default=None,
+                               help=f"Pin {name}: a value, a range A-B or a list.")(command)
+    command = click.option("--recompute", type=str, default=None,
+                           help="Pin recompute: none, selective, full or a list.")(command)
+    for name in ("tp", "pp", "cp", "ep"):
+        command = click.option(f"--no-{name}", f"no_{name}", is_flag=True,
+                               help=f"Pin {name} to 1.")(command)
+    return command
+
+
+@click.command()
+@make_planning_options(gpus_required=False)
+@_pin_options
+@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="How many plans to list.")
+@click.option("--engine", type=click.Choice(["cpsat", "enumerate"]), default="enumerate",
+              show_default=True, help="Integer program or exhaustive oracle.")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds the CP-SAT engine may search (the oracle is exhaustive).")
+@click.option("--framework", type=click.Choice(["megatron", "torchtitan", "deepspeed",
+                                                "generic"]),
+              default="megatron", show_default=True, help="Whose rules the plan must obey.")
+@click.option("--objective", type=click.Choice(["time", "memory"]), default="time",
+              show_default=True, help="Minimise step time or per-GPU memory.")
+@click.option("--allow-tp-across-nodes", is_flag=True,
+              help="Let TP/expert-TP groups leave the NVLink domain.")
+@click.option("--gpus-for-days", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Find the fewest GPUs that train --token-budget within this many days.")
+def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int | None,
+             seq_len: int, global_batch: int, precision: str, token_budget: int | None,
+             calibration: str | None, as_json: bool, top: int, engine: str, time_limit: float,
+             framework: str, objective: str, allow_tp_across_nodes: bool,
+             gpus_for_days: float | None, recompute: str | None, **pin_values: Any) -> None:
+    """Ranked parallel configurations for a model on a cluster, best first."""
+    from solver.cli.render import echo_json
+    from solver.cli.render_optimize import echo_result, render_result_json
+    from solver.errors import InputError
+    from solver.optimize import build_problem, fewest_gpus, solve
+
+    if engine == "cpsat":
+        raise InputError("--engine cpsat: the CP-SAT program is not built yet; use "
+                         "--engine enumerate (the exhaustive oracle, exact)")
+    pins = {name: values for name, values in pin_values.items()
+            if name in PIN_OPTIONS and values is not None}
+    for name in ("tp", "pp", "cp", "ep"):
+        if pin_values.get(f"no_{name}"):
+            pins[name] = (1,)
+    if recompute is not None:
+        names = [x.strip() for x in recompute.split(",")]
+        unknown = [x for x in names if x not in RECOMPUTE_CODES]
+        if unknown:
+            raise InputError(f"--recompute {recompute}: unknown level {unknown[0]!r} "
+                             "(none, selective, full)")
+        pins["recompute"] = tuple(RECOMPUTE_CODES[x] for x in names)
+    if num_gpus is None and gpus_for_days is None:
+        raise InputError("--gpus is required (or --gpus-for-days with --token-budget)")
+    problem = build_problem(
+        model, cluster, num_gpus or 1, gpus_per_node=gpus_per_node, seq_len=seq_len,
+        global_batch=global_batch, precision=precision, token_budget=token_budget,
+        framework=framework, objective=objective, pins=pins,
+        allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration)
+    if gpus_for_days is not None:
+        found = fewest_gpus(problem, gpus_for_days, engine=engine)
+        if found is None:
+            raise InputError(f"--gpus-for-days {gpus_for_days:g}: no GPU count up to 65,536 "
+                             "trains the token budget in time")
+        num_gpus, result = found
+        result = solve(result.problem, top=top, engine=engine)
+    else:
+        result = solve(problem, top=top, engine=engine)
+    if as_json:
+        echo_json(render_result_json(result))
+    else:
+        echo_result(result, gpus_for_days)

@@ -1,0 +1,76 @@
+"""Rendering `optimize` answers: the ranked table, the why, the infeasibility explanation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from solver.cli.render import echo_table
+from solver.cli.render_plan import render_plan_json
+
+
+def render_result_json(result: Any) -> dict[str, Any]:
+    """DESIGN.md: status, solve_seconds, plans (best first), conflicts and fixes if
+    infeasible."""
+    problem = result.problem
+    answer: dict[str, Any] = {
+        "status": result.status,
+        "solve_seconds": round(result.solve_seconds, 3),
+        "engine": result.engine,
+        "model": problem.model_spec.name,
+        "cluster": problem.cluster.name,
+        "gpus": problem.num_gpus,
+        "seq_len": problem.job.seq_len,
+        "global_batch": problem.job.global_batch,
+        "precision": problem.job.precision,
+        "framework": problem.framework,
+        "objective": problem.objective,
+        "num_feasible": result.num_feasible,
+        "plans": [render_plan_json(plan) for plan in result.plans],
+    }
+    if result.status == "infeasible":
+        answer["conflicts"] = list(result.conflicts)
+        answer["rules"] = dict(result.rules)
+        answer["fixes"] = list(result.fixes)
+    else:
+        answer["why"] = list(result.why)
+    return answer
+
+
+def echo_result(result: Any, gpus_for_days: float | None) -> None:
+    problem = result.problem
+    heading = (f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
+               f"({problem.cluster.name}), seq {problem.job.seq_len}, global batch "
+               f"{problem.job.global_batch}, {problem.job.precision}, {problem.framework}")
+    if gpus_for_days is not None:
+        heading += f" — fewest GPUs for {gpus_for_days:g} days"
+    click.echo(heading)
+    if result.status == "infeasible":
+        click.echo(f"infeasible ({result.solve_seconds:.2f} s): these constraints cannot hold "
+                   "together:")
+        for name in result.conflicts:
+            click.echo(f"  {name}: {result.rules.get(name, '')}")
+        if result.fixes:
+            click.echo("fixes: " + "; ".join(result.fixes))
+        else:
+            click.echo("no single fix found: change the model, the job or the cluster")
+        return
+    budget = problem.job.token_budget is not None
+    columns = ["#", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mb", "recompute",
+               "GB/GPU", "step s", "tokens/s", "MFU %"] + (["days"] if budget else [])
+    rows = []
+    for i, plan in enumerate(result.plans, start=1):
+        c, t = plan.config, plan.time
+        assert t is not None
+        row = [i, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp, c.zero, c.micro_batch,
+               c.recompute, round(plan.worst_stage.total_bytes / 1e9, 1),
+               round(t.step_seconds, 3), round(t.tokens_per_second), round(100 * t.mfu, 1)]
+        if budget:
+            row.append(round(t.train_days or 0.0, 1))
+        rows.append(row)
+    echo_table(f"top {len(rows)} of {result.num_feasible:,} feasible plans "
+               f"({result.status}, {result.engine}, {result.solve_seconds:.2f} s)", columns, rows)
+    click.echo("why:")
+    for line in result.why:
+        click.echo(f"  {line}")

