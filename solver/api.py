@@ -172,6 +172,26 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
                  for (label, _), total in zip(changes, totals) if total <= capacity)
 
 
+def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = None,
+                       seq_len: int | None = None, global_batch: int | None = None,
+                       precision: str = "bf16", token_budget: int | None = None,
+                       calibration: str | None = None) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
+    """The model, the cluster (with a calibration profile applied) and the job of a planning
+    command; option values left as None take the JobSpec defaults."""
+    model_spec = load_model_spec(model)
+    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
+    job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
+                  "token_budget": token_budget}
+    try:
+        job = JobSpec(**{k: v for k, v in job_values.items() if v is not None})
+    except ValidationError as exc:
+        raise InputError(format_validation_error("job", exc)) from None
+    if job.precision == "fp8" and cluster_spec.gpu.peak_tflops_fp8 is None:
+        raise InputError(f"--precision fp8: gpu '{cluster_spec.gpu.name}' of cluster "
+                         f"'{cluster_spec.name}' has no fp8 support")
+    return model_spec, cluster_spec, job
+
+
 def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | None = None,
              seq_len: int | None = None, global_batch: int | None = None,
              precision: str = "bf16", token_budget: int | None = None,
@@ -181,19 +201,11 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
     bandwidths and latencies of the tiers it covers."""
-    model_spec = load_model_spec(model)
-    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
-    job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
-                  "token_budget": token_budget}
-    try:
-        job = JobSpec(**{k: v for k, v in job_values.items() if v is not None})
-    except ValidationError as exc:
-        raise InputError(format_validation_error("job", exc)) from None
+    model_spec, cluster_spec, job = load_problem_specs(
+        model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
+        precision=precision, token_budget=token_budget, calibration=calibration)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
-    if job.precision == "fp8" and cluster_spec.gpu.peak_tflops_fp8 is None:
-        raise InputError(f"--precision fp8: gpu '{cluster_spec.gpu.name}' of cluster "
-                         f"'{cluster_spec.name}' has no fp8 support")
     plan = estimate_plan(model_spec, cluster_spec, job, config, options)
     fixes = () if plan.fits else suggest_memory_fixes(
         model_spec, cluster_spec, job, num_gpus, config, options)

@@ -8,17 +8,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
-from solver.api import estimate_plan
-from solver.calibrate.profile import load_calibrated_cluster
-from solver.catalog import list_gpu_names, load_gpu_spec, load_model_spec
-from solver.errors import InputError, format_validation_error
+from solver.api import estimate_plan, load_problem_specs
+from solver.catalog import list_gpu_names, load_gpu_spec
+from solver.errors import InputError
 from solver.search.constraints import build_constraints
 from solver.search.enumerate import Ranked, enumerate_feasible, rank
 from solver.search.explain import explain_choice, find_conflicts, smallest_memory_bytes
 from solver.search.space import VARIABLES, Framework, Objective, Problem
-from solver.spec import ClusterSpec, JobSpec
+from solver.spec import ClusterSpec
 from solver.spec.plan import Plan
 
 ENGINES = ("enumerate",)
@@ -50,17 +47,9 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                   calibration: str | None = None) -> Problem:
     """Load the model and cluster (with a calibration profile's measured curves if given) and
     build the Problem; bad input is an InputError."""
-    model_spec = load_model_spec(model)
-    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
-    values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
-              "token_budget": token_budget}
-    try:
-        job = JobSpec(**{k: v for k, v in values.items() if v is not None})
-    except ValidationError as exc:
-        raise InputError(format_validation_error("job", exc)) from None
-    if job.precision == "fp8" and cluster_spec.gpu.peak_tflops_fp8 is None:
-        raise InputError(f"--precision fp8: gpu '{cluster_spec.gpu.name}' of cluster "
-                         f"'{cluster_spec.name}' has no fp8 support")
+    model_spec, cluster_spec, job = load_problem_specs(
+        model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
+        precision=precision, token_budget=token_budget, calibration=calibration)
     for name in pins or {}:
         if name not in VARIABLES:
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
