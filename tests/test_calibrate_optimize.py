@@ -59,3 +59,14 @@ def test_a_slower_fabric_moves_data_parallelism_off_it(profiles) -> None:
     assert slow_plan.config.pp > fast_plan.config.pp
     assert slow_plan.time.time_seconds["dp"] < 0.01 * fast_plan.time.time_seconds["dp"]
     assert slow_plan.time.step_seconds > fast_plan.time.step_seconds
+
+
+def test_optimize_says_which_bandwidths_were_measured(profiles) -> None:
+    measured, _ = profiles
+    result = CliRunner().invoke(cli, ["optimize", "--model", "llama3.1-8b", "--cluster",
+                                      "dgx-h100", "--gpus", "16", "--calibration",
+                                      str(measured), "--json"])
+    assert result.exit_code == 0, result.output
+    sources = json.loads(result.stdout)["calibration"]
+    assert sources["file"] == str(measured)
+    assert sources["bandwidths"]

@@ -110,7 +110,21 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         result = solve(result.problem, top=top, engine=engine)
     else:
         result = solve(problem, top=top, engine=engine)
+    sources = []
+    if calibration is not None:
+        from solver.calibrate.profile import describe_sources
+
+        sources = describe_sources(result.problem.cluster)
     if as_json:
-        echo_json(render_result_json(result))
-    else:
-        echo_result(result, gpus_for_days)
+        answer = render_result_json(result)
+        if calibration is not None:
+            from solver.cli.render_calibration import render_sources_json
+
+            answer["calibration"] = render_sources_json(calibration, sources)
+        echo_json(answer)
+        return
+    echo_result(result, gpus_for_days)
+    if calibration is not None:
+        from solver.cli.render_calibration import echo_sources_table
+
+        echo_sources_table(calibration, sources)
