@@ -12,13 +12,14 @@ from solver.api import estimate_plan, load_problem_specs
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError
 from solver.search.constraints import build_constraints
+from solver.search.cpsat import solve_cpsat
 from solver.search.enumerate import Ranked, enumerate_feasible, rank
 from solver.search.explain import explain_choice, find_conflicts, smallest_memory_bytes
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
 from solver.spec.plan import Plan
 
-ENGINES = ("enumerate",)
+ENGINES = ("enumerate", "cpsat")
 
 
 @dataclass(frozen=True)
@@ -58,16 +59,23 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                    allow_tp_across_nodes=allow_tp_across_nodes)
 
 
-def solve(problem: Problem, top: int = 5, engine: str = "enumerate") -> OptimizeResult:
-    """Rank the feasible configurations; explain the winner, or the infeasibility."""
+def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
+          time_limit_s: float = 10.0) -> OptimizeResult:
+    """Rank the feasible configurations; explain the winner, or the infeasibility. Both
+    engines give the same plans (tests/test_cpsat.py); the integer program may stop at the
+    time limit with status `feasible` (the best plans found, not proved)."""
     if engine not in ENGINES:
-        raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)} "
-                         "(the CP-SAT program is not built yet)")
+        raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     start = time.perf_counter()
-    candidates = enumerate_feasible(problem)
-    ranked = rank(problem, candidates, top) if len(candidates) else None
+    status = "optimal"
+    if engine == "cpsat":
+        answer = solve_cpsat(problem, top=top, time_limit_s=time_limit_s)
+        ranked, status = answer.ranked, answer.status
+    else:
+        candidates = enumerate_feasible(problem)
+        ranked = rank(problem, candidates, top) if len(candidates) else None
     seconds = time.perf_counter() - start
-    if ranked is None:
+    if ranked is None or len(ranked.candidates) == 0:
         conflicts = tuple(find_conflicts(problem))
         rules = {c.name: c.rule for c in build_constraints(problem) if c.name in conflicts}
         if "memory_fits_hbm" in rules:
@@ -79,7 +87,7 @@ def solve(problem: Problem, top: int = 5, engine: str = "enumerate") -> Optimize
                               solve_seconds=seconds, num_feasible=0, plans=(),
                               conflicts=conflicts, rules=rules,
                               fixes=tuple(suggest_fixes(problem, conflicts)))
-    return OptimizeResult(problem=problem, status="optimal", engine=engine,
+    return OptimizeResult(problem=problem, status=status, engine=engine,
                           solve_seconds=seconds, num_feasible=ranked.num_feasible,
                           plans=_plans(problem, ranked), why=tuple(explain_choice(problem,
                                                                                   ranked)))

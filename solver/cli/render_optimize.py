@@ -69,8 +69,10 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         if budget:
             row.append(round(t.train_days or 0.0, 1))
         rows.append(row)
-    echo_table(f"top {len(rows)} of {result.num_feasible:,} feasible plans "
-               f"({result.status}, {result.engine}, {result.solve_seconds:.2f} s)", columns, rows)
+    counted = (f"of {result.num_feasible:,} feasible plans" if result.engine == "enumerate"
+               else f"({result.num_feasible:,} plans evaluated exactly)")
+    echo_table(f"top {len(rows)} {counted} ({result.status}, {result.engine}, "
+               f"{result.solve_seconds:.2f} s)", columns, rows)
     click.echo("why:")
     for line in result.why:
         click.echo(f"  {line}")

@@ -1,577 +1,57 @@
-"""The integer program: CP-SAT over prime exponents, with the same space, constraints and cost
-model as the exhaustive oracle (solver.search.enumerate), and an optimality proof under the
-float cost model.
+"""The integer program: the best configurations of a problem, proved optimal under the float
+cost model, and the constraints that conflict when there are none. Same space, constraints and
+cost model as the exhaustive oracle (solver.search.enumerate), which the tests compare it with.
 
-Variables: every degree d (tp, cp, pp, dp, ep, etp, vpp, micro_batch) as exponents a_q of the
-primes of the problem (d = prod q^a_q; a degree whose domain is not a box of exponents also gets
-an allowed-assignments constraint), zero and recompute as small integers. Then
-`tp*cp*pp*dp == N` is one linear equation per prime, "x divides y" a bound per prime, and a
-cost term that depends on a few axes (ratios of degrees, categories) is an element of a table
-indexed by the mixed-radix number of their exponents (solver.search.tables, which documents
-the decomposition of step time and worst-stage memory). Products of terms are
-`AddMultiplicationEquality` on bounded variables, maxima `AddMaxEquality`.
+The program (solver.search.cpsat_program) bounds the float objective F(x) from below by an
+integer I(x) (in units of `objective_units_per_unit` per second or byte), and the worst-stage
+memory likewise. solve_cpsat:
+  1. finds good plans with the float model alone: a grid of GPU splits, then a best-first
+     neighbourhood search (each round one vectorised batch);
+  2. lets CP-SAT enumerate every configuration with I(x) <= the K-th best float value found,
+     in rounds of at most ROUND_SOLUTIONS (the threshold tightens between rounds, evaluated
+     plans are cut off by no-good constraints), and evaluates each with the float model
+     (memory that does not fit: left out). When a round exhausts the search, every plan at
+     least as good as the K-th has been evaluated, ties included, so `rank` of the evaluated
+     plans is the oracle's top K in the oracle's order: status optimal. A time limit that
+     comes first gives status feasible with the best plans evaluated.
+Enumeration needs one worker; seed and parameters are fixed and reported, so the answer is
+deterministic (and, when proved, independent of the search order anyway).
 
-Each constraint of `build_constraints` has an `add_<name>` here, enforced only if its switch
-literal is true; solving fixes every switch to true (and first narrows each domain by the
-single-variable constraints, which then hold anyway); explaining makes them assumptions, and
-`SufficientAssumptionsForInfeasibility` followed by a deletion filter names an irreducible set
-of conflicting constraints. A constraint without an encoding raises NotImplementedError.
-
-Exactness: every table is a lower bound of its float term in integer units (tables.to_units),
-so the integer objective I(x) is a lower bound of the float objective F(x) in those units, and
-the memory a lower bound of the worst stage's bytes. The solver finds the best x under I,
-evaluates it with the float model (solver.search.enumerate.rank) and cuts it off with a no-good,
-and re-solves under "I(x) <= K-th best float value found" until nothing is left: then every
-configuration whose float objective is at most the K-th best has been evaluated, ties included,
-so the top K equal the oracle's, in the oracle's order. A candidate whose float memory does not
-fit (the integer memory is a lower bound) is cut off and never returned.
+explain_infeasible_cpsat: switches as assumptions, SufficientAssumptionsForInfeasibility, then a
+deletion filter to an irreducible set; candidates the memory lower bound lets through are
+checked with the float model and cut off under the memory switch.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from ortools.sat.python import cp_model, cp_model_helper
+from ortools.sat.python import cp_model
 
 from solver.cost.candidates import Candidates
-from solver.cost.flops import estimate_model_flops_per_token
-from solver.search.constraints import Constraint, build_constraints
-from solver.search.enumerate import Ranked, rank
-from solver.search.space import VARIABLES, Problem, variable_domains
-from solver.search.tables import (
-    DEGREES,
-    RATIOS,
-    Grid,
-    Table,
-    build_grid,
-    build_lattice,
-    build_memory_tables,
-    build_time_tables,
-    factorize,
-    select_stage_slots,
-    to_units,
+from solver.cost.memory import estimate_memory
+from solver.cost.steptime import estimate_step_time
+from solver.search.constraints import Constraint
+from solver.search.cpsat_program import (
+    Program,
+    add_memory_objective,
+    add_step_time_objective,
 )
+from solver.search.enumerate import Ranked, rank
+from solver.search.space import VARIABLES, Problem
 
-MEMORY_RESOLUTION_BYTES = 4096
-# One unit of time is the ideal step (model FLOPs at peak) / 2^32; a term is clipped at 2^40
-# units (256 ideal steps: far beyond any plan worth ranking, and it keeps products in int64).
-TIME_RESOLUTION_OF_IDEAL_STEP = 2.0**-32
-TERM_CAP = 2**40
-PRODUCT_CAP = 2**61
-DP_EXPOSURE_SCALE = 2**16
 SOLVE_WORKERS = 2
 EXPLAIN_WORKERS = 1
 SEED = 0
-GIB = 2**30
+# Solutions enumerated per round before the threshold is tightened and the search restarted.
+ROUND_SOLUTIONS = 2000
+LOCAL_SEARCH_BEAM = 8
 
-
-def restricted_domains(problem: Problem, constraints: Sequence[Constraint]
-                       ) -> dict[str, tuple[int, ...]]:
-    """Variable domains narrowed by every single-variable constraint (pins, divisibility)."""
-    domains = {k: np.array(v, dtype=np.int64) for k, v in variable_domains(problem).items()}
-    for c in constraints:
-        if len(c.variables) == 1:
-            name = c.variables[0]
-            keep = np.broadcast_to(np.asarray(c.check({name: domains[name]}), bool),
-                                   domains[name].shape)
-            domains[name] = domains[name][keep]
-    return {k: tuple(int(x) for x in v) for k, v in domains.items()}
-
-
-class Program:
-    """The CP-SAT program of one problem (the module docstring says what is in it)."""
-
-    def __init__(self, problem: Problem, explain: bool = False) -> None:
-        self.problem, self.explain = problem, explain
-        self.model = cp_model.CpModel()
-        self.constraints = build_constraints(problem)
-        domains = variable_domains(problem) if explain else restricted_domains(
-            problem, self.constraints)
-        self.lattice = build_lattice(problem, domains, identities=not explain)
-        self.empty = any(len(domains[v]) == 0 for v in VARIABLES)
-        self._indices: dict[tuple, cp_model.IntVar] = {}
-        self._digits: dict[tuple, cp_model.IntVar] = {}
-        self.exps = {v: {q: self._exponent(v, q) for q in self.lattice.primes} for v in DEGREES}
-        self.zero = self.model.new_int_var_from_domain(
-            cp_model.Domain.from_values(domains["zero"] or [0]), "zero")
-        self.recompute = self.model.new_int_var_from_domain(
-            cp_model.Domain.from_values(domains["recompute"] or [0]), "recompute")
-        for v in DEGREES:
-            self._restrict_to_domain(v, domains[v])
-        self.full = self._reify(self.recompute == 2, self.recompute != 2, "full")
-        self.pp_is_one = self._reify(self._sum("pp") == 0, self._sum("pp") >= 1, "pp_is_one")
-        self.vpp_is_one = self._reify(self._sum("vpp") == 0, self._sum("vpp") >= 1, "vpp_is_one")
-        self.zero_is_three = self._reify(self.zero == 3, self.zero != 3, "zero_is_three")
-        self.switches: dict[str, cp_model.IntVar] = {}
-        for c in self.constraints:
-            self.switches[c.name] = (self.model.new_bool_var(f"switch_{c.name}") if explain
-                                     else self.model.new_constant(1))
-        self.memory_slots: list[cp_model.IntVar] = []
-        for c in self.constraints:
-            encode = ADDERS.get(c.name) or (add_pin if c.name.startswith("pin_") else None)
-            if encode is None:
-                raise NotImplementedError(f"no CP-SAT encoding for constraint {c.name}")
-            encode(self, c, self.switches[c.name])
-        self.objective: cp_model.LinearExpr | None = None
-        self.objective_units_per_unit = 1.0  # integer objective units per second or byte
-
-    # ---- variables ------------------------------------------------------------------------
-    def _exponent(self, v: str, q: int):
-        lo, hi = self.lattice.bounds[v][q]
-        return lo if lo == hi else self.model.new_int_var(lo, hi, f"{v}_exp{q}")
-
-    def _sum(self, v: str):
-        return sum(self.exps[v].values())
-
-    def _restrict_to_domain(self, v: str, values: Sequence[int]) -> None:
-        free = [q for q in self.lattice.primes if not isinstance(self.exps[v][q], int)]
-        box = math.prod(self.lattice.bounds[v][q][1] - self.lattice.bounds[v][q][0] + 1
-                        for q in free)
-        if free and box != len(values):
-            tuples = [[self.lattice.exponents(v, x)[q] for q in free] for x in values]
-            self.model.add_allowed_assignments([self.exps[v][q] for q in free], tuples)
-
-    def _reify(self, when_true, when_false, name: str) -> cp_model.IntVar:
-        b = self.model.new_bool_var(name)
-        self.model.add(when_true).only_enforce_if(b)
-        self.model.add(when_false).only_enforce_if(~b)
-        return b
-
-    def new_var(self, lo: int, hi: int, name: str) -> cp_model.IntVar:
-        return self.model.new_int_var(int(lo), int(hi), name)
-
-    @staticmethod
-    def upper(expr, sign: int = 1) -> int:
-        """The largest (sign -1: smallest) value of a linear expression over its variables'
-        domains."""
-        if isinstance(expr, (int, np.integer)):
-            return int(expr)
-        flat = cp_model_helper.FlatIntExpr(expr)
-        total = flat.offset
-        for v, c in zip(flat.vars, flat.coeffs):
-            domain = list(v.proto.domain)
-            total += c * (domain[-1] if c * sign > 0 else domain[0])
-        return total
-
-    def category(self, axis: str, categories: dict | None):
-        if categories and axis in categories:
-            return categories[axis]
-        return {"zero": self.zero, "recompute": self.recompute, "full": self.full}[axis]
-
-    def index(self, grid: Grid, categories: dict | None = None):
-        """The flat index of a grid point, one shared variable per grid (and category vars)."""
-        key = (grid.digits, tuple(sorted(
-            (k, ("value", v) if isinstance(v, int) else v.index)
-            for k, v in (categories or {}).items())))
-        if key in self._indices:
-            return self._indices[key]
-        expr = 0
-        for digit, stride in zip(grid.digits, grid.strides):
-            if digit.prime is None:
-                value = self.category(digit.axis, categories)
-            else:
-                value = sum(c * self.exps[v][digit.prime] for v, c in RATIOS[digit.axis].items())
-            expr += stride * (value - digit.lo)
-        var = self.new_var(0, grid.size - 1, f"index{len(self._indices)}")
-        self.model.add(var == expr)
-        self._indices[key] = var
-        return var
-
-    def digit(self, axis: str, prime: int | None, lo: int, hi: int, categories: dict | None):
-        """The variable (or constant) of one digit of a grid."""
-        if prime is None:
-            return self.category(axis, categories)
-        if axis in DEGREES:
-            return self.exps[axis][prime]
-        key = (axis, prime)
-        if key not in self._digits:
-            expr = sum(c * self.exps[v][prime] for v, c in RATIOS[axis].items())
-            var = self.new_var(lo, hi, f"{axis}_exp{prime}")
-            self.model.add(var == expr)
-            self._digits[key] = var
-        return self._digits[key]
-
-    def lookup(self, grid: Grid, units: np.ndarray, name: str, categories: dict | None = None,
-               boolean: bool = False, reachable: np.ndarray | None = None):
-        """A variable equal to `units` at the current grid point: a table constraint over the
-        grid's digits and the value (rows the problem cannot reach are left out)."""
-        units = np.asarray(units, dtype=np.int64)
-        keep = np.ones(len(units), bool) if reachable is None else np.asarray(reachable, bool)
-        columns, rows = [], []
-        digits = np.indices(tuple(d.size for d in grid.digits) or (1,)).reshape(
-            len(grid.digits) or 1, -1)
-        for k, d in enumerate(grid.digits):
-            var = self.digit(d.axis, d.prime, d.lo, d.hi, categories)
-            value = digits[k] + d.lo
-            if isinstance(var, (int, np.integer)):
-                keep &= value == int(var)
-                continue
-            columns.append(var)
-            rows.append(value)
-        values = units[keep]
-        if len(set(values.tolist())) == 1:
-            return int(values[0])
-        var = (self.model.new_bool_var(name) if boolean
-               else self.new_var(int(values.min()), int(values.max()), name))
-        table = np.stack([r[keep] for r in rows] + [values], axis=1)
-        self.model.add_allowed_assignments(columns + [var], table.tolist())
-        return var
-
-    def degree_value(self, v: str):
-        grid = build_grid(self.lattice, (v,))
-        p = grid.points()
-        return self.lookup(grid, p[v + "_num"], f"{v}_value")
-
-    def product(self, a, b, name: str):
-        """a x b for non-negative a and b, with `a` clipped so the product stays in int64
-        (clipping lowers it, so a lower bound stays one)."""
-        if isinstance(a, int) or isinstance(b, int):
-            return a * b
-        ub_a, ub_b = self.upper(a), self.upper(b)
-        if ub_a * ub_b > PRODUCT_CAP:
-            a = self.minimum([a], PRODUCT_CAP // max(ub_b, 1), name + "_clip")
-            ub_a = self.upper(a)
-        out = self.new_var(self.upper(a, -1) * self.upper(b, -1), ub_a * ub_b, name)
-        self.model.add_multiplication_equality(out, [a, b])
-        return out
-
-    def minimum(self, terms: list, cap: int, name: str):
-        out = self.new_var(0, cap, name)
-        self.model.add_min_equality(out, [*terms, cap])
-        return out
-
-    def total(self, terms: list, name: str):
-        hi = sum(self.upper(t) for t in terms)
-        out = self.new_var(0, hi, name)
-        self.model.add(out == sum(terms))
-        return out
-
-    def when(self, literal, value, name: str):
-        """value if literal else 0."""
-        if isinstance(value, int) and value == 0:
-            return 0
-        out = self.new_var(0, self.upper(value), name)
-        self.model.add(out == value).only_enforce_if(literal)
-        self.model.add(out == 0).only_enforce_if(~literal)
-        return out
-
-    def bound_exponents(self, v: str, n: int, switch, extra: Sequence = ()) -> None:
-        """v must divide n."""
-        f = factorize(n)
-        for q in self.lattice.primes:
-            if self.lattice.bounds[v][q][1] > f.get(q, 0):
-                self.model.add(self.exps[v][q] <= f.get(q, 0)).only_enforce_if([switch, *extra])
-
-    def decision(self, solver) -> tuple[int, ...]:
-        """The configuration of a solution, in VARIABLES order."""
-        values = {}
-        for v in DEGREES:
-            values[v] = math.prod(q ** int(solver.value(e)) for q, e in self.exps[v].items())
-        values["zero"] = int(solver.value(self.zero))
-        values["recompute"] = int(solver.value(self.recompute))
-        return tuple(values[v] for v in VARIABLES)
-
-    def forbid(self, configs: Sequence[tuple[int, ...]], enforce: Sequence = ()) -> None:
-        """No-good cuts: none of `configs` again."""
-        free = [(v, q) for v in DEGREES for q in self.lattice.primes
-                if not isinstance(self.exps[v][q], int)]
-        variables = [self.exps[v][q] for v, q in free] + [self.zero, self.recompute]
-        rows = []
-        for config in configs:
-            values = dict(zip(VARIABLES, config))
-            rows.append([factorize(values[v]).get(q, 0) for v, q in free]
-                        + [values["zero"], values["recompute"]])
-        if rows:
-            self.model.add_forbidden_assignments(variables, rows).only_enforce_if(list(enforce))
-
-
-# ---- one add_<name> per named constraint ----------------------------------------------------
-
-def add_gpus_product(program: Program, c: Constraint, switch) -> None:
-    f = factorize(program.problem.num_gpus)
-    for q in program.lattice.primes:
-        total = sum(program.exps[v][q] for v in ("tp", "cp", "pp", "dp"))
-        program.model.add(total == f.get(q, 0)).only_enforce_if(switch)
-
-
-def add_tp_divides_heads(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("tp", program.problem.model_spec.num_attention_heads, switch)
-
-
-def add_tp_divides_kv_heads(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("tp", program.problem.model_spec.kv_heads, switch)
-
-
-def add_pp_at_most_layers(program: Program, c: Constraint, switch) -> None:
-    layers = program.problem.model_spec.num_hidden_layers
-    if max(program.lattice.domains["pp"], default=1) > layers:
-        program.model.add(program.degree_value("pp") <= layers).only_enforce_if(switch)
-
-
-def add_vpp_needs_pp(program: Program, c: Constraint, switch) -> None:
-    program.model.add_bool_or([program.vpp_is_one, ~program.pp_is_one]).only_enforce_if(switch)
-
-
-def add_vpp_divides_layers(program: Program, c: Constraint, switch) -> None:
-    f = factorize(program.problem.model_spec.num_hidden_layers)
-    for q in program.lattice.primes:
-        program.model.add(program.exps["pp"][q] + program.exps["vpp"][q] <= f.get(q, 0)
-                          ).only_enforce_if([switch, ~program.vpp_is_one])
-
-
-def add_cp_splits_sequence(program: Program, c: Constraint, switch) -> None:
-    seq_len = program.problem.job.seq_len
-    if seq_len % 2:
-        program.model.add_bool_or([~switch])
-        return
-    program.bound_exponents("cp", seq_len // 2, switch)
-
-
-def add_batch_divides(program: Program, c: Constraint, switch) -> None:
-    f = factorize(program.problem.job.global_batch)
-    for q in program.lattice.primes:
-        program.model.add(program.exps["dp"][q] + program.exps["micro_batch"][q]
-                          <= f.get(q, 0)).only_enforce_if(switch)
-
-
-def add_expert_ranks_fit_stage(program: Program, c: Constraint, switch) -> None:
-    e = program.exps
-    for q in program.lattice.primes:
-        program.model.add(e["ep"][q] + e["etp"][q] <= e["tp"][q] + e["cp"][q] + e["dp"][q]
-                          ).only_enforce_if(switch)
-
-
-def add_ep_divides_experts(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("ep", program.problem.model_spec.num_experts, switch)
-
-
-def add_dense_model_has_no_ep(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("ep", 1, switch)
-    program.bound_exponents("etp", 1, switch)
-
-
-def add_tp_within_nvlink(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("tp", program.problem.cluster.scale_up_gpus, switch)
-
-
-def add_etp_within_nvlink(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("etp", program.problem.cluster.scale_up_gpus, switch)
-
-
-def add_megatron_zero_stage(program: Program, c: Constraint, switch) -> None:
-    program.model.add(program.zero != 2).only_enforce_if(switch)
-    program.model.add_bool_or([~program.zero_is_three, program.pp_is_one]).only_enforce_if(switch)
-
-
-def add_megatron_interleave_microbatches(program: Program, c: Constraint, switch) -> None:
-    """With the batch split evenly, pp divides global_batch / (dp x micro_batch): exponent
-    bounds; otherwise (only while explaining) the floor division of the rule, literally."""
-    batch = program.problem.job.global_batch
-    f = factorize(batch)
-    divides = program.switches.get("batch_divides", 1)
-    for q in program.lattice.primes:
-        e = program.exps
-        program.model.add(e["pp"][q] + e["dp"][q] + e["micro_batch"][q] <= f.get(q, 0)
-                          ).only_enforce_if([switch, divides, ~program.vpp_is_one])
-    if isinstance(divides, int) or not program.explain:
-        return
-    dp, mb, pp = (program.degree_value(v) for v in ("dp", "micro_batch", "pp"))
-    split = program.product(dp, mb, "dp_times_micro_batch")
-    micro = program.new_var(0, batch, "micro_batches")
-    program.model.add_division_equality(micro, batch, split)
-    rest = program.new_var(0, batch, "micro_batches_mod_pp")
-    program.model.add_modulo_equality(rest, micro, pp)
-    program.model.add(rest == 0).only_enforce_if([switch, ~divides, ~program.vpp_is_one])
-
-
-def add_torchtitan_zero_stage(program: Program, c: Constraint, switch) -> None:
-    program.model.add(program.zero != 1).only_enforce_if(switch)
-
-
-def add_deepspeed_zero_with_pp(program: Program, c: Constraint, switch) -> None:
-    program.model.add(program.zero <= 1).only_enforce_if([switch, ~program.pp_is_one])
-
-
-def add_deepspeed_no_cp(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("cp", 1, switch)
-
-
-def add_pin(program: Program, c: Constraint, switch) -> None:
-    name = c.variables[0]
-    allowed = cp_model.Domain.from_values(sorted(program.problem.pins[name]))
-    var = {"zero": program.zero, "recompute": program.recompute}.get(name)
-    if var is None:
-        var = program.degree_value(name)
-    if isinstance(var, int):
-        if not allowed.contains(var):
-            program.model.add_bool_or([~switch])
-        return
-    program.model.add_linear_expression_in_domain(var, allowed).only_enforce_if(switch)
-
-
-def add_memory_fits_hbm(program: Program, c: Constraint, switch) -> None:
-    """Every stage slot's memory (a lower bound of its bytes) fits the GPU. The tables assume
-    tp x cp x pp x dp = N, so while explaining the rule is enforced only together with
-    gpus_product (without it nothing is claimed; candidates are checked exactly instead)."""
-    problem = program.problem
-    if program.empty:
-        return
-    slots = select_stage_slots(problem, program.lattice)
-    scale = math.lcm(*(program.lattice.domains["vpp"] or [1]))
-    tables = build_memory_tables(problem, program.lattice, slots, scale)
-    capacity = problem.cluster.gpu.memory_gib * GIB
-    cap = int(capacity // MEMORY_RESOLUTION_BYTES) + 2
-
-    def units(table: Table) -> np.ndarray:
-        return to_units(table.filled(), MEMORY_RESOLUTION_BYTES, "lower", cap)
-
-    shared = {k: program.lookup(t.grid, units(t), k) for k, t in tables.activations.items()}
-    uses = {"dense": "layer_dense", "moe": "layer_moe", "first": "embedding",
-            "not_last": "stage_output"}
-    fixed = max(int(tables.fixed_bytes // MEMORY_RESOLUTION_BYTES) - 1, 0)
-    for k in range(tables.slots):
-        feats = tables.features[k]
-        parts = [scale * program.lookup(tables.states[k].grid, units(tables.states[k]),
-                                        f"states_{k}")]
-        for key, table_name in uses.items():
-            if table_name not in shared:
-                continue
-            table = feats[key]
-            count = program.lookup(table.grid, table.filled().astype(np.int64),
-                                   f"{key}_{k}")
-            parts.append(program.product(count, shared[table_name], f"{key}_bytes_{k}"))
-        last = program.lookup(feats["last"].grid, feats["last"].filled().astype(np.int64),
-                              f"last_{k}", boolean=True)
-        if isinstance(last, int):
-            parts.append(scale * last * shared["last_stage"])
-        else:
-            parts.append(scale * program.when(last, shared["last_stage"], f"last_bytes_{k}"))
-        kind = program.lookup(feats["kind"].grid, feats["kind"].filled().astype(np.int64),
-                              f"kind_{k}")
-        working_table = tables.working_set[k]
-        working = program.lookup(working_table.grid, units(working_table), f"working_{k}",
-                                 {"kind": kind})
-        parts.append(scale * program.when(program.full, working, f"working_bytes_{k}"))
-        parts = [p for p in parts if not (isinstance(p, int) and p == 0)]
-        memory = program.total(parts, f"memory_{k}") if parts else 0
-        program.memory_slots.append(memory + scale * fixed)
-        limit = int(capacity * scale // MEMORY_RESOLUTION_BYTES) + 1
-        enforce = [switch] + ([program.switches["gpus_product"]] if program.explain else [])
-        program.model.add(memory + scale * fixed <= limit).only_enforce_if(enforce)
-    program.memory_units_per_byte = scale / MEMORY_RESOLUTION_BYTES
-
-
-ADDERS = {
-    "gpus_product": add_gpus_product,
-    "tp_divides_heads": add_tp_divides_heads,
-    "tp_divides_kv_heads": add_tp_divides_kv_heads,
-    "pp_at_most_layers": add_pp_at_most_layers,
-    "vpp_needs_pp": add_vpp_needs_pp,
-    "vpp_divides_layers": add_vpp_divides_layers,
-    "cp_splits_sequence": add_cp_splits_sequence,
-    "batch_divides": add_batch_divides,
-    "expert_ranks_fit_stage": add_expert_ranks_fit_stage,
-    "ep_divides_experts": add_ep_divides_experts,
-    "dense_model_has_no_ep": add_dense_model_has_no_ep,
-    "tp_within_nvlink": add_tp_within_nvlink,
-    "etp_within_nvlink": add_etp_within_nvlink,
-    "megatron_zero_stage": add_megatron_zero_stage,
-    "megatron_interleave_microbatches": add_megatron_interleave_microbatches,
-    "torchtitan_zero_stage": add_torchtitan_zero_stage,
-    "deepspeed_zero_with_pp": add_deepspeed_zero_with_pp,
-    "deepspeed_no_cp": add_deepspeed_no_cp,
-    "memory_fits_hbm": add_memory_fits_hbm,
-}
-
-
-# ---- objectives -----------------------------------------------------------------------------
-
-def ideal_step_s(problem: Problem) -> float:
-    """Model FLOPs of a step at the GPUs' peak: the scale of the time unit."""
-    job, gpu = problem.job, problem.cluster.gpu
-    flops = estimate_model_flops_per_token(problem.model_spec, job.seq_len) * job.tokens_per_step
-    return flops / (problem.num_gpus * gpu.peak_flop_per_s(job.precision))
-
-
-def add_step_time_objective(program: Program) -> None:
-    """Integer step time (a lower bound of the float one, units in the module docstring of
-    tables.py): t_mb x Q (n + (pp-1)/vpp) + Q (2 n vpp p2p + dp + optimizer), Q = lcm(vpp)."""
-    problem, lattice = program.problem, program.lattice
-    timing = build_time_tables(problem, lattice)
-    tau = ideal_step_s(problem) * TIME_RESOLUTION_OF_IDEAL_STEP
-
-    def term(name: str):
-        table = timing.tables.get(name)
-        if table is None:
-            return 0
-        return program.lookup(table.grid, to_units(table.filled(), tau, "lower", TERM_CAP), name)
-
-    def spread(name: str) -> int:
-        values = timing.tables[name].filled()
-        return int((to_units(values, tau, "upper", TERM_CAP)
-                    - to_units(values, tau, "lower", TERM_CAP)).max())
-
-    def exact(name: str, axes: Sequence[str], formula) -> object:
-        grid = build_grid(lattice, axes)
-        p = grid.points()
-        value = formula(*(p[a + "_num"] // p[a + "_den"] for a in axes))
-        return program.lookup(grid, np.asarray(value, dtype=np.int64), name)
-
-    batch, layers = problem.job.global_batch, problem.model_spec.num_hidden_layers
-    q = math.lcm(*(lattice.domains["vpp"] or [1]))
-    per_stage = exact("layers_per_stage", ("pp",), lambda pp: -(-layers // pp))
-    fwd, bwd = term("fwd"), term("bwd")
-    fwd_stage = program.product(per_stage, fwd, "fwd_stage")
-    bwd_stage = program.product(per_stage, bwd, "bwd_stage")
-    other = program.total([program.when(program.full, fwd, "recompute_layer"), term("tp_comm"),
-                           term("cp_comm"), term("ep_comm")], "comm_layer")
-    other_stage = program.product(per_stage, other, "other_stage")
-    t_mb = program.total([fwd_stage, bwd_stage, other_stage, term("head")], "t_mb")
-    weight = exact("steady_and_bubble", ("dm", "pp", "vpp"),
-                   lambda dm, pp, vpp: q * batch // dm + q * (pp - 1) // vpp)
-    main = program.product(t_mb, weight, "pipeline")
-    hand_offs = exact("hand_offs", ("dm", "vpp"), lambda dm, vpp: 2 * (batch // dm) * vpp)
-    p2p = program.product(hand_offs, term("p2p"), "p2p_step")
-
-    # DP: the rate compute hides (c + 1/L of the traffic) plus (1 - c) x the exposed excess.
-    def exposed(sync: str, stage, name: str):
-        hidden_by = stage + spread(sync.replace("dp_", "").replace("_sync", "")) * per_stage
-        volume = term(sync)
-        out = program.new_var(0, program.upper(volume), name)
-        program.model.add_max_equality(out, [volume - hidden_by, 0])
-        return out
-
-    excess = program.total([exposed("dp_bwd_sync", bwd_stage, "dp_bwd_exposed"),
-                            exposed("dp_fwd_sync", fwd_stage, "dp_fwd_exposed")], "dp_exposed")
-    kappa = int(math.floor((1.0 - timing.contention) * DP_EXPOSURE_SCALE))
-    scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE, "dp_slowed")
-    program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
-    per_micro = program.total([term("dp_hidden_rate"), scaled], "dp_per_sync")
-    micro = exact("micro_batches", ("dm",), lambda dm: batch // dm)
-    every_micro = program.product(micro, per_micro, "dp_zero3")
-    dp = program.new_var(0, max(program.upper(every_micro), program.upper(per_micro)), "dp")
-    program.model.add(dp == every_micro).only_enforce_if(program.zero_is_three)
-    program.model.add(dp == per_micro).only_enforce_if(~program.zero_is_three)
-    rest = program.minimum([program.total([p2p, dp, term("optimizer")], "rest")],
-                           PRODUCT_CAP // (2 * q), "rest_clipped")
-    program.objective = main + q * rest
-    program.objective_units_per_unit = q / tau
-
-
-def add_memory_objective(program: Program) -> None:
-    """Worst-stage memory: the largest stage slot."""
-    top = max(program.upper(m) for m in program.memory_slots)
-    worst = program.new_var(0, top, "worst_stage_memory")
-    program.model.add_max_equality(worst, program.memory_slots)
-    program.objective = worst
-    program.objective_units_per_unit = program.memory_units_per_byte
-
-
-# ---- solving --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class CpsatResult:
@@ -590,21 +70,31 @@ class CpsatResult:
 
 
 class _Collector(cp_model.CpSolverSolutionCallback):
-    """Every solution the solver reports (improving ones included), with its objective."""
+    """The configurations of the solutions the solver reports, with their integer objective;
+    stops the search after `limit` of them."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, limit: int) -> None:
         super().__init__()
-        self.program = program
+        self.program, self.limit = program, limit
         self.solutions: dict[tuple[int, ...], int] = {}
 
     def on_solution_callback(self) -> None:
         config = self.program.decision(self)
-        self.solutions.setdefault(config, int(round(self.objective_value)))
+        self.solutions.setdefault(config, int(self.value(self.program.objective)))
+        if len(self.solutions) >= self.limit:
+            self.stop_search()
 
 
-def _parameters(solver: cp_model.CpSolver, num_workers: int) -> dict[str, object]:
-    chosen = {"num_workers": num_workers, "random_seed": SEED, "log_search_progress": False,
-              "cp_model_presolve": True}
+def _set_parameters(solver: cp_model.CpSolver, num_workers: int, enumerate_all: bool
+                    ) -> dict[str, object]:
+    """Every parameter parplan sets, set explicitly (and reported): the seed and worker count
+    fix the result (enumerating needs one worker); presolve, probing and the LP relaxation
+    cost more than they prune on these small-table programs (benchmarks/solve_time.py:
+    median 1.2 s without presolve, 1.6 s with it, over 18 zoo problems)."""
+    chosen = {"num_workers": 1 if enumerate_all else num_workers, "random_seed": SEED,
+              "enumerate_all_solutions": enumerate_all, "cp_model_presolve": False,
+              "cp_model_probing_level": 0, "linearization_level": 0,
+              "log_search_progress": False}
     for key, value in chosen.items():
         setattr(solver.parameters, key, value)
     return chosen
@@ -622,82 +112,252 @@ def _violations(problem: Problem, constraints: Sequence[Constraint], candidates:
             for c in constraints}
 
 
+class _Search:
+    """The configurations evaluated so far with the float model."""
+
+    def __init__(self, program: Program, top: int) -> None:
+        self.program, self.top = program, top
+        self.value: dict[tuple[int, ...], float] = {}   # fitting ones: the float objective
+        self.seen: set[tuple[int, ...]] = set()
+        self.cut: set[tuple[int, ...]] = set()
+        self.found: set[tuple[int, ...]] = set()  # returned by CP-SAT
+        self.cut_by_memory = 0
+
+    def threshold(self, keep: int | None = None) -> float | None:
+        """The `keep`-th best float objective so far (default: the K-th)."""
+        keep = keep or self.top
+        if len(self.value) < keep:
+            return None
+        return sorted(self.value.values())[keep - 1]
+
+    def evaluate(self, solutions: dict[tuple[int, ...], int | None], keep: int | None = None
+                 ) -> list[tuple[int, ...]]:
+        """Float objective of each new configuration (`solutions` maps it to the program's
+        integer objective, or None if it did not come from the solver). Memory is checked only
+        where it matters: for the time objective, on plans faster than the `keep`-th best so
+        far (default: the top K); a plan that does not fit is left out (the program's memory is
+        a lower bound). Returns the new configurations."""
+        program, problem = self.program, self.program.problem
+        new = [c for c in solutions if c not in self.seen]
+        if not new:
+            return new
+        self.seen.update(new)
+        candidates = _candidates(new)
+        structural = [c for c in program.constraints if c.name != "memory_fits_hbm"]
+        broken = _violations(problem, structural, candidates)
+        from_solver = np.array([solutions[c] is not None for c in new])
+        bad = [name for name, mask in broken.items() if (mask & from_solver).any()]
+        assert not bad, f"CP-SAT returned plans violating {bad}: the encoding is wrong"
+        ok = np.ones(len(new), bool)
+        for mask in broken.values():
+            ok &= ~mask
+        index = np.flatnonzero(ok)
+        if problem.objective == "time":
+            values = estimate_step_time(problem.model_spec, problem.cluster, problem.job,
+                                        candidates.take(index), problem.time_constants).step_s
+            bar = self.threshold(keep)
+            if bar is not None:
+                index, values = index[values <= bar], values[values <= bar]
+        if len(index) == 0:
+            return new
+        memory = [c for c in program.constraints if c.name == "memory_fits_hbm"]
+        fits = ~_violations(problem, memory, candidates.take(index))["memory_fits_hbm"]
+        self.cut_by_memory += int((~fits & from_solver[index]).sum())
+        index = index[fits]
+        if problem.objective == "time":
+            values = values[fits]
+        else:
+            values = estimate_memory(problem.model_spec, problem.job, candidates.take(index),
+                                     problem.memory_options).total
+        scale = program.objective_units_per_unit
+        for i, value in zip(index.tolist(), values.tolist()):
+            config = new[i]
+            bound = solutions[config]
+            assert bound is None or bound <= value * scale * (1 + 1e-9) + 2, (
+                f"integer objective {bound} above the float one {value * scale} for "
+                f"{config}: the CP-SAT tables disagree with the cost model")
+            self.value[config] = value
+        return new
+
+
+def _neighbours(program: Program, config: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Configurations one step away: one variable changed (dp follows from the GPU count), or
+    a prime factor moved between two of tp, cp, pp, dp."""
+    domains, n_gpus = program.lattice.domains, program.problem.num_gpus
+    base = dict(zip(VARIABLES, config))
+    out = []
+
+    def add(values: dict[str, int]) -> None:
+        split = values["tp"] * values["cp"] * values["pp"]
+        if n_gpus % split:
+            return
+        values = {**values, "dp": n_gpus // split}
+        if all(values[v] in domains[v] for v in VARIABLES):
+            out.append(tuple(values[v] for v in VARIABLES))
+
+    for v in VARIABLES:
+        if v == "dp":
+            continue
+        for value in domains[v]:
+            if value != base[v]:
+                add({**base, v: value})
+    mesh = ("tp", "cp", "pp", "dp")
+    for q in program.lattice.primes:
+        for a in mesh:
+            for b in mesh:
+                if a != b and base[b] % q == 0:
+                    moved = {**base, a: base[a] * q, b: base[b] // q}
+                    if all(moved[v] in domains[v] for v in mesh):
+                        out.append(tuple(moved[v] for v in VARIABLES))
+    return out
+
+
+SCHEDULE = ("vpp", "micro_batch", "zero", "recompute")
+
+
+def _schedules(program: Program, config: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The configuration with every combination of the schedule variables (vpp, micro-batch,
+    ZeRO stage, recompute) on the same GPU split."""
+    domains = program.lattice.domains
+    base = dict(zip(VARIABLES, config))
+    out = []
+    for values in itertools.product(*(domains[v] for v in SCHEDULE)):
+        row = {**base, **dict(zip(SCHEDULE, values))}
+        out.append(tuple(row[v] for v in VARIABLES))
+    return out
+
+
+def _local_search(program: Program, search: _Search, seeds: Sequence[tuple[int, ...]],
+                  deadline: float) -> None:
+    """Best-first neighbourhood search on the float objective: each round evaluates, in one
+    batch, every neighbour of the best LOCAL_SEARCH_BEAM plans not yet expanded and every
+    schedule of the two best GPU splits, until the beam is expanded. Cheap, and the tighter
+    threshold it gives shrinks phase 2."""
+    beam = max(LOCAL_SEARCH_BEAM, 2 * search.top)
+    expanded: set[tuple[int, ...]] = set()
+    swept: set[tuple[int, ...]] = set()
+    while time.perf_counter() < deadline:
+        best = sorted(search.value, key=lambda c: (search.value[c], c))[:beam]
+        if len(best) < beam:  # too few plans fit yet: also expand the solver's own
+            best += [c for c in seeds if c not in search.value][:beam - len(best)]
+        todo = [c for c in best if c not in expanded]
+        meshes = [c for c in best[:2] if _mesh(c) not in swept]
+        if not todo and not meshes:
+            return
+        expanded.update(todo)
+        swept.update(_mesh(c) for c in meshes)
+        batch = {n: None for c in todo for n in _neighbours(program, c)}
+        batch.update({n: None for c in meshes for n in _schedules(program, c)})
+        search.evaluate(batch, keep=beam)
+
+
+def _seeds(program: Program) -> list[tuple[int, ...]]:
+    """Starting plans for the local search: every (tp, pp) with cp = 1, the largest ep,
+    etp = 1 and dp taking the rest, under a few cheap schedules."""
+    domains, n_gpus = program.lattice.domains, program.problem.num_gpus
+    out = []
+    ep = max(domains["ep"], default=1)
+    for tp, pp in itertools.product(domains["tp"], domains["pp"]):
+        if n_gpus % (tp * pp) or n_gpus // (tp * pp) not in domains["dp"]:
+            continue
+        for mb, zero, recompute in itertools.product(
+                domains["micro_batch"][:2], domains["zero"], domains["recompute"]):
+            row = {"tp": tp, "cp": 1, "pp": pp, "dp": n_gpus // (tp * pp), "ep": ep, "etp": 1,
+                   "vpp": 1, "zero": zero, "micro_batch": mb, "recompute": recompute}
+            if all(row[v] in domains[v] for v in VARIABLES):
+                out.append(tuple(row[v] for v in VARIABLES))
+    return out
+
+
+def _mesh(config: tuple[int, ...]) -> tuple[int, ...]:
+    values = dict(zip(VARIABLES, config))
+    return tuple(values[v] for v in VARIABLES if v not in SCHEDULE)
+
+
 def solve_cpsat(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
                 num_workers: int = SOLVE_WORKERS) -> CpsatResult:
-    """The `top` best configurations, the same as the oracle's (ties in the oracle's order)."""
+    """The `top` best configurations, the same as the oracle's (ties in the oracle's order).
+
+    The program's objective is a lower bound I(x) of the float objective F(x) (tables.py).
+    Phase 1 finds good plans with the float model alone (a grid of splits, then a
+    neighbourhood search); phase 2 enumerates every configuration with I(x) <= the K-th
+    best float value found, in rounds of at most ROUND_SOLUTIONS (the threshold tightens between rounds, evaluated plans are
+    cut off), until a round exhausts the search: every plan at least as good as the K-th
+    has then been evaluated, so the ranking is the oracle's. `num_workers` is reported but
+    CP-SAT enumerates on one worker (it cannot enumerate in parallel)."""
     start = time.perf_counter()
     deadline = start + time_limit_s
     program = Program(problem)
     solver = cp_model.CpSolver()
-    parameters = _parameters(solver, num_workers)
+    parameters = _set_parameters(solver, num_workers, True)
     if program.empty:
         return CpsatResult("infeasible", None, time.perf_counter() - start, parameters)
     (add_step_time_objective if problem.objective == "time" else add_memory_objective)(program)
-    program.model.minimize(program.objective)
     timings = {"build_s": time.perf_counter() - start}
+    search = _Search(program, top)
     scale = program.objective_units_per_unit
-    found: dict[tuple[int, ...], float] = {}
-    seen: set[tuple[int, ...]] = set()
-    status_name, solves, memory_cuts = "unknown", 0, 0
-    while True:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            break
-        solver.parameters.max_time_in_seconds = remaining
-        collector = _Collector(program)
+
+    # Phase 1: good plans from the float model, to set the threshold.
+    seeds = _seeds(program)
+    search.evaluate({c: None for c in seeds}, keep=LOCAL_SEARCH_BEAM)
+    _local_search(program, search, seeds, deadline)
+    timings["phase1_s"] = time.perf_counter() - start - timings["build_s"]
+    solves = 0
+
+    # Phase 2: every plan under the threshold.
+    proven = False
+    while time.perf_counter() < deadline:
+        threshold = search.threshold()
+        if threshold is not None:
+            program.model.add(program.objective <= int(math.floor(threshold * scale)))
+        # Plans the solver returned before are cut off (those the local search evaluated
+        # are not: most lie outside the window, and each cut is a row for CP-SAT).
+        program.forbid(sorted(search.found - search.cut))
+        search.cut |= search.found
+        _set_parameters(solver, num_workers, True)
+        solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
+        if search.value:  # start where the best plan is: inside the window
+            program.hint(min(search.value, key=lambda c: (search.value[c], c)))
+        collector = _Collector(program, ROUND_SOLUTIONS)
         status = solver.solve(program.model, collector)
         solves += 1
-        new = [c for c in collector.solutions if c not in seen]
-        if new:
-            memory_cuts += _evaluate(program, new, collector.solutions, found, scale)
-            seen.update(new)
-            program.forbid(new)
-        if status == cp_model.INFEASIBLE:
-            status_name = "optimal" if found else "infeasible"
+        fresh = search.evaluate(collector.solutions)
+        search.found.update(collector.solutions)
+        exhausted = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and (
+            len(collector.solutions) < ROUND_SOLUTIONS)
+        if exhausted:
+            proven = True
             break
-        if status != cp_model.OPTIMAL:
-            status_name = "feasible" if found else "unknown"
+        if status == cp_model.UNKNOWN and not fresh:
             break
-        if len(found) >= top:
-            threshold = sorted(found.values())[top - 1]
-            program.model.add(program.objective <= int(math.floor(threshold * scale)))
     timings["total_s"] = time.perf_counter() - start
-    ranked = rank(problem, _candidates(list(found)), top) if found else None
-    return CpsatResult(status_name, ranked, timings["total_s"], parameters, solves, len(seen),
-                       memory_cuts, timings)
+    if search.value:
+        status_name = "optimal" if proven else "feasible"
+        ranked = rank(problem, _candidates(list(search.value)), top)
+    else:
+        status_name = "infeasible" if proven else "unknown"
+        ranked = None
+    return CpsatResult(status_name, ranked, timings["total_s"], parameters, solves,
+                       len(search.seen), search.cut_by_memory, timings)
 
 
-def _evaluate(program: Program, configs: list[tuple[int, ...]], objectives: dict,
-              found: dict[tuple[int, ...], float], scale: float) -> int:
-    """Float objective of each new configuration; those whose float memory does not fit are
-    left out (the integer memory is a lower bound). Returns how many were left out."""
-    problem = program.problem
-    candidates = _candidates(configs)
-    broken = _violations(problem, program.constraints, candidates)
-    bad = [name for name, mask in broken.items() if mask.any() and name != "memory_fits_hbm"]
-    assert not bad, f"CP-SAT returned plans violating {bad}: the encoding is wrong"
-    fits = ~broken["memory_fits_hbm"]
-    ranked = rank(problem, candidates.take(np.flatnonzero(fits)))
-    values = ranked.step_time.step_s if problem.objective == "time" else ranked.memory_bytes
-    for i in range(len(ranked.candidates)):
-        config = tuple(int(getattr(ranked.candidates, v)[i]) for v in VARIABLES)
-        value = float(values[i])
-        assert objectives[config] <= value * scale * (1 + 1e-9) + 2, (
-            f"integer objective {objectives[config]} above the float one {value * scale} for "
-            f"{config}: the CP-SAT tables disagree with the cost model")
-        found[config] = value
-    return int((~fits).sum())
-
-
-def explain_infeasible_cpsat(problem: Problem, time_limit_s: float = 60.0) -> list[str]:
+def explain_infeasible_cpsat(problem: Problem, hard: Sequence[str] = ("gpus_product",),
+                             time_limit_s: float = 30.0) -> list[str]:
     """Names of an irreducible set of constraints that cannot hold together ([] if feasible):
-    the solver's sufficient assumptions for infeasibility, then a deletion filter."""
+    the solver's sufficient assumptions for infeasibility, then a deletion filter, with one
+    worker. Constraints named in `hard` always hold and are never named (by default the GPU
+    count: a plan must use exactly the GPUs it is given, and the memory tables rely on it).
+    Memory is a lower bound in the program, so a plan it allows is checked with the float
+    model and, if it does not fit, cut off under the memory switch."""
     deadline = time.perf_counter() + time_limit_s
     program = Program(problem, explain=True)
-    names = [c.name for c in program.constraints]
     by_name = {c.name: c for c in program.constraints}
+    for name in hard:
+        if name in program.switches:
+            program.model.add(program.switches[name] == 1)
+    names = [c.name for c in program.constraints if c.name not in hard]
     solver = cp_model.CpSolver()
-    _parameters(solver, EXPLAIN_WORKERS)
+    _set_parameters(solver, EXPLAIN_WORKERS, False)
     memory_switch = program.switches["memory_fits_hbm"]
 
     def conflict(active: Sequence[str]) -> list[str] | None:
@@ -714,7 +374,8 @@ def explain_infeasible_cpsat(problem: Problem, time_limit_s: float = 60.0) -> li
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 return None
             config = program.decision(solver)
-            broken = _violations(problem, [by_name[n] for n in active], _candidates([config]))
+            checked = [by_name[n] for n in [*active, *hard] if n in by_name]
+            broken = _violations(problem, checked, _candidates([config]))
             bad = [n for n, mask in broken.items() if mask[0]]
             if not bad:
                 return None
@@ -729,8 +390,7 @@ def explain_infeasible_cpsat(problem: Problem, time_limit_s: float = 60.0) -> li
     for name in list(core):
         if name not in kept:
             continue
-        trial = [k for k in kept if k != name]
-        smaller = conflict(trial)
+        smaller = conflict([k for k in kept if k != name])
         if smaller is not None:
             kept = smaller
     return kept

@@ -4,26 +4,34 @@ Every degree is a product of prime powers, d = prod q^a_q over the primes of the
 of the GPU count, the global batch and the layer count). An **axis** is a ratio of degrees, so
 its exponents are a linear function of the degrees' exponents: `r` = micro_batch / cp (rows of
 a GPU's GEMMs per sequence length), `u` = r / tp, `g` = ep x etp, `dm` = dp x micro_batch
-(global_batch / dm micro-batches per step), or a **category** (zero, recompute, full =
-recompute is full, a stage kind). A **grid** is the cartesian product of a few axes' digits
-(one digit per prime with a non-trivial range, one per category); the flat index of a grid
-point is the mixed-radix number of its digits, a linear expression of exponents in CP-SAT.
-A **table** holds one cost term at every grid point.
+(global_batch / dm micro-batches per step), or a **category** (zero, recompute, a stage kind).
+A **grid** is the cartesian product of a few axes' digits (one digit per prime with a
+non-trivial range, one per category; single-valued digits are kept aside as `fixed`), in
+mixed-radix order. A **table** holds one cost term at every grid point; the program looks it
+up with a table constraint over the digits' exponent variables.
 
 Tables are filled by calling the cost model on representative candidates: any configuration
 with the grid point's axis values gives the same term (that is what makes the term depend on
-those axes only; tests/test_cpsat.py checks the whole decomposition against the cost model).
-Points no configuration of the problem can reach (e.g. tp x pp not dividing the GPU count)
-get the table's largest reachable value; the program never selects them.
+those axes only; `compose_step_time` / `compose_memory` rebuild the model's numbers from the
+tables, and tests/test_cpsat.py checks them on every feasible configuration). Points no
+configuration of the problem can reach (e.g. tp x pp not dividing the GPU count) get the
+table's largest reachable value. Two pieces mirror the model rather than call it whole: the DP
+traffic compared with compute (`_dp_sync`: the model's own collectives and stage parameters;
+the composition is checked on every grid point by `_measure_contention`), and the memory of a
+stage as features times per-layer activations (the model's own functions on crafted layouts).
+
+Exact tables have thousands of points (3-5 axes), which CP-SAT handles slowly; `project`
+turns each into a few small tables whose maximum bounds it from below (minimum from above).
 
 Step time (solver.cost.steptime), per micro-batch on the slowest stage and per layer, with L =
 ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
     fwd(tp, r, ep, etp), bwd(tp, r, ep, etp)   forward and backward compute of one layer
                                                 (the "recompute" and "compute" parts)
     head(tp, r)                                 LM head and loss (the "compute" part, minus L x)
-    tp_comm(tp, r, full) [+ ep, etp under TP-overlap], cp_comm(tp, cp, micro_batch, full),
-    ep_comm(ep, etp, u, full)                   the "tp", "cp", "ep" parts
-    t_mb = L x (fwd + bwd + [full] fwd + tp_comm + cp_comm + ep_comm) + head
+    tp_comm(tp, r) [+ ep, etp under TP-overlap], cp_comm(tp, cp, micro_batch),
+    ep_comm(ep, etp, u)                         the "tp", "cp", "ep" parts without full
+                                                recompute; *_full_extra what it adds
+    t_mb = L x (fwd + bwd + [full] (fwd + extras) + tp_comm + cp_comm + ep_comm) + head
     p2p(pp, u)                                  one pipeline hand-off (the "pp" part)
     optimizer(zero, tp, pp, g)                  the "optimizer" part
     dp_hidden_rate(zero, tp, pp, g)             the "dp" part when compute hides all it can
@@ -54,16 +62,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import product
+from itertools import combinations
 
 import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.memory import estimate_stage_memory
-from solver.cost.memory.activations import estimate_logits_bytes, estimate_stage_activations
+from solver.cost.memory.activations import (
+    estimate_layer_activation_bytes,
+    estimate_logits_bytes,
+    estimate_stage_activations,
+)
 from solver.cost.memory.layout import StageLayout, estimate_stage_layout
-from solver.cost.memory.activations import estimate_layer_activation_bytes
 from solver.cost.steptime import BF16_BYTES, _stage_params, estimate_step_time
 from solver.search.space import Problem
 
@@ -179,10 +190,12 @@ class Digit:
 
 @dataclass(frozen=True)
 class Grid:
-    """Grid points of a few axes, first digit most significant."""
+    """Grid points of a few axes, first digit most significant; `fixed` digits have a single
+    value (part of every point, not of the index)."""
 
     axes: tuple[str, ...]
     digits: tuple[Digit, ...]
+    fixed: tuple[Digit, ...] = ()
 
     @property
     def size(self) -> int:
@@ -209,8 +222,8 @@ class Grid:
                 continue
             out[axis + "_num"] = np.ones(size, dtype=np.int64)
             out[axis + "_den"] = np.ones(size, dtype=np.int64)
-        for k, d in enumerate(self.digits):
-            value = index[k] + d.lo
+        constant = [(d, np.full(size, d.lo)) for d in self.fixed]
+        for d, value in [*((d, index[k] + d.lo) for k, d in enumerate(self.digits)), *constant]:
             if d.prime is None:
                 out[d.axis] = value.astype(np.int64)
                 continue
@@ -224,18 +237,16 @@ def build_grid(lattice: Lattice, axes: Sequence[str],
     """The grid of `axes` (ratios or categories of the lattice or `categories`); digits with
     a single value are left out."""
     extra = dict(categories or {})
-    digits = []
+    digits, fixed = [], []
     for axis in axes:
         if axis in RATIOS:
             for q in lattice.primes:
                 lo, hi = lattice.ratio_range(axis, q)
-                if hi > lo:
-                    digits.append(Digit(axis, q, lo, hi))
+                (digits if hi > lo else fixed).append(Digit(axis, q, lo, hi))
             continue
         lo, hi = extra[axis] if axis in extra else lattice.categories[axis]
-        if hi > lo:
-            digits.append(Digit(axis, None, lo, hi))
-    return Grid(tuple(axes), tuple(digits))
+        (digits if hi > lo else fixed).append(Digit(axis, None, lo, hi))
+    return Grid(tuple(axes), tuple(digits), tuple(fixed))
 
 
 @dataclass(frozen=True)
@@ -251,10 +262,6 @@ class Table:
         """Values with unreachable points set to the largest reachable one."""
         top = float(self.values[self.reachable].max()) if self.reachable.any() else 0.0
         return np.where(self.reachable, self.values, top)
-
-
-def _value(points: Mapping[str, np.ndarray], axis: str) -> np.ndarray:
-    return points[axis + "_num"] / points[axis + "_den"]
 
 
 def _whole(points: Mapping[str, np.ndarray], axis: str) -> np.ndarray:
@@ -340,25 +347,28 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
             both, head = deep, np.zeros_like(deep)
         return (fwd, both - fwd, head), True
 
-    def fill_part(part: str, candidates: Callable[[dict, int], Candidates]):
-        def fill(p: dict, size: int) -> tuple[np.ndarray, bool]:
-            return _per_layer(problem, part, candidates(p, size), layers), True
-        return fill
-
     per_layer_axes = ("tp", "r", "ep", "etp") if moe else ("tp", "r")
     add(("fwd", "bwd"), per_layer_axes, lambda p, size: (fill_compute(p, size)[0][:2], True))
     add(("head",), ("tp", "r"), lambda p, size: (fill_compute(p, size)[0][2], True))
+    # Communication per layer without full recompute, and what full recompute adds (it
+    # replays the forward's collectives): two tables without the recompute axis.
+    def add_comm(name: str, part: str, axes: Sequence[str], candidates) -> None:
+        def fill(p: dict, size: int) -> tuple[tuple[np.ndarray, np.ndarray], bool]:
+            base = _per_layer(problem, part, candidates(p, size, 0), layers)
+            full = _per_layer(problem, part, candidates(p, size, RECOMPUTE_FULL), layers)
+            return (base, np.maximum(full - base, 0.0)), True
+        add((name, name + "_full_extra"), axes, fill)
+
     # TP overlap hides TP traffic behind the layer's GEMMs, which depend on ep and etp.
-    tp_axes = (*per_layer_axes, "full") if problem.time_constants.tp_comm_overlap else (
-        "tp", "r", "full")
-    add(("tp_comm",), tp_axes, fill_part("tp", layer_candidates))
-    add(("cp_comm",), ("tp", "cp", "micro_batch", "full"), fill_part("cp", lambda p, size: (
-        _candidates(size, tp=_whole(p, "tp"), cp=_whole(p, "cp"),
-                    micro_batch=_whole(p, "micro_batch"), recompute=RECOMPUTE_FULL * p["full"]))))
+    tp_axes = per_layer_axes if problem.time_constants.tp_comm_overlap else ("tp", "r")
+    add_comm("tp_comm", "tp", tp_axes,
+             lambda p, size, rc: layer_candidates(p, size, recompute=rc))
+    add_comm("cp_comm", "cp", ("tp", "cp", "micro_batch"), lambda p, size, rc: _candidates(
+        size, tp=_whole(p, "tp"), cp=_whole(p, "cp"), micro_batch=_whole(p, "micro_batch"),
+        recompute=rc))
     if moe:
-        add(("ep_comm",), ("ep", "etp", "u", "full"), fill_part("ep", lambda p, size: (
-            _candidates(size, ep=_whole(p, "ep"), etp=_whole(p, "etp"), **_rows(p, "u"),
-                        recompute=RECOMPUTE_FULL * p["full"]))))
+        add_comm("ep_comm", "ep", ("ep", "etp", "u"), lambda p, size, rc: _candidates(
+            size, ep=_whole(p, "ep"), etp=_whole(p, "etp"), **_rows(p, "u"), recompute=rc))
 
     handoff = "u" if problem.time_constants.sequence_parallel else "r"
 
@@ -500,38 +510,41 @@ def select_stage_slots(problem: Problem, lattice: Lattice) -> dict[tuple[int, in
     slots: dict[tuple[int, int], set[int]] = {}
     start = 0
     for p in pps:
+        earlier = np.tril(np.ones((p, p), bool), -1).T  # earlier[j, i]: j < i
         for v in vpps:
-            kept = slots.setdefault((p, v), set())
-            for _ in dms:
-                block = matrix[start:start + p]
-                start += p
-                ge = (block[:, None, :] >= block[None, :, :]).all(axis=2)  # ge[j, i]: j >= i
-                gt = (block[:, None, :] > block[None, :, :]).any(axis=2)
-                earlier = np.tril(np.ones((p, p), bool), -1).T  # earlier[j, i]: j < i
-                dominated = (ge & (gt | earlier)).any(axis=0)
-                kept.update(np.flatnonzero(~dominated).tolist())
+            block = matrix[start:start + p * len(dms)].reshape(len(dms), p, -1)
+            start += p * len(dms)
+            ge = (block[:, :, None, :] >= block[:, None, :, :]).all(axis=3)  # [d, j, i]: j >= i
+            gt = (block[:, :, None, :] > block[:, None, :, :]).any(axis=3)
+            dominated = (ge & (gt | earlier)).any(axis=1)  # [d, i]
+            slots[(p, v)] = set(np.flatnonzero((~dominated).any(axis=0)).tolist())
     return {key: sorted(v) for key, v in slots.items()}
 
 
 def build_memory_tables(problem: Problem, lattice: Lattice,
                         slots: Mapping[tuple[int, int], Sequence[int]],
-                        feature_scale: int) -> MemoryTables:
-    """Every memory table of the module docstring; valid wherever tp x cp x pp x dp equals the
-    GPU count (the other identities are not assumed)."""
+                        feature_scale: int, max_slots: int | None = None) -> MemoryTables:
+    """Every memory table of the module docstring, for the first `max_slots` stage slots;
+    valid wherever tp x cp x pp x dp equals the GPU count (no other identity is assumed)."""
     m, job, options = problem.model_spec, problem.job, problem.memory_options
     n_gpus = problem.num_gpus
     grow = 1.0 + options.fragmentation
     num_slots = max((len(v) for v in slots.values()), default=1)
+    num_slots = min(num_slots, max_slots or num_slots)
+
+    keys = sorted(slots)
+    key_pp = np.array([p for p, _ in keys], dtype=np.int64)
+    key_vpp = np.array([v for _, v in keys], dtype=np.int64)
+    stage_of = np.array([[chosen[k] if k < len(chosen) else chosen[0] for k in range(num_slots)]
+                         for chosen in (slots[key] for key in keys)], dtype=np.int64).reshape(
+        len(keys), num_slots)
 
     def slot_stage(pp: np.ndarray, vpp: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        stage = np.zeros(len(pp), dtype=np.int64)
-        known = np.zeros(len(pp), dtype=bool)
-        for i, (p, v) in enumerate(zip(pp.tolist(), vpp.tolist())):
-            chosen = slots.get((p, v))
-            if chosen:
-                stage[i] = chosen[k] if k < len(chosen) else chosen[0]
-                known[i] = True
-        return stage, known
+        """Stage of slot k for each (pp, vpp), and whether (pp, vpp) is in the domains."""
+        match = (pp[:, None] == key_pp[None, :]) & (vpp[:, None] == key_vpp[None, :])
+        known = match.any(axis=1)
+        stage = np.where(known, stage_of[match.argmax(axis=1), k] if len(keys) else 0, 0)
+        return stage.astype(np.int64), known
 
     def table(name: str, axes: Sequence[str], fill, categories=None) -> Table:
         grid = build_grid(lattice, axes, categories)
@@ -632,3 +645,139 @@ def build_memory_tables(problem: Problem, lattice: Lattice,
     fixed = grow * items["comm_buckets"][0] + items["cuda_context"][0] + items["nccl"][0]
     return MemoryTables(num_slots, states, features, working, shared, float(fixed),
                         feature_scale)
+
+
+# ---- small tables for the program ----------------------------------------------------------
+
+def project(table: Table, max_rows: int, max_count: int, upper: bool = False
+            ) -> list[tuple[Grid, np.ndarray]]:
+    """A few small tables whose maximum (upper: minimum) bounds `table` from below (above)
+    at every reachable point: projections on subsets of its digits of at most `max_rows`
+    points, the minimum (maximum) over the other digits, chosen greedily by how much they
+    tighten the bound (relative to each point's value). A table that is small already is
+    returned as it is."""
+    grid, values = table.grid, table.filled()
+    shape = tuple(d.size for d in grid.digits)
+    if values.size <= max_rows or not shape:
+        return [(grid, values)]
+    full = values.reshape(shape)
+    reach = table.reachable.reshape(shape)
+    masked = np.where(reach, full, -np.inf if upper else np.inf)
+    options = []
+    for size in range(1, len(shape)):
+        for keep in combinations(range(len(shape)), size):
+            if math.prod(shape[k] for k in keep) > max_rows:
+                continue
+            drop = tuple(k for k in range(len(shape)) if k not in keep)
+            proj = (masked.max if upper else masked.min)(axis=drop, keepdims=True)
+            proj = np.where(np.isfinite(proj), proj, full.max() if upper else 0.0)
+            options.append((keep, proj))
+    options = [o for o in options if not any(set(o[0]) < set(p[0]) for p in options)]
+    weight = reach / np.maximum(np.abs(full), 1e-300)
+    bound = np.full(shape, np.inf if upper else 0.0)
+    chosen: list[tuple[tuple[int, ...], np.ndarray]] = []
+    for _ in range(max_count):
+        if not options:
+            break
+        def tighter(option) -> np.ndarray:
+            return np.minimum(bound, option[1]) if upper else np.maximum(bound, option[1])
+
+        def gain(option) -> float:
+            new = tighter(option)
+            diff = np.where(np.isfinite(bound), np.abs(new - bound), np.abs(new))
+            return float((diff * weight).sum())
+
+        best = max(options, key=gain)
+        if chosen and gain(best) <= 1e-6 * reach.sum():
+            break
+        chosen.append(best)
+        options.remove(best)
+        bound = tighter(best)
+    out = []
+    for keep, proj in chosen:
+        sub = Grid(tuple(dict.fromkeys(grid.digits[k].axis for k in keep)),
+                   tuple(grid.digits[k] for k in keep), grid.fixed)
+        out.append((sub, proj.reshape(-1)))
+    return out
+
+
+# ---- the composition, in floats (what the program encodes; tests compare it with the model) --
+
+def _digit_values(candidates: Candidates, digit: Digit, categories: Mapping[str, np.ndarray]
+                  ) -> np.ndarray:
+    if digit.prime is None:
+        if digit.axis in categories:
+            return categories[digit.axis]
+        if digit.axis == "full":
+            return (candidates.recompute == RECOMPUTE_FULL).astype(np.int64)
+        return getattr(candidates, digit.axis)
+    total = np.zeros(len(candidates), dtype=np.int64)
+    for var, coeff in RATIOS[digit.axis].items():
+        values = getattr(candidates, var).copy()
+        exps = np.zeros(len(values), dtype=np.int64)
+        while True:
+            divisible = values % digit.prime == 0
+            if not divisible.any():
+                break
+            exps += divisible
+            values = np.where(divisible, values // digit.prime, values)
+        total += coeff * exps
+    return total
+
+
+def lookup_values(table: Table, candidates: Candidates,
+                  categories: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    """The table's value at each candidate's grid point."""
+    index = np.zeros(len(candidates), dtype=np.int64)
+    for digit, stride in zip(table.grid.digits, table.grid.strides):
+        index += stride * (_digit_values(candidates, digit, categories or {}) - digit.lo)
+    return table.filled()[index]
+
+
+def compose_step_time(problem: Problem, timing: TimeTables, candidates: Candidates
+                      ) -> np.ndarray:
+    """Step seconds of each candidate from the tables, composed as the module docstring says
+    (and as cpsat_program.add_step_time_objective encodes)."""
+    def term(name: str) -> np.ndarray:
+        table = timing.tables.get(name)
+        return lookup_values(table, candidates) if table is not None else 0.0
+
+    c = candidates
+    per_stage = np.ceil(problem.model_spec.num_hidden_layers / c.pp)
+    micro = problem.job.global_batch / (c.dp * c.micro_batch)
+    full = c.recompute == RECOMPUTE_FULL
+    fwd, bwd = term("fwd"), term("bwd")
+    comm = sum(term(name) + np.where(full, term(name + "_full_extra"), 0.0)
+               for name in ("tp_comm", "cp_comm", "ep_comm"))
+    layer = fwd + bwd + np.where(full, fwd, 0.0) + comm
+    t_mb = per_stage * layer + term("head")
+    main = t_mb * (micro + (c.pp - 1) / c.vpp)
+    p2p = 2 * micro * c.vpp * term("p2p")
+    excess = (np.maximum(term("dp_bwd_sync") - per_stage * bwd, 0.0)
+              + np.maximum(term("dp_fwd_sync") - per_stage * fwd, 0.0))
+    per_sync = term("dp_hidden_rate") + (1.0 - timing.contention) * excess
+    dp = np.where(c.zero == 3, micro * per_sync, per_sync)
+    return main + p2p + dp + term("optimizer")
+
+
+def compose_memory(problem: Problem, tables: MemoryTables, candidates: Candidates,
+                   slots: Sequence[int] | None = None) -> np.ndarray:
+    """Worst-stage bytes of each candidate from the tables (the largest of the stage slots),
+    composed as cpsat_program.add_memory_fits_hbm encodes."""
+    full = candidates.recompute == RECOMPUTE_FULL
+    uses = {"dense": "layer_dense", "moe": "layer_moe", "first": "embedding",
+            "not_last": "stage_output"}
+    worst = np.zeros(len(candidates))
+    for k in range(tables.slots) if slots is None else slots:
+        feats = tables.features[k]
+        total = lookup_values(tables.states[k], candidates) + tables.fixed_bytes
+        for key, name in uses.items():
+            if name in tables.activations:
+                count = lookup_values(feats[key], candidates) / tables.feature_scale
+                total = total + count * lookup_values(tables.activations[name], candidates)
+        total = total + lookup_values(feats["last"], candidates) * lookup_values(
+            tables.activations["last_stage"], candidates)
+        kind = lookup_values(feats["kind"], candidates).astype(np.int64)
+        working = lookup_values(tables.working_set[k], candidates, {"kind": kind})
+        worst = np.maximum(worst, total + np.where(full, working, 0.0))
+    return worst

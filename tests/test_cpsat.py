@@ -1,0 +1,237 @@
+"""The CP-SAT engine against the exhaustive oracle: same optimum (objective values compared,
+ties legal), same infeasibility, every returned plan meets every constraint (each constraint's
+own `check`), pins hold; the tables it is built from reproduce the cost model; every named
+constraint has an encoding; explanations are irreducible conflicts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from solver.catalog import load_cluster_spec, load_model_spec
+from solver.cost.memory import estimate_memory
+from solver.cost.steptime import estimate_step_time
+from solver.search import cpsat_program
+from solver.search.constraints import Constraint, build_constraints
+from solver.search.cpsat import explain_infeasible_cpsat, solve_cpsat
+from solver.search.cpsat_program import Program, restricted_domains
+from solver.search.enumerate import enumerate_feasible, rank, solve_by_enumeration
+from solver.search.space import VARIABLES, Problem, variable_domains
+from solver.search.tables import (
+    build_lattice,
+    build_memory_tables,
+    build_time_tables,
+    compose_memory,
+    compose_step_time,
+    select_stage_slots,
+)
+from solver.spec import JobSpec
+
+RTOL = 1e-9
+
+
+def make_problem(model: str, cluster: str, num_gpus: int, **kw) -> Problem:
+    job = kw.pop("job", JobSpec())
+    return Problem(model_spec=load_model_spec(model), cluster=load_cluster_spec(cluster),
+                   job=job, num_gpus=num_gpus, **kw)
+
+
+def assert_same_answer(problem: Problem, top: int) -> None:
+    """Both engines agree on feasibility; CP-SAT proves its answer; position by position the
+    objective values are equal; every plan meets every constraint and the pins."""
+    feasible = enumerate_feasible(problem)
+    result = solve_cpsat(problem, top=top, time_limit_s=60.0)
+    if len(feasible) == 0:  # (rank() of nothing fails: ask the oracle for feasibility only)
+        assert result.status == "infeasible"
+        return
+    oracle = rank(problem, feasible, top)
+    assert result.status == "optimal", result
+    ranked = result.ranked
+    primary = "step_s" if problem.objective == "time" else None
+    ours = ranked.step_time.step_s if primary else ranked.memory_bytes
+    theirs = oracle.step_time.step_s if primary else oracle.memory_bytes
+    np.testing.assert_allclose(ours, theirs, rtol=RTOL)
+    values = {v: getattr(ranked.candidates, v) for v in VARIABLES}
+    for constraint in build_constraints(problem):
+        assert np.all(constraint.check(values)), constraint.name
+    for name, allowed in problem.pins.items():
+        assert set(values[name].tolist()) <= set(allowed)
+
+
+# ---- the oracle on random small problems ----------------------------------------------------
+
+MODELS = ["llama3.2-1b", "llama3.1-8b", "qwen3-8b", "mixtral-8x7b", "qwen3-30b-a3b",
+          "deepseek-v2-lite"]
+PRESETS = ["dgx-h100", "dgx-a100-80gb", "l40s-pcie"]
+
+
+@st.composite
+def problems(draw) -> Problem:
+    model = draw(st.sampled_from(MODELS))
+    num_gpus = draw(st.sampled_from([8, 16, 24, 48, 64, 96]))
+    base = make_problem(model, draw(st.sampled_from(PRESETS)), num_gpus,
+                        job=JobSpec(seq_len=draw(st.sampled_from([2048, 4096, 8192])),
+                                    global_batch=draw(st.sampled_from([96, 256, 512]))),
+                        framework=draw(st.sampled_from(
+                            ["megatron", "torchtitan", "deepspeed", "generic"])),
+                        objective=draw(st.sampled_from(["time", "time", "memory"])))
+    domains = variable_domains(base)
+    pins = {}
+    for name in draw(st.lists(st.sampled_from(VARIABLES), max_size=2, unique=True)):
+        pool = list(domains[name]) + [3]  # 3 is often outside the domain
+        pins[name] = tuple(sorted(set(draw(st.lists(st.sampled_from(pool), min_size=1,
+                                                      max_size=3)))))
+    return base.model_copy(update={"pins": pins})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from([1, 3]))
+def test_cpsat_matches_the_oracle(problem: Problem, top: int) -> None:
+    assert_same_answer(problem, top)
+
+
+@pytest.mark.parametrize("model, cluster, num_gpus", [
+    ("deepseek-v3", "hgx-h800", 2048),
+    ("llama3.1-405b", "dgx-h100", 256),
+])
+def test_published_scale_cases_match_the_oracle(model: str, cluster: str, num_gpus: int) -> None:
+    """The seeds' DeepSeek-V3 and Llama-3.1-405B setups: the same top 5, in the same order
+    (the search evaluates every plan as good as the 5th, so ties are ordered as the oracle
+    orders them)."""
+    problem = make_problem(model, cluster, num_gpus)
+    oracle = solve_by_enumeration(problem, 5)
+    result = solve_cpsat(problem, top=5, time_limit_s=60.0)
+    assert result.status == "optimal"
+    assert result.ranked.candidates.to_configs() == oracle.candidates.to_configs()
+
+
+def test_infeasible_problem_is_reported_infeasible() -> None:
+    problem = make_problem("llama3.1-405b", "dgx-h100", 8)
+    assert len(enumerate_feasible(problem)) == 0
+    assert solve_cpsat(problem).status == "infeasible"
+
+
+def test_answers_are_deterministic_and_parameters_reported() -> None:
+    problem = make_problem("qwen3-30b-a3b", "dgx-h100", 16, pins={"zero": (1,)})
+    first, second = solve_cpsat(problem, top=3), solve_cpsat(problem, top=3)
+    assert first.ranked.candidates.to_configs() == second.ranked.candidates.to_configs()
+    assert first.parameters == second.parameters
+    assert first.parameters["random_seed"] == 0 and first.parameters["num_workers"] == 1
+
+
+def test_time_limit_returns_instead_of_hanging() -> None:
+    problem = make_problem("deepseek-v3", "hgx-h800", 2048)
+    result = solve_cpsat(problem, top=10, time_limit_s=0.5)
+    assert result.status in ("feasible", "optimal", "unknown")
+    assert result.solve_seconds < 3.0  # the limit, plus building the tables
+
+
+# ---- the tables reproduce the cost model ----------------------------------------------------
+
+@pytest.mark.parametrize("model, cluster, num_gpus, options", [
+    ("deepseek-v3", "hgx-h800", 128, {}),
+    ("qwen3-30b-a3b", "l40s-pcie", 16, {}),
+    ("llama3.1-8b", "dgx-a100-80gb", 24, {"framework": "generic"}),
+    ("mixtral-8x7b", "dgx-h100", 16, {"job": JobSpec(precision="fp8", seq_len=8192)}),
+])
+def test_tables_reproduce_the_cost_model(model, cluster, num_gpus, options) -> None:
+    """Composed from the tables exactly as the program composes them, step time and worst-stage
+    memory equal the cost model's on every structurally feasible configuration."""
+    problem = make_problem(model, cluster, num_gpus, **options)
+    constraints = build_constraints(problem)
+    lattice = build_lattice(problem, restricted_domains(problem, constraints), identities=True)
+    candidates = enumerate_feasible(
+        problem, [c for c in constraints if c.name != "memory_fits_hbm"])
+    step = estimate_step_time(problem.model_spec, problem.cluster, problem.job, candidates,
+                              problem.time_constants).step_s
+    memory = estimate_memory(problem.model_spec, problem.job, candidates,
+                             problem.memory_options).total
+    timing = build_time_tables(problem, lattice)
+    scale = math.lcm(*lattice.domains["vpp"])
+    tables = build_memory_tables(problem, lattice, select_stage_slots(problem, lattice), scale)
+    np.testing.assert_allclose(compose_step_time(problem, timing, candidates), step, rtol=1e-12)
+    np.testing.assert_allclose(compose_memory(problem, tables, candidates), memory, rtol=1e-12)
+
+
+def test_program_objective_is_a_lower_bound_of_the_float_one() -> None:
+    """Fix the program to oracle plans: its integer objective never exceeds the float one."""
+    problem = make_problem("mixtral-8x7b", "dgx-h100", 16)
+    plans = solve_by_enumeration(problem, 20).candidates
+    for i in range(0, len(plans), 4):
+        program = Program(problem)
+        cpsat_program.add_step_time_objective(program)
+        config = tuple(int(getattr(plans, v)[i]) for v in VARIABLES)
+        for v, value in zip(VARIABLES, config):
+            if v in ("zero", "recompute"):
+                program.model.add(getattr(program, v) == value)
+            else:
+                program.model.add(program.degree_value(v) == value)
+        from ortools.sat.python import cp_model
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        assert solver.solve(program.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        bound = solver.value(program.objective) / program.objective_units_per_unit
+        exact = estimate_step_time(problem.model_spec, problem.cluster, problem.job,
+                                   plans.take([i]), problem.time_constants).step_s[0]
+        assert bound <= exact * (1 + 1e-9)
+        assert bound >= 0.5 * exact  # a useful bound, not just zero
+
+
+# ---- encodings and explanations -------------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["llama3.1-8b", "mixtral-8x7b", "deepseek-v2-lite"])
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed", "generic"])
+def test_every_named_constraint_has_an_encoding(model: str, framework: str) -> None:
+    """Building the program raises NotImplementedError for a constraint it cannot encode; pins
+    of every variable and TP across nodes included."""
+    pins = {name: (1, 2) for name in VARIABLES}
+    for allow in (False, True):
+        problem = make_problem(model, "dgx-h100", 8, framework=framework, pins=pins,
+                               allow_tp_across_nodes=allow)
+        program = Program(problem, explain=True)
+        assert set(program.switches) == {c.name for c in build_constraints(problem)}
+
+
+def test_a_constraint_without_encoding_fails_loudly(monkeypatch) -> None:
+    extra = Constraint("new_rule", ("tp",), "a rule nobody encoded", lambda v: v["tp"] > 0)
+    original = cpsat_program.build_constraints
+    monkeypatch.setattr(cpsat_program, "build_constraints",
+                        lambda problem: (*original(problem), extra))
+    with pytest.raises(NotImplementedError, match="new_rule"):
+        Program(make_problem("llama3.1-8b", "dgx-h100", 8))
+
+
+def irreducible(problem: Problem, names: list[str], hard=("gpus_product",)) -> bool:
+    """The named constraints (with the hard ones) admit no plan, and dropping any one of them
+    admits one (checked by the oracle)."""
+    constraints = {c.name: c for c in build_constraints(problem)}
+
+    def feasible(kept: list[str]) -> bool:
+        chosen = [constraints[n] for n in [*kept, *hard]]
+        return len(enumerate_feasible(problem, chosen, stop_at_first=True)) > 0
+
+    return not feasible(names) and all(feasible([m for m in names if m != n]) for n in names)
+
+
+@pytest.mark.parametrize("model, cluster, num_gpus, options, expected", [
+    ("llama3.1-8b", "dgx-h100", 8, {"pins": {"tp": (8,), "cp": (2,)}}, ["pin_cp", "pin_tp"]),
+    ("llama3.1-8b", "dgx-h100", 8, {"pins": {"tp": (3,)}}, ["pin_tp"]),
+    ("llama3.1-405b", "dgx-h100", 8, {}, ["memory_fits_hbm"]),
+    ("mixtral-8x7b", "dgx-a100-80gb", 16,
+     {"framework": "deepspeed", "pins": {"pp": (2,), "zero": (3,)}}, None),
+])
+def test_explanation_is_an_irreducible_conflict(model, cluster, num_gpus, options,
+                                                expected) -> None:
+    problem = make_problem(model, cluster, num_gpus, **options)
+    names = explain_infeasible_cpsat(problem)
+    if expected is not None:
+        assert names == expected
+    assert names and irreducible(problem, names)
+
+
+def test_feasible_problem_has_no_conflict() -> None:
+    assert explain_infeasible_cpsat(make_problem("llama3.1-8b", "dgx-h100", 8)) == []
