@@ -200,3 +200,18 @@ def test_candidates_round_trip(problem) -> None:
     assert table.to_configs()[0] == config
     assert int(table.recompute[1]) == RECOMPUTE_FULL
     assert replace(table, tp=table.tp * 2).to_configs()[0].tp == 2 * config.tp
+
+
+def test_no_candidates_give_empty_arrays() -> None:
+    """The solvers may ask about an empty batch (every candidate cut): empty answers, no error."""
+    from solver.catalog import load_model_spec
+    from solver.cost.memory import estimate_memory
+    from solver.cost.steptime import estimate_step_time
+
+    empty = Candidates(**{name: np.zeros(0, dtype=np.int64) for name in (
+        "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")})
+    model_spec = load_model_spec("mixtral-8x7b")
+    assert len(estimate_memory(model_spec, JobSpec(), empty).total) == 0
+    from solver.catalog import load_cluster_spec
+    assert len(estimate_step_time(model_spec, load_cluster_spec("dgx-h100"), JobSpec(),
+                                  empty).step_s) == 0

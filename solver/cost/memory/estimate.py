@@ -91,7 +91,7 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     """
     options = options or MemoryOptions()
     worst = estimate_stage_memory(model_spec, job, candidates, 0, options)
-    for position in range(1, int(candidates.pp.max())):
+    for position in range(1, int(candidates.pp.max(initial=1))):
         held = np.flatnonzero(candidates.pp > position)
         here = estimate_stage_memory(model_spec, job, candidates.take(held), position, options)
         pick = here.total > worst.total[held]

@@ -85,7 +85,7 @@ def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candi
         num_layers + 2 * offset) % num_virtual
     total = np.zeros(len(candidates), dtype=np.int64)
     moe = np.zeros(len(candidates), dtype=np.int64)
-    for chunk in range(int(vpp.max())):
+    for chunk in range(int(vpp.max(initial=0))):
         held = chunk < vpp
         virtual = stage + chunk * pp
         first_slot = virtual * per_chunk + np.minimum(virtual, extra)
