@@ -42,7 +42,7 @@ from solver.search.cpsat_program import (
     add_memory_objective,
     add_step_time_objective,
 )
-from solver.search.enumerate import Ranked, rank
+from solver.search.enumerate import Ranked, enumerate_feasible, rank
 from solver.search.space import VARIABLES, Problem
 
 SOLVE_WORKERS = 2
@@ -51,6 +51,8 @@ SEED = 0
 # Solutions enumerated per round before the threshold is tightened and the search restarted.
 ROUND_SOLUTIONS = 2000
 LOCAL_SEARCH_BEAM = 8
+# Plans an explanation cuts off one by one (memory) before the enumeration decides instead.
+EXPLAIN_LAZY_CUTS = 25
 
 
 @dataclass(frozen=True)
@@ -348,7 +350,9 @@ def explain_infeasible_cpsat(problem: Problem, hard: Sequence[str] = ("gpus_prod
     worker. Constraints named in `hard` always hold and are never named (by default the GPU
     count: a plan must use exactly the GPUs it is given, and the memory tables rely on it).
     Memory is a lower bound in the program, so a plan it allows is checked with the float
-    model and, if it does not fit, cut off under the memory switch."""
+    model and, if it does not fit, cut off under the memory switch; after EXPLAIN_LAZY_CUTS
+    such cuts (or when the time limit comes) the oracle's enumeration decides that subset,
+    so an empty answer always means feasible."""
     deadline = time.perf_counter() + time_limit_s
     program = Program(problem, explain=True)
     by_name = {c.name: c for c in program.constraints}
@@ -360,9 +364,18 @@ def explain_infeasible_cpsat(problem: Problem, hard: Sequence[str] = ("gpus_prod
     _set_parameters(solver, EXPLAIN_WORKERS, False)
     memory_switch = program.switches["memory_fits_hbm"]
 
+    def exact_conflict(active: Sequence[str]) -> list[str] | None:
+        """Decide with the oracle's enumeration (slower; used when the memory bound is too
+        loose for CP-SAT to settle the question)."""
+        chosen = [by_name[n] for n in [*active, *hard] if n in by_name]
+        found = enumerate_feasible(problem, chosen, stop_at_first=True)
+        return None if len(found) else list(active)
+
     def conflict(active: Sequence[str]) -> list[str] | None:
-        """A core of `active` (None if they can hold together or time ran out)."""
-        while time.perf_counter() < deadline:
+        """A conflicting subset of `active`, or None if they can all hold."""
+        for _ in range(EXPLAIN_LAZY_CUTS):
+            if time.perf_counter() >= deadline:
+                break
             program.model.clear_assumptions()
             program.model.add_assumptions([program.switches[n] for n in active])
             solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
@@ -372,7 +385,7 @@ def explain_infeasible_cpsat(problem: Problem, hard: Sequence[str] = ("gpus_prod
                     "switch_") for i in solver.sufficient_assumptions_for_infeasibility()}
                 return [n for n in active if n in core] or list(active)
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                return None
+                break
             config = program.decision(solver)
             checked = [by_name[n] for n in [*active, *hard] if n in by_name]
             broken = _violations(problem, checked, _candidates([config]))
@@ -381,7 +394,7 @@ def explain_infeasible_cpsat(problem: Problem, hard: Sequence[str] = ("gpus_prod
                 return None
             assert bad == ["memory_fits_hbm"], f"explanation encoding is wrong for {bad}"
             program.forbid([config], enforce=[memory_switch])
-        return None
+        return exact_conflict(active)
 
     core = conflict(names)
     if core is None:
