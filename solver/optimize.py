@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from solver.api import estimate_plan, load_problem_specs
 from solver.catalog import list_gpu_names, load_gpu_spec
-from solver.errors import InputError
+from solver.errors import InputError, ParplanError
 from solver.search.constraints import build_constraints
 from solver.search.cpsat import solve_cpsat
 from solver.search.enumerate import Ranked, enumerate_feasible, rank
@@ -71,6 +71,9 @@ def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
     if engine == "cpsat":
         answer = solve_cpsat(problem, top=top, time_limit_s=time_limit_s)
         ranked, status = answer.ranked, answer.status
+        if status == "unknown":  # the limit came before any plan: not a proof of anything
+            raise ParplanError(f"--time-limit {time_limit_s:g}: the integer program found no "
+                               "plan in time; raise the limit or use --engine enumerate")
     else:
         candidates = enumerate_feasible(problem)
         ranked = rank(problem, candidates, top) if len(candidates) else None

@@ -232,10 +232,10 @@ def _schedules(program: Program, config: tuple[int, ...]) -> list[tuple[int, ...
 def _local_search(program: Program, search: _Search, seeds: Sequence[tuple[int, ...]],
                   deadline: float) -> None:
     """Best-first neighbourhood search on the float objective: each round evaluates, in one
-    batch, every neighbour of the best LOCAL_SEARCH_BEAM plans not yet expanded and every
-    schedule of the two best GPU splits, until the beam is expanded. Cheap, and the tighter
-    threshold it gives shrinks phase 2."""
-    beam = max(LOCAL_SEARCH_BEAM, 2 * search.top)
+    batch, every neighbour of the best max(LOCAL_SEARCH_BEAM, 2K) plans not yet expanded
+    and every schedule of the two best GPU splits, until the beam is expanded. Cheap, and the
+    tighter threshold it gives shrinks phase 2 (top-K lists are often full of ties)."""
+    beam = _beam(search.top)
     expanded: set[tuple[int, ...]] = set()
     swept: set[tuple[int, ...]] = set()
     while time.perf_counter() < deadline:
@@ -253,19 +253,27 @@ def _local_search(program: Program, search: _Search, seeds: Sequence[tuple[int, 
         search.evaluate(batch, keep=beam)
 
 
+def _beam(top: int) -> int:
+    return max(LOCAL_SEARCH_BEAM, 2 * top)
+
+
 def _seeds(program: Program) -> list[tuple[int, ...]]:
-    """Starting plans for the local search: every (tp, pp) with cp = 1, the largest ep,
-    etp = 1 and dp taking the rest, under a few cheap schedules."""
+    """Starting plans for the local search: every (tp, pp) with the smallest cp, etp and vpp,
+    the largest ep and dp taking the rest, under a few cheap schedules."""
     domains, n_gpus = program.lattice.domains, program.problem.num_gpus
     out = []
-    ep = max(domains["ep"], default=1)
+    if any(not domains[v] for v in VARIABLES):
+        return out
+    cp, etp, vpp = (min(domains[v]) for v in ("cp", "etp", "vpp"))
+    ep = max(domains["ep"])
     for tp, pp in itertools.product(domains["tp"], domains["pp"]):
-        if n_gpus % (tp * pp) or n_gpus // (tp * pp) not in domains["dp"]:
+        if n_gpus % (tp * pp * cp):
             continue
         for mb, zero, recompute in itertools.product(
                 domains["micro_batch"][:2], domains["zero"], domains["recompute"]):
-            row = {"tp": tp, "cp": 1, "pp": pp, "dp": n_gpus // (tp * pp), "ep": ep, "etp": 1,
-                   "vpp": 1, "zero": zero, "micro_batch": mb, "recompute": recompute}
+            row = {"tp": tp, "cp": cp, "pp": pp, "dp": n_gpus // (tp * pp * cp), "ep": ep,
+                   "etp": etp, "vpp": vpp, "zero": zero, "micro_batch": mb,
+                   "recompute": recompute}
             if all(row[v] in domains[v] for v in VARIABLES):
                 out.append(tuple(row[v] for v in VARIABLES))
     return out
@@ -283,10 +291,11 @@ def solve_cpsat(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     The program's objective is a lower bound I(x) of the float objective F(x) (tables.py).
     Phase 1 finds good plans with the float model alone (a grid of splits, then a
     neighbourhood search); phase 2 enumerates every configuration with I(x) <= the K-th
-    best float value found, in rounds of at most ROUND_SOLUTIONS (the threshold tightens between rounds, evaluated plans are
-    cut off), until a round exhausts the search: every plan at least as good as the K-th
-    has then been evaluated, so the ranking is the oracle's. `num_workers` is reported but
-    CP-SAT enumerates on one worker (it cannot enumerate in parallel)."""
+    best float value found, in rounds of at most ROUND_SOLUTIONS (the threshold tightens
+    between rounds, evaluated plans are cut off), until a round exhausts the search: every
+    plan at least as good as the K-th has then been evaluated, so the ranking is the
+    oracle's. `num_workers` is reported, but CP-SAT enumerates on one worker (it cannot
+    enumerate in parallel)."""
     start = time.perf_counter()
     deadline = start + time_limit_s
     program = Program(problem)
@@ -301,7 +310,7 @@ def solve_cpsat(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
 
     # Phase 1: good plans from the float model, to set the threshold.
     seeds = _seeds(program)
-    search.evaluate({c: None for c in seeds}, keep=LOCAL_SEARCH_BEAM)
+    search.evaluate({c: None for c in seeds}, keep=_beam(top))
     _local_search(program, search, seeds, deadline)
     timings["phase1_s"] = time.perf_counter() - start - timings["build_s"]
     solves = 0
@@ -335,7 +344,9 @@ def solve_cpsat(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     timings["total_s"] = time.perf_counter() - start
     if search.value:
         status_name = "optimal" if proven else "feasible"
-        ranked = rank(problem, _candidates(list(search.value)), top)
+        last = search.threshold() or max(search.value.values())
+        finalists = [c for c, value in search.value.items() if value <= last]
+        ranked = rank(problem, _candidates(finalists), top)
     else:
         status_name = "infeasible" if proven else "unknown"
         ranked = None
