@@ -8,8 +8,22 @@ as Qwen's cards do), so a 1% test would reject the right architecture.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 RELATIVE_TOLERANCE = 0.01
+
+
+class Published(NamedTuple):
+    """Parameter counts as their makers wrote them ("8.03B", "176,247,271,424"), the source,
+    and, where a checkpoint gives it, the exact total."""
+
+    total: str
+    active: str | None
+    source: str
+    exact_total: int | None = None
+    # OpenAI (gpt-oss model card Table 1) and DeepSeek leave the input embedding, a lookup, out
+    # of "active" parameters; Mistral, Qwen and the others count it.
+    active_without_embedding: bool = False
 
 
 def parse_published_count(text: str) -> tuple[float, float]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -24,19 +24,9 @@ from solver.catalog.zoo import list_zoo_names, load_model_spec
 from solver.cli import cli
 from solver.errors import InputError
 from solver.spec import ModelSpec
-from published_counts import assert_matches_published
+from published_counts import Published, assert_matches_published
 
 CONFIG_DIR = Path(__file__).resolve().parent / "data" / "hf_configs"
-
-
-class Published(NamedTuple):
-    total: str
-    active: str | None
-    source: str
-    exact_total: int | None = None
-    # OpenAI (gpt-oss model card Table 1) and DeepSeek leave the input embedding, a lookup, out
-    # of "active" parameters; Mistral and Qwen count it.
-    active_without_embedding: bool = False
 
 
 PUBLISHED: dict[str, Published] = {

@@ -10,26 +10,14 @@ second only matters for two-digit figures such as "37B" or "3.3B".
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 import pytest
 
 from solver.catalog.paths import data_dir
 from solver.catalog.zoo import list_zoo_names, load_model_spec
-from published_counts import assert_matches_published, parse_published_count
+from published_counts import Published, assert_matches_published, parse_published_count
 
 MIN_NUM_ZOO_MODELS = 30
-
-
-class Published(NamedTuple):
-    """Parameter counts as their makers wrote them ("8.03B", "176,247,271,424")."""
-
-    total: str
-    active: str | None
-    source: str
-    # OpenAI (gpt-oss model card Table 1) and DeepSeek leave the input embedding, a lookup,
-    # out of "active" parameters; everyone else counts it.
-    active_without_embedding: bool = False
 
 
 PUBLISHED: dict[str, Published] = {
