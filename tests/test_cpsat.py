@@ -21,13 +21,17 @@ from solver.search.cpsat import explain_infeasible_cpsat, solve_cpsat
 from solver.search.cpsat_program import Program, restricted_domains
 from solver.search.enumerate import enumerate_feasible, rank, solve_by_enumeration
 from solver.search.space import VARIABLES, Problem, variable_domains
-from solver.search.tables import (
+from solver.search.grid import (
     build_lattice,
+)
+from solver.search.memory_tables import (
     build_memory_tables,
-    build_time_tables,
     compose_memory,
-    compose_step_time,
     select_stage_slots,
+)
+from solver.search.time_tables import (
+    build_time_tables,
+    compose_step_time,
 )
 from solver.spec import JobSpec
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings

@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.cost.data_parallel import estimate_dp_collectives_s, estimate_optimizer_s
 from solver.cost.efficiency import (
     ComputeConstants,
     estimate_attention_core_s,
@@ -107,6 +108,13 @@ class StepTime:
 
     def row(self, index: int) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)[index]) for f in fields(self)}
+
+
+class _Degrees:
+    """Attribute access to a dict of degree arrays (what the cost functions take)."""
+
+    def __init__(self, degrees: dict[str, np.ndarray]) -> None:
+        self.__dict__.update(degrees)
 
 
 def _degrees(candidates: Any) -> dict[str, np.ndarray]:
@@ -280,23 +288,10 @@ def estimate_step_time(
     bubble = (pp - 1) / vpp * t_mb
 
     # ---- data parallel / ZeRO ------------------------------------------------------------------
-    dense_params, expert_params = _stage_params(model_spec, pp)
-    dense_local = dense_params / tp
-    expert_local = expert_params / (ep * etp)
-    edp = np.maximum(tp * cp * dp // (ep * etp), 1)
-    dp_link = estimate_group_link(cluster, tp, cp * dp)
-    edp_link = estimate_group_link(cluster, etp * ep, edp)
-    dp_ranks, fwd_mb = cp * dp, layers_per_stage * fwd_layer
-    bwd_mb = layers_per_stage * bwd_layer
-
-    def sync(bytes_per_param: float, op: str) -> np.ndarray:
-        return estimate_collective_s(op, dense_local * bytes_per_param, dp_ranks, dp_link) + (
-            estimate_collective_s(op, expert_local * bytes_per_param, edp, edp_link))
-
-    grads_ar = sync(constants.grad_reduce_bytes, "all_reduce")
-    grads_rs = sync(constants.grad_reduce_bytes, "reduce_scatter")
-    params_ag = sync(BF16_BYTES, "all_gather")
-    z3_rs = sync(constants.zero3_grad_reduce_bytes, "reduce_scatter")
+    dp_s = estimate_dp_collectives_s(model_spec, cluster, _Degrees(d), constants)
+    grads_ar, grads_rs = dp_s["grads_all_reduce"], dp_s["grads_reduce_scatter"]
+    params_ag, z3_rs = dp_s["params_all_gather"], dp_s["zero3_reduce_scatter"]
+    fwd_mb, bwd_mb = layers_per_stage * fwd_layer, layers_per_stage * bwd_layer
     # What hides behind compute: gradient sync behind the last micro-batch's backward and the
     # parameter gather behind the first forward (ZeRO 0-2, once per step); ZeRO-3 gathers and
     # reduce-scatters every micro-batch behind its own compute. One layer's share of each
@@ -319,11 +314,7 @@ def estimate_step_time(
     # slows compute by the communication kernels' share of the SMs.
     dp_time = exposed + hidden * _sm_contention(cluster, constants)
 
-    local_params = np.where(zero >= 1, dense_local / dp_ranks + expert_local / edp,
-                            dense_local + expert_local)
-    optimizer = estimate_streaming_s(
-        cluster.gpu, local_params * constants.optimizer_bytes_per_param, constants.compute
-    )
+    optimizer = estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants)
 
     parts = {name: num_micro * value for name, value in per_mb.items()}
     step = sum(parts.values()) + bubble + pp_time + dp_time + optimizer
@@ -346,23 +337,3 @@ def _sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:
     the SMs that communication kernels hold (16 of H100's 132: 0.138)."""
     fraction = constants.comm_sms / (cluster.gpu.num_sms or DEFAULT_NUM_SMS)
     return fraction / (1.0 - fraction)
-
-
-def _stage_params(model_spec: ModelSpec, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dense (non-expert) and routed-expert parameters of the largest stage: its share of the
-    layers plus the embedding (first stage) or LM head (last stage), whichever is larger; with
-    pp = 1 the one stage holds both."""
-    layers = np.ceil(model_spec.num_hidden_layers / pp)
-    moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
-    expert_per_layer = model_spec.num_experts * model_spec.expert_params
-    dense_per_layer = (
-        (1 - moe_share) * model_spec.dense_layer_params
-        + moe_share * (model_spec.moe_layer_params - expert_per_layer)
-    )
-    ends = np.where(
-        pp == 1,
-        model_spec.embedding_params + model_spec.lm_head_params + model_spec.final_norm_params,
-        max(model_spec.embedding_params,
-            model_spec.lm_head_params or model_spec.vocab_size * model_spec.hidden_size),
-    )
-    return layers * dense_per_layer + ends, layers * moe_share * expert_per_layer

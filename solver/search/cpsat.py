@@ -288,7 +288,7 @@ def solve_cpsat(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
                 num_workers: int = SOLVE_WORKERS) -> CpsatResult:
     """The `top` best configurations, the same as the oracle's (ties in the oracle's order).
 
-    The program's objective is a lower bound I(x) of the float objective F(x) (tables.py).
+    The program's objective is a lower bound I(x) of the float objective F(x) (time_tables.py).
     Phase 1 finds good plans with the float model alone (a grid of splits, then a
     neighbourhood search); phase 2 enumerates every configuration with I(x) <= the K-th
     best float value found, in rounds of at most ROUND_SOLUTIONS (the threshold tightens

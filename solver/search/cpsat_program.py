@@ -17,7 +17,7 @@ constraint without an encoding raises NotImplementedError.
 
 Costs: CP-SAT's work grows quickly with table rows (a 3,000-row table costs seconds), while
 the exact cost terms depend on 3-5 axes jointly (thousands of grid points). So each table
-enters as the maximum of a few projections of at most TABLE_ROWS points (tables.project; an
+enters as the maximum of a few projections of at most TABLE_ROWS points (grid.project; an
 upper bound, the minimum of maximum-projections, where a term is subtracted), and the
 objective is a lower bound of the float objective, the memory a lower bound of the worst
 stage's bytes. solver.search.cpsat turns that into an exact answer.
@@ -34,30 +34,37 @@ from ortools.sat.python import cp_model, cp_model_helper
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.search.constraints import Constraint, build_constraints
 from solver.search.space import VARIABLES, Problem, variable_domains
-from solver.search.tables import (
+from solver.search.grid import (
     DEGREES,
     RATIOS,
     Grid,
     Table,
     build_grid,
     build_lattice,
-    build_memory_tables,
-    build_time_tables,
     factorize,
     project,
-    select_stage_slots,
     to_units,
+)
+from solver.search.memory_tables import (
+    build_memory_tables,
+    first_stage_slots,
+    select_stage_slots,
+)
+from solver.search.time_tables import (
+    build_time_tables,
 )
 
 MEMORY_RESOLUTION_BYTES = 4096
 # Cost tables enter the program as the max of a few projections of at most TABLE_ROWS points:
-# CP-SAT's work grows with table rows far faster than the bound loosens (tables.project).
+# CP-SAT's work grows with table rows far faster than the bound loosens (grid.project).
 TABLE_ROWS = 150
 TABLE_PROJECTIONS = 2
 # Larger budgets where the bound needs them: expert all-to-all time depends on ep, etp and the
 # tokens per GPU jointly, and fine-grained MoE models (qwen3-30b-a3b: 128 small experts) rank
 # mostly by it (on 512 H800s the enumeration shrinks from >4,500 plans to 650).
-TABLE_ROWS_FOR = {"ep_comm": 400, "ep_comm_full_extra": 400}
+TABLE_ROWS_FOR = {"ep_comm": 400, "ep_comm_full_extra": 400,
+                  **{f"{name}_expert": 400 for name in ("optimizer", "dp_hidden_rate",
+                                                        "dp_bwd_sync", "dp_fwd_sync")}}
 # Stage slots whose memory bounds the worst stage while solving (any subset is a lower bound;
 # more slots tighten it a little and cost more than they save; explaining uses all).
 MEMORY_SLOTS_SOLVING = 1
@@ -209,7 +216,7 @@ class Program:
     def bound(self, table: Table, to_int, name: str, upper: bool = False,
               categories: dict | None = None):
         """A lower (upper) bound of `table` at the current grid point, from a few small
-        projections of it (tables.project): their maximum (minimum)."""
+        projections of it (grid.project): their maximum (minimum)."""
         rows = TABLE_ROWS_FOR.get(table.name, self.max_rows)
         parts = [self.lookup(grid, to_int(values), f"{name}_{k}", categories)
                  for k, (grid, values) in enumerate(
@@ -435,7 +442,10 @@ def add_memory_fits_hbm(program: Program, c: Constraint, switch) -> None:
     problem = program.problem
     if program.empty:
         return
-    slots = select_stage_slots(problem, program.lattice)
+    if program.memory_slot_limit == 1:
+        slots = first_stage_slots(program.lattice)
+    else:
+        slots = select_stage_slots(problem, program.lattice)
     scale = math.lcm(*(program.lattice.domains["vpp"] or [1]))
     tables = build_memory_tables(problem, program.lattice, slots, scale,
                                  program.memory_slot_limit)
@@ -514,7 +524,7 @@ def ideal_step_s(problem: Problem) -> float:
 
 def add_step_time_objective(program: Program) -> None:
     """Integer step time, a lower bound of the float one (units tau / q, q = lcm of the vpp
-    domain, tau from the ideal step), composed as in tables.py:
+    domain, tau from the ideal step), composed as in time_tables.py:
         t_mb x q (n + (pp - 1) / vpp) + q (2 n vpp p2p + dp + optimizer)."""
     problem, lattice = program.problem, program.lattice
     timing = build_time_tables(problem, lattice)
@@ -527,6 +537,10 @@ def add_step_time_objective(program: Program) -> None:
         bound = "upper" if upper else "lower"
         return program.bound(table, lambda v: to_units(v, tau, bound, TERM_CAP),
                              name + ("_upper" if upper else ""), upper=upper)
+
+    def both(name: str):
+        """The dense parameters' part plus the experts' (time_tables.py)."""
+        return term(name + "_dense") + term(name + "_expert")
 
     def exact(name: str, axes: Sequence[str], formula) -> object:
         grid = build_grid(lattice, axes)
@@ -553,25 +567,28 @@ def add_step_time_objective(program: Program) -> None:
     hand_offs = program.product(micro, 2 * program.degree_value("vpp"), "hand_offs")
     p2p = program.product(hand_offs, term("p2p"), "p2p_step")
 
-    # DP: the rate compute hides (c + 1/L of the traffic) plus (1 - c) x the exposed excess.
-    def exposed(sync: str, layer: str, name: str):
-        hidden_by = program.product(per_stage, term(layer, upper=True), name + "_hidden_by")
-        volume = term(sync)
+    # DP: the rate compute hides (c + 1/L of the traffic) plus (1 - c) x the exposed excess
+    # max(sync - L x layer, 0). The excess is compared with the same lower bound of the
+    # stage's forward / backward that the pipeline term uses: the step grows with the true
+    # compute b at least as fast as the excess shrinks (n L b in the steady state against
+    # (1 - c) n L b at most), so the step at the lower bound of b stays a lower bound.
+    def exposed(sync: str, stage_compute, name: str):
+        volume = both(sync)
         out = program.new_var(0, program.upper(volume), name)
-        program.model.add_max_equality(out, [volume - hidden_by, 0])
+        program.model.add_max_equality(out, [volume - stage_compute, 0])
         return out
 
-    excess = program.total([exposed("dp_bwd_sync", "bwd", "dp_bwd_exposed"),
-                            exposed("dp_fwd_sync", "fwd", "dp_fwd_exposed")], "dp_exposed")
+    excess = program.total([exposed("dp_bwd_sync", bwd_stage, "dp_bwd_exposed"),
+                            exposed("dp_fwd_sync", fwd_stage, "dp_fwd_exposed")], "dp_exposed")
     kappa = int(math.floor((1.0 - timing.contention) * DP_EXPOSURE_SCALE))
     scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE, "dp_slowed")
     program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
-    per_micro = program.total([term("dp_hidden_rate"), scaled], "dp_per_sync")
+    per_micro = program.total([both("dp_hidden_rate"), scaled], "dp_per_sync")
     every_micro = program.product(micro, per_micro, "dp_zero3")
     dp = program.new_var(0, max(program.upper(every_micro), program.upper(per_micro)), "dp")
     program.model.add(dp == every_micro).only_enforce_if(program.zero_is_three)
     program.model.add(dp == per_micro).only_enforce_if(~program.zero_is_three)
-    rest = program.minimum([program.total([p2p, dp, term("optimizer")], "rest")],
+    rest = program.minimum([program.total([p2p, dp, both("optimizer")], "rest")],
                            PRODUCT_CAP // (2 * q), "rest_clipped")
     program.objective = main + q * rest
     program.objective_units_per_unit = q / tau
