@@ -102,7 +102,8 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
     """Seconds of the optimizer step for the parameters of `kinds` a GPU updates.
 
     Worked number: 8.03e9 parameters on one H100 (3.35 TB/s HBM) without ZeRO stream
-    30 B x 8.03e9 = 241 GB, ~0.08 s at the model's achievable HBM fraction."""
+    30 B x 8.03e9 = 241 GB, 0.090 s at 80% of the HBM bandwidth
+    (ComputeConstants.hbm_fraction)."""
     total = 0.0
     for kind in kinds:
         local, ranks, _ = _shards(model_spec, cluster, candidates, kind)

@@ -1,0 +1,70 @@
+"""DP traffic and the optimizer step by parameter kind (solver.cost.data_parallel): pinned to
+hand arithmetic with the nccl-tests factors, and the split the CP-SAT tables rely on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solver.catalog import load_cluster_spec, load_model_spec
+from solver.cost.data_parallel import estimate_dp_collectives_s, estimate_optimizer_s
+from solver.cost.steptime import TimeConstants
+from solver.search.grid import make_candidates
+
+CONSTANTS = TimeConstants()
+
+
+def test_llama_8b_gradient_all_reduce_on_one_node() -> None:
+    """nccl-tests PERFORMANCE.md: all-reduce time = latency + bytes x 2(n-1)/n / busbw. One
+    stage of Llama-3.1-8B (8,030,261,248 parameters) with fp32 gradients over dp = 8 on a
+    DGX H100 (NVLink tier: 360 GB/s bus bandwidth, 15.6 us): 2 x 7/8 x 32.12 GB / 360 GB/s
+    = 0.1561 s; reduce-scatter half of that; the bf16 all-gather a quarter."""
+    model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
+    got = estimate_dp_collectives_s(model_spec, cluster, make_candidates(1, dp=8), CONSTANTS)
+    grads = 8_030_261_248 * 4.0
+    assert got["grads_all_reduce"][0] == pytest.approx(2 * 7 / 8 * grads / 360e9 + 15.6e-6,
+                                                       rel=1e-6)
+    assert got["grads_reduce_scatter"][0] == pytest.approx(7 / 8 * grads / 360e9 + 15.6e-6,
+                                                           rel=1e-6)
+    assert got["params_all_gather"][0] == pytest.approx(7 / 8 * grads / 2 / 360e9 + 15.6e-6,
+                                                        rel=1e-6)
+
+
+def test_optimizer_streams_thirty_bytes_per_local_parameter() -> None:
+    """Adam reads param, grad, m, v in fp32 and writes param, m, v and the bf16 copy: 30 B per
+    parameter; 8.03e9 x 30 B / (0.8 x 3,350 GB/s) = 0.0899 s without ZeRO, 1/8 of it with
+    ZeRO-1 over dp = 8."""
+    model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
+    plain = estimate_optimizer_s(model_spec, cluster, make_candidates(1, dp=8), CONSTANTS)
+    sharded = estimate_optimizer_s(model_spec, cluster, make_candidates(1, dp=8, zero=1),
+                                   CONSTANTS)
+    assert plain[0] == pytest.approx(8_030_261_248 * 30 / (0.8 * 3350e9), rel=1e-6)
+    assert sharded[0] == pytest.approx(plain[0] / 8, rel=1e-12)
+
+
+def test_dense_model_has_no_expert_collective() -> None:
+    """A dense model pays nothing for experts, not even a collective's latency."""
+    model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
+    expert = estimate_dp_collectives_s(model_spec, cluster, make_candidates(1, dp=64),
+                                       CONSTANTS, ("expert",))
+    assert all(np.all(v == 0) for v in expert.values())
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b"])
+def test_kinds_add_up(model: str) -> None:
+    """The CP-SAT tables keep the dense and expert parts apart; together they are the whole."""
+    model_spec, cluster = load_model_spec(model), load_cluster_spec("hgx-h800")
+    c = make_candidates(4, tp=np.array([1, 2, 4, 8]), pp=np.array([1, 2, 4, 1]),
+                        dp=np.array([64, 16, 4, 2]), ep=np.array([8, 4, 2, 8]),
+                        etp=np.array([1, 2, 1, 2]), cp=np.array([1, 2, 2, 4]),
+                        zero=np.array([0, 1, 2, 3]))
+    both = estimate_dp_collectives_s(model_spec, cluster, c, CONSTANTS)
+    dense = estimate_dp_collectives_s(model_spec, cluster, c, CONSTANTS, ("dense",))
+    expert = estimate_dp_collectives_s(model_spec, cluster, c, CONSTANTS, ("expert",))
+    for name in both:
+        np.testing.assert_allclose(both[name], dense[name] + expert[name], rtol=1e-12)
+        assert np.all(expert[name] > 0)
+    np.testing.assert_allclose(
+        estimate_optimizer_s(model_spec, cluster, c, CONSTANTS),
+        estimate_optimizer_s(model_spec, cluster, c, CONSTANTS, ("dense",))
+        + estimate_optimizer_s(model_spec, cluster, c, CONSTANTS, ("expert",)), rtol=1e-12)
