@@ -17,9 +17,10 @@ with the grid point's axis values gives the same term (that is what makes the te
 those axes only; `compose_step_time` / `compose_memory` rebuild the model's numbers from the
 tables, and tests/test_cpsat.py checks them on every feasible configuration). Points no
 configuration of the problem can reach (e.g. tp x pp not dividing the GPU count) get the
-table's largest reachable value. Two pieces compose the model's own functions rather than call it whole:
-the DP traffic compared with compute (solver.cost.data_parallel; the composition is checked on
-every grid point by time_tables._measure_contention), and the memory of a stage as features
+table's largest reachable value. Two pieces compose the model's own functions rather than
+call it whole: the DP traffic compared with compute (solver.cost.data_parallel; the
+composition is checked on every grid point by time_tables._measure_contention), and the
+memory of a stage as features
 times per-layer activations (the model's own functions on crafted layouts).
 
 Exact tables have thousands of points (3-5 axes), which CP-SAT handles slowly; `project`
