@@ -20,8 +20,7 @@ configuration of the problem can reach (e.g. tp x pp not dividing the GPU count)
 table's largest reachable value. Two pieces compose the model's own functions rather than
 call it whole: the DP traffic compared with compute (solver.cost.data_parallel; the
 composition is checked on every grid point by time_tables._measure_contention), and the
-memory of a stage as features
-times per-layer activations (the model's own functions on crafted layouts).
+memory of a stage as features times per-layer activations (the model's own functions on crafted layouts).
 
 Exact tables have thousands of points (3-5 axes), which CP-SAT handles slowly; `project`
 turns each into a few small tables whose maximum bounds it from below (minimum from above).
