@@ -54,10 +54,14 @@ def framework_switches(run: PublishedRun) -> dict[str, bool]:
     """What each source's framework did, from its own text (not fitted): BLOOM ran
     Megatron-DeepSpeed (2022) without sequence parallelism; the Megatron-LM README runs state
     `--tp-comm-overlap`; Megatron-Bridge's H100 performance recipes enable TP communication
-    overlap whenever tp > 1."""
+    overlap whenever tp > 1, and EP all-to-all overlap for MoE models ("EP A2A communication
+    overlap with computation in both 1F1B pipelining and non-pipelined training", changelog
+    0.1.0; the Megatron-MoE model zoo's H100 baselines run A2A_OVERLAP=1)."""
     if run.source_group == "bloom":
         return {"sequence_parallel": False}
-    if run.source_group in ("megatron-lm", "megatron-bridge"):
+    if run.source_group == "megatron-bridge":
+        return {"tp_comm_overlap": True, "ep_comm_overlap": True}
+    if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
     return {}
 

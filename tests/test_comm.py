@@ -98,6 +98,31 @@ def test_group_tiers_follow_the_rank_order() -> None:
     assert float(spread.bandwidth_bytes_per_s) == pytest.approx(40e9)
 
 
+@pytest.mark.parametrize(("nic_gb_per_s", "nodes", "measured_gb_per_s", "source"), [
+    (50.0, 2, 86.7, "OCI MI355X 8x400G, 2 nodes"),
+    (50.0, 4, 50.6, "OCI MI355X 8x400G, 4 nodes"),
+    (100.0, 2, 181.0, "OCI B300 8x800G, 2 nodes"),
+])
+def test_all_to_all_across_nodes_is_bound_by_each_gpus_nic(
+        nic_gb_per_s: float, nodes: int, measured_gb_per_s: float, source: str) -> None:
+    """An all-to-all cannot aggregate traffic across nodes: each GPU sends (n - 8)/n of its
+    buffer through its own NIC, so busbw = NIC x (n - 1)/(n - 8). Against nccl-tests
+    alltoall_perf (notes §1.5 table, the line rate per GPU as the NIC): 2 nodes 50 x 15/8 =
+    94 GB/s (86.7 measured), 4 nodes 50 x 31/24 = 65 (50.6), B300 100 x 15/8 = 188 (181). The
+    all-reduce share (n - 1)/(k - 1) would claim 50 x 15 = 750 GB/s, capped at NVLink."""
+    cluster = two_tier(nvlink_gb_per_s=400, fabric_gb_per_s=nic_gb_per_s)
+    n = 8 * nodes
+    a2a = estimate_group_link(cluster, stride=1, degree=n, all_to_all=True)
+    expected = nic_gb_per_s * (n - 1) / (n - 8)
+    assert float(a2a.bandwidth_bytes_per_s) == pytest.approx(expected * 1e9)
+    assert float(a2a.bandwidth_bytes_per_s) / 1e9 == pytest.approx(measured_gb_per_s, rel=0.30)
+    ring = estimate_group_link(cluster, stride=1, degree=n)
+    assert float(ring.bandwidth_bytes_per_s) == pytest.approx(400e9)
+    # Inside one node the all-to-all runs on NVLink as every other collective.
+    assert float(estimate_group_link(cluster, 1, 8, all_to_all=True).bandwidth_bytes_per_s) \
+        == pytest.approx(400e9)
+
+
 def test_a_group_that_straddles_uneven_domains_goes_outward() -> None:
     """72-GPU NVLink domain: a block of 16 ranks does not tile 72, so some groups cross racks."""
     cluster = ClusterSpec(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.memory import estimate_memory
-from solver.cost.steptime import estimate_step_time
+from solver.cost.steptime import TimeConstants, estimate_step_time
 from solver.search import cpsat_program
 from solver.search.constraints import Constraint, build_constraints
 from solver.search.cpsat import explain_infeasible_cpsat, solve_cpsat
@@ -82,7 +82,9 @@ def problems(draw) -> Problem:
                                     global_batch=draw(st.sampled_from([96, 256, 512]))),
                         framework=draw(st.sampled_from(
                             ["megatron", "torchtitan", "deepspeed", "generic"])),
-                        objective=draw(st.sampled_from(["time", "time", "memory"])))
+                        objective=draw(st.sampled_from(["time", "time", "memory"])),
+                        time_constants=TimeConstants(tp_comm_overlap=draw(st.booleans()),
+                                                     ep_comm_overlap=draw(st.booleans())))
     domains = variable_domains(base)
     pins = {}
     for name in draw(st.lists(st.sampled_from(VARIABLES), max_size=2, unique=True)):
@@ -141,6 +143,8 @@ def test_time_limit_returns_instead_of_hanging() -> None:
     ("qwen3-30b-a3b", "l40s-pcie", 16, {}),
     ("llama3.1-8b", "dgx-a100-80gb", 24, {"framework": "generic"}),
     ("mixtral-8x7b", "dgx-h100", 16, {"job": JobSpec(precision="fp8", seq_len=8192)}),
+    ("qwen3-30b-a3b", "dgx-h100", 32, {"time_constants": TimeConstants(ep_comm_overlap=True,
+                                                                       tp_comm_overlap=True)}),
 ])
 def test_tables_reproduce_the_cost_model(model, cluster, num_gpus, options) -> None:
     """Composed from the tables exactly as the program composes them, step time and worst-stage

@@ -12,6 +12,11 @@ members inside each inner domain (e.g. DP over two 8-GPU nodes with stride 1) ru
 hierarchically: only the fraction (k-1)/(n-1) of its bus traffic crosses the outer tier, k being
 the number of inner domains it touches (notes §1.4, ml-engineering's conversion
 busbw = per-GPU NIC rate * (n-1)/(k-1)); it is still capped by the inner tier's bandwidth.
+An all-to-all cannot aggregate that way (every byte has its own destination): each rank sends
+the share (n-m)/n of its buffer off its domain, m being the group's members inside one domain,
+through its own link, so its bus bandwidth is the per-GPU rate * (n-1)/(n-m) (notes §1.5:
+OCI MI355X 8x400G, 2 nodes: 50 GB/s x 15/8 = 94 GB/s against 86.7 measured; B300 8x800G,
+2 nodes: 100 x 15/8 = 188 against 181).
 
 Calibration: a tier that carries measured curves (`TierSpec.curves`, from a profile of
 `parplan calibrate`) replaces its single bandwidth and latency by the curve's segment at the
@@ -62,9 +67,11 @@ class GroupLink:
 
 
 def estimate_group_link(
-    cluster: ClusterSpec, stride: np.ndarray | int, degree: np.ndarray | int
+    cluster: ClusterSpec, stride: np.ndarray | int, degree: np.ndarray | int,
+    all_to_all: bool = False,
 ) -> GroupLink:
-    """The link of groups of `degree` ranks spaced `stride` apart (vectorised).
+    """The link of groups of `degree` ranks spaced `stride` apart (vectorised), for
+    all-to-all traffic when `all_to_all` (its own share across domains, module docstring).
 
     Worked number: dgx-h100 with NVLink 360 GB/s and a 40 GB/s fabric; a DP group of 16 with
     stride 1 touches k = 2 nodes, so its bus bandwidth is min(360, 40 * 15 / 1) = 360 GB/s;
@@ -89,9 +96,11 @@ def estimate_group_link(
         members_inside = np.clip(inner_span // np.maximum(stride_arr, 1), 1, None)
         members_inside = np.minimum(members_inside, degree_arr)
         domains = np.maximum(degree_arr // members_inside, 1)
-        share = np.where(
-            domains > 1, (degree_arr - 1) / np.maximum(domains - 1, 1), 1.0
-        )
+        if all_to_all:
+            off_domain = np.maximum(degree_arr - members_inside, 1)
+            share = np.where(domains > 1, (degree_arr - 1) / off_domain, 1.0)
+        else:
+            share = np.where(domains > 1, (degree_arr - 1) / np.maximum(domains - 1, 1), 1.0)
         bandwidth = np.where(here, np.minimum(inner_bw, tier_bw * share), bandwidth)
         latency = np.where(here, tier.latency_us * 1e-6, latency)
         tier_index = np.where(here, index, tier_index)

@@ -77,6 +77,12 @@ class TimeConstants(BaseModel):
     # and reduce-scatters behind the layer's GEMMs (NeMo communication_overlap.rst).
     sequence_parallel: bool = True
     tp_comm_overlap: bool = False
+    # EP all-to-all overlap (Megatron-Core `--overlap-moe-expert-parallel-comm`, "EP A2A
+    # communication overlap with computation in both 1F1B pipelining and non-pipelined
+    # training", Megatron-Bridge 0.1.0 changelog; notes §4.5): one micro-batch's dispatch and
+    # combine run while another's layer computes, so only what exceeds the layer's compute is
+    # exposed, plus the SM share of the hidden part.
+    ep_comm_overlap: bool = False
     # SMs that overlapped NCCL / userbuffer kernels occupy: NeMo's TP-overlap default is 16
     # (communication_overlap.rst; notes §4.5), NCCL's channel count is of the same order.
     comm_sms: int = Field(default=16, gt=0)
@@ -258,7 +264,7 @@ def estimate_step_time(
     cp_layer = cp_fwd * np.where(full, 2.0, 1.0) + cp_bwd
 
     if model_spec.is_moe:
-        ep_link = estimate_group_link(cluster, etp, ep)
+        ep_link = estimate_group_link(cluster, etp, ep, all_to_all=True)
         dispatch_bytes = rows / tp * model_spec.num_experts_per_tok * h * BF16_BYTES
         a2a = estimate_collective_s("all_to_all", dispatch_bytes, ep, ep_link)
         etp_link = estimate_group_link(cluster, 1, etp)
@@ -267,6 +273,9 @@ def estimate_step_time(
             estimate_collective_s("reduce_scatter", etp_bytes, etp, etp_link))
         ep_fwd = moe_share * (2.0 * a2a + etp_comm)  # dispatch + combine
         ep_layer = ep_fwd * np.where(full, 3.0, 2.0)
+        if constants.ep_comm_overlap:
+            hidden_ep = np.minimum(ep_layer, fwd_layer + bwd_layer)
+            ep_layer = ep_layer - hidden_ep + hidden_ep * _sm_contention(cluster, constants)
     else:
         ep_layer = np.zeros_like(tp_layer)
 

@@ -7,7 +7,8 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
                                                 (the "recompute" and "compute" parts)
     head(tp, r)                                 LM head and loss (the "compute" part, minus L x)
     tp_comm(tp, r) [+ ep, etp under TP-overlap], cp_comm(tp, cp, micro_batch),
-    ep_comm(ep, etp, u)                         the "tp", "cp", "ep" parts without full
+    ep_comm(ep, etp, u) [(tp, r, ep, etp) under EP-overlap]
+                                                the "tp", "cp", "ep" parts without full
                                                 recompute; *_full_extra what it adds
     t_mb = L x (fwd + bwd + [full] (fwd + extras) + tp_comm + cp_comm + ep_comm) + head
     p2p(pp, u)                                  one pipeline hand-off (the "pp" part)
@@ -128,7 +129,10 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
     add_comm("cp_comm", "cp", ("tp", "cp", "micro_batch"), lambda p, size, rc: make_candidates(
         size, tp=whole(p, "tp"), cp=whole(p, "cp"), micro_batch=whole(p, "micro_batch"),
         recompute=rc))
-    if moe:
+    if moe and problem.time_constants.ep_comm_overlap:  # hidden behind the layer's compute
+        add_comm("ep_comm", "ep", per_layer_axes,
+                 lambda p, size, rc: layer_candidates(p, size, recompute=rc))
+    elif moe:
         add_comm("ep_comm", "ep", ("ep", "etp", "u"), lambda p, size, rc: make_candidates(
             size, ep=whole(p, "ep"), etp=whole(p, "etp"), **rows_of(p, "u"), recompute=rc))
 
