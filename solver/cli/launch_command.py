@@ -1,0 +1,107 @@
+"""`parplan launch`: a plan's rank layout and process groups, or a framework's settings for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from solver.cli.options import degree_options, planning_options
+from solver.emit import DEFAULT_ORDER, FORMATS
+from solver.spec.job import ParallelConfig
+
+# The degree flags of `degree_options` (dp is the rest of the GPUs).
+DEGREE_NAMES = tuple(name for name in ParallelConfig.model_fields if name != "dp")
+# Job options a plan file fills in when they are left at their defaults.
+JOB_OPTIONS = ("seq_len", "global_batch", "precision")
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+
+
+def _read_plan(ctx: click.Context, plan_path: str | None, plan_rank: int,
+               job_values: dict[str, Any]) -> Any:
+    """The plan file's chosen plan, with its job values filling the options left at defaults;
+    None when degree flags describe the plan."""
+    from solver.emit.plan_file import load_plan_file
+    from solver.errors import InputError
+
+    if plan_path is None:
+        if _given(ctx, "plan_rank"):
+            raise InputError(f"--rank {plan_rank} picks a plan of --plan FILE; give --plan")
+        return None
+    flags = [name for name in DEGREE_NAMES if _given(ctx, name)]
+    if flags:
+        raise InputError(f"--{flags[0].replace('_', '-')} with --plan {plan_path}: give the plan "
+                         "file or degree flags, not both")
+    plan_file = load_plan_file(plan_path, plan_rank)
+    for name in JOB_OPTIONS:
+        if name in plan_file.problem and not _given(ctx, name):
+            job_values[name] = plan_file.problem[name]
+    return plan_file
+
+
+def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
+                        num_gpus: int) -> None:
+    from solver.errors import InputError
+
+    stated = plan_file.problem
+    for field, ours in (("model", model_name), ("cluster", cluster_name), ("gpus", num_gpus)):
+        if field in stated and stated[field] != ours:
+            raise InputError(f"{plan_file.path}: field '{field}': the plan is for "
+                             f"{stated[field]}, not {ours} (--{field})")
+
+
+@click.command()
+@planning_options
+@degree_options
+@click.option("--plan", "plan_path", metavar="FILE", default=None,
+              help="Launch a plan of this `optimize --json` / `estimate --json` output.")
+@click.option("--rank", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Which plan of --plan (1 = the first, the best).")
+@click.option("--format", "launch_format", type=click.Choice(FORMATS), default="groups",
+              show_default=True, help="What to write.")
+@click.option("--order", default=DEFAULT_ORDER, show_default=True,
+              help="Rank order, innermost axis first (tp-cp-ep-pp-dp is Megatron's "
+                   "--use-tp-pp-dp-mapping).")
+@click.option("--validate", is_flag=True,
+              help="Also run the framework's own checks on the settings, where installed.")
+@click.option("-o", "--output", metavar="FILE", default=None, help="Write to FILE.")
+def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
+           global_batch: int, precision: str, token_budget: int | None,
+           calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
+           launch_format: str, order: str, validate: bool, output: str | None,
+           **degrees: Any) -> None:
+    """Rank layout and process groups of a plan (--format groups), a runnable torch module
+    that builds them, or the settings of Megatron-LM, torchtitan, DeepSpeed or vLLM."""
+    from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
+    from solver.cli.render_launch import echo_launch
+    from solver.emit.formats import render_launch
+    from solver.emit.layout import build_rank_layout
+    from solver.emit.target import LaunchTarget
+
+    ctx = click.get_current_context()
+    job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
+                                  "precision": precision}
+    plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)
+    model_spec, cluster_spec, job = load_problem_specs(
+        model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
+        calibration=calibration, **job_values)
+    if plan_file is not None:
+        _check_plan_problem(plan_file, model_spec.name, cluster_spec.name, num_gpus)
+        config = plan_file.config
+    else:
+        config = build_parallel_config(num_gpus, **degrees)
+    check_parallel_config(model_spec, job, num_gpus, config)
+    layout = build_rank_layout(config, model_spec.is_moe, order)
+    target = LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
+                          layout=layout)
+    emitted = render_launch(launch_format, target)
+    validation = None
+    if validate:
+        from solver.emit.validate import validate_emitted
+
+        validation = validate_emitted(launch_format, target, emitted)
+    echo_launch(launch_format, target, emitted, as_json=as_json, output=output,
+                validation=validation)

@@ -1,0 +1,28 @@
+"""The launch formats (solver.emit.FORMATS), by name: each renders a `LaunchTarget` to an
+`Emitted`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from solver.emit.deepspeed import render_deepspeed
+from solver.emit.groups import render_groups
+from solver.emit.megatron import render_megatron
+from solver.emit.target import Emitted, LaunchTarget
+from solver.emit.torch_script import render_torch_module
+from solver.emit.torchtitan import render_torchtitan
+from solver.emit.vllm import render_vllm
+
+RENDERERS: dict[str, Callable[[LaunchTarget], Emitted]] = {
+    "groups": render_groups,
+    "torch": render_torch_module,
+    "megatron": render_megatron,
+    "torchtitan": render_torchtitan,
+    "deepspeed": render_deepspeed,
+    "vllm": render_vllm,
+}
+
+
+def render_launch(launch_format: str, target: LaunchTarget) -> Emitted:
+    """The settings of `target` in `launch_format` (one of FORMATS)."""
+    return RENDERERS[launch_format](target)

@@ -1,0 +1,131 @@
+"""`parplan launch` through click's CliRunner: the groups JSON of DESIGN.md ("Interfaces"),
+plans read back from `optimize --json`, -o FILE, warnings, and bad input (one stderr line,
+exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from solver.cli import cli
+
+BASE = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100"]
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, [*BASE, *args])
+
+
+def assert_bad_input(result: Result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    result = CliRunner().invoke(cli, ["optimize", "--model", "llama3.1-8b", "--cluster",
+                                      "dgx-h100", "--gpus", "16", "--top", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    path = tmp_path_factory.mktemp("plans") / "plans.json"
+    path.write_text(result.stdout, encoding="utf-8")
+    return path
+
+
+def test_groups_json_has_the_design_shape() -> None:
+    """Seed 000's TP=2/DP=4 example on one 8-GPU node."""
+    result = run("--gpus", "8", "--tp", "2", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["world_size"] == 8 and document["order"] == "tp-cp-ep-dp-pp"
+    assert {"tp", "pp", "dp", "cp", "ep"} <= set(document["groups"])
+    assert document["groups"]["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert document["groups"]["dp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert document["tiers"]["tp"] == ["nvlink"] * 4 and document["warnings"] == []
+    assert [r["rank"] for r in document["ranks"]] == list(range(8))
+    assert document["ranks"][3] == {"rank": 3, "node": 0, "local_rank": 3, "tp": 1, "cp": 0,
+                                    "dp": 1, "pp": 0, "ep": 0}
+
+
+def test_groups_tables_and_a_tp_group_leaving_nvlink() -> None:
+    result = CliRunner().invoke(cli, ["launch", "--model", "gpt3-175b", "--cluster", "dgx-h100",
+                                      "--gpus", "32", "--tp", "16", "--pp", "2"])
+    assert result.exit_code == 0, result.output
+    assert "rank order tp-cp-ep-dp-pp" in result.stdout and "fabric x2" in result.stdout
+    assert ("warning: tp: 2 of 2 groups of 16 ranks leave the NVLink domain (8 GPUs) and run "
+            "over 'fabric'") in result.stderr
+
+
+def test_plan_file_gives_the_same_groups_as_its_degree_flags(optimized: Path) -> None:
+    plans = json.loads(optimized.read_text())["plans"]
+    second = plans[1]
+    from_file = run("--gpus", "16", "--plan", str(optimized), "--rank", "2", "--json")
+    assert from_file.exit_code == 0, from_file.output
+    flags = [f"--{name.replace('_', '-')}" for name in ("tp", "pp", "cp", "ep", "etp", "vpp",
+                                                        "zero", "micro_batch", "recompute")]
+    values = [str(second[name]) for name in ("tp", "pp", "cp", "ep", "etp", "vpp", "zero",
+                                             "micro_batch", "recompute")]
+    by_flags = run("--gpus", "16", *[x for pair in zip(flags, values) for x in pair], "--json")
+    assert by_flags.exit_code == 0, by_flags.output
+    assert json.loads(from_file.stdout) == json.loads(by_flags.stdout)
+    megatron = run("--gpus", "16", "--plan", str(optimized), "--format", "megatron")
+    assert f"--micro-batch-size {plans[0]['micro_batch']}" in megatron.stdout
+
+
+def test_output_file_and_json_envelope(tmp_path: Path) -> None:
+    target = tmp_path / "args.sh"
+    written = run("--gpus", "16", "--tp", "2", "--pp", "2", "--format", "megatron",
+                  "-o", str(target))
+    assert written.exit_code == 0, written.output
+    assert written.stdout == f"wrote {target} (megatron, 16 ranks)\n"
+    printed = run("--gpus", "16", "--tp", "2", "--pp", "2", "--format", "megatron")
+    assert target.read_text() == printed.stdout
+    assert "note: export CUDA_DEVICE_MAX_CONNECTIONS=1" in printed.stderr
+    envelope = json.loads(run("--gpus", "16", "--tp", "2", "--pp", "2", "--format", "megatron",
+                              "--json", "--validate").stdout)
+    assert envelope["format"] == "megatron" and envelope["text"] == printed.stdout
+    assert envelope["plan"]["tp"] == 2 and envelope["settings"][:2] == [
+        "--tensor-model-parallel-size", "2"]
+    assert envelope["validation"].startswith("megatron: ")
+    groups_file = tmp_path / "groups.json"
+    assert run("--gpus", "8", "-o", str(groups_file)).exit_code == 0
+    assert json.loads(groups_file.read_text())["world_size"] == 8
+
+
+def test_validate_says_what_it_did() -> None:
+    result = run("--gpus", "8", "--format", "torch", "--validate")
+    assert result.exit_code == 0, result.output
+    assert "validation: torch: accepted: the module compiles" in result.stderr
+
+
+def test_bad_input_is_one_line_and_exit_2(optimized: Path, tmp_path: Path) -> None:
+    assert_bad_input(run("--gpus", "8", "--format", "slurm"), "--format", "slurm")
+    assert_bad_input(run("--gpus", "16", "--plan", str(optimized), "--rank", "9"),
+                     "--rank 9", str(optimized), "holds 3 plan(s)")
+    assert_bad_input(run("--gpus", "8", "--rank", "2"), "--rank 2", "--plan")
+    assert_bad_input(run("--gpus", "16", "--plan", str(optimized), "--tp", "2"),
+                     "--tp", "not both")
+    assert_bad_input(run("--gpus", "8", "--plan", str(optimized)), "field 'gpus'", "16")
+    assert_bad_input(run("--gpus", "8", "--order", "tp-dp-xx"), "unknown axis 'xx'")
+    assert_bad_input(run("--gpus", "8", "--plan", str(tmp_path / "none.json")), "no such file")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"plans": [', encoding="utf-8")
+    assert_bad_input(run("--gpus", "8", "--plan", str(broken)), str(broken), "not JSON")
+    plans = json.loads(optimized.read_text())
+    del plans["plans"][0]["tp"]
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps(plans), encoding="utf-8")
+    assert_bad_input(run("--gpus", "16", "--plan", str(missing)),
+                     str(missing), "field 'plans.0.tp'", "missing")
+    plans["plans"][0]["tp"] = 0
+    zero = tmp_path / "zero.json"
+    zero.write_text(json.dumps(plans), encoding="utf-8")
+    assert_bad_input(run("--gpus", "16", "--plan", str(zero)), str(zero), "'tp'")
+    other = CliRunner().invoke(cli, ["launch", "--model", "llama2-7b", "--cluster", "dgx-h100",
+                                     "--gpus", "16", "--plan", str(optimized)])
+    assert_bad_input(other, "field 'model'", "llama3.1-8b")
