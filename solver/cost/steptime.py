@@ -182,11 +182,48 @@ def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         * (model_spec.shared_expert_intermediate_size or model_spec.moe_intermediate_size)
     )
     moe = {
-        "gemm": attention + routed + shared + router,
+        "gemm": attention + shared + router,
+        "routed": routed,
         "core": core,
         "elementwise": elementwise(moe_width, k),
     }
     return {"dense": dense, "moe": moe}
+
+
+def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                   d: dict[str, np.ndarray], constants: TimeConstants) -> dict[str, np.ndarray]:
+    """Forward seconds of the average layer (dense and MoE layers in the model's proportion),
+    by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise."""
+    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
+    moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
+    return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
+            + moe_share * layer["moe"].get(part, 0.0)
+            for part in ("gemm", "routed", "core", "elementwise")}
+
+
+def _backward_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
+    """Backward seconds from the forward parts: GEMMs and element-wise passes twice (input
+    and weight gradients), the attention core by FlashAttention's ratio."""
+    return (2.0 * (fwd["gemm"] + fwd["routed"])
+            + constants.attention_backward_ratio * fwd["core"] + 2.0 * fwd["elementwise"])
+
+
+def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                             candidates: Any, constants: TimeConstants | None = None
+                             ) -> dict[str, np.ndarray]:
+    """Forward and backward seconds of one (average) layer for one micro-batch on one GPU
+    ("fwd", "bwd"), and the routed experts' share of each ("fwd_routed", "bwd_routed"): that
+    share depends on micro_batch / (cp x tp), ep and etp only, the rest on tp and
+    micro_batch / cp only (the CP-SAT tables keep them apart).
+
+    Worked number: a routed expert GEMM sees rows = micro_batch x seq / (cp x tp) x top-k x
+    ep x etp / experts tokens; Mixtral-8x7B (top-2 of 8) at 4,096 tokens, tp = cp = 1,
+    ep = 8: 4,096 x 2 x 8 / 8 = 8,192 rows on each GPU's one expert."""
+    constants = constants or TimeConstants()
+    fwd = _mixed_layer_s(model_spec, cluster, job, _degrees(candidates), constants)
+    total = fwd["gemm"] + fwd["routed"] + fwd["core"] + fwd["elementwise"]
+    return {"fwd": total, "bwd": _backward_s(fwd, constants),
+            "fwd_routed": fwd["routed"], "bwd_routed": 2.0 * fwd["routed"]}
 
 
 def estimate_step_time(
@@ -214,17 +251,10 @@ def estimate_step_time(
     dense_share = 1.0 - moe_share
 
     # ---- compute per micro-batch on one GPU of the slowest stage -----------------------------
-    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
-    fwd = {
-        part: dense_share * layer["dense"][part] + moe_share * layer["moe"][part]
-        for part in ("gemm", "core", "elementwise")
-    }
-    fwd_layer = fwd["gemm"] + fwd["core"] + fwd["elementwise"]
-    bwd_layer = (
-        2.0 * fwd["gemm"]
-        + constants.attention_backward_ratio * fwd["core"]
-        + 2.0 * fwd["elementwise"]
-    )
+    fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
+    gemm = fwd["gemm"] + fwd["routed"]
+    fwd_layer = gemm + fwd["core"] + fwd["elementwise"]
+    bwd_layer = _backward_s(fwd, constants)
     full = recompute == RECOMPUTE_FULL
     recompute_layer = np.where(full, fwd_layer, 0.0)
 
@@ -248,7 +278,7 @@ def estimate_step_time(
     tp_moe = 1.0 * (ag + rs)
     tp_fwd = dense_share * tp_dense + moe_share * tp_moe
     if constants.tp_comm_overlap:
-        hidden_tp = np.minimum(tp_fwd, fwd["gemm"])
+        hidden_tp = np.minimum(tp_fwd, gemm)
         tp_fwd = tp_fwd - hidden_tp + hidden_tp * _sm_contention(cluster, constants)
     tp_layer = tp_fwd * np.where(full, 3.0, 2.0)
 

@@ -3,8 +3,9 @@ lookups: solver.search.grid).
 
 Step time (solver.cost.steptime), per micro-batch on the slowest stage and per layer, with L =
 ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
-    fwd(tp, r, ep, etp), bwd(tp, r, ep, etp)   forward and backward compute of one layer
-                                                (the "recompute" and "compute" parts)
+    fwd(tp, r) + fwd_routed(u, ep, etp),       forward and backward compute of one layer
+    bwd(tp, r) + bwd_routed(u, ep, etp)         (the "recompute" and "compute" parts), the
+                                                routed experts apart (they alone see ep, etp)
     head(tp, r)                                 LM head and loss (the "compute" part, minus L x)
     tp_comm(tp, r) [+ ep, etp under TP-overlap], cp_comm(tp, cp, micro_batch),
     ep_comm(ep, etp, u) [(tp, r, ep, etp) under EP-overlap]
@@ -32,7 +33,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.data_parallel import estimate_dp_collectives_s, estimate_optimizer_s
-from solver.cost.steptime import estimate_step_time
+from solver.cost.steptime import estimate_layer_compute_s, estimate_step_time
 from solver.search.grid import (
     RECOMPUTE_FULL,
     Lattice,
@@ -95,24 +96,29 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
             fields["recompute"] = RECOMPUTE_FULL * p["full"]
         return make_candidates(size, **{**fields, **kw})
 
-    def fill_compute(p: dict, size: int) -> tuple[tuple[np.ndarray, ...], bool]:
-        # fwd from the "recompute" part (full recompute replays one forward); fwd + bwd and
-        # the head from the "compute" part at two stage depths (L = layers and L = 1).
-        full = layer_candidates(p, size, recompute=RECOMPUTE_FULL)
-        micro = batch / full.micro_batch
-        fwd = _steptime(problem, full).recompute / (micro * layers)
-        deep = _steptime(problem, layer_candidates(p, size)).compute / micro
-        if layers > 1:
-            shallow = _steptime(problem, layer_candidates(p, size, pp=layers)).compute / micro
-            both = (deep - shallow) / (layers - 1)
-            head = np.maximum(deep - layers * both, 0.0)
-        else:
-            both, head = deep, np.zeros_like(deep)
-        return (fwd, both - fwd, head), True
+    def layer_compute(c: Candidates) -> dict[str, np.ndarray]:
+        return estimate_layer_compute_s(m, problem.cluster, problem.job, c,
+                                        problem.time_constants)
+
+    def fill_rest(p: dict, size: int) -> tuple[tuple[np.ndarray, ...], bool]:
+        # The layer without its routed experts (any ep, etp give the same), and the head from
+        # the "compute" part: L x (fwd + bwd) + head.
+        c = layer_candidates(p, size)
+        layer = layer_compute(c)
+        micro = batch / c.micro_batch
+        head = _steptime(problem, c).compute / micro - layers * (layer["fwd"] + layer["bwd"])
+        return (layer["fwd"] - layer["fwd_routed"], layer["bwd"] - layer["bwd_routed"],
+                np.maximum(head, 0.0)), True
+
+    def fill_routed(p: dict, size: int) -> tuple[tuple[np.ndarray, ...], bool]:
+        layer = layer_compute(make_candidates(size, ep=whole(p, "ep"), etp=whole(p, "etp"),
+                                              **rows_of(p, "u")))
+        return (layer["fwd_routed"], layer["bwd_routed"]), True
 
     per_layer_axes = ("tp", "r", "ep", "etp") if moe else ("tp", "r")
-    add(("fwd", "bwd"), per_layer_axes, lambda p, size: (fill_compute(p, size)[0][:2], True))
-    add(("head",), ("tp", "r"), lambda p, size: (fill_compute(p, size)[0][2], True))
+    add(("fwd", "bwd", "head"), ("tp", "r"), fill_rest)
+    if moe:
+        add(("fwd_routed", "bwd_routed"), ("u", "ep", "etp"), fill_routed)
     # Communication per layer without full recompute, and what full recompute adds (it
     # replays the forward's collectives): two tables without the recompute axis.
     def add_comm(name: str, part: str, axes: Sequence[str], candidates) -> None:
@@ -239,7 +245,7 @@ def compose_step_time(problem: Problem, timing: TimeTables, candidates: Candidat
     per_stage = np.ceil(problem.model_spec.num_hidden_layers / c.pp)
     micro = problem.job.global_batch / (c.dp * c.micro_batch)
     full = c.recompute == RECOMPUTE_FULL
-    fwd, bwd = term("fwd"), term("bwd")
+    fwd, bwd = term("fwd") + term("fwd_routed"), term("bwd") + term("bwd_routed")
     comm = sum(term(name) + np.where(full, term(name + "_full_extra"), 0.0)
                for name in ("tp_comm", "cp_comm", "ep_comm"))
     layer = fwd + bwd + np.where(full, fwd, 0.0) + comm
