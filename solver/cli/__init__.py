@@ -56,6 +56,9 @@ def _register_commands() -> None:
 
     cli.add_command(calibrate_command.calibrate)
     cli.add_command(optimize_command.optimize)
+    from solver.cli import serve_command
+
+    cli.add_command(serve_command.serve)
     from solver.cli import launch_command
 
     cli.add_command(launch_command.launch)

@@ -32,6 +32,7 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory
 from solver.search.space import VARIABLES, Problem
+from solver.spec import ModelSpec
 
 GIB = 2**30
 Values = Mapping[str, np.ndarray]
@@ -47,20 +48,29 @@ class Constraint:
     check: Callable[[Values], np.ndarray]
 
 
-def _structural(problem: Problem) -> list[Constraint]:
-    m, job, n = problem.model_spec, problem.job, problem.num_gpus
-    heads, kv, layers = m.num_attention_heads, m.kv_heads, m.num_hidden_layers
-    domain = problem.cluster.scale_up_gpus
-    rules = [
-        Constraint("gpus_product", ("tp", "cp", "pp", "dp"),
-                   f"tp x cp x pp x dp must equal the GPU count ({n})",
-                   lambda v: v["tp"] * v["cp"] * v["pp"] * v["dp"] == n),
+def model_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
+    """The two rules every framework takes from the model's shape (training and serving):
+    tp_divides_heads and pp_at_most_layers."""
+    heads, layers = model_spec.num_attention_heads, model_spec.num_hidden_layers
+    return [
         Constraint("tp_divides_heads", ("tp",),
                    f"tp must divide num_attention_heads ({heads})",
                    lambda v: heads % v["tp"] == 0),
         Constraint("pp_at_most_layers", ("pp",),
                    f"pp must not exceed num_hidden_layers ({layers})",
                    lambda v: v["pp"] <= layers),
+    ]
+
+
+def _structural(problem: Problem) -> list[Constraint]:
+    m, job, n = problem.model_spec, problem.job, problem.num_gpus
+    kv, layers = m.kv_heads, m.num_hidden_layers
+    domain = problem.cluster.scale_up_gpus
+    rules = [
+        Constraint("gpus_product", ("tp", "cp", "pp", "dp"),
+                   f"tp x cp x pp x dp must equal the GPU count ({n})",
+                   lambda v: v["tp"] * v["cp"] * v["pp"] * v["dp"] == n),
+        *model_shape_constraints(m),
         Constraint("vpp_needs_pp", ("pp", "vpp"),
                    "virtual pipeline stages (vpp > 1) need pp > 1",
                    lambda v: (v["vpp"] == 1) | (v["pp"] > 1)),

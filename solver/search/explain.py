@@ -39,7 +39,7 @@ def find_conflicts(problem: Problem) -> list[str]:
     hard = [c for c in constraints if not is_soft(c)]
     allowed = enumerate_feasible(problem, hard)
     if len(allowed) == 0:
-        return _deletion_filter(hard, lambda kept: len(enumerate_feasible(problem, kept)) > 0)
+        return deletion_filter(hard, lambda kept: len(enumerate_feasible(problem, kept)) > 0)
     values = {name: getattr(allowed, name) for name in VARIABLES}
     soft = [c for c in constraints if is_soft(c)]
     masks = {c.name: np.broadcast_to(np.asarray(c.check(values), bool), allowed.tp.shape)
@@ -52,7 +52,7 @@ def find_conflicts(problem: Problem) -> list[str]:
             return True
         return bool(np.logical_and.reduce([masks[c.name] for c in kept]).any())
 
-    return _deletion_filter(soft, feasible)
+    return deletion_filter(soft, feasible)
 
 
 def smallest_memory_bytes(problem: Problem) -> float | None:
@@ -66,7 +66,9 @@ def smallest_memory_bytes(problem: Problem) -> float | None:
                                  problem.memory_options).total.min())
 
 
-def _deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
+def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
+    """Names of an irreducible subset of `constraints` that `feasible(kept)` (a function of a
+    list of constraints) finds infeasible: drop one at a time, keep it only if needed."""
     kept = list(constraints)
     for constraint in list(constraints):
         trial = [c for c in kept if c is not constraint]

@@ -1,0 +1,121 @@
+"""`parplan serve`: TP, PP, DP and EP for serving a model with vLLM, and the command line."""
+
+from __future__ import annotations
+
+import click
+
+DEFAULT_OUTPUT_LEN = 512
+DEFAULT_INPUT_LEN = 2048
+
+
+class ContextLength(click.ParamType):
+    """A token count for --context: an integer or a number with k / m (x 1024, as context
+    lengths are quoted: 32k = 32,768, 128k = 131,072)."""
+
+    name = "TOKENS"
+    _suffixes = {"K": 2**10, "M": 2**20}
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper()
+        scale = self._suffixes.get(text[-1:], 1)
+        number = text[:-1] if text[-1:] in self._suffixes else text
+        try:
+            tokens = float(number) * scale
+        except ValueError:
+            self.fail(f"{value!r} is not a token count (e.g. 8192, 32k, 128k)", param, ctx)
+        if not 1 <= tokens <= 2**24 or tokens != int(tokens):
+            self.fail(f"{value!r} must be a whole number of tokens between 1 and 16M", param, ctx)
+        return int(tokens)
+
+
+def _request_lengths(context: int, input_len: int | None, output_len: int | None
+                     ) -> tuple[int, int]:
+    """Defaults: 512 output tokens and 2,048 input tokens, shortened to fit the context."""
+    if output_len is None:
+        room = context - input_len if input_len is not None else context
+        output_len = max(1, min(DEFAULT_OUTPUT_LEN, context // 4, room))
+    if input_len is None:
+        input_len = max(1, min(DEFAULT_INPUT_LEN, context - output_len))
+    return input_len, output_len
+
+
+@click.command()
+@click.option("--model", required=True, metavar="NAME|PATH",
+              help="Zoo name, zoo-format TOML or Hugging Face config.json.")
+@click.option("--cluster", required=True, metavar="NAME|PATH",
+              help="Cluster preset name or cluster TOML file.")
+@click.option("--gpus", "num_gpus", required=True, type=click.IntRange(min=1),
+              help="GPUs available (objective gpus: at most this many).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs per node (overrides the preset).")
+@click.option("--context", required=True, type=ContextLength(),
+              help="Longest sequence to serve (vLLM --max-model-len), e.g. 32k.")
+@click.option("--input-len", type=click.IntRange(min=1), default=None,
+              help="Prompt tokens per request [default: 2048, less if the context is short].")
+@click.option("--output-len", type=click.IntRange(min=1), default=None,
+              help="Generated tokens per request [default: 512, less if the context is short].")
+@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
+              show_default=True, help="Weights (fp8: --quantization fp8; int4: AWQ/GPTQ).")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto",
+              show_default=True, help="KV-cache dtype (vLLM --kv-cache-dtype).")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
+              default=0.9, show_default=True, help="vLLM's share of each GPU's memory.")
+@click.option("--max-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="SLO: time to first token of one prompt.")
+@click.option("--max-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="SLO: time per output token each user sees.")
+@click.option("--min-tokens-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Target: output tokens per second of the deployment.")
+@click.option("--objective", type=click.Choice(["throughput", "latency", "gpus"]),
+              default="throughput", show_default=True,
+              help="Most tokens/s, fastest request, or fewest GPUs meeting the targets.")
+@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="How many plans to list.")
+@click.option("--engine", type=click.Choice(["enumerate", "cpsat"]), default="enumerate",
+              show_default=True, help="Exhaustive oracle or the CP-SAT program (same optimum).")
+@click.option("--calibration", metavar="FILE", default=None,
+              help="Fitted bandwidth curves (`parplan calibrate`).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
+          input_len: int | None, output_len: int | None, precision: str, kv_cache_dtype: str,
+          gpu_memory_utilization: float, max_ttft_ms: float | None, max_tpot_ms: float | None,
+          min_tokens_per_s: float | None, objective: str, top: int, engine: str,
+          calibration: str | None, as_json: bool) -> None:
+    """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
+    from pydantic import ValidationError
+
+    from solver.calibrate.profile import load_calibrated_cluster
+    from solver.catalog import list_gpu_names, load_gpu_spec, load_model_spec
+    from solver.cli.render import echo_json
+    from solver.cli.render_serve import echo_serve_result, render_serve_json
+    from solver.errors import InputError, format_validation_error
+    from solver.serve import ServeJob, ServeProblem, solve_serving
+
+    if input_len is not None and output_len is not None and input_len + output_len > context:
+        raise InputError(f"--input-len ({input_len}) + --output-len ({output_len}) must not "
+                         f"exceed --context ({context})")
+    if input_len is not None and input_len >= context:
+        raise InputError(f"--input-len ({input_len}) must leave room in --context ({context}) "
+                         "for at least one output token")
+    input_len, output_len = _request_lengths(context, input_len, output_len)
+    model_spec = load_model_spec(model)
+    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
+    try:
+        job = ServeJob(context=context, input_len=input_len, output_len=output_len,
+                       precision=precision, kv_cache_dtype=kv_cache_dtype,
+                       gpu_memory_utilization=gpu_memory_utilization, max_ttft_ms=max_ttft_ms,
+                       max_tpot_ms=max_tpot_ms, min_tokens_per_s=min_tokens_per_s,
+                       objective=objective)
+    except ValidationError as exc:
+        raise InputError(format_validation_error("serve options", exc)) from None
+    problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
+                           job=job)
+    other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
+    result = solve_serving(problem, top=top, engine=engine, other_gpus=other_gpus)
+    if as_json:
+        echo_json(render_serve_json(result))
+    else:
+        echo_serve_result(result)

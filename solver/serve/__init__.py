@@ -1,0 +1,21 @@
+"""Inference planning for vLLM: serving memory (weights at the serving precision, KV cache,
+activations, reserves), decode and prefill time, and the TP / PP / DP / EP that serve a target.
+
+    job          ServeJob, ServeConstants (with sources), ServeProblem, vLLM's batch defaults
+    candidates   ServeCandidates: degree arrays
+    memory       per-GPU memory, KV bytes per token, KV capacity
+    timing       decode step, TTFT, TPOT, output rate (roofline + collectives of cost.comm)
+    estimate     one evaluation: batch under the TPOT SLO, latency, throughput
+    constraints  vLLM's rules and the targets as named Constraints
+    enumerate    the exhaustive oracle (the primary engine)
+    cpsat        the prime-exponent integer program (same optimum)
+    explain      the seed's decision tree, the runner-up, conflicts and fixes
+    plan         ServePlan and the vLLM command line
+    solve        solve_serving: the answer of `parplan serve`
+"""
+
+from solver.serve.job import ServeConstants, ServeJob, ServeProblem
+from solver.serve.solve import SERVE_ENGINES, ServeResult, solve_serving
+
+__all__ = ["SERVE_ENGINES", "ServeConstants", "ServeJob", "ServeProblem", "ServeResult",
+           "solve_serving"]

@@ -1,0 +1,148 @@
+"""vLLM's rules and the serving targets as named constraints (solver.search.constraints'
+Constraint: a name, the degrees it reads, a one-line rule, a vectorised check).
+
+Rules, each from vLLM's code:
+  tp_divides_heads            ModelConfig.verify_with_parallel_config: "Total number of
+                              attention heads (..) must be divisible by tensor parallel size".
+  tp_kv_heads_compatible      QKVParallelLinear (vllm/model_executor/layers/linear.py, e.g.
+                              commit 8c94938c, lines 1027-1045): tp >= KV heads replicates them
+                              (num_kv_head_replicas = divide(tp, kv_heads)), else splits them
+                              (divide(kv_heads, tp)); `divide` asserts exact division either
+                              way. MLA models cache one latent per token: no KV-head rule.
+  pp_at_most_layers           get_pp_indices gives every stage at least one layer.
+  ep_is_tp_x_dp               FusedMoEParallelConfig.make (vllm/model_executor/layers/
+                              fused_moe/config.py, commit 002d6073): with
+                              --enable-expert-parallel the expert group is every tp x dp GPU
+                              (ep = tp x dp), else ep = 1 and TP is flattened over tp x dp.
+  ep_divides_experts          whole experts per GPU (vLLM's determine_expert_map gives the
+                              remainder to some ranks; parplan keeps the expert layers
+                              balanced, as the issue asks).
+  moe_tp_divides_expert_width without expert parallel, FusedMoEConfig asserts that the
+                              flattened tp x dp divides moe_intermediate_size.
+  dense_model_has_no_ep       --enable-expert-parallel needs experts.
+Placement (seed 002 and vLLM's distributed-serving guide, "tensor parallel size = GPUs per
+node, pipeline parallel size = nodes"):
+  tp_within_nvlink            TP's per-token all-reduces stay inside the NVLink domain (inside a
+                              node when its GPUs meet over PCIe only).
+  pp_across_nodes             an engine larger than a node takes whole nodes (tp x pp a
+                              multiple of the node), so only pipeline hand-offs cross nodes.
+Targets: memory_fits_hbm (one --context sequence fits the KV cache; vLLM refuses to start
+otherwise), ttft_within_slo, tpot_within_slo, throughput_meets_target, gpus_at_most
+(objective gpus). Every rule reads tp, pp, dp and ep only, never the GPU count: adding whole
+engines (dp for a dense model, replicas for a MoE) keeps a plan legal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.search.constraints import Constraint, model_shape_constraints
+from solver.serve.candidates import SERVE_VARIABLES, ServeCandidates
+from solver.serve.estimate import estimate_serving
+from solver.serve.job import ServeProblem
+
+HARD = ("tp_divides_heads", "tp_kv_heads_compatible", "pp_at_most_layers", "ep_is_tp_x_dp",
+        "ep_divides_experts", "moe_tp_divides_expert_width", "dense_model_has_no_ep")
+
+
+def tp_domain(problem: ServeProblem) -> tuple[int, str]:
+    """The GPUs a TP group may span and how to call them."""
+    cluster = problem.cluster
+    if cluster.scale_up_gpus > 1:
+        return cluster.scale_up_gpus, f"the NVLink domain ({cluster.scale_up_gpus} GPUs)"
+    return cluster.gpus_per_node, f"a node ({cluster.gpus_per_node} GPUs over PCIe)"
+
+
+def _model_rules(problem: ServeProblem) -> list[Constraint]:
+    m = problem.model_spec
+    kv = m.kv_heads
+    rules = model_shape_constraints(m)
+    if not m.is_mla:
+        rules.insert(1, Constraint(
+            "tp_kv_heads_compatible", ("tp",),
+            f"tp must divide num_key_value_heads ({kv}) or be a multiple of it (vLLM then "
+            "replicates each KV head)",
+            lambda v: (kv % v["tp"] == 0) | (v["tp"] % kv == 0)))
+    if not m.is_moe:
+        rules.append(Constraint("dense_model_has_no_ep", ("ep",),
+                                f"{m.name} has no experts: no expert parallel (ep = 1)",
+                                lambda v: v["ep"] == 1))
+        return rules
+    experts, width = m.num_experts, m.moe_intermediate_size
+    rules += [
+        Constraint("ep_is_tp_x_dp", ("tp", "dp", "ep"),
+                   "with --enable-expert-parallel ep = tp x dp, without it ep = 1",
+                   lambda v: (v["ep"] == 1) | (v["ep"] == v["tp"] * v["dp"])),
+        Constraint("ep_divides_experts", ("ep",),
+                   f"ep must divide num_experts ({experts})",
+                   lambda v: experts % v["ep"] == 0),
+        Constraint("moe_tp_divides_expert_width", ("tp", "dp", "ep"),
+                   f"without expert parallel, tp x dp must divide moe_intermediate_size "
+                   f"({width})",
+                   lambda v: (v["ep"] > 1) | (width % (v["tp"] * v["dp"]) == 0)),
+    ]
+    return rules
+
+
+def _placement_rules(problem: ServeProblem) -> list[Constraint]:
+    domain, where = tp_domain(problem)
+    node = problem.cluster.gpus_per_node
+    return [
+        Constraint("tp_within_nvlink", ("tp",), f"tp must divide {where}",
+                   lambda v: domain % v["tp"] == 0),
+        Constraint("pp_across_nodes", ("tp", "pp"),
+                   f"an engine larger than a node ({node} GPUs) takes whole nodes: tp x pp "
+                   f"at most {node} or a multiple of it",
+                   lambda v: (v["tp"] * v["pp"] <= node) | (v["tp"] * v["pp"] % node == 0)),
+    ]
+
+
+def _evaluated(problem: ServeProblem, values) -> object:
+    return estimate_serving(problem, ServeCandidates.from_values(dict(values)))
+
+
+def _target_rules(problem: ServeProblem) -> list[Constraint]:
+    job = problem.job
+    context = job.context
+    rules = [Constraint(
+        "memory_fits_hbm", SERVE_VARIABLES,
+        f"weights, activations, reserves and the KV cache of one {context:,}-token sequence "
+        f"must fit {job.gpu_memory_utilization:g} x the GPU's "
+        f"{problem.cluster.gpu.memory_gib * 2**30 / 1e9:.1f} GB",
+        lambda v: _evaluated(problem, v).memory.fits)]
+    if job.max_ttft_ms is not None:
+        limit_ttft = job.max_ttft_ms * 1e-3
+        rules.append(Constraint(
+            "ttft_within_slo", SERVE_VARIABLES,
+            f"time to first token of a {job.input_len:,}-token prompt must be at most "
+            f"{job.max_ttft_ms:g} ms",
+            lambda v: _evaluated(problem, v).ttft_s <= limit_ttft))
+    if job.max_tpot_ms is not None:
+        limit_tpot = job.max_tpot_ms * 1e-3
+        rules.append(Constraint(
+            "tpot_within_slo", SERVE_VARIABLES,
+            f"time per output token must be at most {job.max_tpot_ms:g} ms (at batch 1)",
+            lambda v: _evaluated(problem, v).tpot_idle_s <= limit_tpot))
+    if job.min_tokens_per_s is not None and job.objective != "gpus":
+        target = job.min_tokens_per_s
+        rules.append(Constraint(
+            "throughput_meets_target", SERVE_VARIABLES,
+            f"the deployment must generate at least {target:,.0f} output tokens/s",
+            lambda v: _evaluated(problem, v).tokens_per_s >= target * (1 - 1e-12)))
+    if job.objective == "gpus":
+        n = problem.num_gpus
+        rules.append(Constraint(
+            "gpus_at_most", SERVE_VARIABLES,
+            f"tp x pp x dp x replicas must be at most --gpus ({n})",
+            lambda v: np.asarray(v["tp"] * v["pp"] * v["dp"] * v["replicas"]) <= n))
+    return rules
+
+
+def build_serve_constraints(problem: ServeProblem) -> tuple[Constraint, ...]:
+    """Every constraint: the model's rules, placement, then the targets (costly, last)."""
+    return tuple(_model_rules(problem) + _placement_rules(problem) + _target_rules(problem))
+
+
+def is_hard(constraint: Constraint) -> bool:
+    """A rule of the model's shape that no option lifts."""
+    return constraint.name in HARD

@@ -1,0 +1,117 @@
+"""What a serving plan is asked for (ServeJob), the constants of the serving model
+(ServeConstants), and one serving problem (ServeProblem).
+
+Vocabulary (serving): an **engine** is one `vllm serve` process group: tp x pp GPUs per
+data-parallel rank, dp ranks (vLLM's --data-parallel-size). A dense model's DP ranks are
+independent copies; a mixture of experts couples them, because vLLM shards the expert layers
+over all tp x dp GPUs (expert parallel, or tensor parallel flattened over DP). **replicas** are
+independent engines behind a load balancer (MoE only: a dense model scales out with dp).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from solver.cost.efficiency import ComputeConstants
+from solver.cost.memory import MemoryOptions
+from solver.spec import ClusterSpec, ModelSpec
+
+WeightPrecision = Literal["bf16", "fp8", "int4"]
+KvCacheDtype = Literal["auto", "fp8"]
+ServeObjective = Literal["throughput", "latency", "gpus"]
+
+
+class ServeJob(BaseModel):
+    """The serving target: context length (vLLM's --max-model-len), the request shape, the
+    weights' precision, the KV-cache dtype, vLLM's --gpu-memory-utilization and the SLOs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    context: int = Field(gt=0)
+    input_len: int = Field(gt=0)
+    output_len: int = Field(gt=0)
+    precision: WeightPrecision = "bf16"
+    kv_cache_dtype: KvCacheDtype = "auto"
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)  # vLLM's default
+    max_ttft_ms: float | None = Field(default=None, gt=0)
+    max_tpot_ms: float | None = Field(default=None, gt=0)
+    min_tokens_per_s: float | None = Field(default=None, gt=0)
+    objective: ServeObjective = "throughput"
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> ServeJob:
+        if self.input_len + self.output_len > self.context:
+            raise ValueError(f"input_len ({self.input_len}) + output_len ({self.output_len}) "
+                             f"must not exceed the context ({self.context})")
+        return self
+
+    @property
+    def kv_bytes_per_element(self) -> float:
+        """KV-cache bytes per element: "auto" keeps the model's bf16, fp8 halves it."""
+        return 1.0 if self.kv_cache_dtype == "fp8" else 2.0
+
+
+class ServeConstants(BaseModel):
+    """Physical constants of the serving model, each with its source; none is tuned per row.
+
+    hbm_fraction 0.8        achievable share of the HBM datasheet bandwidth for streaming
+                            weights and KV (aiconfigurator mem_bw_empirical_scaling_factor 0.8,
+                            notes §4 [S14]).
+    attention_peak_fraction 0.5
+                            FlashAttention forward reaches 50-73% of the A100 peak (Dao 2023,
+                            arXiv 2307.08691 §4.1), ~75% with FA3 on H100: the lower end.
+    gemm_peak_fraction      a GPU without a measured MAMF fraction (catalog) gets the median of
+                            the measured ones (solver.cost.efficiency.ComputeConstants).
+    cuda_context_gib 1.0    CUDA context and kernels (ml-engineering, notes §3.4; the training
+                            model's MemoryOptions value).
+    nccl_gib 0.4            NCCL communicators when an engine has more than one GPU:
+                            aiconfigurator reserves 342-392 MB (notes §3.6).
+    cuda_graph_gib 1.0      vLLM's captured CUDA graphs: "Graph capturing finished ..., took
+                            0.31 GiB" / "took 0.96 GiB" (estimated 1.10 GiB) in public vLLM logs
+                            (gpu_model_runner.py prints it); the upper end.
+    int4_group_size 128     AWQ / GPTQ checkpoints: one fp16 scale and one 4-bit zero point per
+                            128 weights, so 0.5 + 2.5 / 128 bytes per weight.
+    logits_bytes 4          the sampler holds fp32 logits of every running sequence.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hbm_fraction: float = Field(default=0.8, gt=0, le=1)
+    attention_peak_fraction: float = Field(default=0.5, gt=0, le=1)
+    gemm_peak_fraction: float = Field(default=ComputeConstants().gemm_peak_fraction, gt=0, le=1)
+    cuda_context_gib: float = Field(default=MemoryOptions().cuda_context_gib, ge=0)
+    nccl_gib: float = Field(default=0.4, ge=0)
+    cuda_graph_gib: float = Field(default=1.0, ge=0)
+    int4_group_size: int = Field(default=128, gt=0)
+    logits_bytes: float = Field(default=4.0, gt=0)
+
+    def weight_bytes(self, precision: WeightPrecision) -> float:
+        """Bytes per quantized weight: bf16 2, fp8 1, int4 0.5 + (2 + 0.5) / group (scale and
+        zero point): 0.5195 with groups of 128."""
+        if precision == "int4":
+            return 0.5 + 2.5 / self.int4_group_size
+        return {"bf16": 2.0, "fp8": 1.0}[precision]
+
+
+class ServeProblem(BaseModel):
+    """One serving problem: the model, the cluster, the GPUs available and the job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    model_spec: ModelSpec
+    cluster: ClusterSpec
+    num_gpus: int = Field(gt=0)
+    job: ServeJob
+    constants: ServeConstants = ServeConstants()
+
+
+def vllm_batch_defaults(cluster: ClusterSpec) -> tuple[int, int]:
+    """vLLM's defaults for the OpenAI server, (max_num_batched_tokens, max_num_seqs): 8192 and
+    1024 on GPUs of at least 70 GiB that are not A100s, else 2048 and 256 (vllm/engine/
+    arg_utils.py get_batch_defaults; the A100 exception is vLLM PR #17885)."""
+    gpu = cluster.gpu
+    if gpu.memory_gib >= 70 and "a100" not in gpu.name.lower():
+        return 8192, 1024
+    return 2048, 256

@@ -1,0 +1,119 @@
+"""ServePlan: one ranked serving configuration with its numbers, and the vLLM command line
+that launches it (shell-quoted).
+
+vLLM flags (vllm serve --help): --tensor-parallel-size, --pipeline-parallel-size,
+--data-parallel-size, --enable-expert-parallel, --max-model-len, --gpu-memory-utilization,
+--quantization fp8 (dynamic fp8 weights from a bf16 checkpoint), --kv-cache-dtype fp8. int4
+weights come from an AWQ / GPTQ checkpoint, whose quantization vLLM reads from its config.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from solver.serve.enumerate import RankedServe
+from solver.serve.job import ServeProblem
+
+HF_PREFIX = "https://huggingface.co/"
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """A serving configuration (degrees) and what the model predicts for it; bytes per GPU
+    of the worst stage, seconds, tokens per second of the whole deployment."""
+
+    tp: int
+    pp: int
+    dp: int
+    ep: int
+    replicas: int
+    num_gpus: int
+    fits: bool
+    memory_bytes: dict[str, float]
+    kv_bytes_per_token: float
+    kv_tokens: int
+    max_sequences: int
+    batch: int
+    ttft_s: float
+    tpot_s: float
+    tpot_idle_s: float
+    latency_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    decode_step_s: dict[str, float]
+    command: str
+    notes: tuple[str, ...]
+
+
+def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, ...]:
+    """Every ranked candidate as a ServePlan."""
+    c, e = ranked.candidates, ranked.estimate
+    plans = []
+    for i in range(len(c)):
+        row = c.row(i)
+        memory = e.memory
+        items = {"weights": memory.weights_bytes[i], "kv_cache": memory.kv_cache_bytes[i],
+                 "activations": memory.activations_bytes[i], "other": memory.other_bytes[i]}
+        items = {k: float(v) for k, v in items.items()}
+        items["total"] = sum(items.values())
+        decode = e.decode
+        step = {"weights_and_kv": decode.memory_s[i], "compute": decode.compute_s[i],
+                "tp": decode.tp_s[i], "ep": decode.moe_s[i], "pp": decode.hand_off_s[i]}
+        plans.append(ServePlan(
+            **row, num_gpus=int(e.num_gpus[i]), fits=bool(memory.fits[i]),
+            memory_bytes=items, kv_bytes_per_token=float(memory.kv_bytes_per_token[i]),
+            kv_tokens=int(memory.kv_tokens[i]), max_sequences=int(memory.max_sequences[i]),
+            batch=int(e.batch[i]), ttft_s=float(e.ttft_s[i]), tpot_s=float(e.tpot_s[i]),
+            tpot_idle_s=float(e.tpot_idle_s[i]), latency_s=float(e.latency_s[i]),
+            tokens_per_s=float(e.tokens_per_s[i]),
+            tokens_per_s_per_gpu=float(e.tokens_per_s_per_gpu[i]),
+            decode_step_s={k: float(v) for k, v in step.items()},
+            command=build_vllm_command(problem, row), notes=tuple(vllm_notes(problem, row))))
+    return tuple(plans)
+
+
+def model_id(problem: ServeProblem) -> str:
+    """The Hugging Face repository of the model when its source names one, else its name."""
+    source = problem.model_spec.source
+    if source.startswith(HF_PREFIX):
+        return source.removeprefix(HF_PREFIX).strip("/")
+    return problem.model_spec.name
+
+
+def build_vllm_command(problem: ServeProblem, row: dict[str, int]) -> str:
+    """`vllm serve MODEL --tensor-parallel-size .. --pipeline-parallel-size ..
+    --data-parallel-size .. [--enable-expert-parallel] --max-model-len ..
+    --gpu-memory-utilization .. [--quantization fp8] [--kv-cache-dtype fp8]`, shell-quoted."""
+    job = problem.job
+    args = ["vllm", "serve", model_id(problem),
+            "--tensor-parallel-size", str(row["tp"]),
+            "--pipeline-parallel-size", str(row["pp"]),
+            "--data-parallel-size", str(row["dp"])]
+    if row["ep"] > 1:
+        args.append("--enable-expert-parallel")
+    args += ["--max-model-len", str(job.context),
+             "--gpu-memory-utilization", f"{job.gpu_memory_utilization:g}"]
+    if job.precision == "fp8":
+        args += ["--quantization", "fp8"]
+    if job.kv_cache_dtype == "fp8":
+        args += ["--kv-cache-dtype", "fp8"]
+    return " ".join(shlex.quote(arg) for arg in args)
+
+
+def vllm_notes(problem: ServeProblem, row: dict[str, int]) -> list[str]:
+    """What the command alone does not say: multi-node launch, replicas, int4 checkpoints."""
+    node = problem.cluster.gpus_per_node
+    notes = []
+    engine = row["tp"] * row["pp"] * row["dp"]
+    if engine > node:
+        notes.append(f"one engine spans {-(-engine // node)} nodes: start a Ray cluster on them "
+                     "and run the command on its head node (vLLM multi-node serving), or "
+                     "split the data-parallel ranks with --data-parallel-size-local")
+    if row["replicas"] > 1:
+        notes.append(f"run {row['replicas']} copies of this engine ({engine} GPUs each) "
+                     "behind a load balancer")
+    if problem.job.precision == "int4":
+        notes.append("int4: serve an AWQ or GPTQ 4-bit checkpoint of the model (vLLM reads "
+                     "its quantization from the checkpoint)")
+    return notes

@@ -1,0 +1,144 @@
+"""`parplan serve` through click's CliRunner: the JSON of DESIGN.md ("Interfaces"), the vLLM
+command line, both engines, bad input (one stderr line, exit 2) and an infeasible problem (an
+answer with its conflicts and fixes, exit 0)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from click.testing import CliRunner
+
+from solver.cli import cli
+
+PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "gpus", "expert_parallel", "fits",
+             "memory_gb", "kv_bytes_per_token", "kv_cache_tokens", "max_concurrent_sequences",
+             "batch", "ttft_ms", "tpot_ms", "tpot_idle_ms", "request_latency_s",
+             "tokens_per_second", "tokens_per_second_per_gpu", "decode_step_ms",
+             "vllm_command", "notes"}
+
+
+def serve(*args: str):
+    return CliRunner().invoke(cli, ["serve", *args])
+
+
+def serve_json(*args: str) -> dict:
+    result = serve(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_json_of_a_dense_model() -> None:
+    answer = serve_json("--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "8",
+                        "--context", "32k")
+    assert answer["status"] == "optimal" and answer["solve_seconds"] >= 0
+    assert answer["context"] == 32768
+    assert (answer["input_len"], answer["output_len"]) == (2048, 512)
+    assert 1 <= len(answer["plans"]) <= 5
+    for plan in answer["plans"]:
+        assert set(plan) == PLAN_KEYS
+        assert plan["tp"] * plan["pp"] * plan["dp"] * plan["replicas"] == 8
+        assert set(plan["memory_gb"]) == {"weights", "kv_cache", "activations", "other",
+                                          "total"}
+        assert plan["memory_gb"]["total"] <= 0.9 * 79.65 * 2**30 / 1e9 + 1e-3
+    best = answer["plans"][0]
+    assert answer["vllm_command"] == best["vllm_command"]
+    words = shlex.split(best["vllm_command"])
+    assert words[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-70B"]
+    assert words[words.index("--tensor-parallel-size") + 1] == str(best["tp"])
+    assert words[words.index("--pipeline-parallel-size") + 1] == str(best["pp"])
+    assert words[words.index("--data-parallel-size") + 1] == str(best["dp"])
+    assert words[words.index("--max-model-len") + 1] == "32768"
+    assert words[words.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert "--enable-expert-parallel" not in words
+    assert any(line.startswith("seed 002's tree") for line in answer["why"])
+
+
+def test_moe_plan_enables_expert_parallel_with_fp8() -> None:
+    answer = serve_json("--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "32",
+                        "--context", "32k", "--precision", "fp8", "--kv-cache-dtype", "fp8")
+    best = answer["plans"][0]
+    assert best["ep"] == best["tp"] * best["dp"] > 1 and best["expert_parallel"]
+    words = shlex.split(best["vllm_command"])
+    assert "--enable-expert-parallel" in words
+    assert words[words.index("--quantization") + 1] == "fp8"
+    assert words[words.index("--kv-cache-dtype") + 1] == "fp8"
+    assert any("spans 4 nodes" in note for note in best["notes"])
+    assert any(line.startswith("experts: --enable-expert-parallel") for line in answer["why"])
+
+
+def test_engines_agree_and_objectives_differ() -> None:
+    common = ("--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "16",
+              "--context", "8k")
+    oracle = serve_json(*common)
+    program = serve_json(*common, "--engine", "cpsat")
+    assert [(p["tp"], p["pp"], p["dp"]) for p in program["plans"]] == [
+        (p["tp"], p["pp"], p["dp"]) for p in oracle["plans"]]
+    fastest = serve_json(*common, "--objective", "latency")["plans"][0]
+    assert fastest["request_latency_s"] <= oracle["plans"][0]["request_latency_s"]
+    fewest = serve_json(*common, "--objective", "gpus")["plans"][0]
+    assert fewest["gpus"] == 2  # 141 GB of weights need two 80 GB GPUs
+
+
+def test_slo_limits_the_batch() -> None:
+    common = ("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "1",
+              "--context", "8k")
+    free = serve_json(*common)["plans"][0]
+    bound = serve_json(*common, "--max-tpot-ms", "20")["plans"][0]
+    assert bound["tpot_ms"] <= 20 < free["tpot_ms"]
+    assert bound["batch"] < free["batch"]
+    assert bound["tokens_per_second"] < free["tokens_per_second"]
+
+
+def test_table_output() -> None:
+    result = serve("--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "8",
+                   "--context", "32k")
+    assert result.exit_code == 0, result.output
+    assert "seqs @32,768" in result.stdout and "why:" in result.stdout
+    assert "vllm serve mistralai/Mixtral-8x7B" in result.stdout
+
+
+def test_infeasible_is_an_answer() -> None:
+    answer = serve_json("--model", "llama3.1-405b", "--cluster", "dgx-h100", "--gpus", "8",
+                        "--context", "128k")
+    assert answer["status"] == "infeasible" and answer["plans"] == []
+    assert answer["conflicts"] == ["memory_fits_hbm"]
+    assert "memory_fits_hbm" in answer["rules"]
+    assert "--precision fp8" in answer["fixes"] and "--gpus 16" in answer["fixes"]
+    assert any(fix.startswith("a GPU with more memory") for fix in answer["fixes"])
+    text = serve("--model", "llama3.1-405b", "--cluster", "dgx-h100", "--gpus", "8",
+                 "--context", "128k")
+    assert text.exit_code == 0 and "infeasible" in text.stdout and "fixes:" in text.stdout
+
+
+def test_impossible_slo_names_the_slo_and_the_reachable_value() -> None:
+    answer = serve_json("--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "8",
+                        "--context", "8k", "--max-tpot-ms", "2")
+    assert answer["status"] == "infeasible"
+    assert answer["conflicts"] == ["tpot_within_slo"]
+    assert any(fix.startswith("--max-tpot-ms ") for fix in answer["fixes"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--context", "32q"), "--context"),
+    (("--context", "0"), "--context"),
+    (("--context", "8k", "--input-len", "8000", "--output-len", "500"), "--input-len"),
+    (("--context", "8k", "--input-len", "9000"), "--input-len"),
+    (("--context", "8k", "--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization"),
+    (("--context", "8k", "--precision", "fp4"), "--precision"),
+    (("--context", "8k", "--objective", "gpus", "--engine", "cpsat"), "--objective gpus"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
+    result = serve("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", *args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_unknown_model_and_cluster() -> None:
+    for args in (("--model", "no-such-model", "--cluster", "dgx-h100"),
+                 ("--model", "llama3.1-8b", "--cluster", "no-such-cluster")):
+        result = serve(*args, "--gpus", "8", "--context", "8k")
+        assert result.exit_code == 2
+        assert len(result.stderr.strip().splitlines()) == 1
