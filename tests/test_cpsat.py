@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.memory import estimate_memory
 from solver.cost.steptime import TimeConstants, estimate_step_time
-from solver.search import cpsat_program
+from solver.search import cpsat_objectives, cpsat_program
 from solver.search.constraints import Constraint, build_constraints
 from solver.search.cpsat import explain_infeasible_cpsat, solve_cpsat
 from solver.search.cpsat_program import Program, restricted_domains
@@ -171,7 +171,7 @@ def test_program_objective_is_a_lower_bound_of_the_float_one() -> None:
     plans = solve_by_enumeration(problem, 20).candidates
     for i in range(0, len(plans), 4):
         program = Program(problem)
-        cpsat_program.add_step_time_objective(program)
+        cpsat_objectives.add_step_time_objective(program)
         config = tuple(int(getattr(plans, v)[i]) for v in VARIABLES)
         for v, value in zip(VARIABLES, config):
             if v in ("zero", "recompute"):

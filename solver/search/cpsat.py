@@ -5,8 +5,8 @@ cost model as the exhaustive oracle (solver.search.enumerate), which the tests c
 The program (solver.search.cpsat_program) bounds the float objective F(x) from below by an
 integer I(x) (in units of `objective_units_per_unit` per second or byte), and the worst-stage
 memory likewise. solve_cpsat:
-  1. finds good plans with the float model alone: a grid of GPU splits, then a best-first
-     neighbourhood search (each round one vectorised batch);
+  1. finds good plans with the float model alone (solver.search.cpsat_warmstart): a grid of
+     GPU splits, then a best-first neighbourhood search (each round one vectorised batch);
   2. lets CP-SAT enumerate every configuration with I(x) <= the K-th best float value found,
      in rounds of at most ROUND_SOLUTIONS (the threshold tightens between rounds, evaluated
      plans are cut off by no-good constraints), and evaluates each with the float model
@@ -24,7 +24,6 @@ checked with the float model and cut off under the memory switch.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -37,11 +36,9 @@ from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory
 from solver.cost.steptime import estimate_step_time
 from solver.search.constraints import Constraint
-from solver.search.cpsat_program import (
-    Program,
-    add_memory_objective,
-    add_step_time_objective,
-)
+from solver.search.cpsat_objectives import add_memory_objective, add_step_time_objective
+from solver.search.cpsat_program import Program
+from solver.search.cpsat_warmstart import beam_width, local_search, seed_plans
 from solver.search.enumerate import Ranked, enumerate_feasible, rank
 from solver.search.space import VARIABLES, Problem
 
@@ -50,7 +47,6 @@ EXPLAIN_WORKERS = 1
 SEED = 0
 # Solutions enumerated per round before the threshold is tightened and the search restarted.
 ROUND_SOLUTIONS = 2000
-LOCAL_SEARCH_BEAM = 8
 # Plans an explanation cuts off one by one (memory) before the enumeration decides instead.
 EXPLAIN_LAZY_CUTS = 25
 
@@ -182,108 +178,6 @@ class _Search:
         return new
 
 
-def _neighbours(program: Program, config: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Configurations one step away: one variable changed (dp follows from the GPU count), or
-    a prime factor moved between two of tp, cp, pp, dp."""
-    domains, n_gpus = program.lattice.domains, program.problem.num_gpus
-    base = dict(zip(VARIABLES, config))
-    out = []
-
-    def add(values: dict[str, int]) -> None:
-        split = values["tp"] * values["cp"] * values["pp"]
-        if n_gpus % split:
-            return
-        values = {**values, "dp": n_gpus // split}
-        if all(values[v] in domains[v] for v in VARIABLES):
-            out.append(tuple(values[v] for v in VARIABLES))
-
-    for v in VARIABLES:
-        if v == "dp":
-            continue
-        for value in domains[v]:
-            if value != base[v]:
-                add({**base, v: value})
-    mesh = ("tp", "cp", "pp", "dp")
-    for q in program.lattice.primes:
-        for a in mesh:
-            for b in mesh:
-                if a != b and base[b] % q == 0:
-                    moved = {**base, a: base[a] * q, b: base[b] // q}
-                    if all(moved[v] in domains[v] for v in mesh):
-                        out.append(tuple(moved[v] for v in VARIABLES))
-    return out
-
-
-SCHEDULE = ("vpp", "micro_batch", "zero", "recompute")
-
-
-def _schedules(program: Program, config: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """The configuration with every combination of the schedule variables (vpp, micro-batch,
-    ZeRO stage, recompute) on the same GPU split."""
-    domains = program.lattice.domains
-    base = dict(zip(VARIABLES, config))
-    out = []
-    for values in itertools.product(*(domains[v] for v in SCHEDULE)):
-        row = {**base, **dict(zip(SCHEDULE, values))}
-        out.append(tuple(row[v] for v in VARIABLES))
-    return out
-
-
-def _local_search(program: Program, search: _Search, seeds: Sequence[tuple[int, ...]],
-                  deadline: float) -> None:
-    """Best-first neighbourhood search on the float objective: each round evaluates, in one
-    batch, every neighbour of the best max(LOCAL_SEARCH_BEAM, 2K) plans not yet expanded
-    and every schedule of the two best GPU splits, until the beam is expanded. Cheap, and the
-    tighter threshold it gives shrinks phase 2 (top-K lists are often full of ties)."""
-    beam = _beam(search.top)
-    expanded: set[tuple[int, ...]] = set()
-    swept: set[tuple[int, ...]] = set()
-    while time.perf_counter() < deadline:
-        best = sorted(search.value, key=lambda c: (search.value[c], c))[:beam]
-        if len(best) < beam:  # too few plans fit yet: also expand the solver's own
-            best += [c for c in seeds if c not in search.value][:beam - len(best)]
-        todo = [c for c in best if c not in expanded]
-        meshes = [c for c in best[:2] if _mesh(c) not in swept]
-        if not todo and not meshes:
-            return
-        expanded.update(todo)
-        swept.update(_mesh(c) for c in meshes)
-        batch = {n: None for c in todo for n in _neighbours(program, c)}
-        batch.update({n: None for c in meshes for n in _schedules(program, c)})
-        search.evaluate(batch, keep=beam)
-
-
-def _beam(top: int) -> int:
-    return max(LOCAL_SEARCH_BEAM, 2 * top)
-
-
-def _seeds(program: Program) -> list[tuple[int, ...]]:
-    """Starting plans for the local search: every (tp, pp) with the smallest cp, etp and vpp,
-    the largest ep and dp taking the rest, under a few cheap schedules."""
-    domains, n_gpus = program.lattice.domains, program.problem.num_gpus
-    out = []
-    if any(not domains[v] for v in VARIABLES):
-        return out
-    cp, etp, vpp = (min(domains[v]) for v in ("cp", "etp", "vpp"))
-    ep = max(domains["ep"])
-    for tp, pp in itertools.product(domains["tp"], domains["pp"]):
-        if n_gpus % (tp * pp * cp):
-            continue
-        for mb, zero, recompute in itertools.product(
-                domains["micro_batch"][:2], domains["zero"], domains["recompute"]):
-            row = {"tp": tp, "cp": cp, "pp": pp, "dp": n_gpus // (tp * pp * cp), "ep": ep,
-                   "etp": etp, "vpp": vpp, "zero": zero, "micro_batch": mb,
-                   "recompute": recompute}
-            if all(row[v] in domains[v] for v in VARIABLES):
-                out.append(tuple(row[v] for v in VARIABLES))
-    return out
-
-
-def _mesh(config: tuple[int, ...]) -> tuple[int, ...]:
-    values = dict(zip(VARIABLES, config))
-    return tuple(values[v] for v in VARIABLES if v not in SCHEDULE)
-
-
 def solve_cpsat(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
                 num_workers: int = SOLVE_WORKERS) -> CpsatResult:
     """The `top` best configurations, the same as the oracle's (ties in the oracle's order).
@@ -309,9 +203,9 @@ def solve_cpsat(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     scale = program.objective_units_per_unit
 
     # Phase 1: good plans from the float model, to set the threshold.
-    seeds = _seeds(program)
-    search.evaluate({c: None for c in seeds}, keep=_beam(top))
-    _local_search(program, search, seeds, deadline)
+    seeds = seed_plans(program)
+    search.evaluate({c: None for c in seeds}, keep=beam_width(top))
+    local_search(program, search, seeds, deadline)
     timings["phase1_s"] = time.perf_counter() - start - timings["build_s"]
     solves = 0
 

@@ -1,6 +1,7 @@
 """The CP-SAT program of a planning problem: variables over prime exponents, one add_<name>
-per named constraint guarded by its switch literal, and the objectives as lower bounds built
-from the cost tables (solver.search.tables). solver.search.cpsat searches it.
+per named constraint guarded by its switch literal (solver.search.cpsat_encoding), and the
+objectives as lower bounds built from the cost tables (solver.search.cpsat_objectives, from
+time_tables and memory_tables). solver.search.cpsat searches it.
 
 Variables: every degree d (tp, cp, pp, dp, ep, etp, vpp, micro_batch) as exponents a_q of the
 primes of the problem (d = prod q^a_q; a degree whose domain is not a box of exponents also gets
@@ -10,7 +11,7 @@ cost term that depends on a few axes (ratios of degrees, categories) is a table 
 their exponent digits. Products of terms are `AddMultiplicationEquality` on bounded variables,
 maxima `AddMaxEquality`.
 
-Each constraint of `build_constraints` has an `add_<name>` here, enforced only if its switch
+Each constraint of `build_constraints` has an `add_<name>` (cpsat_encoding), enforced only if its switch
 literal is true: solving fixes every switch to true (and first narrows each domain by the
 single-variable constraints, which then hold anyway); explaining makes them assumptions. A
 constraint without an encoding raises NotImplementedError.
@@ -31,9 +32,8 @@ from collections.abc import Sequence
 import numpy as np
 from ortools.sat.python import cp_model, cp_model_helper
 
-from solver.cost.flops import estimate_model_flops_per_token
 from solver.search.constraints import Constraint, build_constraints
-from solver.search.space import VARIABLES, Problem, variable_domains
+from solver.search.cpsat_encoding import encoder_for
 from solver.search.grid import (
     DEGREES,
     RATIOS,
@@ -43,18 +43,9 @@ from solver.search.grid import (
     build_lattice,
     factorize,
     project,
-    to_units,
 )
-from solver.search.memory_tables import (
-    build_memory_tables,
-    first_stage_slots,
-    select_stage_slots,
-)
-from solver.search.time_tables import (
-    build_time_tables,
-)
+from solver.search.space import VARIABLES, Problem, variable_domains
 
-MEMORY_RESOLUTION_BYTES = 4096
 # Cost tables enter the program as the max of a few projections of at most TABLE_ROWS points:
 # CP-SAT's work grows with table rows far faster than the bound loosens (grid.project).
 TABLE_ROWS = 150
@@ -71,13 +62,8 @@ TABLE_ROWS_FOR = {"ep_comm": 800, "ep_comm_full_extra": 800, "fwd_routed": 800,
 # Stage slots whose memory bounds the worst stage while solving (any subset is a lower bound;
 # more slots tighten it a little and cost more than they save; explaining uses all).
 MEMORY_SLOTS_SOLVING = 1
-# One unit of time is the ideal step (model FLOPs at peak) / 2^32; a term is clipped at 2^40
-# units (256 ideal steps: far beyond any plan worth ranking, and it keeps products in int64).
-TIME_RESOLUTION_OF_IDEAL_STEP = 2.0**-32
-TERM_CAP = 2**40
+# Products are clipped so that they stay in int64 (cpsat_objectives.py).
 PRODUCT_CAP = 2**61
-DP_EXPOSURE_SCALE = 2**16
-GIB = 2**30
 
 
 def restricted_domains(problem: Problem, constraints: Sequence[Constraint]
@@ -126,7 +112,7 @@ class Program:
                                      else self.model.new_constant(1))
         self.memory_slots: list[cp_model.IntVar] = []
         for c in self.constraints:
-            encode = ADDERS.get(c.name) or (add_pin if c.name.startswith("pin_") else None)
+            encode = encoder_for(c.name)
             if encode is None:
                 raise NotImplementedError(f"no CP-SAT encoding for constraint {c.name}")
             encode(self, c, self.switches[c.name])
@@ -312,298 +298,3 @@ class Program:
                         + [values["zero"], values["recompute"]])
         if rows:
             self.model.add_forbidden_assignments(variables, rows).only_enforce_if(list(enforce))
-
-
-# ---- one add_<name> per named constraint ----------------------------------------------------
-
-def add_gpus_product(program: Program, c: Constraint, switch) -> None:
-    f = factorize(program.problem.num_gpus)
-    for q in program.lattice.primes:
-        total = sum(program.exps[v][q] for v in ("tp", "cp", "pp", "dp"))
-        program.model.add(total == f.get(q, 0)).only_enforce_if(switch)
-
-
-def add_tp_divides_heads(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("tp", program.problem.model_spec.num_attention_heads, switch)
-
-
-def add_tp_divides_kv_heads(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("tp", program.problem.model_spec.kv_heads, switch)
-
-
-def add_pp_at_most_layers(program: Program, c: Constraint, switch) -> None:
-    layers = program.problem.model_spec.num_hidden_layers
-    if max(program.lattice.domains["pp"], default=1) > layers:
-        program.model.add(program.degree_value("pp") <= layers).only_enforce_if(switch)
-
-
-def add_vpp_needs_pp(program: Program, c: Constraint, switch) -> None:
-    program.model.add_bool_or([program.vpp_is_one, ~program.pp_is_one]).only_enforce_if(switch)
-
-
-def add_vpp_divides_layers(program: Program, c: Constraint, switch) -> None:
-    f = factorize(program.problem.model_spec.num_hidden_layers)
-    for q in program.lattice.primes:
-        program.model.add(program.exps["pp"][q] + program.exps["vpp"][q] <= f.get(q, 0)
-                          ).only_enforce_if([switch, ~program.vpp_is_one])
-
-
-def add_cp_splits_sequence(program: Program, c: Constraint, switch) -> None:
-    seq_len = program.problem.job.seq_len
-    if seq_len % 2:
-        program.model.add_bool_or([~switch])
-        return
-    program.bound_exponents("cp", seq_len // 2, switch)
-
-
-def add_batch_divides(program: Program, c: Constraint, switch) -> None:
-    f = factorize(program.problem.job.global_batch)
-    for q in program.lattice.primes:
-        program.model.add(program.exps["dp"][q] + program.exps["micro_batch"][q]
-                          <= f.get(q, 0)).only_enforce_if(switch)
-
-
-def add_expert_ranks_fit_stage(program: Program, c: Constraint, switch) -> None:
-    e = program.exps
-    for q in program.lattice.primes:
-        program.model.add(e["ep"][q] + e["etp"][q] <= e["tp"][q] + e["cp"][q] + e["dp"][q]
-                          ).only_enforce_if(switch)
-
-
-def add_ep_divides_experts(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("ep", program.problem.model_spec.num_experts, switch)
-
-
-def add_dense_model_has_no_ep(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("ep", 1, switch)
-    program.bound_exponents("etp", 1, switch)
-
-
-def add_tp_within_nvlink(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("tp", program.problem.cluster.scale_up_gpus, switch)
-
-
-def add_etp_within_nvlink(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("etp", program.problem.cluster.scale_up_gpus, switch)
-
-
-def add_megatron_zero_stage(program: Program, c: Constraint, switch) -> None:
-    program.model.add(program.zero != 2).only_enforce_if(switch)
-    program.model.add_bool_or([~program.zero_is_three, program.pp_is_one]).only_enforce_if(switch)
-
-
-def add_megatron_interleave_microbatches(program: Program, c: Constraint, switch) -> None:
-    """With the batch split evenly, pp divides global_batch / (dp x micro_batch): exponent
-    bounds; otherwise (only while explaining) the floor division of the rule, literally."""
-    batch = program.problem.job.global_batch
-    f = factorize(batch)
-    divides = program.switches.get("batch_divides", 1)
-    for q in program.lattice.primes:
-        e = program.exps
-        program.model.add(e["pp"][q] + e["dp"][q] + e["micro_batch"][q] <= f.get(q, 0)
-                          ).only_enforce_if([switch, divides, ~program.vpp_is_one])
-    if isinstance(divides, int) or not program.explain:
-        return
-    dp, mb, pp = (program.degree_value(v) for v in ("dp", "micro_batch", "pp"))
-    split = program.product(dp, mb, "dp_times_micro_batch")
-    micro = program.new_var(0, batch, "micro_batches")
-    program.model.add_division_equality(micro, batch, split)
-    rest = program.new_var(0, batch, "micro_batches_mod_pp")
-    program.model.add_modulo_equality(rest, micro, pp)
-    program.model.add(rest == 0).only_enforce_if([switch, ~divides, ~program.vpp_is_one])
-
-
-def add_torchtitan_zero_stage(program: Program, c: Constraint, switch) -> None:
-    program.model.add(program.zero != 1).only_enforce_if(switch)
-
-
-def add_deepspeed_zero_with_pp(program: Program, c: Constraint, switch) -> None:
-    program.model.add(program.zero <= 1).only_enforce_if([switch, ~program.pp_is_one])
-
-
-def add_deepspeed_no_cp(program: Program, c: Constraint, switch) -> None:
-    program.bound_exponents("cp", 1, switch)
-
-
-def add_pin(program: Program, c: Constraint, switch) -> None:
-    name = c.variables[0]
-    allowed = cp_model.Domain.from_values(sorted(program.problem.pins[name]))
-    var = {"zero": program.zero, "recompute": program.recompute}.get(name)
-    if var is None:
-        var = program.degree_value(name)
-    if isinstance(var, int):
-        if not allowed.contains(var):
-            program.model.add_bool_or([~switch])
-        return
-    program.model.add_linear_expression_in_domain(var, allowed).only_enforce_if(switch)
-
-
-def add_memory_fits_hbm(program: Program, c: Constraint, switch) -> None:
-    """Every stage slot's memory (a lower bound of its bytes) fits the GPU. The tables assume
-    tp x cp x pp x dp = N, so while explaining the rule is enforced only together with
-    gpus_product (without it nothing is claimed; candidates are checked exactly instead)."""
-    problem = program.problem
-    if program.empty:
-        return
-    if program.memory_slot_limit == 1:
-        slots = first_stage_slots(program.lattice)
-    else:
-        slots = select_stage_slots(problem, program.lattice)
-    scale = math.lcm(*(program.lattice.domains["vpp"] or [1]))
-    tables = build_memory_tables(problem, program.lattice, slots, scale,
-                                 program.memory_slot_limit)
-    capacity = problem.cluster.gpu.memory_gib * GIB
-    cap = int(capacity // MEMORY_RESOLUTION_BYTES) + 2
-
-    def units(values: np.ndarray) -> np.ndarray:
-        return to_units(values, MEMORY_RESOLUTION_BYTES, "lower", cap)
-
-    def count(values: np.ndarray) -> np.ndarray:
-        return np.asarray(values, dtype=np.int64)
-
-    shared = {k: program.bound(t, units, k) for k, t in tables.activations.items()}
-    uses = {"dense": "layer_dense", "moe": "layer_moe", "first": "embedding",
-            "not_last": "stage_output"}
-    fixed = max(int(tables.fixed_bytes // MEMORY_RESOLUTION_BYTES) - 1, 0)
-    for k in range(tables.slots):
-        feats = tables.features[k]
-        parts = [scale * program.bound(tables.states[k], units, f"states_{k}")]
-        for key, table_name in uses.items():
-            if table_name not in shared:
-                continue
-            counted = program.bound(feats[key], count, f"{key}_{k}")
-            parts.append(program.product(counted, shared[table_name], f"{key}_bytes_{k}"))
-        last = program.lookup(feats["last"].grid, feats["last"].filled().astype(np.int64),
-                              f"last_{k}", boolean=True)
-        if isinstance(last, int):
-            parts.append(scale * last * shared["last_stage"])
-        else:
-            parts.append(scale * program.when(last, shared["last_stage"], f"last_bytes_{k}"))
-        kind = program.lookup(feats["kind"].grid, feats["kind"].filled().astype(np.int64),
-                              f"kind_{k}")
-        working_table = tables.working_set[k]
-        working = program.bound(working_table, units, f"working_{k}", categories={"kind": kind})
-        parts.append(scale * program.when(program.full, working, f"working_bytes_{k}"))
-        parts = [p for p in parts if not (isinstance(p, int) and p == 0)]
-        memory = program.total(parts, f"memory_{k}") if parts else 0
-        program.memory_slots.append(memory + scale * fixed)
-        limit = int(capacity * scale // MEMORY_RESOLUTION_BYTES) + 1
-        enforce = [switch] + ([program.switches["gpus_product"]] if program.explain else [])
-        program.model.add(memory + scale * fixed <= limit).only_enforce_if(enforce)
-    program.memory_units_per_byte = scale / MEMORY_RESOLUTION_BYTES
-
-
-ADDERS = {
-    "gpus_product": add_gpus_product,
-    "tp_divides_heads": add_tp_divides_heads,
-    "tp_divides_kv_heads": add_tp_divides_kv_heads,
-    "pp_at_most_layers": add_pp_at_most_layers,
-    "vpp_needs_pp": add_vpp_needs_pp,
-    "vpp_divides_layers": add_vpp_divides_layers,
-    "cp_splits_sequence": add_cp_splits_sequence,
-    "batch_divides": add_batch_divides,
-    "expert_ranks_fit_stage": add_expert_ranks_fit_stage,
-    "ep_divides_experts": add_ep_divides_experts,
-    "dense_model_has_no_ep": add_dense_model_has_no_ep,
-    "tp_within_nvlink": add_tp_within_nvlink,
-    "etp_within_nvlink": add_etp_within_nvlink,
-    "megatron_zero_stage": add_megatron_zero_stage,
-    "megatron_interleave_microbatches": add_megatron_interleave_microbatches,
-    "torchtitan_zero_stage": add_torchtitan_zero_stage,
-    "deepspeed_zero_with_pp": add_deepspeed_zero_with_pp,
-    "deepspeed_no_cp": add_deepspeed_no_cp,
-    "memory_fits_hbm": add_memory_fits_hbm,
-}
-
-
-# ---- objectives -----------------------------------------------------------------------------
-
-def ideal_step_s(problem: Problem) -> float:
-    """Model FLOPs of a step at the GPUs' peak: the scale of the time unit."""
-    job, gpu = problem.job, problem.cluster.gpu
-    flops = estimate_model_flops_per_token(problem.model_spec, job.seq_len) * job.tokens_per_step
-    return flops / (problem.num_gpus * gpu.peak_flop_per_s(job.precision))
-
-
-def add_step_time_objective(program: Program) -> None:
-    """Integer step time, a lower bound of the float one (units tau / q, q = lcm of the vpp
-    domain, tau from the ideal step), composed as in time_tables.py:
-        t_mb x q (n + (pp - 1) / vpp) + q (2 n vpp p2p + dp + optimizer)."""
-    problem, lattice = program.problem, program.lattice
-    timing = build_time_tables(problem, lattice)
-    tau = ideal_step_s(problem) * TIME_RESOLUTION_OF_IDEAL_STEP
-
-    def term(name: str, upper: bool = False):
-        table = timing.tables.get(name)
-        if table is None:
-            return 0
-        bound = "upper" if upper else "lower"
-        return program.bound(table, lambda v: to_units(v, tau, bound, TERM_CAP),
-                             name + ("_upper" if upper else ""), upper=upper)
-
-    def both(name: str):
-        """The dense parameters' part plus the experts' (time_tables.py)."""
-        return term(name + "_dense") + term(name + "_expert")
-
-    def exact(name: str, axes: Sequence[str], formula) -> object:
-        grid = build_grid(lattice, axes)
-        p = grid.points()
-        value = formula(*(p[a + "_num"] // p[a + "_den"] for a in axes))
-        return program.lookup(grid, np.asarray(value, dtype=np.int64), name)
-
-    batch, layers = problem.job.global_batch, problem.model_spec.num_hidden_layers
-    q = math.lcm(*(lattice.domains["vpp"] or [1]))
-    per_stage = exact("layers_per_stage", ("pp",), lambda pp: -(-layers // pp))
-    micro = exact("micro_batches", ("dm",), lambda dm: batch // dm)
-    fwd = program.total([term("fwd"), term("fwd_routed")], "fwd_layer")
-    bwd = program.total([term("bwd"), term("bwd_routed")], "bwd_layer")
-    fwd_stage = program.product(per_stage, fwd, "fwd_stage")
-    bwd_stage = program.product(per_stage, bwd, "bwd_stage")
-    comm = ("tp_comm", "cp_comm", "ep_comm")
-    replay = program.total([fwd, *(term(name + "_full_extra") for name in comm)], "replay")
-    other = program.total([program.when(program.full, replay, "recompute_layer"),
-                           *(term(name) for name in comm)], "comm_layer")
-    other_stage = program.product(per_stage, other, "other_stage")
-    t_mb = program.total([fwd_stage, bwd_stage, other_stage, term("head")], "t_mb")
-    bubble = exact("bubble_share", ("pp", "vpp"), lambda pp, vpp: q * (pp - 1) // vpp)
-    weight = program.total([q * micro, bubble], "steady_and_bubble")
-    main = program.product(t_mb, weight, "pipeline")
-    hand_offs = program.product(micro, 2 * program.degree_value("vpp"), "hand_offs")
-    p2p = program.product(hand_offs, term("p2p"), "p2p_step")
-
-    # DP: the rate compute hides (c + 1/L of the traffic) plus (1 - c) x the exposed excess
-    # max(sync - L x layer, 0). The excess is compared with the same lower bound of the
-    # stage's forward / backward that the pipeline term uses: the step grows with the true
-    # compute b at least as fast as the excess shrinks (n L b in the steady state against
-    # (1 - c) n L b at most), so the step at the lower bound of b stays a lower bound.
-    def exposed(sync: str, stage_compute, name: str):
-        volume = both(sync)
-        out = program.new_var(0, program.upper(volume), name)
-        program.model.add_max_equality(out, [volume - stage_compute, 0])
-        return out
-
-    excess = program.total([exposed("dp_bwd_sync", bwd_stage, "dp_bwd_exposed"),
-                            exposed("dp_fwd_sync", fwd_stage, "dp_fwd_exposed")], "dp_exposed")
-    kappa = int(math.floor((1.0 - timing.contention) * DP_EXPOSURE_SCALE))
-    scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE, "dp_slowed")
-    program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
-    per_micro = program.total([both("dp_hidden_rate"), scaled], "dp_per_sync")
-    every_micro = program.product(micro, per_micro, "dp_zero3")
-    dp = program.new_var(0, max(program.upper(every_micro), program.upper(per_micro)), "dp")
-    program.model.add(dp == every_micro).only_enforce_if(program.zero_is_three)
-    program.model.add(dp == per_micro).only_enforce_if(~program.zero_is_three)
-    rest = program.minimum([program.total([p2p, dp, both("optimizer")], "rest")],
-                           PRODUCT_CAP // (2 * q), "rest_clipped")
-    program.objective = main + q * rest
-    program.objective_units_per_unit = q / tau
-
-
-def add_memory_objective(program: Program) -> None:
-    """Worst-stage memory: the largest stage slot."""
-    top = max(program.upper(m) for m in program.memory_slots)
-    worst = program.new_var(0, top, "worst_stage_memory")
-    program.model.add_max_equality(worst, program.memory_slots)
-    program.objective = worst
-    program.objective_units_per_unit = program.memory_units_per_byte
-
-

@@ -250,7 +250,7 @@ def build_memory_tables(problem: Problem, lattice: Lattice,
 def compose_memory(problem: Problem, tables: MemoryTables, candidates: Candidates,
                    slots: Sequence[int] | None = None) -> np.ndarray:
     """Worst-stage bytes of each candidate from the tables (the largest of the stage slots),
-    composed as cpsat_program.add_memory_fits_hbm encodes."""
+    composed as cpsat_encoding.add_memory_fits_hbm encodes."""
     full = candidates.recompute == RECOMPUTE_FULL
     uses = {"dense": "layer_dense", "moe": "layer_moe", "first": "embedding",
             "not_last": "stage_output"}

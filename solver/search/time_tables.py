@@ -233,7 +233,7 @@ def _measure_contention(problem: Problem, lattice: Lattice) -> float:
 def compose_step_time(problem: Problem, timing: TimeTables, candidates: Candidates
                       ) -> np.ndarray:
     """Step seconds of each candidate from the tables, composed as the module docstring says
-    (and as cpsat_program.add_step_time_objective encodes)."""
+    (and as cpsat_objectives.add_step_time_objective encodes)."""
     def term(name: str) -> np.ndarray:
         table = timing.tables.get(name)
         return lookup_values(table, candidates) if table is not None else 0.0
