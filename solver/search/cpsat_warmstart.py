@@ -95,19 +95,29 @@ def beam_width(top: int) -> int:
 
 
 def seed_plans(program: Program) -> list[tuple[int, ...]]:
-    """Starting plans for the local search: every (tp, pp) with the smallest cp, etp and vpp,
-    the largest ep and dp taking the rest, under a few cheap schedules."""
+    """Starting plans for the local search: every (tp, pp) with the two smallest cp (long
+    pipelines often fit only with the activations split), the smallest etp and vpp, dp taking
+    the rest of the GPUs, and two expert splits (the largest ep that the ranks of a stage
+    hold, and the largest whose group (etp x ep consecutive ranks, Megatron's expert rank
+    order) stays inside the NVLink domain, as Megatron's MoE guide advises), under a few cheap
+    schedules."""
     domains, n_gpus = program.lattice.domains, program.problem.num_gpus
     out = []
     if any(not domains[v] for v in VARIABLES):
         return out
-    cp, etp, vpp = (min(domains[v]) for v in ("cp", "etp", "vpp"))
-    ep = max(domains["ep"])
-    for tp, pp in itertools.product(domains["tp"], domains["pp"]):
+    etp, vpp = min(domains["etp"]), min(domains["vpp"])
+    domain_gpus = program.problem.cluster.scale_up_gpus
+    for tp, pp, cp in itertools.product(domains["tp"], domains["pp"], sorted(domains["cp"])[:2]):
         if n_gpus % (tp * pp * cp):
             continue
-        for mb, zero, recompute in itertools.product(
-                domains["micro_batch"][:2], domains["zero"], domains["recompute"]):
+        stage = n_gpus // pp  # tp x cp x dp: the ranks the experts of a stage spread over
+        legal = [ep for ep in domains["ep"] if stage % (ep * etp) == 0]
+        if not legal:
+            continue
+        inside = [ep for ep in legal if ep * etp <= domain_gpus] or legal[:1]
+        for ep, mb, zero, recompute in itertools.product(
+                sorted({max(legal), max(inside)}), domains["micro_batch"][:2],
+                domains["zero"], domains["recompute"]):
             row = {"tp": tp, "cp": cp, "pp": pp, "dp": n_gpus // (tp * pp * cp), "ep": ep,
                    "etp": etp, "vpp": vpp, "zero": zero, "micro_batch": mb,
                    "recompute": recompute}
