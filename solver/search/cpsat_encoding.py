@@ -181,7 +181,7 @@ def add_memory_fits_hbm(program: Program, c: Constraint, switch) -> None:
     fixed = max(int(tables.fixed_bytes // MEMORY_RESOLUTION_BYTES) - 1, 0)
     for k in range(tables.slots):
         feats = tables.features[k]
-        parts = [scale * program.bound(tables.states[k], units, f"states_{k}")]
+        parts = [scale * program.bound(part, units, part.name) for part in tables.states[k]]
         for key, table_name in uses.items():
             if table_name not in shared:
                 continue

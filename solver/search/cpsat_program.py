@@ -54,9 +54,14 @@ TABLE_PROJECTIONS = 2
 # problems: expert all-to-all and routed-expert GEMM time depend on ep, etp and the tokens per
 # GPU jointly, the CP ring on tp, cp and micro_batch, and fine-grained MoE models rank mostly
 # by them (qwen3-30b-a3b on 2,048 H100s: the plans under the threshold fall from >5,700 to 126,
-# the solve from 7.9 s to 3.2 s; benchmarks/solve_time.py).
+# the solve from 7.9 s to 3.2 s; benchmarks/solve_time.py). The memory of the routed experts'
+# states and of a layer's activations likewise (deepseek-v2 on 512 H100s: 10.3 s -> 3.3 s, the
+# plans the memory bound lets through but that do not fit from 2,260 to 387). Keys are table
+# names without their stage-slot suffix.
 TABLE_ROWS_FOR = {"ep_comm": 800, "ep_comm_full_extra": 800, "fwd_routed": 800,
                   "bwd_routed": 800, "cp_comm": 400, "cp_comm_full_extra": 400,
+                  "states_expert": 400, "states_gather": 400, "layer_moe": 400,
+                  "layer_dense": 400, "last_stage": 400,
                   **{f"{name}_expert": 400 for name in ("optimizer", "dp_hidden_rate",
                                                         "dp_bwd_sync", "dp_fwd_sync")}}
 # Stage slots whose memory bounds the worst stage while solving (any subset is a lower bound;
@@ -206,7 +211,7 @@ class Program:
               categories: dict | None = None):
         """A lower (upper) bound of `table` at the current grid point, from a few small
         projections of it (grid.project): their maximum (minimum)."""
-        rows = TABLE_ROWS_FOR.get(table.name, self.max_rows)
+        rows = TABLE_ROWS_FOR.get(table.name.rstrip("_0123456789"), self.max_rows)
         parts = [self.lookup(grid, to_int(values), f"{name}_{k}", categories)
                  for k, (grid, values) in enumerate(
                      project(table, rows, self.max_projections, upper))]

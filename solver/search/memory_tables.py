@@ -5,7 +5,10 @@ Worst-stage memory (solver.cost.memory), over a few **stage slots**: for each (p
 stages that no other stage dominates (more of every layer kind, micro-batches in flight, the
 embedding, the LM head), for every number of micro-batches; the memory of a stage is a sum
 of non-negative coefficients times those stage features, so the worst stage is one of them:
-    states_s(tp, pp, vpp, zero, g)              weights, grads, optimizer, ZeRO-3 gathers
+    states_s = dense_s(tp, pp, vpp, zero)       weights, grads, optimizer of the dense
+               + expert_s(pp, vpp, zero, g)     parameters and of the routed experts (exact:
+               + gather_s(tp, pp, vpp, zero[, g])  they shard over different groups), and the
+                                                ZeRO-3 gather of the largest layer
     in_flight x dense layers, x MoE layers, x embedding, x (not last)   (pp, vpp, dm) features
     layer_dense(tp, r, recompute), layer_moe(tp, r, recompute, etp), embedding(tp, r),
     stage_output(tp, r)                         activations per layer / per micro-batch in flight
@@ -25,6 +28,8 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_stage_memory
+from solver.cost.memory.overheads import estimate_zero3_gather_bytes
+from solver.cost.memory.states import estimate_model_states, estimate_stage_params
 from solver.cost.memory.activations import (
     estimate_layer_activation_bytes,
     estimate_logits_bytes,
@@ -51,7 +56,7 @@ class MemoryTables:
     """Memory terms (bytes) per stage slot and shared per-layer activations."""
 
     slots: int
-    states: list[Table]            # per slot
+    states: list[list[Table]]      # per slot: its parts (dense, expert, ZeRO-3 gather)
     features: list[dict[str, Table]]  # per slot: in-flight products, last, kind
     working_set: list[Table]       # per slot
     activations: dict[str, Table]  # layer_dense, layer_moe, embedding, stage_output, last_stage
@@ -154,18 +159,33 @@ def build_memory_tables(problem: Problem, lattice: Lattice,
     states, features, working = [], [], []
     kind_range = {"kind": (0, 3)}
     for k in range(num_slots):
-        def fill_states(p, size, k=k):
-            tp, pp, g = whole(p, "tp"), whole(p, "pp"), whole(p, "g")
-            vpp = whole(p, "vpp")
-            stage, known = slot_stage(pp, vpp, k)
-            reachable = known & divides(tp * pp, n_gpus)
-            dp = np.where(reachable, n_gpus // (tp * pp), 1)
-            c = make_candidates(size, tp=tp, pp=pp, dp=dp, ep=g, vpp=vpp, zero=p["zero"])
-            items = estimate_stage_memory(m, job, c, stage, options).items
-            held = items["weights"] + items["grads"] + items["optimizer"] + items["zero3_gather"]
-            return grow * held, reachable
+        def fill_states(kind: str, k: int = k):
+            def fill(p, size):
+                pp, vpp = whole(p, "pp"), whole(p, "vpp")
+                split = whole(p, "g") if kind == "expert" else whole(p, "tp")
+                stage, known = slot_stage(pp, vpp, k)
+                reachable = known & divides(split * pp, n_gpus)
+                rest = np.where(reachable, n_gpus // (split * pp), 1)
+                c = (make_candidates(size, pp=pp, dp=rest * split, ep=split, vpp=vpp,
+                                     zero=p["zero"]) if kind == "expert" else
+                     make_candidates(size, tp=split, pp=pp, dp=rest, vpp=vpp, zero=p["zero"],
+                                     ep=whole(p, "g") if "g_num" in p else 1))
+                layout = _layout(problem, c, stage)
+                params = estimate_stage_params(m, c, layout, options)
+                if kind == "gather":
+                    return grow * estimate_zero3_gather_bytes(c, params, options), reachable
+                states = estimate_model_states(job, c, params, options, (kind,))
+                return grow * (states["weights"] + states["grads"] + states["optimizer"]), \
+                    reachable
+            return fill
 
-        states.append(table(f"states_{k}", ("tp", "pp", "vpp", "zero", "g"), fill_states))
+        parts = [table(f"states_dense_{k}", ("tp", "pp", "vpp", "zero"), fill_states("dense"))]
+        if m.is_moe:
+            parts.append(table(f"states_expert_{k}", ("pp", "vpp", "zero", "g"),
+                               fill_states("expert")))
+        gather_axes = ("tp", "pp", "vpp", "zero", "g") if m.is_moe else ("tp", "pp", "vpp", "zero")
+        parts.append(table(f"states_gather_{k}", gather_axes, fill_states("gather")))
+        states.append(parts)
 
         feats: dict[str, Table] = {}
         for key in (*STAGE_FEATURES, "last", "kind"):
@@ -257,7 +277,8 @@ def compose_memory(problem: Problem, tables: MemoryTables, candidates: Candidate
     worst = np.zeros(len(candidates))
     for k in range(tables.slots) if slots is None else slots:
         feats = tables.features[k]
-        total = lookup_values(tables.states[k], candidates) + tables.fixed_bytes
+        total = sum(lookup_values(part, candidates) for part in tables.states[k])
+        total = total + tables.fixed_bytes
         for key, name in uses.items():
             if name in tables.activations:
                 count = lookup_values(feats[key], candidates) / tables.feature_scale

@@ -33,6 +33,7 @@ class StageParams:
     expert: np.ndarray
     gemm: np.ndarray  # the weights Transformer Engine casts to fp8 (a subset of the two above)
     largest_layer: np.ndarray  # the biggest decoder layer on the stage (a ZeRO-3 gather unit)
+    gemm_expert: np.ndarray | float = 0.0  # the routed experts' share of `gemm`
 
 
 def _mtp_split(model_spec: ModelSpec) -> tuple[int, int]:
@@ -79,11 +80,13 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
         np.where(n_dense > 0, m.dense_layer_params / tp, 0.0),
         np.where(n_moe > 0, moe_dense_part + moe_expert_part, 0.0),
     )
-    return StageParams(dense=dense, expert=expert, gemm=gemm, largest_layer=largest)
+    return StageParams(dense=dense, expert=expert, gemm=gemm, largest_layer=largest,
+                       gemm_expert=n_moe * moe_expert_part)
 
 
 def estimate_model_states(job: JobSpec, candidates: Candidates, params: StageParams,
-                          options: MemoryOptions) -> dict[str, np.ndarray]:
+                          options: MemoryOptions, kinds: tuple[str, ...] = ("dense", "expert")
+                          ) -> dict[str, np.ndarray]:
     """Bytes of weights, gradients and optimizer state per GPU under ZeRO 0-3.
 
         weights   = P * param_bytes                           / d  if zero == 3
@@ -97,19 +100,23 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     Worked number: Llama-3.1-8B (8.03e9 params), dp = 8, ZeRO-1, defaults:
     weights + optimizer = 8.03e9 * (2 + 12/8) = 28.1 GB, plus 32.1 GB of fp32 gradients =
     60.2 GB, the "weights and optimizer" Megatron-Bridge logs for this run (notes §3.2).
+    `kinds` selects the parameters counted: "dense", "expert" or both (the default); the two
+    add up to the whole (the CP-SAT tables keep them apart).
     """
     zero = candidates.zero
-    dense_shards = (candidates.dp * candidates.cp).astype(float)
-    expert_shards = candidates.expert_dp
+    shards = {"dense": (candidates.dp * candidates.cp).astype(float),
+              "expert": candidates.expert_dp}
+    counts = {"dense": params.dense, "expert": params.expert}
+    gemm = {"dense": params.gemm - params.gemm_expert, "expert": params.gemm_expert}
 
     def shard(bytes_per_param: float | np.ndarray, from_stage: int) -> np.ndarray:
         on = zero >= from_stage
-        return (params.dense * bytes_per_param / np.where(on, dense_shards, 1.0)
-                + params.expert * bytes_per_param / np.where(on, expert_shards, 1.0))
+        return sum((counts[k] * bytes_per_param / np.where(on, shards[k], 1.0) for k in kinds),
+                   np.zeros(len(candidates)))
 
     # Transformer Engine caches the fp8 copies in each module, gathered or not (ZeRO-3 too).
     fp8_copy = options.fp8_weight_copy_bytes if job.precision == "fp8" else 0.0
-    weights = shard(options.param_bytes, 3) + params.gemm * fp8_copy
+    weights = shard(options.param_bytes, 3) + sum(gemm[k] for k in kinds) * fp8_copy
     return {
         "weights": weights,
         "grads": shard(options.grad_bytes, 2),
