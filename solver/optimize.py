@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from solver.api import estimate_plan, load_problem_specs
 from solver.catalog import list_gpu_names, load_gpu_spec
@@ -18,6 +19,7 @@ from solver.search.explain import explain_choice, find_conflicts, smallest_memor
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
 from solver.spec.plan import Plan
+from solver.spec.plan_json import render_plan_json
 
 ENGINES = ("enumerate", "cpsat")
 
@@ -94,6 +96,34 @@ def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
                           solve_seconds=seconds, num_feasible=ranked.num_feasible,
                           plans=_plans(problem, ranked), why=tuple(explain_choice(problem,
                                                                                   ranked)))
+
+
+def render_result_json(result: OptimizeResult) -> dict[str, Any]:
+    """The JSON of `optimize` (DESIGN.md): status, solve_seconds, the problem, plans (best
+    first), and conflicts, rules and fixes when infeasible (else why). One line of a sweep."""
+    problem = result.problem
+    answer: dict[str, Any] = {
+        "status": result.status,
+        "solve_seconds": round(result.solve_seconds, 3),
+        "engine": result.engine,
+        "model": problem.model_spec.name,
+        "cluster": problem.cluster.name,
+        "gpus": problem.num_gpus,
+        "seq_len": problem.job.seq_len,
+        "global_batch": problem.job.global_batch,
+        "precision": problem.job.precision,
+        "framework": problem.framework,
+        "objective": problem.objective,
+        "num_feasible": result.num_feasible,
+        "plans": [render_plan_json(plan) for plan in result.plans],
+    }
+    if result.status == "infeasible":
+        answer["conflicts"] = list(result.conflicts)
+        answer["rules"] = dict(result.rules)
+        answer["fixes"] = list(result.fixes)
+    else:
+        answer["why"] = list(result.why)
+    return answer
 
 
 def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:

@@ -59,6 +59,10 @@ def _register_commands() -> None:
     from solver.cli import serve_command
 
     cli.add_command(serve_command.serve)
+    from solver.cli import report_command, sweep_command
+
+    cli.add_command(sweep_command.sweep)
+    cli.add_command(report_command.report)
     from solver.cli import launch_command
 
     cli.add_command(launch_command.launch)

@@ -27,8 +27,8 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_memory_table,
         echo_stage_table,
         echo_time_table,
-        render_plan_json,
     )
+    from solver.spec.plan_json import render_plan_json
 
     result = run_estimate(
         model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,

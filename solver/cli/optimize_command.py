@@ -77,9 +77,9 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              gpus_for_days: float | None, recompute: str | None, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
-    from solver.cli.render_optimize import echo_result, render_result_json
+    from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
-    from solver.optimize import build_problem, fewest_gpus, solve
+    from solver.optimize import build_problem, fewest_gpus, render_result_json, solve
 
     pins = {name: values for name, values in pin_values.items()
             if name in PIN_OPTIONS and values is not None}

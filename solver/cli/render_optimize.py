@@ -7,35 +7,6 @@ from typing import Any
 import click
 
 from solver.cli.render import echo_table
-from solver.cli.render_plan import render_plan_json
-
-
-def render_result_json(result: Any) -> dict[str, Any]:
-    """DESIGN.md: status, solve_seconds, plans (best first), conflicts and fixes if
-    infeasible."""
-    problem = result.problem
-    answer: dict[str, Any] = {
-        "status": result.status,
-        "solve_seconds": round(result.solve_seconds, 3),
-        "engine": result.engine,
-        "model": problem.model_spec.name,
-        "cluster": problem.cluster.name,
-        "gpus": problem.num_gpus,
-        "seq_len": problem.job.seq_len,
-        "global_batch": problem.job.global_batch,
-        "precision": problem.job.precision,
-        "framework": problem.framework,
-        "objective": problem.objective,
-        "num_feasible": result.num_feasible,
-        "plans": [render_plan_json(plan) for plan in result.plans],
-    }
-    if result.status == "infeasible":
-        answer["conflicts"] = list(result.conflicts)
-        answer["rules"] = dict(result.rules)
-        answer["fixes"] = list(result.fixes)
-    else:
-        answer["why"] = list(result.why)
-    return answer
 
 
 def echo_result(result: Any, gpus_for_days: float | None) -> None:

@@ -1,6 +1,7 @@
-"""Rendering plans: the JSON of DESIGN.md ("Interfaces") and the memory tables of the seeds.
+"""Rendering plans: the memory and time tables of the seeds. The JSON of DESIGN.md
+("Interfaces") is built by solver.spec.plan_json (shared with the sweep).
 
-Memory is shown in decimal GB (1e9 bytes), rounded to the megabyte in JSON.
+Memory is shown in decimal GB (1e9 bytes).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import click
 
 from solver.cli.render import echo_table
 from solver.spec.plan import Plan, StageMemory
+from solver.spec.plan_json import MAIN
+from solver.spec.plan_json import to_gb as _gb
 
-DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
-MAIN = ("weights", "grads", "optimizer", "activations")
 LABELS = {
     "weights": "weights",
     "grads": "gradients",
@@ -26,54 +27,6 @@ LABELS = {
     "nccl": "NCCL buffers",
     "fragmentation": "allocator fragmentation",
 }
-
-
-def _gb(value_bytes: float) -> float:
-    return round(value_bytes / 1e9, 3)
-
-
-def render_memory_gb(stage: StageMemory) -> dict[str, float]:
-    """`weights grads optimizer activations other total` in GB."""
-    values = {name: _gb(getattr(stage, f"{name}_bytes")) for name in MAIN}
-    values["other"] = _gb(stage.other_total_bytes)
-    values["total"] = _gb(stage.total_bytes)
-    return values
-
-
-def render_plan_json(plan: Plan) -> dict[str, Any]:
-    """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage."""
-    worst = plan.worst_stage
-    return {
-        **{name: getattr(plan.config, name) for name in DEGREES},
-        "fits": plan.fits,
-        "memory_gb": render_memory_gb(worst),
-        "other_gb": {name: _gb(value) for name, value in worst.other_bytes.items()},
-        "worst_stage": worst.stage,
-        "gpu_memory_gb": _gb(plan.gpu_memory_bytes),
-        **render_time_json(plan),
-        "stages": [
-            {"stage": s.stage, "memory_gb": render_memory_gb(s),
-             "other_gb": {name: _gb(value) for name, value in s.other_bytes.items()}}
-            for s in plan.stages
-        ],
-    }
-
-
-def render_time_json(plan: Plan) -> dict[str, Any]:
-    """The DESIGN.md time fields of a plan (empty when it has no time estimate)."""
-    if plan.time is None:
-        return {}
-    t = plan.time
-    return {
-        "step_seconds": round(t.step_seconds, 6),
-        "tokens_per_second": round(t.tokens_per_second, 3),
-        "tokens_per_second_per_gpu": round(t.tokens_per_second_per_gpu, 3),
-        "tflops_per_gpu": round(t.tflops_per_gpu, 3),
-        "mfu": round(t.mfu, 5),
-        "time_seconds": {name: round(value, 6) for name, value in t.time_seconds.items()},
-        "train_days": None if t.train_days is None else round(t.train_days, 4),
-        "gpu_hours": None if t.gpu_hours is None else round(t.gpu_hours, 1),
-    }
 
 
 def echo_time_table(plan: Plan) -> None:

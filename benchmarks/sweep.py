@@ -1,0 +1,173 @@
+"""Sweep throughput (issue 8, "Check it against"): the zoo x 4 presets x 6 GPU counts, solved
+one by one in this process and then by `parplan sweep`'s runner on every core.
+
+    .venv/bin/python benchmarks/sweep.py [--models M ...] [--presets P ...] [--gpus N ...]
+        [--engine enumerate|cpsat] [--top K] [--jobs J] [--every K] [--profile N]
+
+Printed: problems per second of the serial run and of the parallel sweep (with the results
+file written and fsync'd as `parplan sweep` does), the ratio between them, the per-problem
+median / mean / p90 solve time by status, by GPU count, and the slowest problems; with
+`--profile N`, where the time of N problems (every K-th) goes: spec loading, constraint
+enumeration with its memory check, ranking, plans, the infeasibility explanation. The issue's
+target is >= 20 problems/s on this 2-core machine. The full zoo takes several minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from solver.catalog import list_zoo_names
+from solver.sweep.execute import SolveSettings, default_jobs, solve_sweep_problem, start_run
+from solver.sweep.problems import SweepProblem, build_sweep_problems, order_longest_first
+from solver.sweep.results import ResultsFile
+
+PRESETS = ["dgx-h100", "dgx-a100-80gb", "gb200-nvl72", "mi300x"]
+GPUS = [8, 64, 256, 512, 1024, 4096]
+# Where a problem's time goes: (label, file suffix, function name) read from the profile.
+PHASES = [
+    ("load specs + build problem", "solver/optimize.py", "build_problem"),
+    ("solve (all of it)", "solver/optimize.py", "solve"),
+    ("  enumerate + constraints (every call)", "solver/search/enumerate.py",
+     "enumerate_feasible"),
+    ("    of which the memory check", "solver/search/constraints.py", "fits"),
+    ("  rank (cost model again)", "solver/search/enumerate.py", "rank"),
+    ("  plans of the top K", "solver/optimize.py", "_plans"),
+    ("  explain the winner", "solver/search/explain.py", "explain_choice"),
+    ("  explain infeasible: conflicts", "solver/search/explain.py", "find_conflicts"),
+    ("  explain infeasible: fixes (re-solves)", "solver/optimize.py", "suggest_fixes"),
+    ("estimate_memory (everywhere)", "solver/cost/memory/estimate.py", "estimate_memory"),
+    ("estimate_step_time (everywhere)", "solver/cost/steptime.py", "estimate_step_time"),
+    ("JSON line", "solver/optimize.py", "render_result_json"),
+]
+
+
+def run_serial(problems: list[SweepProblem], settings: SolveSettings
+               ) -> tuple[float, dict[SweepProblem, tuple[str, float]]]:
+    times = {}
+    start = time.perf_counter()
+    for problem in problems:
+        begin = time.perf_counter()
+        line = solve_sweep_problem(problem, settings)
+        times[problem] = (line["status"], time.perf_counter() - begin)
+    return time.perf_counter() - start, times
+
+
+def run_parallel(problems: list[SweepProblem], settings: SolveSettings, jobs: int) -> float:
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        with ResultsFile(Path(folder) / "results.jsonl") as results:
+            run = start_run(order_longest_first(problems), settings, jobs)
+            try:
+                for outcome in run:
+                    assert outcome.line is not None, outcome.failure
+                    results.append(outcome.line)
+            finally:
+                run.close()
+        return time.perf_counter() - start
+
+
+def profile(problems: list[SweepProblem], settings: SolveSettings) -> dict[str, float]:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for problem in problems:
+        solve_sweep_problem(problem, settings)
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    seconds = {}
+    for label, suffix, name in PHASES:
+        seconds[label] = sum(entry[3] for (path, _, function), entry in stats.items()
+                             if function == name and path.endswith(suffix))
+    return seconds
+
+
+def summarize(values: list[float]) -> tuple[str, str, str]:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return (f"{statistics.median(values):.3f}", f"{statistics.mean(values):.3f}", f"{p90:.3f}")
+
+
+def print_tables(console: Console, times: dict[SweepProblem, tuple[str, float]],
+                 serial_s: float, parallel_s: float | None, jobs: int) -> None:
+    n = len(times)
+    table = Table(title=f"Sweep throughput: {n} problems")
+    for column in ("run", "workers", "wall s", "problems/s", "vs serial"):
+        table.add_column(column, justify="right")
+    table.add_row("one by one, in process", "1", f"{serial_s:.1f}", f"{n / serial_s:.2f}",
+                  "1.00x")
+    if parallel_s is not None:
+        table.add_row("parplan sweep runner", str(jobs), f"{parallel_s:.1f}",
+                      f"{n / parallel_s:.2f}", f"{serial_s / parallel_s:.2f}x")
+    table.add_row("target", "", "", ">= 20", "")
+    console.print(table)
+
+    per = Table(title="Per-problem solve time, seconds (serial run)")
+    for column in ("group", "problems", "median", "mean", "p90", "share of total"):
+        per.add_column(column, justify="right" if column != "group" else "left")
+    groups: dict[str, list[float]] = defaultdict(list)
+    for problem, (status, seconds) in times.items():
+        groups["all"].append(seconds)
+        groups[f"status {status}"].append(seconds)
+        groups[f"{problem.gpus} GPUs"].append(seconds)
+    for name in sorted(groups, key=lambda g: (g != "all", not g.startswith("status"),
+                                              int(g.split()[0]) if g[0].isdigit() else 0, g)):
+        values = groups[name]
+        per.add_row(name, str(len(values)), *summarize(values),
+                    f"{100 * sum(values) / serial_s:.0f}%")
+    console.print(per)
+
+    slow = Table(title="Slowest problems (serial run)")
+    for column in ("model", "cluster", "GPUs", "status", "seconds"):
+        slow.add_column(column, justify="right" if column in ("GPUs", "seconds") else "left")
+    for problem, (status, seconds) in sorted(times.items(), key=lambda x: -x[1][1])[:10]:
+        slow.add_row(problem.model, problem.cluster, str(problem.gpus), status,
+                     f"{seconds:.2f}")
+    console.print(slow)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=None, help="default: the whole zoo")
+    parser.add_argument("--presets", nargs="*", default=PRESETS)
+    parser.add_argument("--gpus", nargs="*", type=int, default=GPUS)
+    parser.add_argument("--engine", choices=["enumerate", "cpsat"], default="enumerate")
+    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=default_jobs())
+    parser.add_argument("--every", type=int, default=1, help="keep every K-th problem")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile N problems spread over the set")
+    parser.add_argument("--no-parallel", action="store_true")
+    args = parser.parse_args()
+    console = Console(width=120)
+    problems = build_sweep_problems(args.models or list_zoo_names(), args.presets, args.gpus,
+                                    [4096], [1024], ["bf16"])[::args.every]
+    settings = SolveSettings(top=args.top, engine=args.engine)
+    console.print(f"{len(problems)} problems, engine {args.engine}, top {args.top}, "
+                  f"{args.jobs} workers")
+    serial_s, times = run_serial(problems, settings)
+    parallel_s = None if args.no_parallel else run_parallel(problems, settings, args.jobs)
+    print_tables(console, times, serial_s, parallel_s, args.jobs)
+    if args.profile:
+        sample = problems[::max(1, len(problems) // args.profile)][:args.profile]
+        seconds = profile(sample, settings)
+        table = Table(title=f"Where the time goes: {len(sample)} problems, profiled "
+                            "(cumulative; nested rows are parts of the row above)")
+        for column in ("phase", "seconds", "share of solve"):
+            table.add_column(column, justify="left" if column == "phase" else "right")
+        whole = seconds["solve (all of it)"] or 1.0
+        for label, value in seconds.items():
+            table.add_row(label, f"{value:.2f}", f"{100 * value / whole:.0f}%")
+        console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""`parplan sweep`: every combination of models, clusters, GPU counts and jobs, solved in
+parallel into a JSON Lines file that a rerun resumes."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import click
+
+from solver.cli.optimize_command import PinSpec
+from solver.spec.job import JobSpec
+
+ENGINES = ("enumerate", "cpsat")
+
+
+def _default(field: str) -> str:
+    return str(JobSpec.model_fields[field].default)
+
+
+@click.command()
+@click.option("--models", required=True, metavar="all|NAMES|GLOB",
+              help="Comma-separated zoo names, globs (llama3*), model files, or all.")
+@click.option("--clusters", required=True, metavar="all|NAMES|GLOB",
+              help="Comma-separated preset names, globs, cluster files, or all.")
+@click.option("--gpus", "gpu_counts", required=True, type=PinSpec(), metavar="N,N,...",
+              help="GPU counts, e.g. 8,64,512,4096.")
+@click.option("--seq-len", "seq_lens", type=PinSpec(), default=_default("seq_len"),
+              show_default=True, metavar="N,N,...", help="Tokens per sequence (a list).")
+@click.option("--global-batch", "global_batches", type=PinSpec(), metavar="N,N,...",
+              default=_default("global_batch"), show_default=True,
+              help="Sequences per optimizer step (a list).")
+@click.option("--precision", "precisions", default="bf16", show_default=True,
+              metavar="bf16|fp8|bf16,fp8", help="Training precision (a list).")
+@click.option("--framework", type=click.Choice(["megatron", "torchtitan", "deepspeed",
+                                                "generic"]),
+              default="megatron", show_default=True, help="Whose rules the plans obey.")
+@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Plans kept per problem.")
+@click.option("--engine", type=click.Choice(ENGINES), default="enumerate", show_default=True,
+              help="The optimize engine.")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds the CP-SAT engine may search per problem.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: the usable cores; 1 solves in this process).")
+@click.option("--executor", type=click.Choice(["process", "ray"]), default="process",
+              show_default=True, help="Local worker processes, or Ray (parplan[ray]).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Results file (JSON Lines); an existing one is resumed.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
+          global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
+          engine: str, time_limit: float, jobs: int | None, executor: str, output: str,
+          quiet: bool) -> None:
+    """Solve every combination in parallel; one JSON line per problem, resumable.
+
+    Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
+    Infeasible problems are answers; a problem the input makes impossible (e.g. fp8 on a GPU
+    without it) is recorded with status "error" and its message. Rerun the same command to
+    resume after an interruption: problems already in the file are skipped.
+    """
+    from solver.catalog import (
+        list_preset_names,
+        list_zoo_names,
+        load_cluster_spec,
+        load_model_spec,
+    )
+    from solver.errors import InputError, ParplanError
+    from solver.sweep.execute import SolveSettings, default_jobs, start_run
+    from solver.sweep.problems import (
+        build_sweep_problems,
+        check_jobs,
+        expand_names,
+        order_longest_first,
+    )
+    from solver.sweep.results import ResultsFile
+
+    if executor == "ray":
+        from solver.sweep.ray_run import import_ray
+
+        import_ray()
+    if min(gpu_counts) < 1:
+        raise InputError(f"--gpus: GPU counts must be positive, got {min(gpu_counts)}")
+    precision_list = [p.strip() for p in precisions.split(",") if p.strip()]
+    check_jobs(seq_lens, global_batches, precision_list)
+    problems = build_sweep_problems(
+        expand_names("--models", models.split(","), list_zoo_names(), load_model_spec),
+        expand_names("--clusters", clusters.split(","), list_preset_names(), load_cluster_spec),
+        gpu_counts, seq_lens, global_batches, precision_list, framework)
+    settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit)
+    start = time.perf_counter()
+    with ResultsFile(output) as results:
+        results.check_settings(settings.as_line_fields())
+        if results.num_torn_bytes and not quiet:
+            click.echo(f"{output}: cut off a torn last line ({results.num_torn_bytes} bytes); "
+                       "its problem is solved again", err=True)
+        done = results.done_keys
+        pending = order_longest_first(p for p in problems if p.key not in done)
+        run = start_run(pending, settings, jobs or default_jobs(), executor)
+        try:
+            statuses, failures = _record(run, results, len(pending), quiet)
+        finally:
+            run.close()
+    if not quiet:
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "none"
+        solved = sum(statuses.values())
+        click.echo(f"{output}: {solved} problem{'' if solved == 1 else 's'} solved ({counts}), "
+                   f"{len(problems) - len(pending)} already there, in "
+                   f"{time.perf_counter() - start:.1f} s")
+    if failures:
+        raise ParplanError(f"{len(failures)} problem(s) failed unexpectedly and were not "
+                           f"written (first: {failures[0]}); rerun the command to retry them")
+
+
+def _record(run: Any, results: Any, total: int, quiet: bool) -> tuple[Counter[str], list[str]]:
+    """Append each outcome's line as it comes; count the statuses, collect the failures."""
+    statuses: Counter[str] = Counter()
+    failures: list[str] = []
+    with ProgressBar(total, quiet) as advance:
+        for outcome in run:
+            if outcome.line is None:
+                failures.append(f"{outcome.problem.label}: {outcome.failure}")
+            else:
+                results.append(outcome.line)
+                statuses[outcome.line["status"]] += 1
+            advance()
+    return statuses, failures
+
+
+class ProgressBar:
+    """A rich progress bar with ETA on stderr when it is a terminal; otherwise nothing."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        import sys
+
+        self._bar = None
+        if not quiet and sys.stderr.isatty() and total:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=False)
+            self._task = self._bar.add_task("sweep", total=total)
+
+    def __enter__(self):
+        if self._bar is not None:
+            self._bar.start()
+        return self.advance
+
+    def advance(self) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,64 @@
+"""The JSON of a plan (DESIGN.md, "Interfaces"): degrees, `fits`, `memory_gb` of the worst
+stage, the time fields, every stage. Shared by the CLI (`optimize --json`, `estimate --json`)
+and the sweep's result lines, so the shape is written once.
+
+Memory is in decimal GB (1e9 bytes), rounded to the megabyte.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from solver.spec.plan import Plan, StageMemory
+
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+MAIN = ("weights", "grads", "optimizer", "activations")
+
+
+def to_gb(value_bytes: float) -> float:
+    """Bytes to decimal GB, rounded to the megabyte."""
+    return round(value_bytes / 1e9, 3)
+
+
+def render_memory_gb(stage: StageMemory) -> dict[str, float]:
+    """`weights grads optimizer activations other total` in GB."""
+    values = {name: to_gb(getattr(stage, f"{name}_bytes")) for name in MAIN}
+    values["other"] = to_gb(stage.other_total_bytes)
+    values["total"] = to_gb(stage.total_bytes)
+    return values
+
+
+def render_plan_json(plan: Plan) -> dict[str, Any]:
+    """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage."""
+    worst = plan.worst_stage
+    return {
+        **{name: getattr(plan.config, name) for name in DEGREES},
+        "fits": plan.fits,
+        "memory_gb": render_memory_gb(worst),
+        "other_gb": {name: to_gb(value) for name, value in worst.other_bytes.items()},
+        "worst_stage": worst.stage,
+        "gpu_memory_gb": to_gb(plan.gpu_memory_bytes),
+        **render_time_json(plan),
+        "stages": [
+            {"stage": s.stage, "memory_gb": render_memory_gb(s),
+             "other_gb": {name: to_gb(value) for name, value in s.other_bytes.items()}}
+            for s in plan.stages
+        ],
+    }
+
+
+def render_time_json(plan: Plan) -> dict[str, Any]:
+    """The DESIGN.md time fields of a plan (empty when it has no time estimate)."""
+    if plan.time is None:
+        return {}
+    t = plan.time
+    return {
+        "step_seconds": round(t.step_seconds, 6),
+        "tokens_per_second": round(t.tokens_per_second, 3),
+        "tokens_per_second_per_gpu": round(t.tokens_per_second_per_gpu, 3),
+        "tflops_per_gpu": round(t.tflops_per_gpu, 3),
+        "mfu": round(t.mfu, 5),
+        "time_seconds": {name: round(value, 6) for name, value in t.time_seconds.items()},
+        "train_days": None if t.train_days is None else round(t.train_days, 4),
+        "gpu_hours": None if t.gpu_hours is None else round(t.gpu_hours, 1),
+    }
