@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from solver.cli.render import echo_table
+from solver.cli.render import echo_infeasible, echo_ranked
 
 
 def echo_result(result: Any, gpus_for_days: float | None) -> None:
@@ -18,14 +18,7 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         heading += f" — fewest GPUs for {gpus_for_days:g} days"
     click.echo(heading)
     if result.status == "infeasible":
-        click.echo(f"infeasible ({result.solve_seconds:.2f} s): these constraints cannot hold "
-                   "together:")
-        for name in result.conflicts:
-            click.echo(f"  {name}: {result.rules.get(name, '')}")
-        if result.fixes:
-            click.echo("fixes: " + "; ".join(result.fixes))
-        else:
-            click.echo("no single fix found: change the model, the job or the cluster")
+        echo_infeasible(result, "the model, the job or the cluster")
         return
     budget = problem.job.token_budget is not None
     columns = ["#", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mb", "recompute",
@@ -40,10 +33,4 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         if budget:
             row.append(round(t.train_days or 0.0, 1))
         rows.append(row)
-    counted = (f"of {result.num_feasible:,} feasible plans" if result.engine == "enumerate"
-               else f"({result.num_feasible:,} plans evaluated exactly)")
-    echo_table(f"top {len(rows)} {counted} ({result.status}, {result.engine}, "
-               f"{result.solve_seconds:.2f} s)", columns, rows)
-    click.echo("why:")
-    for line in result.why:
-        click.echo(f"  {line}")
+    echo_ranked(result, columns, rows)
