@@ -24,7 +24,7 @@ from rich.table import Table
 
 from solver.catalog import list_zoo_names, load_cluster_spec, load_model_spec
 from solver.search.cpsat import solve_cpsat
-from solver.search.enumerate import enumerate_feasible, rank
+from solver.search.enumerate import solve_by_enumeration
 from solver.search.space import Problem
 from solver.spec import JobSpec
 
@@ -35,8 +35,7 @@ DEFAULT_GPUS = [8, 64, 512, 2048, 16384]
 
 
 def solve_oracle(problem: Problem, top: int):
-    feasible = enumerate_feasible(problem)
-    return rank(problem, feasible, top) if len(feasible) else None
+    return solve_by_enumeration(problem, top)
 
 
 def timed(function, repeat: int):

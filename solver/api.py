@@ -28,7 +28,6 @@ from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
 from solver.spec.plan import Plan, PlanTime, StageMemory
 
 GIB = 2**30
-MEMORY_CONSTRAINT = "memory_fits_hbm"
 
 
 @dataclass(frozen=True)

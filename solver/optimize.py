@@ -14,7 +14,7 @@ from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError, ParplanError
 from solver.search.constraints import build_constraints
 from solver.search.cpsat import solve_cpsat
-from solver.search.enumerate import Ranked, enumerate_feasible, rank
+from solver.search.enumerate import Ranked, enumerate_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts, smallest_memory_bytes
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
@@ -77,8 +77,7 @@ def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
             raise ParplanError(f"--time-limit {time_limit_s:g}: the integer program found no "
                                "plan in time; raise the limit or use --engine enumerate")
     else:
-        candidates = enumerate_feasible(problem)
-        ranked = rank(problem, candidates, top) if len(candidates) else None
+        ranked = solve_by_enumeration(problem, top)
     seconds = time.perf_counter() - start
     if ranked is None or len(ranked.candidates) == 0:
         conflicts = tuple(find_conflicts(problem))

@@ -215,3 +215,30 @@ def test_no_candidates_give_empty_arrays() -> None:
     from solver.catalog import load_cluster_spec
     assert len(estimate_step_time(model_spec, load_cluster_spec("dgx-h100"), JobSpec(),
                                   empty).step_s) == 0
+
+
+MOE_UNEVEN = ModelSpec(name="moe-uneven", hidden_size=1024, intermediate_size=4096,
+                       num_hidden_layers=29, num_attention_heads=16, num_key_value_heads=4,
+                       vocab_size=32000, num_experts=8, num_experts_per_tok=2,
+                       moe_intermediate_size=704, first_k_dense_layers=3, moe_layer_freq=2,
+                       num_nextn_predict_layers=1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.sampled_from([1, 2, 3]),
+       st.booleans(), st.sampled_from([1, 2, 4, 8, 16]), st.integers(0, 3))
+def test_worst_stage_skips_only_stages_that_cannot_be_the_worst(
+        pp: int, vpp: int, embedding_slots: bool, dp: int, zero: int) -> None:
+    """estimate_memory skips a stage holding the same layers as the one before it (not the
+    last): uneven splits, dense-then-MoE layers, MTP on the last stage, embedding slots and
+    interleaving included, it picks the stage the every-stage path calls the worst."""
+    from solver.cost.memory import MemoryOptions
+
+    assume(vpp == 1 or pp > 1)
+    options = MemoryOptions(account_for_embedding_in_pipeline_split=embedding_slots)
+    job = JobSpec(seq_len=2048, global_batch=GLOBAL_BATCH)
+    config = ParallelConfig(tp=1, pp=pp, dp=dp, ep=2, vpp=vpp, zero=zero, micro_batch=1)
+    worst = estimate_memory(MOE_UNEVEN, job, Candidates.from_configs([config]), options)
+    stages = estimate_all_stages(MOE_UNEVEN, job, config, options)
+    assert int(worst.stage[0]) == int(np.argmax(stages.total))
+    assert np.isclose(worst.total[0], stages.total.max(), rtol=1e-12)

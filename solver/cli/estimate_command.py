@@ -19,7 +19,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
              per_stage: bool, **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
     of the GPUs."""
-    from solver.api import MEMORY_CONSTRAINT
+    from solver.search.constraints import MEMORY_CONSTRAINT
     from solver.api import estimate as run_estimate
     from solver.cli.render import echo_json
     from solver.cli.render_plan import (

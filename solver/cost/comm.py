@@ -35,6 +35,9 @@ import numpy as np
 from solver.spec import ClusterSpec, TierSpec
 from solver.spec.calibration import Collective, CollectiveCurve, select_curve
 
+# Longer candidate arrays are reduced to their distinct (stride, degree) pairs first.
+UNIQUE_BELOW = 256
+
 __all__ = ["Collective", "GroupLink", "collective_factor", "estimate_collective_s",
            "estimate_curve_s", "estimate_group_link"]
 
@@ -80,6 +83,17 @@ def estimate_group_link(
     stride_arr, degree_arr = np.broadcast_arrays(
         np.asarray(stride, dtype=np.int64), np.asarray(degree, dtype=np.int64)
     )
+    if stride_arr.ndim == 1 and len(stride_arr) > UNIQUE_BELOW:
+        # Candidate arrays repeat a few (stride, degree) pairs many times: solve each once.
+        width = int(degree_arr.max(initial=0)) + 1
+        keys, back = np.unique(stride_arr * width + degree_arr, return_inverse=True)
+        link = estimate_group_link(cluster, keys // width, keys % width, all_to_all)
+        back = back.reshape(-1)
+        return GroupLink(
+            bandwidth_bytes_per_s=link.bandwidth_bytes_per_s[back],
+            latency_s=link.latency_s[back],
+            tier_index=None if link.tier_index is None else link.tier_index[back],
+            share=None if link.share is None else link.share[back], tiers=link.tiers)
     span = stride_arr * degree_arr
     bandwidth = np.zeros(span.shape)
     latency = np.zeros(span.shape)

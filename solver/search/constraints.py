@@ -152,8 +152,16 @@ def _pins(problem: Problem) -> list[Constraint]:
     return [pin(name, allowed) for name, allowed in sorted(problem.pins.items())]
 
 
+MEMORY_CONSTRAINT = "memory_fits_hbm"
+
+
+def memory_capacity_bytes(problem: Problem) -> float:
+    """What the worst stage of a plan may hold: the GPU's memory."""
+    return problem.cluster.gpu.memory_gib * GIB
+
+
 def _memory(problem: Problem) -> Constraint:
-    capacity = problem.cluster.gpu.memory_gib * GIB
+    capacity = memory_capacity_bytes(problem)
 
     def fits(values: Values) -> np.ndarray:
         candidates = Candidates(**{name: values[name] for name in VARIABLES})
@@ -161,7 +169,7 @@ def _memory(problem: Problem) -> Constraint:
                                 problem.memory_options).total
         return total <= capacity
 
-    return Constraint("memory_fits_hbm", VARIABLES,
+    return Constraint(MEMORY_CONSTRAINT, VARIABLES,
                       f"the worst pipeline stage must fit the GPU's "
                       f"{capacity / 1e9:.1f} GB", fits)
 

@@ -17,7 +17,12 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory
 from solver.cost.steptime import StepTime, estimate_step_time
-from solver.search.constraints import Constraint, build_constraints
+from solver.search.constraints import (
+    MEMORY_CONSTRAINT,
+    Constraint,
+    build_constraints,
+    memory_capacity_bytes,
+)
 from solver.search.space import VARIABLES, Problem, variable_domains
 
 # Binding order: the GPU split first (dp is implied by the others), cheap rules early.
@@ -85,17 +90,26 @@ class Ranked:
     num_feasible: int
 
 
-def rank(problem: Problem, candidates: Candidates, top: int | None = None) -> Ranked:
+def rank(problem: Problem, candidates: Candidates, top: int | None = None,
+         memory_bytes: np.ndarray | None = None) -> Ranked:
     """Sort candidates by the objective (step time or memory), ties broken by the other, then
-    by the degrees, so the order is deterministic."""
+    by the degrees, so the order is deterministic. `memory_bytes`: the candidates' worst-stage
+    memory when the caller has it already."""
     step = estimate_step_time(problem.model_spec, problem.cluster, problem.job, candidates,
                               problem.time_constants)
-    memory = estimate_memory(problem.model_spec, problem.job, candidates,
-                             problem.memory_options).total
+    memory = memory_bytes if memory_bytes is not None else estimate_memory(
+        problem.model_spec, problem.job, candidates, problem.memory_options).total
     primary, secondary = (step.step_s, memory) if problem.objective == "time" else (
         memory, step.step_s)
-    keys = [getattr(candidates, n) for n in reversed(VARIABLES)] + [secondary, primary]
-    order = np.lexsort(keys)
+    # Only rows whose primary value is at most the top-th smallest can be among the top (ties
+    # included): sort those.
+    rows = np.arange(len(candidates))
+    if top is not None and top < len(candidates):
+        bar = np.partition(primary, top - 1)[top - 1]
+        rows = np.flatnonzero(primary <= bar)
+    keys = [getattr(candidates, n)[rows] for n in reversed(VARIABLES)] + [secondary[rows],
+                                                                         primary[rows]]
+    order = rows[np.lexsort(keys)]
     if top is not None:
         order = order[:top]
     return Ranked(
@@ -110,6 +124,19 @@ def _take_step(step: StepTime, order: np.ndarray) -> StepTime:
     return StepTime(**{name: getattr(step, name)[order] for name in step.__dataclass_fields__})
 
 
-def solve_by_enumeration(problem: Problem, top: int = 5) -> Ranked:
-    """The oracle's answer: the `top` best feasible candidates."""
-    return rank(problem, enumerate_feasible(problem), top)
+def solve_by_enumeration(problem: Problem, top: int = 5) -> Ranked | None:
+    """The oracle's answer: the `top` best feasible candidates (None if there are none). The
+    memory constraint is applied here rather than in enumerate_feasible, so that each
+    candidate's worst-stage memory is computed once, for the check and the ranking."""
+    constraints = build_constraints(problem)
+    others = [c for c in constraints if c.name != MEMORY_CONSTRAINT]
+    assert len(others) == len(constraints) - 1
+    candidates = enumerate_feasible(problem, others)
+    if len(candidates) == 0:
+        return None
+    memory = estimate_memory(problem.model_spec, problem.job, candidates,
+                             problem.memory_options).total
+    fits = np.flatnonzero(memory <= memory_capacity_bytes(problem))
+    if len(fits) == 0:
+        return None
+    return rank(problem, candidates.take(fits), top, memory[fits])

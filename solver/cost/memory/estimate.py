@@ -84,15 +84,33 @@ def estimate_stage_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candi
 def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                     options: MemoryOptions | None = None) -> MemoryBreakdown:
     """The worst (largest total) stage of each candidate, itemized; it decides whether the
-    candidate fits. Every stage position is evaluated, so uneven layer splits and MoE models
+    candidate fits. Every stage position is considered, so uneven layer splits and MoE models
     whose first layers are dense are handled (the worst stage is not always the first).
+
+    A stage that holds the same layers (of each kind) as the stage before it, and is not the
+    last, is not evaluated: it holds the same states and no more micro-batches in flight
+    (estimate_in_flight never grows with the stage), so it is never the worst. Deep pipelines
+    of even splits cost one or two stage evaluations instead of pp (tests check the result
+    equals evaluating every stage).
     Worked number: DeepSeek-V3, seq 4096, pp 16, ep 64, dp 128, ZeRO-1, full recompute: the
     last stage (3 layers, the MTP module, the LM head and the logits) is the worst, 36.3 GB.
     """
     options = options or MemoryOptions()
     worst = estimate_stage_memory(model_spec, job, candidates, 0, options)
+    # The layers a stage holds depend on (pp, vpp) and the position only: work them out once
+    # per distinct pair.
+    width = int(candidates.vpp.max(initial=1)) + 1
+    keys, pair_of = np.unique(candidates.pp * width + candidates.vpp, return_inverse=True)
+    pairs = np.stack([keys // width, keys % width], axis=1)
+    pair_of = pair_of.reshape(-1)
+    previous = _stage_layers(model_spec, job, pairs, 0, options)
     for position in range(1, int(candidates.pp.max(initial=1))):
-        held = np.flatnonzero(candidates.pp > position)
+        layers = _stage_layers(model_spec, job, pairs, position, options)
+        repeat = (layers == previous).all(axis=1) & (pairs[:, 0] - 1 != position)
+        previous = layers
+        held = np.flatnonzero((candidates.pp > position) & ~repeat[pair_of])
+        if len(held) == 0:
+            continue
         here = estimate_stage_memory(model_spec, job, candidates.take(held), position, options)
         pick = here.total > worst.total[held]
         rows = held[pick]
@@ -100,6 +118,21 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
         for name in ITEMS:
             worst.items[name][rows] = here.items[name][pick]
     return worst
+
+
+def _stage_layers(model_spec: ModelSpec, job: JobSpec, pairs: np.ndarray, position: int,
+                  options: MemoryOptions) -> np.ndarray:
+    """(dense, MoE) layers on stage `position` for each (pp, vpp) row of `pairs` (zeros where
+    the pipeline is shorter)."""
+    count = len(pairs)
+    ones = np.ones(count, dtype=np.int64)
+    rows = Candidates(tp=ones, pp=pairs[:, 0], dp=ones, cp=ones, ep=ones, etp=ones,
+                      vpp=pairs[:, 1], zero=0 * ones, micro_batch=ones, recompute=0 * ones)
+    layout = estimate_stage_layout(model_spec, job, rows, np.full(count, position),
+                                   options.account_for_embedding_in_pipeline_split)
+    held = pairs[:, 0] > position
+    return np.stack([np.where(held, layout.num_dense_layers, -1),
+                     np.where(held, layout.num_moe_layers, -1)], axis=1)
 
 
 def estimate_all_stages(model_spec: ModelSpec, job: JobSpec, config: ParallelConfig,

@@ -16,6 +16,9 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.spec import JobSpec, ModelSpec
 
+# Candidates x virtual chunks below which a stage's chunks are counted in one 2-D pass.
+CHUNKS_AT_ONCE = 1 << 16
+
 
 @dataclass(frozen=True)
 class StageLayout:
@@ -66,6 +69,20 @@ def estimate_in_flight(candidates: Candidates, stage: np.ndarray,
     return np.where(vpp > 1, chunks / vpp, plain).astype(float)
 
 
+def _chunk_layers(model_spec: ModelSpec, virtual: np.ndarray, per_chunk: np.ndarray,
+                  extra: np.ndarray, offset: int, held: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Layers (all, MoE) of virtual stage `virtual` (arrays of any one shape): the first
+    `extra` virtual stages take per_chunk + 1 slots, the others per_chunk; slot s holds layer
+    s - offset (the embedding and head slots hold none); 0 where not `held`."""
+    num_layers = model_spec.num_hidden_layers
+    first_slot = virtual * per_chunk + np.minimum(virtual, extra)
+    start = np.clip(first_slot - offset, 0, num_layers)
+    end = np.clip(first_slot + per_chunk + (virtual < extra) - offset, 0, num_layers)
+    return (np.where(held, end - start, 0),
+            np.where(held, _count_moe_layers(model_spec, start, end), 0))
+
+
 def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                           stage: np.ndarray, embedding_slots: bool = False) -> StageLayout:
     """Layers by kind on stage `stage` (an int array, 0-based) of each candidate.
@@ -78,21 +95,24 @@ def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     """
     stage = np.asarray(stage, dtype=np.int64)
     pp, vpp = candidates.pp, candidates.vpp
-    num_layers = model_spec.num_hidden_layers
     offset = 1 if embedding_slots else 0
+    num_slots = model_spec.num_hidden_layers + 2 * offset
     num_virtual = pp * vpp
-    per_chunk, extra = (num_layers + 2 * offset) // num_virtual, (
-        num_layers + 2 * offset) % num_virtual
-    total = np.zeros(len(candidates), dtype=np.int64)
-    moe = np.zeros(len(candidates), dtype=np.int64)
-    for chunk in range(int(vpp.max(initial=0))):
-        held = chunk < vpp
-        virtual = stage + chunk * pp
-        first_slot = virtual * per_chunk + np.minimum(virtual, extra)
-        start = np.clip(first_slot - offset, 0, num_layers)
-        end = np.clip(first_slot + per_chunk + (virtual < extra) - offset, 0, num_layers)
-        total += np.where(held, end - start, 0)
-        moe += np.where(held, _count_moe_layers(model_spec, start, end), 0)
+    per_chunk, extra = num_slots // num_virtual, num_slots % num_virtual
+    num_chunks = int(vpp.max(initial=0))
+    if len(candidates) * num_chunks <= CHUNKS_AT_ONCE:  # every chunk in one 2-D pass
+        chunk = np.arange(num_chunks)[None, :]
+        total, moe = _chunk_layers(model_spec, stage[:, None] + chunk * pp[:, None],
+                                   per_chunk[:, None], extra[:, None], offset,
+                                   chunk < vpp[:, None])
+        total, moe = total.sum(axis=1), moe.sum(axis=1)
+    else:
+        total = np.zeros(len(candidates), dtype=np.int64)
+        moe = np.zeros(len(candidates), dtype=np.int64)
+        for chunk in range(num_chunks):
+            layers, moe_layers = _chunk_layers(model_spec, stage + chunk * pp, per_chunk,
+                                               extra, offset, chunk < vpp)
+            total, moe = total + layers, moe + moe_layers
     num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
     return StageLayout(
         num_dense_layers=(total - moe).astype(float),
