@@ -10,7 +10,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory.activations import estimate_logits_bytes, estimate_stage_activations
-from solver.cost.memory.layout import estimate_stage_layout
+from solver.cost.memory.layout import estimate_stage_layers, estimate_stage_layout
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import (
     estimate_fixed_bytes,
@@ -122,17 +122,12 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
 
 def _stage_layers(model_spec: ModelSpec, job: JobSpec, pairs: np.ndarray, position: int,
                   options: MemoryOptions) -> np.ndarray:
-    """(dense, MoE) layers on stage `position` for each (pp, vpp) row of `pairs` (zeros where
+    """(dense, MoE) layers on stage `position` for each (pp, vpp) row of `pairs` (-1 where
     the pipeline is shorter)."""
-    count = len(pairs)
-    ones = np.ones(count, dtype=np.int64)
-    rows = Candidates(tp=ones, pp=pairs[:, 0], dp=ones, cp=ones, ep=ones, etp=ones,
-                      vpp=pairs[:, 1], zero=0 * ones, micro_batch=ones, recompute=0 * ones)
-    layout = estimate_stage_layout(model_spec, job, rows, np.full(count, position),
-                                   options.account_for_embedding_in_pipeline_split)
+    total, moe = estimate_stage_layers(model_spec, pairs[:, 0], pairs[:, 1], position,
+                                       options.account_for_embedding_in_pipeline_split)
     held = pairs[:, 0] > position
-    return np.stack([np.where(held, layout.num_dense_layers, -1),
-                     np.where(held, layout.num_moe_layers, -1)], axis=1)
+    return np.stack([np.where(held, total - moe, -1), np.where(held, moe, -1)], axis=1)
 
 
 def estimate_all_stages(model_spec: ModelSpec, job: JobSpec, config: ParallelConfig,

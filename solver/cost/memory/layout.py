@@ -18,6 +18,8 @@ from solver.spec import JobSpec, ModelSpec
 
 # Candidates x virtual chunks below which a stage's chunks are counted in one 2-D pass.
 CHUNKS_AT_ONCE = 1 << 16
+# Longer candidate arrays are reduced to their distinct (pp, vpp, stage) first.
+DISTINCT_ABOVE = 1024
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,43 @@ def _chunk_layers(model_spec: ModelSpec, virtual: np.ndarray, per_chunk: np.ndar
             np.where(held, _count_moe_layers(model_spec, start, end), 0))
 
 
+def estimate_stage_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.ndarray,
+                          stage: np.ndarray, embedding_slots: bool = False
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(all, MoE) decoder layers on stage `stage` under (pp, vpp), element-wise; each distinct
+    (pp, vpp, stage) is worked out once (candidate arrays repeat a few of them many times)."""
+    pp, vpp, stage = np.broadcast_arrays(np.asarray(pp, dtype=np.int64),
+                                         np.asarray(vpp, dtype=np.int64),
+                                         np.asarray(stage, dtype=np.int64))
+    if len(pp) > DISTINCT_ABOVE:
+        width_v, width_s = int(vpp.max()) + 1, int(stage.max()) + 1
+        key = (pp * width_v + vpp) * width_s + stage
+        distinct, back = np.unique(key, return_inverse=True)
+        total, moe = estimate_stage_layers(
+            model_spec, distinct // (width_v * width_s), distinct // width_s % width_v,
+            distinct % width_s, embedding_slots)
+        back = back.reshape(-1)
+        return total[back], moe[back]
+    offset = 1 if embedding_slots else 0
+    num_slots = model_spec.num_hidden_layers + 2 * offset
+    num_virtual = pp * vpp
+    per_chunk, extra = num_slots // num_virtual, num_slots % num_virtual
+    num_chunks = int(vpp.max(initial=0))
+    if len(pp) * num_chunks <= CHUNKS_AT_ONCE:  # every chunk in one 2-D pass
+        chunk = np.arange(num_chunks)[None, :]
+        total, moe = _chunk_layers(model_spec, stage[:, None] + chunk * pp[:, None],
+                                   per_chunk[:, None], extra[:, None], offset,
+                                   chunk < vpp[:, None])
+        return total.sum(axis=1), moe.sum(axis=1)
+    total = np.zeros(len(pp), dtype=np.int64)
+    moe = np.zeros(len(pp), dtype=np.int64)
+    for chunk in range(num_chunks):
+        layers, moe_layers = _chunk_layers(model_spec, stage + chunk * pp, per_chunk, extra,
+                                           offset, chunk < vpp)
+        total, moe = total + layers, moe + moe_layers
+    return total, moe
+
+
 def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                           stage: np.ndarray, embedding_slots: bool = False) -> StageLayout:
     """Layers by kind on stage `stage` (an int array, 0-based) of each candidate.
@@ -94,25 +133,8 @@ def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     embedding slots: 72 slots, stage 0 = embedding + 5 layers, stages 1-10 = 6, stage 11 = 5.
     """
     stage = np.asarray(stage, dtype=np.int64)
-    pp, vpp = candidates.pp, candidates.vpp
-    offset = 1 if embedding_slots else 0
-    num_slots = model_spec.num_hidden_layers + 2 * offset
-    num_virtual = pp * vpp
-    per_chunk, extra = num_slots // num_virtual, num_slots % num_virtual
-    num_chunks = int(vpp.max(initial=0))
-    if len(candidates) * num_chunks <= CHUNKS_AT_ONCE:  # every chunk in one 2-D pass
-        chunk = np.arange(num_chunks)[None, :]
-        total, moe = _chunk_layers(model_spec, stage[:, None] + chunk * pp[:, None],
-                                   per_chunk[:, None], extra[:, None], offset,
-                                   chunk < vpp[:, None])
-        total, moe = total.sum(axis=1), moe.sum(axis=1)
-    else:
-        total = np.zeros(len(candidates), dtype=np.int64)
-        moe = np.zeros(len(candidates), dtype=np.int64)
-        for chunk in range(num_chunks):
-            layers, moe_layers = _chunk_layers(model_spec, stage + chunk * pp, per_chunk,
-                                               extra, offset, chunk < vpp)
-            total, moe = total + layers, moe + moe_layers
+    pp = candidates.pp
+    total, moe = estimate_stage_layers(model_spec, pp, candidates.vpp, stage, embedding_slots)
     num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
     return StageLayout(
         num_dense_layers=(total - moe).astype(float),
