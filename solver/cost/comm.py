@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.cost.distinct import distinct_inverse
 from solver.spec import ClusterSpec, TierSpec
 from solver.spec.calibration import Collective, CollectiveCurve, select_curve
 
@@ -86,9 +87,8 @@ def estimate_group_link(
     if stride_arr.ndim == 1 and len(stride_arr) > UNIQUE_BELOW:
         # Candidate arrays repeat a few (stride, degree) pairs many times: solve each once.
         width = int(degree_arr.max(initial=0)) + 1
-        keys, back = np.unique(stride_arr * width + degree_arr, return_inverse=True)
+        keys, back = distinct_inverse(stride_arr * width + degree_arr)
         link = estimate_group_link(cluster, keys // width, keys % width, all_to_all)
-        back = back.reshape(-1)
         return GroupLink(
             bandwidth_bytes_per_s=link.bandwidth_bytes_per_s[back],
             latency_s=link.latency_s[back],

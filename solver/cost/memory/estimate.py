@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
+from solver.cost.distinct import distinct_inverse
 from solver.cost.memory.activations import estimate_logits_bytes, estimate_stage_activations
 from solver.cost.memory.layout import estimate_stage_layers, estimate_stage_layout
 from solver.cost.memory.options import MemoryOptions
@@ -100,9 +101,8 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     # The layers a stage holds depend on (pp, vpp) and the position only: work them out once
     # per distinct pair.
     width = int(candidates.vpp.max(initial=1)) + 1
-    keys, pair_of = np.unique(candidates.pp * width + candidates.vpp, return_inverse=True)
+    keys, pair_of = distinct_inverse(candidates.pp * width + candidates.vpp)
     pairs = np.stack([keys // width, keys % width], axis=1)
-    pair_of = pair_of.reshape(-1)
     previous = _stage_layers(model_spec, job, pairs, 0, options)
     for position in range(1, int(candidates.pp.max(initial=1))):
         layers = _stage_layers(model_spec, job, pairs, position, options)

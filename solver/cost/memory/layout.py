@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
+from solver.cost.distinct import distinct_inverse
 from solver.spec import JobSpec, ModelSpec
 
 # Candidates x virtual chunks below which a stage's chunks are counted in one 2-D pass.
@@ -96,11 +97,10 @@ def estimate_stage_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.ndarray
     if len(pp) > DISTINCT_ABOVE:
         width_v, width_s = int(vpp.max()) + 1, int(stage.max()) + 1
         key = (pp * width_v + vpp) * width_s + stage
-        distinct, back = np.unique(key, return_inverse=True)
+        distinct, back = distinct_inverse(key)
         total, moe = estimate_stage_layers(
             model_spec, distinct // (width_v * width_s), distinct // width_s % width_v,
             distinct % width_s, embedding_slots)
-        back = back.reshape(-1)
         return total[back], moe[back]
     offset = 1 if embedding_slots else 0
     num_slots = model_spec.num_hidden_layers + 2 * offset

