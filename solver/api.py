@@ -7,8 +7,10 @@ option, its value and the rule), and evaluates the memory model on every pipelin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from pydantic import ValidationError
 
 from solver.calibrate.profile import CurveSource, describe_sources, load_calibrated_cluster
@@ -19,8 +21,8 @@ from solver.cost.memory import (
     OTHER_ITEMS,
     MemoryBreakdown,
     MemoryOptions,
-    estimate_all_stages,
     estimate_memory,
+    estimate_stage_memory,
 )
 from solver.cost.steptime import TimeConstants, estimate_step_time
 from solver.errors import InputError, format_validation_error
@@ -102,40 +104,62 @@ def _stage_memory(breakdown: MemoryBreakdown, row: int) -> StageMemory:
     )
 
 
+def _plan_time(job: JobSpec, config: ParallelConfig, step, row: int) -> PlanTime:
+    """Row `row` of a StepTime as the PlanTime of `config` (days and GPU-hours of the budget)."""
+    tokens_per_second = float(step.tokens_per_s[row])
+    train_days = gpu_hours = None
+    if job.token_budget is not None:
+        train_days = job.token_budget / tokens_per_second / 86400.0
+        gpu_hours = train_days * 24.0 * config.num_gpus
+    return PlanTime(
+        step_seconds=float(step.step_s[row]),
+        tokens_per_second=tokens_per_second,
+        tokens_per_second_per_gpu=float(step.tokens_per_s_per_gpu[row]),
+        tflops_per_gpu=float(step.tflops_per_gpu[row]),
+        mfu=float(step.mfu[row]),
+        time_seconds=step.breakdown(row),
+        train_days=train_days,
+        gpu_hours=gpu_hours,
+    )
+
+
 def estimate_plan_time(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                        config: ParallelConfig, constants: TimeConstants | None = None
                        ) -> PlanTime:
     """Step time, throughput and MFU of `config`; days and GPU-hours of the token budget."""
     step = estimate_step_time(model_spec, cluster, job, Candidates.from_configs([config]),
                               constants)
-    tokens_per_second = float(step.tokens_per_s[0])
-    train_days = gpu_hours = None
-    if job.token_budget is not None:
-        train_days = job.token_budget / tokens_per_second / 86400.0
-        gpu_hours = train_days * 24.0 * config.num_gpus
-    return PlanTime(
-        step_seconds=float(step.step_s[0]),
-        tokens_per_second=tokens_per_second,
-        tokens_per_second_per_gpu=float(step.tokens_per_s_per_gpu[0]),
-        tflops_per_gpu=float(step.tflops_per_gpu[0]),
-        mfu=float(step.mfu[0]),
-        time_seconds=step.breakdown(0),
-        train_days=train_days,
-        gpu_hours=gpu_hours,
-    )
+    return _plan_time(job, config, step, 0)
+
+
+def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                   configs: Sequence[ParallelConfig], options: MemoryOptions | None = None,
+                   constants: TimeConstants | None = None) -> tuple[Plan, ...]:
+    """Memory of every pipeline stage of each of `configs` on the cluster's GPU, and its step
+    time: one vectorised call of each model for all of them."""
+    if not configs:
+        return ()
+    step = estimate_step_time(model_spec, cluster, job, Candidates.from_configs(configs),
+                              constants)
+    rows = [(config, stage) for config in configs for stage in range(config.pp)]
+    stages = estimate_stage_memory(model_spec, job,
+                                   Candidates.from_configs([c for c, _ in rows]),
+                                   np.array([s for _, s in rows], dtype=np.int64), options)
+    plans, start = [], 0
+    for index, config in enumerate(configs):
+        plans.append(Plan(
+            config=config, gpu_memory_bytes=cluster.gpu.memory_gib * GIB,
+            stages=tuple(_stage_memory(stages, start + i) for i in range(config.pp)),
+            time=_plan_time(job, config, step, index)))
+        start += config.pp
+    return tuple(plans)
 
 
 def estimate_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                   config: ParallelConfig, options: MemoryOptions | None = None,
                   constants: TimeConstants | None = None) -> Plan:
     """Memory of every pipeline stage of `config` on the cluster's GPU, and its step time."""
-    stages = estimate_all_stages(model_spec, job, config, options)
-    return Plan(
-        config=config,
-        gpu_memory_bytes=cluster.gpu.memory_gib * GIB,
-        stages=tuple(_stage_memory(stages, i) for i in range(len(stages))),
-        time=estimate_plan_time(model_spec, cluster, job, config, constants),
-    )
+    return estimate_plans(model_spec, cluster, job, [config], options, constants)[0]
 
 
 def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,

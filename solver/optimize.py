@@ -9,12 +9,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from solver.api import estimate_plan, load_problem_specs
+from solver.api import estimate_plans, load_problem_specs
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError, ParplanError
 from solver.search.constraints import build_constraints
 from solver.search.cpsat import solve_cpsat
-from solver.search.enumerate import Ranked, enumerate_feasible, solve_by_enumeration
+from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts, smallest_memory_bytes
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
@@ -126,15 +126,9 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
-    return tuple(
-        estimate_plan(problem.model_spec, problem.cluster, problem.job, config,
-                      problem.memory_options, problem.time_constants)
-        for config in ranked.candidates.to_configs()
-    )
-
-
-def _feasible(problem: Problem) -> bool:
-    return len(enumerate_feasible(problem)) > 0
+    return estimate_plans(problem.model_spec, problem.cluster, problem.job,
+                          ranked.candidates.to_configs(), problem.memory_options,
+                          problem.time_constants)
 
 
 def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
@@ -145,25 +139,25 @@ def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
         if name.startswith("pin_"):
             variable = name.removeprefix("pin_")
             pins = {k: v for k, v in problem.pins.items() if k != variable}
-            if _feasible(problem.model_copy(update={"pins": pins})):
+            if any_feasible(problem.model_copy(update={"pins": pins})):
                 fixes.append(f"drop the pin on {variable}")
     node = problem.cluster.gpus_per_node
     for factor in (2, 4, 8, 16):
         more = max(problem.num_gpus * factor, node)
         more = -(-more // node) * node
-        if _feasible(problem.model_copy(update={"num_gpus": more})):
+        if any_feasible(problem.model_copy(update={"num_gpus": more})):
             fixes.append(f"--gpus {more}")
             break
     if "memory_fits_hbm" in conflicts:
         bigger = _bigger_gpu(problem.cluster)
-        if bigger is not None and _feasible(problem.model_copy(update={"cluster": bigger})):
+        if bigger is not None and any_feasible(problem.model_copy(update={"cluster": bigger})):
             fixes.append(f"a GPU with more memory: {bigger.gpu.name} "
                          f"({bigger.gpu.memory_gib:.0f} GiB)")
     if {"tp_within_nvlink", "etp_within_nvlink"} & set(conflicts):
-        if _feasible(problem.model_copy(update={"allow_tp_across_nodes": True})):
+        if any_feasible(problem.model_copy(update={"allow_tp_across_nodes": True})):
             fixes.append("--allow-tp-across-nodes")
     if any(n.startswith(("megatron_", "torchtitan_", "deepspeed_")) for n in conflicts):
-        if _feasible(problem.model_copy(update={"framework": "generic"})):
+        if any_feasible(problem.model_copy(update={"framework": "generic"})):
             fixes.append("another framework (--framework generic lifts the framework rules)")
     return fixes
 

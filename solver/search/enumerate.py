@@ -140,3 +140,23 @@ def solve_by_enumeration(problem: Problem, top: int = 5) -> Ranked | None:
     if len(fits) == 0:
         return None
     return rank(problem, candidates.take(fits), top, memory[fits])
+
+
+# Candidates whose memory any_feasible checks at a time.
+FEASIBILITY_CHUNK = 4096
+
+
+def any_feasible(problem: Problem) -> bool:
+    """Whether some candidate meets every constraint: the structural and framework rules by
+    enumeration, then memory in chunks, the most sharded candidates (last in the enumeration
+    order) first, stopping at the first that fits."""
+    others = [c for c in build_constraints(problem) if c.name != MEMORY_CONSTRAINT]
+    candidates = enumerate_feasible(problem, others)
+    capacity = memory_capacity_bytes(problem)
+    for end in range(len(candidates), 0, -FEASIBILITY_CHUNK):
+        chunk = candidates.take(np.arange(max(end - FEASIBILITY_CHUNK, 0), end))
+        memory = estimate_memory(problem.model_spec, problem.job, chunk,
+                                 problem.memory_options).total
+        if (memory <= capacity).any():
+            return True
+    return False

@@ -1,0 +1,40 @@
+"""The oracle's shortcuts give what the plain enumeration gives: solve_by_enumeration (memory
+computed once, applied after the other rules; the top K sorted from a partition) and
+any_feasible (memory in chunks, stopping at the first plan that fits)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solver.catalog import load_cluster_spec, load_model_spec
+from solver.search.enumerate import any_feasible, enumerate_feasible, rank, solve_by_enumeration
+from solver.search.space import Problem
+from solver.spec import JobSpec
+
+CASES = [
+    ("llama3.1-8b", "dgx-h100", 8, {}),
+    ("llama3.1-405b", "dgx-h100", 8, {}),            # does not fit anywhere
+    ("llama3.1-405b", "dgx-h100", 64, {}),
+    ("mixtral-8x7b", "dgx-a100-80gb", 16, {"pins": {"tp": (1,), "pp": (1,)}}),
+    ("deepseek-v2-lite", "l40s-pcie", 8, {}),
+    ("qwen3-30b-a3b", "dgx-h100", 32, {"job": JobSpec(seq_len=32768, global_batch=64)}),
+]
+
+
+@pytest.mark.parametrize("model, cluster, num_gpus, options", CASES)
+def test_shortcuts_agree_with_the_plain_enumeration(model, cluster, num_gpus, options) -> None:
+    job = options.pop("job", JobSpec())
+    problem = Problem(model_spec=load_model_spec(model), cluster=load_cluster_spec(cluster),
+                      job=job, num_gpus=num_gpus, **options)
+    feasible = enumerate_feasible(problem)
+    assert any_feasible(problem) == (len(feasible) > 0)
+    ranked = solve_by_enumeration(problem, 5)
+    if len(feasible) == 0:
+        assert ranked is None
+        return
+    plain = rank(problem, feasible)  # every plan, fully sorted (no partition shortcut)
+    assert ranked.num_feasible == len(feasible)
+    assert ranked.candidates.to_configs() == plain.candidates.to_configs()[:5]
+    np.testing.assert_allclose(ranked.step_time.step_s, plain.step_time.step_s[:5], rtol=1e-12)
+    np.testing.assert_allclose(ranked.memory_bytes, plain.memory_bytes[:5], rtol=1e-12)
