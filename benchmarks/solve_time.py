@@ -27,6 +27,7 @@ from solver.search.cpsat import solve_cpsat
 from solver.search.enumerate import solve_by_enumeration
 from solver.search.space import Problem
 from solver.spec import JobSpec
+from solver.runtime import tune_allocator
 
 DEFAULT_MODELS = ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "mixtral-8x7b",
                   "qwen3-30b-a3b", "deepseek-v3"]
@@ -62,6 +63,7 @@ def compare(problem: Problem, top: int, repeat: int, time_limit_s: float) -> dic
 
 
 def main() -> None:
+    tune_allocator()  # as the parplan CLI does (solver.runtime)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS)
     parser.add_argument("--all-models", action="store_true", help="the whole zoo")

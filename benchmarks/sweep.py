@@ -30,6 +30,7 @@ from solver.catalog import list_zoo_names
 from solver.sweep.execute import SolveSettings, default_jobs, solve_sweep_problem, start_run
 from solver.sweep.problems import SweepProblem, build_sweep_problems, order_longest_first
 from solver.sweep.results import ResultsFile
+from solver.runtime import tune_allocator
 
 PRESETS = ["dgx-h100", "dgx-a100-80gb", "gb200-nvl72", "mi300x"]
 GPUS = [8, 64, 256, 512, 1024, 4096]
@@ -135,6 +136,7 @@ def print_tables(console: Console, times: dict[SweepProblem, tuple[str, float]],
 
 
 def main() -> None:
+    tune_allocator()  # as the parplan CLI does (solver.runtime)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=None, help="default: the whole zoo")
     parser.add_argument("--presets", nargs="*", default=PRESETS)

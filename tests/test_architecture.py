@@ -16,6 +16,7 @@ SOLVER = Path(__file__).resolve().parent.parent / "solver"
 # Which project layers each layer may import (besides itself).
 ALLOWED = {
     "errors": set(),
+    "runtime": set(),
     "spec": {"errors"},
     "catalog": {"spec", "errors"},
     "cost": {"spec", "errors"},
@@ -25,9 +26,9 @@ ALLOWED = {
     "serve": {"search", "cost", "spec", "errors"},
     "api": {"search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve"},
     "optimize": {"api", "search", "cost", "spec", "errors", "catalog", "calibrate"},
-    "sweep": {"api", "optimize", "search", "cost", "spec", "errors", "catalog"},
+    "sweep": {"api", "optimize", "search", "cost", "spec", "errors", "catalog", "runtime"},
     "cli": {"api", "optimize", "sweep", "search", "cost", "spec", "errors", "catalog", "calibrate", "emit",
-            "serve"},
+            "serve", "runtime"},
 }
 # Third-party libraries each layer must not import.
 FORBIDDEN = {

@@ -73,4 +73,7 @@ _register_commands()
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script and of `python -m solver`."""
+    from solver.runtime import tune_allocator
+
+    tune_allocator()
     cli.main(args=argv, prog_name="parplan")

@@ -13,8 +13,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from solver.errors import InputError
+from solver.runtime import tune_allocator
 from solver.sweep.execute import Outcome, SolveSettings, describe_failure, solve_outcome
 from solver.sweep.problems import SweepProblem
+
+
+def _solve_in_ray_worker(problem: SweepProblem, settings: SolveSettings) -> Any:
+    """solve_outcome in a Ray worker, with the allocator settings the local workers inherit
+    from the CLI (solver.runtime)."""
+    tune_allocator()
+    return solve_outcome(problem, settings)
 
 
 def import_ray() -> Any:
@@ -37,7 +45,7 @@ class RayRun:
         if self._started_ray:
             ray.init(num_cpus=None if "RAY_ADDRESS" in os.environ else jobs,
                      include_dashboard=False, log_to_driver=False)
-        task = ray.remote(num_cpus=1)(solve_outcome)
+        task = ray.remote(num_cpus=1)(_solve_in_ray_worker)
         self._pending = {task.remote(problem, settings): problem for problem in problems}
 
     def __iter__(self) -> Iterator[Outcome]:
