@@ -38,3 +38,24 @@ def test_shortcuts_agree_with_the_plain_enumeration(model, cluster, num_gpus, op
     assert ranked.candidates.to_configs() == plain.candidates.to_configs()[:5]
     np.testing.assert_allclose(ranked.step_time.step_s, plain.step_time.step_s[:5], rtol=1e-12)
     np.testing.assert_allclose(ranked.memory_bytes, plain.memory_bytes[:5], rtol=1e-12)
+
+
+def test_worst_stage_on_a_large_candidate_set() -> None:
+    """Llama-3.1-70B (80 layers) on 512 GPUs: every pp up to 64 with its virtual stages, so
+    the stage-layout shortcut looks at more than a thousand (pp, vpp, position) triples at
+    once (estimate_stage_layers reduces such arrays to their distinct triples); sampled rows
+    agree with evaluating every stage of the configuration alone."""
+    from solver.cost.memory import estimate_all_stages, estimate_memory
+    from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
+
+    problem = Problem(model_spec=load_model_spec("llama3.1-70b"),
+                      cluster=load_cluster_spec("dgx-h100"), job=JobSpec(), num_gpus=512)
+    rules = [c for c in build_constraints(problem) if c.name != MEMORY_CONSTRAINT]
+    candidates = enumerate_feasible(problem, rules)
+    pairs = {(int(p), int(v)) for p, v in zip(candidates.pp, candidates.vpp)}
+    assert len(pairs) * int(candidates.pp.max()) > 1024
+    worst = estimate_memory(problem.model_spec, problem.job, candidates).total
+    for row in np.linspace(0, len(candidates) - 1, 25).astype(int):
+        config = candidates.config(int(row))
+        stages = estimate_all_stages(problem.model_spec, problem.job, config)
+        assert worst[row] == pytest.approx(stages.total.max(), rel=1e-12), config

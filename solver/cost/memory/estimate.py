@@ -99,19 +99,16 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     options = options or MemoryOptions()
     worst = estimate_stage_memory(model_spec, job, candidates, 0, options)
     # The layers a stage holds depend on (pp, vpp) and the position only: work them out once
-    # per distinct pair.
+    # per distinct pair, for every position at once.
     width = int(candidates.vpp.max(initial=1)) + 1
     keys, pair_of = distinct_inverse(candidates.pp * width + candidates.vpp)
     pairs = np.stack([keys // width, keys % width], axis=1)
-    previous = _stage_layers(model_spec, job, pairs, 0, options)
-    for position in range(1, int(candidates.pp.max(initial=1))):
-        layers = _stage_layers(model_spec, job, pairs, position, options)
-        repeat = (layers == previous).all(axis=1) & (pairs[:, 0] - 1 != position)
-        previous = layers
-        held = np.flatnonzero((candidates.pp > position) & ~repeat[pair_of])
-        if len(held) == 0:
-            continue
-        here = estimate_stage_memory(model_spec, job, candidates.take(held), position, options)
+    evaluate = _stages_to_evaluate(model_spec, pairs, int(candidates.pp.max(initial=1)),
+                                   options)
+    for position in np.flatnonzero(evaluate.any(axis=0)):
+        held = np.flatnonzero(evaluate[pair_of, position])
+        here = estimate_stage_memory(model_spec, job, candidates.take(held), int(position),
+                                     options)
         pick = here.total > worst.total[held]
         rows = held[pick]
         worst.stage[rows] = position
@@ -120,14 +117,25 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     return worst
 
 
-def _stage_layers(model_spec: ModelSpec, job: JobSpec, pairs: np.ndarray, position: int,
-                  options: MemoryOptions) -> np.ndarray:
-    """(dense, MoE) layers on stage `position` for each (pp, vpp) row of `pairs` (-1 where
-    the pipeline is shorter)."""
-    total, moe = estimate_stage_layers(model_spec, pairs[:, 0], pairs[:, 1], position,
-                                       options.account_for_embedding_in_pipeline_split)
-    held = pairs[:, 0] > position
-    return np.stack([np.where(held, total - moe, -1), np.where(held, moe, -1)], axis=1)
+def _stages_to_evaluate(model_spec: ModelSpec, pairs: np.ndarray, num_positions: int,
+                        options: MemoryOptions) -> np.ndarray:
+    """[pair, position]: whether stage `position` (>= 1) of (pp, vpp) = pairs[pair] must be
+    evaluated: it exists, and it is the last stage or holds other layers than the stage before
+    it (estimate_memory's docstring says why the others cannot be the worst)."""
+    pp, vpp = pairs[:, 0], pairs[:, 1]
+    position = np.arange(num_positions)
+    total, moe = estimate_stage_layers(
+        model_spec, np.repeat(pp, num_positions), np.repeat(vpp, num_positions),
+        np.tile(position, len(pairs)), options.account_for_embedding_in_pipeline_split)
+    total = total.reshape(len(pairs), num_positions)
+    moe = moe.reshape(len(pairs), num_positions)
+    exists = position[None, :] < pp[:, None]
+    changed = np.zeros_like(exists)
+    changed[:, 1:] = (total[:, 1:] != total[:, :-1]) | (moe[:, 1:] != moe[:, :-1])
+    last = position[None, :] == pp[:, None] - 1
+    evaluate = exists & (changed | last)
+    evaluate[:, 0] = False  # stage 0 is evaluated for every candidate
+    return evaluate
 
 
 def estimate_all_stages(model_spec: ModelSpec, job: JobSpec, config: ParallelConfig,

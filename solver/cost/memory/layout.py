@@ -98,10 +98,17 @@ def estimate_stage_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.ndarray
         width_v, width_s = int(vpp.max()) + 1, int(stage.max()) + 1
         key = (pp * width_v + vpp) * width_s + stage
         distinct, back = distinct_inverse(key)
-        total, moe = estimate_stage_layers(
+        total, moe = _count_stage_layers(
             model_spec, distinct // (width_v * width_s), distinct // width_s % width_v,
             distinct % width_s, embedding_slots)
         return total[back], moe[back]
+    return _count_stage_layers(model_spec, pp, vpp, stage, embedding_slots)
+
+
+def _count_stage_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.ndarray,
+                        stage: np.ndarray, embedding_slots: bool
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """estimate_stage_layers on 1-D arrays of one length, element by element."""
     offset = 1 if embedding_slots else 0
     num_slots = model_spec.num_hidden_layers + 2 * offset
     num_virtual = pp * vpp
