@@ -124,14 +124,19 @@ def _take_step(step: StepTime, order: np.ndarray) -> StepTime:
     return StepTime(**{name: getattr(step, name)[order] for name in step.__dataclass_fields__})
 
 
+def rules_but_memory(problem: Problem) -> list[Constraint]:
+    """Every constraint of the problem except the memory one (checked apart: it is costly)."""
+    constraints = build_constraints(problem)
+    others = [c for c in constraints if c.name != MEMORY_CONSTRAINT]
+    assert len(others) == len(constraints) - 1
+    return others
+
+
 def solve_by_enumeration(problem: Problem, top: int = 5) -> Ranked | None:
     """The oracle's answer: the `top` best feasible candidates (None if there are none). The
     memory constraint is applied here rather than in enumerate_feasible, so that each
     candidate's worst-stage memory is computed once, for the check and the ranking."""
-    constraints = build_constraints(problem)
-    others = [c for c in constraints if c.name != MEMORY_CONSTRAINT]
-    assert len(others) == len(constraints) - 1
-    candidates = enumerate_feasible(problem, others)
+    candidates = enumerate_feasible(problem, rules_but_memory(problem))
     if len(candidates) == 0:
         return None
     memory = estimate_memory(problem.model_spec, problem.job, candidates,
@@ -150,8 +155,7 @@ def any_feasible(problem: Problem) -> bool:
     """Whether some candidate meets every constraint: the structural and framework rules by
     enumeration, then memory in chunks, the most sharded candidates (last in the enumeration
     order) first, stopping at the first that fits."""
-    others = [c for c in build_constraints(problem) if c.name != MEMORY_CONSTRAINT]
-    candidates = enumerate_feasible(problem, others)
+    candidates = enumerate_feasible(problem, rules_but_memory(problem))
     capacity = memory_capacity_bytes(problem)
     for end in range(len(candidates), 0, -FEASIBILITY_CHUNK):
         chunk = candidates.take(np.arange(max(end - FEASIBILITY_CHUNK, 0), end))

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from solver.cost.memory import estimate_memory
-from solver.search.constraints import Constraint, build_constraints
-from solver.search.enumerate import Ranked, enumerate_feasible
+from solver.search.constraints import MEMORY_CONSTRAINT, Constraint, build_constraints
+from solver.search.enumerate import Ranked, enumerate_feasible, rules_but_memory
 from solver.search.space import VARIABLES, Problem
 
 SOFT_PREFIXES = ("pin_", "megatron_", "torchtitan_", "deepspeed_")
-SOFT_NAMES = ("tp_within_nvlink", "etp_within_nvlink", "memory_fits_hbm")
+SOFT_NAMES = ("tp_within_nvlink", "etp_within_nvlink", MEMORY_CONSTRAINT)
 GB = 1e9
 
 
@@ -58,8 +58,7 @@ def find_conflicts(problem: Problem) -> list[str]:
 def smallest_memory_bytes(problem: Problem) -> float | None:
     """The least worst-stage memory of any configuration meeting every constraint but the
     memory one (None if there is none): how far the problem is from fitting."""
-    constraints = [c for c in build_constraints(problem) if c.name != "memory_fits_hbm"]
-    allowed = enumerate_feasible(problem, constraints)
+    allowed = enumerate_feasible(problem, rules_but_memory(problem))
     if len(allowed) == 0:
         return None
     return float(estimate_memory(problem.model_spec, problem.job, allowed,
