@@ -27,18 +27,24 @@ ENGINES = ("enumerate", "cpsat")
 @dataclass(frozen=True)
 class OptimizeResult:
     """The answer of `optimize`: status (optimal | feasible | infeasible), the plans best first,
-    and, when infeasible, the conflicting constraints and fixes that would lift them."""
+    and, when infeasible, the conflicting constraints and fixes that would lift them.
+    num_feasible: the plans that meet every constraint (None where the oracle stopped checking
+    memory once the top plans were certain; num_candidates meet every rule but memory, and
+    num_memory_checked of them had their memory checked); for the integer program, the plans
+    it evaluated exactly."""
 
     problem: Problem
     status: str
     engine: str
     solve_seconds: float
-    num_feasible: int
+    num_feasible: int | None
     plans: tuple[Plan, ...]
     why: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
     rules: dict[str, str] = field(default_factory=dict)
     fixes: tuple[str, ...] = ()
+    num_candidates: int | None = None
+    num_memory_checked: int | None = None
 
 
 def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | None = None,
@@ -93,6 +99,8 @@ def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
                               fixes=tuple(suggest_fixes(problem, conflicts)))
     return OptimizeResult(problem=problem, status=status, engine=engine,
                           solve_seconds=seconds, num_feasible=ranked.num_feasible,
+                          num_candidates=ranked.num_candidates,
+                          num_memory_checked=ranked.num_memory_checked,
                           plans=_plans(problem, ranked), why=tuple(explain_choice(problem,
                                                                                   ranked)))
 
@@ -114,6 +122,8 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
         "framework": problem.framework,
         "objective": problem.objective,
         "num_feasible": result.num_feasible,
+        "num_candidates": result.num_candidates,
+        "num_memory_checked": result.num_memory_checked,
         "plans": [render_plan_json(plan) for plan in result.plans],
     }
     if result.status == "infeasible":

@@ -19,6 +19,7 @@ from solver.search import cpsat_objectives, cpsat_program
 from solver.search.constraints import Constraint, build_constraints
 from solver.search.cpsat import explain_infeasible_cpsat, solve_cpsat
 from solver.search.cpsat_program import Program, restricted_domains
+from solver.search import enumerate as enumerate_module
 from solver.search.enumerate import enumerate_feasible, rank, solve_by_enumeration
 from solver.search.space import VARIABLES, Problem, variable_domains
 from solver.search.grid import (
@@ -92,6 +93,25 @@ def problems(draw) -> Problem:
         pins[name] = tuple(sorted(set(draw(st.lists(st.sampled_from(pool), min_size=1,
                                                       max_size=3)))))
     return base.model_copy(update={"pins": pins})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from([1, 3, 7]), st.sampled_from([1, 5, 64]))
+def test_oracle_checking_memory_fastest_first_is_exact(problem: Problem, top: int,
+                                                      first_batch: int) -> None:
+    """The oracle checks memory fastest first and stops when the top K are certain; it gives
+    the plain ranking of every plan meeting every constraint (memory included)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(enumerate_module, "FIRST_MEMORY_BATCH", first_batch)
+        ranked = solve_by_enumeration(problem, top)
+    feasible = enumerate_feasible(problem)
+    if len(feasible) == 0:
+        assert ranked is None
+        return
+    plain = rank(problem, feasible)
+    assert ranked.candidates.to_configs() == plain.candidates.to_configs()[:top]
+    np.testing.assert_array_equal(ranked.step_time.step_s, plain.step_time.step_s[:top])
+    np.testing.assert_array_equal(ranked.memory_bytes, plain.memory_bytes[:top])
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

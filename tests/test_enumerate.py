@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
+from solver.search import enumerate as enumerate_module
 from solver.search.enumerate import any_feasible, enumerate_feasible, rank, solve_by_enumeration
 from solver.search.space import Problem
 from solver.spec import JobSpec
@@ -22,8 +23,13 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("first_batch", [1, 2048])
 @pytest.mark.parametrize("model, cluster, num_gpus, options", CASES)
-def test_shortcuts_agree_with_the_plain_enumeration(model, cluster, num_gpus, options) -> None:
+def test_shortcuts_agree_with_the_plain_enumeration(model, cluster, num_gpus, options,
+                                                    first_batch, monkeypatch) -> None:
+    """first_batch 1: memory checked in batches of 20, 80, 320, ... (several rounds)."""
+    monkeypatch.setattr(enumerate_module, "FIRST_MEMORY_BATCH", first_batch)
+    options = dict(options)
     job = options.pop("job", JobSpec())
     problem = Problem(model_spec=load_model_spec(model), cluster=load_cluster_spec(cluster),
                       job=job, num_gpus=num_gpus, **options)
@@ -34,7 +40,10 @@ def test_shortcuts_agree_with_the_plain_enumeration(model, cluster, num_gpus, op
         assert ranked is None
         return
     plain = rank(problem, feasible)  # every plan, fully sorted (no partition shortcut)
-    assert ranked.num_feasible == len(feasible)
+    # Memory is checked fastest first, only as far as the top 5 need.
+    assert ranked.num_feasible in (None, len(feasible))
+    assert ranked.num_candidates >= ranked.num_memory_checked >= len(ranked.candidates)
+    assert (ranked.num_feasible is None) == (ranked.num_memory_checked < ranked.num_candidates)
     assert ranked.candidates.to_configs() == plain.candidates.to_configs()[:5]
     np.testing.assert_allclose(ranked.step_time.step_s, plain.step_time.step_s[:5], rtol=1e-12)
     np.testing.assert_allclose(ranked.memory_bytes, plain.memory_bytes[:5], rtol=1e-12)

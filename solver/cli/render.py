@@ -79,8 +79,13 @@ def render_answer_head(result: Any) -> dict[str, Any]:
 
 def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """The ranked plans as a table titled with how they were found, then the why."""
-    counted = (f"of {result.num_feasible:,} feasible plans" if result.engine == "enumerate"
-               else f"({result.num_feasible:,} plans evaluated exactly)")
+    if result.engine != "enumerate":
+        counted = f"({result.num_feasible:,} plans evaluated exactly)"
+    elif result.num_feasible is not None:
+        counted = f"of {result.num_feasible:,} feasible plans"
+    else:  # the oracle checked memory only as far as the top plans needed
+        counted = (f"of {result.num_candidates:,} plans meeting every rule but memory, "
+                   f"memory checked on the {result.num_memory_checked:,} fastest")
     echo_table(f"top {len(rows)} {counted} ({result.status}, {result.engine}, "
                f"{result.solve_seconds:.2f} s)", columns, rows)
     click.echo("why:")

@@ -10,7 +10,7 @@ that pass every structural and framework rule.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -82,21 +82,26 @@ def _apply_ready(values: dict[str, np.ndarray], pending: list[Constraint],
 
 @dataclass(frozen=True)
 class Ranked:
-    """Feasible candidates sorted best first, with their step times and worst-stage memory."""
+    """Feasible candidates sorted best first, with their step times and worst-stage memory.
+    `num_feasible`: how many candidates were ranked (None where the oracle did not check
+    every candidate's memory: it then says how many meet the other rules, `num_candidates`,
+    and how many it checked, `num_memory_checked`)."""
 
     candidates: Candidates
     step_time: StepTime
     memory_bytes: np.ndarray
-    num_feasible: int
+    num_feasible: int | None
+    num_candidates: int | None = None
+    num_memory_checked: int | None = None
 
 
 def rank(problem: Problem, candidates: Candidates, top: int | None = None,
-         memory_bytes: np.ndarray | None = None) -> Ranked:
+         memory_bytes: np.ndarray | None = None, step_time: StepTime | None = None) -> Ranked:
     """Sort candidates by the objective (step time or memory), ties broken by the other, then
-    by the degrees, so the order is deterministic. `memory_bytes`: the candidates' worst-stage
-    memory when the caller has it already."""
-    step = estimate_step_time(problem.model_spec, problem.cluster, problem.job, candidates,
-                              problem.time_constants)
+    by the degrees, so the order is deterministic. `memory_bytes`, `step_time`: the
+    candidates' worst-stage memory and step time when the caller has them already."""
+    step = step_time if step_time is not None else estimate_step_time(
+        problem.model_spec, problem.cluster, problem.job, candidates, problem.time_constants)
     memory = memory_bytes if memory_bytes is not None else estimate_memory(
         problem.model_spec, problem.job, candidates, problem.memory_options).total
     primary, secondary = (step.step_s, memory) if problem.objective == "time" else (
@@ -132,19 +137,64 @@ def rules_but_memory(problem: Problem) -> list[Constraint]:
     return others
 
 
-def solve_by_enumeration(problem: Problem, top: int = 5) -> Ranked | None:
-    """The oracle's answer: the `top` best feasible candidates (None if there are none). The
-    memory constraint is applied here rather than in enumerate_feasible, so that each
-    candidate's worst-stage memory is computed once, for the check and the ranking."""
+def solve_by_enumeration(problem: Problem, top: int | None = 5) -> Ranked | None:
+    """The oracle's answer: the `top` best feasible candidates (None if there are none).
+
+    Every rule but memory is applied by enumeration. Ranking by step time, memory (the
+    costliest term) is then checked fastest first, in batches that grow fourfold, until the
+    `top` fastest plans that fit are known: every candidate left unchecked is strictly slower
+    than the top-th fitting one, so none of them can enter the top K, ties included. Ranking
+    by memory (or ranking everything, top None) checks every candidate's memory once, for
+    the check and the ranking."""
     candidates = enumerate_feasible(problem, rules_but_memory(problem))
     if len(candidates) == 0:
         return None
+    if problem.objective == "time" and top is not None:
+        return _fastest_that_fit(problem, candidates, top)
     memory = estimate_memory(problem.model_spec, problem.job, candidates,
                              problem.memory_options).total
     fits = np.flatnonzero(memory <= memory_capacity_bytes(problem))
     if len(fits) == 0:
         return None
-    return rank(problem, candidates.take(fits), top, memory[fits])
+    ranked = rank(problem, candidates.take(fits), top, memory[fits])
+    return replace(ranked, num_candidates=len(candidates), num_memory_checked=len(candidates))
+
+
+# Candidates whose memory the oracle checks first (then 4x, 16x, ... more).
+FIRST_MEMORY_BATCH = 2048
+
+
+def _fastest_that_fit(problem: Problem, candidates: Candidates, top: int) -> Ranked | None:
+    """solve_by_enumeration for the time objective: memory checked fastest first."""
+    step = estimate_step_time(problem.model_spec, problem.cluster, problem.job, candidates,
+                              problem.time_constants)
+    seconds = step.step_s
+    capacity = memory_capacity_bytes(problem)
+    memory = np.full(len(candidates), np.inf)
+    unchecked = np.arange(len(candidates))
+    batch = max(FIRST_MEMORY_BATCH, 4 * top)
+    while len(unchecked):
+        if len(unchecked) > batch:
+            bar = np.partition(seconds[unchecked], batch - 1)[batch - 1]
+            chosen = unchecked[seconds[unchecked] <= bar]
+            unchecked = unchecked[seconds[unchecked] > bar]
+        else:
+            chosen, unchecked = unchecked, unchecked[:0]
+        memory[chosen] = estimate_memory(problem.model_spec, problem.job,
+                                         candidates.take(chosen), problem.memory_options).total
+        fits = np.flatnonzero(memory <= capacity)
+        if len(fits) >= top and len(unchecked):
+            kth = np.partition(seconds[fits], top - 1)[top - 1]
+            if seconds[unchecked].min() > kth:
+                break
+        batch *= 4
+    fits = np.flatnonzero(memory <= capacity)
+    if len(fits) == 0:
+        return None
+    ranked = rank(problem, candidates.take(fits), top, memory[fits], _take_step(step, fits))
+    checked = len(candidates) - len(unchecked)
+    return replace(ranked, num_feasible=len(fits) if len(unchecked) == 0 else None,
+                   num_candidates=len(candidates), num_memory_checked=checked)
 
 
 # Candidates whose memory any_feasible checks at a time.
