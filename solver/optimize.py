@@ -12,10 +12,10 @@ from typing import Any
 from solver.api import estimate_plans, load_problem_specs
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError, ParplanError
-from solver.search.constraints import build_constraints
+from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.cpsat import solve_cpsat
 from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
-from solver.search.explain import explain_choice, find_conflicts, smallest_memory_bytes
+from solver.search.explain import explain_choice, find_conflicts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
 from solver.spec.plan import Plan
@@ -86,13 +86,13 @@ def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
         ranked = solve_by_enumeration(problem, top)
     seconds = time.perf_counter() - start
     if ranked is None or len(ranked.candidates) == 0:
-        conflicts = tuple(find_conflicts(problem))
+        found = find_conflicts(problem)
+        conflicts = tuple(found.names)
         rules = {c.name: c.rule for c in build_constraints(problem) if c.name in conflicts}
-        if "memory_fits_hbm" in rules:
-            least = smallest_memory_bytes(problem)
-            if least is not None:
-                rules["memory_fits_hbm"] += (f"; the leanest configuration the other "
-                                             f"constraints allow needs {least / 1e9:.1f} GB")
+        least = found.least_memory_bytes
+        if MEMORY_CONSTRAINT in rules and least is not None:
+            rules[MEMORY_CONSTRAINT] += (f"; the leanest configuration the other "
+                                         f"constraints allow needs {least / 1e9:.1f} GB")
         return OptimizeResult(problem=problem, status="infeasible", engine=engine,
                               solve_seconds=seconds, num_feasible=0, plans=(),
                               conflicts=conflicts, rules=rules,
@@ -158,7 +158,7 @@ def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
         if any_feasible(problem.model_copy(update={"num_gpus": more})):
             fixes.append(f"--gpus {more}")
             break
-    if "memory_fits_hbm" in conflicts:
+    if MEMORY_CONSTRAINT in conflicts:
         bigger = _bigger_gpu(problem.cluster)
         if bigger is not None and any_feasible(problem.model_copy(update={"cluster": bigger})):
             fixes.append(f"a GPU with more memory: {bigger.gpu.name} "

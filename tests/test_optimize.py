@@ -177,6 +177,28 @@ def test_infeasible_is_an_answer_with_conflicts_and_fixes() -> None:
     assert any(fix.startswith("--gpus") for fix in answer["fixes"])
 
 
+@pytest.mark.parametrize("pins", [{}, {"zero": (0, 1)}, {"tp": (3,)}])
+def test_least_memory_is_that_of_the_leanest_plan_meeting_the_other_rules(pins) -> None:
+    """find_conflicts computes the memory of the candidates the unchangeable rules allow once;
+    its least memory equals the minimum over the plans meeting every other rule (pins
+    included), enumerated apart; None when no plan meets them (tp 3 divides nothing)."""
+    from solver.cost.memory import estimate_memory
+    from solver.search.enumerate import enumerate_feasible, rules_but_memory
+    from solver.search.explain import find_conflicts
+
+    problem = build_problem("llama3.1-405b", "dgx-h100", 8, pins=pins)
+    found = find_conflicts(problem)
+    others = enumerate_feasible(problem, rules_but_memory(problem))
+    if len(others) == 0:
+        assert found.least_memory_bytes is None
+        assert found.names in (["pin_tp"], ["memory_fits_hbm"])  # either one suffices
+        return
+    least = estimate_memory(problem.model_spec, problem.job, others).total.min()
+    assert found.least_memory_bytes == pytest.approx(float(least), rel=1e-12)
+    assert found.names == ["memory_fits_hbm"]
+    assert least > problem.cluster.gpu.memory_gib * 2**30
+
+
 def test_conflicting_pins_are_named() -> None:
     problem = build_problem("llama3.1-8b", "dgx-h100", 8, pins={"tp": (3,)})
     result = solve(problem)

@@ -35,7 +35,7 @@ from ortools.sat.python import cp_model
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory
 from solver.cost.steptime import estimate_step_time
-from solver.search.constraints import Constraint
+from solver.search.constraints import MEMORY_CONSTRAINT, Constraint
 from solver.search.cpsat_objectives import add_memory_objective, add_step_time_objective
 from solver.search.cpsat_program import Program
 from solver.search.cpsat_warmstart import beam_width, local_search, seed_plans
@@ -141,7 +141,7 @@ class _Search:
             return new
         self.seen.update(new)
         candidates = _candidates(new)
-        structural = [c for c in program.constraints if c.name != "memory_fits_hbm"]
+        structural = [c for c in program.constraints if c.name != MEMORY_CONSTRAINT]
         broken = _violations(problem, structural, candidates)
         from_solver = np.array([solutions[c] is not None for c in new])
         bad = [name for name, mask in broken.items() if (mask & from_solver).any()]
@@ -158,8 +158,8 @@ class _Search:
                 index, values = index[values <= bar], values[values <= bar]
         if len(index) == 0:
             return new
-        memory = [c for c in program.constraints if c.name == "memory_fits_hbm"]
-        fits = ~_violations(problem, memory, candidates.take(index))["memory_fits_hbm"]
+        memory = [c for c in program.constraints if c.name == MEMORY_CONSTRAINT]
+        fits = ~_violations(problem, memory, candidates.take(index))[MEMORY_CONSTRAINT]
         self.cut_by_memory += int((~fits & from_solver[index]).sum())
         index = index[fits]
         if problem.objective == "time":
@@ -267,7 +267,7 @@ def explain_infeasible_cpsat(problem: Problem, hard: Sequence[str] = ("gpus_prod
     names = [c.name for c in program.constraints if c.name not in hard]
     solver = cp_model.CpSolver()
     _set_parameters(solver, EXPLAIN_WORKERS, False)
-    memory_switch = program.switches["memory_fits_hbm"]
+    memory_switch = program.switches[MEMORY_CONSTRAINT]
 
     def exact_conflict(active: Sequence[str]) -> list[str] | None:
         """Decide with the oracle's enumeration (slower; used when the memory bound is too
@@ -297,7 +297,7 @@ def explain_infeasible_cpsat(problem: Problem, hard: Sequence[str] = ("gpus_prod
             bad = [n for n, mask in broken.items() if mask[0]]
             if not bad:
                 return None
-            assert bad == ["memory_fits_hbm"], f"explanation encoding is wrong for {bad}"
+            assert bad == [MEMORY_CONSTRAINT], f"explanation encoding is wrong for {bad}"
             program.forbid([config], enforce=[memory_switch])
         return exact_conflict(active)
 

@@ -197,20 +197,22 @@ def _fastest_that_fit(problem: Problem, candidates: Candidates, top: int) -> Ran
                    num_candidates=len(candidates), num_memory_checked=checked)
 
 
-# Candidates whose memory any_feasible checks at a time.
+# Candidates whose memory any_feasible checks first (then 4x, 16x, ... more at a time).
 FEASIBILITY_CHUNK = 4096
 
 
 def any_feasible(problem: Problem) -> bool:
     """Whether some candidate meets every constraint: the structural and framework rules by
-    enumeration, then memory in chunks, the most sharded candidates (last in the enumeration
-    order) first, stopping at the first that fits."""
+    enumeration, then memory in chunks that grow fourfold, the most sharded candidates (last
+    in the enumeration order) first, stopping at the first that fits."""
     candidates = enumerate_feasible(problem, rules_but_memory(problem))
     capacity = memory_capacity_bytes(problem)
-    for end in range(len(candidates), 0, -FEASIBILITY_CHUNK):
-        chunk = candidates.take(np.arange(max(end - FEASIBILITY_CHUNK, 0), end))
-        memory = estimate_memory(problem.model_spec, problem.job, chunk,
+    end, chunk = len(candidates), FEASIBILITY_CHUNK
+    while end > 0:
+        rows = candidates.take(np.arange(max(end - chunk, 0), end))
+        memory = estimate_memory(problem.model_spec, problem.job, rows,
                                  problem.memory_options).total
         if (memory <= capacity).any():
             return True
+        end, chunk = end - chunk, chunk * 4
     return False

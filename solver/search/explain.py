@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from solver.cost.memory import estimate_memory
-from solver.search.constraints import MEMORY_CONSTRAINT, Constraint, build_constraints
-from solver.search.enumerate import Ranked, enumerate_feasible, rules_but_memory
+from solver.search.constraints import (
+    MEMORY_CONSTRAINT,
+    Constraint,
+    build_constraints,
+    memory_capacity_bytes,
+)
+from solver.search.enumerate import Ranked, enumerate_feasible
 from solver.search.space import VARIABLES, Problem
 
 SOFT_PREFIXES = ("pin_", "megatron_", "torchtitan_", "deepspeed_")
@@ -32,37 +38,45 @@ def is_soft(constraint: Constraint) -> bool:
     return constraint.name.startswith(SOFT_PREFIXES) or constraint.name in SOFT_NAMES
 
 
-def find_conflicts(problem: Problem) -> list[str]:
-    """Names of an irreducible set of constraints that cannot hold together (empty if the
-    problem is feasible)."""
+@dataclass(frozen=True)
+class Conflicts:
+    """Why a problem is infeasible: `names`, an irreducible set of constraints that cannot
+    hold together (empty if the problem is feasible), and `least_memory_bytes`, the least
+    worst-stage memory of any configuration meeting every other constraint (None if none
+    does): how far the problem is from fitting."""
+
+    names: list[str]
+    least_memory_bytes: float | None
+
+
+def find_conflicts(problem: Problem) -> Conflicts:
+    """The conflicting constraints of `problem` (see Conflicts). The memory of the candidates
+    the unchangeable constraints allow is computed once, for both answers."""
     constraints = build_constraints(problem)
     hard = [c for c in constraints if not is_soft(c)]
     allowed = enumerate_feasible(problem, hard)
     if len(allowed) == 0:
-        return deletion_filter(hard, lambda kept: len(enumerate_feasible(problem, kept)) > 0)
+        names = deletion_filter(hard, lambda kept: len(enumerate_feasible(problem, kept)) > 0)
+        return Conflicts(names, None)
     values = {name: getattr(allowed, name) for name in VARIABLES}
     soft = [c for c in constraints if is_soft(c)]
+    memory = estimate_memory(problem.model_spec, problem.job, allowed,
+                             problem.memory_options).total
     masks = {c.name: np.broadcast_to(np.asarray(c.check(values), bool), allowed.tp.shape)
-             for c in soft}
-    if np.logical_and.reduce([masks[c.name] for c in soft]).any():
-        return []
+             for c in soft if c.name != MEMORY_CONSTRAINT}
+    masks[MEMORY_CONSTRAINT] = memory <= memory_capacity_bytes(problem)
+    others = np.logical_and.reduce([masks[c.name] for c in soft if c.name != MEMORY_CONSTRAINT]
+                                   + [np.ones(len(allowed), bool)])
+    least = float(memory[others].min()) if others.any() else None
+    if (others & masks[MEMORY_CONSTRAINT]).any():
+        return Conflicts([], least)
 
     def feasible(kept: Sequence[Constraint]) -> bool:
         if not kept:
             return True
         return bool(np.logical_and.reduce([masks[c.name] for c in kept]).any())
 
-    return deletion_filter(soft, feasible)
-
-
-def smallest_memory_bytes(problem: Problem) -> float | None:
-    """The least worst-stage memory of any configuration meeting every constraint but the
-    memory one (None if there is none): how far the problem is from fitting."""
-    allowed = enumerate_feasible(problem, rules_but_memory(problem))
-    if len(allowed) == 0:
-        return None
-    return float(estimate_memory(problem.model_spec, problem.job, allowed,
-                                 problem.memory_options).total.min())
+    return Conflicts(deletion_filter(soft, feasible), least)
 
 
 def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:

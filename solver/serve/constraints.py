@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.search.constraints import Constraint, model_shape_constraints
+from solver.search.constraints import MEMORY_CONSTRAINT, Constraint, model_shape_constraints
 from solver.serve.candidates import SERVE_VARIABLES, ServeCandidates
 from solver.serve.estimate import estimate_serving
 from solver.serve.job import ServeProblem
@@ -105,7 +105,7 @@ def _target_rules(problem: ServeProblem) -> list[Constraint]:
     job = problem.job
     context = job.context
     rules = [Constraint(
-        "memory_fits_hbm", SERVE_VARIABLES,
+        MEMORY_CONSTRAINT, SERVE_VARIABLES,
         f"weights, activations, reserves and the KV cache of one {context:,}-token sequence "
         f"must fit {job.gpu_memory_utilization:g} x the GPU's "
         f"{problem.cluster.gpu.memory_gib * 2**30 / 1e9:.1f} GB",

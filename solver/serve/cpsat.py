@@ -28,6 +28,7 @@ import math
 import numpy as np
 from ortools.sat.python import cp_model
 
+from solver.search.constraints import MEMORY_CONSTRAINT
 from solver.search.space import divisors
 from solver.serve.candidates import ServeCandidates
 from solver.serve.constraints import build_serve_constraints, tp_domain
@@ -38,7 +39,7 @@ from solver.serve.job import ServeProblem
 DEGREES = ("tp", "pp", "dp", "ep", "replicas")
 OBJECTIVE_UNITS = 2.0**40  # integer resolution: the largest objective value becomes 2^40
 MAX_SOLVES = 400
-TARGET_RULES = ("memory_fits_hbm", "ttft_within_slo", "tpot_within_slo",
+TARGET_RULES = (MEMORY_CONSTRAINT, "ttft_within_slo", "tpot_within_slo",
                 "throughput_meets_target")
 SOLVER_PARAMETERS = {"num_workers": 1, "random_seed": 0, "log_search_progress": False}
 

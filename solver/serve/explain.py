@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from solver.search.constraints import MEMORY_CONSTRAINT
 from solver.search.explain import deletion_filter
 from solver.serve.candidates import ServeCandidates
 from solver.serve.constraints import build_serve_constraints, is_hard, tp_domain
@@ -197,7 +198,7 @@ def suggest_serve_fixes(problem: ServeProblem, conflicts: Sequence[str],
     def with_job(**update: object) -> dict[str, object]:
         return {"job": job.model_copy(update=update)}
 
-    memory = "memory_fits_hbm" in conflicts
+    memory = MEMORY_CONSTRAINT in conflicts
     if memory and job.kv_cache_dtype != "fp8" and works(**with_job(kv_cache_dtype="fp8")):
         fixes.append("--kv-cache-dtype fp8")
     for precision in ("fp8", "int4"):
