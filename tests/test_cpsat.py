@@ -276,3 +276,30 @@ def test_explanation_with_the_structure_held_fixed() -> None:
 
 def test_feasible_problem_has_no_conflict() -> None:
     assert explain_infeasible_cpsat(make_problem("llama3.1-8b", "dgx-h100", 8)) == []
+
+
+@pytest.mark.parametrize("model, cluster, num_gpus, expected", [
+    ("deepseek-v3", "hgx-h800", 16384, 6),   # pp = 2^0 .. 2^5
+    ("llama3.1-8b", "dgx-h100", 24, 8),      # pp = 2^a 3^b, a <= 3, b <= 1
+    ("llama3.1-70b", "dgx-h100", 576, None),  # 2^6 x 3^2: too many pairs, split on one prime
+    ("llama3.1-8b", "dgx-h100", 8, None),
+])
+def test_pipeline_cubes_partition_the_pipeline_degrees(model, cluster, num_gpus,
+                                                       expected) -> None:
+    """Every pipeline degree the program allows lies in exactly one cube (the cubes are
+    disjoint and cover the space), and there are at most MAX_CUBES of them."""
+    from solver.search.cpsat import MAX_CUBES, pipeline_cubes
+    from solver.search.cpsat_program import Program
+    from solver.search.grid import factorize
+
+    program = Program(make_problem(model, cluster, num_gpus))
+    cubes = pipeline_cubes(program)
+    assert 1 <= len(cubes) <= MAX_CUBES
+    if expected is not None:
+        assert len(cubes) == expected
+    prime_of = {e.index: q for q, e in program.exps["pp"].items() if not isinstance(e, int)}
+    for pp in program.lattice.domains["pp"]:
+        exponents = factorize(pp)
+        inside = [cube for cube in cubes
+                  if all(exponents.get(prime_of[var.index], 0) == value for var, value in cube)]
+        assert len(inside) == 1, (pp, cubes)
