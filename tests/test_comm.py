@@ -150,3 +150,21 @@ def test_bandwidth_never_rises_when_a_group_spreads_out(stride_exp: int, degree_
     far = estimate_group_link(cluster, 2 ** (stride_exp + more), degree)
     assert far.bandwidth_bytes_per_s <= near.bandwidth_bytes_per_s
     assert far.latency_s >= near.latency_s
+
+
+@pytest.mark.parametrize("all_to_all", [False, True])
+def test_group_link_with_many_distinct_pairs_matches_one_by_one(all_to_all: bool) -> None:
+    """More distinct (stride, degree) pairs than the deduplication threshold (23,040 GPUs
+    have 160 divisors: it used to recurse without end); the long-array path equals evaluating
+    each pair alone."""
+    cluster = two_tier()
+    divisors = [d for d in range(1, 23041) if 23040 % d == 0]
+    stride = np.repeat(divisors, len(divisors))
+    degree = np.tile(divisors, len(divisors))
+    assert len(set(zip(stride.tolist(), degree.tolist()))) > 256
+    whole = estimate_group_link(cluster, stride, degree, all_to_all)
+    for row in range(0, len(stride), 97):
+        alone = estimate_group_link(cluster, stride[row:row + 1], degree[row:row + 1],
+                                    all_to_all)
+        assert whole.bandwidth_bytes_per_s[row] == alone.bandwidth_bytes_per_s[0]
+        assert whole.latency_s[row] == alone.latency_s[0]

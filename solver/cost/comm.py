@@ -88,12 +88,18 @@ def estimate_group_link(
         # Candidate arrays repeat a few (stride, degree) pairs many times: solve each once.
         width = int(degree_arr.max(initial=0)) + 1
         keys, back = distinct_inverse(stride_arr * width + degree_arr)
-        link = estimate_group_link(cluster, keys // width, keys % width, all_to_all)
+        link = _group_link(cluster, keys // width, keys % width, all_to_all)
         return GroupLink(
             bandwidth_bytes_per_s=link.bandwidth_bytes_per_s[back],
             latency_s=link.latency_s[back],
             tier_index=None if link.tier_index is None else link.tier_index[back],
             share=None if link.share is None else link.share[back], tiers=link.tiers)
+    return _group_link(cluster, stride_arr, degree_arr, all_to_all)
+
+
+def _group_link(cluster: ClusterSpec, stride_arr: np.ndarray, degree_arr: np.ndarray,
+                all_to_all: bool) -> GroupLink:
+    """estimate_group_link on arrays of equal shape, element by element."""
     span = stride_arr * degree_arr
     bandwidth = np.zeros(span.shape)
     latency = np.zeros(span.shape)
