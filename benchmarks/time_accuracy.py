@@ -166,6 +166,26 @@ def render_splits(console: Console, results: Sequence[tuple[PublishedRun, float]
     console.print(table)
 
 
+def noise_ceiling(items: Sequence[tuple[PublishedRun, float]]) -> tuple[int, float, float]:
+    """Within one sweep: how many configurations were measured more than once, the largest
+    max/min among their repeats, and the Spearman correlation a model would score if it
+    predicted each configuration's mean measurement (nan without repeats). Any prediction
+    that depends on the configuration alone ties the repeats, so the repeats' spread is
+    noise no model of the configuration can rank."""
+    measured: dict[tuple, list[float]] = defaultdict(list)
+    for run, _ in items:
+        key = (run.model_spec, run.parallel, run.job)
+        measured[key].append(_model_flops_per_gpu(run, run.tokens_per_sec_per_gpu))
+    repeated = [values for values in measured.values() if len(values) > 1]
+    if not repeated:
+        return 0, float("nan"), float("nan")
+    spread = max(max(values) / min(values) for values in repeated)
+    means = {key: float(np.mean(values)) for key, values in measured.items()}
+    keys = [(run.model_spec, run.parallel, run.job) for run, _ in items]
+    actual = [_model_flops_per_gpu(run, run.tokens_per_sec_per_gpu) for run, _ in items]
+    return len(repeated), spread, spearman([means[k] for k in keys], actual)
+
+
 def render_sweeps(console: Console, results: Sequence[tuple[PublishedRun, float]]) -> None:
     sweeps: dict[str, list[tuple[PublishedRun, float]]] = defaultdict(list)
     for run, predicted in results:
@@ -173,9 +193,13 @@ def render_sweeps(console: Console, results: Sequence[tuple[PublishedRun, float]
         if key is not None:
             sweeps[key].append((run, predicted))
     table = Table(title="Spearman rank correlation within sweeps (model FLOP/s per GPU; "
-                        f"sweeps of >= {MIN_SWEEP_RUNS} runs)")
+                        f"sweeps of >= {MIN_SWEEP_RUNS} runs); noise: configurations measured "
+                        "more than once, their largest max/min, and the Spearman of each "
+                        "configuration's mean measurement (the ceiling for any model of the "
+                        "configuration)")
     table.add_column("sweep", overflow="fold")
-    for name in ("n", "measured max/min", "median pred/meas", "spearman"):
+    for name in ("n", "measured max/min", "median pred/meas", "spearman", "repeated",
+                 "repeat max/min", "ceiling"):
         table.add_column(name, justify="right")
     for key in sorted(sweeps):
         items = sweeps[key]
@@ -184,8 +208,11 @@ def render_sweeps(console: Console, results: Sequence[tuple[PublishedRun, float]
         measured = [_model_flops_per_gpu(r, r.tokens_per_sec_per_gpu) for r, _ in items]
         predicted = [_model_flops_per_gpu(r, p) for r, p in items]
         ratios = [p / r.tokens_per_sec_per_gpu for r, p in items]
+        repeated, spread, ceiling = noise_ceiling(items)
         table.add_row(key, str(len(items)), f"{max(measured) / min(measured):.2f}",
-                      f"{np.median(ratios):.2f}", f"{spearman(predicted, measured):+.2f}")
+                      f"{np.median(ratios):.2f}", f"{spearman(predicted, measured):+.2f}",
+                      str(repeated), "-" if repeated == 0 else f"{spread:.2f}",
+                      "-" if repeated == 0 else f"{ceiling:+.2f}")
     console.print(table)
 
 

@@ -68,3 +68,33 @@ def test_worst_stage_on_a_large_candidate_set() -> None:
         config = candidates.config(int(row))
         stages = estimate_all_stages(problem.model_spec, problem.job, config)
         assert worst[row] == pytest.approx(stages.total.max(), rel=1e-12), config
+
+
+@pytest.mark.parametrize("model, cluster, num_gpus, options", CASES)
+def test_depth_first_chunks_give_the_same_rows(model, cluster, num_gpus, options,
+                                               monkeypatch) -> None:
+    """A binding step larger than MAX_ROWS is enumerated depth first over chunks: with a tiny
+    MAX_ROWS (500) most steps are chunked, and the rows (and their order) are those of one pass;
+    the existence test finds a row exactly when there is one."""
+    options = dict(options)
+    job = options.pop("job", JobSpec())
+    problem = Problem(model_spec=load_model_spec(model), cluster=load_cluster_spec(cluster),
+                      job=job, num_gpus=num_gpus, **options)
+    whole = enumerate_feasible(problem)
+    monkeypatch.setattr(enumerate_module, "MAX_ROWS", 500)
+    chunked = enumerate_feasible(problem)
+    assert chunked.to_configs() == whole.to_configs()
+    assert len(enumerate_feasible(problem, stop_at_first=True)) == min(len(whole), 1)
+
+
+def test_conflicts_of_a_gpu_count_with_many_divisors_stay_small() -> None:
+    """DBRX on 23,040 GPUs (2^9 x 3^2 x 5) with a global batch of 1,024: no split works. The
+    deletion filter drops one rule at a time; without the depth-first chunks, dropping
+    `tp_divides_heads` let the product of 60 tp x 60 cp x 60 etp ... values grow to 24 GB. The
+    irreducible set: the odd factor 45 must go to tp or cp, and neither takes it."""
+    from solver.optimize import build_problem, solve
+
+    result = solve(build_problem("dbrx", "dgx-h100", 23040))
+    assert result.status == "infeasible"
+    assert set(result.conflicts) == {"cp_splits_sequence", "batch_divides",
+                                     "tp_divides_kv_heads"}

@@ -29,15 +29,47 @@ from solver.search.space import VARIABLES, Problem, variable_domains
 ORDER = ("tp", "cp", "pp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
 
 
+# Rows a binding step may produce at once; a larger product is enumerated depth first, over
+# chunks of the rows bound so far (same rows, same order, bounded memory).
+MAX_ROWS = 1 << 21
+
+
 def enumerate_feasible(problem: Problem, constraints: Sequence[Constraint] | None = None,
                        stop_at_first: bool = False) -> Candidates:
-    """Every candidate meeting `constraints` (default: all of the problem's), in a fixed order."""
+    """Every candidate meeting `constraints` (default: all of the problem's), in a fixed order;
+    with `stop_at_first`, at most one (a test of existence)."""
     constraints = build_constraints(problem) if constraints is None else tuple(constraints)
-    domains = variable_domains(problem)
-    values: dict[str, np.ndarray] = {}
-    pending = list(constraints)
-    for name in ORDER:
-        values = _expand(values, name, np.array(domains[name], dtype=np.int64))
+    domains = {name: np.array(values, dtype=np.int64)
+               for name, values in variable_domains(problem).items()}
+    values = _bind(problem, {}, list(constraints), ORDER, domains, stop_at_first)
+    if values is None or len(values["tp"]) == 0:
+        return Candidates(**{n: np.zeros(0, dtype=np.int64) for n in VARIABLES})
+    return Candidates(**{n: values[n] for n in VARIABLES})
+
+
+def _bind(problem: Problem, values: dict[str, np.ndarray], pending: list[Constraint],
+          names: Sequence[str], domains: dict[str, np.ndarray], stop_at_first: bool
+          ) -> dict[str, np.ndarray] | None:
+    """Bind `names` in turn to `values`, each constraint pruning as soon as its variables are
+    bound; None when nothing is left. A step whose product would pass MAX_ROWS goes depth
+    first over chunks of the rows so far (a dropped rule cannot blow the memory up)."""
+    for position, name in enumerate(names):
+        size = len(values["tp"]) if values else 1
+        if size > 1 and size * len(domains[name]) > MAX_ROWS:
+            step = max(MAX_ROWS // len(domains[name]), 1)
+            parts = []
+            for start in range(0, size, step):
+                chunk = {k: v[start:start + step] for k, v in values.items()}
+                found = _bind(problem, chunk, pending, names[position:], domains,
+                              stop_at_first)
+                if found is not None:
+                    if stop_at_first:
+                        return found
+                    parts.append(found)
+            if not parts:
+                return None
+            return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+        values = _expand(values, name, domains[name])
         if name == "pp":
             split = values["tp"] * values["cp"] * values["pp"]
             keep = problem.num_gpus % split == 0
@@ -45,11 +77,9 @@ def enumerate_feasible(problem: Problem, constraints: Sequence[Constraint] | Non
             values["dp"] = problem.num_gpus // (values["tp"] * values["cp"] * values["pp"])
         values, pending = _apply_ready(values, pending, stop_at_first)
         if len(values["tp"]) == 0:
-            break
-    if len(values["tp"]) == 0:
-        return Candidates(**{n: np.zeros(0, dtype=np.int64) for n in VARIABLES})
+            return None
     assert not pending
-    return Candidates(**{n: values[n] for n in VARIABLES})
+    return values
 
 
 def _expand(values: dict[str, np.ndarray], name: str, domain: np.ndarray

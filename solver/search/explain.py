@@ -56,7 +56,8 @@ def find_conflicts(problem: Problem) -> Conflicts:
     hard = [c for c in constraints if not is_soft(c)]
     allowed = enumerate_feasible(problem, hard)
     if len(allowed) == 0:
-        names = deletion_filter(hard, lambda kept: len(enumerate_feasible(problem, kept)) > 0)
+        names = deletion_filter(hard, lambda kept: len(enumerate_feasible(
+            problem, kept, stop_at_first=True)) > 0)
         return Conflicts(names, None)
     values = {name: getattr(allowed, name) for name in VARIABLES}
     soft = [c for c in constraints if is_soft(c)]
