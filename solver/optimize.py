@@ -152,12 +152,18 @@ def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
             if any_feasible(problem.model_copy(update={"pins": pins})):
                 fixes.append(f"drop the pin on {variable}")
     node = problem.cluster.gpus_per_node
-    for factor in (2, 4, 8, 16):
+    for factor in MORE_GPUS_FACTORS:
         more = max(problem.num_gpus * factor, node)
         more = -(-more // node) * node
         if any_feasible(problem.model_copy(update={"num_gpus": more})):
             fixes.append(f"--gpus {more}")
             break
+    if SPLIT_RULES & set(conflicts):
+        for count in _nearby_round_counts(problem):
+            if f"--gpus {count}" not in fixes and any_feasible(
+                    problem.model_copy(update={"num_gpus": count})):
+                fixes.append(f"--gpus {count} (a count that splits evenly)")
+                break
     if MEMORY_CONSTRAINT in conflicts:
         bigger = _bigger_gpu(problem.cluster)
         if bigger is not None and any_feasible(problem.model_copy(update={"cluster": bigger})):
@@ -170,6 +176,26 @@ def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
         if any_feasible(problem.model_copy(update={"framework": "generic"})):
             fixes.append("another framework (--framework generic lifts the framework rules)")
     return fixes
+
+
+# The GPU counts suggest_fixes tries: the request times 2, 4, ..., 1024 (the first that works).
+MORE_GPUS_FACTORS = tuple(2**k for k in range(1, 11))
+# Rules on how the GPU count splits into degrees: a nearby count may satisfy them.
+SPLIT_RULES = frozenset({"batch_divides", "cp_splits_sequence", "tp_divides_heads",
+                         "tp_divides_kv_heads", "ep_divides_experts", "expert_ranks_fit_stage",
+                         "pp_at_most_layers", "vpp_divides_layers"})
+# Round counts tried: whole nodes of the form 2^a or 3 x 2^a, within a factor of 2.
+NEARBY_TRIES = 6
+
+
+def _nearby_round_counts(problem: Problem) -> list[int]:
+    """Whole-node GPU counts of the form 2^a or 3 x 2^a within a factor of 2 of the request,
+    nearest first (the fewest odd factors: they split into powers-of-two degrees)."""
+    node, n = problem.cluster.gpus_per_node, problem.num_gpus
+    counts = {base << shift for base in (1, 3) for shift in range(0, 40)
+              if n // 2 <= base << shift <= 2 * n}
+    counts = {c for c in counts if c % node == 0 and c != n}
+    return sorted(counts, key=lambda c: (abs(c - n), c))[:NEARBY_TRIES]
 
 
 def _bigger_gpu(cluster: ClusterSpec) -> ClusterSpec | None:

@@ -239,3 +239,14 @@ def test_gpus_for_days_finds_the_fewest_node_multiples() -> None:
     assert result.plans[0].time.train_days <= 10
     fewer = solve(problem.model_copy(update={"num_gpus": num_gpus - 8}), top=1)
     assert fewer.status == "infeasible" or fewer.plans[0].time.train_days > 10
+
+
+def test_nearby_round_counts_are_whole_nodes_nearest_first() -> None:
+    """2^a or 3 x 2^a GPUs within a factor of 2, whole nodes, nearest first."""
+    from solver.optimize import _nearby_round_counts
+
+    assert _nearby_round_counts(build_problem("llama3.1-8b", "dgx-h100", 23040)) == [
+        24576, 16384, 32768, 12288]
+    # A request of 40 (5 nodes): 32, 48, 24, 64 (16 is below half, 80 is above twice).
+    assert _nearby_round_counts(build_problem("llama3.1-8b", "dgx-h100", 40)) == [
+        32, 48, 24, 64]
