@@ -50,15 +50,18 @@ def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = Non
     return [(run, float(p)) for run, p in zip(runs, predicted)]
 
 
-def framework_switches(run: PublishedRun) -> dict[str, bool]:
+def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     """What each source's framework did, from its own text (not fitted): BLOOM ran
-    Megatron-DeepSpeed (2022) without sequence parallelism; the Megatron-LM README runs state
+    Megatron-DeepSpeed (2022) without sequence parallelism, on DeepSpeed's pipeline engine with
+    its bf16 optimizer, which adds every micro-batch's bf16 gradients into fp32 ones outside
+    the GEMMs (18 B per parameter, TimeConstants.grad_accumulation_bytes_per_param); the
+    Megatron-LM README runs state
     `--tp-comm-overlap`; Megatron-Bridge's H100 performance recipes enable TP communication
     overlap whenever tp > 1, and EP all-to-all overlap for MoE models ("EP A2A communication
     overlap with computation in both 1F1B pipelining and non-pipelined training", changelog
     0.1.0; the Megatron-MoE model zoo's H100 baselines run A2A_OVERLAP=1)."""
     if run.source_group == "bloom":
-        return {"sequence_parallel": False}
+        return {"sequence_parallel": False, "grad_accumulation_bytes_per_param": 18.0}
     if run.source_group == "megatron-bridge":
         return {"tp_comm_overlap": True, "ep_comm_overlap": True}
     if run.source_group == "megatron-lm":

@@ -84,8 +84,10 @@ def problems(draw) -> Problem:
                         framework=draw(st.sampled_from(
                             ["megatron", "torchtitan", "deepspeed", "generic"])),
                         objective=draw(st.sampled_from(["time", "time", "memory"])),
-                        time_constants=TimeConstants(tp_comm_overlap=draw(st.booleans()),
-                                                     ep_comm_overlap=draw(st.booleans())))
+                        time_constants=TimeConstants(
+                            tp_comm_overlap=draw(st.booleans()),
+                            ep_comm_overlap=draw(st.booleans()),
+                            grad_accumulation_bytes_per_param=draw(st.sampled_from([0.0, 18.0]))))
     domains = variable_domains(base)
     pins = {}
     for name in draw(st.lists(st.sampled_from(VARIABLES), max_size=2, unique=True)):
@@ -165,6 +167,11 @@ def test_time_limit_returns_instead_of_hanging() -> None:
     ("mixtral-8x7b", "dgx-h100", 16, {"job": JobSpec(precision="fp8", seq_len=8192)}),
     ("qwen3-30b-a3b", "dgx-h100", 32, {"time_constants": TimeConstants(ep_comm_overlap=True,
                                                                        tp_comm_overlap=True)}),
+    # DeepSpeed's bf16 gradient accumulation outside the GEMMs (18 B per parameter).
+    ("mixtral-8x7b", "dgx-a100-80gb", 32, {"time_constants": TimeConstants(
+        grad_accumulation_bytes_per_param=18.0)}),
+    ("llama3.1-70b", "dgx-a100-80gb", 64, {"time_constants": TimeConstants(
+        grad_accumulation_bytes_per_param=18.0, sequence_parallel=False)}),
 ])
 def test_tables_reproduce_the_cost_model(model, cluster, num_gpus, options) -> None:
     """Composed from the tables exactly as the program composes them, step time and worst-stage

@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.cost.data_parallel import estimate_dp_collectives_s, estimate_optimizer_s
+from solver.cost.data_parallel import (
+    estimate_dp_collectives_s,
+    estimate_grad_accumulation_s,
+    estimate_optimizer_s,
+)
 from solver.cost.steptime import TimeConstants
 from solver.search.grid import make_candidates
 
@@ -40,6 +44,23 @@ def test_optimizer_streams_thirty_bytes_per_local_parameter() -> None:
                                    CONSTANTS)
     assert plain[0] == pytest.approx(8_030_261_248 * 30 / (0.8 * 3350e9), rel=1e-6)
     assert sharded[0] == pytest.approx(plain[0] / 8, rel=1e-12)
+
+
+def test_deepspeed_bf16_gradient_accumulation_per_micro_batch() -> None:
+    """DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py, built for BLOOM) runs
+    `hp.grad.data.add_(lp.grad.data.to(float32))` after every micro-batch's backward in the
+    pipeline engine: 2 + 4 + 4 + 4 + 4 = 18 B per parameter. BLOOM-176B at tp 4, pp 12: the
+    first stage holds 6 of 70 layers (6 x 2.4665e9) and the 250,880 x 14,336 embedding, 4.60e9
+    per GPU: 82.8 GB, 0.0507 s on an A100 (2,039 GB/s at 80%). Megatron fuses the accumulation
+    into the GEMM: the default, 0 B, costs nothing."""
+    model_spec, cluster = load_model_spec("bloom-176b"), load_cluster_spec("dgx-a100-80gb")
+    c = make_candidates(1, tp=4, pp=12, dp=8)
+    per_gpu = (6 * (12 * 14336**2 + 13 * 14336) + 250880 * 14336) / 4
+    deepspeed = CONSTANTS.model_copy(update={"grad_accumulation_bytes_per_param": 18.0})
+    seconds = estimate_grad_accumulation_s(model_spec, cluster, c, deepspeed)
+    assert seconds[0] == pytest.approx(per_gpu * 18 / (0.8 * 2039e9), rel=1e-3)
+    assert seconds[0] == pytest.approx(0.0507, abs=5e-4)
+    assert estimate_grad_accumulation_s(model_spec, cluster, c, CONSTANTS)[0] == 0.0
 
 
 def test_dense_model_has_no_expert_collective() -> None:

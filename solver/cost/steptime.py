@@ -36,7 +36,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.comm import estimate_collective_s, estimate_group_link
-from solver.cost.data_parallel import estimate_dp_collectives_s, estimate_optimizer_s
+from solver.cost.data_parallel import (
+    estimate_dp_collectives_s,
+    estimate_grad_accumulation_s,
+    estimate_optimizer_s,
+)
 from solver.cost.efficiency import (
     ComputeConstants,
     estimate_attention_core_s,
@@ -68,6 +72,13 @@ class TimeConstants(BaseModel):
     zero3_grad_reduce_bytes: float = Field(default=2.0, gt=0)
     # Adam: read fp32 param, grad, m, v; write param, m, v (7 x 4 B) and the bf16 copy (2 B).
     optimizer_bytes_per_param: float = Field(default=30.0, gt=0)
+    # Gradient accumulation outside the GEMMs, bytes per parameter per micro-batch. Megatron
+    # accumulates into fp32 main_grad inside the weight-gradient GEMM
+    # (--gradient-accumulation-fusion): 0. DeepSpeed's pipeline engine with its bf16 optimizer
+    # (the one built for BLOOM) calls update_hp_grads after every micro-batch's backward,
+    # `hp.grad.add_(lp.grad.to(float32))`: read bf16 (2), write and read an fp32 copy (4 + 4),
+    # read and write the fp32 gradient (4 + 4) = 18 B (a framework switch, not fitted).
+    grad_accumulation_bytes_per_param: float = Field(default=0.0, ge=0)
     # FlashAttention's backward recomputes QK^T: 2.5x the forward FLOPs (Dao 2023 §3.1.2).
     attention_backward_ratio: float = Field(default=2.5, gt=0)
     # Framework switches (not fitted). Sequence parallel splits norms, residual adds and the
@@ -309,8 +320,9 @@ def estimate_step_time(
     else:
         ep_layer = np.zeros_like(tp_layer)
 
+    grad_accumulation = estimate_grad_accumulation_s(model_spec, cluster, _Degrees(d), constants)
     per_mb = {
-        "compute": layers_per_stage * (fwd_layer + bwd_layer) + head,
+        "compute": layers_per_stage * (fwd_layer + bwd_layer) + head + grad_accumulation,
         "recompute": layers_per_stage * recompute_layer,
         "tp": layers_per_stage * tp_layer,
         "cp": layers_per_stage * cp_layer,

@@ -69,7 +69,8 @@ def add_step_time_objective(program: Program) -> None:
     other = program.total([program.when(program.full, replay, "recompute_layer"),
                            *(term(name) for name in comm)], "comm_layer")
     other_stage = program.product(per_stage, other, "other_stage")
-    t_mb = program.total([fwd_stage, bwd_stage, other_stage, term("head")], "t_mb")
+    t_mb = program.total([fwd_stage, bwd_stage, other_stage, term("head"),
+                          both("grad_accumulation")], "t_mb")
     bubble = exact("bubble_share", ("pp", "vpp"), lambda pp, vpp: q * (pp - 1) // vpp)
     weight = program.total([q * micro, bubble], "steady_and_bubble")
     main = program.product(t_mb, weight, "pipeline")

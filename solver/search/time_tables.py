@@ -6,12 +6,17 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
     fwd(tp, r) + fwd_routed(u, ep, etp),       forward and backward compute of one layer
     bwd(tp, r) + bwd_routed(u, ep, etp)         (the "recompute" and "compute" parts), the
                                                 routed experts apart (they alone see ep, etp)
-    head(tp, r)                                 LM head and loss (the "compute" part, minus L x)
+    head(tp, r)                                 LM head and loss (the "compute" part, minus L x
+                                                and the gradient accumulation)
+    grad_accumulation                           gradient accumulation outside the GEMMs per
+                                                micro-batch (part of "compute"): dense (tp, pp)
+                                                + experts (pp, g), as the optimizer below
     tp_comm(tp, r) [+ ep, etp under TP-overlap], cp_comm(tp, cp, micro_batch),
     ep_comm(ep, etp, u) [(tp, r, ep, etp) under EP-overlap]
                                                 the "tp", "cp", "ep" parts without full
                                                 recompute; *_full_extra what it adds
     t_mb = L x (fwd + bwd + [full] (fwd + extras) + tp_comm + cp_comm + ep_comm) + head
+           + grad_accumulation
     p2p(pp, u)                                  one pipeline hand-off (the "pp" part)
     optimizer, dp_hidden_rate, dp_bwd_sync, dp_fwd_sync, each the sum of an exact table of
     the dense parameters' part (zero, tp, pp) and one of the experts' part (zero, pp, g)
@@ -32,7 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
-from solver.cost.data_parallel import estimate_dp_collectives_s, estimate_optimizer_s
+from solver.cost.data_parallel import (
+    estimate_dp_collectives_s,
+    estimate_grad_accumulation_s,
+    estimate_optimizer_s,
+)
 from solver.cost.steptime import estimate_layer_compute_s, estimate_step_time
 from solver.search.grid import (
     RECOMPUTE_FULL,
@@ -106,7 +115,10 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
         c = layer_candidates(p, size)
         layer = layer_compute(c)
         micro = batch / c.micro_batch
-        head = _steptime(problem, c).compute / micro - layers * (layer["fwd"] + layer["bwd"])
+        accumulation = estimate_grad_accumulation_s(m, problem.cluster, c,
+                                                    problem.time_constants)
+        head = (_steptime(problem, c).compute / micro - layers * (layer["fwd"] + layer["bwd"])
+                - accumulation)
         return (layer["fwd"] - layer["fwd_routed"], layer["bwd"] - layer["bwd_routed"],
                 np.maximum(head, 0.0)), True
 
@@ -167,13 +179,16 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
                  make_candidates(size, pp=pp, dp=rest * split, ep=split, zero=p["zero"]))
             optimizer = estimate_optimizer_s(m, problem.cluster, c, problem.time_constants,
                                              (kind,))
+            accumulation = estimate_grad_accumulation_s(m, problem.cluster, c,
+                                                        problem.time_constants, (kind,))
             bwd_sync, fwd_sync = _dp_sync(problem, c, (kind,))
-            return (optimizer, bwd_sync, fwd_sync), reachable
+            return (optimizer, bwd_sync, fwd_sync, accumulation), reachable
         return fill
 
     kinds = ("dense", "expert") if moe else ("dense",)
     for kind in kinds:
-        add((f"optimizer_{kind}", f"dp_bwd_sync_{kind}", f"dp_fwd_sync_{kind}"),
+        add((f"optimizer_{kind}", f"dp_bwd_sync_{kind}", f"dp_fwd_sync_{kind}",
+             f"grad_accumulation_{kind}"),
             ("zero", "tp", "pp") if kind == "dense" else ("zero", "pp", "g"), shard_fill(kind))
     contention = _measure_contention(problem, lattice)
     for kind in kinds:
@@ -249,7 +264,7 @@ def compose_step_time(problem: Problem, timing: TimeTables, candidates: Candidat
     comm = sum(term(name) + np.where(full, term(name + "_full_extra"), 0.0)
                for name in ("tp_comm", "cp_comm", "ep_comm"))
     layer = fwd + bwd + np.where(full, fwd, 0.0) + comm
-    t_mb = per_stage * layer + term("head")
+    t_mb = per_stage * layer + term("head") + both("grad_accumulation")
     main = t_mb * (micro + (c.pp - 1) / c.vpp)
     p2p = 2 * micro * c.vpp * term("p2p")
     excess = (np.maximum(both("dp_bwd_sync") - per_stage * bwd, 0.0)
