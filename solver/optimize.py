@@ -164,6 +164,12 @@ def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
                     problem.model_copy(update={"num_gpus": count})):
                 fixes.append(f"--gpus {count} (a count that splits evenly)")
                 break
+    if "batch_divides" in conflicts:
+        for batch in _nearby_global_batches(problem):
+            job = problem.job.model_copy(update={"global_batch": batch})
+            if any_feasible(problem.model_copy(update={"job": job})):
+                fixes.append(f"--global-batch {batch}")
+                break
     if MEMORY_CONSTRAINT in conflicts:
         bigger = _bigger_gpu(problem.cluster)
         if bigger is not None and any_feasible(problem.model_copy(update={"cluster": bigger})):
@@ -196,6 +202,18 @@ def _nearby_round_counts(problem: Problem) -> list[int]:
               if n // 2 <= base << shift <= 2 * n}
     counts = {c for c in counts if c % node == 0 and c != n}
     return sorted(counts, key=lambda c: (abs(c - n), c))[:NEARBY_TRIES]
+
+
+def _nearby_global_batches(problem: Problem) -> list[int]:
+    """Global batches within a factor of 2 of the request that the GPU count can split evenly:
+    d x 2^a, d a divisor of the GPU count's odd part (DBRX on 23,040 = 45 x 2^9 GPUs asks
+    1,024: 960, 1152, 1280, 768, ...), nearest first."""
+    n, batch = problem.num_gpus, problem.job.global_batch
+    odd = n >> ((n & -n).bit_length() - 1)
+    near = {d << shift for d in range(1, odd + 1) if odd % d == 0 for shift in range(0, 40)
+            if batch // 2 <= d << shift <= 2 * batch}
+    near.discard(batch)
+    return sorted(near, key=lambda m: (abs(m - batch), m))[:NEARBY_TRIES]
 
 
 def _bigger_gpu(cluster: ClusterSpec) -> ClusterSpec | None:

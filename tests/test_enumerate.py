@@ -101,3 +101,4 @@ def test_conflicts_of_a_gpu_count_with_many_divisors_stay_small() -> None:
                                      "tp_divides_kv_heads"}
     # The fix: the nearest round count (3 x 2^13) that splits evenly.
     assert "--gpus 24576 (a count that splits evenly)" in result.fixes
+    assert "--global-batch 960" in result.fixes  # 15 x 2^6: dp 960 with tp 8, pp 3

@@ -250,3 +250,12 @@ def test_nearby_round_counts_are_whole_nodes_nearest_first() -> None:
     # A request of 40 (5 nodes): 32, 48, 24, 64 (16 is below half, 80 is above twice).
     assert _nearby_round_counts(build_problem("llama3.1-8b", "dgx-h100", 40)) == [
         32, 48, 24, 64]
+
+
+def test_nearby_global_batches_split_evenly_nearest_first() -> None:
+    """d x 2^a with d dividing the GPU count's odd part (23,040 = 45 x 2^9), within a factor
+    of 2 of the request, nearest first (ties: the smaller)."""
+    from solver.optimize import _nearby_global_batches
+
+    problem = build_problem("dbrx", "dgx-h100", 23040)
+    assert _nearby_global_batches(problem) == [960, 1152, 768, 1280, 720, 640]
