@@ -53,6 +53,31 @@ def test_interleaved_bubble_is_divided_by_the_virtual_stages() -> None:
     assert t.bubble[1] / pipeline_work(t)[1] == pytest.approx(7 / (5 * m))
 
 
+def test_pipeline_hand_off_sends_one_tp_slice_per_rank() -> None:
+    """Every TP rank sends 1/tp of the hand-off activation: with sequence parallel it is
+    sharded already; without it Megatron's scatter/gather optimization (Narayanan et al. 2021
+    §4.1) and DeepSpeed's pipeline engine (`is_pipe_partitioned = is_model_parallel`) split it
+    before the send and all-gather it over TP on arrival. BLOOM-176B, tp 4, pp 12, dp 8,
+    micro-batch 2, seq 2048: 2 x 2048 x 14336 x 2 B / 4 = 29.4 MB per send on the fabric."""
+    from solver.cost.comm import estimate_collective_s, estimate_group_link
+    from solver.cost.steptime import TimeConstants
+
+    model, cluster = load_model_spec("bloom-176b"), load_cluster_spec("dgx-a100-80gb")
+    job = JobSpec(seq_len=2048, global_batch=2048)
+    c = candidates(tp=4, pp=12, dp=8, micro_batch=2)
+    with_sp = estimate_step_time(model, cluster, job, c)
+    without = estimate_step_time(model, cluster, job, c,
+                                 TimeConstants(sequence_parallel=False))
+    activation = 2 * 2048 * 14336 * 2.0
+    sends = 2048 / (8 * 2) * 2  # micro-batches x (activation forward, gradient backward)
+    wire = estimate_collective_s("send_recv", activation / 4, 2,
+                                 estimate_group_link(cluster, 4 * 8, 2))
+    regather = estimate_collective_s("all_gather", activation, 4,
+                                     estimate_group_link(cluster, 1, 4))
+    assert with_sp.pp[0] == pytest.approx(sends * float(wire), rel=1e-12)
+    assert without.pp[0] == pytest.approx(sends * float(wire + regather), rel=1e-12)
+
+
 def test_model_flops_match_modelspec_and_megatron_with_noncausal_attention() -> None:
     """estimate_model_flops_per_token is ModelSpec.flops_per_token (one convention, two doors);
     converting to non-causal gives Megatron's 72 b s L h^2 (1 + s/6h + V/12hL) form."""

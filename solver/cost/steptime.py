@@ -331,10 +331,16 @@ def estimate_step_time(
     t_mb = sum(per_mb.values())
 
     # ---- pipeline ----------------------------------------------------------------------------
+    # Each TP rank sends its 1/tp slice of the hand-off: with sequence parallel the activation
+    # is sharded already; without it, Megatron's scatter/gather optimization (Narayanan et al.
+    # 2021 §4.1) and DeepSpeed's pipeline engine (is_pipe_partitioned = is_model_parallel)
+    # split it before the send and all-gather it over TP (NVLink) on arrival.
     pp_link = estimate_group_link(cluster, tp * cp * dp, np.where(pp > 1, 2, 1))
-    handoff_bytes = activation_bytes / (tp if constants.sequence_parallel else 1)
-    p2p = estimate_collective_s("send_recv", handoff_bytes, np.where(pp > 1, 2, 1),
+    p2p = estimate_collective_s("send_recv", activation_bytes / tp, np.where(pp > 1, 2, 1),
                                 pp_link)
+    if not constants.sequence_parallel:
+        regather = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
+        p2p = p2p + np.where(pp > 1, regather, 0.0)
     pp_time = num_micro * 2.0 * vpp * p2p
     bubble = (pp - 1) / vpp * t_mb
 

@@ -17,7 +17,8 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
                                                 recompute; *_full_extra what it adds
     t_mb = L x (fwd + bwd + [full] (fwd + extras) + tp_comm + cp_comm + ep_comm) + head
            + grad_accumulation
-    p2p(pp, u)                                  one pipeline hand-off (the "pp" part)
+    p2p(pp, u) [(pp, tp, r) without sequence parallel: the arrival all-gather over TP]
+                                                one pipeline hand-off (the "pp" part)
     optimizer, dp_hidden_rate, dp_bwd_sync, dp_fwd_sync, each the sum of an exact table of
     the dense parameters' part (zero, tp, pp) and one of the experts' part (zero, pp, g)
     (solver.cost.data_parallel): the "optimizer" part, the "dp" part when compute hides all
@@ -154,17 +155,21 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
         add_comm("ep_comm", "ep", ("ep", "etp", "u"), lambda p, size, rc: make_candidates(
             size, ep=whole(p, "ep"), etp=whole(p, "etp"), **rows_of(p, "u"), recompute=rc))
 
-    handoff = "u" if problem.time_constants.sequence_parallel else "r"
+    # The wire carries rows / tp (u); without sequence parallel the arrival all-gather over TP
+    # also depends on tp and r (steptime.py).
+    sharded = problem.time_constants.sequence_parallel
 
     def fill_p2p(p: dict, size: int) -> tuple[np.ndarray, np.ndarray]:
-        pp, rows = whole(p, "pp"), rows_of(p, handoff)
-        reachable = divides(pp * rows["cp"], n_gpus)
-        dp = np.where(reachable, n_gpus // (pp * rows["cp"]), 1)
-        c = make_candidates(size, pp=pp, dp=dp, **rows)
+        pp = whole(p, "pp")
+        rows = rows_of(p, "u" if sharded else "r")
+        tp = np.ones_like(pp) if sharded else whole(p, "tp")
+        reachable = divides(pp * rows["cp"] * tp, n_gpus)
+        dp = np.where(reachable, n_gpus // (pp * rows["cp"] * tp), 1)
+        c = make_candidates(size, pp=pp, dp=dp, tp=tp, **rows)
         micro = batch / (c.dp * c.micro_batch)
         return _steptime(problem, c).pp / (micro * 2.0), reachable
 
-    add(("p2p",), ("pp", handoff), fill_p2p)
+    add(("p2p",), ("pp", "u") if sharded else ("pp", "tp", "r"), fill_p2p)
 
     # DP traffic and the optimizer: the dense parameters' part depends on (zero, tp, pp), the
     # experts' on (zero, pp, g); both parts are exact tables (solver.cost.data_parallel).
