@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,8 @@ class PublishedRun:
     measured_from: str  # the row field the throughput comes from
     params_ratio: float | None  # model_spec.total_params / the row's total_params_b
     assumptions: tuple[str, ...]
+    # Composer's FSDP mixed-precision mode where the row states it (LLM Foundry: DEFAULT | PURE)
+    mixed_precision_mode: str | None = None
 
 
 class _Unmappable(Exception):
@@ -124,6 +127,7 @@ def _map_row(row: dict[str, Any]) -> PublishedRun:
         measured_from=measured_from,
         params_ratio=model_spec.total_params / (total_b * 1e9) if total_b else None,
         assumptions=tuple(notes),
+        mixed_precision_mode=_mixed_precision_mode(row),
     )
 
 
@@ -294,6 +298,12 @@ def _recompute(row: dict[str, Any], group: str, notes: list[str]) -> str:
         notes.append("recompute = selective (not stated; Megatron-Core's default granularity)")
         return "selective"
     raise _Unmappable(f"activation_recompute {row['activation_recompute']!r} not understood")
+
+
+def _mixed_precision_mode(row: dict[str, Any]) -> str | None:
+    """"amp_bf16 (mixed-precision mode DEFAULT)" -> "DEFAULT"; None where not stated."""
+    match = re.search(r"mixed-precision mode (\w+)", row["precision"] or "")
+    return match.group(1).upper() if match else None
 
 
 def _precision(row: dict[str, Any], notes: list[str]) -> str:

@@ -66,6 +66,10 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         return {"tp_comm_overlap": True, "ep_comm_overlap": True}
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
+    if run.mixed_precision_mode == "DEFAULT":
+        # Composer's FSDP "DEFAULT" mixed precision (torch 1.13 era, the tables' own note):
+        # bf16 parameters, gradients reduced in fp32 (mosaic_fsdp.get_mixed_precision).
+        return {"zero3_grad_reduce_bytes": 4.0}
     return {}
 
 

@@ -159,3 +159,19 @@ def test_evaluate_batches_like_one_call_per_run(loaded) -> None:
     single = [evaluate([run])[0][1] for run in runs]
     np.testing.assert_allclose(batched, single, rtol=1e-12)
     assert all(p > 0 for p in batched)
+
+
+def test_fsdp_mixed_precision_mode_is_read_and_switched(loaded) -> None:
+    """LLM Foundry states Composer's FSDP mixed-precision mode in the precision field: PURE on
+    its A100-40GB tables (bf16 reduce), DEFAULT elsewhere (bf16 params, fp32 reduce in the torch
+    1.13-era Composer), which the benchmark turns into a 4-byte FSDP gradient reduce."""
+    from time_accuracy import framework_switches
+
+    runs, _ = loaded
+    modes = {(r.gpu, r.mixed_precision_mode) for r in runs if r.source_group == "llm-foundry"}
+    assert ("A100-40GB", "PURE") in modes and ("H100-80GB", "DEFAULT") in modes
+    assert all(r.mixed_precision_mode is None for r in runs if r.source_group != "llm-foundry")
+    default = next(r for r in runs if r.mixed_precision_mode == "DEFAULT")
+    pure = next(r for r in runs if r.mixed_precision_mode == "PURE")
+    assert framework_switches(default) == {"zero3_grad_reduce_bytes": 4.0}
+    assert framework_switches(pure) == {}
