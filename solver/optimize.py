@@ -19,7 +19,7 @@ from solver.search.explain import explain_choice, find_conflicts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
 from solver.spec.plan import Plan
-from solver.spec.plan_json import render_plan_json
+from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
 ENGINES = ("enumerate", "cpsat")
 
@@ -110,12 +110,7 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
     first), and conflicts, rules and fixes when infeasible (else why). One line of a sweep."""
     problem = result.problem
     answer: dict[str, Any] = {
-        "status": result.status,
-        "solve_seconds": round(result.solve_seconds, 3),
-        "engine": result.engine,
-        "model": problem.model_spec.name,
-        "cluster": problem.cluster.name,
-        "gpus": problem.num_gpus,
+        **render_answer_head(result),
         "seq_len": problem.job.seq_len,
         "global_batch": problem.job.global_batch,
         "precision": problem.job.precision,
@@ -127,9 +122,7 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
         "plans": [render_plan_json(plan) for plan in result.plans],
     }
     if result.status == "infeasible":
-        answer["conflicts"] = list(result.conflicts)
-        answer["rules"] = dict(result.rules)
-        answer["fixes"] = list(result.fixes)
+        answer.update(render_infeasible_json(result))
     else:
         answer["why"] = list(result.why)
     return answer

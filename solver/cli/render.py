@@ -50,12 +50,6 @@ def format_params(count: int) -> str:
     return f"{count / 1e6:.1f}M"
 
 
-def render_infeasible_json(result: Any) -> dict[str, Any]:
-    """The infeasible part of a planning answer (DESIGN.md): conflicts, their rules, fixes."""
-    return {"conflicts": list(result.conflicts), "rules": dict(result.rules),
-            "fixes": list(result.fixes)}
-
-
 def echo_infeasible(result: Any, what_to_change: str) -> None:
     """The clashing constraints with their rules, then the fixes (or what to change)."""
     click.echo(f"infeasible ({result.solve_seconds:.2f} s): these constraints cannot hold "
@@ -66,15 +60,6 @@ def echo_infeasible(result: Any, what_to_change: str) -> None:
         click.echo("fixes: " + "; ".join(result.fixes))
     else:
         click.echo(f"no single fix found: change {what_to_change}")
-
-
-def render_answer_head(result: Any) -> dict[str, Any]:
-    """The first keys of a planning answer (DESIGN.md): status, solve_seconds, engine, and the
-    model, cluster and GPU count of its problem."""
-    problem = result.problem
-    return {"status": result.status, "solve_seconds": round(result.solve_seconds, 3),
-            "engine": result.engine, "model": problem.model_spec.name,
-            "cluster": problem.cluster.name, "gpus": problem.num_gpus}
 
 
 def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

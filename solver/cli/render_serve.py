@@ -7,12 +7,8 @@ from typing import Any
 
 import click
 
-from solver.cli.render import (
-    echo_infeasible,
-    echo_ranked,
-    render_answer_head,
-    render_infeasible_json,
-)
+from solver.cli.render import echo_infeasible, echo_ranked
+from solver.spec.plan_json import render_answer_head, render_infeasible_json
 
 
 def _plan_json(plan: Any) -> dict[str, Any]:

@@ -15,6 +15,21 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "r
 MAIN = ("weights", "grads", "optimizer", "activations")
 
 
+def render_answer_head(result: Any) -> dict[str, Any]:
+    """The first keys of a planning answer (DESIGN.md): status, solve_seconds, engine, and the
+    model, cluster and GPU count of its problem (optimize, serve and the sweep's lines)."""
+    problem = result.problem
+    return {"status": result.status, "solve_seconds": round(result.solve_seconds, 3),
+            "engine": result.engine, "model": problem.model_spec.name,
+            "cluster": problem.cluster.name, "gpus": problem.num_gpus}
+
+
+def render_infeasible_json(result: Any) -> dict[str, Any]:
+    """The infeasible part of a planning answer (DESIGN.md): conflicts, their rules, fixes."""
+    return {"conflicts": list(result.conflicts), "rules": dict(result.rules),
+            "fixes": list(result.fixes)}
+
+
 def to_gb(value_bytes: float) -> float:
     """Bytes to decimal GB, rounded to the megabyte."""
     return round(value_bytes / 1e9, 3)
