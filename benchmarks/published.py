@@ -140,6 +140,10 @@ def _model_spec(row: dict[str, Any], group: str, parallel: ParallelConfig,
     base_name = (row["model"] or "").split(" (")[0]
     if base_name in ZOO_NAMES:
         return _zoo_model(row, ZOO_NAMES[base_name], parallel.tp)
+    if group == "bloom" and row["layers"] is None and BLOOM_0220 in row["source"]:
+        row = {**row, "layers": bloom_layers_fitting_pp(row, parallel.pp)}
+        notes.append(f"layers = {row['layers']}: the multiple of pp nearest the count the "
+                     f"row's size ({row['total_params_b']}B) implies (not stated per row)")
     missing = [k for k in ("layers", "hidden", "heads", "vocab") if row[k] is None]
     if missing:
         raise _Unmappable(f"architecture incomplete: {', '.join(missing)} not given"
@@ -151,6 +155,25 @@ def _model_spec(row: dict[str, Any], group: str, parallel: ParallelConfig,
     if group == "megatron-lm":
         return _megatron_gpt_model(row, notes)
     raise _Unmappable(f"model {row['model']!r} is neither in the zoo nor a known family")
+
+
+# BLOOM's 02-20 tables (the topology table and its micro-batch follow-ups, same models) fix
+# NHIDDEN and change NLAYERS per row "to fit PP" (chronicles-prequel.md, "Choosing the fastest
+# 3D Topology"); the rows give the model size, not the layer count.
+BLOOM_0220 = "(02-20 "
+
+
+def bloom_layers_fitting_pp(row: dict[str, Any], pp: int) -> int:
+    """The layer count of a BLOOM 02-20 row: the multiple of pp nearest the count its printed
+    size implies by the document's own size formula, l (12 h^2 + 13 h) + v h + s h + 2 h
+    (chronicles-prequel.md, "Formula to get model size"). The same document's 02-17 runs state
+    NLAYERS=80 at NHIDDEN=14400 ("200B", pp 10), which the rule reproduces. Worked number:
+    183B at h 14400, v 250k, s 2048 implies 72.1 layers; pp 12 -> 72 (the next multiple, 84,
+    is 12 layers away; in every row of the table the runner-up is at least 2.9 layers further
+    than the pick, so the size's 1B rounding cannot change it)."""
+    h, v, s = row["hidden"], row["vocab"], row["seq_len"]
+    implied = (row["total_params_b"] * 1e9 - v * h - s * h - 2 * h) / (12 * h * h + 13 * h)
+    return max(pp, pp * round(implied / pp))
 
 
 def _zoo_model(row: dict[str, Any], zoo_name: str, tp: int) -> ModelSpec:

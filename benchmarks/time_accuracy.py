@@ -30,6 +30,8 @@ from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
 
 MIN_SWEEP_RUNS = 3
+# The pp values of BLOOM's 02-20 topology table that the same day's micro-batch tables repeat.
+BLOOM_0220_MB_SWEEPS = (6, 10, 11, 12)
 
 
 def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = None
@@ -54,14 +56,16 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     """What each source's framework did, from its own text (not fitted): BLOOM ran
     Megatron-DeepSpeed (2022) without sequence parallelism, on DeepSpeed's pipeline engine with
     its bf16 optimizer, which adds every micro-batch's bf16 gradients into fp32 ones outside
-    the GEMMs (18 B per parameter, TimeConstants.grad_accumulation_bytes_per_param); the
+    the GEMMs (18 B per parameter, TimeConstants.grad_accumulation_bytes_per_param), and with
+    unfused attention (baddbmm + fused softmax; FlashAttention came later); the
     Megatron-LM README runs state
     `--tp-comm-overlap`; Megatron-Bridge's H100 performance recipes enable TP communication
     overlap whenever tp > 1, and EP all-to-all overlap for MoE models ("EP A2A communication
     overlap with computation in both 1F1B pipelining and non-pipelined training", changelog
     0.1.0; the Megatron-MoE model zoo's H100 baselines run A2A_OVERLAP=1)."""
     if run.source_group == "bloom":
-        return {"sequence_parallel": False, "grad_accumulation_bytes_per_param": 18.0}
+        return {"sequence_parallel": False, "grad_accumulation_bytes_per_param": 18.0,
+                "flash_attention": False}
     if run.source_group == "megatron-bridge":
         return {"tp_comm_overlap": True, "ep_comm_overlap": True}
     if run.source_group == "megatron-lm":
@@ -102,18 +106,29 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(spearmanr(x, y).statistic)
 
 
-def sweep_key(run: PublishedRun) -> str | None:
-    """The sweep a run belongs to: runs of one source that vary the parallel configuration."""
+def sweep_keys(run: PublishedRun) -> tuple[str, ...]:
+    """The sweeps a run belongs to: runs of one source that vary the parallel configuration.
+    BLOOM's 02-20 topology table (mb 1, pp 4-12) continues in micro-batch tables for pp 6, 10,
+    11 and 12, so its rows with those pp also open each micro-batch sweep."""
     if run.source_group == "bloom":
-        date = run.id.split("-")[1]
-        if date.isdigit():  # the production run stands alone
-            return f"bloom {date[:2]}-{date[2:]} sweep ({run.num_gpus} GPUs)"
+        parts = run.id.split("-")
+        date = parts[1]
+        if not date.isdigit():  # the production run stands alone
+            return ()
+        day = f"{date[:2]}-{date[2:]}"
+        if date != "0220":
+            return (f"bloom {day} sweep ({run.num_gpus} GPUs)",)
+        mb_sweep = f"bloom {day} micro-batch sweep, pp {run.parallel.pp} ({run.num_gpus} GPUs)"
+        if parts[2] == "mbs":
+            return (mb_sweep,)
+        topology = f"bloom {day} topology table (mb 1, 320-384 GPUs)"
+        return (topology, mb_sweep) if run.parallel.pp in BLOOM_0220_MB_SWEEPS else (topology,)
     if run.source_group == "megatron-lm":
-        return "megatron-lm H100 weak-scaling table"
+        return ("megatron-lm H100 weak-scaling table",)
     if run.source_group == "llm-foundry":
         return (f"llm-foundry {run.gpu} {run.precision} {run.model_spec.name} "
-                f"s{run.job.seq_len} (GPUs x micro-batch)")
-    return None
+                f"s{run.job.seq_len} (GPUs x micro-batch)",)
+    return ()
 
 
 def _model_flops_per_gpu(run: PublishedRun, tokens_per_s_per_gpu: float) -> float:
@@ -196,8 +211,7 @@ def noise_ceiling(items: Sequence[tuple[PublishedRun, float]]) -> tuple[int, flo
 def render_sweeps(console: Console, results: Sequence[tuple[PublishedRun, float]]) -> None:
     sweeps: dict[str, list[tuple[PublishedRun, float]]] = defaultdict(list)
     for run, predicted in results:
-        key = sweep_key(run)
-        if key is not None:
+        for key in sweep_keys(run):
             sweeps[key].append((run, predicted))
     table = Table(title="Spearman rank correlation within sweeps (model FLOP/s per GPU; "
                         f"sweeps of >= {MIN_SWEEP_RUNS} runs); noise: configurations measured "

@@ -34,15 +34,24 @@ from solver.search.time_tables import (
     build_time_tables,
     compose_step_time,
 )
-from solver.spec import JobSpec
+from solver.spec import JobSpec, ModelSpec
 
 RTOL = 1e-9
 
 
-def make_problem(model: str, cluster: str, num_gpus: int, **kw) -> Problem:
+def make_problem(model: str | ModelSpec, cluster: str, num_gpus: int, **kw) -> Problem:
     job = kw.pop("job", JobSpec())
-    return Problem(model_spec=load_model_spec(model), cluster=load_cluster_spec(cluster),
+    spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
+    return Problem(model_spec=spec, cluster=load_cluster_spec(cluster),
                    job=job, num_gpus=num_gpus, **kw)
+
+
+def misaligned_bloom() -> ModelSpec:
+    """BLOOM's 02-20 prototype width (h 14400, 64 heads: head dim 225), 12 layers."""
+    data = load_model_spec("bloom-176b").model_dump()
+    data.update(name="bloom-h14400", hidden_size=14400, intermediate_size=57600,
+                num_hidden_layers=12, num_attention_heads=64, num_key_value_heads=64)
+    return ModelSpec.model_validate(data)
 
 
 def assert_same_answer(problem: Problem, top: int) -> None:
@@ -172,6 +181,9 @@ def test_time_limit_returns_instead_of_hanging() -> None:
         grad_accumulation_bytes_per_param=18.0)}),
     ("llama3.1-70b", "dgx-a100-80gb", 64, {"time_constants": TimeConstants(
         grad_accumulation_bytes_per_param=18.0, sequence_parallel=False)}),
+    # Unfused attention with a misaligned head dimension (the CUDA-core fallback).
+    (misaligned_bloom(), "dgx-a100-80gb", 32, {"time_constants": TimeConstants(
+        sequence_parallel=False, flash_attention=False)}),
 ])
 def test_tables_reproduce_the_cost_model(model, cluster, num_gpus, options) -> None:
     """Composed from the tables exactly as the program composes them, step time and worst-stage

@@ -15,16 +15,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from published import DATA_PATH, PublishedRun, load_published_runs  # noqa: E402
+from published import (  # noqa: E402
+    DATA_PATH,
+    PublishedRun,
+    bloom_layers_fitting_pp,
+    load_published_runs,
+)
 from time_accuracy import evaluate  # noqa: E402
 
 from solver.catalog import load_model_spec  # noqa: E402
 
 # Why the ok rows that are not mapped are left out (reason prefix -> rows).
 SKIPPED_OK_ROWS = {
-    # BLOOM 02-20 sweeps: "Layer count varied per row to fit PP (not given per row)"; the rounded
-    # total_params_b leaves it ambiguous to +-1 layer.
-    "architecture incomplete: layers not given": 20,
     # Nemotron 3 Nano: hybrid Mamba-MoE, architecture not in the source.
     "arch_type 'hybrid_mamba_moe'": 4,
     # Megatron-LM strong-scaling end points: "TP/PP for the strong-scaling points not stated".
@@ -175,3 +177,31 @@ def test_fsdp_mixed_precision_mode_is_read_and_switched(loaded) -> None:
     pure = next(r for r in runs if r.mixed_precision_mode == "PURE")
     assert framework_switches(default) == {"zero3_grad_reduce_bytes": 4.0}
     assert framework_switches(pure) == {}
+
+
+def test_bloom_0220_layer_counts_are_the_multiples_of_pp_the_sizes_imply(loaded, rows) -> None:
+    """BLOOM's 02-20 topology table gives each row's size (NHIDDEN 14400, 64 heads) but changes
+    NLAYERS "to fit PP" without printing it. By the document's size formula the printed sizes
+    imply 78.9 / 76.5 / 75.3 / 80.9 / 76.9 / 72.1 layers; the nearest multiples of pp are
+    unique (the runner-up is at least 2.9 layers further), and 200B -> 80 layers matches the
+    02-17 runs' stated NLAYERS=80 at NHIDDEN=14400."""
+    expected = {"bloom-0220-topo-0": 80, "bloom-0220-topo-1": 80, "bloom-0220-topo-2": 78,
+                "bloom-0220-topo-3": 77, "bloom-0220-topo-4": 80, "bloom-0220-topo-5": 81,
+                "bloom-0220-topo-6": 80, "bloom-0220-topo-7": 77, "bloom-0220-topo-8": 72}
+    by_id = {run.id: run for run in loaded[0]}
+    for run_id, layers in expected.items():
+        assert by_id[run_id].model_spec.num_hidden_layers == layers, run_id
+        assert layers % by_id[run_id].parallel.pp == 0
+    # Every 02-20 row is mapped, each micro-batch row with its topology row's depth.
+    day = [run for run in loaded[0] if run.id.startswith("bloom-0220")]
+    assert len(day) == 20
+    depth = {run.parallel.pp: run.model_spec.num_hidden_layers
+             for run in day if run.id.startswith("bloom-0220-topo")}
+    for run in day:
+        assert run.model_spec.num_hidden_layers == depth[run.parallel.pp], run.id
+        # The pick is robust to the size's rounding (+-0.5B is 0.2 layers of 2.49B).
+        row = rows[run.id]
+        pp = run.parallel.pp
+        for size in (row["total_params_b"] - 0.5, row["total_params_b"] + 0.5):
+            assert bloom_layers_fitting_pp({**row, "total_params_b": size}, pp) == \
+                run.model_spec.num_hidden_layers

@@ -25,6 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from solver.spec import GpuSpec
 
+BF16_BYTES = 2
+# Tensor-core GEMM kernels need every row of A and B to start on a 16-byte boundary: dims a
+# multiple of 8 for 16-bit types (NVIDIA Matrix Multiplication Background guide §2.2, "Tensor
+# Core Requirements"; cuBLAS "Tensor Core Usage").
+TENSOR_CORE_ALIGNMENT_BYTES = 16
+# Megatron-DeepSpeed's unfused causal attention: baddbmm computes the full s x s scores, then
+# scaled_upper_triang_masked_softmax masks them; `flops` count the causal half.
+UNFUSED_CAUSAL_FACTOR = 2.0
+
 
 class ComputeConstants(BaseModel):
     """Constants of the compute model; `fitted` ones come from benchmarks/fit_time.py."""
@@ -34,11 +43,11 @@ class ComputeConstants(BaseModel):
     # Used only for GPUs without a measured MAMF fraction: the median of the measured ones.
     gemm_peak_fraction: float = Field(default=0.78, gt=0, le=1)
     gemm_kernel_s: float = Field(default=8.5e-6, ge=0)  # fitted by benchmarks/fit_gemm.py
-    attention_peak_fraction: float = Field(default=0.31, gt=0, le=1)  # fitted
+    attention_peak_fraction: float = Field(default=0.33, gt=0, le=1)  # fitted
     hbm_fraction: float = Field(default=0.8, gt=0, le=1)
     # Element-wise traffic actually streamed over the minimal count (fp32 up-casts, unfused
     # kernels, saved tensors re-read in backward); fitted by benchmarks/fit_time.py.
-    elementwise_traffic_factor: float = Field(default=3.5, ge=1)  # fitted
+    elementwise_traffic_factor: float = Field(default=3.75, ge=1)  # fitted
     # Forward non-GEMM kernels per layer, counted in a Megatron/PyTorch block: 2 norms,
     # rotary, 2 residual adds, the MLP activation, 2 casts or bias adds; each pays t_kernel.
     elementwise_kernels_per_layer: int = Field(default=8, ge=0)
@@ -68,11 +77,45 @@ def estimate_gemm_s(
 
 
 def estimate_attention_core_s(
-    gpu: GpuSpec, precision: str, flops: np.ndarray | float, constants: ComputeConstants
+    gpu: GpuSpec, precision: str, flops: np.ndarray | float, constants: ComputeConstants,
+    head_dims: tuple[int, ...] = (), flash: bool = True, causal: bool = True,
 ) -> np.ndarray:
-    """Seconds for FlashAttention work of `flops` (it keeps bf16 inputs under fp8 recipes)."""
-    peak = gpu.peak_flop_per_s("bf16" if precision == "fp8" else precision)
-    return np.asarray(flops, dtype=float) / (constants.attention_peak_fraction * peak)
+    """Seconds for the attention core's `flops` (bf16 inputs even under fp8 recipes).
+
+    FlashAttention (`flash`, the default) pads any head dimension to a multiple of 8 and runs
+    at `attention_peak_fraction` of the tensor-core peak. Unfused attention (two batched GEMMs,
+    Q K^T and P V, around a softmax kernel: Megatron-DeepSpeed in 2022) runs at the same
+    fraction while its GEMMs are aligned; with a head dimension (`head_dims`: query/key and
+    value) whose rows are not a multiple of 16 bytes (8 bf16 elements) cuBLAS cannot use its
+    tensor-core kernels (Tensor Core requirements, NVIDIA Matrix Multiplication Background
+    guide §2.2) and the GEMMs run on the CUDA cores, at the GPU's FP32 peak x its matmul
+    fraction (`misaligned_fraction`).
+
+    Worked number: BLOOM's 02-20 prototypes (h 14400, 64 heads: head dim 225) on an A100
+    (19.5 TFLOP/s FP32, MAMF fraction 0.869) run their scores at 16.9 TFLOP/s, twice as many
+    of them as FlashAttention's causal count at 0.33 x 312 = 103 TFLOP/s: 12x the time. The
+    source's own A/B tests (chronicles-prequel: h 14400 -> 13824, head dim 225 -> 216; 128 ->
+    64 heads at h 13824, head dim 108 -> 216) measured 1.27x-1.44x; tests/test_steptime.py
+    checks the model's 1.18x-1.25x."""
+    flops = np.asarray(flops, dtype=float)
+    misaligned = [d for d in head_dims if (d * BF16_BYTES) % TENSOR_CORE_ALIGNMENT_BYTES]
+    if flash or not misaligned:
+        peak = gpu.peak_flop_per_s("bf16" if precision == "fp8" else precision)
+        return flops / (constants.attention_peak_fraction * peak)
+    if gpu.peak_tflops_fp32 is None:
+        from solver.errors import InputError
+
+        raise InputError(f"gpu '{gpu.name}': peak_tflops_fp32 is not in the catalog; unfused "
+                         f"attention with head dimension {misaligned[0]} runs on the CUDA cores")
+    # Unfused attention computes every score and masks afterwards: twice the causal count.
+    scores = UNFUSED_CAUSAL_FACTOR if causal else 1.0
+    return scores * flops / (misaligned_fraction(gpu, constants) * gpu.peak_tflops_fp32 * 1e12)
+
+
+def misaligned_fraction(gpu: GpuSpec, constants: ComputeConstants) -> float:
+    """The fraction of the FP32 CUDA-core peak a misaligned GEMM reaches: the GPU's measured
+    best-shape matmul fraction (the same kernels' tiling and tails), no separate constant."""
+    return gpu.mamf_fraction("bf16") or constants.gemm_peak_fraction
 
 
 def estimate_streaming_s(gpu: GpuSpec, num_bytes: np.ndarray | float,

@@ -87,6 +87,10 @@ class TimeConstants(BaseModel):
     # overlap (Transformer Engine userbuffers, `--tp-comm-overlap`) hides the SP all-gathers
     # and reduce-scatters behind the layer's GEMMs (NeMo communication_overlap.rst).
     sequence_parallel: bool = True
+    # FlashAttention (every framework today); Megatron-DeepSpeed's 2022 attention (BLOOM) was
+    # unfused: batched GEMMs around a fused softmax, which lose the tensor cores when the head
+    # dimension is not 16-byte aligned (solver.cost.efficiency.estimate_attention_core_s).
+    flash_attention: bool = True
     tp_comm_overlap: bool = False
     # EP all-to-all overlap (Megatron-Core `--overlap-moe-expert-parallel-comm`, "EP A2A
     # communication overlap with computation in both 1F1B pipelining and non-pipelined
@@ -156,7 +160,10 @@ def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 
     attention = two_gemms(model_spec.attention_params_per_layer, rows, tp)
     core_flops = rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
-    core = estimate_attention_core_s(gpu, precision, core_flops, cc)
+    core = estimate_attention_core_s(gpu, precision, core_flops, cc,
+                                     head_dims=(model_spec.qk_head_dim,
+                                                model_spec.value_head_dim),
+                                     flash=constants.flash_attention)
     q_width = model_spec.num_attention_heads * model_spec.qk_head_dim
     kv_width = 2 * model_spec.kv_heads * model_spec.qk_head_dim
     # Element-wise bytes per token: 2 norms (read + write h), 2 residual adds (2 reads + write),

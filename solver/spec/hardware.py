@@ -35,6 +35,9 @@ class GpuSpec(BaseModel):
     # stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py); None if unmeasured.
     mamf_fraction_bf16: float | None = Field(default=None, gt=0, le=1)
     mamf_fraction_fp8: float | None = Field(default=None, gt=0, le=1)
+    # FP32 on the CUDA cores (no tensor cores), the datasheet's "FP32" line: what a GEMM whose
+    # rows are not 16-byte aligned falls back to (solver.cost.efficiency); None if unknown.
+    peak_tflops_fp32: float | None = Field(default=None, gt=0)
     source: str = ""
 
     def peak_flop_per_s(self, precision: str) -> float:
