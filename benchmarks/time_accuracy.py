@@ -30,6 +30,8 @@ from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
 
 MIN_SWEEP_RUNS = 3
+# BLOOM's benchmarks switched from fp16 (DeepSpeed ZeRO-1) to the bf16 optimizer on 02-28.
+BLOOM_BF16_OPTIMIZER_FROM = "0228"
 # The pp values of BLOOM's 02-20 topology table that the same day's micro-batch tables repeat.
 BLOOM_0220_MB_SWEEPS = (6, 10, 11, 12)
 
@@ -53,19 +55,35 @@ def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = Non
 
 
 def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
-    """What each source's framework did, from its own text (not fitted): BLOOM ran
-    Megatron-DeepSpeed (2022) without sequence parallelism, on DeepSpeed's pipeline engine with
-    its bf16 optimizer, which adds every micro-batch's bf16 gradients into fp32 ones outside
-    the GEMMs (18 B per parameter, TimeConstants.grad_accumulation_bytes_per_param), and with
-    unfused attention (baddbmm + fused softmax; FlashAttention came later); the
-    Megatron-LM README runs state
-    `--tp-comm-overlap`; Megatron-Bridge's H100 performance recipes enable TP communication
-    overlap whenever tp > 1, and EP all-to-all overlap for MoE models ("EP A2A communication
-    overlap with computation in both 1F1B pipelining and non-pipelined training", changelog
-    0.1.0; the Megatron-MoE model zoo's H100 baselines run A2A_OVERLAP=1)."""
+    """What each source's framework did, from its own text and code (not fitted).
+
+    BLOOM ran Megatron-DeepSpeed (2022) without sequence parallelism and with unfused
+    attention (baddbmm + fused softmax; FlashAttention came later), on DeepSpeed's pipeline
+    engine, which runs the DP collectives itself after the last backward, hiding none
+    (pipe/engine.py "We schedule the all-reduces"). Up to 02-27 the runs were fp16 with
+    DeepSpeed's ZeRO-1 optimizer: torch accumulates each micro-batch's fp16 gradient into
+    .grad (read both, write the sum: 6 B per parameter) and the gradients are reduced to their
+    shard owners in fp16 (2 B). From 02-28 ("from now on the testing is happening with BF16
+    optimizer that was just written to accumulate gradients in fp32", chronicles-prequel) and
+    in production (tr11-176B-ml.slurm: "bf16 must use z0! it implements its own zero stage 1
+    equivalent"), DeepSpeed's bf16 optimizer adds every micro-batch's bf16 gradients into fp32
+    ones outside the GEMMs (18 B, TimeConstants.grad_accumulation_bytes_per_param) and the
+    engine all-reduces the whole fp32 gradient (_bf16_reduce_grads ->
+    buffered_allreduce_fallback) before each rank updates its shard.
+
+    The Megatron-LM README runs state `--tp-comm-overlap`; Megatron-Bridge's H100 performance
+    recipes enable TP communication overlap whenever tp > 1, and EP all-to-all overlap for MoE
+    models ("EP A2A communication overlap with computation in both 1F1B pipelining and
+    non-pipelined training", changelog 0.1.0; the Megatron-MoE model zoo's H100 baselines run
+    A2A_OVERLAP=1)."""
     if run.source_group == "bloom":
-        return {"sequence_parallel": False, "grad_accumulation_bytes_per_param": 18.0,
-                "flash_attention": False}
+        common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": False}
+        date = run.id.split("-")[1]
+        if date.isdigit() and date < BLOOM_BF16_OPTIMIZER_FROM:
+            return {**common, "grad_accumulation_bytes_per_param": 6.0,
+                    "grad_reduce_bytes": 2.0}
+        return {**common, "grad_accumulation_bytes_per_param": 18.0, "grad_reduce_bytes": 4.0,
+                "zero1_grad_all_reduce": True}
     if run.source_group == "megatron-bridge":
         return {"tp_comm_overlap": True, "ep_comm_overlap": True}
     if run.source_group == "megatron-lm":

@@ -96,7 +96,9 @@ def problems(draw) -> Problem:
                         time_constants=TimeConstants(
                             tp_comm_overlap=draw(st.booleans()),
                             ep_comm_overlap=draw(st.booleans()),
-                            grad_accumulation_bytes_per_param=draw(st.sampled_from([0.0, 18.0]))))
+                            grad_accumulation_bytes_per_param=draw(st.sampled_from([0.0, 18.0])),
+                            dp_overlap=draw(st.booleans()),
+                            zero1_grad_all_reduce=draw(st.booleans())))
     domains = variable_domains(base)
     pins = {}
     for name in draw(st.lists(st.sampled_from(VARIABLES), max_size=2, unique=True)):
@@ -181,6 +183,11 @@ def test_time_limit_returns_instead_of_hanging() -> None:
         grad_accumulation_bytes_per_param=18.0)}),
     ("llama3.1-70b", "dgx-a100-80gb", 64, {"time_constants": TimeConstants(
         grad_accumulation_bytes_per_param=18.0, sequence_parallel=False)}),
+    # DeepSpeed's pipeline engine: DP collectives after the last backward, ZeRO-1 all-reduce.
+    ("mixtral-8x7b", "dgx-a100-80gb", 32, {"time_constants": TimeConstants(
+        dp_overlap=False, zero1_grad_all_reduce=True, grad_accumulation_bytes_per_param=18.0)}),
+    ("llama3.1-70b", "dgx-h100", 64, {"framework": "generic", "time_constants": TimeConstants(
+        dp_overlap=False)}),
     # Unfused attention with a misaligned head dimension (the CUDA-core fallback).
     (misaligned_bloom(), "dgx-a100-80gb", 32, {"time_constants": TimeConstants(
         sequence_parallel=False, flash_attention=False)}),

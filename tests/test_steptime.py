@@ -234,3 +234,34 @@ def test_bloom_head_dim_ab_tests(slow, fast, layout, measured) -> None:
     same = (estimate_step_time(bloom_prototype(*fast), cluster, job, c, flash).tflops_per_gpu[0]
             / estimate_step_time(bloom_prototype(*slow), cluster, job, c, flash).tflops_per_gpu[0])
     assert same == pytest.approx(1.0, abs=0.03)
+
+
+def test_deepspeed_pipeline_engine_exposes_every_dp_collective() -> None:
+    """DeepSpeed's pipeline engine runs the gradient reduction after the last backward and
+    ZeRO-1's parameter all-gather after the optimizer step (pipe/engine.py, schedule.py), so
+    with dp_overlap off the "dp" part is the whole volume of each stage's collectives; its bf16
+    ZeRO-1 all-reduces the gradients (buffered_allreduce_fallback) instead of reduce-scattering
+    them (zero1_grad_all_reduce). ZeRO-3 gathers twice and reduce-scatters once per
+    micro-batch."""
+    from solver.cost.data_parallel import estimate_dp_collectives_s
+    from solver.cost.steptime import TimeConstants
+
+    model, cluster = load_model_spec("llama3.1-70b"), load_cluster_spec("dgx-a100-80gb")
+    job = JobSpec(seq_len=4096, global_batch=256)
+    c = candidates(tp=4, pp=2, dp=8, micro_batch=2, zero=[0, 1, 2, 3])
+    base = TimeConstants(dp_overlap=False)
+    s = estimate_dp_collectives_s(model, cluster, c, base)
+    micro = 256 / (8 * 2)
+    expected = [s["grads_all_reduce"][0],
+                s["grads_reduce_scatter"][1] + s["params_all_gather"][1],
+                s["grads_reduce_scatter"][2] + s["params_all_gather"][2],
+                micro * (2 * s["params_all_gather"][3] + s["zero3_reduce_scatter"][3])]
+    np.testing.assert_allclose(estimate_step_time(model, cluster, job, c, base).dp, expected,
+                               rtol=1e-12)
+    all_reduce = TimeConstants(dp_overlap=False, zero1_grad_all_reduce=True)
+    dp = estimate_step_time(model, cluster, job, c, all_reduce).dp
+    assert dp[1] == pytest.approx(s["grads_all_reduce"][1] + s["params_all_gather"][1])
+    assert dp[2] == pytest.approx(expected[2])  # ZeRO-2 still reduce-scatters
+    # An all-reduce moves twice a reduce-scatter's bytes (nccl-tests bus factors 2(n-1)/n
+    # against (n-1)/n; latency aside).
+    assert s["grads_all_reduce"][1] == pytest.approx(2 * s["grads_reduce_scatter"][1], rel=0.01)

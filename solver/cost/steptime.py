@@ -92,6 +92,16 @@ class TimeConstants(BaseModel):
     # dimension is not 16-byte aligned (solver.cost.efficiency.estimate_attention_core_s).
     flash_attention: bool = True
     tp_comm_overlap: bool = False
+    # DP collectives overlap compute (Megatron --overlap-grad-reduce / --overlap-param-gather,
+    # FSDP's prefetch, DeepSpeed ZeRO's overlap_comm). DeepSpeed's pipeline engine schedules
+    # them itself: its ReduceGrads instruction runs after the last backward and ZeRO-1's
+    # parameter all-gather after the optimizer step (pipe/engine.py, "We schedule the
+    # all-reduces"; schedule.py TrainSchedule): nothing hides.
+    dp_overlap: bool = True
+    # ZeRO-1 reduce-scatters the gradients (Megatron's distributed optimizer); DeepSpeed's
+    # pipeline engine all-reduces the whole gradient (_exec_reduce_grads ->
+    # buffered_allreduce_fallback) before each rank updates its shard: twice the traffic.
+    zero1_grad_all_reduce: bool = False
     # EP all-to-all overlap (Megatron-Core `--overlap-moe-expert-parallel-comm`, "EP A2A
     # communication overlap with computation in both 1F1B pipelining and non-pipelined
     # training", Megatron-Bridge 0.1.0 changelog; notes §4.5): one micro-batch's dispatch and
@@ -355,6 +365,8 @@ def estimate_step_time(
     dp_s = estimate_dp_collectives_s(model_spec, cluster, _Degrees(d), constants)
     grads_ar, grads_rs = dp_s["grads_all_reduce"], dp_s["grads_reduce_scatter"]
     params_ag, z3_rs = dp_s["params_all_gather"], dp_s["zero3_reduce_scatter"]
+    if constants.zero1_grad_all_reduce:
+        grads_rs = np.where(zero == 1, grads_ar, grads_rs)
     fwd_mb, bwd_mb = layers_per_stage * fwd_layer, layers_per_stage * bwd_layer
     # What hides behind compute: gradient sync behind the last micro-batch's backward and the
     # parameter gather behind the first forward (ZeRO 0-2, once per step); ZeRO-3 gathers and
@@ -377,6 +389,10 @@ def estimate_step_time(
     # Overlapped collectives run on SMs the GEMMs then lack (notes §4.5): the hidden time
     # slows compute by the communication kernels' share of the SMs.
     dp_time = exposed + hidden * _sm_contention(cluster, constants)
+    if not constants.dp_overlap:
+        dp_time = np.select([zero == 0, zero == 3],
+                            [grads_ar, num_micro * (2 * params_ag + z3_rs)],
+                            default=grads_rs + params_ag)
 
     optimizer = estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants)
 

@@ -27,7 +27,9 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
     step = t_mb x (n + (pp - 1) / vpp) + 2 n vpp p2p + dp + optimizer
     dp   = [zero 3: n x] (dp_hidden_rate + (1 - c) x (max(bwd_sync - L bwd, 0)
                                                      + max(fwd_sync - L fwd, 0)))
-           c = SM contention of overlapped collectives, measured from the tables themselves.
+           c = SM contention of overlapped collectives, measured from the tables themselves;
+           without DP overlap (TimeConstants.dp_overlap) dp_hidden_rate is the whole
+           bwd_sync + fwd_sync and nothing is compared with compute.
 """
 
 from __future__ import annotations
@@ -195,11 +197,13 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
         add((f"optimizer_{kind}", f"dp_bwd_sync_{kind}", f"dp_fwd_sync_{kind}",
              f"grad_accumulation_{kind}"),
             ("zero", "tp", "pp") if kind == "dense" else ("zero", "pp", "g"), shard_fill(kind))
-    contention = _measure_contention(problem, lattice)
+    overlap = problem.time_constants.dp_overlap
+    contention = _measure_contention(problem, lattice) if overlap else 0.0
     for kind in kinds:
         bwd, fwd = tables[f"dp_bwd_sync_{kind}"], tables[f"dp_fwd_sync_{kind}"]
         per_stage = np.ceil(layers / whole(bwd.grid.points(), "pp"))
-        rate = (bwd.values + fwd.values) * (contention + 1.0 / per_stage)
+        # Without overlap every collective is exposed: the "rate" is the whole volume.
+        rate = (bwd.values + fwd.values) * ((contention + 1.0 / per_stage) if overlap else 1.0)
         tables[f"dp_hidden_rate_{kind}"] = Table(f"dp_hidden_rate_{kind}", bwd.grid, rate,
                                                  bwd.reachable)
     return TimeTables(tables, contention)
@@ -213,9 +217,12 @@ def _dp_sync(problem: Problem, c: Candidates, kinds: tuple[str, ...]
     reduce-scatters behind each backward (steptime.py)."""
     s = estimate_dp_collectives_s(problem.model_spec, problem.cluster, c,
                                   problem.time_constants, kinds)
+    grads_sharded = s["grads_reduce_scatter"]
+    if problem.time_constants.zero1_grad_all_reduce:
+        grads_sharded = np.where(c.zero == 1, s["grads_all_reduce"], grads_sharded)
     bwd = np.select([c.zero == 0, c.zero == 3],
                     [s["grads_all_reduce"], s["params_all_gather"] + s["zero3_reduce_scatter"]],
-                    default=s["grads_reduce_scatter"])
+                    default=grads_sharded)
     fwd = np.where(c.zero == 0, 0.0, s["params_all_gather"])
     return np.asarray(bwd, float), np.asarray(fwd, float)
 
@@ -274,6 +281,8 @@ def compose_step_time(problem: Problem, timing: TimeTables, candidates: Candidat
     p2p = 2 * micro * c.vpp * term("p2p")
     excess = (np.maximum(both("dp_bwd_sync") - per_stage * bwd, 0.0)
               + np.maximum(both("dp_fwd_sync") - per_stage * fwd, 0.0))
+    if not problem.time_constants.dp_overlap:
+        excess = 0.0
     per_sync = both("dp_hidden_rate") + (1.0 - timing.contention) * excess
     dp = np.where(c.zero == 3, micro * per_sync, per_sync)
     return main + p2p + dp + both("optimizer")
