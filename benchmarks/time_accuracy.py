@@ -88,11 +88,14 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         return {"tp_comm_overlap": True, "ep_comm_overlap": True}
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
+    # LLM Foundry's tables (2023) ran FlashAttention-1/2 or Triton attention kernels, written
+    # for Ampere's mma.sync (the README: "our models use Flash Attention").
+    foundry = {"native_attention_kernels": False}
     if run.mixed_precision_mode == "DEFAULT":
         # Composer's FSDP "DEFAULT" mixed precision (torch 1.13 era, the tables' own note):
         # bf16 parameters, gradients reduced in fp32 (mosaic_fsdp.get_mixed_precision).
-        return {"zero3_grad_reduce_bytes": 4.0}
-    return {}
+        return {**foundry, "zero3_grad_reduce_bytes": 4.0}
+    return foundry
 
 
 # ---- statistics -------------------------------------------------------------------------------

@@ -175,8 +175,9 @@ def test_fsdp_mixed_precision_mode_is_read_and_switched(loaded) -> None:
     assert all(r.mixed_precision_mode is None for r in runs if r.source_group != "llm-foundry")
     default = next(r for r in runs if r.mixed_precision_mode == "DEFAULT")
     pure = next(r for r in runs if r.mixed_precision_mode == "PURE")
-    assert framework_switches(default) == {"zero3_grad_reduce_bytes": 4.0}
-    assert framework_switches(pure) == {}
+    assert framework_switches(default) == {"zero3_grad_reduce_bytes": 4.0,
+                                           "native_attention_kernels": False}
+    assert framework_switches(pure) == {"native_attention_kernels": False}
 
 
 def test_bloom_0220_layer_counts_are_the_multiples_of_pp_the_sizes_imply(loaded, rows) -> None:
@@ -205,3 +206,21 @@ def test_bloom_0220_layer_counts_are_the_multiples_of_pp_the_sizes_imply(loaded,
         for size in (row["total_params_b"] - 0.5, row["total_params_b"] + 0.5):
             assert bloom_layers_fitting_pp({**row, "total_params_b": size}, pp) == \
                 run.model_spec.num_hidden_layers
+
+
+def test_bloom_switches_follow_the_optimizer_change_of_02_28(by_id) -> None:
+    """chronicles-prequel "Rebalancing layers" (02-28): "from now on the testing is happening
+    with BF16 optimizer that was just written to accumulate gradients in fp32 ... compared to
+    fp16 which grad accumulates in fp16"; production uses it too (tr11-176B-ml.slurm, "bf16
+    must use z0! it implements its own zero stage 1 equivalent"). All of them run DeepSpeed's
+    pipeline engine (DP collectives exposed) without sequence parallel or FlashAttention."""
+    from time_accuracy import framework_switches
+
+    common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": False}
+    fp16 = {**common, "grad_accumulation_bytes_per_param": 6.0, "grad_reduce_bytes": 2.0}
+    bf16 = {**common, "grad_accumulation_bytes_per_param": 18.0, "grad_reduce_bytes": 4.0,
+            "zero1_grad_all_reduce": True}
+    for run_id in ("bloom-0220-topo-0", "bloom-0221-181B-dp4-pp12-mbs1", "bloom-0225-181B-1"):
+        assert framework_switches(by_id[run_id]) == fp16, run_id
+    for run_id in ("bloom-0228-195B-0", "bloom-176b-production"):
+        assert framework_switches(by_id[run_id]) == bf16, run_id

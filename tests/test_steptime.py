@@ -265,3 +265,23 @@ def test_deepspeed_pipeline_engine_exposes_every_dp_collective() -> None:
     # An all-reduce moves twice a reduce-scatter's bytes (nccl-tests bus factors 2(n-1)/n
     # against (n-1)/n; latency aside).
     assert s["grads_all_reduce"][1] == pytest.approx(2 * s["grads_reduce_scatter"][1], rel=0.01)
+
+
+def test_ampere_era_attention_kernels_reach_two_thirds_of_a_hopper_peak() -> None:
+    """FlashAttention-3 paper (Shah et al. 2024) §1: kernels built on Ampere's mma.sync reach
+    about 2/3 of an H100's peak; 2023-era FlashAttention-1/2 and Triton attention (LLM Foundry's
+    tables) are such kernels. The limit applies to Hopper GPUs only (A100's own instruction is
+    mma.sync) and not to native kernels (FlashAttention-3, cuDNN), the default."""
+    from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
+
+    cc = ComputeConstants()
+    for preset in ("dgx-h100", "hgx-h800", "dgx-h200"):
+        gpu = load_cluster_spec(preset).gpu
+        native = estimate_attention_core_s(gpu, "bf16", 1e12, cc)
+        legacy = estimate_attention_core_s(gpu, "bf16", 1e12, cc, native=False)
+        assert native == pytest.approx(1e12 / (cc.attention_peak_fraction * 989e12))
+        assert legacy == pytest.approx(native / 0.667)
+    a100 = load_cluster_spec("dgx-a100-80gb").gpu
+    assert a100.legacy_mma_fraction is None
+    assert (estimate_attention_core_s(a100, "bf16", 1e12, cc, native=False)
+            == estimate_attention_core_s(a100, "bf16", 1e12, cc))

@@ -91,6 +91,10 @@ class TimeConstants(BaseModel):
     # unfused: batched GEMMs around a fused softmax, which lose the tensor cores when the head
     # dimension is not 16-byte aligned (solver.cost.efficiency.estimate_attention_core_s).
     flash_attention: bool = True
+    # Attention kernels written for the GPU's own tensor-core instructions (FlashAttention-3 or
+    # cuDNN's fused attention on Hopper). 2023-era kernels (FlashAttention-1/2, Triton) use
+    # Ampere's mma.sync and reach at most GpuSpec.legacy_mma_fraction of a Hopper peak.
+    native_attention_kernels: bool = True
     tp_comm_overlap: bool = False
     # DP collectives overlap compute (Megatron --overlap-grad-reduce / --overlap-param-gather,
     # FSDP's prefetch, DeepSpeed ZeRO's overlap_comm). DeepSpeed's pipeline engine schedules
@@ -173,7 +177,8 @@ def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     core = estimate_attention_core_s(gpu, precision, core_flops, cc,
                                      head_dims=(model_spec.qk_head_dim,
                                                 model_spec.value_head_dim),
-                                     flash=constants.flash_attention)
+                                     flash=constants.flash_attention,
+                                     native=constants.native_attention_kernels)
     q_width = model_spec.num_attention_heads * model_spec.qk_head_dim
     kv_width = 2 * model_spec.kv_heads * model_spec.qk_head_dim
     # Element-wise bytes per token: 2 norms (read + write h), 2 residual adds (2 reads + write),

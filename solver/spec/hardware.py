@@ -38,6 +38,10 @@ class GpuSpec(BaseModel):
     # FP32 on the CUDA cores (no tensor cores), the datasheet's "FP32" line: what a GEMM whose
     # rows are not 16-byte aligned falls back to (solver.cost.efficiency); None if unknown.
     peak_tflops_fp32: float | None = Field(default=None, gt=0)
+    # The share of the dense peak that kernels written for the previous generation's MMA
+    # instructions can reach (Ampere's mma.sync on Hopper: about 2/3; FlashAttention-3 paper,
+    # Shah et al. 2024, §1): what 2023-era attention kernels ran at. None: no such limit known.
+    legacy_mma_fraction: float | None = Field(default=None, gt=0, le=1)
     source: str = ""
 
     def peak_flop_per_s(self, precision: str) -> float:
