@@ -285,3 +285,25 @@ def test_ampere_era_attention_kernels_reach_two_thirds_of_a_hopper_peak() -> Non
     assert a100.legacy_mma_fraction is None
     assert (estimate_attention_core_s(a100, "bf16", 1e12, cc, native=False)
             == estimate_attention_core_s(a100, "bf16", 1e12, cc))
+
+
+@settings(max_examples=30, deadline=None)
+@given(model=st.sampled_from(["llama3.1-8b", "llama3.1-70b", "mixtral-8x7b", "qwen3-30b-a3b"]),
+       tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 2, 4, 16]),
+       zero=st.integers(0, 3), micro_batch=st.sampled_from([1, 2, 8]))
+def test_overlap_never_costs_more_than_exposing_every_collective(model, tp, pp, zero,
+                                                                   micro_batch) -> None:
+    """Hiding DP traffic behind compute can only help: one layer's share stays exposed, the
+    rest hides up to the compute available, and the hidden part slows compute by the SM share
+    of the communication kernels (< 1), so the overlapped "dp" part is at most the volume."""
+    from solver.cost.steptime import TimeConstants
+
+    spec, cluster = load_model_spec(model), load_cluster_spec("dgx-h100")
+    job = JobSpec(seq_len=4096, global_batch=512)
+    c = candidates(tp=tp, pp=pp, dp=64 // (tp * pp) if tp * pp <= 64 else 1, zero=zero,
+                   micro_batch=micro_batch)
+    overlapped = estimate_step_time(spec, cluster, job, c).dp
+    exposed = estimate_step_time(spec, cluster, job, c, TimeConstants(dp_overlap=False)).dp
+    assert np.all(overlapped <= exposed * (1 + 1e-12))
+    layers_per_stage = -(-spec.num_hidden_layers // pp)
+    assert np.all(overlapped >= exposed / layers_per_stage * (1 - 1e-12))

@@ -379,25 +379,23 @@ def estimate_step_time(
     # collective cannot hide: the first gather comes before any compute, the last
     # reduce-scatter after the last backward (notes §4.5: "exposes only one DP communication
     # chunk"; FSDP: "the 1st all-gather will not be able to overlap").
-    first_last = 1.0 / layers_per_stage
-    hidden_0 = np.minimum(grads_ar, bwd_mb)
-    hidden_12 = np.minimum(grads_rs, bwd_mb) + np.minimum(params_ag, fwd_mb)
-    hidden_3 = num_micro * (np.minimum(params_ag, fwd_mb)
-                            + np.minimum(params_ag + z3_rs, bwd_mb))
-    exposed = np.select(
+    hideable = 1.0 - 1.0 / layers_per_stage
+    volume = np.select([zero == 0, zero == 3],
+                       [grads_ar, num_micro * (2 * params_ag + z3_rs)],
+                       default=grads_rs + params_ag)
+    hidden = np.select(
         [zero == 0, zero == 3],
-        [grads_ar * (1 + first_last) - hidden_0,
-         num_micro * (2 * params_ag + z3_rs) * (1 + first_last) - hidden_3],
-        default=(grads_rs + params_ag) * (1 + first_last) - hidden_12,
+        [np.minimum(grads_ar * hideable, bwd_mb),
+         num_micro * (np.minimum(params_ag * hideable, fwd_mb)
+                      + np.minimum((params_ag + z3_rs) * hideable, bwd_mb))],
+        default=(np.minimum(grads_rs * hideable, bwd_mb)
+                 + np.minimum(params_ag * hideable, fwd_mb)),
     )
-    hidden = np.select([zero == 0, zero == 3], [hidden_0, hidden_3], default=hidden_12)
+    if not constants.dp_overlap:
+        hidden = np.zeros_like(volume)
     # Overlapped collectives run on SMs the GEMMs then lack (notes §4.5): the hidden time
     # slows compute by the communication kernels' share of the SMs.
-    dp_time = exposed + hidden * _sm_contention(cluster, constants)
-    if not constants.dp_overlap:
-        dp_time = np.select([zero == 0, zero == 3],
-                            [grads_ar, num_micro * (2 * params_ag + z3_rs)],
-                            default=grads_rs + params_ag)
+    dp_time = volume - hidden + hidden * _sm_contention(cluster, constants)
 
     optimizer = estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants)
 

@@ -27,9 +27,11 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
     step = t_mb x (n + (pp - 1) / vpp) + 2 n vpp p2p + dp + optimizer
     dp   = [zero 3: n x] (dp_hidden_rate + (1 - c) x (max(bwd_sync - L bwd, 0)
                                                      + max(fwd_sync - L fwd, 0)))
-           c = SM contention of overlapped collectives, measured from the tables themselves;
-           without DP overlap (TimeConstants.dp_overlap) dp_hidden_rate is the whole
-           bwd_sync + fwd_sync and nothing is compared with compute.
+           with V the collectives' volume, bwd_sync and fwd_sync hold the part that can hide,
+           V (1 - 1/L), and dp_hidden_rate V (1/L + c (1 - 1/L)); c = SM contention of
+           overlapped collectives, measured from the tables themselves. Without DP overlap
+           (TimeConstants.dp_overlap) dp_hidden_rate is the whole V and nothing is compared
+           with compute.
 """
 
 from __future__ import annotations
@@ -202,10 +204,16 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
     for kind in kinds:
         bwd, fwd = tables[f"dp_bwd_sync_{kind}"], tables[f"dp_fwd_sync_{kind}"]
         per_stage = np.ceil(layers / whole(bwd.grid.points(), "pp"))
+        hideable = 1.0 - 1.0 / per_stage
         # Without overlap every collective is exposed: the "rate" is the whole volume.
-        rate = (bwd.values + fwd.values) * ((contention + 1.0 / per_stage) if overlap else 1.0)
+        share = (1.0 / per_stage + contention * hideable) if overlap else 1.0
+        rate = (bwd.values + fwd.values) * share
         tables[f"dp_hidden_rate_{kind}"] = Table(f"dp_hidden_rate_{kind}", bwd.grid, rate,
                                                  bwd.reachable)
+        # What compute is compared with: the part of each collective that can hide.
+        for table in (bwd, fwd):
+            tables[table.name] = Table(table.name, table.grid, table.values * hideable,
+                                       table.reachable)
     return TimeTables(tables, contention)
 
 
@@ -244,15 +252,16 @@ def _measure_contention(problem: Problem, lattice: Lattice) -> float:
     micro = batch / (c.dp * c.micro_batch)
     dp_time = _steptime(problem, c).dp
     rate = np.where(c.zero == 3, dp_time / micro, dp_time)
-    keep = volume > 0
+    per_stage = np.ceil(problem.model_spec.num_hidden_layers / c.pp)
+    keep = (volume > 0) & (per_stage > 1)  # one layer per stage hides nothing
     if not keep.any():
         return 0.0
-    per_stage = np.ceil(problem.model_spec.num_hidden_layers / c.pp[keep])
-    rates = rate[keep] / volume[keep] - 1.0 / per_stage
+    hideable = 1.0 - 1.0 / per_stage[keep]
+    rates = (rate[keep] / volume[keep] - 1.0 / per_stage[keep]) / hideable
     contention = float(np.median(rates))
     assert np.allclose(rates, contention, rtol=1e-9, atol=1e-12), (
-        "the step-time model's DP exposure no longer reads (sync) x (c + 1/L) when compute "
-        "hides it: update solver/search/time_tables.py")
+        "the step-time model's DP exposure no longer reads sync x (1/L + c (1 - 1/L)) when "
+        "compute hides it: update solver/search/time_tables.py")
     assert 0.0 <= contention < 1.0
     return contention
 
