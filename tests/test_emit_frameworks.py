@@ -37,7 +37,7 @@ MEGATRON_LM_FLAGS = {
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--no-gradient-accumulation-fusion",
     "--ckpt-format", "--micro-batch-size", "--global-batch-size", "--seq-length",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16",
-    "--fp8-format", "--use-tp-pp-dp-mapping",
+    "--fp8-format", "--use-tp-pp-dp-mapping", "--overlap-grad-reduce", "--overlap-param-gather",
 }
 # torchtitan/config/job_config.py (TOML releases): fields of Parallelism, Training,
 # ActivationCheckpoint.
@@ -92,8 +92,17 @@ def test_megatron_seed_70b_example() -> None:
     assert megatron_tokens(make_target("llama2-70b", 64, tp=8, zero=1)) == [
         "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "1",
         "--context-parallel-size", "1", "--sequence-parallel", "--use-distributed-optimizer",
-        "--micro-batch-size", "1", "--global-batch-size", "1024", "--seq-length", "4096",
+        "--overlap-grad-reduce", "--overlap-param-gather", "--micro-batch-size", "1", "--global-batch-size", "1024", "--seq-length", "4096",
         "--recompute-granularity", "selective", "--bf16"]
+
+
+def test_megatron_asks_for_the_dp_overlap_the_model_assumes() -> None:
+    """Megatron hides DP traffic only with --overlap-grad-reduce (and --overlap-param-gather,
+    which needs the distributed optimizer); without data parallelism there is none to hide."""
+    zero0 = megatron_tokens(make_target(num_gpus=8, zero=0))
+    assert "--overlap-grad-reduce" in zero0 and "--overlap-param-gather" not in zero0
+    alone = megatron_tokens(make_target(num_gpus=8, tp=8, zero=1))
+    assert "--overlap-grad-reduce" not in alone and "--overlap-param-gather" not in alone
 
 
 def test_megatron_virtual_stages_even_and_uneven() -> None:
@@ -157,7 +166,10 @@ def test_deepspeed_config() -> None:
     dp = target.config.dp
     assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
                                           * config["gradient_accumulation_steps"] * dp) == 512
-    assert config["zero_optimization"] == {"stage": 2}
+    # overlap_comm is off by default below ZeRO-3; the step-time model assumes it on.
+    assert config["zero_optimization"] == {"stage": 2, "overlap_comm": True}
+    assert json.loads(render_deepspeed(make_target(num_gpus=8, zero=0)).text)[
+        "zero_optimization"] == {"stage": 0}
     assert config["tensor_parallel"] == {"autotp_size": 2}
     assert config["bf16"] == {"enabled": True}
     assert any("ZeRO 0 or 1" in w for w in emitted.warnings)

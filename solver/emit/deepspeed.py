@@ -2,7 +2,9 @@
 
 Keys from the DeepSpeed configuration reference (deepspeed.ai/docs/config-json):
 train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel
-ranks, zero_optimization.stage, bf16.enabled; tensor parallelism is AutoTP training,
+ranks, zero_optimization.stage and .overlap_comm ("Attempts to overlap the reduction of the
+gradients with backward computation", off by default below ZeRO-3; the step-time model assumes
+it), bf16.enabled; tensor parallelism is AutoTP training,
 "tensor_parallel": {"autotp_size": tp}, which combines with ZeRO 0-2 (deepspeed.ai tutorial
 "Automatic Tensor Parallelism (Training)"). Pipeline and expert parallelism are set in the model
 code (deepspeed.pipe.PipelineModule(num_stages=pp), deepspeed.moe.layer.MoE(ep_size=ep)), and
@@ -25,7 +27,8 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": c.micro_batch,
         "gradient_accumulation_steps": target.num_micro_batches,
-        "zero_optimization": {"stage": c.zero},
+        "zero_optimization": ({"stage": c.zero, "overlap_comm": True} if c.zero >= 1
+                              else {"stage": c.zero}),
         "bf16": {"enabled": True},
     }
     warnings: list[str] = []
@@ -35,7 +38,9 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         if c.zero == 3:
             warnings.append("DeepSpeed AutoTP training combines with ZeRO 0-2, not ZeRO 3")
     if c.pp > 1:
-        notes.append(f"build the model as deepspeed.pipe.PipelineModule(num_stages={c.pp})")
+        notes.append(f"build the model as deepspeed.pipe.PipelineModule(num_stages={c.pp}); "
+                     "its engine reduces gradients after the last backward, so DP traffic "
+                     "is not hidden behind compute")
         if c.zero >= 2:
             warnings.append("DeepSpeed pipeline parallelism works with ZeRO 0 or 1 only")
         if c.vpp > 1:

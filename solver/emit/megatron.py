@@ -2,6 +2,7 @@
 
 Flag names are those of megatron/training/arguments.py (NVIDIA/Megatron-LM main, 2025):
 _add_distributed_args (--tensor-model-parallel-size, --pipeline-model-parallel-size,
+--overlap-grad-reduce, --overlap-param-gather,
 --num-layers-per-virtual-pipeline-stage, --pipeline-model-parallel-layout,
 --context-parallel-size, --use-distributed-optimizer, --use-megatron-fsdp,
 --data-parallel-sharding-strategy, --use-tp-pp-dp-mapping), _add_moe_args
@@ -90,6 +91,13 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
         flags.append(("--sequence-parallel",))
     if c.zero >= 1:
         flags.append(("--use-distributed-optimizer",))
+    if c.dp * c.cp > 1:
+        # The step-time model hides DP traffic behind compute; Megatron does so only when
+        # asked (_add_distributed_args: --overlap-grad-reduce, and --overlap-param-gather,
+        # which needs the distributed optimizer or Megatron-FSDP).
+        flags.append(("--overlap-grad-reduce",))
+        if c.zero >= 1:
+            flags.append(("--overlap-param-gather",))
     if c.zero >= 2:
         flags += [("--use-megatron-fsdp",),
                   ("--data-parallel-sharding-strategy", FSDP_STRATEGIES[c.zero]),
