@@ -77,7 +77,7 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     non-pipelined training", changelog 0.1.0; the Megatron-MoE model zoo's H100 baselines run
     A2A_OVERLAP=1)."""
     if run.source_group == "bloom":
-        common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": False}
+        common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": "never"}
         date = run.id.split("-")[1]
         if date.isdigit() and date < BLOOM_BF16_OPTIMIZER_FROM:
             return {**common, "grad_accumulation_bytes_per_param": 6.0,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from solver.api import estimate_plans, load_problem_specs
+from solver.cost.steptime import framework_time_constants
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError, ParplanError
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
@@ -64,7 +65,8 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
     return Problem(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
                    framework=framework, objective=objective, pins=dict(pins or {}),
-                   allow_tp_across_nodes=allow_tp_across_nodes)
+                   allow_tp_across_nodes=allow_tp_across_nodes,
+                   time_constants=framework_time_constants(framework))
 
 
 def solve(problem: Problem, top: int = 5, engine: str = "enumerate",

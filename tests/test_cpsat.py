@@ -97,7 +97,8 @@ def problems(draw) -> Problem:
                             tp_comm_overlap=draw(st.booleans()),
                             ep_comm_overlap=draw(st.booleans()),
                             grad_accumulation_bytes_per_param=draw(st.sampled_from([0.0, 18.0])),
-                            dp_overlap=draw(st.booleans()),
+                            dp_overlap=draw(st.sampled_from(
+                                ["always", "never", "without_pipeline"])),
                             zero1_grad_all_reduce=draw(st.booleans())))
     domains = variable_domains(base)
     pins = {}
@@ -185,9 +186,12 @@ def test_time_limit_returns_instead_of_hanging() -> None:
         grad_accumulation_bytes_per_param=18.0, sequence_parallel=False)}),
     # DeepSpeed's pipeline engine: DP collectives after the last backward, ZeRO-1 all-reduce.
     ("mixtral-8x7b", "dgx-a100-80gb", 32, {"time_constants": TimeConstants(
-        dp_overlap=False, zero1_grad_all_reduce=True, grad_accumulation_bytes_per_param=18.0)}),
+        dp_overlap="never", zero1_grad_all_reduce=True, grad_accumulation_bytes_per_param=18.0)}),
     ("llama3.1-70b", "dgx-h100", 64, {"framework": "generic", "time_constants": TimeConstants(
-        dp_overlap=False)}),
+        dp_overlap="never")}),
+    ("qwen3-30b-a3b", "dgx-a100-80gb", 32, {"framework": "deepspeed",
+                                              "time_constants": TimeConstants(
+                                                  dp_overlap="without_pipeline")}),
     # Unfused attention with a misaligned head dimension (the CUDA-core fallback).
     (misaligned_bloom(), "dgx-a100-80gb", 32, {"time_constants": TimeConstants(
         sequence_parallel=False, flash_attention=False)}),

@@ -259,3 +259,27 @@ def test_nearby_global_batches_split_evenly_nearest_first() -> None:
 
     problem = build_problem("dbrx", "dgx-h100", 23040)
     assert _nearby_global_batches(problem) == [960, 1152, 768, 1280, 720, 640]
+
+
+def test_deepspeed_plans_expose_dp_traffic_behind_a_pipeline() -> None:
+    """--framework deepspeed brings its pipeline engine's schedule: with pp > 1 the gradient
+    reduction runs after the last backward (pipe/engine.py, "We schedule the all-reduces"),
+    so a plan's "dp" time is the whole volume of its collectives; without a pipeline ZeRO's
+    overlap_comm hides it as under Megatron."""
+    from solver.cost.data_parallel import estimate_dp_collectives_s
+
+    megatron = build_problem("llama3.1-70b", "dgx-a100-80gb", 64, framework="megatron")
+    deepspeed = build_problem("llama3.1-70b", "dgx-a100-80gb", 64, framework="deepspeed")
+    assert megatron.time_constants.dp_overlap == "always"
+    assert deepspeed.time_constants.dp_overlap == "without_pipeline"
+    c = Candidates.from_configs([ParallelConfig(tp=8, pp=4, dp=2, zero=1, micro_batch=1),
+                                 ParallelConfig(tp=8, pp=1, dp=8, zero=1, micro_batch=1)])
+    s = estimate_dp_collectives_s(deepspeed.model_spec, deepspeed.cluster, c,
+                                  deepspeed.time_constants)
+    ds = estimate_step_time(deepspeed.model_spec, deepspeed.cluster, deepspeed.job, c,
+                            deepspeed.time_constants).dp
+    mg = estimate_step_time(megatron.model_spec, megatron.cluster, megatron.job, c,
+                            megatron.time_constants).dp
+    assert ds[0] == pytest.approx(s["grads_reduce_scatter"][0] + s["params_all_gather"][0])
+    assert ds[0] > mg[0]
+    assert ds[1] == pytest.approx(mg[1])

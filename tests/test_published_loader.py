@@ -216,7 +216,7 @@ def test_bloom_switches_follow_the_optimizer_change_of_02_28(by_id) -> None:
     pipeline engine (DP collectives exposed) without sequence parallel or FlashAttention."""
     from time_accuracy import framework_switches
 
-    common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": False}
+    common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": "never"}
     fp16 = {**common, "grad_accumulation_bytes_per_param": 6.0, "grad_reduce_bytes": 2.0}
     bf16 = {**common, "grad_accumulation_bytes_per_param": 18.0, "grad_reduce_bytes": 4.0,
             "zero1_grad_all_reduce": True}

@@ -249,7 +249,7 @@ def test_deepspeed_pipeline_engine_exposes_every_dp_collective() -> None:
     model, cluster = load_model_spec("llama3.1-70b"), load_cluster_spec("dgx-a100-80gb")
     job = JobSpec(seq_len=4096, global_batch=256)
     c = candidates(tp=4, pp=2, dp=8, micro_batch=2, zero=[0, 1, 2, 3])
-    base = TimeConstants(dp_overlap=False)
+    base = TimeConstants(dp_overlap="never")
     s = estimate_dp_collectives_s(model, cluster, c, base)
     micro = 256 / (8 * 2)
     expected = [s["grads_all_reduce"][0],
@@ -258,7 +258,7 @@ def test_deepspeed_pipeline_engine_exposes_every_dp_collective() -> None:
                 micro * (2 * s["params_all_gather"][3] + s["zero3_reduce_scatter"][3])]
     np.testing.assert_allclose(estimate_step_time(model, cluster, job, c, base).dp, expected,
                                rtol=1e-12)
-    all_reduce = TimeConstants(dp_overlap=False, zero1_grad_all_reduce=True)
+    all_reduce = TimeConstants(dp_overlap="never", zero1_grad_all_reduce=True)
     dp = estimate_step_time(model, cluster, job, c, all_reduce).dp
     assert dp[1] == pytest.approx(s["grads_all_reduce"][1] + s["params_all_gather"][1])
     assert dp[2] == pytest.approx(expected[2])  # ZeRO-2 still reduce-scatters
@@ -303,7 +303,8 @@ def test_overlap_never_costs_more_than_exposing_every_collective(model, tp, pp, 
     c = candidates(tp=tp, pp=pp, dp=64 // (tp * pp) if tp * pp <= 64 else 1, zero=zero,
                    micro_batch=micro_batch)
     overlapped = estimate_step_time(spec, cluster, job, c).dp
-    exposed = estimate_step_time(spec, cluster, job, c, TimeConstants(dp_overlap=False)).dp
+    exposed = estimate_step_time(spec, cluster, job, c,
+                                 TimeConstants(dp_overlap="never")).dp
     assert np.all(overlapped <= exposed * (1 + 1e-12))
     layers_per_stage = -(-spec.num_hidden_layers // pp)
     assert np.all(overlapped >= exposed / layers_per_stage * (1 - 1e-12))

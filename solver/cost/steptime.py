@@ -30,7 +30,7 @@ benchmarks this is checked against.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -96,12 +96,13 @@ class TimeConstants(BaseModel):
     # Ampere's mma.sync and reach at most GpuSpec.legacy_mma_fraction of a Hopper peak.
     native_attention_kernels: bool = True
     tp_comm_overlap: bool = False
-    # DP collectives overlap compute (Megatron --overlap-grad-reduce / --overlap-param-gather,
-    # FSDP's prefetch, DeepSpeed ZeRO's overlap_comm). DeepSpeed's pipeline engine schedules
-    # them itself: its ReduceGrads instruction runs after the last backward and ZeRO-1's
-    # parameter all-gather after the optimizer step (pipe/engine.py, "We schedule the
-    # all-reduces"; schedule.py TrainSchedule): nothing hides.
-    dp_overlap: bool = True
+    # Whether DP collectives overlap compute: "always" (Megatron --overlap-grad-reduce /
+    # --overlap-param-gather, FSDP's prefetch, DeepSpeed ZeRO's overlap_comm), "never", or
+    # "without_pipeline" (DeepSpeed: its pipeline engine schedules them itself, the ReduceGrads
+    # instruction after the last backward and ZeRO-1's parameter all-gather after the
+    # optimizer step; pipe/engine.py "We schedule the all-reduces", schedule.py
+    # TrainSchedule): where they do not overlap, nothing hides.
+    dp_overlap: Literal["always", "never", "without_pipeline"] = "always"
     # ZeRO-1 reduce-scatters the gradients (Megatron's distributed optimizer); DeepSpeed's
     # pipeline engine all-reduces the whole gradient (_exec_reduce_grads ->
     # buffered_allreduce_fallback) before each rank updates its shard: twice the traffic.
@@ -391,8 +392,7 @@ def estimate_step_time(
         default=(np.minimum(grads_rs * hideable, bwd_mb)
                  + np.minimum(params_ag * hideable, fwd_mb)),
     )
-    if not constants.dp_overlap:
-        hidden = np.zeros_like(volume)
+    hidden = np.where(dp_overlaps(constants, pp), hidden, 0.0)
     # Overlapped collectives run on SMs the GEMMs then lack (notes §4.5): the hidden time
     # slows compute by the communication kernels' share of the SMs.
     dp_time = volume - hidden + hidden * _sm_contention(cluster, constants)
@@ -413,6 +413,24 @@ def estimate_step_time(
         tokens_per_s_per_gpu=tokens_per_s / num_gpus, tflops_per_gpu=model_flops / 1e12,
         mfu=model_flops / peak,
     )
+
+
+def dp_overlaps(constants: TimeConstants, pp: np.ndarray) -> np.ndarray:
+    """Per candidate, whether its DP collectives overlap compute (TimeConstants.dp_overlap)."""
+    pp = np.asarray(pp)
+    if constants.dp_overlap == "without_pipeline":
+        return pp == 1
+    return np.full(pp.shape, constants.dp_overlap == "always")
+
+
+def framework_time_constants(framework: str) -> TimeConstants:
+    """The step-time behaviour a framework brings (the planner's --framework): DeepSpeed's
+    pipeline engine leaves DP traffic exposed (dp_overlap "without_pipeline"); Megatron,
+    torchtitan and the generic set overlap it (the launch settings ask for it:
+    solver.emit)."""
+    if framework == "deepspeed":
+        return TimeConstants(dp_overlap="without_pipeline")
+    return TimeConstants()
 
 
 def _sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:

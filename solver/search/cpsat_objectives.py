@@ -88,17 +88,12 @@ def add_step_time_objective(program: Program) -> None:
         program.model.add_max_equality(out, [volume - stage_compute, 0])
         return out
 
-    if problem.time_constants.dp_overlap:
-        excess = program.total([exposed("dp_bwd_sync", bwd_stage, "dp_bwd_exposed"),
-                                exposed("dp_fwd_sync", fwd_stage, "dp_fwd_exposed")],
-                               "dp_exposed")
-        kappa = int(math.floor((1.0 - timing.contention) * DP_EXPOSURE_SCALE))
-        scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE,
-                                 "dp_slowed")
-        program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
-        per_micro = program.total([both("dp_hidden_rate"), scaled], "dp_per_sync")
-    else:  # nothing hides: the "rate" table holds the whole volume (time_tables.py)
-        per_micro = program.total([both("dp_hidden_rate")], "dp_per_sync")
+    excess = program.total([exposed("dp_bwd_sync", bwd_stage, "dp_bwd_exposed"),
+                            exposed("dp_fwd_sync", fwd_stage, "dp_fwd_exposed")], "dp_exposed")
+    kappa = int(math.floor((1.0 - timing.contention) * DP_EXPOSURE_SCALE))
+    scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE, "dp_slowed")
+    program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
+    per_micro = program.total([both("dp_hidden_rate"), scaled], "dp_per_sync")
     every_micro = program.product(micro, per_micro, "dp_zero3")
     dp = program.new_var(0, max(program.upper(every_micro), program.upper(per_micro)), "dp")
     program.model.add(dp == every_micro).only_enforce_if(program.zero_is_three)

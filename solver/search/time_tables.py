@@ -29,9 +29,9 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
                                                      + max(fwd_sync - L fwd, 0)))
            with V the collectives' volume, bwd_sync and fwd_sync hold the part that can hide,
            V (1 - 1/L), and dp_hidden_rate V (1/L + c (1 - 1/L)); c = SM contention of
-           overlapped collectives, measured from the tables themselves. Without DP overlap
-           (TimeConstants.dp_overlap) dp_hidden_rate is the whole V and nothing is compared
-           with compute.
+           overlapped collectives, measured from the tables themselves. Where DP does not
+           overlap (TimeConstants.dp_overlap, by pp) dp_hidden_rate is the whole V and the
+           sync tables are 0: nothing is compared with compute.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from solver.cost.data_parallel import (
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
-from solver.cost.steptime import estimate_layer_compute_s, estimate_step_time
+from solver.cost.steptime import dp_overlaps, estimate_layer_compute_s, estimate_step_time
 from solver.search.grid import (
     RECOMPUTE_FULL,
     Lattice,
@@ -199,14 +199,16 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
         add((f"optimizer_{kind}", f"dp_bwd_sync_{kind}", f"dp_fwd_sync_{kind}",
              f"grad_accumulation_{kind}"),
             ("zero", "tp", "pp") if kind == "dense" else ("zero", "pp", "g"), shard_fill(kind))
-    overlap = problem.time_constants.dp_overlap
-    contention = _measure_contention(problem, lattice) if overlap else 0.0
+    contention = _measure_contention(problem, lattice)
     for kind in kinds:
         bwd, fwd = tables[f"dp_bwd_sync_{kind}"], tables[f"dp_fwd_sync_{kind}"]
-        per_stage = np.ceil(layers / whole(bwd.grid.points(), "pp"))
-        hideable = 1.0 - 1.0 / per_stage
-        # Without overlap every collective is exposed: the "rate" is the whole volume.
-        share = (1.0 / per_stage + contention * hideable) if overlap else 1.0
+        pp = whole(bwd.grid.points(), "pp")
+        per_stage = np.ceil(layers / pp)
+        # Without overlap every collective is exposed: the "rate" is the whole volume and
+        # nothing is compared with compute.
+        overlap = dp_overlaps(problem.time_constants, pp)
+        hideable = np.where(overlap, 1.0 - 1.0 / per_stage, 0.0)
+        share = np.where(overlap, 1.0 / per_stage + contention * hideable, 1.0)
         rate = (bwd.values + fwd.values) * share
         tables[f"dp_hidden_rate_{kind}"] = Table(f"dp_hidden_rate_{kind}", bwd.grid, rate,
                                                  bwd.reachable)
@@ -253,7 +255,8 @@ def _measure_contention(problem: Problem, lattice: Lattice) -> float:
     dp_time = _steptime(problem, c).dp
     rate = np.where(c.zero == 3, dp_time / micro, dp_time)
     per_stage = np.ceil(problem.model_spec.num_hidden_layers / c.pp)
-    keep = (volume > 0) & (per_stage > 1)  # one layer per stage hides nothing
+    # One layer per stage hides nothing; nor does a candidate without DP overlap.
+    keep = (volume > 0) & (per_stage > 1) & dp_overlaps(problem.time_constants, c.pp)
     if not keep.any():
         return 0.0
     hideable = 1.0 - 1.0 / per_stage[keep]
@@ -290,8 +293,6 @@ def compose_step_time(problem: Problem, timing: TimeTables, candidates: Candidat
     p2p = 2 * micro * c.vpp * term("p2p")
     excess = (np.maximum(both("dp_bwd_sync") - per_stage * bwd, 0.0)
               + np.maximum(both("dp_fwd_sync") - per_stage * fwd, 0.0))
-    if not problem.time_constants.dp_overlap:
-        excess = 0.0
     per_sync = both("dp_hidden_rate") + (1.0 - timing.contention) * excess
     dp = np.where(c.zero == 3, micro * per_sync, per_sync)
     return main + p2p + dp + both("optimizer")
