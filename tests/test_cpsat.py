@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.memory import estimate_memory
-from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.steptime import TimeConstants, estimate_step_time, framework_time_constants
 from solver.search import cpsat_objectives, cpsat_program
 from solver.search.constraints import Constraint, build_constraints
 from solver.search.cpsat import explain_infeasible_cpsat, solve_cpsat
@@ -99,6 +99,8 @@ def problems(draw) -> Problem:
                             grad_accumulation_bytes_per_param=draw(st.sampled_from([0.0, 18.0])),
                             dp_overlap=draw(st.sampled_from(
                                 ["always", "never", "without_pipeline"])),
+                            params_gather_overlap=draw(st.booleans()),
+                            zero2_reduce_every_micro_batch=draw(st.booleans()),
                             zero1_grad_all_reduce=draw(st.booleans())))
     domains = variable_domains(base)
     pins = {}
@@ -190,8 +192,10 @@ def test_time_limit_returns_instead_of_hanging() -> None:
     ("llama3.1-70b", "dgx-h100", 64, {"framework": "generic", "time_constants": TimeConstants(
         dp_overlap="never")}),
     ("qwen3-30b-a3b", "dgx-a100-80gb", 32, {"framework": "deepspeed",
-                                              "time_constants": TimeConstants(
-                                                  dp_overlap="without_pipeline")}),
+                                              "time_constants": framework_time_constants(
+                                                  "deepspeed")}),
+    ("llama3.1-8b", "dgx-h100", 64, {"framework": "generic", "time_constants": TimeConstants(
+        params_gather_overlap=False, zero2_reduce_every_micro_batch=True)}),
     # Unfused attention with a misaligned head dimension (the CUDA-core fallback).
     (misaligned_bloom(), "dgx-a100-80gb", 32, {"time_constants": TimeConstants(
         sequence_parallel=False, flash_attention=False)}),

@@ -308,3 +308,30 @@ def test_overlap_never_costs_more_than_exposing_every_collective(model, tp, pp, 
     assert np.all(overlapped <= exposed * (1 + 1e-12))
     layers_per_stage = -(-spec.num_hidden_layers // pp)
     assert np.all(overlapped >= exposed / layers_per_stage * (1 - 1e-12))
+
+
+def test_deepspeed_zero2_reduces_every_micro_batch_and_gathers_inside_the_step() -> None:
+    """DeepSpeed's ZeRO-2 reduces each micro-batch's gradients (stage_1_and_2.py: "if
+    self.partition_gradients or self.is_gradient_accumulation_boundary"), so with n
+    micro-batches the backward side runs n times; its ZeRO 1-2 gather the updated parameters
+    inside the optimizer step, so the forward side is the whole gather. With one micro-batch
+    ZeRO-2 costs what ZeRO-1 does."""
+    from solver.cost.data_parallel import estimate_dp_collectives_s
+    from solver.cost.steptime import TimeConstants, framework_time_constants
+
+    model, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
+    job = JobSpec(seq_len=4096, global_batch=256)
+    deepspeed = framework_time_constants("deepspeed")
+    c = candidates(tp=1, pp=1, dp=64, micro_batch=1, zero=[1, 2])  # 4 micro-batches
+    s = estimate_dp_collectives_s(model, cluster, c, deepspeed)
+    dp = estimate_step_time(model, cluster, job, c, deepspeed).dp
+    plain = estimate_step_time(model, cluster, job, c,
+                               TimeConstants(params_gather_overlap=False)).dp
+    # ZeRO-1 and -2 move the same bytes per sync; ZeRO-2 syncs its gradients 4 times.
+    assert s["grads_reduce_scatter"][0] == s["grads_reduce_scatter"][1]
+    backward_side = plain[0] - s["params_all_gather"][0]
+    assert dp[0] == pytest.approx(plain[0])
+    assert dp[1] == pytest.approx(4 * backward_side + s["params_all_gather"][1])
+    one = candidates(tp=1, pp=1, dp=64, micro_batch=4, zero=[1, 2])
+    once = estimate_step_time(model, cluster, job, one, deepspeed).dp
+    assert once[1] == pytest.approx(once[0])

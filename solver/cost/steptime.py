@@ -107,6 +107,14 @@ class TimeConstants(BaseModel):
     # pipeline engine all-reduces the whole gradient (_exec_reduce_grads ->
     # buffered_allreduce_fallback) before each rank updates its shard: twice the traffic.
     zero1_grad_all_reduce: bool = False
+    # ZeRO 1-2 gather the updated parameters after the optimizer step; Megatron hides the
+    # gather behind the next forward (--overlap-param-gather), DeepSpeed does it inside the
+    # step (stage_1_and_2.py: all_gather_dp_groups after the update): exposed.
+    params_gather_overlap: bool = True
+    # ZeRO-2 in DeepSpeed reduces gradients after every micro-batch's backward, not once per
+    # step (stage_1_and_2.py, reduce_ready_partitions_and_remove_grads: "if
+    # self.partition_gradients or self.is_gradient_accumulation_boundary").
+    zero2_reduce_every_micro_batch: bool = False
     # EP all-to-all overlap (Megatron-Core `--overlap-moe-expert-parallel-comm`, "EP A2A
     # communication overlap with computation in both 1F1B pipelining and non-pipelined
     # training", Megatron-Bridge 0.1.0 changelog; notes §4.5): one micro-batch's dispatch and
@@ -313,7 +321,7 @@ def estimate_step_time(
     tp_fwd = dense_share * tp_dense + moe_share * tp_moe
     if constants.tp_comm_overlap:
         hidden_tp = np.minimum(tp_fwd, gemm)
-        tp_fwd = tp_fwd - hidden_tp + hidden_tp * _sm_contention(cluster, constants)
+        tp_fwd = tp_fwd - hidden_tp + hidden_tp * sm_contention(cluster, constants)
     tp_layer = tp_fwd * np.where(full, 3.0, 2.0)
 
     cp_link = estimate_group_link(cluster, tp, cp)
@@ -339,7 +347,7 @@ def estimate_step_time(
         ep_layer = ep_fwd * np.where(full, 3.0, 2.0)
         if constants.ep_comm_overlap:
             hidden_ep = np.minimum(ep_layer, fwd_layer + bwd_layer)
-            ep_layer = ep_layer - hidden_ep + hidden_ep * _sm_contention(cluster, constants)
+            ep_layer = ep_layer - hidden_ep + hidden_ep * sm_contention(cluster, constants)
     else:
         ep_layer = np.zeros_like(tp_layer)
 
@@ -380,22 +388,21 @@ def estimate_step_time(
     # collective cannot hide: the first gather comes before any compute, the last
     # reduce-scatter after the last backward (notes §4.5: "exposes only one DP communication
     # chunk"; FSDP: "the 1st all-gather will not be able to overlap").
+    # The collectives compared with a backward (gradients; ZeRO-3 also its gathers) and with
+    # a forward (the parameter gather), their volume per sync and how often they run.
+    volume_b = np.select([zero == 0, zero == 3], [grads_ar, params_ag + z3_rs],
+                         default=grads_rs)
+    volume_f = np.where(zero == 0, 0.0, params_ag)
+    every_b, every_f = dp_syncs_per_step(constants, zero, num_micro)
     hideable = 1.0 - 1.0 / layers_per_stage
-    volume = np.select([zero == 0, zero == 3],
-                       [grads_ar, num_micro * (2 * params_ag + z3_rs)],
-                       default=grads_rs + params_ag)
-    hidden = np.select(
-        [zero == 0, zero == 3],
-        [np.minimum(grads_ar * hideable, bwd_mb),
-         num_micro * (np.minimum(params_ag * hideable, fwd_mb)
-                      + np.minimum((params_ag + z3_rs) * hideable, bwd_mb))],
-        default=(np.minimum(grads_rs * hideable, bwd_mb)
-                 + np.minimum(params_ag * hideable, fwd_mb)),
-    )
-    hidden = np.where(dp_overlaps(constants, pp), hidden, 0.0)
+    overlap_b, overlap_f = dp_part_overlaps(constants, zero, pp)
+    hidden_b = np.where(overlap_b, np.minimum(volume_b * hideable, bwd_mb), 0.0)
+    hidden_f = np.where(overlap_f, np.minimum(volume_f * hideable, fwd_mb), 0.0)
     # Overlapped collectives run on SMs the GEMMs then lack (notes §4.5): the hidden time
     # slows compute by the communication kernels' share of the SMs.
-    dp_time = volume - hidden + hidden * _sm_contention(cluster, constants)
+    kept = 1.0 - sm_contention(cluster, constants)
+    dp_time = (every_b * (volume_b - kept * hidden_b)
+               + every_f * (volume_f - kept * hidden_f))
 
     optimizer = estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants)
 
@@ -415,6 +422,26 @@ def estimate_step_time(
     )
 
 
+def dp_syncs_per_step(constants: TimeConstants, zero: np.ndarray, num_micro: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """How many times per step the backward-side and the forward-side DP collectives run:
+    ZeRO-3 every micro-batch (both); DeepSpeed's ZeRO-2 reduces gradients every micro-batch
+    (TimeConstants.zero2_reduce_every_micro_batch); the rest once per step."""
+    zero = np.asarray(zero)
+    backward = (zero == 3) | ((zero == 2) & constants.zero2_reduce_every_micro_batch)
+    return np.where(backward, num_micro, 1.0), np.where(zero == 3, num_micro, 1.0)
+
+
+def dp_part_overlaps(constants: TimeConstants, zero: np.ndarray, pp: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Whether the backward-side and the forward-side DP collectives overlap compute: both as
+    TimeConstants.dp_overlap says, the ZeRO 1-2 parameter gather only if
+    params_gather_overlap too."""
+    overlap = dp_overlaps(constants, pp)
+    gather = constants.params_gather_overlap | (np.asarray(zero) == 3)
+    return overlap, overlap & gather
+
+
 def dp_overlaps(constants: TimeConstants, pp: np.ndarray) -> np.ndarray:
     """Per candidate, whether its DP collectives overlap compute (TimeConstants.dp_overlap)."""
     pp = np.asarray(pp)
@@ -425,15 +452,17 @@ def dp_overlaps(constants: TimeConstants, pp: np.ndarray) -> np.ndarray:
 
 def framework_time_constants(framework: str) -> TimeConstants:
     """The step-time behaviour a framework brings (the planner's --framework): DeepSpeed's
-    pipeline engine leaves DP traffic exposed (dp_overlap "without_pipeline"); Megatron,
-    torchtitan and the generic set overlap it (the launch settings ask for it:
-    solver.emit)."""
+    pipeline engine leaves DP traffic exposed (dp_overlap "without_pipeline"), its ZeRO 1-2
+    gather parameters inside the optimizer step and its ZeRO-2 reduces gradients every
+    micro-batch; Megatron, torchtitan and the generic set overlap DP traffic (the launch
+    settings ask for it: solver.emit)."""
     if framework == "deepspeed":
-        return TimeConstants(dp_overlap="without_pipeline")
+        return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
+                             zero2_reduce_every_micro_batch=True)
     return TimeConstants()
 
 
-def _sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:
+def sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:
     """Extra compute time per second of overlapped communication: f / (1 - f), f the share of
     the SMs that communication kernels hold (16 of H100's 132: 0.138)."""
     fraction = constants.comm_sms / (cluster.gpu.num_sms or DEFAULT_NUM_SMS)

@@ -77,8 +77,9 @@ def add_step_time_objective(program: Program) -> None:
     hand_offs = program.product(micro, 2 * program.degree_value("vpp"), "hand_offs")
     p2p = program.product(hand_offs, term("p2p"), "p2p_step")
 
-    # DP: the rate compute hides (c + 1/L of the traffic) plus (1 - c) x the exposed excess
-    # max(sync - L x layer, 0). The excess is compared with the same lower bound of the
+    # DP, each side (backward: gradients; forward: the parameter gather): the rate when
+    # compute hides what it can (1/L + c (1 - 1/L) of the traffic) plus (1 - c) x the
+    # exposed excess max(sync - L x layer, 0). The excess is compared with the same lower bound of the
     # stage's forward / backward that the pipeline term uses: the step grows with the true
     # compute b at least as fast as the excess shrinks (n L b in the steady state against
     # (1 - c) n L b at most), so the step at the lower bound of b stays a lower bound.
@@ -88,16 +89,32 @@ def add_step_time_objective(program: Program) -> None:
         program.model.add_max_equality(out, [volume - stage_compute, 0])
         return out
 
-    excess = program.total([exposed("dp_bwd_sync", bwd_stage, "dp_bwd_exposed"),
-                            exposed("dp_fwd_sync", fwd_stage, "dp_fwd_exposed")], "dp_exposed")
     kappa = int(math.floor((1.0 - timing.contention) * DP_EXPOSURE_SCALE))
-    scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE, "dp_slowed")
-    program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
-    per_micro = program.total([both("dp_hidden_rate"), scaled], "dp_per_sync")
-    every_micro = program.product(micro, per_micro, "dp_zero3")
-    dp = program.new_var(0, max(program.upper(every_micro), program.upper(per_micro)), "dp")
-    program.model.add(dp == every_micro).only_enforce_if(program.zero_is_three)
-    program.model.add(dp == per_micro).only_enforce_if(~program.zero_is_three)
+
+    def side(name: str, stage_compute, every_micro_when):
+        """One side's DP time per step: (rate + (1 - c) x excess), n times per step where
+        `every_micro_when` holds (steptime.dp_syncs_per_step)."""
+        excess = exposed(f"dp_{name}_sync", stage_compute, f"dp_{name}_exposed")
+        scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE,
+                                 f"dp_{name}_slowed")
+        program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
+        per_sync = program.total([both(f"dp_{name}_rate"), scaled], f"dp_{name}_per_sync")
+        every = program.product(micro, per_sync, f"dp_{name}_every_micro")
+        out = program.new_var(0, max(program.upper(every), program.upper(per_sync)),
+                              f"dp_{name}")
+        program.model.add(out == every).only_enforce_if(every_micro_when)
+        program.model.add(out == per_sync).only_enforce_if(~every_micro_when)
+        return out
+
+    bwd_every_micro = program.zero_is_three
+    if problem.time_constants.zero2_reduce_every_micro_batch:
+        bwd_every_micro = program.model.new_bool_var("dp_bwd_every_micro")
+        program.model.add_bool_or([program.zero_is_three, program.zero_is_two]
+                                  ).only_enforce_if(bwd_every_micro)
+        program.model.add_bool_and([~program.zero_is_three, ~program.zero_is_two]
+                                   ).only_enforce_if(~bwd_every_micro)
+    dp = program.total([side("bwd", bwd_stage, bwd_every_micro),
+                        side("fwd", fwd_stage, program.zero_is_three)], "dp")
     rest = program.minimum([program.total([p2p, dp, both("optimizer")], "rest")],
                            PRODUCT_CAP // (2 * q), "rest_clipped")
     program.objective = main + q * rest

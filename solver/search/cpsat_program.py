@@ -62,8 +62,9 @@ TABLE_ROWS_FOR = {"ep_comm": 800, "ep_comm_full_extra": 800, "fwd_routed": 800,
                   "bwd_routed": 800, "cp_comm": 400, "cp_comm_full_extra": 400,
                   "states_expert": 400, "states_gather": 400, "layer_moe": 400,
                   "layer_dense": 400, "last_stage": 400,
-                  **{f"{name}_expert": 400 for name in ("optimizer", "dp_hidden_rate",
-                                                        "dp_bwd_sync", "dp_fwd_sync")}}
+                  **{f"{name}_expert": 400 for name in ("optimizer", "dp_bwd_rate",
+                                                        "dp_fwd_rate", "dp_bwd_sync",
+                                                        "dp_fwd_sync")}}
 # Stage slots whose memory bounds the worst stage while solving (any subset is a lower bound;
 # more slots tighten it a little and cost more than they save; explaining uses all).
 MEMORY_SLOTS_SOLVING = 1
@@ -111,6 +112,7 @@ class Program:
         self.pp_is_one = self._reify(self._sum("pp") == 0, self._sum("pp") >= 1, "pp_is_one")
         self.vpp_is_one = self._reify(self._sum("vpp") == 0, self._sum("vpp") >= 1, "vpp_is_one")
         self.zero_is_three = self._reify(self.zero == 3, self.zero != 3, "zero_is_three")
+        self.zero_is_two = self._reify(self.zero == 2, self.zero != 2, "zero_is_two")
         self.switches: dict[str, cp_model.IntVar] = {}
         for c in self.constraints:
             self.switches[c.name] = (self.model.new_bool_var(f"switch_{c.name}") if explain

@@ -47,7 +47,7 @@ RATIOS: dict[str, dict[str, int]] = {
     "dm": {"dp": 1, "micro_batch": 1},
 }
 RECOMPUTE_FULL = 2
-# Micro-batch size that makes compute hide every collective it can (the dp_hidden_rate table).
+# Micro-batch size that makes compute hide every collective it can (the dp rate tables).
 
 
 def factorize(n: int) -> dict[int, int]:

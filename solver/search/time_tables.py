@@ -19,19 +19,20 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
            + grad_accumulation
     p2p(pp, u) [(pp, tp, r) without sequence parallel: the arrival all-gather over TP]
                                                 one pipeline hand-off (the "pp" part)
-    optimizer, dp_hidden_rate, dp_bwd_sync, dp_fwd_sync, each the sum of an exact table of
+    optimizer, dp_{bwd,fwd}_rate, dp_bwd_sync, dp_fwd_sync, each the sum of an exact table of
     the dense parameters' part (zero, tp, pp) and one of the experts' part (zero, pp, g)
     (solver.cost.data_parallel): the "optimizer" part, the "dp" part when compute hides all
     it can, and the DP traffic compared with one micro-batch's backward / forward (their
     excess is exposed)
     step = t_mb x (n + (pp - 1) / vpp) + 2 n vpp p2p + dp + optimizer
-    dp   = [zero 3: n x] (dp_hidden_rate + (1 - c) x (max(bwd_sync - L bwd, 0)
-                                                     + max(fwd_sync - L fwd, 0)))
-           with V the collectives' volume, bwd_sync and fwd_sync hold the part that can hide,
-           V (1 - 1/L), and dp_hidden_rate V (1/L + c (1 - 1/L)); c = SM contention of
-           overlapped collectives, measured from the tables themselves. Where DP does not
-           overlap (TimeConstants.dp_overlap, by pp) dp_hidden_rate is the whole V and the
-           sync tables are 0: nothing is compared with compute.
+    dp   = e_b (dp_bwd_rate + (1 - c) max(bwd_sync - L bwd, 0))
+           + e_f (dp_fwd_rate + (1 - c) max(fwd_sync - L fwd, 0))
+           e_b, e_f: n for ZeRO-3 (and e_b for DeepSpeed's ZeRO-2), else 1
+           (steptime.dp_syncs_per_step); with V a side's volume, its sync table holds the
+           part that can hide, V (1 - 1/L), and its rate V (1/L + c (1 - 1/L)); c = SM
+           contention of overlapped collectives, measured from the tables themselves. Where
+           a side does not overlap (TimeConstants.dp_overlap by pp, params_gather_overlap)
+           its rate is the whole V and its sync table 0: nothing is compared with compute.
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ from solver.cost.data_parallel import (
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
-from solver.cost.steptime import dp_overlaps, estimate_layer_compute_s, estimate_step_time
+from solver.cost.steptime import (
+    dp_part_overlaps,
+    dp_syncs_per_step,
+    estimate_layer_compute_s,
+    estimate_step_time,
+    sm_contention,
+)
 from solver.search.grid import (
     RECOMPUTE_FULL,
     Lattice,
@@ -202,18 +209,18 @@ def build_time_tables(problem: Problem, lattice: Lattice) -> TimeTables:
     contention = _measure_contention(problem, lattice)
     for kind in kinds:
         bwd, fwd = tables[f"dp_bwd_sync_{kind}"], tables[f"dp_fwd_sync_{kind}"]
-        pp = whole(bwd.grid.points(), "pp")
+        points = bwd.grid.points()
+        pp = whole(points, "pp")
         per_stage = np.ceil(layers / pp)
-        # Without overlap every collective is exposed: the "rate" is the whole volume and
-        # nothing is compared with compute.
-        overlap = dp_overlaps(problem.time_constants, pp)
-        hideable = np.where(overlap, 1.0 - 1.0 / per_stage, 0.0)
-        share = np.where(overlap, 1.0 / per_stage + contention * hideable, 1.0)
-        rate = (bwd.values + fwd.values) * share
-        tables[f"dp_hidden_rate_{kind}"] = Table(f"dp_hidden_rate_{kind}", bwd.grid, rate,
-                                                 bwd.reachable)
-        # What compute is compared with: the part of each collective that can hide.
-        for table in (bwd, fwd):
+        overlaps = dp_part_overlaps(problem.time_constants, points["zero"], pp)
+        for side, table, overlap in zip(("bwd", "fwd"), (bwd, fwd), overlaps):
+            # Without overlap every collective is exposed: the rate is the whole volume and
+            # nothing is compared with compute (the sync table is 0 there).
+            hideable = np.where(overlap, 1.0 - 1.0 / per_stage, 0.0)
+            share = np.where(overlap, 1.0 / per_stage + contention * hideable, 1.0)
+            name = f"dp_{side}_rate_{kind}"
+            tables[name] = Table(name, table.grid, table.values * share, table.reachable)
+            # What compute is compared with: the part of each collective that can hide.
             tables[table.name] = Table(table.name, table.grid, table.values * hideable,
                                        table.reachable)
     return TimeTables(tables, contention)
@@ -238,10 +245,11 @@ def _dp_sync(problem: Problem, c: Candidates, kinds: tuple[str, ...]
 
 
 def _measure_contention(problem: Problem, lattice: Lattice) -> float:
-    """c in the "dp" part when compute hides all it can: (bwd_sync + fwd_sync) x (c + 1/L),
-    read from the cost model on every (zero, tp, pp, g) grid point; the composition is checked
-    there, so that a change of the cost model fails loudly instead of making the solver
-    disagree with it."""
+    """c in the "dp" part when compute hides all it can: each side's volume x (1/L + c (1 -
+    1/L)) where it overlaps, its whole volume where it does not. c is the step-time model's
+    SM contention; the composition is checked on every (zero, tp, pp, g) grid point against
+    the cost model itself, so that a change of the cost model fails loudly instead of making
+    the solver disagree with it."""
     grid = build_grid(lattice, ("zero", "tp", "pp", "g"))
     p = grid.points()
     tp, pp, g = whole(p, "tp"), whole(p, "pp"), whole(p, "g")
@@ -250,19 +258,16 @@ def _measure_contention(problem: Problem, lattice: Lattice) -> float:
     c = make_candidates(int(use.sum()), tp=tp[use], pp=pp[use], dp=n_gpus // (tp * pp)[use],
                         ep=g[use], zero=p["zero"][use], micro_batch=HUGE_MICRO_BATCH)
     bwd, fwd = _dp_sync(problem, c, ("dense", "expert"))
-    volume = bwd + fwd
     micro = batch / (c.dp * c.micro_batch)
-    dp_time = _steptime(problem, c).dp
-    rate = np.where(c.zero == 3, dp_time / micro, dp_time)
     per_stage = np.ceil(problem.model_spec.num_hidden_layers / c.pp)
-    # One layer per stage hides nothing; nor does a candidate without DP overlap.
-    keep = (volume > 0) & (per_stage > 1) & dp_overlaps(problem.time_constants, c.pp)
-    if not keep.any():
-        return 0.0
-    hideable = 1.0 - 1.0 / per_stage[keep]
-    rates = (rate[keep] / volume[keep] - 1.0 / per_stage[keep]) / hideable
-    contention = float(np.median(rates))
-    assert np.allclose(rates, contention, rtol=1e-9, atol=1e-12), (
+    hideable = 1.0 - 1.0 / per_stage
+    every_b, every_f = dp_syncs_per_step(problem.time_constants, c.zero, micro)
+    overlap_b, overlap_f = dp_part_overlaps(problem.time_constants, c.zero, c.pp)
+    contention = sm_contention(problem.cluster, problem.time_constants)
+    composed = (every_b * bwd * np.where(overlap_b, 1.0 / per_stage + contention * hideable, 1.0)
+                + every_f * fwd * np.where(overlap_f, 1.0 / per_stage + contention * hideable,
+                                           1.0))
+    assert np.allclose(_steptime(problem, c).dp, composed, rtol=1e-9, atol=0.0), (
         "the step-time model's DP exposure no longer reads sync x (1/L + c (1 - 1/L)) when "
         "compute hides it: update solver/search/time_tables.py")
     assert 0.0 <= contention < 1.0
@@ -291,8 +296,9 @@ def compose_step_time(problem: Problem, timing: TimeTables, candidates: Candidat
     t_mb = per_stage * layer + term("head") + both("grad_accumulation")
     main = t_mb * (micro + (c.pp - 1) / c.vpp)
     p2p = 2 * micro * c.vpp * term("p2p")
-    excess = (np.maximum(both("dp_bwd_sync") - per_stage * bwd, 0.0)
-              + np.maximum(both("dp_fwd_sync") - per_stage * fwd, 0.0))
-    per_sync = both("dp_hidden_rate") + (1.0 - timing.contention) * excess
-    dp = np.where(c.zero == 3, micro * per_sync, per_sync)
+    kept = 1.0 - timing.contention
+    per_b = both("dp_bwd_rate") + kept * np.maximum(both("dp_bwd_sync") - per_stage * bwd, 0.0)
+    per_f = both("dp_fwd_rate") + kept * np.maximum(both("dp_fwd_sync") - per_stage * fwd, 0.0)
+    every_b, every_f = dp_syncs_per_step(problem.time_constants, c.zero, micro)
+    dp = every_b * per_b + every_f * per_f
     return main + p2p + dp + both("optimizer")
