@@ -17,8 +17,11 @@ Framework rule sets (`--framework`), each from the framework's own documentation
               reshard_after_forward=False, ZeRO 3 the default; plain replication is DDP)
               (torchtitan docs/fsdp.md, parallelize_llama).
   deepspeed   pipeline parallelism works with ZeRO 0/1 only ("ZeRO-2 and ZeRO-3 are
-              incompatible with pipeline parallelism", DeepSpeed pipeline docs); ring context
-              parallelism is not DeepSpeed's (it has Ulysses sequence parallelism instead).
+              incompatible with pipeline parallelism", DeepSpeed pipeline docs); tensor
+              parallelism (AutoTP training) combines with "ZeRO Optimization ... (Stage 0, 1,
+              or 2)" (deepspeed.ai tutorial "Automatic Tensor Parallelism (Training)"); ring
+              context parallelism is not DeepSpeed's (it has Ulysses sequence parallelism
+              instead).
   generic     no framework rule.
 """
 
@@ -138,6 +141,9 @@ def _framework(problem: Problem) -> list[Constraint]:
             Constraint("deepspeed_no_cp", ("cp",),
                        "DeepSpeed has no ring context parallelism (cp = 1)",
                        lambda v: v["cp"] == 1),
+            Constraint("deepspeed_tp_zero", ("tp", "zero"),
+                       "DeepSpeed: tensor parallelism (AutoTP training) only with ZeRO 0, 1 or 2",
+                       lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
         ]
     return []
 

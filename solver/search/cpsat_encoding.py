@@ -135,6 +135,10 @@ def add_deepspeed_zero_with_pp(program: Program, c: Constraint, switch) -> None:
     program.model.add(program.zero <= 1).only_enforce_if([switch, ~program.pp_is_one])
 
 
+def add_deepspeed_tp_zero(program: Program, c: Constraint, switch) -> None:
+    program.model.add(program.zero <= 2).only_enforce_if([switch, ~program.tp_is_one])
+
+
 def add_deepspeed_no_cp(program: Program, c: Constraint, switch) -> None:
     program.bound_exponents("cp", 1, switch)
 
@@ -226,6 +230,7 @@ ADDERS = {
     "torchtitan_zero_stage": add_torchtitan_zero_stage,
     "deepspeed_zero_with_pp": add_deepspeed_zero_with_pp,
     "deepspeed_no_cp": add_deepspeed_no_cp,
+    "deepspeed_tp_zero": add_deepspeed_tp_zero,
     "memory_fits_hbm": add_memory_fits_hbm,
 }
 

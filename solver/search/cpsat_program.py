@@ -110,6 +110,7 @@ class Program:
             self._restrict_to_domain(v, domains[v])
         self.full = self._reify(self.recompute == 2, self.recompute != 2, "full")
         self.pp_is_one = self._reify(self._sum("pp") == 0, self._sum("pp") >= 1, "pp_is_one")
+        self.tp_is_one = self._reify(self._sum("tp") == 0, self._sum("tp") >= 1, "tp_is_one")
         self.vpp_is_one = self._reify(self._sum("vpp") == 0, self._sum("vpp") >= 1, "vpp_is_one")
         self.zero_is_three = self._reify(self.zero == 3, self.zero != 3, "zero_is_three")
         self.zero_is_two = self._reify(self.zero == 2, self.zero != 2, "zero_is_two")
