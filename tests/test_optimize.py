@@ -53,7 +53,7 @@ def independent_violations(problem, config: ParallelConfig) -> list[str]:
     if problem.framework == "torchtitan" and c.zero == 1:
         bad.append("torchtitan zero")
     if problem.framework == "deepspeed" and ((c.pp > 1 and c.zero > 1) or c.cp > 1
-                                             or (c.tp > 1 and c.zero == 3)):
+                                             or (c.tp > 1 and c.zero == 3) or c.vpp > 1):
         bad.append("deepspeed")
     codes = {"none": 0, "selective": 1, "full": 2}
     for name, allowed in problem.pins.items():

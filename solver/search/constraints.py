@@ -21,7 +21,8 @@ Framework rule sets (`--framework`), each from the framework's own documentation
               parallelism (AutoTP training) combines with "ZeRO Optimization ... (Stage 0, 1,
               or 2)" (deepspeed.ai tutorial "Automatic Tensor Parallelism (Training)"); ring
               context parallelism is not DeepSpeed's (it has Ulysses sequence parallelism
-              instead).
+              instead); its pipeline engine's schedule (TrainSchedule, 1F1B) has no
+              interleaved virtual stages.
   generic     no framework rule.
 """
 
@@ -141,6 +142,10 @@ def _framework(problem: Problem) -> list[Constraint]:
             Constraint("deepspeed_no_cp", ("cp",),
                        "DeepSpeed has no ring context parallelism (cp = 1)",
                        lambda v: v["cp"] == 1),
+            Constraint("deepspeed_no_vpp", ("vpp",),
+                       "DeepSpeed's pipeline engine runs plain 1F1B: no virtual stages "
+                       "(vpp = 1)",
+                       lambda v: v["vpp"] == 1),
             Constraint("deepspeed_tp_zero", ("tp", "zero"),
                        "DeepSpeed: tensor parallelism (AutoTP training) only with ZeRO 0, 1 or 2",
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),

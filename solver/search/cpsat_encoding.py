@@ -139,6 +139,10 @@ def add_deepspeed_tp_zero(program: Program, c: Constraint, switch) -> None:
     program.model.add(program.zero <= 2).only_enforce_if([switch, ~program.tp_is_one])
 
 
+def add_deepspeed_no_vpp(program: Program, c: Constraint, switch) -> None:
+    program.bound_exponents("vpp", 1, switch)
+
+
 def add_deepspeed_no_cp(program: Program, c: Constraint, switch) -> None:
     program.bound_exponents("cp", 1, switch)
 
@@ -231,6 +235,7 @@ ADDERS = {
     "deepspeed_zero_with_pp": add_deepspeed_zero_with_pp,
     "deepspeed_no_cp": add_deepspeed_no_cp,
     "deepspeed_tp_zero": add_deepspeed_tp_zero,
+    "deepspeed_no_vpp": add_deepspeed_no_vpp,
     "memory_fits_hbm": add_memory_fits_hbm,
 }
 
