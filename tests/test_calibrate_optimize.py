@@ -36,17 +36,20 @@ def profiles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def best(calibration: Path):
+    # The generic rule set reduces FSDP gradients in bf16 (2 B): with Megatron's fp32
+    # reduction the measured fabric's winner already keeps DP inside a node.
     problem = build_problem("llama3.1-70b", "dgx-h100", 64, seq_len=8192, global_batch=128,
-                            calibration=str(calibration))
+                            calibration=str(calibration), framework="generic")
     result = solve(problem, top=1)
     assert result.status == "optimal"
     return result.plans[0]
 
 
 def test_a_slower_fabric_moves_data_parallelism_off_it(profiles) -> None:
-    """On the measured fabric the winner spreads data parallelism (dp x cp) across the nodes
-    and pays for it in exposed DP/ZeRO time. With the fabric 10x slower that sync would cost
-    more than the whole pipeline bubble, so the winner stops data-parallel sync across nodes
+    """On the measured fabric the winner (generic rules) spreads data parallelism (dp x cp)
+    across the nodes and pays for it in exposed DP/ZeRO time. With the fabric 10x slower that
+    sync would cost more than the whole pipeline bubble, so the winner stops data-parallel
+    sync across nodes
     (dp = 1; cp shards the optimizer inside a node) and pipelines across them instead: only
     activations cross the slow links."""
     measured, slow = profiles
@@ -57,7 +60,8 @@ def test_a_slower_fabric_moves_data_parallelism_off_it(profiles) -> None:
     c = slow_plan.config
     assert c.tp * c.cp * c.dp <= 8  # what is left of DP/ZeRO sync stays inside a node
     assert slow_plan.config.pp > fast_plan.config.pp
-    assert slow_plan.time.time_seconds["dp"] < 0.01 * fast_plan.time.time_seconds["dp"]
+    # What DP sync remains runs on NVLink: a fraction of what crossed the fabric.
+    assert slow_plan.time.time_seconds["dp"] < 0.5 * fast_plan.time.time_seconds["dp"]
     assert slow_plan.time.step_seconds > fast_plan.time.step_seconds
 
 

@@ -273,6 +273,13 @@ def test_deepspeed_plans_expose_dp_traffic_behind_a_pipeline() -> None:
     megatron = build_problem("llama3.1-70b", "dgx-a100-80gb", 64, framework="megatron")
     deepspeed = build_problem("llama3.1-70b", "dgx-a100-80gb", 64, framework="deepspeed")
     assert megatron.time_constants.dp_overlap == "always"
+    # FSDP gradients: fp32 under Megatron (main grads) and torchtitan (mixed_precision_reduce
+    # "float32"), the parameters' dtype under DeepSpeed and the generic set.
+    reduce_bytes = {framework: build_problem("llama3.1-8b", "dgx-h100", 8, framework=framework)
+                    .time_constants.zero3_grad_reduce_bytes
+                    for framework in ("megatron", "torchtitan", "deepspeed", "generic")}
+    assert reduce_bytes == {"megatron": 4.0, "torchtitan": 4.0, "deepspeed": 2.0,
+                            "generic": 2.0}
     assert deepspeed.time_constants.dp_overlap == "without_pipeline"
     c = Candidates.from_configs([ParallelConfig(tp=8, pp=4, dp=2, zero=1, micro_batch=1),
                                  ParallelConfig(tp=8, pp=1, dp=8, zero=1, micro_batch=1)])

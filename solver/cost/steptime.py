@@ -451,14 +451,23 @@ def dp_overlaps(constants: TimeConstants, pp: np.ndarray) -> np.ndarray:
 
 
 def framework_time_constants(framework: str) -> TimeConstants:
-    """The step-time behaviour a framework brings (the planner's --framework): DeepSpeed's
-    pipeline engine leaves DP traffic exposed (dp_overlap "without_pipeline"), its ZeRO 1-2
-    gather parameters inside the optimizer step and its ZeRO-2 reduces gradients every
-    micro-batch; Megatron, torchtitan and the generic set overlap DP traffic (the launch
-    settings ask for it: solver.emit)."""
+    """The step-time behaviour a framework brings (the planner's --framework), each from the
+    framework's own code or defaults:
+      megatron    fp32 main gradients, reduced in fp32 under Megatron-FSDP too (ZeRO-3: 4 B;
+                  --grad-reduce-in-bf16 is opt-in); DP overlap (the launch settings ask for
+                  --overlap-grad-reduce / --overlap-param-gather: solver.emit.megatron).
+      torchtitan  FSDP2 reduces in mixed_precision_reduce = "float32" (its job config
+                  default): ZeRO-2/3 gradients 4 B; prefetching overlaps DP traffic.
+      deepspeed   its pipeline engine leaves DP traffic exposed (dp_overlap
+                  "without_pipeline"), its ZeRO 1-2 gather parameters inside the optimizer
+                  step and its ZeRO-2 reduces gradients every micro-batch; ZeRO-3 reduces in
+                  the parameters' dtype (2 B) unless communication_data_type says otherwise.
+      generic     the defaults."""
     if framework == "deepspeed":
         return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                              zero2_reduce_every_micro_batch=True)
+    if framework in ("megatron", "torchtitan"):
+        return TimeConstants(zero3_grad_reduce_bytes=4.0)
     return TimeConstants()
 
 
