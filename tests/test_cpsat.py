@@ -101,6 +101,7 @@ def problems(draw) -> Problem:
                                 ["always", "never", "without_pipeline"])),
                             params_gather_overlap=draw(st.booleans()),
                             zero2_reduce_every_micro_batch=draw(st.booleans()),
+                            zero0_grad_overlap=draw(st.booleans()),
                             zero1_grad_all_reduce=draw(st.booleans())))
     domains = variable_domains(base)
     pins = {}

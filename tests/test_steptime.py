@@ -335,3 +335,8 @@ def test_deepspeed_zero2_reduces_every_micro_batch_and_gathers_inside_the_step()
     one = candidates(tp=1, pp=1, dp=64, micro_batch=4, zero=[1, 2])
     once = estimate_step_time(model, cluster, job, one, deepspeed).dp
     assert once[1] == pytest.approx(once[0])
+    # ZeRO-0: DeepSpeed all-reduces after the whole backward, the whole volume exposed.
+    zero0 = candidates(tp=1, pp=1, dp=64, micro_batch=1, zero=0)
+    s0 = estimate_dp_collectives_s(model, cluster, zero0, deepspeed)
+    assert estimate_step_time(model, cluster, job, zero0, deepspeed).dp[0] == pytest.approx(
+        s0["grads_all_reduce"][0])

@@ -111,6 +111,10 @@ class TimeConstants(BaseModel):
     # gather behind the next forward (--overlap-param-gather), DeepSpeed does it inside the
     # step (stage_1_and_2.py: all_gather_dp_groups after the update): exposed.
     params_gather_overlap: bool = True
+    # ZeRO-0 (plain DDP) buckets its gradient all-reduce into the backward (torch DDP,
+    # Megatron --overlap-grad-reduce); DeepSpeed's engine all-reduces after the whole backward
+    # (engine.py backward -> allreduce_gradients at the accumulation boundary): exposed.
+    zero0_grad_overlap: bool = True
     # ZeRO-2 in DeepSpeed reduces gradients after every micro-batch's backward, not once per
     # step (stage_1_and_2.py, reduce_ready_partitions_and_remove_grads: "if
     # self.partition_gradients or self.is_gradient_accumulation_boundary").
@@ -435,11 +439,13 @@ def dp_syncs_per_step(constants: TimeConstants, zero: np.ndarray, num_micro: np.
 def dp_part_overlaps(constants: TimeConstants, zero: np.ndarray, pp: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Whether the backward-side and the forward-side DP collectives overlap compute: both as
-    TimeConstants.dp_overlap says, the ZeRO 1-2 parameter gather only if
-    params_gather_overlap too."""
+    TimeConstants.dp_overlap says, ZeRO-0's all-reduce only if zero0_grad_overlap too, the
+    ZeRO 1-2 parameter gather only if params_gather_overlap too."""
     overlap = dp_overlaps(constants, pp)
-    gather = constants.params_gather_overlap | (np.asarray(zero) == 3)
-    return overlap, overlap & gather
+    zero = np.asarray(zero)
+    gather = constants.params_gather_overlap | (zero == 3)
+    gradients = constants.zero0_grad_overlap | (zero != 0)
+    return overlap & gradients, overlap & gather
 
 
 def dp_overlaps(constants: TimeConstants, pp: np.ndarray) -> np.ndarray:
@@ -459,13 +465,14 @@ def framework_time_constants(framework: str) -> TimeConstants:
       torchtitan  FSDP2 reduces in mixed_precision_reduce = "float32" (its job config
                   default): ZeRO-2/3 gradients 4 B; prefetching overlaps DP traffic.
       deepspeed   its pipeline engine leaves DP traffic exposed (dp_overlap
-                  "without_pipeline"), its ZeRO 1-2 gather parameters inside the optimizer
-                  step and its ZeRO-2 reduces gradients every micro-batch; ZeRO-3 reduces in
+                  "without_pipeline"), its ZeRO-0 all-reduces after the backward, its ZeRO 1-2
+                  gather parameters inside the optimizer step and its ZeRO-2 reduces gradients
+                  every micro-batch; ZeRO-3 reduces in
                   the parameters' dtype (2 B) unless communication_data_type says otherwise.
       generic     the defaults."""
     if framework == "deepspeed":
         return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
-                             zero2_reduce_every_micro_batch=True)
+                             zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False)
     if framework in ("megatron", "torchtitan"):
         return TimeConstants(zero3_grad_reduce_bytes=4.0)
     return TimeConstants()
