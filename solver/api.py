@@ -24,7 +24,7 @@ from solver.cost.memory import (
     estimate_memory,
     estimate_stage_memory,
 )
-from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.steptime import TimeConstants, estimate_step_time, framework_time_constants
 from solver.errors import InputError, format_validation_error
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
 from solver.spec.plan import Plan, PlanTime, StageMemory
@@ -218,18 +218,20 @@ def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = 
 def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | None = None,
              seq_len: int | None = None, global_batch: int | None = None,
              precision: str = "bf16", token_budget: int | None = None,
-             calibration: str | None = None,
+             calibration: str | None = None, framework: str = "megatron",
              options: MemoryOptions | None = None, **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
-    bandwidths and latencies of the tiers it covers."""
+    bandwidths and latencies of the tiers it covers; `framework` brings its timing
+    (steptime.framework_time_constants), as in `parplan optimize`."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
-    plan = estimate_plan(model_spec, cluster_spec, job, config, options)
+    plan = estimate_plan(model_spec, cluster_spec, job, config, options,
+                         framework_time_constants(framework))
     fixes = () if plan.fits else suggest_memory_fixes(
         model_spec, cluster_spec, job, num_gpus, config, options)
     sources = tuple(describe_sources(cluster_spec)) if calibration is not None else ()

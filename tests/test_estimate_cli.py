@@ -225,3 +225,15 @@ def test_bad_token_budget_is_one_line(budget: str) -> None:
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "--token-budget" in result.stderr
+
+
+def test_framework_brings_its_timing(cluster_file: str) -> None:
+    """--framework deepspeed: its pipeline engine reduces gradients after the last backward,
+    so a pipelined plan's DP time is all exposed; Megatron hides it (as `optimize` assumes)."""
+    def dp_seconds(framework: str) -> float:
+        result = llama8b(cluster_file, "--gpus", "32", "--tp", "2", "--pp", "2", "--zero", "1",
+                         "--framework", framework, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["plans"][0]["time_seconds"]["dp"]
+
+    assert dp_seconds("deepspeed") > dp_seconds("megatron") > 0

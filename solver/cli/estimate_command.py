@@ -6,17 +6,18 @@ from typing import Any
 
 import click
 
-from solver.cli.options import degree_options, planning_options
+from solver.cli.options import degree_options, framework_option, planning_options
 
 
 @click.command()
 @planning_options
 @degree_options
 @click.option("--per-stage", is_flag=True, help="Show every pipeline stage, not only the worst.")
+@framework_option("Whose timing to assume (DP overlap, gradient reduce dtype).")
 def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool,
-             per_stage: bool, **degrees: Any) -> None:
+             per_stage: bool, framework: str, **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
     of the GPUs."""
     from solver.search.constraints import MEMORY_CONSTRAINT
@@ -33,7 +34,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     result = run_estimate(
         model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
         global_batch=global_batch, precision=precision, token_budget=token_budget,
-        calibration=calibration, **degrees,
+        calibration=calibration, framework=framework, **degrees,
     )
     plan = result.plan
     if as_json:

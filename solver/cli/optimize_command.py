@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from solver.cli.options import make_planning_options
+from solver.cli.options import framework_option, make_planning_options
 
 PIN_OPTIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "zero", "micro_batch")
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
@@ -61,9 +61,8 @@ def _pin_options(command):
                    "integer program; both prove the same optimum.")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds the CP-SAT engine may search (the oracle is exhaustive).")
-@click.option("--framework", type=click.Choice(["megatron", "torchtitan", "deepspeed",
-                                                "generic"]),
-              default="megatron", show_default=True, help="Whose rules the plan must obey.")
+@framework_option("Whose rules the plan must obey and whose timing it assumes (DP overlap, "
+                  "gradient reduce dtype).")
 @click.option("--objective", type=click.Choice(["time", "memory"]), default="time",
               show_default=True, help="Minimise step time or per-GPU memory.")
 @click.option("--allow-tp-across-nodes", is_flag=True,

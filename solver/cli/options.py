@@ -50,6 +50,15 @@ def _default(spec: type, field: str) -> object:
     return spec.model_fields[field].default
 
 
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "generic")
+
+
+def framework_option(help_text: str) -> Callable[[F], F]:
+    """--framework: whose rules (optimize) and timing (optimize, estimate) to assume."""
+    return click.option("--framework", type=click.Choice(FRAMEWORKS), default="megatron",
+                        show_default=True, help=help_text)
+
+
 def planning_options(command: F) -> F:
     """The common planning options with --gpus required."""
     return make_planning_options(gpus_required=True)(command)
