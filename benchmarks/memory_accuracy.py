@@ -46,6 +46,9 @@ from solver.cost.candidates import Candidates
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from published import layers_fitting_pp  # noqa: E402
+
 DATA_PATH = Path(__file__).resolve().parent / "data" / "published_memory.jsonl"
 GIB = 2**30
 BLOOM_PADDED_VOCAB = 250880
@@ -68,15 +71,10 @@ class MemoryCase:
 
 
 def infer_layers(row: dict[str, Any]) -> int:
-    """The multiple of pp whose size by the source's formula is closest to the stated size."""
+    """The multiple of pp whose size by the source's formula is closest to the stated size
+    (published.layers_fitting_pp, the rule the time benchmark uses too)."""
     stated = float(SIZE_PATTERN.search(row["model"]).group(1)) * 1e9
-    h, v, s = row["hidden"], row["vocab"], row["seq_len"]
-
-    def size(layers: int) -> float:
-        return layers * (12 * h**2 + 13 * h) + v * h + s * h + 2 * h
-
-    multiples = range(row["pp"], 4 * row["pp"] * 40, row["pp"])
-    return min(multiples, key=lambda layers: abs(size(layers) - stated))
+    return layers_fitting_pp(stated, row["hidden"], row["vocab"], row["seq_len"], row["pp"])
 
 
 def row_case(row: dict[str, Any]) -> MemoryCase:

@@ -164,15 +164,23 @@ BLOOM_0220 = "(02-20 "
 
 
 def bloom_layers_fitting_pp(row: dict[str, Any], pp: int) -> int:
-    """The layer count of a BLOOM 02-20 row: the multiple of pp nearest the count its printed
-    size implies by the document's own size formula, l (12 h^2 + 13 h) + v h + s h + 2 h
-    (chronicles-prequel.md, "Formula to get model size"). The same document's 02-17 runs state
-    NLAYERS=80 at NHIDDEN=14400 ("200B", pp 10), which the rule reproduces. Worked number:
-    183B at h 14400, v 250k, s 2048 implies 72.1 layers; pp 12 -> 72 (the next multiple, 84,
-    is 12 layers away; in every row of the table the runner-up is at least 2.9 layers further
-    than the pick, so the size's 1B rounding cannot change it)."""
-    h, v, s = row["hidden"], row["vocab"], row["seq_len"]
-    implied = (row["total_params_b"] * 1e9 - v * h - s * h - 2 * h) / (12 * h * h + 13 * h)
+    """The layer count of a BLOOM 02-20 row (layers_fitting_pp of its printed size)."""
+    return layers_fitting_pp(row["total_params_b"] * 1e9, row["hidden"], row["vocab"],
+                             row["seq_len"], pp)
+
+
+def layers_fitting_pp(stated_params: float, hidden: int, vocab: int, seq_len: int,
+                      pp: int) -> int:
+    """The multiple of pp nearest the layer count a printed model size implies by the BLOOM
+    document's own size formula, l (12 h^2 + 13 h) + v h + s h + 2 h (chronicles-prequel.md,
+    "Formula to get model size"). The same document's 02-17 runs state NLAYERS=80 at
+    NHIDDEN=14400 ("200B", pp 10), which the rule reproduces. Worked number: 183B at h 14400,
+    v 250k, s 2048 implies 72.1 layers; pp 12 -> 72 (the next multiple, 84, is 12 layers
+    away; in every row of the 02-20 tables the runner-up is at least 2.9 layers further than
+    the pick, so the size's 1B rounding cannot change it). Used by the time benchmark and by
+    benchmarks/memory_accuracy.py."""
+    h = hidden
+    implied = (stated_params - vocab * h - seq_len * h - 2 * h) / (12 * h * h + 13 * h)
     return max(pp, pp * round(implied / pp))
 
 
