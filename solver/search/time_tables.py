@@ -30,9 +30,10 @@ ceil(layers / pp) layers per stage and n = global_batch / dm micro-batches:
            e_b, e_f: n for ZeRO-3 (and e_b for DeepSpeed's ZeRO-2), else 1
            (steptime.dp_syncs_per_step); with V a side's volume, its sync table holds the
            part that can hide, V (1 - 1/L), and its rate V (1/L + c (1 - 1/L)); c = SM
-           contention of overlapped collectives, measured from the tables themselves. Where
-           a side does not overlap (TimeConstants.dp_overlap by pp, params_gather_overlap)
-           its rate is the whole V and its sync table 0: nothing is compared with compute.
+           contention of overlapped collectives (the cost model's, checked against it at
+           every grid point). Where a side does not overlap (TimeConstants.dp_overlap by pp,
+           zero0_grad_overlap, params_gather_overlap) its rate is the whole V and its sync
+           table 0: nothing is compared with compute.
 """
 
 from __future__ import annotations
