@@ -91,30 +91,39 @@ def add_step_time_objective(program: Program) -> None:
 
     kappa = int(math.floor((1.0 - timing.contention) * DP_EXPOSURE_SCALE))
 
-    def side(name: str, stage_compute, every_micro_when):
-        """One side's DP time per step: (rate + (1 - c) x excess), n times per step where
-        `every_micro_when` holds (steptime.dp_syncs_per_step)."""
-        excess = exposed(f"dp_{name}_sync", stage_compute, f"dp_{name}_exposed")
+    def per_sync(sides, name: str):
+        """DP time of one sync of `sides` ((side, stage compute) pairs): their rates plus
+        (1 - c) x their exposed excess."""
+        excess = program.total([exposed(f"dp_{side}_sync", compute, f"dp_{side}_exposed")
+                                for side, compute in sides], f"{name}_exposed")
         scaled = program.new_var(0, program.upper(excess) * kappa // DP_EXPOSURE_SCALE,
-                                 f"dp_{name}_slowed")
+                                 f"{name}_slowed")
         program.model.add_division_equality(scaled, kappa * excess, DP_EXPOSURE_SCALE)
-        per_sync = program.total([both(f"dp_{name}_rate"), scaled], f"dp_{name}_per_sync")
-        every = program.product(micro, per_sync, f"dp_{name}_every_micro")
-        out = program.new_var(0, max(program.upper(every), program.upper(per_sync)),
-                              f"dp_{name}")
+        return program.total([*(both(f"dp_{side}_rate") for side, _ in sides), scaled], name)
+
+    def per_step(value, every_micro_when, name: str):
+        """`value` n times per step where `every_micro_when` holds, else once
+        (steptime.dp_syncs_per_step)."""
+        every = program.product(micro, value, f"{name}_every_micro")
+        out = program.new_var(0, max(program.upper(every), program.upper(value)), name)
         program.model.add(out == every).only_enforce_if(every_micro_when)
-        program.model.add(out == per_sync).only_enforce_if(~every_micro_when)
+        program.model.add(out == value).only_enforce_if(~every_micro_when)
         return out
 
-    bwd_every_micro = program.zero_is_three
+    backward, forward = ("bwd", bwd_stage), ("fwd", fwd_stage)
     if problem.time_constants.zero2_reduce_every_micro_batch:
+        # DeepSpeed's ZeRO-2: the backward side runs every micro-batch, the forward side not.
         bwd_every_micro = program.model.new_bool_var("dp_bwd_every_micro")
         program.model.add_bool_or([program.zero_is_three, program.zero_is_two]
                                   ).only_enforce_if(bwd_every_micro)
         program.model.add_bool_and([~program.zero_is_three, ~program.zero_is_two]
                                    ).only_enforce_if(~bwd_every_micro)
-    dp = program.total([side("bwd", bwd_stage, bwd_every_micro),
-                        side("fwd", fwd_stage, program.zero_is_three)], "dp")
+        dp = program.total([
+            per_step(per_sync([backward], "dp_bwd_per_sync"), bwd_every_micro, "dp_bwd"),
+            per_step(per_sync([forward], "dp_fwd_per_sync"), program.zero_is_three, "dp_fwd"),
+        ], "dp")
+    else:  # both sides run as often: one sum, one product
+        dp = per_step(per_sync([backward, forward], "dp_per_sync"), program.zero_is_three, "dp")
     rest = program.minimum([program.total([p2p, dp, both("optimizer")], "rest")],
                            PRODUCT_CAP // (2 * q), "rest_clipped")
     program.objective = main + q * rest
