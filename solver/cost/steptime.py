@@ -467,8 +467,8 @@ def framework_time_constants(framework: str) -> TimeConstants:
       deepspeed   its pipeline engine leaves DP traffic exposed (dp_overlap
                   "without_pipeline"), its ZeRO-0 all-reduces after the backward, its ZeRO 1-2
                   gather parameters inside the optimizer step and its ZeRO-2 reduces gradients
-                  every micro-batch; ZeRO-3 reduces in
-                  the parameters' dtype (2 B) unless communication_data_type says otherwise.
+                  every micro-batch; ZeRO-3 reduces in the parameters' dtype (2 B) unless
+                  communication_data_type says otherwise.
       generic     the defaults."""
     if framework == "deepspeed":
         return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
