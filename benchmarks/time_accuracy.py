@@ -258,6 +258,20 @@ def render_sweeps(console: Console, results: Sequence[tuple[PublishedRun, float]
     console.print(table)
 
 
+def render_ab_checks(console: Console) -> None:
+    """The sources' own A/B tests (benchmarks/ab_checks.py): measured vs predicted ratio."""
+    from ab_checks import BLOOM_HEAD_DIM_ABS, predict_head_dim_ab
+
+    table = Table(title="A/B tests of the sources (not benchmark rows): BLOOM's head "
+                        "dimension, aligned over misaligned throughput")
+    for name in ("pair", "layout", "measured", "predicted"):
+        table.add_column(name, justify="left" if name in ("pair", "layout") else "right")
+    for ab in BLOOM_HEAD_DIM_ABS:
+        table.add_row(ab.name, f"tp{ab.tp} pp{ab.pp} dp{ab.dp} mb{ab.micro_batch}",
+                      f"{ab.measured:.2f}x", f"{predict_head_dim_ab(ab):.2f}x")
+    console.print(table)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--summary-only", action="store_true", help="skip the per-run table")
@@ -278,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     worst = sorted(results, key=lambda item: -abs(item[1] / item[0].tokens_per_sec_per_gpu - 1))
     render_runs(console, worst[:10], "The 10 worst runs")
     render_sweeps(console, results)
+    render_ab_checks(console)
 
 
 if __name__ == "__main__":

@@ -96,8 +96,8 @@ def estimate_attention_core_s(
     (19.5 TFLOP/s FP32, MAMF fraction 0.869) run their scores at 16.9 TFLOP/s, twice as many
     of them as FlashAttention's causal count at 0.35 x 312 = 109 TFLOP/s: 13x the time. The
     source's own A/B tests (chronicles-prequel: h 14400 -> 13824, head dim 225 -> 216; 128 ->
-    64 heads at h 13824, head dim 108 -> 216) measured 1.27x-1.44x; tests/test_steptime.py
-    checks the model's 1.18x-1.25x."""
+    64 heads at h 13824, head dim 108 -> 216) measured 1.27x-1.44x; the model gives
+    1.20x-1.27x (benchmarks/ab_checks.py, held by tests/test_published_loader.py)."""
     flops = np.asarray(flops, dtype=float)
     misaligned = [d for d in head_dims if (d * BF16_BYTES) % TENSOR_CORE_ALIGNMENT_BYTES]
     if flash or not misaligned:
