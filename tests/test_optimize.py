@@ -294,3 +294,19 @@ def test_deepspeed_plans_expose_dp_traffic_behind_a_pipeline() -> None:
     assert ds[1] > mg[1]
     exposed_gather = mg[1] + s["params_all_gather"][1]
     assert mg[1] < ds[1] <= exposed_gather * (1 + 1e-12)
+
+
+def test_why_names_the_dp_traffic_the_framework_leaves_exposed() -> None:
+    """The "why" of a winner says which DP collectives its framework does not overlap:
+    DeepSpeed's pipeline engine none, its ZeRO 1-2 the parameter all-gather, Megatron none."""
+    from solver.search.explain import _dp_overlap_note
+
+    deepspeed = build_problem("llama3.1-70b", "dgx-h100", 64, framework="deepspeed")
+    megatron = build_problem("llama3.1-70b", "dgx-h100", 64, framework="megatron")
+    piped = ParallelConfig(tp=4, pp=4, dp=4, zero=1)
+    flat = ParallelConfig(tp=8, pp=1, dp=8, zero=1)
+    assert "overlaps none" in _dp_overlap_note(deepspeed, piped)
+    assert "parameter all-gather" in _dp_overlap_note(deepspeed, flat)
+    assert _dp_overlap_note(megatron, piped) == _dp_overlap_note(megatron, flat) == ""
+    alone = ParallelConfig(tp=8, pp=8, dp=1, zero=1)
+    assert _dp_overlap_note(deepspeed, alone) == ""  # no DP traffic at all

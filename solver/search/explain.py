@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.memory import estimate_memory
+from solver.cost.steptime import dp_part_overlaps
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
     Constraint,
@@ -121,7 +122,8 @@ def explain_choice(problem: Problem, ranked: Ranked) -> list[str]:
     comm = sum(time[k] for k in ("tp", "cp", "ep", "dp", "pp"))
     lines.append(
         f"5. communication budget: {100 * comm / step:.1f}% of the {step:.2f} s step is exposed "
-        f"communication, {100 * time['bubble'] / step:.1f}% pipeline bubble")
+        f"communication, {100 * time['bubble'] / step:.1f}% pipeline bubble"
+        + _dp_overlap_note(problem, best))
     if m.is_moe:
         lines.append(f"6. experts: ep = {best.ep} ({m.num_experts // best.ep} of "
                      f"{m.num_experts} experts per GPU), etp = {best.etp}")
@@ -130,6 +132,23 @@ def explain_choice(problem: Problem, ranked: Ranked) -> list[str]:
     if len(ranked.candidates) > 1:
         lines.append(_runner_up(ranked))
     return lines
+
+
+def _dp_overlap_note(problem: Problem, best) -> str:
+    """What of the winner's DP traffic the framework does not overlap with compute
+    (TimeConstants: dp_overlap, zero0_grad_overlap, params_gather_overlap)."""
+    if best.dp * best.cp == 1:
+        return ""
+    backward, forward = (bool(x[0]) for x in dp_part_overlaps(
+        problem.time_constants, np.array([best.zero]), np.array([best.pp])))
+    if not backward and not (forward or best.zero == 0):
+        return f" (the {problem.framework} framework overlaps none of its DP traffic)"
+    if not backward:
+        return f" (the {problem.framework} framework does not overlap the gradient reduction)"
+    if not forward and best.zero > 0:
+        return (f" (the {problem.framework} framework does not overlap the parameter "
+                "all-gather)")
+    return ""
 
 
 STRUCTURE = ("tp", "cp", "pp", "ep", "etp", "zero")
