@@ -28,7 +28,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_stage_memory
-from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
+from solver.cost.memory.overheads import estimate_zero3_gather_bytes
 from solver.cost.memory.states import estimate_model_states, estimate_stage_params
 from solver.cost.memory.activations import (
     estimate_layer_activation_bytes,
@@ -175,10 +175,8 @@ def build_memory_tables(problem: Problem, lattice: Lattice,
                 if kind == "gather":
                     return grow * estimate_zero3_gather_bytes(c, params, options), reachable
                 states = estimate_model_states(job, c, params, options, (kind,))
-                total = states["weights"] + states["grads"] + states["optimizer"]
-                if kind == "dense":  # the gradient buckets: dp x cp = rest (tp, pp known)
-                    total = total + estimate_fixed_bytes(c, options)["comm_buckets"]
-                return grow * total, reachable
+                return grow * (states["weights"] + states["grads"] + states["optimizer"]), \
+                    reachable
             return fill
 
         parts = [table(f"states_dense_{k}", ("tp", "pp", "vpp", "zero"), fill_states("dense"))]
@@ -260,11 +258,10 @@ def build_memory_tables(problem: Problem, lattice: Lattice,
     shared["last_stage"] = table("last_stage", ("tp", "r", "recompute", "etp") if m.is_moe
                                  else ("tp", "r", "recompute"), fill_last)
 
-    # The fixed items depend on the GPU count only (one GPU alone has no collectives); the
-    # gradient buckets are in the dense states tables (they need data parallelism).
+    # The fixed items depend on the GPU count only (one GPU alone has no collectives).
     one = make_candidates(1, dp=n_gpus)
     items = estimate_stage_memory(m, job, one, 0, options).items
-    fixed = items["cuda_context"][0] + items["nccl"][0]
+    fixed = grow * items["comm_buckets"][0] + items["cuda_context"][0] + items["nccl"][0]
     return MemoryTables(num_slots, states, features, working, shared, float(fixed),
                         feature_scale)
 

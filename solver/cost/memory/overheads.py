@@ -27,17 +27,16 @@ def estimate_zero3_gather_bytes(candidates: Candidates, params: StageParams,
 
 
 def estimate_fixed_bytes(candidates: Candidates, options: MemoryOptions) -> dict[str, np.ndarray]:
-    """Per-GPU items independent of the model: gradient buckets where gradients are reduced
-    (dp x cp > 1), the CUDA context, and NCCL's communicators unless the job has one GPU
-    (defaults and sources in MemoryOptions).
+    """Per-GPU items independent of the configuration: communication buckets, the CUDA
+    context and NCCL's communicators (defaults and sources in MemoryOptions); a job of one GPU
+    has no collectives, so neither buckets nor communicators.
     Worked number: 0.32 GB + 1 GiB + 1.5 GiB = 3.0 GB, the seeds' "Buffers 3 GB"; 1 GiB on a
     single GPU."""
     c = candidates
-    reduces = np.asarray(c.dp) * np.asarray(c.cp) > 1
     alone = (np.asarray(c.tp) * np.asarray(c.pp) * np.asarray(c.dp) * np.asarray(c.cp)) == 1
     ones = np.ones(len(candidates))
     return {
-        "comm_buckets": np.where(reduces, options.comm_bucket_bytes, 0.0) * ones,
+        "comm_buckets": np.where(alone, 0.0, options.comm_bucket_bytes) * ones,
         "cuda_context": ones * options.cuda_context_gib * GIB,
         "nccl": np.where(alone, 0.0, options.nccl_gib * GIB) * ones,
     }
