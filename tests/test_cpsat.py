@@ -177,7 +177,6 @@ def test_time_limit_returns_instead_of_hanging() -> None:
 
 @pytest.mark.parametrize("model, cluster, num_gpus, options", [
     ("deepseek-v3", "hgx-h800", 128, {}),
-    ("llama3.2-1b", "dgx-h100", 1, {"job": JobSpec(seq_len=2048, global_batch=64)}),
     ("qwen3-30b-a3b", "l40s-pcie", 16, {}),
     ("llama3.1-8b", "dgx-a100-80gb", 24, {"framework": "generic"}),
     ("mixtral-8x7b", "dgx-h100", 16, {"job": JobSpec(precision="fp8", seq_len=8192)}),

@@ -399,17 +399,3 @@ def test_bloom_rows_without_layers_get_the_closest_multiple_of_pp() -> None:
     cases = {c.row_id: c for c in bench.load_memory_cases(DATA)}
     layers = [cases[f"mem-bloom-0220-topo-{i}"].model_spec.num_hidden_layers for i in range(9)]
     assert layers == [80, 80, 78, 77, 80, 81, 80, 77, 72]
-
-
-def test_one_gpu_alone_keeps_no_communication_buffers() -> None:
-    """A job of one GPU runs no collective: no gradient buckets and no NCCL communicators; the
-    CUDA context stays (MemoryOptions defaults: 0.32 GB, 1.5 GiB, 1 GiB)."""
-    from solver.catalog import load_model_spec
-
-    model = load_model_spec("llama3.2-1b")
-    configs = [ParallelConfig(tp=1, pp=1, dp=1, zero=0), ParallelConfig(tp=1, pp=1, dp=2, zero=0)]
-    items = estimate_memory(model, JobSpec(seq_len=2048, global_batch=2),
-                            Candidates.from_configs(configs)).items
-    assert items["nccl"].tolist() == [0.0, 1.5 * 2**30]
-    assert items["comm_buckets"].tolist() == [0.0, 0.32e9]
-    assert items["cuda_context"].tolist() == [2**30, 2**30]

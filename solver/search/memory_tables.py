@@ -258,8 +258,7 @@ def build_memory_tables(problem: Problem, lattice: Lattice,
     shared["last_stage"] = table("last_stage", ("tp", "r", "recompute", "etp") if m.is_moe
                                  else ("tp", "r", "recompute"), fill_last)
 
-    # The fixed items depend on the GPU count only (one GPU alone has no collectives).
-    one = make_candidates(1, dp=n_gpus)
+    one = make_candidates(1)
     items = estimate_stage_memory(m, job, one, 0, options).items
     fixed = grow * items["comm_buckets"][0] + items["cuda_context"][0] + items["nccl"][0]
     return MemoryTables(num_slots, states, features, working, shared, float(fixed),

@@ -28,17 +28,13 @@ def estimate_zero3_gather_bytes(candidates: Candidates, params: StageParams,
 
 def estimate_fixed_bytes(candidates: Candidates, options: MemoryOptions) -> dict[str, np.ndarray]:
     """Per-GPU items independent of the configuration: communication buckets, the CUDA
-    context and NCCL's communicators (defaults and sources in MemoryOptions); a job of one GPU
-    has no collectives, so neither buckets nor communicators.
-    Worked number: 0.32 GB + 1 GiB + 1.5 GiB = 3.0 GB, the seeds' "Buffers 3 GB"; 1 GiB on a
-    single GPU."""
-    c = candidates
-    alone = (np.asarray(c.tp) * np.asarray(c.pp) * np.asarray(c.dp) * np.asarray(c.cp)) == 1
+    context and NCCL's communicators (defaults and sources in MemoryOptions).
+    Worked number: 0.32 GB + 1 GiB + 1.5 GiB = 3.0 GB, the seeds' "Buffers 3 GB"."""
     ones = np.ones(len(candidates))
     return {
-        "comm_buckets": np.where(alone, 0.0, options.comm_bucket_bytes) * ones,
+        "comm_buckets": ones * options.comm_bucket_bytes,
         "cuda_context": ones * options.cuda_context_gib * GIB,
-        "nccl": np.where(alone, 0.0, options.nccl_gib * GIB) * ones,
+        "nccl": ones * options.nccl_gib * GIB,
     }
 
 
