@@ -159,6 +159,7 @@ def test_moe_model_file_with_expert_parallelism(cluster_file: str, tmp_path: Pat
     (["--gpus", "8", "--calibration", "fit.json"], "--calibration (fit.json)"),
     (["--gpus", "8", "--zero", "4"], "--zero"),
     (["--gpus", "0"], "--gpus"),
+    (["--gpus", "8", "--framework", "colossal"], "--framework"),
 ])
 def test_bad_degrees_are_one_line_exit_2(cluster_file: str, args: list[str],
                                          message: str) -> None:
@@ -237,3 +238,19 @@ def test_framework_brings_its_timing(cluster_file: str) -> None:
         return json.loads(result.output)["plans"][0]["time_seconds"]["dp"]
 
     assert dp_seconds("deepspeed") > dp_seconds("megatron") > 0
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    ("peak_tflops_fp32 = -1.0", "gpu.peak_tflops_fp32"),
+    ("legacy_mma_fraction = 1.5", "gpu.legacy_mma_fraction"),
+])
+def test_bad_gpu_compute_fields_are_one_line(tmp_path: Path, edit: str, field: str) -> None:
+    """The FP32 CUDA-core peak must be positive and the legacy MMA share a fraction."""
+    path = tmp_path / "bad-gpu.toml"
+    path.write_text(CLUSTER.replace("hbm_gb_per_s = 3350.0",
+                                    f"hbm_gb_per_s = 3350.0\n{edit}"), encoding="utf-8")
+    result = llama8b(str(path), "--gpus", "8")
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"field '{field}'" in lines[0], result.stderr
+    assert "Traceback" not in result.output
