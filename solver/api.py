@@ -24,7 +24,8 @@ from solver.cost.memory import (
     estimate_memory,
     estimate_stage_memory,
 )
-from solver.cost.steptime import TimeConstants, estimate_step_time, framework_time_constants
+from solver.cost.steptime import estimate_step_time
+from solver.cost.time_constants import TimeConstants, framework_time_constants
 from solver.errors import InputError, format_validation_error
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
 from solver.spec.plan import Plan, PlanTime, StageMemory

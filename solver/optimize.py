@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from solver.api import estimate_plans, load_problem_specs
-from solver.cost.steptime import framework_time_constants
+from solver.cost.time_constants import framework_time_constants
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError, ParplanError
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints

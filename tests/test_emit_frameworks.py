@@ -92,7 +92,8 @@ def test_megatron_seed_70b_example() -> None:
     assert megatron_tokens(make_target("llama2-70b", 64, tp=8, zero=1)) == [
         "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "1",
         "--context-parallel-size", "1", "--sequence-parallel", "--use-distributed-optimizer",
-        "--overlap-grad-reduce", "--overlap-param-gather", "--micro-batch-size", "1", "--global-batch-size", "1024", "--seq-length", "4096",
+        "--overlap-grad-reduce", "--overlap-param-gather", "--micro-batch-size", "1",
+        "--global-batch-size", "1024", "--seq-length", "4096",
         "--recompute-granularity", "selective", "--bf16"]
 
 

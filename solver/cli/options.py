@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import click
 
-from solver.spec.job import RECOMPUTE_LEVELS, JobSpec, ParallelConfig
+from solver.spec.job import FRAMEWORKS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -48,9 +48,6 @@ class TokenCount(click.ParamType):
 
 def _default(spec: type, field: str) -> object:
     return spec.model_fields[field].default
-
-
-FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "generic")
 
 
 def framework_option(help_text: str) -> Callable[[F], F]:

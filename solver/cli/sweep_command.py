@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from solver.cli.optimize_command import PinSpec
+from solver.cli.options import framework_option
 from solver.spec.job import JobSpec
 
 ENGINES = ("enumerate", "cpsat")
@@ -33,9 +34,7 @@ def _default(field: str) -> str:
               help="Sequences per optimizer step (a list).")
 @click.option("--precision", "precisions", default="bf16", show_default=True,
               metavar="bf16|fp8|bf16,fp8", help="Training precision (a list).")
-@click.option("--framework", type=click.Choice(["megatron", "torchtitan", "deepspeed",
-                                                "generic"]),
-              default="megatron", show_default=True, help="Whose rules the plans obey.")
+@framework_option("Whose rules the plans obey and whose timing they assume.")
 @click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Plans kept per problem.")
 @click.option("--engine", type=click.Choice(ENGINES), default="enumerate", show_default=True,

@@ -30,7 +30,7 @@ from solver.cost.efficiency import estimate_streaming_s
 from solver.spec import ClusterSpec, ModelSpec
 
 if TYPE_CHECKING:
-    from solver.cost.steptime import TimeConstants
+    from solver.cost.time_constants import TimeConstants
 
 BF16_BYTES = 2.0
 PARAM_KINDS = ("dense", "expert")

@@ -78,9 +78,9 @@ def add_step_time_objective(program: Program) -> None:
     p2p = program.product(hand_offs, term("p2p"), "p2p_step")
 
     # DP, each side (backward: gradients; forward: the parameter gather): the rate when
-    # compute hides what it can (1/L + c (1 - 1/L) of the traffic) plus (1 - c) x the
-    # exposed excess max(sync - L x layer, 0). The excess is compared with the same lower bound of the
-    # stage's forward / backward that the pipeline term uses: the step grows with the true
+    # compute hides what it can (1/L + c (1 - 1/L) of the traffic) plus (1 - c) x the exposed
+    # excess max(sync - L x layer, 0). The excess is compared with the same lower bound of
+    # the stage's forward / backward that the pipeline term uses: the step grows with the true
     # compute b at least as fast as the excess shrinks (n L b in the steady state against
     # (1 - c) n L b at most), so the step at the lower bound of b stays a lower bound.
     def exposed(sync: str, stage_compute, name: str):

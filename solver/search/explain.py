@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.memory import estimate_memory
-from solver.cost.steptime import dp_part_overlaps
+from solver.cost.time_constants import dp_part_overlaps
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
     Constraint,

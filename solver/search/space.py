@@ -14,11 +14,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.memory import MemoryOptions
-from solver.cost.steptime import TimeConstants
+from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
+from solver.spec.job import Framework
 
 VARIABLES = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
-Framework = Literal["megatron", "torchtitan", "deepspeed", "generic"]
 Objective = Literal["time", "memory"]
 
 

@@ -49,13 +49,8 @@ from solver.cost.data_parallel import (
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
-from solver.cost.steptime import (
-    dp_part_overlaps,
-    dp_syncs_per_step,
-    estimate_layer_compute_s,
-    estimate_step_time,
-    sm_contention,
-)
+from solver.cost.steptime import estimate_layer_compute_s, estimate_step_time, sm_contention
+from solver.cost.time_constants import dp_part_overlaps, dp_syncs_per_step
 from solver.search.grid import (
     RECOMPUTE_FULL,
     Lattice,

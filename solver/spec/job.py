@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 Precision = Literal["bf16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_LEVELS: tuple[Recompute, ...] = ("none", "selective", "full")
+# The frameworks whose rules (solver.search.constraints) and timing
+# (solver.cost.time_constants.framework_time_constants) parplan knows.
+Framework = Literal["megatron", "torchtitan", "deepspeed", "generic"]
+FRAMEWORKS: tuple[Framework, ...] = ("megatron", "torchtitan", "deepspeed", "generic")
 
 
 class JobSpec(BaseModel):
