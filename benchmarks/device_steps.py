@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from time_accuracy import spearman
+
 from solver.catalog import load_cluster_spec
 from solver.cost.candidates import Candidates
 from solver.cost.memory import MemoryOptions, estimate_memory
@@ -184,14 +186,6 @@ def predict(shape: Shape, preset: str, seq_len: int, configs: Sequence[tuple[int
         step.append(float(estimate_step_time(model, cluster, job, c, HARNESS_TIME).step_s[0]))
         memory.append(float(estimate_memory(model, job, c, HARNESS_MEMORY).total[0]))
     return np.array(step), np.array(memory)
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    ra = np.argsort(np.argsort(a)).astype(float)
-    rb = np.argsort(np.argsort(b)).astype(float)
-    if len(a) < 2 or ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def repeat_ceiling(results: Sequence[Measured], tokens: Sequence[int]) -> float:

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.memory import estimate_memory
-from solver.cost.steptime import TimeConstants, estimate_step_time, framework_time_constants
+from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.time_constants import framework_time_constants
 from solver.search import cpsat_objectives, cpsat_program
 from solver.search.constraints import Constraint, build_constraints
 from solver.search.cpsat import explain_infeasible_cpsat, solve_cpsat

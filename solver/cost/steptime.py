@@ -50,15 +50,8 @@ from solver.cost.flops import (
     estimate_attention_core_flops,
     estimate_model_flops_per_token,
 )
-# The constants and the framework behaviours live in solver.cost.time_constants; they are
-# importable from here as well (their home before the split).
-from solver.cost.time_constants import (  # noqa: F401
-    TimeConstants,
-    dp_overlaps,
-    dp_part_overlaps,
-    dp_syncs_per_step,
-    framework_time_constants,
-)
+# TimeConstants lives in solver.cost.time_constants; importing it from here keeps working.
+from solver.cost.time_constants import TimeConstants, dp_part_overlaps, dp_syncs_per_step
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 
 BF16_BYTES = 2.0
