@@ -3,6 +3,7 @@
 from solver.spec.calibration import CalibrationProfile, Collective, CollectiveCurve
 from solver.spec.hardware import ClusterSpec, GpuSpec, TierSpec
 from solver.spec.job import RECOMPUTE_LEVELS, JobSpec, ParallelConfig
+from solver.spec.layout import PipelineLayout, VirtualStage
 from solver.spec.model import ModelSpec
 
 __all__ = [
@@ -15,5 +16,7 @@ __all__ = [
     "JobSpec",
     "ModelSpec",
     "ParallelConfig",
+    "PipelineLayout",
     "TierSpec",
+    "VirtualStage",
 ]

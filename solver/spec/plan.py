@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.spec.job import ParallelConfig
+from solver.spec.layout import PipelineLayout
 
 
 class StageMemory(BaseModel):
@@ -56,7 +57,8 @@ class PlanTime(BaseModel):
 
 
 class Plan(BaseModel):
-    """A configuration, its per-stage memory and the GPU it must fit on."""
+    """A configuration, its per-stage memory, the GPU it must fit on, and what each virtual
+    pipeline stage holds (`layout`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -64,6 +66,7 @@ class Plan(BaseModel):
     gpu_memory_bytes: float = Field(gt=0)
     stages: tuple[StageMemory, ...] = Field(min_length=1)
     time: PlanTime | None = None
+    layout: PipelineLayout | None = None
 
     @property
     def worst_stage(self) -> StageMemory:
