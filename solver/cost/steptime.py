@@ -1,22 +1,28 @@
 """Step time of a training iteration, vectorised over candidate configurations.
 
-One micro-batch on the slowest pipeline stage costs
+One micro-batch on pipeline stage i costs
 
-    t_mb = forward + backward (+ recompute) compute of its layers (+ LM head on the last stage)
-           + exposed TP, CP and EP communication of those layers
+    T_i = forward + backward (+ recompute) compute of its layers, by kind (dense, MoE)
+          + exposed TP, CP and EP communication of those layers
+          (+ LM head, loss and MTP modules on the last stage)
 
 and a step of m = global_batch / (dp * micro_batch) micro-batches costs
 
-    step = m * t_mb                                  steady state
-         + (pp - 1) / vpp * t_mb                     pipeline bubble (Narayanan et al. 2021 §2.2:
-                                                     1F1B (p-1)/(m+p-1) of the step; interleaved
-                                                     (p-1)/(v*m) of the ideal time)
+    step = m * max_i T_i                             steady state (the slowest stage)
+         + (sum_i T_i - max_i T_i) / vpp             pipeline fill and drain (Narayanan et al.
+                                                     2021 §2.2: equal stages give the 1F1B
+                                                     bubble (p-1)/(m+p-1) of the step and the
+                                                     interleaved (p-1)/(v*m) of the ideal time)
          + m * pp point-to-point sends               (activations forward, gradients backward)
          + exposed DP / ZeRO traffic                 (gradient sync hides behind the last
                                                      micro-batch's backward, the parameter
                                                      all-gather behind the next forward; ZeRO-3
                                                      gathers per micro-batch behind its compute)
          + optimizer step                            (Adam streams ~30 bytes per local parameter)
+
+`estimate_time_terms` gives every coefficient, `compose_step_time` the one composition: the
+even split (`estimate_step_time`), a given layout (`estimate_layout_step_time`) and the integer
+coefficients of the layout program (solver.search.layout_program) all go through it.
 
 Group links follow Megatron's rank order tp-cp-ep-dp-pp (dense generator tp-cp-dp-pp, expert
 generator etp-ep-edp-pp): TP has stride 1, CP stride tp, DP stride tp*cp, PP stride tp*cp*dp;
@@ -34,12 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from solver.cost.candidates import Candidates
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.data_parallel import (
     estimate_dp_collectives_s,
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
+from solver.cost.distinct import distinct_inverse
 from solver.cost.efficiency import (
     estimate_attention_core_s,
     estimate_elementwise_s,
@@ -50,9 +58,10 @@ from solver.cost.flops import (
     estimate_attention_core_flops,
     estimate_model_flops_per_token,
 )
+from solver.cost.memory.layout import estimate_stage_layers, layout_layer_counts
 # TimeConstants lives in solver.cost.time_constants; importing it from here keeps working.
 from solver.cost.time_constants import TimeConstants, dp_part_overlaps, dp_syncs_per_step
-from solver.spec import ClusterSpec, JobSpec, ModelSpec
+from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
 
 BF16_BYTES = 2.0
 DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
@@ -168,7 +177,8 @@ def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    d: dict[str, np.ndarray], constants: TimeConstants) -> dict[str, np.ndarray]:
     """Forward seconds of the average layer (dense and MoE layers in the model's proportion),
-    by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise."""
+    by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise.
+    It sizes the DP overlap window (the layers of the even split's largest stage)."""
     layer = _layer_compute_s(model_spec, cluster, job, d, constants)
     moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
     return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
@@ -179,83 +189,83 @@ def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 def _backward_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
     """Backward seconds from the forward parts: GEMMs and element-wise passes twice (input
     and weight gradients), the attention core by FlashAttention's ratio."""
-    return (2.0 * (fwd["gemm"] + fwd["routed"])
+    return (2.0 * (fwd["gemm"] + fwd.get("routed", 0.0))
             + constants.attention_backward_ratio * fwd["core"] + 2.0 * fwd["elementwise"])
 
 
-def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                             candidates: Any, constants: TimeConstants | None = None
-                             ) -> dict[str, np.ndarray]:
-    """Forward and backward seconds of one (average) layer for one micro-batch on one GPU
-    ("fwd", "bwd"), and the routed experts' share of each ("fwd_routed", "bwd_routed"): that
-    share depends on micro_batch / (cp x tp), ep and etp only, the rest on tp and
-    micro_batch / cp only (the CP-SAT tables keep them apart).
-
-    Worked number: a routed expert GEMM sees rows = micro_batch x seq / (cp x tp) x top-k x
-    ep x etp / experts tokens; Mixtral-8x7B (top-2 of 8) at 4,096 tokens, tp = cp = 1,
-    ep = 8: 4,096 x 2 x 8 / 8 = 8,192 rows on each GPU's one expert."""
-    constants = constants or TimeConstants()
-    fwd = _mixed_layer_s(model_spec, cluster, job, _degrees(candidates), constants)
-    total = fwd["gemm"] + fwd["routed"] + fwd["core"] + fwd["elementwise"]
-    return {"fwd": total, "bwd": _backward_s(fwd, constants),
-            "fwd_routed": fwd["routed"], "bwd_routed": 2.0 * fwd["routed"]}
+def _forward_s(fwd: dict[str, np.ndarray]) -> np.ndarray:
+    return fwd["gemm"] + fwd.get("routed", 0.0) + fwd["core"] + fwd["elementwise"]
 
 
-def estimate_step_time(
-    model_spec: ModelSpec,
-    cluster: ClusterSpec,
-    job: JobSpec,
-    candidates: Any,
-    constants: TimeConstants | None = None,
-) -> StepTime:
-    """Step time and breakdown for every candidate (arrays with attributes tp, pp, dp, cp, ep,
-    etp, vpp, zero, micro_batch, recompute as in solver.cost.candidates).
+# The parts of a stage's time per micro-batch (TIME_PARTS of a plan, less the step-level ones).
+STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep")
 
-    Worked number (seed 003, example 3): PP = 2 and m = 32 micro-batches give a 1F1B bubble of
-    (p - 1) / (m + p - 1) = 1/33 = 3.0% of the step (the seed writes 1/32 = 3.1%).
+
+@dataclass(frozen=True)
+class TimeTerms:
+    """Seconds per micro-batch on one GPU, by STAGE_PARTS, of what a pipeline stage holds, and
+    the step-level terms; one row per candidate.
+
+        per_layer  (N, kinds, parts)  a decoder layer of kind k (0 dense, 1 MoE), forward and
+                                      backward with its exposed TP / CP / EP traffic
+        recompute  (N, kinds, parts)  what recomputing that layer in full adds
+        per_stage  (N, parts)         every stage (gradient accumulation outside the GEMMs)
+        last       (N, parts)         the last stage: LM head, loss and the MTP modules
+        num_micro, vpp, pp_s, dp_s, optimizer_s  (N,)
     """
-    constants = constants or TimeConstants()
-    d = _degrees(candidates)
-    tp, pp, dp, cp, ep, etp, vpp = (d[n] for n in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"))
-    zero, mb, recompute = d["zero"], d["micro_batch"], d["recompute"]
-    h, s = model_spec.hidden_size, job.seq_len
-    num_layers = model_spec.num_hidden_layers
-    num_micro = job.global_batch / (dp * mb)
-    layers_per_stage = np.ceil(num_layers / pp)
-    moe_share = model_spec.num_moe_layers / num_layers
-    dense_share = 1.0 - moe_share
 
-    # ---- compute per micro-batch on one GPU of the slowest stage -----------------------------
-    fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
-    gemm = fwd["gemm"] + fwd["routed"]
-    fwd_layer = gemm + fwd["core"] + fwd["elementwise"]
-    bwd_layer = _backward_s(fwd, constants)
-    full = recompute == RECOMPUTE_FULL
-    recompute_layer = np.where(full, fwd_layer, 0.0)
+    per_layer: np.ndarray
+    recompute: np.ndarray
+    per_stage: np.ndarray
+    last: np.ndarray
+    num_micro: np.ndarray
+    vpp: np.ndarray
+    pp_s: np.ndarray
+    dp_s: np.ndarray
+    optimizer_s: np.ndarray
+    tokens: float
+    flop_per_gpu_per_step: np.ndarray
+    peak_flop_per_s: float
+    num_gpus: np.ndarray
 
+    def take(self, index: np.ndarray) -> TimeTerms:
+        scalars = ("tokens", "peak_flop_per_s")
+        values = {name: getattr(self, name)[index] for name in self.__dataclass_fields__
+                  if name not in scalars}
+        return TimeTerms(tokens=self.tokens, peak_flop_per_s=self.peak_flop_per_s, **values)
+
+
+@dataclass(frozen=True)
+class StageTimeContent:
+    """What the stages of each candidate hold, for the step time: S stage rows per candidate,
+    `count` of them alike (0 pads). layers, recompute: (N, S, kinds); is_last, count: (N, S)."""
+
+    layers: np.ndarray
+    recompute: np.ndarray
+    is_last: np.ndarray
+    count: np.ndarray
+
+
+def _parts(**values: np.ndarray | float) -> np.ndarray:
+    """Stack STAGE_PARTS on a last axis (missing parts 0)."""
+    arrays = np.broadcast_arrays(*(np.asarray(values.get(p, 0.0), dtype=float)
+                                   for p in STAGE_PARTS))
+    return np.stack(arrays, axis=-1)
+
+
+def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                 d: dict[str, np.ndarray], constants: TimeConstants
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(per layer, recompute) of TimeTerms: each layer kind without and with full recompute."""
+    tp, cp, ep, etp = d["tp"], d["cp"], d["ep"], d["etp"]
+    h, s, mb = model_spec.hidden_size, job.seq_len, d["micro_batch"]
+    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
+    contention = sm_contention(cluster, constants)
     rows = mb * s / cp
-    gemm_bytes = 1.0 if job.precision == "fp8" else BF16_BYTES
-    head_fwd = estimate_gemm_s(cluster.gpu, job.precision, rows, h, model_spec.vocab_size / tp,
-                               constants.compute, gemm_bytes)
-    # Cross-entropy reads the fp32 logits about three times (max, exp-sum, gradient).
-    loss = estimate_streaming_s(cluster.gpu, 3 * 4.0 * rows * model_spec.vocab_size / tp,
-                                constants.compute)
-    head = 3.0 * head_fwd + loss
-
-    # ---- exposed communication per micro-batch per layer --------------------------------------
     tp_link = estimate_group_link(cluster, 1, tp)
     activation_bytes = rows * h * BF16_BYTES
     ag = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
     rs = estimate_collective_s("reduce_scatter", activation_bytes, tp, tp_link)
-    # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out, forward
-    # and backward (Korthikanti et al. 2022 §4.2.2); an MoE layer's MLP side goes by EP instead.
-    tp_dense = 2.0 * (ag + rs)
-    tp_moe = 1.0 * (ag + rs)
-    tp_fwd = dense_share * tp_dense + moe_share * tp_moe
-    if constants.tp_comm_overlap:
-        hidden_tp = np.minimum(tp_fwd, gemm)
-        tp_fwd = tp_fwd - hidden_tp + hidden_tp * sm_contention(cluster, constants)
-    tp_layer = tp_fwd * np.where(full, 3.0, 2.0)
 
     cp_link = estimate_group_link(cluster, tp, cp)
     kv_heads_per_rank = np.maximum(model_spec.kv_heads / tp, 1.0)
@@ -263,11 +273,8 @@ def estimate_step_time(
                 * (model_spec.qk_head_dim + model_spec.value_head_dim))
     ring_step = estimate_collective_s("send_recv", kv_bytes, np.where(cp > 1, 2, 1), cp_link)
     ring_fwd = (cp - 1) * ring_step
-    # The ring hides behind the attention core it feeds (Megatron context_parallel.md).
-    cp_fwd = np.maximum(ring_fwd - fwd["core"], 0.0)
-    cp_bwd = np.maximum(2.0 * ring_fwd - constants.attention_backward_ratio * fwd["core"], 0.0)
-    cp_layer = cp_fwd * np.where(full, 2.0, 1.0) + cp_bwd
 
+    ep_fwd = np.zeros_like(ag)
     if model_spec.is_moe:
         ep_link = estimate_group_link(cluster, etp, ep, all_to_all=True)
         dispatch_bytes = rows / tp * model_spec.num_experts_per_tok * h * BF16_BYTES
@@ -276,29 +283,72 @@ def estimate_step_time(
         etp_bytes = dispatch_bytes * etp
         etp_comm = estimate_collective_s("all_gather", etp_bytes, etp, etp_link) + (
             estimate_collective_s("reduce_scatter", etp_bytes, etp, etp_link))
-        ep_fwd = moe_share * (2.0 * a2a + etp_comm)  # dispatch + combine
-        ep_layer = ep_fwd * np.where(full, 3.0, 2.0)
-        if constants.ep_comm_overlap:
-            hidden_ep = np.minimum(ep_layer, fwd_layer + bwd_layer)
-            ep_layer = ep_layer - hidden_ep + hidden_ep * sm_contention(cluster, constants)
-    else:
-        ep_layer = np.zeros_like(tp_layer)
+        ep_fwd = 2.0 * a2a + etp_comm  # dispatch + combine
 
+    def kind(fwd: dict[str, np.ndarray], is_moe: bool, full: bool) -> np.ndarray:
+        fwd_s, bwd_s = _forward_s(fwd), _backward_s(fwd, constants)
+        gemm = fwd["gemm"] + fwd.get("routed", 0.0)
+        # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out,
+        # forward and backward (Korthikanti et al. 2022 §4.2.2); an MoE layer's MLP side goes
+        # by EP instead.
+        tp_fwd = (1.0 if is_moe else 2.0) * (ag + rs)
+        if constants.tp_comm_overlap:
+            hidden_tp = np.minimum(tp_fwd, gemm)
+            tp_fwd = tp_fwd - hidden_tp + hidden_tp * contention
+        # The ring hides behind the attention core it feeds (Megatron context_parallel.md).
+        cp_fwd = np.maximum(ring_fwd - fwd["core"], 0.0)
+        cp_bwd = np.maximum(2.0 * ring_fwd - constants.attention_backward_ratio * fwd["core"],
+                            0.0)
+        ep_s = ep_fwd * (3.0 if full else 2.0) if is_moe else np.zeros_like(fwd_s)
+        if is_moe and constants.ep_comm_overlap:
+            hidden_ep = np.minimum(ep_s, fwd_s + bwd_s)
+            ep_s = ep_s - hidden_ep + hidden_ep * contention
+        return _parts(compute=fwd_s + bwd_s, recompute=fwd_s if full else 0.0,
+                      tp=tp_fwd * (3.0 if full else 2.0),
+                      cp=cp_fwd * (2.0 if full else 1.0) + cp_bwd, ep=ep_s)
+
+    kinds = [("dense", False), ("moe", model_spec.is_moe)]
+    plain = np.stack([kind(layer[name], moe, False) for name, moe in kinds], axis=1)
+    full = np.stack([kind(layer[name], moe, True) for name, moe in kinds], axis=1)
+    return plain, full - plain
+
+
+def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                        candidates: Any, constants: TimeConstants | None = None) -> TimeTerms:
+    """Every term of the step time of each candidate (TimeTerms; composed by
+    compose_step_time). The DP / ZeRO, pipeline send and optimizer terms are the mesh's: the
+    DP traffic hides behind the even split's largest stage, whatever the layout."""
+    constants = constants or TimeConstants()
+    d = _degrees(candidates)
+    tp, pp, dp, cp, vpp = (d[n] for n in ("tp", "pp", "dp", "cp", "vpp"))
+    zero, mb, recompute = d["zero"], d["micro_batch"], d["recompute"]
+    h, s = model_spec.hidden_size, job.seq_len
+    num_micro = job.global_batch / (dp * mb)
+    per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants)
+
+    rows = mb * s / cp
+    gemm_bytes = 1.0 if job.precision == "fp8" else BF16_BYTES
+    head_fwd = estimate_gemm_s(cluster.gpu, job.precision, rows, h, model_spec.vocab_size / tp,
+                               constants.compute, gemm_bytes)
+    # Cross-entropy reads the fp32 logits about three times (max, exp-sum, gradient).
+    loss = estimate_streaming_s(cluster.gpu, 3 * 4.0 * rows * model_spec.vocab_size / tp,
+                                constants.compute)
+    head = _parts(compute=3.0 * head_fwd + loss)
+    # Each MTP module is one more layer (of the model's MoE kind) with its own head and loss,
+    # recomputed as the configuration recomputes.
+    mtp_kind = 1 if model_spec.is_moe else 0
+    full = (recompute == RECOMPUTE_FULL)[:, None]
+    mtp = model_spec.num_nextn_predict_layers * (
+        per_layer[:, mtp_kind] + np.where(full, recompute_terms[:, mtp_kind], 0.0) + head)
     grad_accumulation = estimate_grad_accumulation_s(model_spec, cluster, _Degrees(d), constants)
-    per_mb = {
-        "compute": layers_per_stage * (fwd_layer + bwd_layer) + head + grad_accumulation,
-        "recompute": layers_per_stage * recompute_layer,
-        "tp": layers_per_stage * tp_layer,
-        "cp": layers_per_stage * cp_layer,
-        "ep": layers_per_stage * ep_layer,
-    }
-    t_mb = sum(per_mb.values())
 
-    # ---- pipeline ----------------------------------------------------------------------------
+    # ---- pipeline sends ----------------------------------------------------------------------
     # Each TP rank sends its 1/tp slice of the hand-off: with sequence parallel the activation
     # is sharded already; without it, Megatron's scatter/gather optimization (Narayanan et al.
     # 2021 §4.1) and DeepSpeed's pipeline engine (is_pipe_partitioned = is_model_parallel)
     # split it before the send and all-gather it over TP (NVLink) on arrival.
+    activation_bytes = rows * h * BF16_BYTES
+    tp_link = estimate_group_link(cluster, 1, tp)
     pp_link = estimate_group_link(cluster, tp * cp * dp, np.where(pp > 1, 2, 1))
     p2p = estimate_collective_s("send_recv", activation_bytes / tp, np.where(pp > 1, 2, 1),
                                 pp_link)
@@ -306,15 +356,17 @@ def estimate_step_time(
         regather = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
         p2p = p2p + np.where(pp > 1, regather, 0.0)
     pp_time = num_micro * 2.0 * vpp * p2p
-    bubble = (pp - 1) / vpp * t_mb
 
     # ---- data parallel / ZeRO ------------------------------------------------------------------
+    layers_per_stage = np.ceil(model_spec.num_hidden_layers / pp)
+    fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
     dp_s = estimate_dp_collectives_s(model_spec, cluster, _Degrees(d), constants)
     grads_ar, grads_rs = dp_s["grads_all_reduce"], dp_s["grads_reduce_scatter"]
     params_ag, z3_rs = dp_s["params_all_gather"], dp_s["zero3_reduce_scatter"]
     if constants.zero1_grad_all_reduce:
         grads_rs = np.where(zero == 1, grads_ar, grads_rs)
-    fwd_mb, bwd_mb = layers_per_stage * fwd_layer, layers_per_stage * bwd_layer
+    fwd_mb = layers_per_stage * _forward_s(fwd)
+    bwd_mb = layers_per_stage * _backward_s(fwd, constants)
     # What hides behind compute: gradient sync behind the last micro-batch's backward and the
     # parameter gather behind the first forward (ZeRO 0-2, once per step); ZeRO-3 gathers and
     # reduce-scatters every micro-batch behind its own compute. One layer's share of each
@@ -337,22 +389,110 @@ def estimate_step_time(
     dp_time = (every_b * (volume_b - kept * hidden_b)
                + every_f * (volume_f - kept * hidden_f))
 
-    optimizer = estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants)
-
-    parts = {name: num_micro * value for name, value in per_mb.items()}
-    step = sum(parts.values()) + bubble + pp_time + dp_time + optimizer
     num_gpus = tp * pp * dp * cp
     tokens = job.global_batch * s
-    tokens_per_s = tokens / step
-    model_flops = estimate_model_flops_per_token(model_spec, s) * tokens_per_s / num_gpus
-    peak = cluster.gpu.peak_flop_per_s(job.precision)
+    return TimeTerms(
+        per_layer=per_layer, recompute=recompute_terms,
+        per_stage=_parts(compute=grad_accumulation), last=head + mtp,
+        num_micro=num_micro, vpp=vpp.astype(float), pp_s=pp_time, dp_s=dp_time,
+        optimizer_s=estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants),
+        tokens=float(tokens),
+        flop_per_gpu_per_step=estimate_model_flops_per_token(model_spec, s) * tokens / num_gpus,
+        peak_flop_per_s=cluster.gpu.peak_flop_per_s(job.precision), num_gpus=num_gpus)
+
+
+def compose_step_time(terms: TimeTerms, content: StageTimeContent) -> StepTime:
+    """The step time of stages holding `content` (the one composition of the step time):
+
+        T_i  = per micro-batch on stage i: its layers' (and recomputes') terms, the per-stage
+               term, and the last stage's head, loss and MTP
+        step = m * max_i T_i + (sum_i T_i - max_i T_i) / vpp  + sends + exposed DP + optimizer
+
+    With equal stages this is Narayanan et al. 2021 §2.2: m t + (p - 1) t / v, the 1F1B bubble
+    (p-1)/(m+p-1) of the step and the interleaved one (p-1)/(v m) of the ideal time; with
+    unequal stages the slowest sets the steady state and every stage adds its share to the
+    fill and drain (1F1B: sum_i T_i + (m - 1) max_i T_i).
+    Worked number (seed 003, example 3): PP = 2 and m = 32 micro-batches give a 1F1B bubble of
+    (p - 1) / (m + p - 1) = 1/33 = 3.0% of the step (the seed writes 1/32 = 3.1%).
+    """
+    parts = (np.einsum("nsk,nkp->nsp", content.layers, terms.per_layer)
+             + np.einsum("nsk,nkp->nsp", content.recompute, terms.recompute)
+             + terms.per_stage[:, None, :]
+             + content.is_last[:, :, None] * terms.last[:, None, :])
+    stage_s = parts.sum(axis=2)
+    present = content.count > 0
+    slowest = np.argmax(np.where(present, stage_s, -np.inf), axis=1)
+    rows = np.arange(len(slowest))
+    slowest_s = stage_s[rows, slowest]
+    total_s = (content.count * stage_s).sum(axis=1)
+    bubble = (total_s - slowest_s) / terms.vpp
+    steady = terms.num_micro[:, None] * parts[rows, slowest]
+    step = steady.sum(axis=1) + bubble + terms.pp_s + terms.dp_s + terms.optimizer_s
+    tokens_per_s = terms.tokens / step
+    model_flop_per_s = terms.flop_per_gpu_per_step / step
+    by_part = {name: steady[:, i] for i, name in enumerate(STAGE_PARTS)}
     return StepTime(
-        compute=parts["compute"], recompute=parts["recompute"], tp=parts["tp"],
-        cp=parts["cp"], ep=parts["ep"], dp=dp_time, pp=pp_time, bubble=bubble,
-        optimizer=optimizer, step_s=step, tokens_per_s=tokens_per_s,
-        tokens_per_s_per_gpu=tokens_per_s / num_gpus, tflops_per_gpu=model_flops / 1e12,
-        mfu=model_flops / peak,
-    )
+        **by_part, dp=terms.dp_s, pp=terms.pp_s, bubble=bubble, optimizer=terms.optimizer_s,
+        step_s=step, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s
+        / terms.num_gpus, tflops_per_gpu=model_flop_per_s / 1e12,
+        mfu=model_flop_per_s / terms.peak_flop_per_s)
+
+
+def estimate_step_time(
+    model_spec: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    candidates: Any,
+    constants: TimeConstants | None = None,
+    embedding_slots: bool = False,
+) -> StepTime:
+    """Step time and breakdown for every candidate under the even split of its layers (arrays
+    with attributes tp, pp, dp, cp, ep, etp, vpp, zero, micro_batch, recompute as in
+    solver.cost.candidates); compose_step_time says how."""
+    terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
+    return compose_step_time(terms, even_stage_time_content(
+        model_spec, _degrees(candidates), embedding_slots))
+
+
+def estimate_layout_step_time(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                              config: ParallelConfig, layout: PipelineLayout,
+                              constants: TimeConstants | None = None) -> StepTime:
+    """Step time of one configuration whose stages hold `layout` (one row)."""
+    candidates = Candidates.from_configs([config])
+    terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
+    layers, recompute = layout_layer_counts(model_spec, layout)
+    is_last = np.arange(config.pp) == config.pp - 1
+    content = StageTimeContent(layers=layers[None], recompute=recompute[None],
+                               is_last=is_last[None], count=np.ones((1, config.pp)))
+    return compose_step_time(terms, content)
+
+
+def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
+                            embedding_slots: bool = False) -> StageTimeContent:
+    """The distinct stages of each candidate's even split (solver.cost.memory.layout) with how
+    many stages are alike; every layer recomputes where the candidate recomputes in full."""
+    pp, vpp = d["pp"], d["vpp"]
+    width = int(vpp.max(initial=1)) + 1
+    keys, pair_of = distinct_inverse(pp * width + vpp)
+    rows = []
+    for key in keys:
+        stage = np.arange(key // width)
+        total, moe = estimate_stage_layers(model_spec, np.full(len(stage), key // width),
+                                           np.full(len(stage), key % width), stage,
+                                           embedding_slots)
+        seen = np.stack([total - moe, moe, stage == len(stage) - 1], axis=1)
+        distinct, counts = np.unique(seen, axis=0, return_counts=True)
+        rows.append((distinct, counts))
+    num_rows = max(len(counts) for _, counts in rows)
+    table = np.zeros((len(keys), num_rows, 3))
+    count = np.zeros((len(keys), num_rows))
+    for index, (distinct, counts) in enumerate(rows):
+        table[index, :len(counts)] = distinct
+        count[index, :len(counts)] = counts
+    layers = table[pair_of, :, :2]
+    full = (d["recompute"] == RECOMPUTE_FULL)[:, None, None]
+    return StageTimeContent(layers=layers, recompute=np.where(full, layers, 0.0),
+                            is_last=table[pair_of, :, 2], count=count[pair_of])
 
 
 def sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:

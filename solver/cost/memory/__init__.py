@@ -5,6 +5,7 @@
     states       weights, gradients, optimizer state under ZeRO 0-3
     activations  Korthikanti et al. 2022 per layer, adapted to GQA / MLA / gated MLP / MoE
     overheads    ZeRO-3 gathers, buckets, CUDA context, NCCL, fragmentation
+    terms        a stage's memory as an affine function of what it holds (one composition)
     estimate     one stage, the worst stage, every stage of one configuration
 """
 
@@ -15,6 +16,7 @@ from solver.cost.memory.estimate import (
     OTHER_ITEMS,
     MemoryBreakdown,
     estimate_all_stages,
+    estimate_layout_memory,
     estimate_memory,
     estimate_stage_memory,
 )
@@ -27,6 +29,7 @@ __all__ = [
     "MemoryBreakdown",
     "MemoryOptions",
     "estimate_all_stages",
+    "estimate_layout_memory",
     "estimate_layer_activation_bytes",
     "estimate_memory",
     "estimate_stage_memory",

@@ -31,7 +31,6 @@ from dataclasses import replace
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_NONE, Candidates
-from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
 from solver.spec import JobSpec, ModelSpec
 
@@ -117,62 +116,62 @@ def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candida
     return np.where(candidates.recompute == RECOMPUTE_FULL, layer_input, saved)
 
 
-def estimate_stage_activations(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
-                               layout: StageLayout, options: MemoryOptions) -> np.ndarray:
-    """Activation bytes per GPU of one stage at its peak.
+def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                              options: MemoryOptions) -> dict[str, np.ndarray]:
+    """The parts a stage's activation bytes per GPU are made of (composed by
+    solver.cost.memory.terms; one micro-batch each):
 
-        in_flight * (dense layers * A_dense + MoE layers * A_moe)       (layout.in_flight)
-        + first stage: in_flight * embedding-norm input / dropout mask
-        + last stage: final-norm and LM-head inputs (4h), MTP modules, one micro-batch
-        + full recompute: the working set of the largest layer being recomputed (less its
-          input, already counted).
+        layer[k]     a decoder layer of kind k (0 dense, 1 MoE) at the configuration's level
+                     (none or selective; full recompute is counted per layer, below), per
+                     micro-batch in flight
+        recompute[k] what a layer of kind k that recomputes in full saves (keeps its input
+                     only), per micro-batch in flight (<= 0)
+        first        the embedding's output norm input / dropout mask, per micro-batch in flight
+        last         final-norm and LM-head inputs (4h), the MTP modules (at the configuration's
+                     recompute level), one micro-batch
+        not_last     DeepSpeed's kept stage output (a 1/tp slice), per micro-batch in flight,
+                     on every stage but the last
+        working      while a layer is recomputed, the working set of the model's largest layer
+                     less its input (on a stage where some layer recomputes in full)
     Worked number: Llama-3.1-8B, s = 8192, b = 4, tp = pp = 1, none, FlashAttention:
     27.03 h bytes per token per layer = 3.63 GB per layer, 116.1 GB for 32 layers, plus
     0.54 GB of final-norm and LM-head inputs (notes §3.2: Megatron's s*b*h*(18 + 4F/h) is
     4.29 GB per layer for MHA; GQA's narrower K and V save 3h).
     """
     m, h = model_spec, model_spec.hidden_size
-    dense = estimate_layer_activation_bytes(m, job, candidates, options, moe=False)
-    moe = estimate_layer_activation_bytes(m, job, candidates, options, moe=True) if m.is_moe \
+    base = replace(candidates, recompute=np.where(candidates.recompute == RECOMPUTE_FULL,
+                                                  RECOMPUTE_NONE, candidates.recompute))
+    dense = estimate_layer_activation_bytes(m, job, base, options, moe=False)
+    moe = estimate_layer_activation_bytes(m, job, base, options, moe=True) if m.is_moe \
         else dense
-    layers = layout.in_flight * (layout.num_dense_layers * dense + layout.num_moe_layers * moe)
+    layer_input = _per_gpu(job, candidates, options, 0.0, BF16_BYTES * h)
 
     embedding = (BF16_BYTES if m.embedding_norm else 0.0) * h + (h if options.dropout else 0.0)
-    first = layout.in_flight * _per_gpu(job, candidates, options, 0.0, embedding)
     head = _per_gpu(job, candidates, options, 0.0, 2 * BF16_BYTES * h)
-    mtp_layer = moe if m.is_moe else dense
+    # The MTP modules recompute as the configuration does (full: their input only).
+    mtp_layer = estimate_layer_activation_bytes(m, job, candidates, options, moe=m.is_moe)
     mtp = m.num_nextn_predict_layers * (mtp_layer + head) if options.include_mtp else 0.0
-    last = head + mtp
-
-    outputs = 0.0
-    if options.keep_stage_outputs:
-        # DeepSpeed keeps a 1/tp slice of it (its pipe partitioning) whether or not SP is on.
-        stage_output = layout.in_flight * _per_gpu(job, candidates, options,
-                                                   BF16_BYTES * h, 0.0)
-        outputs = np.where(layout.is_last, 0.0, stage_output)
-    full = candidates.recompute == RECOMPUTE_FULL
-    working = _working_set(m, job, candidates, layout, options)
-    return (layers + np.where(layout.is_first, first, 0.0) + np.where(layout.is_last, last, 0.0)
-            + outputs + np.where(full, working, 0.0))
-
-
-def _working_set(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
-                 layout: StageLayout, options: MemoryOptions) -> np.ndarray:
-    """Under full recompute: the largest layer's activations (recomputed without any recompute)
-    less its input, for one micro-batch."""
+    zeros = np.zeros(len(candidates))
+    not_last = (_per_gpu(job, candidates, options, BF16_BYTES * h, 0.0)
+                if options.keep_stage_outputs else zeros)
     replay = replace(candidates, recompute=np.full(len(candidates), RECOMPUTE_NONE))
-    layer_input = _per_gpu(job, candidates, options, 0.0, BF16_BYTES * model_spec.hidden_size)
-    dense = estimate_layer_activation_bytes(model_spec, job, replay, options, moe=False)
-    largest = np.where(layout.num_dense_layers > 0, dense, 0.0)
-    if model_spec.is_moe:
-        moe = estimate_layer_activation_bytes(model_spec, job, replay, options, moe=True)
-        largest = np.maximum(largest, np.where(layout.num_moe_layers > 0, moe, 0.0))
-    return np.maximum(largest - layer_input, 0.0)
+    largest = estimate_layer_activation_bytes(m, job, replay, options, moe=False)
+    if m.is_moe:
+        largest = np.maximum(largest, estimate_layer_activation_bytes(m, job, replay, options,
+                                                                      moe=True))
+    return {
+        "layer": np.stack([dense, moe], axis=1),
+        "recompute": np.stack([layer_input - dense, layer_input - moe], axis=1),
+        "first": zeros + _per_gpu(job, candidates, options, 0.0, embedding),
+        "last": zeros + head + mtp,
+        "not_last": zeros + not_last,
+        "working": np.maximum(largest - layer_input, 0.0),
+    }
 
 
 def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
-                          layout: StageLayout, options: MemoryOptions) -> np.ndarray:
-    """Logits and cross-entropy buffers on the last stage: s*b/cp tokens x V/tp vocabulary
+                          options: MemoryOptions) -> np.ndarray:
+    """Logits and cross-entropy buffers (held by the last stage): s*b/cp tokens x V/tp vocabulary
     entries x logits_bytes (bf16 logits + the fp32 copy the loss keeps), once per output head
     (the main head plus each MTP module).
 
@@ -180,5 +179,4 @@ def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     """
     heads = 1 + (model_spec.num_nextn_predict_layers if options.include_mtp else 0)
     tokens = job.seq_len * candidates.micro_batch / candidates.cp
-    logits = heads * tokens * model_spec.vocab_size / candidates.tp * options.logits_bytes
-    return np.where(layout.is_last, logits, 0.0)
+    return heads * tokens * model_spec.vocab_size / candidates.tp * options.logits_bytes

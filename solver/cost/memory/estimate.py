@@ -8,24 +8,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost.candidates import Candidates
+from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.distinct import distinct_inverse
-from solver.cost.memory.activations import estimate_logits_bytes, estimate_stage_activations
-from solver.cost.memory.layout import estimate_stage_layers, estimate_stage_layout
-from solver.cost.memory.options import MemoryOptions
-from solver.cost.memory.overheads import (
-    estimate_fixed_bytes,
-    estimate_fragmentation_bytes,
-    estimate_zero3_gather_bytes,
+from solver.cost.memory.layout import (
+    estimate_in_flight,
+    estimate_stage_layers,
+    estimate_stage_layout,
+    layout_layer_counts,
 )
-from solver.cost.memory.states import estimate_model_states, estimate_stage_params
-from solver.spec import JobSpec, ModelSpec, ParallelConfig
+from solver.cost.memory.options import MemoryOptions
+from solver.cost.memory.terms import (
+    ITEMS,
+    MAIN_ITEMS,
+    OTHER_ITEMS,
+    MemoryTerms,
+    StageContent,
+    compose_stage_memory,
+    estimate_memory_terms,
+)
+from solver.spec import JobSpec, ModelSpec, ParallelConfig, PipelineLayout
 
-MAIN_ITEMS = ("weights", "grads", "optimizer", "activations")
-OTHER_ITEMS = ("logits", "zero3_gather", "comm_buckets", "cuda_context", "nccl", "fragmentation")
-ITEMS = MAIN_ITEMS + OTHER_ITEMS
-# What PyTorch's caching allocator hands out (the fragmentation applies to these).
-ALLOCATED_ITEMS = MAIN_ITEMS + ("logits", "zero3_gather", "comm_buckets")
+__all__ = ["ITEMS", "MAIN_ITEMS", "OTHER_ITEMS"]
 
 
 @dataclass(frozen=True)
@@ -52,16 +55,32 @@ class MemoryBreakdown:
         return int(self.stage.shape[0])
 
 
+def even_stage_content(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                       stage: np.ndarray, embedding_slots: bool = False) -> StageContent:
+    """What stage `stage` of each candidate holds under the even split
+    (solver.cost.memory.layout): its layers by kind, all recomputing where the candidate
+    recomputes in full."""
+    layout = estimate_stage_layout(model_spec, job, candidates, stage, embedding_slots)
+    layers = np.stack([layout.num_dense_layers, layout.num_moe_layers], axis=1)
+    full = (candidates.recompute == RECOMPUTE_FULL)[:, None]
+    return StageContent(layers=layers, recompute=np.where(full, layers, 0.0),
+                        is_first=layout.is_first, is_last=layout.is_last,
+                        in_flight=layout.in_flight)
+
+
 def estimate_stage_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                           stage: np.ndarray | int, options: MemoryOptions | None = None,
-                          ) -> MemoryBreakdown:
+                          terms: MemoryTerms | None = None) -> MemoryBreakdown:
     """Itemized bytes per GPU on pipeline stage `stage` (0-based, per candidate) of each
-    candidate: weights, grads, optimizer, activations and the OTHER_ITEMS overheads.
+    candidate under the even split: weights, grads, optimizer, activations and the OTHER_ITEMS
+    overheads.
 
         total = states (ZeRO 0-3) + activations (Korthikanti, in-flight micro-batches)
                 + logits (last stage) + ZeRO-3 gathers + buckets + CUDA context + NCCL
                 + fragmentation * (everything allocated)
-    Sources in the item functions (states, activations, overheads) and MemoryOptions.
+    Sources in the item functions (states, activations, overheads) and MemoryOptions; the
+    composition in solver.cost.memory.terms. `terms`: the candidates' MemoryTerms when the
+    caller has them already.
     Worked number: Llama-3.1-8B, 8 GPUs, dp = 8, ZeRO-1, b = 4, s = 8192, no recompute:
     weights 16.1 + grads 32.1 + optimizer 12.0 + activations 116.6 + logits 25.2 + buckets
     0.3 = 202.4 GB allocated (the dgxc log: 194.4 GB peak allocated, notes §3.2); with the
@@ -69,17 +88,28 @@ def estimate_stage_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     """
     options = options or MemoryOptions()
     stage = np.broadcast_to(np.asarray(stage, dtype=np.int64), (len(candidates),))
-    layout = estimate_stage_layout(model_spec, job, candidates, stage,
-                                   options.account_for_embedding_in_pipeline_split)
-    params = estimate_stage_params(model_spec, candidates, layout, options)
-    items = estimate_model_states(job, candidates, params, options)
-    items["activations"] = estimate_stage_activations(model_spec, job, candidates, layout, options)
-    items["logits"] = estimate_logits_bytes(model_spec, job, candidates, layout, options)
-    items["zero3_gather"] = estimate_zero3_gather_bytes(candidates, params, options)
-    items.update(estimate_fixed_bytes(candidates, options))
-    allocated = sum(items[name] for name in ALLOCATED_ITEMS)
-    items["fragmentation"] = estimate_fragmentation_bytes(allocated, options)
-    return MemoryBreakdown(stage=stage.copy(), items={name: items[name] for name in ITEMS})
+    content = even_stage_content(model_spec, job, candidates, stage,
+                                 options.account_for_embedding_in_pipeline_split)
+    terms = terms if terms is not None else estimate_memory_terms(model_spec, job, candidates,
+                                                                  options)
+    return MemoryBreakdown(stage=stage.copy(), items=compose_stage_memory(terms, content))
+
+
+def estimate_layout_memory(model_spec: ModelSpec, job: JobSpec, config: ParallelConfig,
+                           layout: PipelineLayout, options: MemoryOptions | None = None
+                           ) -> MemoryBreakdown:
+    """Every pipeline stage of one configuration under `layout` (row i = stage i): the same
+    composition as the even split, with the layout's layers and recompute per stage."""
+    options = options or MemoryOptions()
+    rows = Candidates.from_configs([config] * config.pp)
+    stage = np.arange(config.pp)
+    layers, recompute = layout_layer_counts(model_spec, layout)
+    num_micro = np.full(config.pp, max(job.global_batch // (config.dp * config.micro_batch), 1))
+    content = StageContent(layers=layers, recompute=recompute, is_first=stage == 0,
+                           is_last=stage == config.pp - 1,
+                           in_flight=estimate_in_flight(rows, stage, num_micro))
+    terms = estimate_memory_terms(model_spec, job, rows, options)
+    return MemoryBreakdown(stage=stage, items=compose_stage_memory(terms, content))
 
 
 def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
@@ -97,7 +127,8 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     last stage (3 layers, the MTP module, the LM head and the logits) is the worst, 36.3 GB.
     """
     options = options or MemoryOptions()
-    worst = estimate_stage_memory(model_spec, job, candidates, 0, options)
+    terms = estimate_memory_terms(model_spec, job, candidates, options)
+    worst = estimate_stage_memory(model_spec, job, candidates, 0, options, terms)
     # The layers a stage holds depend on (pp, vpp) and the position only: work them out once
     # per distinct pair, for every position at once.
     width = int(candidates.vpp.max(initial=1)) + 1
@@ -108,7 +139,7 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     for position in np.flatnonzero(evaluate.any(axis=0)):
         held = np.flatnonzero(evaluate[pair_of, position])
         here = estimate_stage_memory(model_spec, job, candidates.take(held), int(position),
-                                     options)
+                                     options, terms.take(held))
         pick = here.total > worst.total[held]
         rows = held[pick]
         worst.stage[rows] = position

@@ -15,7 +15,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.distinct import distinct_inverse
-from solver.spec import JobSpec, ModelSpec
+from solver.spec import JobSpec, ModelSpec, PipelineLayout, VirtualStage
 
 # Candidates x virtual chunks below which a stage's chunks are counted in one 2-D pass.
 CHUNKS_AT_ONCE = 1 << 16
@@ -151,3 +151,46 @@ def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candi
         num_microbatches=num_micro,
         in_flight=estimate_in_flight(candidates, stage, num_micro),
     )
+
+
+def layer_kinds(model_spec: ModelSpec) -> np.ndarray:
+    """The kind of each decoder layer in model order: 0 dense, 1 MoE (layer i is MoE when
+    i >= first_k_dense_layers and i % moe_layer_freq == 0, as _count_moe_layers counts)."""
+    index = np.arange(model_spec.num_hidden_layers)
+    return _count_moe_layers(model_spec, index, index + 1).astype(np.int64)
+
+
+def layout_layer_counts(model_spec: ModelSpec, layout: PipelineLayout
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(layers, recomputed layers) by kind, arrays (pp, 2), of each pipeline stage under
+    `layout`: virtual stage v holds the next `layers` decoder layers in model order and runs
+    on stage v % pp; its first `recompute_layers` recompute (Megatron's block method)."""
+    kinds = layer_kinds(model_spec)
+    layers = np.zeros((layout.pp, 2))
+    recompute = np.zeros((layout.pp, 2))
+    start = 0
+    for virtual, chunk in enumerate(layout.stages):
+        stage = layout.stage_of(virtual)
+        layers[stage] += np.bincount(kinds[start:start + chunk.layers], minlength=2)
+        recompute[stage] += np.bincount(kinds[start:start + chunk.recompute_layers],
+                                        minlength=2)
+        start += chunk.layers
+    return layers, recompute
+
+
+def build_even_layout(model_spec: ModelSpec, pp: int, vpp: int, recompute_full: bool,
+                      embedding_slots: bool = False, mtp_layers: int = 0) -> PipelineLayout:
+    """The split estimate_stage_layout costs, as a PipelineLayout: pp x vpp virtual stages
+    (over L + 2 slots when the embedding and the loss take one each), the first ones one layer
+    more; every layer recomputing when `recompute_full`."""
+    offset = 1 if embedding_slots else 0
+    num_virtual = pp * vpp
+    per_chunk, extra = divmod(model_spec.num_hidden_layers + 2 * offset, num_virtual)
+    sizes = [per_chunk + (1 if v < extra else 0) for v in range(num_virtual)]
+    sizes[0] -= offset
+    sizes[-1] -= offset
+    stages = [VirtualStage(layers=n, recompute_layers=n if recompute_full else 0,
+                           embedding=v == 0, loss=v == num_virtual - 1,
+                           mtp_layers=mtp_layers if v == num_virtual - 1 else 0)
+              for v, n in enumerate(sizes)]
+    return PipelineLayout(pp=pp, vpp=vpp, stages=tuple(stages))

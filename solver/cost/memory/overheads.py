@@ -7,10 +7,9 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory.options import GIB, MemoryOptions
-from solver.cost.memory.states import StageParams
 
 
-def estimate_zero3_gather_bytes(candidates: Candidates, params: StageParams,
+def estimate_zero3_gather_bytes(candidates: Candidates, largest_layer_params: np.ndarray,
                                 options: MemoryOptions) -> np.ndarray:
     """ZeRO-3 working copies: (1 + prefetch) gathered layers in the parameter dtype plus the
     unsharded gradients of the layer being reduce-scattered; 0 below ZeRO-3.
@@ -23,7 +22,7 @@ def estimate_zero3_gather_bytes(candidates: Candidates, params: StageParams,
     2 * 398.5e6 * 2 B + 398.5e6 * 4 B = 3.19 GB (the seed: "~0.8 GB").
     """
     gathered = (1 + options.zero3_prefetch_layers) * options.param_bytes + options.grad_bytes
-    return np.where(candidates.zero >= 3, params.largest_layer * gathered, 0.0)
+    return np.where(candidates.zero >= 3, largest_layer_params * gathered, 0.0)
 
 
 def estimate_fixed_bytes(candidates: Candidates, options: MemoryOptions) -> dict[str, np.ndarray]:

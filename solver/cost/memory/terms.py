@@ -1,0 +1,158 @@
+"""The memory of a pipeline stage as an affine function of what the stage holds.
+
+A stage holds, per layer kind k (KINDS: dense, MoE), `layers[k]` decoder layers of which
+`recompute[k]` recompute in full; it is or is not the first stage (the embedding) and the last
+(final norm, LM head, loss, MTP modules, logits); it keeps `in_flight` micro-batches of
+activations at its peak (solver.cost.memory.layout.estimate_in_flight). Per GPU, by item:
+
+    bytes = fixed + sum_k layers[k] * (per_layer[k] + in_flight * per_layer_in_flight[k])
+                  + sum_k recompute[k] * in_flight * recompute_in_flight[k]
+                  + is_first * (first + in_flight * first_in_flight)
+                  + is_last * last + (1 - is_last) * in_flight * not_last_in_flight
+                  + (some layer recomputes) * working
+    fragmentation = options.fragmentation * (the allocated items)
+
+`estimate_memory_terms` works out every coefficient from the item functions (states,
+activations, overheads), once per candidate; `compose_stage_memory` is the one composition: the
+even split of `parplan optimize`, any layout of `parplan estimate --layout` and the integer
+coefficients of the layout program (solver.search.layout_program) all go through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.cost.candidates import Candidates
+from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
+from solver.cost.memory.options import MemoryOptions
+from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
+from solver.cost.memory.states import StageParams, estimate_model_states, estimate_stage_params
+from solver.spec import JobSpec, ModelSpec
+
+KINDS = ("dense", "moe")
+MAIN_ITEMS = ("weights", "grads", "optimizer", "activations")
+OTHER_ITEMS = ("logits", "zero3_gather", "comm_buckets", "cuda_context", "nccl", "fragmentation")
+ITEMS = MAIN_ITEMS + OTHER_ITEMS
+# What PyTorch's caching allocator hands out (the fragmentation applies to these).
+ALLOCATED_ITEMS = MAIN_ITEMS + ("logits", "zero3_gather", "comm_buckets")
+# The items a term holds (fragmentation is derived).
+TERM_ITEMS = ITEMS[:-1]
+STATE_ITEMS = ("weights", "grads", "optimizer")
+
+
+@dataclass(frozen=True)
+class StageContent:
+    """What one pipeline stage holds, one row per candidate (see the module docstring).
+    layers, recompute: (N, len(KINDS)); the rest (N,)."""
+
+    layers: np.ndarray
+    recompute: np.ndarray
+    is_first: np.ndarray
+    is_last: np.ndarray
+    in_flight: np.ndarray
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    """Coefficients of the stage memory, bytes per GPU: arrays (N, len(TERM_ITEMS)) for the
+    per-stage terms and (N, len(KINDS), len(TERM_ITEMS)) for the per-layer ones."""
+
+    fixed: np.ndarray
+    per_layer: np.ndarray
+    per_layer_in_flight: np.ndarray
+    recompute_in_flight: np.ndarray
+    first: np.ndarray
+    first_in_flight: np.ndarray
+    last: np.ndarray
+    not_last_in_flight: np.ndarray
+    working: np.ndarray
+    fragmentation: float
+
+    def take(self, index: np.ndarray) -> MemoryTerms:
+        values = {name: getattr(self, name)[index] for name in self.__dataclass_fields__
+                  if name != "fragmentation"}
+        return MemoryTerms(fragmentation=self.fragmentation, **values)
+
+
+class _Counts:
+    """The attributes estimate_stage_params reads, for a stage of given counts."""
+
+    def __init__(self, n: int, dense: float, moe: float, first: bool, last: bool) -> None:
+        self.num_dense_layers = np.full(n, dense)
+        self.num_moe_layers = np.full(n, moe)
+        self.is_first = np.full(n, first)
+        self.is_last = np.full(n, last)
+
+
+def _item_matrix(n: int, values: dict[str, np.ndarray]) -> np.ndarray:
+    out = np.zeros((n, len(TERM_ITEMS)))
+    for name, value in values.items():
+        out[:, TERM_ITEMS.index(name)] = value
+    return out
+
+
+def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                          options: MemoryOptions | None = None) -> MemoryTerms:
+    """Every coefficient of the stage memory of each candidate (module docstring). The model
+    states are linear in the parameters a stage holds, so a layer's states are those of a stage
+    holding that one layer. ZeRO-3 gathers the model's largest layer (whichever stage)."""
+    options = options or MemoryOptions()
+    n = len(candidates)
+
+    def params(dense: float = 0, moe: float = 0, first: bool = False, last: bool = False
+               ) -> StageParams:
+        return estimate_stage_params(model_spec, candidates, _Counts(n, dense, moe, first, last),
+                                     options)
+
+    def states(stage_params: StageParams) -> np.ndarray:
+        return _item_matrix(n, estimate_model_states(job, candidates, stage_params, options))
+
+    dense, first, last = params(dense=1), params(first=True), params(last=True)
+    moe = params(moe=1) if model_spec.is_moe else dense
+    largest = np.maximum(dense.largest_layer if model_spec.num_dense_layers else 0.0,
+                         moe.largest_layer if model_spec.is_moe else 0.0)
+    gather = estimate_zero3_gather_bytes(candidates, largest, options)
+    activation = estimate_activation_terms(model_spec, job, candidates, options)
+    logits = estimate_logits_bytes(model_spec, job, candidates, options)
+
+    def activations(values: np.ndarray) -> np.ndarray:
+        return _item_matrix(n, {"activations": values})
+
+    per_kind = [activations(activation["layer"][:, k]) for k in range(len(KINDS))]
+    saved = [activations(activation["recompute"][:, k]) for k in range(len(KINDS))]
+    fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options)}
+    return MemoryTerms(
+        fixed=_item_matrix(n, fixed),
+        per_layer=np.stack([states(dense), states(moe)], axis=1),
+        per_layer_in_flight=np.stack(per_kind, axis=1),
+        recompute_in_flight=np.stack(saved, axis=1),
+        first=states(first),
+        first_in_flight=activations(activation["first"]),
+        last=states(last) + activations(activation["last"])
+        + _item_matrix(n, {"logits": logits}),
+        not_last_in_flight=activations(activation["not_last"]),
+        working=activations(activation["working"]),
+        fragmentation=options.fragmentation,
+    )
+
+
+def compose_stage_memory(terms: MemoryTerms, content: StageContent) -> dict[str, np.ndarray]:
+    """Bytes per GPU by item (ITEMS) of stages holding `content`: the module docstring's sum.
+    Row i of `content` goes with row i of `terms`."""
+    flight = content.in_flight[:, None]
+    first = content.is_first[:, None].astype(float)
+    last = content.is_last[:, None].astype(float)
+    recomputes = (content.recompute.sum(axis=1) > 0)[:, None].astype(float)
+    total = (terms.fixed
+             + np.einsum("nk,nki->ni", content.layers,
+                         terms.per_layer + flight[:, :, None] * terms.per_layer_in_flight)
+             + flight * np.einsum("nk,nki->ni", content.recompute, terms.recompute_in_flight)
+             + first * (terms.first + flight * terms.first_in_flight)
+             + last * terms.last + (1.0 - last) * flight * terms.not_last_in_flight
+             + recomputes * terms.working)
+    items = {name: total[:, TERM_ITEMS.index(name)] for name in TERM_ITEMS}
+    allocated = sum(items[name] for name in ALLOCATED_ITEMS)
+    items["fragmentation"] = allocated * terms.fragmentation
+    return items
