@@ -2,7 +2,7 @@
 one by one in this process and then by `parplan sweep`'s runner on every core.
 
     .venv/bin/python benchmarks/sweep.py [--models M ...] [--presets P ...] [--gpus N ...]
-        [--engine enumerate|cpsat] [--top K] [--jobs J] [--every K] [--profile N]
+        [--top K] [--jobs J] [--every K] [--profile N]
 
 Printed: problems per second of the serial run and of the parallel sweep (with the results
 file written and fsync'd as `parplan sweep` does), the ratio between them, the per-problem
@@ -141,7 +141,6 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=None, help="default: the whole zoo")
     parser.add_argument("--presets", nargs="*", default=PRESETS)
     parser.add_argument("--gpus", nargs="*", type=int, default=GPUS)
-    parser.add_argument("--engine", choices=["enumerate", "cpsat"], default="enumerate")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--every", type=int, default=1, help="keep every K-th problem")
@@ -152,9 +151,8 @@ def main() -> None:
     console = Console(width=120)
     problems = build_sweep_problems(args.models or list_zoo_names(), args.presets, args.gpus,
                                     [4096], [1024], ["bf16"])[::args.every]
-    settings = SolveSettings(top=args.top, engine=args.engine)
-    console.print(f"{len(problems)} problems, engine {args.engine}, top {args.top}, "
-                  f"{args.jobs} workers")
+    settings = SolveSettings(top=args.top)
+    console.print(f"{len(problems)} problems, top {args.top}, {args.jobs} workers")
     serial_s, times = run_serial(problems, settings)
     parallel_s = None if args.no_parallel else run_parallel(problems, settings, args.jobs)
     print_tables(console, times, serial_s, parallel_s, args.jobs)

@@ -12,9 +12,8 @@ from typing import Any
 from solver.api import estimate_plans, load_problem_specs
 from solver.cost.time_constants import framework_time_constants
 from solver.catalog import list_gpu_names, load_gpu_spec
-from solver.errors import InputError, ParplanError
+from solver.errors import InputError
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
-from solver.search.cpsat import solve_cpsat
 from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
@@ -78,14 +77,7 @@ def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     start = time.perf_counter()
     status = "optimal"
-    if engine == "cpsat":
-        answer = solve_cpsat(problem, top=top, time_limit_s=time_limit_s)
-        ranked, status = answer.ranked, answer.status
-        if status == "unknown":  # the limit came before any plan: not a proof of anything
-            raise ParplanError(f"--time-limit {time_limit_s:g}: the integer program found no "
-                               "plan in time; raise the limit or use --engine enumerate")
-    else:
-        ranked = solve_by_enumeration(problem, top)
+    ranked = solve_by_enumeration(problem, top)
     seconds = time.perf_counter() - start
     if ranked is None or len(ranked.candidates) == 0:
         found = find_conflicts(problem)

@@ -1,9 +1,8 @@
-"""DP traffic and the optimizer step by parameter kind (solver.cost.data_parallel): pinned to
-hand arithmetic with the nccl-tests factors, and the split the CP-SAT tables rely on."""
+"""DP traffic, gradient accumulation and the optimizer step (solver.cost.data_parallel): pinned
+to hand arithmetic with the nccl-tests factors."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
@@ -12,10 +11,17 @@ from solver.cost.data_parallel import (
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
+from solver.cost.candidates import Candidates
 from solver.cost.steptime import TimeConstants
-from solver.search.grid import make_candidates
+from solver.spec import ParallelConfig
 
 CONSTANTS = TimeConstants()
+
+
+def candidates(**degrees: int) -> Candidates:
+    """One configuration: degree 1, no ZeRO and no recomputation unless given."""
+    return Candidates.from_configs([ParallelConfig(**({"zero": 0, "recompute": "none"}
+                                                      | degrees))])
 
 
 def test_llama_8b_gradient_all_reduce_on_one_node() -> None:
@@ -24,7 +30,7 @@ def test_llama_8b_gradient_all_reduce_on_one_node() -> None:
     DGX H100 (NVLink tier: 360 GB/s bus bandwidth, 15.6 us): 2 x 7/8 x 32.12 GB / 360 GB/s
     = 0.1561 s; reduce-scatter half of that; the bf16 all-gather a quarter."""
     model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
-    got = estimate_dp_collectives_s(model_spec, cluster, make_candidates(1, dp=8), CONSTANTS)
+    got = estimate_dp_collectives_s(model_spec, cluster, candidates(dp=8), CONSTANTS)
     grads = 8_030_261_248 * 4.0
     assert got["grads_all_reduce"][0] == pytest.approx(2 * 7 / 8 * grads / 360e9 + 15.6e-6,
                                                        rel=1e-6)
@@ -39,9 +45,8 @@ def test_optimizer_streams_thirty_bytes_per_local_parameter() -> None:
     parameter; 8.03e9 x 30 B / (0.8 x 3,350 GB/s) = 0.0899 s without ZeRO, 1/8 of it with
     ZeRO-1 over dp = 8."""
     model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
-    plain = estimate_optimizer_s(model_spec, cluster, make_candidates(1, dp=8), CONSTANTS)
-    sharded = estimate_optimizer_s(model_spec, cluster, make_candidates(1, dp=8, zero=1),
-                                   CONSTANTS)
+    plain = estimate_optimizer_s(model_spec, cluster, candidates(dp=8), CONSTANTS)
+    sharded = estimate_optimizer_s(model_spec, cluster, candidates(dp=8, zero=1), CONSTANTS)
     assert plain[0] == pytest.approx(8_030_261_248 * 30 / (0.8 * 3350e9), rel=1e-6)
     assert sharded[0] == pytest.approx(plain[0] / 8, rel=1e-12)
 
@@ -54,7 +59,7 @@ def test_deepspeed_bf16_gradient_accumulation_per_micro_batch() -> None:
     per GPU: 82.8 GB, 0.0507 s on an A100 (2,039 GB/s at 80%). Megatron fuses the accumulation
     into the GEMM: the default, 0 B, costs nothing."""
     model_spec, cluster = load_model_spec("bloom-176b"), load_cluster_spec("dgx-a100-80gb")
-    c = make_candidates(1, tp=4, pp=12, dp=8)
+    c = candidates(tp=4, pp=12, dp=8)
     per_gpu = (6 * (12 * 14336**2 + 13 * 14336) + 250880 * 14336) / 4
     deepspeed = CONSTANTS.model_copy(update={"grad_accumulation_bytes_per_param": 18.0})
     seconds = estimate_grad_accumulation_s(model_spec, cluster, c, deepspeed)
@@ -62,30 +67,3 @@ def test_deepspeed_bf16_gradient_accumulation_per_micro_batch() -> None:
     assert seconds[0] == pytest.approx(0.0507, abs=5e-4)
     assert estimate_grad_accumulation_s(model_spec, cluster, c, CONSTANTS)[0] == 0.0
 
-
-def test_dense_model_has_no_expert_collective() -> None:
-    """A dense model pays nothing for experts, not even a collective's latency."""
-    model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
-    expert = estimate_dp_collectives_s(model_spec, cluster, make_candidates(1, dp=64),
-                                       CONSTANTS, ("expert",))
-    assert all(np.all(v == 0) for v in expert.values())
-
-
-@pytest.mark.parametrize("model", ["deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b"])
-def test_kinds_add_up(model: str) -> None:
-    """The CP-SAT tables keep the dense and expert parts apart; together they are the whole."""
-    model_spec, cluster = load_model_spec(model), load_cluster_spec("hgx-h800")
-    c = make_candidates(4, tp=np.array([1, 2, 4, 8]), pp=np.array([1, 2, 4, 1]),
-                        dp=np.array([64, 16, 4, 2]), ep=np.array([8, 4, 2, 8]),
-                        etp=np.array([1, 2, 1, 2]), cp=np.array([1, 2, 2, 4]),
-                        zero=np.array([0, 1, 2, 3]))
-    both = estimate_dp_collectives_s(model_spec, cluster, c, CONSTANTS)
-    dense = estimate_dp_collectives_s(model_spec, cluster, c, CONSTANTS, ("dense",))
-    expert = estimate_dp_collectives_s(model_spec, cluster, c, CONSTANTS, ("expert",))
-    for name in both:
-        np.testing.assert_allclose(both[name], dense[name] + expert[name], rtol=1e-12)
-        assert np.all(expert[name] > 0)
-    np.testing.assert_allclose(
-        estimate_optimizer_s(model_spec, cluster, c, CONSTANTS),
-        estimate_optimizer_s(model_spec, cluster, c, CONSTANTS, ("dense",))
-        + estimate_optimizer_s(model_spec, cluster, c, CONSTANTS, ("expert",)), rtol=1e-12)

@@ -1,5 +1,5 @@
 """`parplan serve` through click's CliRunner: the JSON of DESIGN.md ("Interfaces"), the vLLM
-command line, both engines, bad input (one stderr line, exit 2) and an infeasible problem (an
+command line, the objectives, bad input (one stderr line, exit 2) and an infeasible problem (an
 answer with its conflicts and fixes, exit 0)."""
 
 from __future__ import annotations
@@ -68,15 +68,12 @@ def test_moe_plan_enables_expert_parallel_with_fp8() -> None:
     assert any(line.startswith("experts: --enable-expert-parallel") for line in answer["why"])
 
 
-def test_engines_agree_and_objectives_differ() -> None:
+def test_objectives_differ() -> None:
     common = ("--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "16",
               "--context", "8k")
-    oracle = serve_json(*common)
-    program = serve_json(*common, "--engine", "cpsat")
-    assert [(p["tp"], p["pp"], p["dp"]) for p in program["plans"]] == [
-        (p["tp"], p["pp"], p["dp"]) for p in oracle["plans"]]
+    most_tokens = serve_json(*common)
     fastest = serve_json(*common, "--objective", "latency")["plans"][0]
-    assert fastest["request_latency_s"] <= oracle["plans"][0]["request_latency_s"]
+    assert fastest["request_latency_s"] <= most_tokens["plans"][0]["request_latency_s"]
     fewest = serve_json(*common, "--objective", "gpus")["plans"][0]
     assert fewest["gpus"] == 2  # 141 GB of weights need two 80 GB GPUs
 
@@ -127,7 +124,6 @@ def test_impossible_slo_names_the_slo_and_the_reachable_value() -> None:
     (("--context", "8k", "--input-len", "9000"), "--input-len"),
     (("--context", "8k", "--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization"),
     (("--context", "8k", "--precision", "fp4"), "--precision"),
-    (("--context", "8k", "--objective", "gpus", "--engine", "cpsat"), "--objective gpus"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
     result = serve("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", *args)

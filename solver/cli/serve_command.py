@@ -74,16 +74,14 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
               help="Most tokens/s, fastest request, or fewest GPUs meeting the targets.")
 @click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
               help="How many plans to list.")
-@click.option("--engine", type=click.Choice(["enumerate", "cpsat"]), default="enumerate",
-              show_default=True, help="Exhaustive oracle or the CP-SAT program (same optimum).")
 @click.option("--calibration", metavar="FILE", default=None,
               help="Fitted bandwidth curves (`parplan calibrate`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
           input_len: int | None, output_len: int | None, precision: str, kv_cache_dtype: str,
           gpu_memory_utilization: float, max_ttft_ms: float | None, max_tpot_ms: float | None,
-          min_tokens_per_s: float | None, objective: str, top: int, engine: str,
-          calibration: str | None, as_json: bool) -> None:
+          min_tokens_per_s: float | None, objective: str, top: int, calibration: str | None,
+          as_json: bool) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
 
@@ -114,7 +112,7 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
                            job=job)
     other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
-    result = solve_serving(problem, top=top, engine=engine, other_gpus=other_gpus)
+    result = solve_serving(problem, top=top, other_gpus=other_gpus)
     if as_json:
         echo_json(render_serve_json(result))
     else:

@@ -7,15 +7,13 @@ activations, reserves), decode and prefill time, and the TP / PP / DP / EP that 
     timing       decode step, TTFT, TPOT, output rate (roofline + collectives of cost.comm)
     estimate     one evaluation: batch under the TPOT SLO, latency, throughput
     constraints  vLLM's rules and the targets as named Constraints
-    enumerate    the exhaustive oracle (the primary engine)
-    cpsat        the prime-exponent integer program (same optimum)
+    enumerate    the exhaustive oracle (the engine: the space is divisor tuples of N)
     explain      the seed's decision tree, the runner-up, conflicts and fixes
     plan         ServePlan and the vLLM command line
     solve        solve_serving: the answer of `parplan serve`
 """
 
 from solver.serve.job import ServeConstants, ServeJob, ServeProblem
-from solver.serve.solve import SERVE_ENGINES, ServeResult, solve_serving
+from solver.serve.solve import ServeResult, solve_serving
 
-__all__ = ["SERVE_ENGINES", "ServeConstants", "ServeJob", "ServeProblem", "ServeResult",
-           "solve_serving"]
+__all__ = ["ServeConstants", "ServeJob", "ServeProblem", "ServeResult", "solve_serving"]

@@ -1,6 +1,6 @@
 """The serving oracle: every (tp, pp, dp, ep, replicas) the rules allow, costed by the numpy
 model and ranked. The space is small (divisor tuples of the GPU count), so exhaustive search
-is the primary engine; solver.serve.cpsat must find the same optimum.
+is the engine of `parplan serve`.
 
 Space. Objectives throughput and latency use all the GPUs: tp, pp, dp are divisors of N, a
 dense model's dp takes the rest (replicas = 1: its DP ranks are independent already), a MoE's

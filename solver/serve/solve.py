@@ -1,7 +1,5 @@
-"""`parplan serve`: the best serving plans of a problem, or why there are none.
-
-Two engines give the same plans: the exhaustive oracle (solver.serve.enumerate, default) and
-the integer program (solver.serve.cpsat; objectives throughput and latency).
+"""`parplan serve`: the best serving plans of a problem, or why there are none, found by the
+exhaustive oracle (solver.serve.enumerate).
 """
 
 from __future__ import annotations
@@ -10,21 +8,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from solver.errors import InputError
 from solver.serve.constraints import build_serve_constraints
-from solver.serve.enumerate import RankedServe, enumerate_serving, rank_serving
+from solver.serve.enumerate import enumerate_serving, rank_serving
 from solver.serve.explain import explain_serving, find_serve_conflicts, suggest_serve_fixes
 from solver.serve.job import ServeProblem
 from solver.serve.plan import ServePlan, build_plans
 from solver.spec import GpuSpec
 
-SERVE_ENGINES = ("enumerate", "cpsat")
-
 
 @dataclass(frozen=True)
 class ServeResult:
     """status (optimal | infeasible), the plans best first, why the winner won, and when
-    infeasible the clashing constraints (with their rules) and the fixes."""
+    infeasible the clashing constraints (with their rules) and the fixes. engine: always
+    "enumerate" (the answer's JSON head, shared with optimize, names it)."""
 
     problem: ServeProblem
     status: str
@@ -38,30 +34,23 @@ class ServeResult:
     fixes: tuple[str, ...] = ()
 
 
-def solve_serving(problem: ServeProblem, top: int = 5, engine: str = "enumerate",
+def solve_serving(problem: ServeProblem, top: int = 5,
                   other_gpus: Sequence[GpuSpec] = ()) -> ServeResult:
     """Rank the feasible serving plans and explain the winner, or the infeasibility.
     `other_gpus` (the GPU catalog) lets a fix propose a GPU with more memory."""
-    if engine not in SERVE_ENGINES:
-        raise InputError(f"--engine {engine}: available engines are {', '.join(SERVE_ENGINES)}")
     start = time.perf_counter()
-    ranked: RankedServe | None
-    if engine == "cpsat":
-        from solver.serve.cpsat import solve_serving_cpsat
-
-        ranked = solve_serving_cpsat(problem, top)
-    else:
-        candidates = enumerate_serving(problem)
-        ranked = rank_serving(problem, candidates, top) if len(candidates) else None
+    candidates = enumerate_serving(problem)
+    ranked = rank_serving(problem, candidates, top) if len(candidates) else None
     seconds = time.perf_counter() - start
     if ranked is None or len(ranked.candidates) == 0:
         conflicts = tuple(find_serve_conflicts(problem))
         rules = {c.name: c.rule for c in build_serve_constraints(problem)
                  if c.name in conflicts}
-        return ServeResult(problem=problem, status="infeasible", engine=engine,
+        return ServeResult(problem=problem, status="infeasible", engine="enumerate",
                            solve_seconds=seconds, num_feasible=0, plans=(),
                            conflicts=conflicts, rules=rules,
                            fixes=tuple(suggest_serve_fixes(problem, conflicts, other_gpus)))
-    return ServeResult(problem=problem, status="optimal", engine=engine, solve_seconds=seconds,
-                       num_feasible=ranked.num_feasible, plans=build_plans(problem, ranked),
+    return ServeResult(problem=problem, status="optimal", engine="enumerate",
+                       solve_seconds=seconds, num_feasible=ranked.num_feasible,
+                       plans=build_plans(problem, ranked),
                        why=tuple(explain_serving(problem, ranked)))
