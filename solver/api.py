@@ -21,13 +21,23 @@ from solver.cost.memory import (
     OTHER_ITEMS,
     MemoryBreakdown,
     MemoryOptions,
+    estimate_layout_memory,
     estimate_memory,
-    estimate_stage_memory,
 )
-from solver.cost.steptime import estimate_step_time
+from solver.cost.memory.layout import build_even_layout
+from solver.cost.steptime import estimate_layout_step_time, estimate_step_time
 from solver.cost.time_constants import TimeConstants, framework_time_constants
 from solver.errors import InputError, format_validation_error
-from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
+from solver.search.constraints import structural_constraints
+from solver.search.space import VARIABLES
+from solver.spec import (
+    RECOMPUTE_LEVELS,
+    ClusterSpec,
+    JobSpec,
+    ModelSpec,
+    ParallelConfig,
+    PipelineLayout,
+)
 from solver.spec.plan import Plan, PlanTime, StageMemory
 
 GIB = 2**30
@@ -50,37 +60,16 @@ class Estimate:
 
 def check_parallel_config(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
                           config: ParallelConfig) -> None:
-    """Raise InputError for degrees the model, the job or the GPU count cannot take."""
-    m, c, name = model_spec, config, model_spec.name
-    if c.num_gpus != num_gpus:
-        raise InputError(f"--gpus ({num_gpus}) must equal tp x pp x cp x dp ({c.num_gpus})")
-    if m.num_attention_heads % c.tp:
-        raise InputError(f"--tp ({c.tp}) must divide num_attention_heads "
-                         f"({m.num_attention_heads}) of {name}")
-    if not m.is_mla and m.kv_heads % c.tp:
-        raise InputError(f"--tp ({c.tp}) must divide num_key_value_heads ({m.kv_heads}) of "
-                         f"{name}")
-    if c.vpp > 1 and c.pp == 1:
-        raise InputError(f"--vpp ({c.vpp}) needs --pp > 1: virtual stages interleave a pipeline")
-    if c.pp * c.vpp > m.num_hidden_layers:
-        raise InputError(f"--pp ({c.pp}) x --vpp ({c.vpp}) must not exceed num_hidden_layers "
-                         f"({m.num_hidden_layers}) of {name}: every virtual stage needs a layer")
-    if not m.is_moe and (c.ep > 1 or c.etp > 1):
-        option, value = ("--ep", c.ep) if c.ep > 1 else ("--etp", c.etp)
-        raise InputError(f"{option} ({value}) needs a mixture-of-experts model; {name} has no "
-                         "experts")
-    if m.is_moe and m.num_experts % c.ep:
-        raise InputError(f"--ep ({c.ep}) must divide num_experts ({m.num_experts}) of {name}")
-    dense_ranks = c.tp * c.cp * c.dp
-    if dense_ranks % (c.ep * c.etp):
-        raise InputError(f"--ep ({c.ep}) x --etp ({c.etp}) must divide tp x cp x dp "
-                         f"({dense_ranks}): expert layers reuse the ranks of a stage")
-    if c.cp > 1 and job.seq_len % (2 * c.cp):
-        raise InputError(f"--seq-len ({job.seq_len}) must be a multiple of 2 x cp "
-                         f"({2 * c.cp}): context parallelism cuts each sequence in 2 x cp chunks")
-    if job.global_batch % (c.dp * c.micro_batch):
-        raise InputError(f"--global-batch ({job.global_batch}) must be a multiple of dp x "
-                         f"micro-batch ({c.dp} x {c.micro_batch} = {c.dp * c.micro_batch})")
+    """Raise InputError for degrees the model, the job or the GPU count cannot take: the first
+    of the structural rules `optimize` searches under (solver.search.constraints) that
+    `config` breaks, with the options it reads and their values."""
+    values = {name: np.array([RECOMPUTE_LEVELS.index(config.recompute) if name == "recompute"
+                              else getattr(config, name)]) for name in VARIABLES}
+    for constraint in structural_constraints(model_spec, job, num_gpus):
+        if not np.all(constraint.check(values)):
+            given = ", ".join(f"--{name.replace('_', '-')} {int(values[name][0])}"
+                              for name in constraint.variables)
+            raise InputError(f"{given}: {constraint.rule} [{constraint.name}]")
 
 
 def build_parallel_config(num_gpus: int, **degrees: int | str) -> ParallelConfig:
@@ -133,34 +122,46 @@ def estimate_plan_time(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec
     return _plan_time(job, config, step, 0)
 
 
+def build_default_layout(model_spec: ModelSpec, config: ParallelConfig,
+                         options: MemoryOptions | None = None) -> PipelineLayout:
+    """The even split of `config`'s layers (the one `optimize --engine even` costs)."""
+    options = options or MemoryOptions()
+    return build_even_layout(
+        model_spec, config.pp, config.vpp, config.recompute == "full",
+        options.account_for_embedding_in_pipeline_split,
+        model_spec.num_nextn_predict_layers if options.include_mtp else 0)
+
+
 def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    configs: Sequence[ParallelConfig], options: MemoryOptions | None = None,
-                   constants: TimeConstants | None = None) -> tuple[Plan, ...]:
-    """Memory of every pipeline stage of each of `configs` on the cluster's GPU, and its step
-    time: one vectorised call of each model for all of them."""
+                   constants: TimeConstants | None = None,
+                   layouts: Sequence[PipelineLayout | None] | None = None) -> tuple[Plan, ...]:
+    """Memory of every pipeline stage of each of `configs` on the cluster's GPU under its
+    layout (None: the even split), and its step time: one vectorised call of the step time for
+    all of them."""
     if not configs:
         return ()
-    step = estimate_step_time(model_spec, cluster, job, Candidates.from_configs(configs),
-                              constants)
-    rows = [(config, stage) for config in configs for stage in range(config.pp)]
-    stages = estimate_stage_memory(model_spec, job,
-                                   Candidates.from_configs([c for c, _ in rows]),
-                                   np.array([s for _, s in rows], dtype=np.int64), options)
-    plans, start = [], 0
-    for index, config in enumerate(configs):
+    given = layouts if layouts is not None else [None] * len(configs)
+    chosen = [layout if layout is not None else build_default_layout(model_spec, config, options)
+              for config, layout in zip(configs, given)]
+    step = estimate_layout_step_time(model_spec, cluster, job, configs, chosen, constants)
+    plans = []
+    for index, (config, layout) in enumerate(zip(configs, chosen)):
+        stages = estimate_layout_memory(model_spec, job, config, layout, options)
         plans.append(Plan(
             config=config, gpu_memory_bytes=cluster.gpu.memory_gib * GIB,
-            stages=tuple(_stage_memory(stages, start + i) for i in range(config.pp)),
-            time=_plan_time(job, config, step, index)))
-        start += config.pp
+            stages=tuple(_stage_memory(stages, i) for i in range(config.pp)),
+            time=_plan_time(job, config, step, index), layout=layout))
     return tuple(plans)
 
 
 def estimate_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                   config: ParallelConfig, options: MemoryOptions | None = None,
-                  constants: TimeConstants | None = None) -> Plan:
-    """Memory of every pipeline stage of `config` on the cluster's GPU, and its step time."""
-    return estimate_plans(model_spec, cluster, job, [config], options, constants)[0]
+                  constants: TimeConstants | None = None,
+                  layout: PipelineLayout | None = None) -> Plan:
+    """Memory of every pipeline stage of `config` on the cluster's GPU under `layout` (None:
+    the even split), and its step time."""
+    return estimate_plans(model_spec, cluster, job, [config], options, constants, [layout])[0]
 
 
 def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,

@@ -16,12 +16,13 @@ from solver.errors import InputError
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts
+from solver.search.layout_search import solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
 from solver.spec.plan import Plan
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
-ENGINES = ("enumerate", "cpsat")
+ENGINES = ("layout", "even")
 
 
 @dataclass(frozen=True)
@@ -68,16 +69,24 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                    time_constants=framework_time_constants(framework))
 
 
-def solve(problem: Problem, top: int = 5, engine: str = "enumerate",
+def solve(problem: Problem, top: int = 5, engine: str = "layout",
           time_limit_s: float = 10.0) -> OptimizeResult:
-    """Rank the feasible configurations; explain the winner, or the infeasibility. Both
-    engines give the same plans (tests/test_cpsat.py); the integer program may stop at the
-    time limit with status `feasible` (the best plans found, not proved)."""
+    """Rank the feasible configurations; explain the winner, or the infeasibility.
+
+    Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
+    and, where a pipeline layout can still beat the incumbents, the layout program
+    (solver.search.layout_search); it may stop at the time limit with status `feasible` (the
+    best plans found, not proved). "even" costs every candidate with its even split of layers
+    only (the exhaustive oracle, solver.search.enumerate)."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     start = time.perf_counter()
     status = "optimal"
-    ranked = solve_by_enumeration(problem, top)
+    if engine == "layout":
+        ranked, proven = solve_with_layouts(problem, top, time_limit_s)
+        status = "optimal" if proven else "feasible"
+    else:
+        ranked = solve_by_enumeration(problem, top)
     seconds = time.perf_counter() - start
     if ranked is None or len(ranked.candidates) == 0:
         found = find_conflicts(problem)
@@ -125,7 +134,7 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
 def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
     return estimate_plans(problem.model_spec, problem.cluster, problem.job,
                           ranked.candidates.to_configs(), problem.memory_options,
-                          problem.time_constants)
+                          problem.time_constants, ranked.layouts)
 
 
 def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
@@ -176,7 +185,7 @@ MORE_GPUS_FACTORS = tuple(2**k for k in range(1, 11))
 # Rules on how the GPU count splits into degrees: a nearby count may satisfy them.
 SPLIT_RULES = frozenset({"batch_divides", "cp_splits_sequence", "tp_divides_heads",
                          "tp_divides_kv_heads", "ep_divides_experts", "expert_ranks_fit_stage",
-                         "pp_at_most_layers", "vpp_divides_layers"})
+                         "pp_at_most_layers", "virtual_stages_fit_layers"})
 # Round counts tried: whole nodes of the form 2^a or 3 x 2^a, within a factor of 2.
 NEARBY_TRIES = 6
 
@@ -214,7 +223,7 @@ def _bigger_gpu(cluster: ClusterSpec) -> ClusterSpec | None:
     return cluster.model_copy(update={"gpu": larger[0]})
 
 
-def fewest_gpus(problem: Problem, days: float, engine: str = "enumerate",
+def fewest_gpus(problem: Problem, days: float, engine: str = "layout",
                 max_gpus: int = 65536) -> tuple[int, OptimizeResult] | None:
     """The fewest GPUs, a multiple of the node size, whose best plan trains the job's token
     budget within `days` (the seed's "train on 2T tokens in 30 days"); None if even max_gpus

@@ -15,18 +15,20 @@ from hypothesis import strategies as st
 
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.memory import estimate_memory
+from solver.cost.memory import estimate_layout_memory, estimate_memory
 from solver.cost.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
 from solver.search.enumerate import enumerate_feasible, rank
 from solver.search.space import VARIABLES, variable_domains
-from solver.spec import ParallelConfig
+from solver.spec import ParallelConfig, PipelineLayout
 
 GIB = 2**30
 
 
-def independent_violations(problem, config: ParallelConfig) -> list[str]:
-    """The rules of issue 5 written again, plainly, one configuration at a time."""
+def independent_violations(problem, config: ParallelConfig,
+                           layout: PipelineLayout | None = None) -> list[str]:
+    """The rules of issue 5 written again, plainly, one configuration at a time; memory under
+    the plan's layout (None: the even split)."""
     m, job, c = problem.model_spec, problem.job, config
     domain = problem.cluster.scale_up_gpus
     bad = []
@@ -36,8 +38,8 @@ def independent_violations(problem, config: ParallelConfig) -> list[str]:
         bad.append("heads")
     if not problem.allow_tp_across_nodes and (domain % c.tp or domain % c.etp):
         bad.append("nvlink")
-    if c.pp > m.num_hidden_layers or (c.vpp > 1 and (c.pp == 1
-                                                     or m.num_hidden_layers % (c.pp * c.vpp))):
+    if c.pp > m.num_hidden_layers or c.pp * c.vpp > m.num_hidden_layers + 2 or (
+            c.vpp > 1 and c.pp == 1):
         bad.append("layers")
     if m.is_moe and m.num_experts % c.ep or not m.is_moe and (c.ep, c.etp) != (1, 1):
         bad.append("experts")
@@ -62,8 +64,15 @@ def independent_violations(problem, config: ParallelConfig) -> list[str]:
             bad.append(f"pin {name}")
     if bad:
         return bad  # the memory model is the slow check: only for otherwise valid plans
-    memory = estimate_memory(m, job, Candidates.from_configs([c]), problem.memory_options)
-    if float(memory.total[0]) > problem.cluster.gpu.memory_gib * GIB:
+    if layout is None:
+        memory = estimate_memory(m, job, Candidates.from_configs([c]), problem.memory_options)
+    else:
+        if (layout.pp, layout.vpp) != (c.pp, c.vpp) or layout.num_layers != m.num_hidden_layers:
+            bad.append("layout shape")
+        if c.recompute != "full" and any(s.recompute_layers for s in layout.stages):
+            bad.append("layout recompute")
+        memory = estimate_layout_memory(m, job, c, layout, problem.memory_options)
+    if float(memory.total.max()) > problem.cluster.gpu.memory_gib * GIB:
         bad.append("memory")
     return bad
 
@@ -94,7 +103,7 @@ def problems(draw):
 def test_every_plan_meets_every_rule_and_pins_hold(problem) -> None:
     result = solve(problem, top=5)
     for plan in result.plans:
-        assert independent_violations(problem, plan.config) == []
+        assert independent_violations(problem, plan.config, plan.layout) == []
         assert plan.fits
 
 
@@ -174,7 +183,7 @@ def test_least_memory_is_that_of_the_leanest_plan_meeting_the_other_rules(pins) 
     """find_conflicts computes the memory of the candidates the unchangeable rules allow once;
     its least memory equals the minimum over the plans meeting every other rule (pins
     included), enumerated apart; None when no plan meets them (tp 3 divides nothing)."""
-    from solver.cost.memory import estimate_memory
+    from solver.cost.memory import estimate_layout_memory, estimate_memory
     from solver.search.enumerate import enumerate_feasible, rules_but_memory
     from solver.search.explain import find_conflicts
 

@@ -55,12 +55,14 @@ def _pin_options(command):
 @_pin_options
 @click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
               help="How many plans to list.")
-@click.option("--engine", type=click.Choice(["cpsat", "enumerate"]), default="enumerate",
+@click.option("--engine", type=click.Choice(["layout", "even"]), default="layout",
               show_default=True,
-              help="Exhaustive oracle (today the faster one below ~2,000 GPUs) or the CP-SAT "
-                   "integer program; both prove the same optimum.")
+              help="layout: every mesh and schedule, and the best pipeline layout (layers and "
+                   "recompute per stage, CP-SAT) where it can beat the even split; even: the "
+                   "even split of layers only.")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Seconds the CP-SAT engine may search (the oracle is exhaustive).")
+              help="Seconds the layout programs may take in all (past it the answer is "
+                   "'feasible', not proven).")
 @framework_option("Whose rules the plan must obey and whose timing it assumes (DP overlap, "
                   "gradient reduce dtype).")
 @click.option("--objective", type=click.Choice(["time", "memory"]), default="time",

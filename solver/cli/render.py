@@ -64,13 +64,13 @@ def echo_infeasible(result: Any, what_to_change: str) -> None:
 
 def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """The ranked plans as a table titled with how they were found, then the why."""
-    if result.engine != "enumerate":
-        counted = f"({result.num_feasible:,} plans evaluated exactly)"
-    elif result.num_feasible is not None:
+    if result.num_feasible is not None:
         counted = f"of {result.num_feasible:,} feasible plans"
-    else:  # the oracle checked memory only as far as the top plans needed
+    elif result.num_memory_checked is not None:  # memory checked as far as the top needed
         counted = (f"of {result.num_candidates:,} plans meeting every rule but memory, "
                    f"memory checked on the {result.num_memory_checked:,} fastest")
+    else:  # the layout search: bounds decided which candidates needed a layout program
+        counted = f"of {result.num_candidates:,} plans meeting every rule but memory"
     echo_table(f"top {len(rows)} {counted} ({result.status}, {result.engine}, "
                f"{result.solve_seconds:.2f} s)", columns, rows)
     click.echo("why:")

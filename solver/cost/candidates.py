@@ -1,8 +1,8 @@
 """Candidates: N parallel configurations as numpy int arrays, one array per decision variable.
 
-The cost model (memory, step time) and the CP-SAT table builder take a `Candidates` and
-return one value per candidate, so a model written once serves one configuration (the
-`estimate` command), a few thousand (the exhaustive oracle) and the solver's lookup tables.
+The cost model (memory, step time) and the search take a `Candidates` and return one value
+per candidate, so a model written once serves one configuration (the `estimate` command) and
+the hundreds of thousands of the exhaustive search.
 
 Fields are the degrees and choices of `ParallelConfig`, each an int64 array of length N:
 tp, pp, dp, cp, ep, etp, vpp, zero (0-3), micro_batch, and recompute as a code

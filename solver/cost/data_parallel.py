@@ -14,9 +14,6 @@ Per step-sync (steptime.py decides what hides behind compute):
     zero3_reduce_scatter   ZeRO 3: each micro-batch's gradients (zero3_grad_reduce_bytes)
 The optimizer streams optimizer_bytes_per_param through HBM for every parameter the GPU
 updates: all of its shard (ZeRO 0) or 1 / (its DP group) of it (ZeRO >= 1).
-
-Because the two kinds depend on different degrees (dense: tp, pp and the rest of the GPUs;
-expert: pp, ep x etp), the CP-SAT tables keep them apart (solver.search.time_tables).
 """
 
 from __future__ import annotations
@@ -74,7 +71,7 @@ def _shards(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any, kind: 
 
 
 def estimate_dp_collectives_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,
-                              constants: TimeConstants, kinds: tuple[str, ...] = PARAM_KINDS
+                              constants: TimeConstants
                               ) -> dict[str, np.ndarray]:
     """Seconds of each DP collective of the module docstring for the parameters of `kinds`
     (both by default). `candidates` has array attributes tp, pp, dp, cp, ep, etp.
@@ -83,7 +80,7 @@ def estimate_dp_collectives_s(model_spec: ModelSpec, cluster: ClusterSpec, candi
     (NVLink bus bandwidth ~360 GB/s): the fp32 gradient all-reduce moves 2 x 7/8 x 32.1 GB per
     GPU, ~0.16 s."""
     out = {name: 0.0 for name in COLLECTIVES}
-    for kind in kinds:
+    for kind in PARAM_KINDS:
         if kind == "expert" and not model_spec.is_moe:
             continue  # no collective at all (not even its latency)
         local, ranks, link = _shards(model_spec, cluster, candidates, kind)
@@ -97,7 +94,7 @@ def estimate_dp_collectives_s(model_spec: ModelSpec, cluster: ClusterSpec, candi
 
 
 def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,
-                         constants: TimeConstants, kinds: tuple[str, ...] = PARAM_KINDS
+                         constants: TimeConstants
                          ) -> np.ndarray:
     """Seconds of the optimizer step for the parameters of `kinds` a GPU updates.
 
@@ -105,7 +102,7 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
     30 B x 8.03e9 = 241 GB, 0.090 s at 80% of the HBM bandwidth
     (ComputeConstants.hbm_fraction)."""
     total = 0.0
-    for kind in kinds:
+    for kind in PARAM_KINDS:
         local, ranks, _ = _shards(model_spec, cluster, candidates, kind)
         updated = np.where(np.asarray(candidates.zero) >= 1, local / ranks, local)
         total = total + estimate_streaming_s(
@@ -114,7 +111,7 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
 
 
 def estimate_grad_accumulation_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,
-                                 constants: TimeConstants, kinds: tuple[str, ...] = PARAM_KINDS
+                                 constants: TimeConstants
                                  ) -> np.ndarray:
     """Seconds per micro-batch to add a GPU's gradients into their accumulation buffer outside
     the GEMMs (TimeConstants.grad_accumulation_bytes_per_param: zero where the framework fuses
@@ -127,7 +124,7 @@ def estimate_grad_accumulation_s(model_spec: ModelSpec, cluster: ClusterSpec, ca
     if constants.grad_accumulation_bytes_per_param == 0:
         return np.zeros(np.shape(candidates.tp), dtype=float)
     total = 0.0
-    for kind in kinds:
+    for kind in PARAM_KINDS:
         local, _, _ = _shards(model_spec, cluster, candidates, kind)
         total = total + estimate_streaming_s(
             cluster.gpu, local * constants.grad_accumulation_bytes_per_param, constants.compute)

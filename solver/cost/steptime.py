@@ -35,6 +35,7 @@ benchmarks this is checked against.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -58,7 +59,7 @@ from solver.cost.flops import (
     estimate_attention_core_flops,
     estimate_model_flops_per_token,
 )
-from solver.cost.memory.layout import estimate_stage_layers, layout_layer_counts
+from solver.cost.memory.layout import estimate_stage_layers, layer_kinds, layout_layer_counts
 # TimeConstants lives in solver.cost.time_constants; importing it from here keeps working.
 from solver.cost.time_constants import TimeConstants, dp_part_overlaps, dp_syncs_per_step
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
@@ -94,6 +95,10 @@ class StepTime:
 
     def row(self, index: int) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)[index]) for f in fields(self)}
+
+    def take(self, index: np.ndarray) -> StepTime:
+        """The candidates at `index`."""
+        return StepTime(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
 class _Degrees:
@@ -415,18 +420,25 @@ def compose_step_time(terms: TimeTerms, content: StageTimeContent) -> StepTime:
     Worked number (seed 003, example 3): PP = 2 and m = 32 micro-batches give a 1F1B bubble of
     (p - 1) / (m + p - 1) = 1/33 = 3.0% of the step (the seed writes 1/32 = 3.1%).
     """
-    parts = (np.einsum("nsk,nkp->nsp", content.layers, terms.per_layer)
-             + np.einsum("nsk,nkp->nsp", content.recompute, terms.recompute)
-             + terms.per_stage[:, None, :]
-             + content.is_last[:, :, None] * terms.last[:, None, :])
-    stage_s = parts.sum(axis=2)
+    # Stage totals first (N x S), the parts of the slowest stage only (N x parts).
+    stage_s = (terms.per_stage.sum(axis=1)[:, None]
+               + content.is_last * terms.last.sum(axis=1)[:, None])
+    layer_s, recompute_s = terms.per_layer.sum(axis=2), terms.recompute.sum(axis=2)
+    for kind in range(layer_s.shape[1]):  # a few kinds: faster than einsum
+        stage_s = (stage_s + content.layers[:, :, kind] * layer_s[:, kind, None]
+                   + content.recompute[:, :, kind] * recompute_s[:, kind, None])
     present = content.count > 0
     slowest = np.argmax(np.where(present, stage_s, -np.inf), axis=1)
     rows = np.arange(len(slowest))
     slowest_s = stage_s[rows, slowest]
     total_s = (content.count * stage_s).sum(axis=1)
     bubble = (total_s - slowest_s) / terms.vpp
-    steady = terms.num_micro[:, None] * parts[rows, slowest]
+    layers, recompute = content.layers[rows, slowest], content.recompute[rows, slowest]
+    parts = terms.per_stage + content.is_last[rows, slowest, None] * terms.last
+    for kind in range(layer_s.shape[1]):
+        parts = (parts + layers[:, kind, None] * terms.per_layer[:, kind]
+                 + recompute[:, kind, None] * terms.recompute[:, kind])
+    steady = terms.num_micro[:, None] * parts
     step = steady.sum(axis=1) + bubble + terms.pp_s + terms.dp_s + terms.optimizer_s
     tokens_per_s = terms.tokens / step
     model_flop_per_s = terms.flop_per_gpu_per_step / step
@@ -445,26 +457,38 @@ def estimate_step_time(
     candidates: Any,
     constants: TimeConstants | None = None,
     embedding_slots: bool = False,
+    terms: TimeTerms | None = None,
 ) -> StepTime:
     """Step time and breakdown for every candidate under the even split of its layers (arrays
     with attributes tp, pp, dp, cp, ep, etp, vpp, zero, micro_batch, recompute as in
-    solver.cost.candidates); compose_step_time says how."""
-    terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
+    solver.cost.candidates); compose_step_time says how. `terms`: the candidates' TimeTerms
+    when the caller has them."""
+    if terms is None:
+        terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
     return compose_step_time(terms, even_stage_time_content(
         model_spec, _degrees(candidates), embedding_slots))
 
 
 def estimate_layout_step_time(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                              config: ParallelConfig, layout: PipelineLayout,
+                              configs: Sequence[ParallelConfig],
+                              layouts: Sequence[PipelineLayout],
                               constants: TimeConstants | None = None) -> StepTime:
-    """Step time of one configuration whose stages hold `layout` (one row)."""
-    candidates = Candidates.from_configs([config])
+    """Step time of each configuration whose stages hold its layout (one row each)."""
+    candidates = Candidates.from_configs(configs)
     terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
-    layers, recompute = layout_layer_counts(model_spec, layout)
-    is_last = np.arange(config.pp) == config.pp - 1
-    content = StageTimeContent(layers=layers[None], recompute=recompute[None],
-                               is_last=is_last[None], count=np.ones((1, config.pp)))
-    return compose_step_time(terms, content)
+    kinds = layer_kinds(model_spec)
+    width = max(config.pp for config in configs)
+    layers = np.zeros((len(configs), width, 2))
+    recompute = np.zeros((len(configs), width, 2))
+    is_last = np.zeros((len(configs), width))
+    count = np.zeros((len(configs), width))
+    for row, (config, layout) in enumerate(zip(configs, layouts)):
+        assert (layout.pp, layout.vpp) == (config.pp, config.vpp)
+        layers[row, :config.pp], recompute[row, :config.pp] = layout_layer_counts(kinds, layout)
+        is_last[row, config.pp - 1] = 1.0
+        count[row, :config.pp] = 1.0
+    return compose_step_time(terms, StageTimeContent(layers=layers, recompute=recompute,
+                                                     is_last=is_last, count=count))
 
 
 def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
@@ -483,7 +507,7 @@ def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
         seen = np.stack([total - moe, moe, stage == len(stage) - 1], axis=1)
         distinct, counts = np.unique(seen, axis=0, return_counts=True)
         rows.append((distinct, counts))
-    num_rows = max(len(counts) for _, counts in rows)
+    num_rows = max((len(counts) for _, counts in rows), default=1)
     table = np.zeros((len(keys), num_rows, 3))
     count = np.zeros((len(keys), num_rows))
     for index, (distinct, counts) in enumerate(rows):

@@ -1,1 +1,1 @@
-"""The search: space, named constraints, the exhaustive oracle, the CP-SAT program, explanations."""
+"""The search: space, named constraints, the exhaustive oracle, the layout program (CP-SAT), the layout search, explanations."""

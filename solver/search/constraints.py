@@ -36,7 +36,7 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory
 from solver.search.space import VARIABLES, Problem
-from solver.spec import ModelSpec
+from solver.spec import JobSpec, ModelSpec
 
 GIB = 2**30
 Values = Mapping[str, np.ndarray]
@@ -66,10 +66,13 @@ def model_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
     ]
 
 
-def _structural(problem: Problem) -> list[Constraint]:
-    m, job, n = problem.model_spec, problem.job, problem.num_gpus
+def structural_constraints(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
+                           nvlink_domain: int | None = None) -> list[Constraint]:
+    """The rules every training plan obeys whatever the framework: the GPU split, the model's
+    shape, the job's batch and sequence; with `nvlink_domain`, TP and expert-TP inside it.
+    `parplan estimate` checks a configuration against the same list (solver.api)."""
+    m, n = model_spec, num_gpus
     kv, layers = m.kv_heads, m.num_hidden_layers
-    domain = problem.cluster.scale_up_gpus
     rules = [
         Constraint("gpus_product", ("tp", "cp", "pp", "dp"),
                    f"tp x cp x pp x dp must equal the GPU count ({n})",
@@ -78,9 +81,10 @@ def _structural(problem: Problem) -> list[Constraint]:
         Constraint("vpp_needs_pp", ("pp", "vpp"),
                    "virtual pipeline stages (vpp > 1) need pp > 1",
                    lambda v: (v["vpp"] == 1) | (v["pp"] > 1)),
-        Constraint("vpp_divides_layers", ("pp", "vpp"),
-                   f"with vpp > 1, pp x vpp must divide num_hidden_layers ({layers})",
-                   lambda v: (v["vpp"] == 1) | (layers % (v["pp"] * v["vpp"]) == 0)),
+        Constraint("virtual_stages_fit_layers", ("pp", "vpp"),
+                   f"pp x vpp must not exceed num_hidden_layers + 2 ({layers + 2}): every "
+                   "virtual stage needs a decoder layer, the embedding or the loss",
+                   lambda v: v["pp"] * v["vpp"] <= layers + 2),
         Constraint("cp_splits_sequence", ("cp",),
                    f"seq_len ({job.seq_len}) must be a multiple of 2 x cp (load-balanced "
                    "ring attention cuts each sequence in 2 x cp chunks)",
@@ -104,7 +108,8 @@ def _structural(problem: Problem) -> list[Constraint]:
         rules.append(Constraint("dense_model_has_no_ep", ("ep", "etp"),
                                 f"{m.name} has no experts: ep = etp = 1",
                                 lambda v: (v["ep"] == 1) & (v["etp"] == 1)))
-    if not problem.allow_tp_across_nodes:
+    if nvlink_domain is not None:
+        domain = nvlink_domain
         rules += [
             Constraint("tp_within_nvlink", ("tp",),
                        f"tp must divide the NVLink domain ({domain} GPUs)",
@@ -114,6 +119,11 @@ def _structural(problem: Problem) -> list[Constraint]:
                        lambda v: domain % v["etp"] == 0),
         ]
     return rules
+
+
+def _structural(problem: Problem) -> list[Constraint]:
+    domain = None if problem.allow_tp_across_nodes else problem.cluster.scale_up_gpus
+    return structural_constraints(problem.model_spec, problem.job, problem.num_gpus, domain)
 
 
 def _framework(problem: Problem) -> list[Constraint]:

@@ -1,6 +1,6 @@
 """The exhaustive oracle: every candidate of the space that meets every constraint, costed by
-the numpy model and sorted. Same space, same constraints, same cost model as the CP-SAT
-program, no solver; it is the reference the integer program is tested against.
+the numpy model with its even split of layers and sorted (`optimize --engine even`, and the
+incumbents of the layout search, solver.search.layout_search).
 
 Candidates are built one variable at a time (cartesian product), and each constraint prunes as
 soon as the variables it reads are bound, so the expensive memory check sees only candidates
@@ -16,7 +16,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory
-from solver.cost.steptime import StepTime, estimate_step_time
+from solver.cost.steptime import StepTime, TimeTerms, estimate_step_time
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
     Constraint,
@@ -24,6 +24,7 @@ from solver.search.constraints import (
     memory_capacity_bytes,
 )
 from solver.search.space import VARIABLES, Problem, variable_domains
+from solver.spec import PipelineLayout
 
 # Binding order: the GPU split first (dp is implied by the others), cheap rules early.
 ORDER = ("tp", "cp", "pp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
@@ -115,7 +116,9 @@ class Ranked:
     """Feasible candidates sorted best first, with their step times and worst-stage memory.
     `num_feasible`: how many candidates were ranked (None where the oracle did not check
     every candidate's memory: it then says how many meet the other rules, `num_candidates`,
-    and how many it checked, `num_memory_checked`)."""
+    and how many it checked, `num_memory_checked`). `layouts`: each candidate's pipeline
+    layout (None: the even split); `rows`: where each sits in the candidates it was chosen
+    from."""
 
     candidates: Candidates
     step_time: StepTime
@@ -123,6 +126,8 @@ class Ranked:
     num_feasible: int | None
     num_candidates: int | None = None
     num_memory_checked: int | None = None
+    layouts: tuple[PipelineLayout, ...] | None = None
+    rows: np.ndarray | None = None
 
 
 def rank(problem: Problem, candidates: Candidates, top: int | None = None,
@@ -131,7 +136,8 @@ def rank(problem: Problem, candidates: Candidates, top: int | None = None,
     by the degrees, so the order is deterministic. `memory_bytes`, `step_time`: the
     candidates' worst-stage memory and step time when the caller has them already."""
     step = step_time if step_time is not None else estimate_step_time(
-        problem.model_spec, problem.cluster, problem.job, candidates, problem.time_constants)
+        problem.model_spec, problem.cluster, problem.job, candidates, problem.time_constants,
+        problem.memory_options.account_for_embedding_in_pipeline_split)
     memory = memory_bytes if memory_bytes is not None else estimate_memory(
         problem.model_spec, problem.job, candidates, problem.memory_options).total
     primary, secondary = (step.step_s, memory) if problem.objective == "time" else (
@@ -149,14 +155,11 @@ def rank(problem: Problem, candidates: Candidates, top: int | None = None,
         order = order[:top]
     return Ranked(
         candidates=candidates.take(order),
-        step_time=_take_step(step, order),
+        step_time=step.take(order),
         memory_bytes=memory[order],
         num_feasible=len(candidates),
+        rows=order,
     )
-
-
-def _take_step(step: StepTime, order: np.ndarray) -> StepTime:
-    return StepTime(**{name: getattr(step, name)[order] for name in step.__dataclass_fields__})
 
 
 def rules_but_memory(problem: Problem) -> list[Constraint]:
@@ -180,7 +183,7 @@ def solve_by_enumeration(problem: Problem, top: int | None = 5) -> Ranked | None
     if len(candidates) == 0:
         return None
     if problem.objective == "time" and top is not None:
-        return _fastest_that_fit(problem, candidates, top)
+        return fastest_that_fit(problem, candidates, top)
     memory = estimate_memory(problem.model_spec, problem.job, candidates,
                              problem.memory_options).total
     fits = np.flatnonzero(memory <= memory_capacity_bytes(problem))
@@ -194,10 +197,15 @@ def solve_by_enumeration(problem: Problem, top: int | None = 5) -> Ranked | None
 FIRST_MEMORY_BATCH = 2048
 
 
-def _fastest_that_fit(problem: Problem, candidates: Candidates, top: int) -> Ranked | None:
-    """solve_by_enumeration for the time objective: memory checked fastest first."""
+def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
+                     terms: TimeTerms | None = None) -> Ranked | None:
+    """solve_by_enumeration for the time objective: memory checked fastest first (the even
+    split of every candidate); `rows` of the answer index `candidates`. `terms`: the
+    candidates' TimeTerms when the caller has them."""
     step = estimate_step_time(problem.model_spec, problem.cluster, problem.job, candidates,
-                              problem.time_constants)
+                              problem.time_constants,
+                              problem.memory_options.account_for_embedding_in_pipeline_split,
+                              terms)
     seconds = step.step_s
     capacity = memory_capacity_bytes(problem)
     memory = np.full(len(candidates), np.inf)
@@ -221,10 +229,11 @@ def _fastest_that_fit(problem: Problem, candidates: Candidates, top: int) -> Ran
     fits = np.flatnonzero(memory <= capacity)
     if len(fits) == 0:
         return None
-    ranked = rank(problem, candidates.take(fits), top, memory[fits], _take_step(step, fits))
+    ranked = rank(problem, candidates.take(fits), top, memory[fits], step.take(fits))
     checked = len(candidates) - len(unchecked)
     return replace(ranked, num_feasible=len(fits) if len(unchecked) == 0 else None,
-                   num_candidates=len(candidates), num_memory_checked=checked)
+                   num_candidates=len(candidates), num_memory_checked=checked,
+                   rows=fits[ranked.rows])
 
 
 # Candidates whose memory any_feasible checks first (then 4x, 16x, ... more at a time).

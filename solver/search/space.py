@@ -63,7 +63,11 @@ def variable_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
         "dp": gpu_divisors,
         "ep": divisors(math.gcd(experts, n)) if experts else (1,),
         "etp": gpu_divisors if experts else (1,),
-        "vpp": divisors(model_spec.num_hidden_layers),
+        # Virtual stages that split the layers evenly, alone or with the embedding and the
+        # loss in slots of their own (the layout program places the layers of any other).
+        "vpp": tuple(sorted(set(divisors(model_spec.num_hidden_layers))
+                            | set(divisors(model_spec.num_hidden_layers + 2))
+                            | set(problem.pins.get("vpp", ())))),
         "zero": (0, 1, 2, 3),
         "micro_batch": divisors(problem.job.global_batch),
         "recompute": (0, 1, 2),

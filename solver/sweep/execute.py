@@ -33,7 +33,7 @@ class SolveSettings:
     """How every problem of a sweep is solved (written on each line)."""
 
     top: int = 5
-    engine: str = "enumerate"
+    engine: str = "layout"
     time_limit_s: float = 10.0
 
     def as_line_fields(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from solver.cost.memory.layout import (
     estimate_in_flight,
     estimate_stage_layers,
     estimate_stage_layout,
+    layer_kinds,
     layout_layer_counts,
 )
 from solver.cost.memory.options import MemoryOptions
@@ -103,7 +104,7 @@ def estimate_layout_memory(model_spec: ModelSpec, job: JobSpec, config: Parallel
     options = options or MemoryOptions()
     rows = Candidates.from_configs([config] * config.pp)
     stage = np.arange(config.pp)
-    layers, recompute = layout_layer_counts(model_spec, layout)
+    layers, recompute = layout_layer_counts(layer_kinds(model_spec), layout)
     num_micro = np.full(config.pp, max(job.global_batch // (config.dp * config.micro_batch), 1))
     content = StageContent(layers=layers, recompute=recompute, is_first=stage == 0,
                            is_last=stage == config.pp - 1,

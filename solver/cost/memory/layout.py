@@ -73,7 +73,7 @@ def estimate_in_flight(candidates: Candidates, stage: np.ndarray,
 
 
 def _chunk_layers(model_spec: ModelSpec, virtual: np.ndarray, per_chunk: np.ndarray,
-                  extra: np.ndarray, offset: int, held: np.ndarray
+                  extra: np.ndarray, offset: np.ndarray, held: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Layers (all, MoE) of virtual stage `virtual` (arrays of any one shape): the first
     `extra` virtual stages take per_chunk + 1 slots, the others per_chunk; slot s holds layer
@@ -109,15 +109,15 @@ def _count_stage_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.ndarray,
                         stage: np.ndarray, embedding_slots: bool
                         ) -> tuple[np.ndarray, np.ndarray]:
     """estimate_stage_layers on 1-D arrays of one length, element by element."""
-    offset = 1 if embedding_slots else 0
-    num_slots = model_spec.num_hidden_layers + 2 * offset
     num_virtual = pp * vpp
+    offset = np.where(embedding_slots | (num_virtual > model_spec.num_hidden_layers), 1, 0)
+    num_slots = model_spec.num_hidden_layers + 2 * offset
     per_chunk, extra = num_slots // num_virtual, num_slots % num_virtual
     num_chunks = int(vpp.max(initial=0))
     if len(pp) * num_chunks <= CHUNKS_AT_ONCE:  # every chunk in one 2-D pass
         chunk = np.arange(num_chunks)[None, :]
         total, moe = _chunk_layers(model_spec, stage[:, None] + chunk * pp[:, None],
-                                   per_chunk[:, None], extra[:, None], offset,
+                                   per_chunk[:, None], extra[:, None], offset[:, None],
                                    chunk < vpp[:, None])
         return total.sum(axis=1), moe.sum(axis=1)
     total = np.zeros(len(pp), dtype=np.int64)
@@ -133,8 +133,9 @@ def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candi
                           stage: np.ndarray, embedding_slots: bool = False) -> StageLayout:
     """Layers by kind on stage `stage` (an int array, 0-based) of each candidate.
 
-    With `embedding_slots` the split is over L + 2 slots, the first taken by the embedding and
-    the last by the LM head (Megatron-Bridge account_for_embedding/loss_in_pipeline_split).
+    With `embedding_slots`, or when the virtual stages outnumber the layers, the split is over
+    L + 2 slots, the first taken by the embedding and the last by the LM head (Megatron's
+    --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split).
     Worked number: DeepSeek-V3 (61 layers, first 3 dense), pp = 16: stages 0-12 hold 4 layers,
     13-15 hold 3; stage 0 = 3 dense + 1 MoE, stage 1 = 4 MoE. BLOOM (70 layers), pp = 12 with
     embedding slots: 72 slots, stage 0 = embedding + 5 layers, stages 1-10 = 6, stage 11 = 5.
@@ -160,12 +161,12 @@ def layer_kinds(model_spec: ModelSpec) -> np.ndarray:
     return _count_moe_layers(model_spec, index, index + 1).astype(np.int64)
 
 
-def layout_layer_counts(model_spec: ModelSpec, layout: PipelineLayout
+def layout_layer_counts(kinds: np.ndarray, layout: PipelineLayout
                         ) -> tuple[np.ndarray, np.ndarray]:
     """(layers, recomputed layers) by kind, arrays (pp, 2), of each pipeline stage under
     `layout`: virtual stage v holds the next `layers` decoder layers in model order and runs
-    on stage v % pp; its first `recompute_layers` recompute (Megatron's block method)."""
-    kinds = layer_kinds(model_spec)
+    on stage v % pp; its first `recompute_layers` recompute (Megatron's block method).
+    `kinds`: layer_kinds of the model."""
     layers = np.zeros((layout.pp, 2))
     recompute = np.zeros((layout.pp, 2))
     start = 0
@@ -181,10 +182,11 @@ def layout_layer_counts(model_spec: ModelSpec, layout: PipelineLayout
 def build_even_layout(model_spec: ModelSpec, pp: int, vpp: int, recompute_full: bool,
                       embedding_slots: bool = False, mtp_layers: int = 0) -> PipelineLayout:
     """The split estimate_stage_layout costs, as a PipelineLayout: pp x vpp virtual stages
-    (over L + 2 slots when the embedding and the loss take one each), the first ones one layer
-    more; every layer recomputing when `recompute_full`."""
-    offset = 1 if embedding_slots else 0
+    (over L + 2 slots when the embedding and the loss take one each, or when the virtual stages
+    outnumber the layers), the first ones one layer more; every layer recomputing when
+    `recompute_full`."""
     num_virtual = pp * vpp
+    offset = 1 if embedding_slots or num_virtual > model_spec.num_hidden_layers else 0
     per_chunk, extra = divmod(model_spec.num_hidden_layers + 2 * offset, num_virtual)
     sizes = [per_chunk + (1 if v < extra else 0) for v in range(num_virtual)]
     sizes[0] -= offset

@@ -24,6 +24,9 @@ from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
 from solver.spec import JobSpec, ModelSpec
 
+# The two groups of parameters (module docstring).
+PARAM_GROUPS = ("dense", "expert")
+
 
 @dataclass(frozen=True)
 class StageParams:
@@ -85,7 +88,7 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
 
 
 def estimate_model_states(job: JobSpec, candidates: Candidates, params: StageParams,
-                          options: MemoryOptions, kinds: tuple[str, ...] = ("dense", "expert")
+                          options: MemoryOptions
                           ) -> dict[str, np.ndarray]:
     """Bytes of weights, gradients and optimizer state per GPU under ZeRO 0-3.
 
@@ -100,8 +103,6 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     Worked number: Llama-3.1-8B (8.03e9 params), dp = 8, ZeRO-1, defaults:
     weights + optimizer = 8.03e9 * (2 + 12/8) = 28.1 GB, plus 32.1 GB of fp32 gradients =
     60.2 GB, the "weights and optimizer" Megatron-Bridge logs for this run (notes §3.2).
-    `kinds` selects the parameters counted: "dense", "expert" or both (the default); the two
-    add up to the whole (the CP-SAT tables keep them apart).
     """
     zero = candidates.zero
     shards = {"dense": (candidates.dp * candidates.cp).astype(float),
@@ -111,12 +112,12 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
 
     def shard(bytes_per_param: float | np.ndarray, from_stage: int) -> np.ndarray:
         on = zero >= from_stage
-        return sum((counts[k] * bytes_per_param / np.where(on, shards[k], 1.0) for k in kinds),
+        return sum((counts[k] * bytes_per_param / np.where(on, shards[k], 1.0) for k in PARAM_GROUPS),
                    np.zeros(len(candidates)))
 
     # Transformer Engine caches the fp8 copies in each module, gathered or not (ZeRO-3 too).
     fp8_copy = options.fp8_weight_copy_bytes if job.precision == "fp8" else 0.0
-    weights = shard(options.param_bytes, 3) + sum(gemm[k] for k in kinds) * fp8_copy
+    weights = shard(options.param_bytes, 3) + sum(gemm[k] for k in PARAM_GROUPS) * fp8_copy
     return {
         "weights": weights,
         "grads": shard(options.grad_bytes, 2),

@@ -1,0 +1,157 @@
+"""The cost model of one configuration as coefficients of its pipeline layout.
+
+Under a configuration (tp, cp, pp, vpp, dp, ep, etp, zero, micro-batch, recompute) the step time
+and every stage's memory are affine in what each stage holds: its layers of each kind and how
+many of them recompute in full (solver.cost.steptime.compose_step_time,
+solver.cost.memory.terms.compose_stage_memory). `estimate_layout_coefficients` reads those
+coefficients off the two compositions, so the layout program (solver.search.layout_program)
+optimises exactly the model that `parplan estimate --layout` evaluates: per pipeline stage i,
+
+    T_i   = sum_k layers_ik * layer_s[k] + recompute_ik * recompute_s[k] + stage_s
+            + (i == pp - 1) * last_s                                    seconds per micro-batch
+    step  = m * max_i T_i + (sum_i T_i - max_i T_i) / vpp + fixed_s
+    mem_i = base_bytes[i] + sum_k layers_ik * layer_bytes[i, k]
+            + recompute_ik * recompute_bytes[i, k] + (recompute_i > 0) * working_bytes[i]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.cost.candidates import Candidates
+from solver.cost.memory.layout import estimate_in_flight, layer_kinds
+from solver.cost.memory.options import MemoryOptions
+from solver.cost.memory.terms import (
+    KINDS,
+    StageContent,
+    compose_stage_memory,
+    estimate_memory_terms,
+)
+from solver.cost.steptime import TimeTerms, estimate_time_terms
+from solver.cost.time_constants import TimeConstants
+from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
+
+
+@dataclass(frozen=True)
+class LayoutCoefficients:
+    """The module docstring's coefficients for one configuration (floats, SI units)."""
+
+    kinds: np.ndarray            # (L,) the kind of each decoder layer (0 dense, 1 MoE)
+    layer_s: np.ndarray          # (kinds,)
+    recompute_s: np.ndarray      # (kinds,)
+    stage_s: float
+    last_s: float
+    num_micro: float
+    vpp: int
+    fixed_s: float
+    base_bytes: np.ndarray       # (pp,)
+    layer_bytes: np.ndarray      # (pp, kinds)
+    recompute_bytes: np.ndarray  # (pp, kinds)
+    working_bytes: np.ndarray    # (pp,)
+
+    def step_s(self, layers: np.ndarray, recompute: np.ndarray) -> float:
+        """The step time of stages holding layers / recompute (arrays (pp, kinds))."""
+        stage = layers @ self.layer_s + recompute @ self.recompute_s + self.stage_s
+        stage[-1] += self.last_s
+        return float(self.num_micro * stage.max() + (stage.sum() - stage.max()) / self.vpp
+                     + self.fixed_s)
+
+    def memory_bytes(self, layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
+        """Each stage's bytes per GPU (arrays (pp, kinds) in, (pp,) out)."""
+        return (self.base_bytes + (layers * self.layer_bytes).sum(axis=1)
+                + (recompute * self.recompute_bytes).sum(axis=1)
+                + np.where(recompute.sum(axis=1) > 0, self.working_bytes, 0.0))
+
+
+def time_coefficients(terms: TimeTerms) -> dict[str, np.ndarray]:
+    """Per candidate, the time coefficients of the module docstring (summed over parts)."""
+    return {"layer_s": terms.per_layer.sum(axis=2), "recompute_s": terms.recompute.sum(axis=2),
+            "stage_s": terms.per_stage.sum(axis=1), "last_s": terms.last.sum(axis=1),
+            "fixed_s": terms.pp_s + terms.dp_s + terms.optimizer_s}
+
+
+def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                                 config: ParallelConfig, options: MemoryOptions | None = None,
+                                 constants: TimeConstants | None = None) -> LayoutCoefficients:
+    """The coefficients of `config` (module docstring). The memory ones are differences of
+    compose_stage_memory on stages holding nothing, one layer, two layers and recomputed layers
+    (the composition is affine in what a stage holds, so they are exact)."""
+    options = options or MemoryOptions()
+    one = Candidates.from_configs([config])
+    times = time_coefficients(estimate_time_terms(model_spec, cluster, job, one, constants))
+    num_micro = job.global_batch / (config.dp * config.micro_batch)
+
+    pp, num_kinds = config.pp, len(KINDS)
+    rows = Candidates.from_configs([config] * pp)
+    stage = np.arange(pp)
+    in_flight = estimate_in_flight(rows, stage, np.full(pp, max(int(num_micro), 1)))
+    terms = estimate_memory_terms(model_spec, job, rows, options)
+
+    def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
+        content = StageContent(layers=np.broadcast_to(layers, (pp, num_kinds)),
+                               recompute=np.broadcast_to(recompute, (pp, num_kinds)),
+                               is_first=stage == 0, is_last=stage == pp - 1, in_flight=in_flight)
+        return sum(compose_stage_memory(terms, content).values())
+
+    none = np.zeros(num_kinds)
+    base = total(none, none)
+    layer = np.zeros((pp, num_kinds))
+    recompute = np.zeros((pp, num_kinds))
+    working = np.zeros(pp)
+    for kind in range(num_kinds):
+        unit = np.eye(num_kinds)[kind]
+        layer[:, kind] = total(unit, none) - base
+        recompute[:, kind] = total(2 * unit, 2 * unit) - total(2 * unit, unit)
+        working = total(unit, unit) - total(unit, none) - recompute[:, kind]
+    return LayoutCoefficients(
+        kinds=layer_kinds(model_spec), layer_s=times["layer_s"][0],
+        recompute_s=times["recompute_s"][0], stage_s=float(times["stage_s"][0]),
+        last_s=float(times["last_s"][0]), num_micro=num_micro, vpp=config.vpp,
+        fixed_s=float(times["fixed_s"][0]), base_bytes=base, layer_bytes=layer,
+        recompute_bytes=recompute, working_bytes=working)
+
+
+def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
+                                  pp: np.ndarray, recompute_full: np.ndarray) -> np.ndarray:
+    """A lower bound of the step time of each candidate over every layout of its layers.
+
+    With S = sum_i T_i and M = max_i T_i, step = (m - 1/v) M + S / v + fixed grows with both,
+    and m >= 1 >= 1/v. S is least with no layer recomputing (one, where the configuration
+    recomputes: some layer must). M is at least what the last stage needs for x layers and the
+    head, or what the other pp - 1 stages need for the L - x layers left: with a the cheapest
+    layer, M >= min_x max(a ceil((L - x) / (pp - 1)), a x + c + last), found by bisection (the
+    first term falls with x, the second rises). Exact for the even split of a dense model that
+    balances: no layout of such a candidate can beat it.
+    """
+    times = time_coefficients(terms)
+    counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS))
+    present = counts > 0
+    layer_s = times["layer_s"]
+    cheapest = np.where(present[None, :], layer_s, np.inf).min(axis=1)
+    cheapest_recompute = np.where(present[None, :], times["recompute_s"], np.inf).min(axis=1)
+    stage_s, last_s = times["stage_s"], times["last_s"]
+    total = (layer_s @ counts + pp * stage_s + last_s
+             + np.where(recompute_full, cheapest_recompute, 0.0))
+    num_layers = model_spec.num_hidden_layers
+    others = np.maximum(pp - 1, 1)
+
+    def rest(x: np.ndarray) -> np.ndarray:  # the busiest of the other stages
+        return np.where(pp > 1, cheapest * np.ceil((num_layers - x) / others) + stage_s, 0.0)
+
+    def last(x: np.ndarray) -> np.ndarray:
+        return np.where(pp > 1, cheapest * x, cheapest * num_layers) + stage_s + last_s
+
+    low, high = np.zeros(len(pp)), np.full(len(pp), float(num_layers))
+    while np.any(high > low):  # the first x where the last stage is the busier
+        middle = np.floor((low + high) / 2)
+        above = last(middle) >= rest(middle)
+        high = np.where(above, middle, high)
+        low = np.where(above, low, middle + 1)
+    busiest = np.maximum(last(high), rest(high))
+    before = np.maximum(high - 1, 0)
+    busiest = np.minimum(busiest, np.maximum(last(before), rest(before)))
+    slowest = np.maximum(busiest, total / pp)
+    return (terms.num_micro * slowest + (total - slowest) / terms.vpp
+            + times["fixed_s"])

@@ -1,0 +1,221 @@
+"""The layout program (OR-Tools CP-SAT): how many decoder layers each virtual pipeline stage of
+one configuration holds, and how many of them recompute in full, for the shortest step under
+every stage's memory limit.
+
+For a configuration with pp stages of vpp chunks (V = pp x vpp virtual stages, model order;
+virtual stage v runs on stage v % pp) and the coefficients of solver.cost.layout_terms:
+
+    n_v  in [lo_v, L]     layers of virtual stage v (lo = 0 for the first and last, which hold
+                          the embedding and the loss, else 1); sum_v n_v = L
+    B_v  = n_0 + ... + n_v                  the layer boundaries
+    c_kv = D_k(B_v) - D_k(B_{v-1})          layers of kind k, D_k(x) the kind-k layers among
+                                            the first x (an element lookup per kind)
+    r_v  in [0, n_v]      layers recomputing in full (the first r_v of the chunk, Megatron's
+                          block method); one count R for every chunk, r_v = min(R, n_v), where
+                          the framework takes one (--recompute-num-layers)
+    q_kv = D_k(B_{v-1} + r_v) - D_k(B_{v-1}) recomputed layers of kind k
+    T_i  = sum_{v on i} sum_k a_k c_kv + b_k q_kv  + c + (i = pp - 1) last   (integer units)
+    M   >= T_i;  minimise  (m vpp - 1) M + sum_i T_i   (= vpp x (step - fixed) / unit)
+    mem_i = base_i + sum_{v on i} sum_k l_ik c_kv + s_ik q_kv + w_i [stage i recomputes]
+            <= capacity
+
+One door from floats into CP-SAT (STYLE.md): `to_units` scales the time coefficients to
+nanoseconds (rounded to nearest; the answer is re-costed in floats) and the memory ones to
+bytes rounded up, against the capacity rounded down, so every layout the program accepts fits
+under the float model too. The program is solved by one worker with a fixed seed, so the same
+problem gives the same layout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from solver.cost.layout_terms import LayoutCoefficients
+from solver.cost.memory.layout import layout_layer_counts
+from solver.spec import ParallelConfig, PipelineLayout, VirtualStage
+
+TIME_UNIT_S = 1e-9
+MEMORY_UNIT_BYTES = 1.0
+
+
+@dataclass(frozen=True)
+class LayoutAnswer:
+    """The best layout found, its step time and stage memory under the float model, and
+    whether the program proved it optimal (status "optimal") or stopped at the time limit
+    ("feasible")."""
+
+    layout: PipelineLayout
+    step_s: float
+    memory_bytes: np.ndarray
+    status: str
+
+
+@dataclass(frozen=True)
+class LayoutRules:
+    """What the layout may choose: `recompute` whether layers may recompute in full (the
+    configuration recomputes "full": at least one layer then does); `uniform_recompute` one
+    count for every chunk (Megatron's --recompute-num-layers); `mtp_layers` on the last
+    virtual stage."""
+
+    recompute: bool
+    uniform_recompute: bool
+    mtp_layers: int = 0
+
+
+def to_units(value: float | np.ndarray, unit: float, rounding: str) -> np.ndarray:
+    """Floats in integer units: "nearest", "up" or "down"."""
+    scaled = np.asarray(value, dtype=float) / unit
+    rounded = {"nearest": np.rint, "up": np.ceil, "down": np.floor}[rounding](scaled)
+    return rounded.astype(np.int64)
+
+
+def _prefix_counts(kinds: np.ndarray, kind: int) -> list[int]:
+    """D_k(x) for x = 0..L: layers of kind `kind` among the first x."""
+    return [0] + np.cumsum(kinds == kind).astype(int).tolist()
+
+
+def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
+                 capacity_bytes: float, rules: LayoutRules, below_s: float | None = None,
+                 time_limit_s: float = 10.0, hint: PipelineLayout | None = None
+                 ) -> tuple[LayoutAnswer | None, bool]:
+    """The best layout of `config` (module docstring), or None when no layout fits the memory
+    or, with `below_s`, none is as fast (to the time unit); and whether the answer is proven
+    (False when the time limit came first)."""
+    co = coefficients
+    pp, vpp = config.pp, config.vpp
+    num_virtual = pp * vpp
+    num_layers = len(co.kinds)
+    present = [k for k in range(len(co.layer_s)) if (co.kinds == k).any()]
+    program = cp_model.CpModel()
+
+    lows = [0 if v in (0, num_virtual - 1) else 1 for v in range(num_virtual)]
+    if num_virtual == 1:
+        lows = [num_layers]
+    n = [program.NewIntVar(lows[v], num_layers, f"n{v}") for v in range(num_virtual)]
+    bounds = [program.NewIntVar(0, num_layers, f"b{v}") for v in range(num_virtual)]
+    for v in range(num_virtual):
+        program.Add(bounds[v] == (bounds[v - 1] if v else 0) + n[v])
+    program.Add(bounds[-1] == num_layers)
+
+    r = _add_recompute(program, n, num_layers, rules)
+    counts, recomputed = _add_kind_counts(program, co.kinds, present, n, bounds, r)
+
+    a = to_units(co.layer_s, TIME_UNIT_S, "nearest")
+    b = to_units(co.recompute_s, TIME_UNIT_S, "nearest")
+    stage_units = int(to_units(co.stage_s, TIME_UNIT_S, "nearest"))
+    last_units = int(to_units(co.last_s, TIME_UNIT_S, "nearest"))
+    layer_bytes = to_units(co.layer_bytes, MEMORY_UNIT_BYTES, "up")
+    recompute_bytes = to_units(co.recompute_bytes, MEMORY_UNIT_BYTES, "up")
+    base_bytes = to_units(co.base_bytes, MEMORY_UNIT_BYTES, "up")
+    working_bytes = to_units(np.maximum(co.working_bytes, 0.0), MEMORY_UNIT_BYTES, "up")
+    capacity = int(to_units(capacity_bytes, MEMORY_UNIT_BYTES, "down"))
+
+    stage_time = []
+    horizon = int(num_layers * (max(a.max(), 0) + max(b.max(), 0)) + stage_units + last_units)
+    slowest = program.NewIntVar(0, horizon, "slowest")
+    for stage in range(pp):
+        chunks = range(stage, num_virtual, pp)
+        time_expr = sum(int(a[k]) * counts[k][v] + int(b[k]) * recomputed[k][v]
+                        for v in chunks for k in present)
+        time_expr += stage_units + (last_units if stage == pp - 1 else 0)
+        stage_time.append(time_expr)
+        program.Add(slowest >= time_expr)
+        memory_expr = int(base_bytes[stage]) + sum(
+            int(layer_bytes[stage, k]) * counts[k][v]
+            + int(recompute_bytes[stage, k]) * recomputed[k][v] for v in chunks for k in present)
+        if rules.recompute and working_bytes[stage] > 0:
+            recomputes = program.NewBoolVar(f"recomputes{stage}")
+            program.Add(sum(r[v] for v in chunks) <= num_layers * recomputes)
+            memory_expr += int(working_bytes[stage]) * recomputes
+        program.Add(memory_expr <= capacity)
+
+    num_micro = int(round(co.num_micro))
+    objective = (num_micro * vpp - 1) * slowest + sum(stage_time)
+    if below_s is not None:
+        bound = (below_s - co.fixed_s) * vpp / TIME_UNIT_S
+        if bound < 0:
+            return None, True
+        program.Add(objective <= int(math.ceil(bound)))
+    program.Minimize(objective)
+    if hint is not None:
+        for v, chunk in enumerate(hint.stages):
+            program.AddHint(n[v], chunk.layers)
+            if rules.recompute:
+                program.AddHint(r[v], chunk.recompute_layers)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = time_limit_s
+    status = solver.Solve(program)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, status == cp_model.INFEASIBLE
+    layers = [solver.Value(x) for x in n]
+    recompute = [solver.Value(x) for x in r]
+    layout = build_layout(config, layers, recompute, rules.mtp_layers)
+    stage_layers, stage_recompute = layout_layer_counts(co.kinds, layout)
+    answer = LayoutAnswer(layout=layout, step_s=co.step_s(stage_layers, stage_recompute),
+                          memory_bytes=co.memory_bytes(stage_layers, stage_recompute),
+                          status="optimal" if status == cp_model.OPTIMAL else "feasible")
+    return answer, status == cp_model.OPTIMAL
+
+
+def _add_recompute(program: cp_model.CpModel, n: list, num_layers: int,
+                   rules: LayoutRules) -> list:
+    """r_v: the recomputed layers of each virtual stage (constants 0 when none may)."""
+    if not rules.recompute:
+        return [0] * len(n)
+    r = [program.NewIntVar(0, num_layers, f"r{v}") for v in range(len(n))]
+    if rules.uniform_recompute:
+        count = program.NewIntVar(1, num_layers, "recompute_num_layers")
+        for v, x in enumerate(r):
+            program.AddMinEquality(x, [count, n[v]])
+    else:
+        for v, x in enumerate(r):
+            program.Add(x <= n[v])
+    program.Add(sum(r) >= 1)
+    return r
+
+
+def _add_kind_counts(program: cp_model.CpModel, kinds: np.ndarray, present: list[int],
+                     n: list, bounds: list, r: list) -> tuple[dict, dict]:
+    """c_kv and q_kv of the module docstring; with one kind of layer, n_v and r_v."""
+    if len(present) == 1:
+        return {present[0]: n}, {present[0]: r}
+    num_layers = len(kinds)
+    counts: dict[int, list] = {}
+    recomputed: dict[int, list] = {}
+    for kind in present:
+        table = _prefix_counts(kinds, kind)
+        prefix = []
+        for v, boundary in enumerate(bounds):
+            value = program.NewIntVar(0, num_layers, f"d{kind}_{v}")
+            program.AddElement(boundary, table, value)
+            prefix.append(value)
+        counts[kind] = [prefix[v] - (prefix[v - 1] if v else 0) for v in range(len(n))]
+        recomputed[kind] = []
+        for v in range(len(n)):
+            if isinstance(r[v], int):
+                recomputed[kind].append(0)
+                continue
+            start = prefix[v - 1] if v else 0
+            index = program.NewIntVar(0, num_layers, f"x{kind}_{v}")
+            program.Add(index == (bounds[v - 1] if v else 0) + r[v])
+            value = program.NewIntVar(0, num_layers, f"q{kind}_{v}")
+            program.AddElement(index, table, value)
+            recomputed[kind].append(value - start)
+    return counts, recomputed
+
+
+def build_layout(config: ParallelConfig, layers: list[int], recompute: list[int],
+                 mtp_layers: int) -> PipelineLayout:
+    """The PipelineLayout of per-virtual-stage layer and recompute counts."""
+    last = len(layers) - 1
+    stages = tuple(VirtualStage(layers=count, recompute_layers=recompute[v], embedding=v == 0,
+                                loss=v == last, mtp_layers=mtp_layers if v == last else 0)
+                   for v, count in enumerate(layers))
+    return PipelineLayout(pp=config.pp, vpp=config.vpp, stages=stages)

@@ -1,0 +1,195 @@
+"""The search over meshes and layouts: exhaustive over the mesh and schedule (numpy), the layout
+program (CP-SAT) where a layout can still beat the incumbent.
+
+1. Every candidate meeting the rules is costed with its even split (solver.search.enumerate);
+   the `top` fastest that fit are the incumbents, the slowest of them the bar.
+2. For every candidate, a lower bound of its step time over all layouts
+   (estimate_layout_lower_bound_s) and of its worst stage's memory (_memory_lower_bound); the
+   candidates whose bounds can still beat the bar and fit are handed to the layout program,
+   lowest bound first, each asked for a layout strictly faster than the bar (and than its own
+   even split); an answer replaces the slowest incumbent and lowers the bar. The search stops
+   when the next bound reaches the bar: every candidate left cannot enter the top, ties
+   included, so the top is proven over layouts too (unless a program met the time limit).
+
+Rank by memory (objective "memory") keeps the even split: the layout program minimises time.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from solver.cost.candidates import RECOMPUTE_FULL, Candidates
+from solver.cost.layout_terms import estimate_layout_coefficients, estimate_layout_lower_bound_s
+from solver.cost.memory import estimate_layout_memory
+from solver.cost.memory.layout import build_even_layout, estimate_in_flight, layer_kinds
+from solver.cost.memory.terms import (
+    KINDS,
+    StageContent,
+    compose_stage_memory,
+    estimate_memory_terms,
+)
+from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
+from solver.search.constraints import memory_capacity_bytes
+from solver.search.enumerate import (
+    Ranked,
+    enumerate_feasible,
+    fastest_that_fit,
+    rules_but_memory,
+    solve_by_enumeration,
+)
+from solver.search.layout_program import LayoutRules, solve_layout
+from solver.search.space import VARIABLES, Problem
+from solver.spec import ParallelConfig, PipelineLayout
+
+# Frameworks that recompute one count of layers in every chunk (--recompute-num-layers).
+UNIFORM_RECOMPUTE_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+
+
+def layout_rules(problem: Problem, config: ParallelConfig) -> LayoutRules:
+    """What the layout of `config` may choose under the problem's framework."""
+    mtp = problem.model_spec.num_nextn_predict_layers if problem.memory_options.include_mtp \
+        else 0
+    return LayoutRules(recompute=config.recompute == "full",
+                       uniform_recompute=problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS,
+                       mtp_layers=mtp)
+
+
+def even_layout(problem: Problem, config: ParallelConfig) -> PipelineLayout:
+    """The even split of `config` under the problem's memory options."""
+    options = problem.memory_options
+    mtp = problem.model_spec.num_nextn_predict_layers if options.include_mtp else 0
+    return build_even_layout(problem.model_spec, config.pp, config.vpp,
+                             config.recompute == "full",
+                             options.account_for_embedding_in_pipeline_split, mtp)
+
+
+def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0
+                       ) -> tuple[Ranked | None, bool]:
+    """The `top` best (configuration, layout) pairs, and whether they are proven (no layout
+    program stopped at the time limit). Module docstring."""
+    start = time.perf_counter()
+    if problem.objective != "time":
+        return solve_by_enumeration(problem, top), True
+    candidates = enumerate_feasible(problem, rules_but_memory(problem))
+    if len(candidates) == 0:
+        return None, True
+    model_spec = problem.model_spec
+    terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
+                                problem.time_constants)
+    even = fastest_that_fit(problem, candidates, top, terms)
+    # row -> (order key: step, worst-stage memory, degrees; its layout, None for the even split)
+    best: dict[int, tuple[tuple, PipelineLayout | None]] = {}
+
+    def key(row: int, seconds: float, memory_bytes: float) -> tuple:
+        return (seconds, memory_bytes, *(int(getattr(candidates, n)[row]) for n in VARIABLES))
+
+    if even is not None:
+        for row, seconds, memory in zip(even.rows, even.step_time.step_s, even.memory_bytes):
+            best[int(row)] = (key(int(row), float(seconds), float(memory)), None)
+
+    def bar() -> float:
+        if len(best) < top:
+            return np.inf
+        return sorted(order for order, _ in best.values())[top - 1][0]
+
+    full = candidates.recompute == RECOMPUTE_FULL
+    bound = estimate_layout_lower_bound_s(model_spec, terms, candidates.pp, full)
+    capacity = memory_capacity_bytes(problem)
+    hopeful = np.flatnonzero(bound <= bar())
+    hopeful = hopeful[_memory_lower_bound(problem, candidates.take(hopeful)) <= capacity]
+    hopeful = hopeful[np.lexsort((hopeful, bound[hopeful]))]
+    proven = True
+    for row in hopeful:
+        limit = bar()
+        if bound[row] > limit:
+            break
+        remaining = time_limit_s - (time.perf_counter() - start)
+        if remaining <= 0:
+            proven = False
+            break
+        config = candidates.config(int(row))
+        below = min(limit, best[int(row)][0][0] if int(row) in best else np.inf)
+        coefficients = estimate_layout_coefficients(
+            model_spec, problem.cluster, problem.job, config, problem.memory_options,
+            problem.time_constants)
+        answer, complete = solve_layout(
+            config, coefficients, capacity, layout_rules(problem, config),
+            below_s=None if np.isinf(below) else below, time_limit_s=remaining,
+            hint=even_layout(problem, config))
+        proven = proven and complete
+        if answer is None:
+            continue
+        order = key(int(row), answer.step_s, float(answer.memory_bytes.max()))
+        if int(row) in best and best[int(row)][0] <= order:
+            continue
+        best[int(row)] = (order, answer.layout)
+        if len(best) > top:
+            del best[max(best, key=lambda r: best[r][0])]
+    if not best:
+        return None, proven
+    return _ranked(problem, candidates, best, top), proven
+
+
+def _ranked(problem: Problem, candidates: Candidates,
+            best: dict[int, tuple[tuple, PipelineLayout | None]], top: int) -> Ranked:
+    """The chosen (row, layout) pairs as a Ranked, costed through the layout compositions and
+    sorted by step time, then memory, then the degrees (deterministic)."""
+    rows = np.array(sorted(best), dtype=np.int64)
+    chosen = candidates.take(rows)
+    configs = chosen.to_configs()
+    layouts = [best[int(r)][1] or even_layout(problem, c) for r, c in zip(rows, configs)]
+    step = estimate_layout_step_time(problem.model_spec, problem.cluster, problem.job, configs,
+                                     layouts, problem.time_constants)
+    memory = np.array([estimate_layout_memory(problem.model_spec, problem.job, c, layout,
+                                              problem.memory_options).total.max()
+                       for c, layout in zip(configs, layouts)])
+    keys = [getattr(chosen, n) for n in reversed(VARIABLES)] + [memory, step.step_s]
+    order = np.lexsort(keys)[:top]
+    return Ranked(candidates=chosen.take(order),
+                  step_time=step.take(order),
+                  memory_bytes=memory[order], num_feasible=None,
+                  num_candidates=len(candidates),
+                  layouts=tuple(layouts[i] for i in order), rows=rows[order])
+
+
+def _memory_lower_bound(problem: Problem, candidates: Candidates) -> np.ndarray:
+    """A lower bound of the worst stage's memory over every layout: the first and the last
+    stage hold their ends whatever the layout, and the stages together hold every layer at
+    the least it costs anywhere (on the stage with the fewest micro-batches in flight,
+    recomputing where the configuration may), beside what each stage holds empty."""
+    model_spec, job, n = problem.model_spec, problem.job, len(candidates)
+    if n == 0:
+        return np.zeros(0)
+    terms = estimate_memory_terms(model_spec, job, candidates, problem.memory_options)
+    pp = candidates.pp
+    num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
+    fewest = estimate_in_flight(candidates, pp - 1, num_micro)
+    first_flight = estimate_in_flight(candidates, np.zeros(n, dtype=np.int64), num_micro)
+    none = np.zeros((n, len(KINDS)))
+
+    def total(layers: np.ndarray, recompute: np.ndarray, first: bool, last: bool,
+              in_flight: np.ndarray) -> np.ndarray:
+        content = StageContent(layers=layers, recompute=recompute, is_first=np.full(n, first),
+                               is_last=np.full(n, last), in_flight=in_flight)
+        return sum(compose_stage_memory(terms, content).values())
+
+    first = total(none, none, True, pp == 1, first_flight)
+    last = total(none, none, pp == 1, True, fewest)
+    empty = total(none, none, False, False, np.zeros(n))
+    counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)).astype(float)
+    layers_cost = np.zeros(n)
+    full = (candidates.recompute == RECOMPUTE_FULL)[:, None]
+    for kind in range(len(KINDS)):
+        unit = np.zeros((n, len(KINDS)))
+        unit[:, kind] = 1.0
+        plain = total(2 * unit, none, False, False, fewest) - total(unit, none, False, False,
+                                                                    fewest)
+        kept = total(2 * unit, 2 * unit, False, False, fewest) - total(
+            unit, unit, False, False, fewest)
+        layers_cost += counts[kind] * np.where(full[:, 0], np.minimum(plain, kept), plain)
+    together = np.where(pp == 1, first + layers_cost,
+                        (first + last + (pp - 2) * empty + layers_cost) / pp)
+    return np.maximum(np.maximum(first, last), together) * (1.0 - 1e-9)
+
