@@ -11,6 +11,8 @@ from typing import Any
 import click
 
 from solver.cli.render import echo_table
+from solver.spec.layout import VirtualStage
+from solver.spec.layout_syntax import render_pipeline_layout
 from solver.spec.plan import Plan, StageMemory
 from solver.spec.plan_json import MAIN
 from solver.spec.plan_json import to_gb as _gb
@@ -104,3 +106,42 @@ def echo_fixes(fixes: tuple[str, ...]) -> None:
     else:
         click.echo("does not fit; no single change of zero, recompute, micro-batch, tp or pp "
                    "fits: add GPUs or use GPUs with more memory")
+
+
+def _chunk_label(chunk: VirtualStage) -> str:
+    """A virtual stage's content: "E+7", "8+L", "3+m+L", "E" (m: MTP layers)."""
+    parts = ["E"] if chunk.embedding else []
+    if chunk.layers or not (chunk.embedding or chunk.loss):
+        parts.append(str(chunk.layers))
+    if chunk.mtp_layers:
+        parts.append("m" if chunk.mtp_layers == 1 else f"{chunk.mtp_layers}m")
+    return "+".join(parts + (["L"] if chunk.loss else []))
+
+
+def render_layout_rows(plan: Plan) -> list[tuple[Any, ...]]:
+    """One row per pipeline stage of a plan with a layout (none without): the stage, its
+    virtual stages' layers ("E+7", "8+L"; chunks joined by "+" under vpp: "4+4"), the layers
+    recomputing in full (per chunk under vpp), and the stage's memory per GPU in GB."""
+    layout = plan.layout
+    if layout is None:
+        return []
+    memory = {s.stage: _gb(s.total_bytes) for s in plan.stages}
+    rows: list[tuple[Any, ...]] = []
+    for stage in range(layout.pp):
+        chunks = layout.stages[stage::layout.pp]
+        recompute: Any = "+".join(str(c.recompute_layers) for c in chunks)
+        rows.append((stage, "+".join(_chunk_label(c) for c in chunks),
+                     recompute if layout.vpp > 1 else chunks[0].recompute_layers,
+                     memory.get(stage, "-")))
+    return rows
+
+
+def echo_layout_table(plan: Plan) -> None:
+    """The layout table (render_layout_rows), then its Megatron layout text; nothing for a plan
+    without a layout."""
+    if plan.layout is None:
+        return
+    layout = plan.layout
+    echo_table(f"pipeline layout, pp {layout.pp} x vpp {layout.vpp}",
+               ["stage", "layers", "recompute", "GB"], render_layout_rows(plan))
+    click.echo(f"Megatron --pipeline-model-parallel-layout {render_pipeline_layout(layout)}")

@@ -2,8 +2,10 @@
 
 DESIGN.md ("Interfaces"): a top-level object with `plans` (best first), each plan carrying the
 degrees `tp pp dp cp ep etp vpp zero micro_batch recompute`; the answer also names the `model`,
-`cluster`, `gpus`, `seq_len`, `global_batch` and `precision` it was made for. Every problem is
-one line naming the file and the field.
+`cluster`, `gpus`, `seq_len`, `global_batch` and `precision` it was made for. A plan may carry
+a `layout` (solver.spec.plan_json.render_layout_json): `pp`, `vpp`, the Megatron text `syntax`
+and per virtual stage `virtual_stage stage layers recompute_layers embedding loss mtp_layers`.
+Every problem is one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from solver.errors import InputError, format_validation_error
-from solver.spec import ParallelConfig
+from solver.spec import ParallelConfig, PipelineLayout
+from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
 
 DEGREES = tuple(ParallelConfig.model_fields)  # tp pp dp cp ep etp vpp zero micro_batch recompute
 PROBLEM_FIELDS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision")
+LAYOUT_FIELDS = ("pp", "vpp", "syntax", "stages")
+# Fields of a virtual stage that follow from its position (v, and v % pp).
+DERIVED_FIELDS = ("virtual_stage", "stage")
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class PlanFile:
     index: int
     config: ParallelConfig
     problem: dict[str, Any]
+    layout: PipelineLayout | None = None
 
 
 def _read_json(path: str) -> Any:
@@ -76,4 +83,49 @@ def load_plan_file(path: str, rank: int = 1) -> PlanFile:
         raise InputError(f"{path}: field '{where}': tp x cp x pp x dp ({config.num_gpus}) "
                          f"differs from the file's gpus ({gpus})")
     problem = {name: answer[name] for name in PROBLEM_FIELDS if name in answer}
-    return PlanFile(path=path, index=rank, config=config, problem=problem)
+    layout = None
+    if plan.get("layout") is not None:
+        layout = _read_layout(plan["layout"], path, f"{where}.layout", config)
+    return PlanFile(path=path, index=rank, config=config, problem=problem, layout=layout)
+
+
+def _read_layout(value: Any, path: str, field: str, config: ParallelConfig) -> PipelineLayout:
+    """A plan's `layout` object (`field` is "plans.i.layout")."""
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: field '{field}': must be an object with pp, vpp and stages")
+    unknown = [name for name in value if name not in LAYOUT_FIELDS]
+    if unknown:
+        raise InputError(f"{path}: field '{field}.{unknown[0]}': unknown field (a layout has "
+                         f"{', '.join(LAYOUT_FIELDS)})")
+    stages = value.get("stages")
+    if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
+        raise InputError(f"{path}: field '{field}.stages': must be a list of virtual stages "
+                         "(objects)")
+    try:
+        layout = PipelineLayout.model_validate({
+            "pp": value.get("pp"), "vpp": value.get("vpp"),
+            "stages": [{k: v for k, v in stage.items() if k not in DERIVED_FIELDS}
+                       for stage in stages]})
+    except ValidationError as exc:
+        raise InputError(format_validation_error(f"{path} {field}", exc)) from None
+    if (layout.pp, layout.vpp) != (config.pp, config.vpp):
+        raise InputError(f"{path}: field '{field}': pp {layout.pp} x vpp {layout.vpp}, but the "
+                         f"plan has pp {config.pp} x vpp {config.vpp}")
+    for index, stage in enumerate(stages):
+        for name, wanted in zip(DERIVED_FIELDS, (index, layout.stage_of(index))):
+            if name in stage and stage[name] != wanted:
+                raise InputError(f"{path}: field '{field}.stages.{index}.{name}': "
+                                 f"{stage[name]!r}, but virtual stage {index} of pp {layout.pp} "
+                                 f"has {name} {wanted}")
+    syntax = value.get("syntax")
+    if syntax is not None:
+        if not isinstance(syntax, str):
+            raise InputError(f"{path}: field '{field}.syntax': must be a string")
+        bound = max_layout_chars(layout.num_layers, layout.stages[-1].mtp_layers,
+                                 len(layout.stages))
+        read = parse_layout_stages(syntax, bound, source=f"{path}: field '{field}.syntax':")
+        if [(s.count("t"), "E" in s, "L" in s, s.count("m")) for s in read] != [
+                (s.layers, s.embedding, s.loss, s.mtp_layers) for s in layout.stages]:
+            raise InputError(f"{path}: field '{field}.syntax': {syntax!r} places the layers "
+                             "otherwise than 'stages'")
+    return layout

@@ -1,6 +1,7 @@
 """The JSON of a plan (DESIGN.md, "Interfaces"): degrees, `fits`, `memory_gb` of the worst
-stage, the time fields, every stage. Shared by the CLI (`optimize --json`, `estimate --json`)
-and the sweep's result lines, so the shape is written once.
+stage, the time fields, every stage, and the layout when the plan has one. Shared by the CLI
+(`optimize --json`, `estimate --json`) and the sweep's result lines, so the shape is written
+once; solver.emit.plan_file reads it back.
 
 Memory is in decimal GB (1e9 bytes), rounded to the megabyte.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from solver.spec.layout import PipelineLayout
+from solver.spec.layout_syntax import render_pipeline_layout
 from solver.spec.plan import Plan, StageMemory
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
@@ -43,10 +46,28 @@ def render_memory_gb(stage: StageMemory) -> dict[str, float]:
     return values
 
 
-def render_plan_json(plan: Plan) -> dict[str, Any]:
-    """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage."""
-    worst = plan.worst_stage
+def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
+    """`layout` of a plan: pp, vpp, the Megatron layout text (`syntax`), and per virtual stage
+    (model order) the pipeline stage it runs on, its decoder layers, how many of them recompute
+    in full, whether it holds the embedding / the LM head and loss, and its MTP layers."""
     return {
+        "pp": layout.pp,
+        "vpp": layout.vpp,
+        "syntax": render_pipeline_layout(layout),
+        "stages": [
+            {"virtual_stage": v, "stage": layout.stage_of(v), "layers": s.layers,
+             "recompute_layers": s.recompute_layers, "embedding": s.embedding, "loss": s.loss,
+             "mtp_layers": s.mtp_layers}
+            for v, s in enumerate(layout.stages)
+        ],
+    }
+
+
+def render_plan_json(plan: Plan) -> dict[str, Any]:
+    """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage, and
+    `layout` when the plan has one."""
+    worst = plan.worst_stage
+    answer: dict[str, Any] = {
         **{name: getattr(plan.config, name) for name in DEGREES},
         "fits": plan.fits,
         "memory_gb": render_memory_gb(worst),
@@ -60,6 +81,9 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
             for s in plan.stages
         ],
     }
+    if plan.layout is not None:
+        answer["layout"] = render_layout_json(plan.layout)
+    return answer
 
 
 def render_time_json(plan: Plan) -> dict[str, Any]:
