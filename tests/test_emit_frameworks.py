@@ -20,11 +20,14 @@ from solver.emit import DEFAULT_ORDER, FORMATS
 from solver.emit.deepspeed import render_deepspeed
 from solver.emit.formats import RENDERERS
 from solver.emit.layout import build_rank_layout
-from solver.emit.megatron import render_megatron
-from solver.emit.target import LaunchTarget
-from solver.emit.torchtitan import render_torchtitan
+from solver.emit.megatron import megatron_split, render_megatron
+from solver.emit.target import LaunchTarget, check_pipeline_layout
+from solver.emit.torchtitan import render_torchtitan, torchtitan_split
 from solver.emit.validate import validate_emitted
 from solver.emit.vllm import render_vllm
+from solver.errors import InputError
+from solver.spec import PipelineLayout, VirtualStage
+from solver.spec.layout_syntax import parse_layout_stages, parse_pipeline_layout
 
 # Flags of NVIDIA/Megatron-LM megatron/training/arguments.py (main, commit 000c4ac2, 2025):
 # _add_distributed_args, _add_training_args, _add_moe_args, _add_data_args,
@@ -38,6 +41,11 @@ MEGATRON_LM_FLAGS = {
     "--ckpt-format", "--micro-batch-size", "--global-batch-size", "--seq-length",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16",
     "--fp8-format", "--use-tp-pp-dp-mapping", "--overlap-grad-reduce", "--overlap-param-gather",
+    # _add_distributed_args (commit d98e8a64, 2026) and the TransformerConfig fields
+    # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, which
+    # ArgumentGroupFactory(TransformerConfig) turns into flags.
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
 }
 # torchtitan/config/job_config.py (TOML releases): fields of Parallelism, Training,
 # ActivationCheckpoint.
@@ -46,6 +54,8 @@ TORCHTITAN_FIELDS = {
                     "fsdp_reshard_after_forward", "tensor_parallel_degree",
                     "pipeline_parallel_degree", "pipeline_parallel_schedule",
                     "pipeline_parallel_microbatch_size", "pipeline_parallel_layers_per_stage",
+                    "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers", "module_fqns_per_model_part",
                     "context_parallel_degree", "expert_parallel_degree",
                     "expert_tensor_parallel_degree"},
     "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
@@ -113,7 +123,8 @@ def test_megatron_virtual_stages_even_and_uneven() -> None:
     tokens = megatron_tokens(uneven)
     layout = tokens[tokens.index("--pipeline-model-parallel-layout") + 1]
     # 32 layers over 9 virtual stages: the first 5 take 4, the rest 3; E first, L last.
-    assert layout == "Et*4|t*4|t*4|t*4|t*4|t*3|t*3|t*3|t*3,L"
+    assert layout == "Et*4|(t*4|)*4,(t*3|)*3,t*3,L"
+    assert parse_layout_stages(layout, 100) == ["Etttt"] + ["tttt"] * 4 + ["ttt"] * 3 + ["tttL"]
     assert "--num-layers-per-virtual-pipeline-stage" not in tokens
     assert "'Et*4|" in render_megatron(uneven).text  # shell-quoted: | and * are special
 
@@ -214,3 +225,203 @@ def test_validation_skips_missing_frameworks_and_reports_rejections(
     line = validate_emitted("megatron", target, render_megatron(target))
     assert line.startswith("megatron: rejected: Megatron-LM's parser does not know "
                            "--pipeline-model-parallel-size, --context-parallel-size, ")
+
+
+# --- pipeline layouts (LaunchTarget.pipeline) ---------------------------------------------
+
+
+def with_pipeline(target: LaunchTarget, text: str, recompute: list[int] | None = None
+                  ) -> LaunchTarget:
+    """`target` with the layout `text` (Megatron syntax) and per-virtual-stage recompute."""
+    c, model_spec = target.config, target.model_spec
+    pipeline = parse_pipeline_layout(text, c.pp, c.vpp, model_spec.num_hidden_layers,
+                                     model_spec.num_nextn_predict_layers)
+    if recompute is not None:
+        pipeline = PipelineLayout(pp=c.pp, vpp=c.vpp, stages=tuple(
+            stage.model_copy(update={"recompute_layers": r})
+            for stage, r in zip(pipeline.stages, recompute)))
+    return LaunchTarget(model_spec=model_spec, cluster=target.cluster, job=target.job,
+                        config=c, layout=target.layout, pipeline=pipeline)
+
+
+def llama_405b_target() -> LaunchTarget:
+    """Llama-3.1-405B (126 layers), tp 8 x pp 16 x vpp 8 on 128 GPUs, the embedding and the
+    loss each in a virtual stage of their own. api.check_parallel_config still refuses
+    pp x vpp > layers, so the target is built without it."""
+    model_spec, cluster_spec, job = load_problem_specs("llama3.1-405b", "dgx-h100",
+                                                       seq_len=8192, global_batch=2048)
+    config = build_parallel_config(128, tp=8, pp=16, vpp=8, recompute="none")
+    pipeline = PipelineLayout(pp=16, vpp=8, stages=(
+        VirtualStage(layers=0, embedding=True), *[VirtualStage(layers=1)] * 126,
+        VirtualStage(layers=0, loss=True)))
+    return LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
+                        layout=build_rank_layout(config, False, DEFAULT_ORDER),
+                        pipeline=pipeline)
+
+
+def value_of(tokens: list[str], flag: str) -> str:
+    return tokens[tokens.index(flag) + 1]
+
+
+def test_megatron_split_follows_megatron_core() -> None:
+    """megatron/core/transformer/transformer_block.py get_num_layers_to_build and the checks of
+    megatron/training/arguments.py validate_args / transformer_config.py __post_init__."""
+    # its comment: "With 8 layers, 2 stages, and 4 model chunks ... Stage 0: [0] [2] [4] [6]"
+    assert megatron_split(8, 2, 4) == [1] * 8
+    assert megatron_split(8, 2, 2) == [2] * 4  # "Stage 0: [0, 1] [4, 5]"
+    assert megatron_split(30, 4, 1) is None  # "Number of layers should be divisible by pp"
+    assert megatron_split(24, 4, 4) is None  # "... must be divisible by vp_size"
+    # tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding_
+    # loss_in_pipeline_split: 6 layers, pp 4, 2 virtual stages a rank, both slots
+    assert megatron_split(6, 4, 2, embedding_slot=True, loss_slot=True) == [0] + [1] * 6 + [0]
+    assert megatron_split(126, 16, 8, embedding_slot=True) is None  # 127 % 16
+    # gpt3_mcore_te_tp1_pp4_vp1_uneven_pipeline: 12 layers, pp 4, first 2, last 2
+    assert megatron_split(12, 4, 1, first=2, last=2) == [2, 4, 4, 2]
+    assert megatron_split(12, 4, 1, first=0) is None  # "must be larger than 0"
+    # with vpp, each end rank's layers are cut into vpp equal chunks
+    assert megatron_split(16, 4, 2, first=2, last=2) == [1, 3, 3, 1, 1, 3, 3, 1]
+    assert megatron_split(12, 4, 2, first=3) is None  # "must be divisible by virtual ..."
+    assert megatron_split(13, 4, 1, first=2) is None  # "... divisible by the middle ... size"
+    # "num_layers_in_first_pipeline_stage ... cannot be set at the same time with
+    # account_for_embedding_in_pipeline_split"
+    assert megatron_split(12, 4, 1, embedding_slot=True, first=2) is None
+
+
+def test_megatron_prefers_its_own_flags_to_the_layout_text() -> None:
+    # The 405B layout is Megatron's --account-for-embedding/loss-in-pipeline-split.
+    tokens = megatron_tokens(llama_405b_target())
+    assert "--account-for-embedding-in-pipeline-split" in tokens
+    assert "--account-for-loss-in-pipeline-split" in tokens
+    assert value_of(tokens, "--num-layers-per-virtual-pipeline-stage") == "1"
+    assert "--pipeline-model-parallel-layout" not in tokens
+    # 32 layers on pp 3, the loss in a slot: (32 + 1) / 3 = 11 a rank, 10 on the last
+    loss_only = megatron_tokens(with_pipeline(make_target(num_gpus=3, pp=3), "Et*11|t*11|t*10,L"))
+    assert "--account-for-loss-in-pipeline-split" in loss_only
+    assert "--account-for-embedding-in-pipeline-split" not in loss_only
+    # first and last rank lighter: --decoder-first/last-pipeline-num-layers, and with vpp
+    # --num-virtual-stages-per-pipeline-rank (validate_args refuses
+    # --num-layers-per-virtual-pipeline-stage with an uneven split)
+    ends = megatron_tokens(with_pipeline(make_target(num_gpus=8, pp=4, vpp=2),
+                                         "Ett|t*6|t*6|tt|tt|t*6|t*6|ttL"))
+    assert (value_of(ends, "--decoder-first-pipeline-num-layers"),
+            value_of(ends, "--decoder-last-pipeline-num-layers"),
+            value_of(ends, "--num-virtual-stages-per-pipeline-rank")) == ("4", "4", "2")
+    assert "--num-layers-per-virtual-pipeline-stage" not in ends
+    first = megatron_tokens(with_pipeline(make_target(num_gpus=4, pp=4), "Et*5|t*9|t*9|t*9,L"))
+    assert value_of(first, "--decoder-first-pipeline-num-layers") == "5"
+    assert "--decoder-last-pipeline-num-layers" not in first
+    # anything else: the layout text, alone (validate_args: one of the three vpp flags)
+    free = with_pipeline(make_target(num_gpus=8, pp=4, vpp=2), "Et*3|(t*4|)*6,t*5,L")
+    tokens = megatron_tokens(free)
+    assert value_of(tokens, "--pipeline-model-parallel-layout") == "Et*3|(t*4|)*6,t*5,L"
+    assert not {"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-"
+                "rank", "--account-for-loss-in-pipeline-split"} & set(tokens)
+    for target in (llama_405b_target(), free):
+        flags = {t for t in megatron_tokens(target) if t.startswith("--")}
+        assert flags <= MEGATRON_LM_FLAGS
+    # the even split Megatron makes itself needs no layout flag
+    even = megatron_tokens(with_pipeline(make_target(num_gpus=4, pp=4), "Et*8|t*8|t*8|t*8,L"))
+    assert not [t for t in even if "layout" in t or "account" in t or "decoder-" in t]
+
+
+def test_megatron_recompute_of_a_layout() -> None:
+    """megatron/core/recompute.py: the block method checkpoints layer i of a model chunk when
+    i < --recompute-num-layers, so a chunk with fewer layers recomputes them all; the count is
+    one for every chunk."""
+    base = make_target(num_gpus=4, pp=4, recompute="none")
+    text = "Ett|t*10|t*10|t*10,L"
+    block = render_megatron(with_pipeline(base, text, [2, 3, 3, 3]))
+    tokens = block.settings
+    assert tokens[tokens.index("--recompute-granularity"):][:6] == [
+        "--recompute-granularity", "full", "--recompute-method", "block",
+        "--recompute-num-layers", "3"]
+    assert not block.warnings
+    every = megatron_tokens(with_pipeline(base, text, [2, 10, 10, 10]))
+    assert value_of(every, "--recompute-method") == "uniform"
+    assert value_of(every, "--recompute-num-layers") == "1"
+    mixed = render_megatron(with_pipeline(base, text, [2, 4, 1, 0]))
+    assert value_of(mixed.settings, "--recompute-num-layers") == "4"
+    # the largest count everywhere: 2 + 4 + 4 + 4 = 14 layers instead of the planned 7
+    assert any("with 4 everywhere 7 more layer(s)" in w for w in mixed.warnings)
+    selective = render_megatron(with_pipeline(make_target(num_gpus=4, pp=4), text,
+                                              [0, 2, 2, 2]))
+    assert any("one recompute granularity" in w for w in selective.warnings)
+    assert value_of(megatron_tokens(with_pipeline(make_target(num_gpus=4, pp=4), text)),
+                    "--recompute-granularity") == "selective"
+
+
+def test_torchtitan_split_follows_torchtitan() -> None:
+    """torchtitan/distributed/pipeline_parallel.py generate_llm_fqn_per_model_part (v0.2.2)."""
+    # its docstring: (2, 3, input_weight=2, output_weight=2) -> embeddings count as 2 layers,
+    # norm + output as 2: stage 0 tok_embeddings, layers.0, layers.1; stage 1 layers.2
+    assert torchtitan_split(2, 3, 2, 2) == [2, 1]
+    # the defaults (pipeline_parallel_first/last_stage_less_layers = 1): 32 layers over 4
+    assert torchtitan_split(4, 32, 1, 1) == [8, 9, 8, 7]
+    assert torchtitan_split(4, 32, 0, 0) == [8, 8, 8, 8]
+    assert torchtitan_split(8, 3, 1, 1) is None  # more stages than layers + weights
+    assert torchtitan_split(4, 5, 3, 0) is None  # a weight above the layers per stage
+
+
+def test_torchtitan_pipeline_fields() -> None:
+    # the even split: both weights 0 (their default is 1), layers_per_stage as before
+    even = tomllib.loads(render_torchtitan(make_target(num_gpus=8, pp=4, vpp=2)).text)
+    p = even["parallelism"]
+    assert (p["pipeline_parallel_layers_per_stage"], p["pipeline_parallel_first_stage_less_layers"],
+            p["pipeline_parallel_last_stage_less_layers"]) == (4, 0, 0)
+    # 405B: one layer a virtual stage, the embedding and the loss one slot each
+    big = render_torchtitan(llama_405b_target()).settings["parallelism"]
+    assert (big["pipeline_parallel_layers_per_stage"], big["pipeline_parallel_first_stage_less_"
+            "layers"], big["pipeline_parallel_last_stage_less_layers"]) == (1, 1, 1)
+    # a split torchtitan does not make itself: module names per virtual stage
+    free = render_torchtitan(with_pipeline(make_target(num_gpus=4, pp=4), "Et*9|t*7|t*9|t*7,L"))
+    parsed = tomllib.loads(free.text)
+    assert parsed == free.settings
+    parts = parsed["parallelism"]["module_fqns_per_model_part"]
+    assert "pipeline_parallel_layers_per_stage" not in parsed["parallelism"]
+    assert parts[0] == ["tok_embeddings"] + [f"layers.{i}" for i in range(9)]
+    assert parts[3] == [f"layers.{i}" for i in range(25, 32)] + ["norm", "output"]
+    partial = render_torchtitan(with_pipeline(make_target(num_gpus=4, pp=4, recompute="none"),
+                                              "Et*8|t*8|t*8|t*8,L", [8, 4, 0, 0]))
+    assert partial.settings["activation_checkpoint"] == {"mode": "full"}
+    assert any("12 of 32 layers" in w for w in partial.warnings)
+
+
+def test_torchtitan_has_no_mtp_module() -> None:
+    target = make_target("deepseek-v3", 256, pp=4, ep=64, tp=1)
+    assert any("MTP" in w for w in render_torchtitan(target).warnings)
+
+
+def test_deepspeed_partition_of_a_layout() -> None:
+    """deepspeed/runtime/pipe/module.py _partition_layers: "type:REGEX" balances the layers
+    whose class names match (partition_balanced minimises the spread); no explicit parts."""
+    even = render_deepspeed(make_target(num_gpus=4, pp=4))
+    assert any('partition_method="type:DecoderLayer")' in n for n in even.notes)
+    assert not even.warnings
+    # 32 layers on pp 3, the first stages one more: the LM head as a slot balances them
+    loss_slot = render_deepspeed(make_target(num_gpus=3, pp=3))
+    assert any('"type:DecoderLayer|LMHead"' in n for n in loss_slot.notes)
+    assert not loss_slot.warnings
+    near = render_deepspeed(with_pipeline(make_target(num_gpus=4, pp=4), "Et*7|t*9|t*8|t*8,L"))
+    assert any("picks itself" in w for w in near.warnings)
+    far = render_deepspeed(with_pipeline(make_target(num_gpus=4, pp=4), "Et*5|t*11|t*8|t*8,L"))
+    assert any("takes no explicit partition" in w for w in far.warnings)
+    partial = render_deepspeed(with_pipeline(make_target(num_gpus=4, pp=4, recompute="none"),
+                                             "Et*8|t*8|t*8|t*8,L", [2, 2, 2, 2]))
+    assert any("full recomputation of 8 of 32 layers" in n for n in partial.notes)
+
+
+def test_a_plan_layout_is_checked_against_the_model() -> None:
+    """A plan's layout must hold the model's layers; its MTP layers, when it places none, go
+    with the loss (Megatron's default place, and the only one a PipelineLayout has)."""
+    target = make_target("deepseek-v3", 256, pp=4, ep=64)
+    even = target.pipeline_layout()
+    assert even.stages[-1].mtp_layers == 1 and even.num_layers == 61
+    bare = PipelineLayout(pp=4, vpp=1, stages=(*even.stages[:-1], even.stages[-1].model_copy(
+        update={"mtp_layers": 0})))
+    assert check_pipeline_layout(bare, target.model_spec, target.config, "plan") == even
+    with pytest.raises(InputError, match="^plan: its last virtual stage holds 2 MTP layers"):
+        check_pipeline_layout(even.model_copy(update={"stages": (*even.stages[:-1], even.stages[
+            -1].model_copy(update={"mtp_layers": 2}))}), target.model_spec, target.config, "plan")
+    with pytest.raises(InputError, match="a layout of pp 4 x vpp 1, but the plan has pp 2"):
+        check_pipeline_layout(even, target.model_spec, target.config.model_copy(
+            update={"pp": 2, "dp": target.config.dp * 2}), "plan")

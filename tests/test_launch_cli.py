@@ -129,3 +129,77 @@ def test_bad_input_is_one_line_and_exit_2(optimized: Path, tmp_path: Path) -> No
     other = CliRunner().invoke(cli, ["launch", "--model", "llama2-7b", "--cluster", "dgx-h100",
                                      "--gpus", "16", "--plan", str(optimized)])
     assert_bad_input(other, "field 'model'", "llama3.1-8b")
+
+
+def test_layout_option_reaches_the_framework_settings() -> None:
+    """--layout in Megatron's --pipeline-model-parallel-layout syntax (solver.spec.layout_syntax)
+    replaces the even split."""
+    result = run("--gpus", "8", "--pp", "4", "--layout", "Et*7|t*9|t*8|t*8,L",
+                 "--format", "megatron")
+    assert result.exit_code == 0, result.output
+    assert "--pipeline-model-parallel-layout 'Et*7|t*9|t*8|t*8,L'" in result.stdout
+    # Megatron's own --decoder-first-pipeline-num-layers where it builds the same split
+    first = run("--gpus", "8", "--pp", "4", "--layout", "Et*5|(t*9|)*2,t*9,L",
+                "--format", "megatron")
+    assert "--decoder-first-pipeline-num-layers 5" in first.stdout
+    # the text has no recompute counts: --recompute full recomputes every layer
+    full = run("--gpus", "8", "--pp", "4", "--layout", "Et*7|t*9|t*8|t*8,L", "--recompute",
+               "full", "--format", "megatron")
+    assert "--recompute-method uniform" in full.stdout
+    titan = run("--gpus", "8", "--pp", "4", "--layout", "Et*7|t*9|t*8|t*8,L",
+                "--format", "torchtitan")
+    assert "pipeline_parallel_first_stage_less_layers = 2" in titan.stdout
+    envelope = json.loads(run("--gpus", "8", "--pp", "4", "--layout", "Et*7|t*9|t*8|t*8,L",
+                              "--format", "deepspeed", "--json").stdout)
+    assert envelope["layout"]["syntax"] == "Et*7|t*9|t*8|t*8,L"
+    assert [s["layers"] for s in envelope["layout"]["stages"]] == [7, 9, 8, 8]
+
+
+def test_plan_file_layout_reaches_the_framework_settings(optimized: Path,
+                                                         tmp_path: Path) -> None:
+    from solver.spec import PipelineLayout
+    from solver.spec.layout_syntax import parse_pipeline_layout
+    from solver.spec.plan_json import render_layout_json
+
+    answer = json.loads(optimized.read_text())
+    plan = answer["plans"][0]
+    plan.update(tp=1, pp=4, dp=4, cp=1, ep=1, etp=1, vpp=1, recompute="none")
+    layout = parse_pipeline_layout("Et*7|t*9|t*8|t*8,L", 4, 1, 32, 0)
+    layout = PipelineLayout(pp=4, vpp=1, stages=tuple(
+        stage.model_copy(update={"recompute_layers": 2}) for stage in layout.stages))
+    plan["layout"] = render_layout_json(layout)
+    path = tmp_path / "layout.json"
+    path.write_text(json.dumps(answer), encoding="utf-8")
+    result = run("--gpus", "16", "--plan", str(path), "--format", "megatron")
+    assert result.exit_code == 0, result.output
+    assert "--pipeline-model-parallel-layout 'Et*7|t*9|t*8|t*8,L'" in result.stdout
+    assert "--recompute-method block" in result.stdout
+    assert "--recompute-num-layers 2" in result.stdout
+    # --layout replaces the plan's layout
+    mine = run("--gpus", "16", "--plan", str(path), "--layout", "Et*8|t*8|t*8|t*8,L",
+               "--format", "megatron")
+    assert "--pipeline-model-parallel-layout" not in mine.stdout
+    del plan["layout"]["syntax"]  # optional; read, it must agree with the stages
+    plan["layout"]["stages"][1]["layers"] = 8
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(answer), encoding="utf-8")
+    assert_bad_input(run("--gpus", "16", "--plan", str(short)), str(short),
+                     "field 'plans.0.layout'", "31 decoder layers", "llama3.1-8b has 32")
+    plan["layout"]["stages"][1]["layers"] = -1
+    negative = tmp_path / "negative.json"
+    negative.write_text(json.dumps(answer), encoding="utf-8")
+    assert_bad_input(run("--gpus", "16", "--plan", str(negative)), str(negative),
+                     "'stages.1.layers'")
+
+
+def test_bad_layout_option_is_one_line_and_exit_2() -> None:
+    assert_bad_input(run("--gpus", "8", "--pp", "4", "--layout", "E|t*32|L"),
+                     "--layout 'E|t*32|L'", "3 virtual stages", "pp 4 x vpp 1 needs 4")
+    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "Et*16|t*15,L"),
+                     "--layout 'Et*16|t*15,L'", "31 decoder layers", "the model has 32")
+    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "t*16|t*16,L"),
+                     "E (embedding) appears 0 times")
+    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "Et*16|t*16,x"),
+                     "unknown character 'x'")
+    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "E|t*16|t*16,L",
+                         "--vpp", "2"), "needs 4")

@@ -60,6 +60,10 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
               help="Launch a plan of this `optimize --json` / `estimate --json` output.")
 @click.option("--rank", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which plan of --plan (1 = the first, the best).")
+@click.option("--layout", "layout_text", metavar="SPEC", default=None,
+              help="What each virtual pipeline stage holds, in Megatron's "
+                   "--pipeline-model-parallel-layout syntax (e.g. 'E|(t|)*126,L'); replaces the "
+                   "even split or the plan file's layout.")
 @click.option("--format", "launch_format", type=click.Choice(FORMATS), default="groups",
               show_default=True, help="What to write.")
 @click.option("--order", default=DEFAULT_ORDER, show_default=True,
@@ -71,15 +75,15 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
 def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
            global_batch: int, precision: str, token_budget: int | None,
            calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
-           launch_format: str, order: str, validate: bool, output: str | None,
-           **degrees: Any) -> None:
+           layout_text: str | None, launch_format: str, order: str, validate: bool,
+           output: str | None, **degrees: Any) -> None:
     """Rank layout and process groups of a plan (--format groups), a runnable torch module
     that builds them, or the settings of Megatron-LM, torchtitan, DeepSpeed or vLLM."""
     from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
     from solver.cli.render_launch import echo_launch
     from solver.emit.formats import render_launch
     from solver.emit.layout import build_rank_layout
-    from solver.emit.target import LaunchTarget
+    from solver.emit.target import LaunchTarget, check_pipeline_layout, parse_launch_pipeline
 
     ctx = click.get_current_context()
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
@@ -94,9 +98,16 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, s
     else:
         config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
+    pipeline = None
+    if layout_text is not None:
+        pipeline = parse_launch_pipeline(layout_text, model_spec, config)
+    elif plan_file is not None and plan_file.layout is not None:
+        pipeline = check_pipeline_layout(
+            plan_file.layout, model_spec, config,
+            f"{plan_file.path}: field 'plans.{plan_file.index - 1}.layout'")
     layout = build_rank_layout(config, model_spec.is_moe, order)
     target = LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
-                          layout=layout)
+                          layout=layout, pipeline=pipeline)
     emitted = render_launch(launch_format, target)
     validation = None
     if validate:

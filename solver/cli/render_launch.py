@@ -10,6 +10,7 @@ import click
 
 from solver.cli.render import echo_table
 from solver.errors import InputError
+from solver.spec.plan_json import render_layout_json
 
 MAX_RANK_ROWS = 64
 MAX_GROUPS_SHOWN = 4
@@ -17,7 +18,8 @@ MAX_GROUPS_SHOWN = 4
 
 def render_launch_json(launch_format: str, target: Any, emitted: Any,
                        validation: str | None) -> dict[str, Any]:
-    """The envelope of a non-groups format: what it is for, the settings, the text."""
+    """The envelope of a non-groups format: what it is for (with the pipeline layout when one
+    was given), the settings, the text."""
     answer: dict[str, Any] = {
         "format": launch_format,
         "model": target.model_spec.name,
@@ -30,6 +32,8 @@ def render_launch_json(launch_format: str, target: Any, emitted: Any,
         "warnings": list(emitted.warnings),
         "notes": list(emitted.notes),
     }
+    if target.pipeline is not None:
+        answer["layout"] = render_layout_json(target.pipeline)
     if validation is not None:
         answer["validation"] = validation
     return answer

@@ -10,6 +10,18 @@ it), bf16.enabled; tensor parallelism is AutoTP training,
 code (deepspeed.pipe.PipelineModule(num_stages=pp), deepspeed.moe.layer.MoE(ep_size=ep)), and
 pipelining works with ZeRO 0/1 only; DeepSpeed has Ulysses sequence parallelism but no ring
 context parallelism.
+
+Pipeline partition (deepspeed/runtime/pipe/module.py PipelineModule._partition_layers, the
+tutorial "Pipeline Parallelism", "Load Balancing Pipeline Modules"): partition_method
+"parameters" (the default) balances parameters, "uniform" the number of layer specs, and
+"type:REGEX" the layer specs whose class name matches REGEX (case-insensitive), by
+deepspeed/runtime/utils.py partition_balanced, which minimises the spread between the largest
+and the smallest stage. There is no method that takes explicit boundaries. So a layout whose
+stages hold equally many matched layers (the decoder layers, plus the embedding and the LM head
+when they take a slot) is "type:" exactly; one whose counts differ by one is balanced too, but
+DeepSpeed picks which stages take the extra layer; anything else it cannot build. Its engine has
+no virtual stages, and activation checkpointing (activation_checkpoint_interval) covers every
+layer.
 """
 
 from __future__ import annotations
@@ -17,6 +29,37 @@ from __future__ import annotations
 import json
 
 from solver.emit.target import Emitted, LaunchTarget
+from solver.spec import PipelineLayout
+
+# Stand-ins for the user's layer class names in a partition_method regex.
+CLASS_NAMES = {"decoder": "DecoderLayer", "embedding": "Embedding", "loss": "LMHead"}
+
+
+def _partition_advice(pipeline: PipelineLayout) -> tuple[str, str | None]:
+    """The partition_method that builds the layout's per-stage layers, and a warning when
+    DeepSpeed may (or cannot) build it."""
+    layers = [pipeline.layers_of_stage(stage) for stage in range(pipeline.pp)]
+    shown = ", ".join(map(str, layers))
+    options = []
+    for slots in ([], ["embedding"], ["loss"], ["embedding", "loss"]):
+        counts = list(layers)
+        counts[0] += "embedding" in slots
+        counts[-1] += "loss" in slots
+        options.append((max(counts) - min(counts), ["decoder", *slots]))
+    spread, kinds = min(options, key=lambda option: option[0])  # the first of equals
+    method = "type:" + "|".join(CLASS_NAMES[kind] for kind in kinds)
+    stand_ins = ", ".join(CLASS_NAMES[kind] for kind in kinds)
+    advice = (f'partition_method="{method}") ({stand_ins}: your layer classes\' names; '
+              f"decoder layers per stage {shown})")
+    if spread == 0:
+        return advice, None
+    if spread == 1:
+        return advice, (f"DeepSpeed balances the layers to within one but picks itself which "
+                        f"stages take one more; the plan has {shown}: check the 'stage=i "
+                        "layers=n' lines it prints at start-up")
+    return advice, (f"DeepSpeed's PipelineModule takes no explicit partition: its methods "
+                    f"balance layer counts or parameters, not the plan's {shown} decoder layers "
+                    "per stage (a subclass can set self.parts in _partition_layers)")
 
 
 def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], list[str],
@@ -37,10 +80,13 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         config["tensor_parallel"] = {"autotp_size": c.tp}
         if c.zero == 3:
             warnings.append("DeepSpeed AutoTP training combines with ZeRO 0-2, not ZeRO 3")
+    pipeline = target.pipeline_layout()
     if c.pp > 1:
-        notes.append(f"build the model as deepspeed.pipe.PipelineModule(num_stages={c.pp}); "
-                     "its engine reduces gradients after the last backward, so DP traffic "
-                     "is not hidden behind compute")
+        advice, partition_warning = _partition_advice(pipeline)
+        notes.append(f"build the model as deepspeed.pipe.PipelineModule(num_stages={c.pp}, "
+                     f"{advice}; its engine reduces gradients after the last backward, so DP "
+                     "traffic is not hidden behind compute")
+        warnings += [partition_warning] if partition_warning else []
         if c.zero >= 2:
             warnings.append("DeepSpeed pipeline parallelism works with ZeRO 0 or 1 only")
         if c.vpp > 1:
@@ -51,7 +97,13 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
     if c.ep > 1:
         notes.append(f"expert parallelism is set in the model: deepspeed.moe.layer.MoE("
                      f"ep_size={c.ep})")
-    if c.recompute != "none":
+    counts = [stage.recompute_layers for stage in pipeline.stages]
+    if any(counts) and counts != [stage.layers for stage in pipeline.stages]:
+        notes.append(f"full recomputation of {sum(counts)} of {pipeline.num_layers} layers (the "
+                     f"first {'/'.join(map(str, sorted(set(counts))))} of each virtual stage) "
+                     "is set in the model code (deepspeed.checkpointing.checkpoint around "
+                     "those layers); activation_checkpoint_interval would recompute them all")
+    elif c.recompute != "none":
         notes.append(f"{c.recompute} recomputation is set in the model code "
                      "(deepspeed.checkpointing or the model's gradient checkpointing)")
     if job.precision == "fp8":

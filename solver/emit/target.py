@@ -7,20 +7,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from solver.emit.layout import RankLayout
-from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
+from solver.errors import InputError
+from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
+from solver.spec.layout import VirtualStage
+from solver.spec.layout_syntax import parse_pipeline_layout
 
 HF_REPO = re.compile(r"^https?://huggingface\.co/([\w.-]+/[\w.-]+)")
 
 
 @dataclass(frozen=True)
 class LaunchTarget:
-    """One plan to launch: the model, the cluster, the job, the degrees and their rank layout."""
+    """One plan to launch: the model, the cluster, the job, the degrees, their rank layout and
+    what each virtual pipeline stage holds (`pipeline`; None: the even split)."""
 
     model_spec: ModelSpec
     cluster: ClusterSpec
     job: JobSpec
     config: ParallelConfig
     layout: RankLayout
+    pipeline: PipelineLayout | None = None
 
     @property
     def num_micro_batches(self) -> int:
@@ -34,11 +39,68 @@ class LaunchTarget:
         return found.group(1) if found else self.model_spec.name
 
     def layers_per_virtual_stage(self) -> list[int]:
-        """Decoder layers of each of the pp x vpp virtual stages, in layer order; the first
-        L % (pp x vpp) take one more, as the memory model splits them (cost/memory/layout.py)."""
+        """Decoder layers of each of the pp x vpp virtual stages, in layer order: the
+        pipeline's, else the even split, where the first L % (pp x vpp) take one more, as the
+        memory model splits them (cost/memory/layout.py)."""
+        if self.pipeline is not None:
+            return [stage.layers for stage in self.pipeline.stages]
         num_stages = self.config.pp * self.config.vpp
         base, extra = divmod(self.model_spec.num_hidden_layers, num_stages)
         return [base + (1 if stage < extra else 0) for stage in range(num_stages)]
+
+    def pipeline_layout(self) -> PipelineLayout:
+        """The pipeline, else the even split as a layout: the model's MTP layers with the loss,
+        every layer recomputing in full under recompute "full"."""
+        if self.pipeline is not None:
+            return self.pipeline
+        layers = self.layers_per_virtual_stage()
+        full = self.config.recompute == "full"
+        last = len(layers) - 1
+        return PipelineLayout(pp=self.config.pp, vpp=self.config.vpp, stages=tuple(
+            VirtualStage(layers=n, recompute_layers=n if full else 0, embedding=v == 0,
+                         loss=v == last,
+                         mtp_layers=self.model_spec.num_nextn_predict_layers if v == last else 0)
+            for v, n in enumerate(layers)))
+
+    @property
+    def other_recompute(self) -> str:
+        """What the layers outside the layout's full-recompute counts keep: "selective"
+        recompute or "none" (the layout holds the full recompute)."""
+        return "none" if self.config.recompute == "full" else self.config.recompute
+
+
+def check_pipeline_layout(pipeline: PipelineLayout, model_spec: ModelSpec,
+                          config: ParallelConfig, source: str) -> PipelineLayout:
+    """`pipeline` checked against the model and the degrees (one-line InputError naming
+    `source`), with the model's MTP layers placed with the loss when it places none."""
+    if (pipeline.pp, pipeline.vpp) != (config.pp, config.vpp):
+        raise InputError(f"{source}: a layout of pp {pipeline.pp} x vpp {pipeline.vpp}, but the "
+                         f"plan has pp {config.pp} x vpp {config.vpp}")
+    if pipeline.num_layers != model_spec.num_hidden_layers:
+        raise InputError(f"{source}: its virtual stages hold {pipeline.num_layers} decoder "
+                         f"layers; {model_spec.name} has {model_spec.num_hidden_layers}")
+    mtp = pipeline.stages[-1].mtp_layers
+    wanted = model_spec.num_nextn_predict_layers
+    if mtp not in (0, wanted):
+        raise InputError(f"{source}: its last virtual stage holds {mtp} MTP layers; "
+                         f"{model_spec.name} has {wanted}")
+    if mtp == wanted:
+        return pipeline
+    last = pipeline.stages[-1].model_copy(update={"mtp_layers": wanted})
+    return pipeline.model_copy(update={"stages": (*pipeline.stages[:-1], last)})
+
+
+def parse_launch_pipeline(text: str, model_spec: ModelSpec,
+                          config: ParallelConfig) -> PipelineLayout:
+    """`launch --layout TEXT` (Megatron's syntax, which has no recompute counts): under
+    --recompute full every layer recomputes in full."""
+    pipeline = parse_pipeline_layout(text, config.pp, config.vpp, model_spec.num_hidden_layers,
+                                     model_spec.num_nextn_predict_layers)
+    if config.recompute != "full":
+        return pipeline
+    return pipeline.model_copy(update={"stages": tuple(
+        stage.model_copy(update={"recompute_layers": stage.layers})
+        for stage in pipeline.stages)})
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,112 @@ names of its TOML releases.)
 ZeRO: torchtitan shards with FSDP2 only, so ZeRO 0 is replication (DDP), ZeRO 2 is FSDP
 without resharding after forward, ZeRO 3 FSDP resharding after forward; there is no
 optimizer-only ZeRO 1 (it becomes ZeRO 2, which saves more memory, with a warning).
+
+Pipeline layout (torchtitan/distributed/pipeline_parallel.py, v0.2.x): without
+module_fqns_per_model_part, torchtitan cuts the model itself (generate_llm_fqn_per_model_part,
+mirrored by torchtitan_split) into ceil((L + first + last) / pipeline_parallel_layers_per_stage)
+stages, where first / last = pipeline_parallel_first_stage_less_layers /
+pipeline_parallel_last_stage_less_layers (both 1 by default) are the layer slots the embedding
+and the norm + output take; the stage count must be pp for 1F1B and a multiple of pp, at least
+2 pp, for Interleaved1F1B (stage s on rank s % pp). Any other split goes out as
+module_fqns_per_model_part, one list of module names per virtual stage ("tok_embeddings",
+"layers.i", "norm", "output"). Activation checkpointing is one mode for all layers (none,
+selective, full), so per-stage full-recompute counts cannot be expressed; torchtitan has no
+multi-token prediction module.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from solver.emit.target import Emitted, LaunchTarget
+from solver.spec import PipelineLayout
 
 RESHARD = {1: "never", 2: "never", 3: "always"}
 AC_MODES = {"none": "none", "selective": "selective", "full": "full"}
+
+
+def torchtitan_split(num_stages: int, num_layers: int, first_less: int,
+                     last_less: int) -> list[int] | None:
+    """Decoder layers of each stage of torchtitan's own split, None where it refuses one
+    (more stages than slots, an empty average stage, a weight above the average).
+
+    generate_llm_fqn_per_model_part: the L layers plus `first_less` slots for the embedding
+    and `last_less` for the norm + output are dealt out evenly, the first (L + slots) % stages
+    stages one more; the first stage's slots and the last's are not layers.
+    Worked example (its docstring): 2 stages, 3 layers, weights 2 and 2 -> 7 slots, 4 and 3 ->
+    layers [2, 1].
+    """
+    if num_stages == 1:
+        return [num_layers]
+    slots = num_layers + first_less + last_less
+    base, extra = divmod(slots, num_stages)
+    if num_stages > slots or base == 0 or max(first_less, last_less) > base:
+        return None
+    counts = [base + (1 if stage < extra else 0) for stage in range(num_stages)]
+    counts[0] -= first_less
+    counts[-1] -= last_less
+    return counts
+
+
+def _layers_per_stage(slots: int, num_stages: int) -> int | None:
+    """A pipeline_parallel_layers_per_stage for which torchtitan counts `num_stages` stages
+    (ceil(slots / it)), None when none does."""
+    layers = math.ceil(slots / num_stages)
+    return layers if math.ceil(slots / layers) == num_stages else None
+
+
+def _module_names(pipeline: PipelineLayout) -> list[list[str]]:
+    """module_fqns_per_model_part of a layout (torchtitan's TOML releases name the LM head
+    "output")."""
+    parts: list[list[str]] = []
+    start = 0
+    for stage in pipeline.stages:
+        names = ["tok_embeddings"] if stage.embedding else []
+        names += [f"layers.{i}" for i in range(start, start + stage.layers)]
+        parts.append(names + (["norm", "output"] if stage.loss else []))
+        start += stage.layers
+    return parts
+
+
+def _pipeline_fields(pipeline: PipelineLayout, vpp: int) -> dict[str, object]:
+    """The fields that make torchtitan build `pipeline` (module docstring)."""
+    layers = [stage.layers for stage in pipeline.stages]
+    num_layers, num_stages = sum(layers), len(layers)
+    for first_less in range(max(layers) + 2):
+        for last_less in range(max(layers) + 2):
+            if torchtitan_split(num_stages, num_layers, first_less, last_less) != layers:
+                continue
+            per_stage = _layers_per_stage(num_layers + first_less + last_less, num_stages)
+            fields: dict[str, object] = {
+                "pipeline_parallel_first_stage_less_layers": first_less,
+                "pipeline_parallel_last_stage_less_layers": last_less}
+            if per_stage is not None:
+                return {"pipeline_parallel_layers_per_stage": per_stage, **fields}
+            if vpp <= 2:  # torchtitan's default: 1 stage a rank under 1F1B, 2 if interleaved
+                return fields
+    return {"module_fqns_per_model_part": _module_names(pipeline)}
+
+
+def _checkpoint_section(target: LaunchTarget, pipeline: PipelineLayout
+                        ) -> tuple[dict[str, object], list[str]]:
+    """[activation_checkpoint] for the layout's full-recompute counts, and warnings."""
+    counts = [stage.recompute_layers for stage in pipeline.stages]
+    layers = [stage.layers for stage in pipeline.stages]
+    if not any(counts):
+        mode = target.other_recompute
+        section: dict[str, object] = {"mode": AC_MODES[mode]}
+        if mode == "selective":
+            section["selective_ac_option"] = "op"
+        return section, []
+    if counts == layers:
+        return {"mode": "full"}, []
+    return {"mode": "full"}, [
+        f"torchtitan checkpoints all layers or none in full mode: the plan recomputes "
+        f"{sum(counts)} of {sum(layers)} layers ({'/'.join(map(str, sorted(set(counts))))} "
+        "per virtual stage), all of them recompute: less activation memory, more step time "
+        "than estimated"]
 
 
 def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, object]],
@@ -44,16 +140,15 @@ def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, o
                         "after forward (ZeRO 2) shards the gradients too")
     parallelism["tensor_parallel_degree"] = c.tp
     parallelism["pipeline_parallel_degree"] = c.pp
+    pipeline = target.pipeline_layout()
     if c.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if c.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = c.micro_batch
-        layers = target.layers_per_virtual_stage()
-        if len(set(layers)) == 1:
-            parallelism["pipeline_parallel_layers_per_stage"] = layers[0]
-        else:
-            notes.append(f"{target.model_spec.num_hidden_layers} layers do not split evenly "
-                         f"over {len(layers)} pipeline stages: torchtitan places them by its "
-                         "own split points")
+        parallelism.update(_pipeline_fields(pipeline, c.vpp))
+    mtp = pipeline.stages[-1].mtp_layers
+    if mtp:
+        warnings.append(f"torchtitan builds no multi-token prediction module: the plan's {mtp} "
+                        "MTP layer(s) are left out")
     parallelism["context_parallel_degree"] = c.cp
     if target.model_spec.is_moe:
         parallelism["expert_parallel_degree"] = c.ep
@@ -70,9 +165,8 @@ def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, o
         "seq_len": job.seq_len,
         "mixed_precision_param": "bfloat16",
     }
-    checkpoint: dict[str, object] = {"mode": AC_MODES[c.recompute]}
-    if c.recompute == "selective":
-        checkpoint["selective_ac_option"] = "op"
+    checkpoint, checkpoint_warnings = _checkpoint_section(target, pipeline)
+    warnings += checkpoint_warnings
     if job.precision == "fp8":
         notes.append("fp8: enable torchao Float8 training in the config (model.converters = "
                      "[\"float8\"] in torchtitan's TOML releases)")
@@ -82,14 +176,14 @@ def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, o
 
 
 def render_toml(sections: dict[str, dict[str, object]], header: str = "") -> str:
-    """Flat TOML sections of strings, numbers and booleans (JSON string escapes are valid TOML
-    basic strings)."""
+    """Flat TOML sections of strings, numbers, booleans and lists of them (JSON string escapes
+    are valid TOML basic strings, JSON arrays of strings valid TOML arrays)."""
     lines = [f"# {line}" for line in header.splitlines()]
     for name, values in sections.items():
         lines += ["", f"[{name}]"] if lines else [f"[{name}]"]
         for key, value in values.items():
             shown = ("true" if value else "false") if isinstance(value, bool) else (
-                json.dumps(value) if isinstance(value, str) else str(value))
+                json.dumps(value) if isinstance(value, (str, list)) else str(value))
             lines.append(f"{key} = {shown}")
     return "\n".join(lines) + "\n"
 
