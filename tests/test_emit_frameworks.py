@@ -246,17 +246,14 @@ def with_pipeline(target: LaunchTarget, text: str, recompute: list[int] | None =
 
 def llama_405b_target() -> LaunchTarget:
     """Llama-3.1-405B (126 layers), tp 8 x pp 16 x vpp 8 on 128 GPUs, the embedding and the
-    loss each in a virtual stage of their own. api.check_parallel_config still refuses
-    pp x vpp > layers, so the target is built without it."""
-    model_spec, cluster_spec, job = load_problem_specs("llama3.1-405b", "dgx-h100",
-                                                       seq_len=8192, global_batch=2048)
-    config = build_parallel_config(128, tp=8, pp=16, vpp=8, recompute="none")
+    loss each in a virtual stage of their own."""
+    target = make_target("llama3.1-405b", 128, seq_len=8192, global_batch=2048, tp=8, pp=16,
+                         vpp=8, recompute="none")
     pipeline = PipelineLayout(pp=16, vpp=8, stages=(
         VirtualStage(layers=0, embedding=True), *[VirtualStage(layers=1)] * 126,
         VirtualStage(layers=0, loss=True)))
-    return LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
-                        layout=build_rank_layout(config, False, DEFAULT_ORDER),
-                        pipeline=pipeline)
+    return LaunchTarget(model_spec=target.model_spec, cluster=target.cluster, job=target.job,
+                        config=target.config, layout=target.layout, pipeline=pipeline)
 
 
 def value_of(tokens: list[str], flag: str) -> str:
