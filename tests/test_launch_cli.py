@@ -203,3 +203,17 @@ def test_bad_layout_option_is_one_line_and_exit_2() -> None:
                      "unknown character 'x'")
     assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "E|t*16|t*16,L",
                          "--vpp", "2"), "needs 4")
+
+
+def test_405b_layout_with_embedding_and_loss_stages() -> None:
+    """Llama-3.1-405B, 126 layers on pp 16 x vpp 8: the embedding and the loss each take a
+    virtual stage, which is Megatron's --account-for-embedding/loss-in-pipeline-split."""
+    result = CliRunner().invoke(cli, ["launch", "--model", "llama3.1-405b", "--cluster",
+                                      "dgx-h100", "--gpus", "128", "--tp", "8", "--pp", "16",
+                                      "--vpp", "8", "--layout", "E|(t|)*126,L",
+                                      "--format", "megatron"])
+    assert result.exit_code == 0, result.output
+    assert "--account-for-embedding-in-pipeline-split" in result.stdout
+    assert "--account-for-loss-in-pipeline-split" in result.stdout
+    assert "--num-layers-per-virtual-pipeline-stage 1" in result.stdout
+    assert "--pipeline-model-parallel-layout" not in result.stdout
