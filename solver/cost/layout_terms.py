@@ -74,13 +74,17 @@ def time_coefficients(terms: TimeTerms) -> dict[str, np.ndarray]:
 
 def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                                  config: ParallelConfig, options: MemoryOptions | None = None,
-                                 constants: TimeConstants | None = None) -> LayoutCoefficients:
+                                 constants: TimeConstants | None = None,
+                                 time_terms: TimeTerms | None = None) -> LayoutCoefficients:
     """The coefficients of `config` (module docstring). The memory ones are differences of
     compose_stage_memory on stages holding nothing, one layer, two layers and recomputed layers
-    (the composition is affine in what a stage holds, so they are exact)."""
+    (the composition is affine in what a stage holds, so they are exact). `time_terms`: the
+    configuration's TimeTerms (one row) when the caller has them."""
     options = options or MemoryOptions()
-    one = Candidates.from_configs([config])
-    times = time_coefficients(estimate_time_terms(model_spec, cluster, job, one, constants))
+    if time_terms is None:
+        time_terms = estimate_time_terms(model_spec, cluster, job,
+                                         Candidates.from_configs([config]), constants)
+    times = time_coefficients(time_terms)
     num_micro = job.global_batch / (config.dp * config.micro_batch)
 
     pp, num_kinds = config.pp, len(KINDS)
@@ -114,12 +118,13 @@ def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, jo
 
 
 def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
-                                  pp: np.ndarray, recompute_full: np.ndarray) -> np.ndarray:
-    """A lower bound of the step time of each candidate over every layout of its layers.
+                                  pp: np.ndarray, num_recomputed: np.ndarray) -> np.ndarray:
+    """A lower bound of the step time of each candidate over every layout of its layers in
+    which at least `num_recomputed` layers recompute in full.
 
     With S = sum_i T_i and M = max_i T_i, step = (m - 1/v) M + S / v + fixed grows with both,
-    and m >= 1 >= 1/v. S is least with no layer recomputing (one, where the configuration
-    recomputes: some layer must). M is at least what the last stage needs for x layers and the
+    and m >= 1 >= 1/v. S is least with the fewest layers recomputing, the cheapest ones. M is
+    at least S / pp, and at least what the last stage needs for x layers and the
     head, or what the other pp - 1 stages need for the L - x layers left: with a the cheapest
     layer, M >= min_x max(a ceil((L - x) / (pp - 1)), a x + c + last), found by bisection (the
     first term falls with x, the second rises). Exact for the even split of a dense model that
@@ -133,7 +138,7 @@ def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
     cheapest_recompute = np.where(present[None, :], times["recompute_s"], np.inf).min(axis=1)
     stage_s, last_s = times["stage_s"], times["last_s"]
     total = (layer_s @ counts + pp * stage_s + last_s
-             + np.where(recompute_full, cheapest_recompute, 0.0))
+             + np.where(num_recomputed > 0, num_recomputed * cheapest_recompute, 0.0))
     num_layers = model_spec.num_hidden_layers
     others = np.maximum(pp - 1, 1)
 

@@ -252,10 +252,12 @@ class StageTimeContent:
 
 
 def _parts(**values: np.ndarray | float) -> np.ndarray:
-    """Stack STAGE_PARTS on a last axis (missing parts 0)."""
-    arrays = np.broadcast_arrays(*(np.asarray(values.get(p, 0.0), dtype=float)
-                                   for p in STAGE_PARTS))
-    return np.stack(arrays, axis=-1)
+    """STAGE_PARTS on a last axis (missing parts 0)."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
+    out = np.zeros((*shape, len(STAGE_PARTS)))
+    for name, value in values.items():
+        out[..., STAGE_PARTS.index(name)] = value
+    return out
 
 
 def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,

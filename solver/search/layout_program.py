@@ -13,6 +13,13 @@ virtual stage v runs on stage v % pp) and the coefficients of solver.cost.layout
     r_v  in [0, n_v]      layers recomputing in full (the first r_v of the chunk, Megatron's
                           block method); one count R for every chunk, r_v = min(R, n_v), where
                           the framework takes one (--recompute-num-layers)
+    aggregation: the middle chunks of a stage that can hold only the model's last kind of
+                          layer (chunk v starts at layer v - 1 or later) are interchangeable:
+                          the stage's time and memory depend on their total only, and so does
+                          the recomputed count where each chunk may recompute any number. The
+                          program then sizes their total (one unit per stage) and the answer
+                          splits it canonically (non-increasing, at most one apart). Not with
+                          one recompute count for every chunk, where the split matters.
     q_kv = D_k(B_{v-1} + r_v) - D_k(B_{v-1}) recomputed layers of kind k
     T_i  = sum_{v on i} sum_k a_k c_kv + b_k q_kv  + c + (i = pp - 1) last   (integer units)
     M   >= T_i;  minimise  (m vpp - 1) M + sum_i T_i   (= vpp x (step - fixed) / unit)
@@ -78,6 +85,46 @@ def _prefix_counts(kinds: np.ndarray, kind: int) -> list[int]:
     return [0] + np.cumsum(kinds == kind).astype(int).tolist()
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """A run of layers the program sizes: one virtual stage, or all the tail chunks of one
+    stage together (`chunks`: the virtual stages it stands for, `low`: its fewest layers)."""
+
+    stage: int
+    chunks: tuple[int, ...]
+    low: int
+
+
+def _build_units(num_virtual: int, pp: int, num_layers: int, tail_from: int,
+                 aggregate: bool) -> tuple[list[_Unit], int]:
+    """The units of the program and how many of them lead (sized one virtual stage each, in
+    model order, their kinds looked up): every virtual stage, or, aggregated, the virtual
+    stages up to the one that may still hold a layer before `tail_from`, then per stage its
+    other middle chunks together, then the last virtual stage."""
+    def low(v: int) -> int:
+        if num_virtual == 1:
+            return num_layers
+        return 0 if v in (0, num_virtual - 1) else 1
+
+    if not aggregate:
+        return [_Unit(v % pp, (v,), low(v)) for v in range(num_virtual)], num_virtual
+    lead = [_Unit(v % pp, (v,), low(v)) for v in range(tail_from + 1)]
+    groups = []
+    for stage in range(pp):
+        chunks = tuple(v for v in range(tail_from + 1, num_virtual - 1) if v % pp == stage)
+        if chunks:
+            groups.append(_Unit(stage, chunks, len(chunks)))
+    last = _Unit((num_virtual - 1) % pp, (num_virtual - 1,), low(num_virtual - 1))
+    return lead + groups + [last], len(lead)
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """The canonical split of `total` layers over `parts` chunks: non-increasing, at most one
+    apart."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
 def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
                  capacity_bytes: float, rules: LayoutRules, below_s: float | None = None,
                  time_limit_s: float = 10.0, hint: PipelineLayout | None = None
@@ -90,19 +137,26 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     num_virtual = pp * vpp
     num_layers = len(co.kinds)
     present = [k for k in range(len(co.layer_s)) if (co.kinds == k).any()]
+    changes = np.flatnonzero(co.kinds[1:] != co.kinds[:-1])
+    tail_from = int(changes[-1]) + 1 if len(changes) else 0
+    uniform = rules.recompute and rules.uniform_recompute
+    units, num_lead = _build_units(num_virtual, pp, num_layers, tail_from,
+                                   aggregate=not uniform and num_virtual - 2 > tail_from)
     program = cp_model.CpModel()
-
-    lows = [0 if v in (0, num_virtual - 1) else 1 for v in range(num_virtual)]
-    if num_virtual == 1:
-        lows = [num_layers]
-    n = [program.NewIntVar(lows[v], num_layers, f"n{v}") for v in range(num_virtual)]
-    bounds = [program.NewIntVar(0, num_layers, f"b{v}") for v in range(num_virtual)]
-    for v in range(num_virtual):
-        program.Add(bounds[v] == (bounds[v - 1] if v else 0) + n[v])
-    program.Add(bounds[-1] == num_layers)
+    n = [program.NewIntVar(unit.low, num_layers, f"n{i}") for i, unit in enumerate(units)]
+    program.Add(sum(n) == num_layers)
+    bounds = [program.NewIntVar(0, num_layers, f"b{i}") for i in range(num_lead)]
+    for i in range(num_lead):
+        program.Add(bounds[i] == (bounds[i - 1] if i else 0) + n[i])
 
     r = _add_recompute(program, n, num_layers, rules)
-    counts, recomputed = _add_kind_counts(program, co.kinds, present, n, bounds, r)
+    counts, recomputed = _add_kind_counts(program, co.kinds, present, n[:num_lead], bounds,
+                                          r[:num_lead])
+    tail_kind = int(co.kinds[-1])
+    for kind in present:
+        same = kind == tail_kind
+        counts[kind] = list(counts[kind]) + [x if same else 0 for x in n[num_lead:]]
+        recomputed[kind] = list(recomputed[kind]) + [x if same else 0 for x in r[num_lead:]]
 
     a = to_units(co.layer_s, TIME_UNIT_S, "nearest")
     b = to_units(co.recompute_s, TIME_UNIT_S, "nearest")
@@ -118,18 +172,18 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     horizon = int(num_layers * (max(a.max(), 0) + max(b.max(), 0)) + stage_units + last_units)
     slowest = program.NewIntVar(0, horizon, "slowest")
     for stage in range(pp):
-        chunks = range(stage, num_virtual, pp)
-        time_expr = sum(int(a[k]) * counts[k][v] + int(b[k]) * recomputed[k][v]
-                        for v in chunks for k in present)
+        held = [i for i, unit in enumerate(units) if unit.stage == stage]
+        time_expr = sum(int(a[k]) * counts[k][i] + int(b[k]) * recomputed[k][i]
+                        for i in held for k in present)
         time_expr += stage_units + (last_units if stage == pp - 1 else 0)
         stage_time.append(time_expr)
         program.Add(slowest >= time_expr)
         memory_expr = int(base_bytes[stage]) + sum(
-            int(layer_bytes[stage, k]) * counts[k][v]
-            + int(recompute_bytes[stage, k]) * recomputed[k][v] for v in chunks for k in present)
+            int(layer_bytes[stage, k]) * counts[k][i]
+            + int(recompute_bytes[stage, k]) * recomputed[k][i] for i in held for k in present)
         if rules.recompute and working_bytes[stage] > 0:
             recomputes = program.NewBoolVar(f"recomputes{stage}")
-            program.Add(sum(r[v] for v in chunks) <= num_layers * recomputes)
+            program.Add(sum(r[i] for i in held) <= num_layers * recomputes)
             memory_expr += int(working_bytes[stage]) * recomputes
         program.Add(memory_expr <= capacity)
 
@@ -142,10 +196,10 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
         program.Add(objective <= int(math.ceil(bound)))
     program.Minimize(objective)
     if hint is not None:
-        for v, chunk in enumerate(hint.stages):
-            program.AddHint(n[v], chunk.layers)
+        for i, unit in enumerate(units):
+            program.AddHint(n[i], sum(hint.stages[v].layers for v in unit.chunks))
             if rules.recompute:
-                program.AddHint(r[v], chunk.recompute_layers)
+                program.AddHint(r[i], sum(hint.stages[v].recompute_layers for v in unit.chunks))
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -154,8 +208,13 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     status = solver.Solve(program)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status == cp_model.INFEASIBLE
-    layers = [solver.Value(x) for x in n]
-    recompute = [solver.Value(x) for x in r]
+    layers, recompute = [0] * num_virtual, [0] * num_virtual
+    for i, unit in enumerate(units):
+        sizes = _split(solver.Value(n[i]), len(unit.chunks))
+        left = solver.Value(r[i]) if rules.recompute else 0
+        for v, size in zip(unit.chunks, sizes):
+            layers[v], recompute[v] = size, min(size, left)
+            left -= recompute[v]
     layout = build_layout(config, layers, recompute, rules.mtp_layers)
     stage_layers, stage_recompute = layout_layer_counts(co.kinds, layout)
     answer = LayoutAnswer(layout=layout, step_s=co.step_s(stage_layers, stage_recompute),
@@ -183,31 +242,45 @@ def _add_recompute(program: cp_model.CpModel, n: list, num_layers: int,
 
 def _add_kind_counts(program: cp_model.CpModel, kinds: np.ndarray, present: list[int],
                      n: list, bounds: list, r: list) -> tuple[dict, dict]:
-    """c_kv and q_kv of the module docstring; with one kind of layer, n_v and r_v."""
+    """c_kv and q_kv of the module docstring; with one kind of layer, n_v and r_v. From the
+    layer where the kinds stop changing on, D_k is linear: a boundary that cannot fall before
+    it (B_v >= v: every middle chunk holds a layer) needs no element lookup."""
     if len(present) == 1:
         return {present[0]: n}, {present[0]: r}
     num_layers = len(kinds)
+    changes = np.flatnonzero(kinds[1:] != kinds[:-1])
+    tail_from = int(changes[-1]) + 1 if len(changes) else 0
+    tail_kind = int(kinds[-1])
+
+    def prefix(kind: int, table: list[int], position, least: int, name: str):
+        """D_kind(position) for an expression known to be >= least."""
+        if least >= tail_from:
+            slope = 1 if kind == tail_kind else 0
+            return table[tail_from] + slope * (position - tail_from)
+        value = program.NewIntVar(0, num_layers, name)
+        index = position
+        if not isinstance(position, cp_model.IntVar):
+            index = program.NewIntVar(0, num_layers, f"i_{name}")
+            program.Add(index == position)
+        program.AddElement(index, table, value)
+        return value
+
     counts: dict[int, list] = {}
     recomputed: dict[int, list] = {}
     for kind in present:
         table = _prefix_counts(kinds, kind)
-        prefix = []
-        for v, boundary in enumerate(bounds):
-            value = program.NewIntVar(0, num_layers, f"d{kind}_{v}")
-            program.AddElement(boundary, table, value)
-            prefix.append(value)
-        counts[kind] = [prefix[v] - (prefix[v - 1] if v else 0) for v in range(len(n))]
+        ends = [prefix(kind, table, boundary, v, f"d{kind}_{v}")
+                for v, boundary in enumerate(bounds)]
+        counts[kind] = [ends[v] - (ends[v - 1] if v else 0) for v in range(len(n))]
         recomputed[kind] = []
         for v in range(len(n)):
             if isinstance(r[v], int):
                 recomputed[kind].append(0)
                 continue
-            start = prefix[v - 1] if v else 0
-            index = program.NewIntVar(0, num_layers, f"x{kind}_{v}")
-            program.Add(index == (bounds[v - 1] if v else 0) + r[v])
-            value = program.NewIntVar(0, num_layers, f"q{kind}_{v}")
-            program.AddElement(index, table, value)
-            recomputed[kind].append(value - start)
+            start = ends[v - 1] if v else 0
+            position = (bounds[v - 1] if v else 0) + r[v]
+            recomputed[kind].append(prefix(kind, table, position, max(v - 1, 0),
+                                           f"q{kind}_{v}") - start)
     return counts, recomputed
 
 

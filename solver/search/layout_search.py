@@ -4,7 +4,8 @@ program (CP-SAT) where a layout can still beat the incumbent.
 1. Every candidate meeting the rules is costed with its even split (solver.search.enumerate);
    the `top` fastest that fit are the incumbents, the slowest of them the bar.
 2. For every candidate, a lower bound of its step time over all layouts
-   (estimate_layout_lower_bound_s) and of its worst stage's memory (_memory_lower_bound); the
+   (estimate_layout_lower_bound_s, with the fewest recomputed layers any layout that fits
+   needs, _stage_capacities), and whether any layout can fit at all; the
    candidates whose bounds can still beat the bar and fit are handed to the layout program,
    lowest bound first, each asked for a layout strictly faster than the bar (and than its own
    even split); an answer replaces the slowest incumbent and lowers the bar. The search stops
@@ -95,10 +96,19 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         return sorted(order for order, _ in best.values())[top - 1][0]
 
     full = candidates.recompute == RECOMPUTE_FULL
-    bound = estimate_layout_lower_bound_s(model_spec, terms, candidates.pp, full)
+    bound = estimate_layout_lower_bound_s(model_spec, terms, candidates.pp, full.astype(float))
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
-    hopeful = hopeful[_memory_lower_bound(problem, candidates.take(hopeful)) <= capacity]
+    fits, recomputed = _stage_capacities(problem, candidates.take(hopeful))
+    hopeful, recomputed = hopeful[fits], recomputed[fits]
+    # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a layer in
+    # every chunk that holds one: all but the first and last at least.
+    if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS:
+        chunks = candidates.pp[hopeful] * candidates.vpp[hopeful]
+        recomputed = np.maximum(recomputed, np.where(full[hopeful], chunks - 2, 0))
+    bound[hopeful] = estimate_layout_lower_bound_s(
+        model_spec, terms.take(hopeful), candidates.pp[hopeful],
+        np.maximum(full[hopeful], recomputed))
     hopeful = hopeful[np.lexsort((hopeful, bound[hopeful]))]
     proven = True
     for row in hopeful:
@@ -113,7 +123,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         below = min(limit, best[int(row)][0][0] if int(row) in best else np.inf)
         coefficients = estimate_layout_coefficients(
             model_spec, problem.cluster, problem.job, config, problem.memory_options,
-            problem.time_constants)
+            problem.time_constants, terms.take(np.array([row])))
         answer, complete = solve_layout(
             config, coefficients, capacity, layout_rules(problem, config),
             below_s=None if np.isinf(below) else below, time_limit_s=remaining,
@@ -154,42 +164,60 @@ def _ranked(problem: Problem, candidates: Candidates,
                   layouts=tuple(layouts[i] for i in order), rows=rows[order])
 
 
-def _memory_lower_bound(problem: Problem, candidates: Candidates) -> np.ndarray:
-    """A lower bound of the worst stage's memory over every layout: the first and the last
-    stage hold their ends whatever the layout, and the stages together hold every layer at
-    the least it costs anywhere (on the stage with the fewest micro-batches in flight,
-    recomputing where the configuration may), beside what each stage holds empty."""
+def _stage_capacities(problem: Problem, candidates: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate, (fits, fewest recomputed layers): whether some layout can fit at all,
+    and a lower bound of how many layers must recompute in full for one to fit.
+
+    A relaxation of the layout program's memory rows: stage i holds its empty-stage bytes
+    base_i plus, per layer, at least c_i (the cheapest layer kind on that stage, its in-flight
+    micro-batches included); a layer recomputing saves at most d_i of it. Stage i then takes
+    (capacity - base_i) / c_i layers free of recompute (/ (c_i - d_i) all recomputing); the
+    layers beyond the free ones need at least min_i c_i / d_i recomputed layers each. The
+    working set of a recompute only adds memory: leaving it out keeps the bound."""
     model_spec, job, n = problem.model_spec, problem.job, len(candidates)
     if n == 0:
-        return np.zeros(0)
-    terms = estimate_memory_terms(model_spec, job, candidates, problem.memory_options)
-    pp = candidates.pp
-    num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
-    fewest = estimate_in_flight(candidates, pp - 1, num_micro)
-    first_flight = estimate_in_flight(candidates, np.zeros(n, dtype=np.int64), num_micro)
-    none = np.zeros((n, len(KINDS)))
+        return np.zeros(0, dtype=bool), np.zeros(0)
+    width = int(candidates.pp.max())
+    row, stage = np.divmod(np.arange(n * width), width)
+    exists = stage < candidates.pp[row]
+    row, stage = row[exists], stage[exists]
+    rows = candidates.take(row)
+    terms = estimate_memory_terms(model_spec, job, rows, problem.memory_options)
+    num_micro = np.maximum(job.global_batch // (rows.dp * rows.micro_batch), 1)
+    in_flight = estimate_in_flight(rows, stage, num_micro)
+    is_first, is_last = stage == 0, stage == rows.pp - 1
+    none = np.zeros((len(row), len(KINDS)))
 
-    def total(layers: np.ndarray, recompute: np.ndarray, first: bool, last: bool,
-              in_flight: np.ndarray) -> np.ndarray:
-        content = StageContent(layers=layers, recompute=recompute, is_first=np.full(n, first),
-                               is_last=np.full(n, last), in_flight=in_flight)
+    def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
+        content = StageContent(layers=layers, recompute=recompute, is_first=is_first,
+                               is_last=is_last, in_flight=in_flight)
         return sum(compose_stage_memory(terms, content).values())
 
-    first = total(none, none, True, pp == 1, first_flight)
-    last = total(none, none, pp == 1, True, fewest)
-    empty = total(none, none, False, False, np.zeros(n))
-    counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)).astype(float)
-    layers_cost = np.zeros(n)
-    full = (candidates.recompute == RECOMPUTE_FULL)[:, None]
-    for kind in range(len(KINDS)):
-        unit = np.zeros((n, len(KINDS)))
+    base = total(none, none)
+    present = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)) > 0
+    cost, kept = np.full(len(row), np.inf), np.full(len(row), np.inf)
+    ratio = np.full(len(row), np.inf)  # recomputed layers per layer beyond the free room
+    for kind in np.flatnonzero(present):
+        unit = np.zeros((len(row), len(KINDS)))
         unit[:, kind] = 1.0
-        plain = total(2 * unit, none, False, False, fewest) - total(unit, none, False, False,
-                                                                    fewest)
-        kept = total(2 * unit, 2 * unit, False, False, fewest) - total(
-            unit, unit, False, False, fewest)
-        layers_cost += counts[kind] * np.where(full[:, 0], np.minimum(plain, kept), plain)
-    together = np.where(pp == 1, first + layers_cost,
-                        (first + last + (pp - 2) * empty + layers_cost) / pp)
-    return np.maximum(np.maximum(first, last), together) * (1.0 - 1e-9)
-
+        one = total(unit, none) - base
+        recomputed = total(2 * unit, 2 * unit) - total(unit, unit)
+        cost, kept = np.minimum(cost, one), np.minimum(kept, recomputed)
+        saved = one - recomputed
+        ratio = np.minimum(ratio, np.where(saved > 0, one / np.maximum(saved, 1e-30), np.inf))
+    capacity = memory_capacity_bytes(problem) * (1 + 1e-9)
+    room = np.maximum(capacity - base, 0.0)
+    plain_layers = np.where(base <= capacity, room / np.maximum(cost, 1e-30), -np.inf)
+    full_layers = np.where(base <= capacity, room / np.maximum(kept, 1e-30), -np.inf)
+    free = np.zeros(n)
+    most = np.zeros(n)
+    cheapest = np.full(n, np.inf)
+    np.add.at(free, row, plain_layers)
+    np.add.at(most, row, full_layers)
+    np.minimum.at(cheapest, row, ratio)
+    num_layers = model_spec.num_hidden_layers
+    full = candidates.recompute == RECOMPUTE_FULL
+    fits = np.where(full, most, free) >= num_layers * (1 - 1e-9)
+    needed = np.where(full & np.isfinite(cheapest),
+                      np.maximum(num_layers - free, 0.0) * cheapest, 0.0)
+    return fits, np.floor(needed * (1 - 1e-9))
