@@ -27,8 +27,10 @@ from solver.cost.memory import (
 from solver.cost.memory.layout import build_even_layout
 from solver.cost.steptime import estimate_layout_step_time, estimate_step_time
 from solver.cost.time_constants import TimeConstants, framework_time_constants
+from solver.emit.target import parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
 from solver.search.constraints import structural_constraints
+from solver.spec.layout_syntax import render_pipeline_layout
 from solver.search.space import VARIABLES
 from solver.spec import (
     RECOMPUTE_LEVELS,
@@ -221,19 +223,27 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
              seq_len: int | None = None, global_batch: int | None = None,
              precision: str = "bf16", token_budget: int | None = None,
              calibration: str | None = None, framework: str = "megatron",
-             options: MemoryOptions | None = None, **degrees: int | str) -> Estimate:
+             options: MemoryOptions | None = None, layout: str | None = None,
+             recompute_num_layers: int | None = None, **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
     bandwidths and latencies of the tiers it covers; `framework` brings its timing
-    (steptime.framework_time_constants), as in `parplan optimize`."""
+    (steptime.framework_time_constants), as in `parplan optimize`. `layout`: Megatron's
+    --pipeline-model-parallel-layout text (default: the even split), with
+    `recompute_num_layers` recomputed in each virtual stage under --recompute full."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
+    pipeline = None
+    if layout is not None or recompute_num_layers is not None:
+        even = build_default_layout(model_spec, config, options)
+        text = layout if layout is not None else render_pipeline_layout(even)
+        pipeline = parse_launch_pipeline(text, model_spec, config, recompute_num_layers)
     plan = estimate_plan(model_spec, cluster_spec, job, config, options,
-                         framework_time_constants(framework))
+                         framework_time_constants(framework), pipeline)
     fixes = () if plan.fits else suggest_memory_fixes(
         model_spec, cluster_spec, job, num_gpus, config, options)
     sources = tuple(describe_sources(cluster_spec)) if calibration is not None else ()

@@ -88,3 +88,16 @@ def test_help_does_not_import_heavy_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_degrees_are_listed_once() -> None:
+    """ParallelConfig's fields are the list (solver.spec.job.PARALLEL_FIELDS); the candidate
+    arrays hold the same fields in the same order, and the search binds the same set."""
+    from dataclasses import fields
+
+    from solver.cost.candidates import Candidates
+    from solver.search.space import VARIABLES
+    from solver.spec.job import PARALLEL_FIELDS
+
+    assert tuple(f.name for f in fields(Candidates)) == PARALLEL_FIELDS
+    assert sorted(VARIABLES) == sorted(PARALLEL_FIELDS)

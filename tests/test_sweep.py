@@ -164,7 +164,7 @@ def test_a_rerun_solves_nothing_again(uninterrupted: list[dict], tmp_path: Path)
     again = CliRunner().invoke(cli, ["sweep", *SWEEP, "-o", str(path)])
     assert "0 problems solved" in again.output
     other = CliRunner().invoke(cli, ["sweep", *SWEEP[:-1], "3", "-o", str(path)])
-    assert other.exit_code == 2 and "solved with engine enumerate, top 2" in other.output
+    assert other.exit_code == 2 and "solved with engine layout, top 2" in other.output
 
 
 def test_a_sweep_killed_mid_run_resumes_to_the_same_results(uninterrupted: list[dict],

@@ -13,11 +13,19 @@ from solver.cli.options import degree_options, framework_option, planning_option
 @planning_options
 @degree_options
 @click.option("--per-stage", is_flag=True, help="Show every pipeline stage, not only the worst.")
+@click.option("--layout", metavar="SPEC", default=None,
+              help="Layers per virtual stage in Megatron's --pipeline-model-parallel-layout "
+                   "syntax (e.g. 'E|(t|)*126,L': the embedding and the loss in stages of "
+                   "their own); default: the even split.")
+@click.option("--recompute-num-layers", type=click.IntRange(min=1), default=None,
+              help="With --recompute full: the layers of each virtual stage that recompute "
+                   "(Megatron's block method); default: all.")
 @framework_option("Whose timing to assume (DP overlap, gradient reduce dtype).")
 def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool,
-             per_stage: bool, framework: str, **degrees: Any) -> None:
+             per_stage: bool, layout: str | None, recompute_num_layers: int | None,
+             framework: str, **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
     of the GPUs."""
     from solver.search.constraints import MEMORY_CONSTRAINT
@@ -25,6 +33,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     from solver.cli.render import echo_json
     from solver.cli.render_plan import (
         echo_fixes,
+        echo_layout_table,
         echo_memory_table,
         echo_stage_table,
         echo_time_table,
@@ -34,7 +43,8 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     result = run_estimate(
         model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
         global_batch=global_batch, precision=precision, token_budget=token_budget,
-        calibration=calibration, framework=framework, **degrees,
+        calibration=calibration, framework=framework, layout=layout,
+        recompute_num_layers=recompute_num_layers, **degrees,
     )
     plan = result.plan
     if as_json:
@@ -67,6 +77,9 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     else:
         echo_memory_table(plan, heading)
     echo_time_table(plan)
+    if plan.config.pp > 1 or plan.layout is not None and any(
+            s.recompute_layers not in (0, s.layers) for s in plan.layout.stages):
+        echo_layout_table(plan)
     if result.calibration is not None:
         from solver.cli.render_calibration import echo_sources_table
 

@@ -7,6 +7,16 @@ from typing import Any
 import click
 
 from solver.cli.render import echo_infeasible, echo_ranked
+from solver.cli.render_plan import echo_layout_table
+
+
+def recompute_label(plan: Any) -> str:
+    """The recompute column: "full 40/61" where a layout recomputes only some layers."""
+    layout = plan.layout
+    if layout is None or plan.config.recompute != "full":
+        return plan.config.recompute
+    recomputed = sum(s.recompute_layers for s in layout.stages)
+    return "full" if recomputed == layout.num_layers else f"full {recomputed}/{layout.num_layers}"
 
 
 def echo_result(result: Any, gpus_for_days: float | None) -> None:
@@ -28,9 +38,12 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         c, t = plan.config, plan.time
         assert t is not None
         row = [i, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp, c.zero, c.micro_batch,
-               c.recompute, round(plan.worst_stage.total_bytes / 1e9, 1),
+               recompute_label(plan), round(plan.worst_stage.total_bytes / 1e9, 1),
                round(t.step_seconds, 3), round(t.tokens_per_second), round(100 * t.mfu, 1)]
         if budget:
             row.append(round(t.train_days or 0.0, 1))
         rows.append(row)
     echo_ranked(result, columns, rows)
+    best = result.plans[0]
+    if best.config.pp > 1 or recompute_label(best) != best.config.recompute:
+        echo_layout_table(best)

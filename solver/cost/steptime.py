@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from solver.cost.candidates import Candidates
+from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.data_parallel import (
     estimate_dp_collectives_s,
@@ -63,10 +63,10 @@ from solver.cost.memory.layout import estimate_stage_layers, layer_kinds, layout
 # TimeConstants lives in solver.cost.time_constants; importing it from here keeps working.
 from solver.cost.time_constants import TimeConstants, dp_part_overlaps, dp_syncs_per_step
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
+from solver.spec.job import PARALLEL_FIELDS
 
 BF16_BYTES = 2.0
 DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
-RECOMPUTE_FULL = 2
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,7 @@ class _Degrees:
 
 
 def _degrees(candidates: Any) -> dict[str, np.ndarray]:
-    names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
-    return {n: np.asarray(getattr(candidates, n), dtype=np.int64) for n in names}
+    return {n: np.asarray(getattr(candidates, n), dtype=np.int64) for n in PARALLEL_FIELDS}
 
 
 def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,

@@ -90,16 +90,23 @@ def check_pipeline_layout(pipeline: PipelineLayout, model_spec: ModelSpec,
     return pipeline.model_copy(update={"stages": (*pipeline.stages[:-1], last)})
 
 
-def parse_launch_pipeline(text: str, model_spec: ModelSpec,
-                          config: ParallelConfig) -> PipelineLayout:
-    """`launch --layout TEXT` (Megatron's syntax, which has no recompute counts): under
-    --recompute full every layer recomputes in full."""
+def parse_launch_pipeline(text: str, model_spec: ModelSpec, config: ParallelConfig,
+                          recompute_num_layers: int | None = None) -> PipelineLayout:
+    """`--layout TEXT` of launch and estimate (Megatron's syntax, which has no recompute
+    counts): under --recompute full every layer recomputes in full, or, with
+    `recompute_num_layers` R, the first min(R, layers) of each virtual stage (Megatron's
+    --recompute-method block --recompute-num-layers R)."""
     pipeline = parse_pipeline_layout(text, config.pp, config.vpp, model_spec.num_hidden_layers,
                                      model_spec.num_nextn_predict_layers)
+    if recompute_num_layers is not None and config.recompute != "full":
+        raise InputError(f"--recompute-num-layers {recompute_num_layers}: needs --recompute "
+                         f"full (got {config.recompute})")
     if config.recompute != "full":
         return pipeline
+    count = recompute_num_layers
     return pipeline.model_copy(update={"stages": tuple(
-        stage.model_copy(update={"recompute_layers": stage.layers})
+        stage.model_copy(update={"recompute_layers": stage.layers if count is None
+                                 else min(count, stage.layers)})
         for stage in pipeline.stages)})
 
 

@@ -65,3 +65,9 @@ class ParallelConfig(BaseModel):
         """Expert-data-parallel degree: the dense tp*cp*dp ranks of a stage regrouped by ep*etp.
         Integer only when ep*etp divides tp*cp*dp (a solver constraint)."""
         return self.tp * self.cp * self.dp // (self.ep * self.etp)
+
+
+# The degrees and choices of a configuration, in ParallelConfig's order: the one list the cost
+# model, the search (which binds them in its own order, solver.search.space.VARIABLES) and the
+# JSON read.
+PARALLEL_FIELDS: tuple[str, ...] = tuple(ParallelConfig.model_fields)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from solver.spec.job import PARALLEL_FIELDS
 from solver.spec.layout import PipelineLayout
 from solver.spec.layout_syntax import render_pipeline_layout
 from solver.spec.plan import Plan, StageMemory
 
-DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+DEGREES = PARALLEL_FIELDS
 MAIN = ("weights", "grads", "optimizer", "activations")
 
 
