@@ -12,9 +12,20 @@ from __future__ import annotations
 import numpy as np
 
 
+# Integer keys below this (or below 4 x their count) are counted, not sorted.
+COUNTING_BELOW = 1 << 16
+
+
 def distinct_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct sorted keys, index of each key among them): distinct[inverse] == keys."""
     keys = np.asarray(keys).reshape(-1)
+    if keys.size and keys.dtype.kind in "iu":
+        low, high = int(keys.min()), int(keys.max())
+        if low >= 0 and high < max(4 * keys.size, COUNTING_BELOW):
+            # Small non-negative integers: count them instead of sorting (linear time).
+            present = np.bincount(keys, minlength=high + 1) > 0
+            rank = np.cumsum(present) - 1
+            return np.flatnonzero(present).astype(keys.dtype), rank[keys]
     ordered = np.sort(keys)
     first = np.ones(len(ordered), dtype=bool)
     first[1:] = ordered[1:] != ordered[:-1]

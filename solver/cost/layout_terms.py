@@ -118,7 +118,8 @@ def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, jo
 
 
 def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
-                                  pp: np.ndarray, num_recomputed: np.ndarray) -> np.ndarray:
+                                  pp: np.ndarray, num_recomputed: np.ndarray,
+                                  above_s: float = np.inf) -> np.ndarray:
     """A lower bound of the step time of each candidate over every layout of its layers in
     which at least `num_recomputed` layers recompute in full.
 
@@ -128,7 +129,8 @@ def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
     head, or what the other pp - 1 stages need for the L - x layers left: with a the cheapest
     layer, M >= min_x max(a ceil((L - x) / (pp - 1)), a x + c + last), found by bisection (the
     first term falls with x, the second rises). Exact for the even split of a dense model that
-    balances: no layout of such a candidate can beat it.
+    balances: no layout of such a candidate can beat it. Where the bound with M = S / pp alone
+    is at least `above_s`, that bound is returned (the caller needs no more).
     """
     times = time_coefficients(terms)
     counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS))
@@ -139,6 +141,15 @@ def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
     stage_s, last_s = times["stage_s"], times["last_s"]
     total = (layer_s @ counts + pp * stage_s + last_s
              + np.where(num_recomputed > 0, num_recomputed * cheapest_recompute, 0.0))
+    balanced = (terms.num_micro * total / pp + (total - total / pp) / terms.vpp
+                + times["fixed_s"])
+    refine = np.flatnonzero(balanced < above_s)
+    if len(refine) < len(pp):
+        bound = balanced.copy()
+        if len(refine):
+            bound[refine] = estimate_layout_lower_bound_s(
+                model_spec, terms.take(refine), pp[refine], num_recomputed[refine])
+        return bound
     num_layers = model_spec.num_hidden_layers
     others = np.maximum(pp - 1, 1)
 

@@ -319,6 +319,44 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     return plain, full - plain
 
 
+# What a layer's time (and the LM head's) depends on.
+LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch")
+
+
+def _distinct_rows(d: dict[str, np.ndarray], names: tuple[str, ...]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(one row of each distinct tuple of d[names], the distinct tuple of every row)."""
+    key = np.zeros(len(d[names[0]]), dtype=np.int64)
+    for name in names:
+        values, index = distinct_inverse(d[name])
+        key = key * len(values) + index
+    distinct, back = distinct_inverse(key)
+    first = np.zeros(len(distinct), dtype=np.int64)
+    first[back[::-1]] = np.arange(len(key))[::-1]
+    return first, back
+
+
+def _layer_part_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                      d: dict[str, np.ndarray], constants: TimeConstants
+                      ) -> dict[str, np.ndarray]:
+    """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), and
+    the average layer's forward and backward seconds (the DP overlap window)."""
+    tp, cp, mb = d["tp"], d["cp"], d["micro_batch"]
+    h = model_spec.hidden_size
+    per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants)
+    rows = mb * job.seq_len / cp
+    gemm_bytes = 1.0 if job.precision == "fp8" else BF16_BYTES
+    head_fwd = estimate_gemm_s(cluster.gpu, job.precision, rows, h, model_spec.vocab_size / tp,
+                               constants.compute, gemm_bytes)
+    # Cross-entropy reads the fp32 logits about three times (max, exp-sum, gradient).
+    loss = estimate_streaming_s(cluster.gpu, 3 * 4.0 * rows * model_spec.vocab_size / tp,
+                                constants.compute)
+    fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
+    return {"per_layer": per_layer, "recompute": recompute_terms,
+            "head": _parts(compute=3.0 * head_fwd + loss), "mixed_fwd": _forward_s(fwd),
+            "mixed_bwd": _backward_s(fwd, constants)}
+
+
 def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                         candidates: Any, constants: TimeConstants | None = None) -> TimeTerms:
     """Every term of the step time of each candidate (TimeTerms; composed by
@@ -330,16 +368,13 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     zero, mb, recompute = d["zero"], d["micro_batch"], d["recompute"]
     h, s = model_spec.hidden_size, job.seq_len
     num_micro = job.global_batch / (dp * mb)
-    per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants)
-
-    rows = mb * s / cp
-    gemm_bytes = 1.0 if job.precision == "fp8" else BF16_BYTES
-    head_fwd = estimate_gemm_s(cluster.gpu, job.precision, rows, h, model_spec.vocab_size / tp,
-                               constants.compute, gemm_bytes)
-    # Cross-entropy reads the fp32 logits about three times (max, exp-sum, gradient).
-    loss = estimate_streaming_s(cluster.gpu, 3 * 4.0 * rows * model_spec.vocab_size / tp,
-                                constants.compute)
-    head = _parts(compute=3.0 * head_fwd + loss)
+    # The layer and head terms depend on (tp, cp, ep, etp, micro_batch) only: work them out
+    # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
+    first, back = _distinct_rows(d, LAYER_DEGREES)
+    layer = _layer_part_terms(model_spec, cluster, job,
+                              {n: d[n][first] for n in PARALLEL_FIELDS}, constants)
+    per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
+    head = layer["head"][back]
     # Each MTP module is one more layer (of the model's MoE kind) with its own head and loss,
     # recomputed as the configuration recomputes.
     mtp_kind = 1 if model_spec.is_moe else 0
@@ -353,7 +388,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     # is sharded already; without it, Megatron's scatter/gather optimization (Narayanan et al.
     # 2021 §4.1) and DeepSpeed's pipeline engine (is_pipe_partitioned = is_model_parallel)
     # split it before the send and all-gather it over TP (NVLink) on arrival.
-    activation_bytes = rows * h * BF16_BYTES
+    activation_bytes = mb * s / cp * h * BF16_BYTES
     tp_link = estimate_group_link(cluster, 1, tp)
     pp_link = estimate_group_link(cluster, tp * cp * dp, np.where(pp > 1, 2, 1))
     p2p = estimate_collective_s("send_recv", activation_bytes / tp, np.where(pp > 1, 2, 1),
@@ -365,14 +400,13 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
 
     # ---- data parallel / ZeRO ------------------------------------------------------------------
     layers_per_stage = np.ceil(model_spec.num_hidden_layers / pp)
-    fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
     dp_s = estimate_dp_collectives_s(model_spec, cluster, _Degrees(d), constants)
     grads_ar, grads_rs = dp_s["grads_all_reduce"], dp_s["grads_reduce_scatter"]
     params_ag, z3_rs = dp_s["params_all_gather"], dp_s["zero3_reduce_scatter"]
     if constants.zero1_grad_all_reduce:
         grads_rs = np.where(zero == 1, grads_ar, grads_rs)
-    fwd_mb = layers_per_stage * _forward_s(fwd)
-    bwd_mb = layers_per_stage * _backward_s(fwd, constants)
+    fwd_mb = layers_per_stage * layer["mixed_fwd"][back]
+    bwd_mb = layers_per_stage * layer["mixed_bwd"][back]
     # What hides behind compute: gradient sync behind the last micro-batch's backward and the
     # parameter gather behind the first forward (ZeRO 0-2, once per step); ZeRO-3 gathers and
     # reduce-scatters every micro-batch behind its own compute. One layer's share of each

@@ -96,7 +96,8 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         return sorted(order for order, _ in best.values())[top - 1][0]
 
     full = candidates.recompute == RECOMPUTE_FULL
-    bound = estimate_layout_lower_bound_s(model_spec, terms, candidates.pp, full.astype(float))
+    bound = estimate_layout_lower_bound_s(model_spec, terms, candidates.pp, full.astype(float),
+                                          above_s=bar())
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
     fits, recomputed = _stage_capacities(problem, candidates.take(hopeful))
