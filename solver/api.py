@@ -25,7 +25,7 @@ from solver.cost.memory import (
     estimate_memory,
 )
 from solver.cost.memory.layout import build_even_layout
-from solver.cost.steptime import estimate_layout_step_time, estimate_step_time
+from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
 from solver.cost.time_constants import TimeConstants, framework_time_constants
 from solver.emit.target import parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
@@ -137,16 +137,18 @@ def build_default_layout(model_spec: ModelSpec, config: ParallelConfig,
 def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    configs: Sequence[ParallelConfig], options: MemoryOptions | None = None,
                    constants: TimeConstants | None = None,
-                   layouts: Sequence[PipelineLayout | None] | None = None) -> tuple[Plan, ...]:
+                   layouts: Sequence[PipelineLayout | None] | None = None,
+                   step: StepTime | None = None) -> tuple[Plan, ...]:
     """Memory of every pipeline stage of each of `configs` on the cluster's GPU under its
     layout (None: the even split), and its step time: one vectorised call of the step time for
-    all of them."""
+    all of them, or `step` when the caller has it (row i for configs[i])."""
     if not configs:
         return ()
     given = layouts if layouts is not None else [None] * len(configs)
     chosen = [layout if layout is not None else build_default_layout(model_spec, config, options)
               for config, layout in zip(configs, given)]
-    step = estimate_layout_step_time(model_spec, cluster, job, configs, chosen, constants)
+    if step is None:
+        step = estimate_layout_step_time(model_spec, cluster, job, configs, chosen, constants)
     plans = []
     for index, (config, layout) in enumerate(zip(configs, chosen)):
         stages = estimate_layout_memory(model_spec, job, config, layout, options)

@@ -132,9 +132,10 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
+    """The ranked plans with their stages' memory; the step times are the ranking's."""
     return estimate_plans(problem.model_spec, problem.cluster, problem.job,
                           ranked.candidates.to_configs(), problem.memory_options,
-                          problem.time_constants, ranked.layouts)
+                          problem.time_constants, ranked.layouts, ranked.step_time)
 
 
 def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:

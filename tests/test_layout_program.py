@@ -147,7 +147,7 @@ def test_program_equals_brute_force_and_estimate(problem, squeeze) -> None:
     # stage's exact bytes: the program rounds bytes up, so a layout that fits to the byte may
     # be refused).
     floor = coefficients.base_bytes.max()
-    capacity = floor + (0.3 + squeeze) * (even_memory - floor)
+    capacity = floor + (0.3 + squeeze) * (even_memory - floor) + 1024.0
     rules = LayoutRules(recompute=config.recompute == "full", uniform_recompute=uniform)
     answer, proven = solve_layout(config, coefficients, capacity, rules)
     expected = brute_force(model, config, coefficients, capacity, uniform)

@@ -23,7 +23,6 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import estimate_layout_coefficients, estimate_layout_lower_bound_s
-from solver.cost.memory import estimate_layout_memory
 from solver.cost.memory.layout import build_even_layout, estimate_in_flight, layer_kinds
 from solver.cost.memory.terms import (
     KINDS,
@@ -145,24 +144,18 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
 
 def _ranked(problem: Problem, candidates: Candidates,
             best: dict[int, tuple[tuple, PipelineLayout | None]], top: int) -> Ranked:
-    """The chosen (row, layout) pairs as a Ranked, costed through the layout compositions and
-    sorted by step time, then memory, then the degrees (deterministic)."""
-    rows = np.array(sorted(best), dtype=np.int64)
+    """The chosen (row, layout) pairs as a Ranked, best first by their order keys (step time,
+    worst-stage memory, degrees); the step time's breakdown through the layout composition."""
+    rows = np.array(sorted(best, key=lambda r: best[r][0])[:top], dtype=np.int64)
     chosen = candidates.take(rows)
     configs = chosen.to_configs()
-    layouts = [best[int(r)][1] or even_layout(problem, c) for r, c in zip(rows, configs)]
+    layouts = tuple(best[int(r)][1] or even_layout(problem, c) for r, c in zip(rows, configs))
     step = estimate_layout_step_time(problem.model_spec, problem.cluster, problem.job, configs,
                                      layouts, problem.time_constants)
-    memory = np.array([estimate_layout_memory(problem.model_spec, problem.job, c, layout,
-                                              problem.memory_options).total.max()
-                       for c, layout in zip(configs, layouts)])
-    keys = [getattr(chosen, n) for n in reversed(VARIABLES)] + [memory, step.step_s]
-    order = np.lexsort(keys)[:top]
-    return Ranked(candidates=chosen.take(order),
-                  step_time=step.take(order),
-                  memory_bytes=memory[order], num_feasible=None,
-                  num_candidates=len(candidates),
-                  layouts=tuple(layouts[i] for i in order), rows=rows[order])
+    return Ranked(candidates=chosen, step_time=step,
+                  memory_bytes=np.array([best[int(r)][0][1] for r in rows]),
+                  num_feasible=None, num_candidates=len(candidates), layouts=layouts,
+                  rows=rows)
 
 
 def _stage_capacities(problem: Problem, candidates: Candidates) -> tuple[np.ndarray, np.ndarray]:
