@@ -256,3 +256,53 @@ def test_bad_gpu_compute_fields_are_one_line(tmp_path: Path, edit: str, field: s
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"field '{field}'" in lines[0], result.stderr
     assert "Traceback" not in result.output
+
+
+def test_estimate_and_optimize_accept_the_same_virtual_stages() -> None:
+    """Issue 15: `estimate --pp 4 --vpp 3` on a 32-layer model was accepted while `optimize`
+    with the same pins answered infeasible. One rule set (pp x vpp <= layers + 2) serves both:
+    12 virtual stages over 32 layers (Megatron places them with a layout)."""
+    base = ["--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "16",
+            "--global-batch", "256", "--json"]
+    estimated = CliRunner().invoke(cli, ["estimate", *base, "--pp", "4", "--vpp", "3"])
+    assert estimated.exit_code == 0, estimated.output
+    plan = json.loads(estimated.stdout)["plans"][0]
+    assert [s["layers"] for s in plan["layout"]["stages"]] == [3] * 8 + [2] * 4
+    optimized = CliRunner().invoke(cli, ["optimize", *base, "--pp", "4", "--vpp", "3",
+                                         "--top", "1"])
+    assert optimized.exit_code == 0, optimized.output
+    answer = json.loads(optimized.stdout)
+    assert answer["status"] == "optimal"
+    assert (answer["plans"][0]["pp"], answer["plans"][0]["vpp"]) == (4, 3)
+
+
+def test_megatron_405b_pp16_vpp8_with_embedding_and_loss_stages() -> None:
+    """The issue's Megatron recipe: Llama-3.1-405B (126 layers) on pp 16 x vpp 8 = 128 virtual
+    stages, the embedding and the loss each in one (--account-for-embedding-in-pipeline-split
+    --account-for-loss-in-pipeline-split); `estimate` accepts it, by default and as a layout,
+    and the two agree."""
+    base = ["--model", "llama3.1-405b", "--cluster", "dgx-h100", "--gpus", "1024", "--tp", "8",
+            "--pp", "16", "--vpp", "8", "--recompute", "full", "--seq-len", "8192",
+            "--global-batch", "2048", "--json"]
+    even = CliRunner().invoke(cli, ["estimate", *base])
+    given = CliRunner().invoke(cli, ["estimate", *base, "--layout", "E|(t|)*126,L"])
+    assert even.exit_code == 0 and given.exit_code == 0, even.output + given.output
+    first, second = (json.loads(r.stdout)["plans"][0] for r in (even, given))
+    assert first["layout"]["syntax"] == "E|(t|)*126,L"
+    assert first["step_seconds"] == second["step_seconds"]
+    assert first["memory_gb"] == second["memory_gb"]
+    stages = first["layout"]["stages"]
+    assert len(stages) == 128 and stages[0]["layers"] == 0 and stages[-1]["layers"] == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--layout", "Et*3|t*3,L"], "--layout"),
+    (["--layout", "Et*16|t*16,L", "--recompute-num-layers", "2"], "--recompute-num-layers 2"),
+    (["--layout", "Et*20|t*20,L"], "--layout"),
+])
+def test_bad_layouts_are_one_line_exit_2(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["estimate", "--model", "llama3.1-8b", "--cluster",
+                                      "dgx-h100", "--gpus", "16", "--pp", "2", *args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
