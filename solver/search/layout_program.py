@@ -15,11 +15,11 @@ virtual stage v runs on stage v % pp) and the coefficients of solver.cost.layout
                           the framework takes one (--recompute-num-layers)
     aggregation: the middle chunks of a stage that can hold only the model's last kind of
                           layer (chunk v starts at layer v - 1 or later) are interchangeable:
-                          the stage's time and memory depend on their total only, and so does
-                          the recomputed count where each chunk may recompute any number. The
-                          program then sizes their total (one unit per stage) and the answer
-                          splits it canonically (non-increasing, at most one apart). Not with
-                          one recompute count for every chunk, where the split matters.
+                          the stage's time and memory depend on their total and recomputed
+                          count only. The program sizes those (one unit per stage) and the
+                          answer splits them (_split, _split_uniform); under one recompute
+                          count R the unit's recomputed layers range over what some split
+                          reaches (_add_recompute).
     q_kv = D_k(B_{v-1} + r_v) - D_k(B_{v-1}) recomputed layers of kind k
     T_i  = sum_{v on i} sum_k a_k c_kv + b_k q_kv  + c + (i = pp - 1) last   (integer units)
     M   >= T_i;  minimise  (m vpp - 1) M + sum_i T_i   (= vpp x (step - fixed) / unit)
@@ -27,10 +27,13 @@ virtual stage v runs on stage v % pp) and the coefficients of solver.cost.layout
             <= capacity
 
 One door from floats into CP-SAT (STYLE.md): `to_units` scales the time coefficients to
-nanoseconds (rounded to nearest; the answer is re-costed in floats) and the memory ones to
-bytes rounded up, against the capacity rounded down, so every layout the program accepts fits
-under the float model too. The program is solved by one worker with a fixed seed, so the same
-problem gives the same layout.
+microseconds (rounded to nearest; the answer is re-costed in floats, and its step time may
+exceed the float optimum by the rounding, about 1e-5 of it) and the memory ones to KiB rounded
+up, against the capacity rounded down, so every layout the program accepts fits under the
+float model too (one that fits by less than a few hundred KiB may be refused). Finer units made
+CP-SAT's LP numerically unstable (10-digit coefficients: a 5-variable program unsolved in 2 s).
+The program is solved by one worker with a fixed seed, so the same problem gives the same
+layout.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ from solver.cost.layout_terms import LayoutCoefficients
 from solver.cost.memory.layout import layout_layer_counts
 from solver.spec import ParallelConfig, PipelineLayout, VirtualStage
 
-TIME_UNIT_S = 1e-9
-MEMORY_UNIT_BYTES = 1.0
+TIME_UNIT_S = 1e-6
+MEMORY_UNIT_BYTES = 1024.0
 
 
 @dataclass(frozen=True)
@@ -139,9 +142,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     present = [k for k in range(len(co.layer_s)) if (co.kinds == k).any()]
     changes = np.flatnonzero(co.kinds[1:] != co.kinds[:-1])
     tail_from = int(changes[-1]) + 1 if len(changes) else 0
-    uniform = rules.recompute and rules.uniform_recompute
     units, num_lead = _build_units(num_virtual, pp, num_layers, tail_from,
-                                   aggregate=not uniform and num_virtual - 2 > tail_from)
+                                   aggregate=num_virtual - 2 > tail_from)
     program = cp_model.CpModel()
     n = [program.NewIntVar(unit.low, num_layers, f"n{i}") for i, unit in enumerate(units)]
     program.Add(sum(n) == num_layers)
@@ -149,7 +151,7 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     for i in range(num_lead):
         program.Add(bounds[i] == (bounds[i - 1] if i else 0) + n[i])
 
-    r = _add_recompute(program, n, num_layers, rules)
+    r, count_var = _add_recompute(program, n, units, num_layers, rules)
     counts, recomputed = _add_kind_counts(program, co.kinds, present, n[:num_lead], bounds,
                                           r[:num_lead])
     tail_kind = int(co.kinds[-1])
@@ -210,9 +212,14 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
         return None, status == cp_model.INFEASIBLE
     layers, recompute = [0] * num_virtual, [0] * num_virtual
     for i, unit in enumerate(units):
-        sizes = _split(solver.Value(n[i]), len(unit.chunks))
-        left = solver.Value(r[i]) if rules.recompute else 0
-        for v, size in zip(unit.chunks, sizes):
+        total, left = solver.Value(n[i]), solver.Value(r[i]) if rules.recompute else 0
+        if count_var is not None:
+            count = solver.Value(count_var)
+            sizes = _split_uniform(total, len(unit.chunks), left, count)
+            for v, size in zip(unit.chunks, sizes):
+                layers[v], recompute[v] = size, min(count, size)
+            continue
+        for v, size in zip(unit.chunks, _split(total, len(unit.chunks))):
             layers[v], recompute[v] = size, min(size, left)
             left -= recompute[v]
     layout = build_layout(config, layers, recompute, rules.mtp_layers)
@@ -223,21 +230,46 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     return answer, status == cp_model.OPTIMAL
 
 
-def _add_recompute(program: cp_model.CpModel, n: list, num_layers: int,
-                   rules: LayoutRules) -> list:
-    """r_v: the recomputed layers of each virtual stage (constants 0 when none may)."""
+def _add_recompute(program: cp_model.CpModel, n: list, units: list[_Unit], num_layers: int,
+                   rules: LayoutRules) -> tuple[list, cp_model.IntVar | None]:
+    """r_u: the recomputed layers of each unit (constants 0 when none may), and the count R
+    (None unless the rules take one). Under one count R
+    for every chunk a chunk recomputes min(R, its layers); a unit of c interchangeable chunks
+    holding T layers then recomputes anything from min(T, c - 1 + R) (one chunk takes all but
+    c - 1 layers) to min(T, c R) (the even split), each value reached by some split
+    (_split_uniform)."""
     if not rules.recompute:
-        return [0] * len(n)
-    r = [program.NewIntVar(0, num_layers, f"r{v}") for v in range(len(n))]
+        return [0] * len(n), None
+    r = [program.NewIntVar(0, num_layers, f"r{i}") for i in range(len(n))]
+    count = None
     if rules.uniform_recompute:
         count = program.NewIntVar(1, num_layers, "recompute_num_layers")
-        for v, x in enumerate(r):
-            program.AddMinEquality(x, [count, n[v]])
-    else:
-        for v, x in enumerate(r):
-            program.Add(x <= n[v])
+    for i, (x, unit) in enumerate(zip(r, units)):
+        chunks = len(unit.chunks)
+        if count is None:
+            program.Add(x <= n[i])
+        elif chunks == 1:
+            program.AddMinEquality(x, [count, n[i]])
+        else:
+            least = program.NewIntVar(0, num_layers, f"least{i}")
+            program.AddMinEquality(least, [n[i], count + (chunks - 1)])
+            program.Add(x >= least)
+            program.Add(x <= n[i])
+            program.Add(x <= chunks * count)
     program.Add(sum(r) >= 1)
-    return r
+    return r, count
+
+
+def _split_uniform(total: int, parts: int, recomputed: int, count: int) -> list[int]:
+    """A split of `total` layers over `parts` chunks in which min(count, chunk) adds up to
+    `recomputed`: from all but parts - 1 layers in one chunk, move layers one at a time from
+    the largest chunk (above count) to the smallest (below count), each move recomputing one
+    more."""
+    sizes = [total - parts + 1] + [1] * (parts - 1)
+    while sum(min(count, size) for size in sizes) < recomputed:
+        sizes[sizes.index(max(sizes))] -= 1
+        sizes[sizes.index(min(sizes))] += 1
+    return sorted(sizes, reverse=True)
 
 
 def _add_kind_counts(program: cp_model.CpModel, kinds: np.ndarray, present: list[int],

@@ -4,8 +4,9 @@ program (CP-SAT) where a layout can still beat the incumbent.
 1. Every candidate meeting the rules is costed with its even split (solver.search.enumerate);
    the `top` fastest that fit are the incumbents, the slowest of them the bar.
 2. For every candidate, a lower bound of its step time over all layouts
-   (estimate_layout_lower_bound_s, with the fewest recomputed layers any layout that fits
-   needs, _stage_capacities), and whether any layout can fit at all; the
+   (estimate_layout_lower_bound_s, and _memory_bounds: the least time of the slowest stage
+   when every stage's memory limits the layers it can hold), and whether any layout can fit
+   at all; the
    candidates whose bounds can still beat the bar and fit are handed to the layout program,
    lowest bound first, each asked for a layout strictly faster than the bar (and than its own
    even split); an answer replaces the slowest incumbent and lowers the bar. The search stops
@@ -22,7 +23,11 @@ import time
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
-from solver.cost.layout_terms import estimate_layout_coefficients, estimate_layout_lower_bound_s
+from solver.cost.layout_terms import (
+    estimate_layout_coefficients,
+    estimate_layout_lower_bound_s,
+    time_coefficients,
+)
 from solver.cost.memory.layout import build_even_layout, estimate_in_flight, layer_kinds
 from solver.cost.memory.terms import (
     KINDS,
@@ -30,7 +35,7 @@ from solver.cost.memory.terms import (
     compose_stage_memory,
     estimate_memory_terms,
 )
-from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
+from solver.cost.steptime import TimeTerms, estimate_layout_step_time, estimate_time_terms
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import (
     Ranked,
@@ -43,6 +48,9 @@ from solver.search.layout_program import LayoutRules, solve_layout
 from solver.search.space import VARIABLES, Problem
 from solver.spec import ParallelConfig, PipelineLayout
 
+# Seconds one layout program may take; past it the answer is the best layout found, not
+# proven (the search's status is then "feasible").
+PROGRAM_TIME_LIMIT_S = 1.0
 # Frameworks that recompute one count of layers in every chunk (--recompute-num-layers).
 UNIFORM_RECOMPUTE_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
@@ -99,17 +107,20 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
                                           above_s=bar())
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
-    fits, recomputed = _stage_capacities(problem, candidates.take(hopeful))
-    hopeful, recomputed = hopeful[fits], recomputed[fits]
+    fits, recomputed, memory_bound = _memory_bounds(problem, candidates.take(hopeful),
+                                                    terms.take(hopeful))
+    hopeful, recomputed, memory_bound = hopeful[fits], recomputed[fits], memory_bound[fits]
     # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a layer in
     # every chunk that holds one: all but the first and last at least.
     if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS:
         chunks = candidates.pp[hopeful] * candidates.vpp[hopeful]
         recomputed = np.maximum(recomputed, np.where(full[hopeful], chunks - 2, 0))
-    bound[hopeful] = estimate_layout_lower_bound_s(
+    bound[hopeful] = np.maximum(memory_bound, estimate_layout_lower_bound_s(
         model_spec, terms.take(hopeful), candidates.pp[hopeful],
-        np.maximum(full[hopeful], recomputed))
-    hopeful = hopeful[np.lexsort((hopeful, bound[hopeful]))]
+        np.maximum(full[hopeful], recomputed)))
+    # Lowest bound first; of equal bounds, selective before none (see below).
+    hopeful = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful], bound[hopeful]))]
+    beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found nothing
     proven = True
     for row in hopeful:
         limit = bar()
@@ -121,15 +132,24 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
             break
         config = candidates.config(int(row))
         below = min(limit, best[int(row)][0][0] if int(row) in best else np.inf)
+        # The step time reads only whether a configuration recomputes in full (selective
+        # recompute adds no time: FlashAttention keeps no scores to recompute), so a mesh
+        # without recompute has its selective twin's times and no less memory: if no layout
+        # of the twin reached the bar, none of its own can (the bar only falls).
+        mesh = tuple(int(getattr(candidates, n)[row]) for n in VARIABLES if n != "recompute")
+        if config.recompute == "none" and mesh in beaten:
+            continue
         coefficients = estimate_layout_coefficients(
             model_spec, problem.cluster, problem.job, config, problem.memory_options,
             problem.time_constants, terms.take(np.array([row])))
         answer, complete = solve_layout(
             config, coefficients, capacity, layout_rules(problem, config),
-            below_s=None if np.isinf(below) else below, time_limit_s=remaining,
-            hint=even_layout(problem, config))
+            below_s=None if np.isinf(below) else below,
+            time_limit_s=min(remaining, PROGRAM_TIME_LIMIT_S), hint=even_layout(problem, config))
         proven = proven and complete
         if answer is None:
+            if complete and config.recompute == "selective" and int(row) not in best:
+                beaten.add(mesh)
             continue
         order = key(int(row), answer.step_s, float(answer.memory_bytes.max()))
         if int(row) in best and best[int(row)][0] <= order:
@@ -158,25 +178,35 @@ def _ranked(problem: Problem, candidates: Candidates,
                   rows=rows)
 
 
-def _stage_capacities(problem: Problem, candidates: Candidates) -> tuple[np.ndarray, np.ndarray]:
-    """Per candidate, (fits, fewest recomputed layers): whether some layout can fit at all,
-    and a lower bound of how many layers must recompute in full for one to fit.
+def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per candidate: whether some layout can fit at all, the fewest layers that must then
+    recompute in full, and a lower bound of the step time of a layout that fits.
 
     A relaxation of the layout program's memory rows: stage i holds its empty-stage bytes
-    base_i plus, per layer, at least c_i (the cheapest layer kind on that stage, its in-flight
-    micro-batches included); a layer recomputing saves at most d_i of it. Stage i then takes
-    (capacity - base_i) / c_i layers free of recompute (/ (c_i - d_i) all recomputing); the
-    layers beyond the free ones need at least min_i c_i / d_i recomputed layers each. The
-    working set of a recompute only adds memory: leaving it out keeps the bound."""
+    base_i plus, per layer of kind k, c_ik (its in-flight micro-batches included), or e_ik when
+    the layer recomputes in full; the working set of a recompute only adds memory, so leaving
+    it out keeps the bounds.
+    - fits: the room the stages leave, sum_i (capacity - base_i), holds every layer at the
+      least it costs anywhere (recomputing where the configuration may), and the stages hold
+      every layer however long the slowest takes (sum_i n_i(infinity) >= L, below).
+    - recomputed: the layers that do not fit that way without recompute need recomputed layers
+      that each save at most max (c - e).
+    - time: with the layers of the model's last kind at their costs (a seconds, b more to
+      recompute, c and e bytes) and its D layers of other kinds free, stage i within M seconds
+      holds at most n_i(M) = min(room_i / c_i, (M - x_i) / a) layers of the last kind, or
+      with recompute min(room_i / e_i, (M - x_i + b room_i / (c_i - e_i)) / (a + b c_i /
+      (c_i - e_i))) beyond room_i / c_i; the slowest stage M is at least the least M with
+      D + sum_i n_i(M) >= L (bisection), x_i the stage's own seconds (its share, the head)."""
     model_spec, job, n = problem.model_spec, problem.job, len(candidates)
     if n == 0:
-        return np.zeros(0, dtype=bool), np.zeros(0)
+        return np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
     width = int(candidates.pp.max())
     row, stage = np.divmod(np.arange(n * width), width)
     exists = stage < candidates.pp[row]
     row, stage = row[exists], stage[exists]
     rows = candidates.take(row)
-    terms = estimate_memory_terms(model_spec, job, rows, problem.memory_options)
+    memory = estimate_memory_terms(model_spec, job, rows, problem.memory_options)
     num_micro = np.maximum(job.global_batch // (rows.dp * rows.micro_batch), 1)
     in_flight = estimate_in_flight(rows, stage, num_micro)
     is_first, is_last = stage == 0, stage == rows.pp - 1
@@ -185,33 +215,76 @@ def _stage_capacities(problem: Problem, candidates: Candidates) -> tuple[np.ndar
     def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
         content = StageContent(layers=layers, recompute=recompute, is_first=is_first,
                                is_last=is_last, in_flight=in_flight)
-        return sum(compose_stage_memory(terms, content).values())
+        return sum(compose_stage_memory(memory, content).values())
 
     base = total(none, none)
-    present = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)) > 0
-    cost, kept = np.full(len(row), np.inf), np.full(len(row), np.inf)
-    ratio = np.full(len(row), np.inf)  # recomputed layers per layer beyond the free room
-    for kind in np.flatnonzero(present):
+    counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)).astype(float)
+    full = (candidates.recompute == RECOMPUTE_FULL)[row]
+    least_plain, least_any, saving = np.zeros(n), np.zeros(n), np.zeros(n)
+    for kind in np.flatnonzero(counts):
         unit = np.zeros((len(row), len(KINDS)))
         unit[:, kind] = 1.0
-        one = total(unit, none) - base
+        plain = total(unit, none) - base
         recomputed = total(2 * unit, 2 * unit) - total(unit, unit)
-        cost, kept = np.minimum(cost, one), np.minimum(kept, recomputed)
-        saved = one - recomputed
-        ratio = np.minimum(ratio, np.where(saved > 0, one / np.maximum(saved, 1e-30), np.inf))
+        cheapest_plain = np.full(n, np.inf)
+        cheapest_any = np.full(n, np.inf)
+        np.minimum.at(cheapest_plain, row, plain)
+        np.minimum.at(cheapest_any, row, np.where(full, np.minimum(plain, recomputed), plain))
+        least_plain += counts[kind] * cheapest_plain
+        least_any += counts[kind] * cheapest_any
+        np.maximum.at(saving, row, np.where(full, plain - recomputed, 0.0))
     capacity = memory_capacity_bytes(problem) * (1 + 1e-9)
     room = np.maximum(capacity - base, 0.0)
-    plain_layers = np.where(base <= capacity, room / np.maximum(cost, 1e-30), -np.inf)
-    full_layers = np.where(base <= capacity, room / np.maximum(kept, 1e-30), -np.inf)
-    free = np.zeros(n)
-    most = np.zeros(n)
-    cheapest = np.full(n, np.inf)
-    np.add.at(free, row, plain_layers)
-    np.add.at(most, row, full_layers)
-    np.minimum.at(cheapest, row, ratio)
+    total_room = np.bincount(row, weights=room, minlength=n)
+    over = np.bincount(row, weights=(base > capacity).astype(float), minlength=n) > 0
+    fits = ~over & (total_room >= least_any * (1 - 1e-9))
+    recompute_count = np.where(saving > 0, np.maximum(least_plain - total_room, 0.0)
+                               / np.maximum(saving, 1e-30), 0.0)
+
+    # The model's last kind of layer at its own costs, the D layers of other kinds for free.
+    times = time_coefficients(terms)
+    tail = int(layer_kinds(model_spec)[-1])
+    others = float(counts.sum() - counts[tail])
+    unit = np.zeros((len(row), len(KINDS)))
+    unit[:, tail] = 1.0
+    cost = total(unit, none) - base
+    kept = total(2 * unit, 2 * unit) - total(unit, unit)
+    a = times["layer_s"][row, tail]
+    b = times["recompute_s"][row, tail]
+    own = times["stage_s"][row] + np.where(is_last, times["last_s"][row], 0.0)
+    free = room / np.maximum(cost, 1e-30)  # layers that fit without recompute
+    gain = np.maximum(cost - kept, 0.0)
+    most = np.where(full & (gain > 0), room / np.maximum(kept, 1e-30), free)
+    slope = np.where(gain > 0, a + b * cost / np.maximum(gain, 1e-30), np.inf)
     num_layers = model_spec.num_hidden_layers
-    full = candidates.recompute == RECOMPUTE_FULL
-    fits = np.where(full, most, free) >= num_layers * (1 - 1e-9)
-    needed = np.where(full & np.isfinite(cheapest),
-                      np.maximum(num_layers - free, 0.0) * cheapest, 0.0)
-    return fits, np.floor(needed * (1 - 1e-9))
+
+    def held(slowest: np.ndarray) -> np.ndarray:
+        budget = np.maximum(slowest[row] - own, 0.0)
+        plain = np.minimum(free, budget / a)
+        beyond = np.minimum(most, (budget + b * room / np.maximum(gain, 1e-30)) / slope)
+        layers = np.where(full & (gain > 0) & (budget > a * free), beyond, plain)
+        return np.bincount(row, weights=layers, minlength=n) + others
+
+    low = np.zeros(n)
+    high = np.full(n, float(num_layers)) * (times["layer_s"].max(axis=1)
+                                            + times["recompute_s"].max(axis=1)) \
+        + times["stage_s"] + times["last_s"]
+    # However long the slowest stage: the stages' room must hold every layer.
+    fits &= held(high) >= num_layers * (1 - 1e-9)
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        enough = held(middle) >= num_layers
+        high, low = np.where(enough, middle, high), np.where(enough, low, middle)
+    spent = np.maximum(candidates.recompute == RECOMPUTE_FULL,
+                       np.floor(recompute_count * (1 - 1e-9)))
+    pp = candidates.pp
+    layer_s = times["layer_s"] @ counts
+    cheapest_recompute = np.where(counts[None, :] > 0, times["recompute_s"], np.inf).min(axis=1)
+    total_s = layer_s + pp * times["stage_s"] + times["last_s"] + spent * cheapest_recompute
+    slowest = np.maximum(low, total_s / pp)
+    bound = (terms.num_micro * slowest + (total_s - slowest) / terms.vpp + times["fixed_s"])
+    return fits, spent, bound * (1 - 1e-9)
+
+
+# Halvings of the slowest stage's time range in _memory_bounds (2^-40 of it: far below 1 ns).
+BISECTIONS = 40
