@@ -27,7 +27,8 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.catalog import list_zoo_names
-from solver.sweep.execute import SolveSettings, default_jobs, solve_sweep_problem, start_run
+from solver.sweep.execute import default_jobs, start_run
+from solver.sweep.outcome import SolveSettings, solve_sweep_problem
 from solver.sweep.problems import SweepProblem, build_sweep_problems, order_longest_first
 from solver.sweep.results import ResultsFile
 from solver.runtime import tune_allocator
@@ -142,6 +143,7 @@ def main() -> None:
     parser.add_argument("--presets", nargs="*", default=PRESETS)
     parser.add_argument("--gpus", nargs="*", type=int, default=GPUS)
     parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--engine", choices=["layout", "even"], default="layout")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--every", type=int, default=1, help="keep every K-th problem")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -151,7 +153,7 @@ def main() -> None:
     console = Console(width=120)
     problems = build_sweep_problems(args.models or list_zoo_names(), args.presets, args.gpus,
                                     [4096], [1024], ["bf16"])[::args.every]
-    settings = SolveSettings(top=args.top)
+    settings = SolveSettings(top=args.top, engine=args.engine)
     console.print(f"{len(problems)} problems, top {args.top}, {args.jobs} workers")
     serial_s, times = run_serial(problems, settings)
     parallel_s = None if args.no_parallel else run_parallel(problems, settings, args.jobs)

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from solver.cli import cli
-from solver.sweep.execute import SolveSettings, solve_sweep_problem
+from solver.sweep.outcome import SolveSettings, solve_sweep_problem
 from solver.sweep.problems import SweepProblem
 
 PROBLEMS = [

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from solver.catalog import list_zoo_names, load_model_spec
 from solver.cli import cli
 from solver.errors import InputError
-from solver.sweep.execute import SolveSettings, solve_sweep_problem
+from solver.sweep.outcome import SolveSettings, solve_sweep_problem
 from solver.sweep.problems import (
     KEY_FIELDS,
     SweepProblem,
@@ -226,16 +226,16 @@ def test_ray_missing_is_one_line_and_exit_2(tmp_path: Path,
 
 def test_an_unexpected_failure_is_not_written_and_the_sweep_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import solver.sweep.execute as execute
+    import solver.sweep.outcome as outcome
 
-    solve = execute.solve_sweep_problem
+    solve = outcome.solve_sweep_problem
 
     def broken(problem: SweepProblem, settings: SolveSettings) -> dict:
         if problem.gpus == 16:
             raise RuntimeError("a bug")
         return solve(problem, settings)
 
-    monkeypatch.setattr(execute, "solve_sweep_problem", broken)
+    monkeypatch.setattr(outcome, "solve_sweep_problem", broken)
     path = tmp_path / "r.jsonl"
     result = CliRunner().invoke(cli, ["sweep", "--models", "llama3.2-1b", "--clusters",
                                       "dgx-h100", "--gpus", "8,16", "--jobs", "1", "-o",

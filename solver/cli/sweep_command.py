@@ -66,7 +66,8 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
         load_model_spec,
     )
     from solver.errors import InputError, ParplanError
-    from solver.sweep.execute import SolveSettings, default_jobs, start_run
+    from solver.sweep.execute import default_jobs, start_run
+    from solver.sweep.outcome import SolveSettings
     from solver.sweep.problems import (
         build_sweep_problems,
         check_jobs,

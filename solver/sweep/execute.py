@@ -17,71 +17,13 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from solver.errors import ParplanError
-from solver.optimize import build_problem, render_result_json, solve
+from solver.sweep.outcome import Outcome, SolveSettings, describe_failure, solve_outcome
 from solver.sweep.problems import SweepProblem
 
 EXECUTORS = ("process", "ray")
 PARENT_POLL_S = 0.5
-
-
-@dataclass(frozen=True)
-class SolveSettings:
-    """How every problem of a sweep is solved (written on each line)."""
-
-    top: int = 5
-    engine: str = "layout"
-    time_limit_s: float = 10.0
-
-    def as_line_fields(self) -> dict[str, Any]:
-        return {"engine": self.engine, "top": self.top,
-                "time_limit_seconds": self.time_limit_s}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of one problem: its results line, or the failure that prevented one."""
-
-    problem: SweepProblem
-    line: dict[str, Any] | None
-    failure: str | None = None
-
-
-def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[str, Any]:
-    """One results line: the problem's key, the solve settings and the `optimize` JSON
-    (status, solve_seconds, plans, conflicts and fixes when infeasible), or status `error`
-    and the message of the project error the problem raised."""
-    start = time.perf_counter()
-    try:
-        built = build_problem(problem.model, problem.cluster, problem.gpus,
-                              seq_len=problem.seq_len, global_batch=problem.global_batch,
-                              precision=problem.precision, framework=problem.framework,
-                              objective=problem.objective)
-        result = solve(built, top=settings.top, engine=settings.engine,
-                       time_limit_s=settings.time_limit_s)
-    except ParplanError as exc:
-        return {"status": "error", "error": str(exc),
-                "solve_seconds": round(time.perf_counter() - start, 3),
-                **problem.as_dict(), **settings.as_line_fields(), "plans": []}
-    line = render_result_json(result)
-    line.update(problem.as_dict())  # the names as given (a file path stays a path)
-    line.update(settings.as_line_fields())
-    return line
-
-
-def solve_outcome(problem: SweepProblem, settings: SolveSettings) -> Outcome:
-    """`solve_sweep_problem`, with an unexpected exception turned into a failed outcome."""
-    try:
-        return Outcome(problem, solve_sweep_problem(problem, settings))
-    except Exception as exc:  # noqa: BLE001 (reported, and the sweep goes on)
-        return Outcome(problem, None, describe_failure(exc))
-
-
-def describe_failure(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
 
 
 class SweepRun(Protocol):

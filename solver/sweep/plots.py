@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from solver.sweep.report import Group
+from solver.sweep.tables import Group
 
 MEMORY_ITEMS = ("weights", "grads", "optimizer", "activations", "other")
 DPI = 110

@@ -14,7 +14,7 @@ from typing import Any
 
 from solver.errors import InputError
 from solver.runtime import tune_allocator
-from solver.sweep.execute import Outcome, SolveSettings, describe_failure, solve_outcome
+from solver.sweep.outcome import Outcome, SolveSettings, describe_failure, solve_outcome
 from solver.sweep.problems import SweepProblem
 
 

@@ -8,7 +8,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from solver.sweep.report import (
+from solver.sweep.tables import (
     MARKDOWN_COLUMNS,
     Group,
     build_markdown_row,
