@@ -441,6 +441,30 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
         peak_flop_per_s=cluster.gpu.peak_flop_per_s(job.precision), num_gpus=num_gpus)
 
 
+def _stage_seconds(terms: TimeTerms, content: StageTimeContent
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(which stage row is the slowest, its seconds per micro-batch, the bubble)."""
+    stage_s = (terms.per_stage.sum(axis=1)[:, None]
+               + content.is_last * terms.last.sum(axis=1)[:, None])
+    layer_s, recompute_s = terms.per_layer.sum(axis=2), terms.recompute.sum(axis=2)
+    for kind in range(layer_s.shape[1]):  # a few kinds: faster than einsum
+        stage_s = (stage_s + content.layers[:, :, kind] * layer_s[:, kind, None]
+                   + content.recompute[:, :, kind] * recompute_s[:, kind, None])
+    present = content.count > 0
+    slowest = np.argmax(np.where(present, stage_s, -np.inf), axis=1)
+    slowest_s = stage_s[np.arange(len(slowest)), slowest]
+    total_s = (content.count * stage_s).sum(axis=1)
+    return slowest, slowest_s, (total_s - slowest_s) / terms.vpp
+
+
+def compose_step_seconds(terms: TimeTerms, content: StageTimeContent) -> np.ndarray:
+    """compose_step_time's step_s alone (the search ranks by it; the breakdown is for the
+    plans it keeps)."""
+    _, slowest_s, bubble = _stage_seconds(terms, content)
+    return (terms.num_micro * slowest_s + bubble + terms.pp_s + terms.dp_s
+            + terms.optimizer_s)
+
+
 def compose_step_time(terms: TimeTerms, content: StageTimeContent) -> StepTime:
     """The step time of stages holding `content` (the one composition of the step time):
 
@@ -455,26 +479,15 @@ def compose_step_time(terms: TimeTerms, content: StageTimeContent) -> StepTime:
     Worked number (seed 003, example 3): PP = 2 and m = 32 micro-batches give a 1F1B bubble of
     (p - 1) / (m + p - 1) = 1/33 = 3.0% of the step (the seed writes 1/32 = 3.1%).
     """
-    # Stage totals first (N x S), the parts of the slowest stage only (N x parts).
-    stage_s = (terms.per_stage.sum(axis=1)[:, None]
-               + content.is_last * terms.last.sum(axis=1)[:, None])
-    layer_s, recompute_s = terms.per_layer.sum(axis=2), terms.recompute.sum(axis=2)
-    for kind in range(layer_s.shape[1]):  # a few kinds: faster than einsum
-        stage_s = (stage_s + content.layers[:, :, kind] * layer_s[:, kind, None]
-                   + content.recompute[:, :, kind] * recompute_s[:, kind, None])
-    present = content.count > 0
-    slowest = np.argmax(np.where(present, stage_s, -np.inf), axis=1)
+    slowest, slowest_s, bubble = _stage_seconds(terms, content)
     rows = np.arange(len(slowest))
-    slowest_s = stage_s[rows, slowest]
-    total_s = (content.count * stage_s).sum(axis=1)
-    bubble = (total_s - slowest_s) / terms.vpp
     layers, recompute = content.layers[rows, slowest], content.recompute[rows, slowest]
     parts = terms.per_stage + content.is_last[rows, slowest, None] * terms.last
-    for kind in range(layer_s.shape[1]):
+    for kind in range(terms.per_layer.shape[1]):
         parts = (parts + layers[:, kind, None] * terms.per_layer[:, kind]
                  + recompute[:, kind, None] * terms.recompute[:, kind])
     steady = terms.num_micro[:, None] * parts
-    step = steady.sum(axis=1) + bubble + terms.pp_s + terms.dp_s + terms.optimizer_s
+    step = terms.num_micro * slowest_s + bubble + terms.pp_s + terms.dp_s + terms.optimizer_s
     tokens_per_s = terms.tokens / step
     model_flop_per_s = terms.flop_per_gpu_per_step / step
     by_part = {name: steady[:, i] for i, name in enumerate(STAGE_PARTS)}
@@ -501,6 +514,17 @@ def estimate_step_time(
     if terms is None:
         terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
     return compose_step_time(terms, even_stage_time_content(
+        model_spec, _degrees(candidates), embedding_slots))
+
+
+def estimate_step_seconds(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                          candidates: Any, constants: TimeConstants | None = None,
+                          embedding_slots: bool = False, terms: TimeTerms | None = None
+                          ) -> np.ndarray:
+    """estimate_step_time's step_s alone (compose_step_seconds)."""
+    if terms is None:
+        terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
+    return compose_step_seconds(terms, even_stage_time_content(
         model_spec, _degrees(candidates), embedding_slots))
 
 

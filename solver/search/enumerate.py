@@ -16,7 +16,12 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory
-from solver.cost.steptime import StepTime, TimeTerms, estimate_step_time
+from solver.cost.steptime import (
+    StepTime,
+    TimeTerms,
+    estimate_step_seconds,
+    estimate_step_time,
+)
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
     Constraint,
@@ -131,17 +136,19 @@ class Ranked:
 
 
 def rank(problem: Problem, candidates: Candidates, top: int | None = None,
-         memory_bytes: np.ndarray | None = None, step_time: StepTime | None = None) -> Ranked:
+         memory_bytes: np.ndarray | None = None, seconds: np.ndarray | None = None) -> Ranked:
     """Sort candidates by the objective (step time or memory), ties broken by the other, then
-    by the degrees, so the order is deterministic. `memory_bytes`, `step_time`: the
-    candidates' worst-stage memory and step time when the caller has them already."""
-    step = step_time if step_time is not None else estimate_step_time(
-        problem.model_spec, problem.cluster, problem.job, candidates, problem.time_constants,
-        problem.memory_options.account_for_embedding_in_pipeline_split)
+    by the degrees, so the order is deterministic. `memory_bytes`, `seconds`: the
+    candidates' worst-stage memory and step time when the caller has them already. The step
+    time's breakdown is worked out for the candidates kept only."""
+    slots = problem.memory_options.account_for_embedding_in_pipeline_split
+    if seconds is None:
+        seconds = estimate_step_seconds(problem.model_spec, problem.cluster, problem.job,
+                                        candidates, problem.time_constants, slots)
     memory = memory_bytes if memory_bytes is not None else estimate_memory(
         problem.model_spec, problem.job, candidates, problem.memory_options).total
-    primary, secondary = (step.step_s, memory) if problem.objective == "time" else (
-        memory, step.step_s)
+    primary, secondary = (seconds, memory) if problem.objective == "time" else (
+        memory, seconds)
     # Only rows whose primary value is at most the top-th smallest can be among the top (ties
     # included): sort those.
     rows = np.arange(len(candidates))
@@ -153,9 +160,11 @@ def rank(problem: Problem, candidates: Candidates, top: int | None = None,
     order = rows[np.lexsort(keys)]
     if top is not None:
         order = order[:top]
+    kept = candidates.take(order)
     return Ranked(
-        candidates=candidates.take(order),
-        step_time=step.take(order),
+        candidates=kept,
+        step_time=estimate_step_time(problem.model_spec, problem.cluster, problem.job, kept,
+                                     problem.time_constants, slots),
         memory_bytes=memory[order],
         num_feasible=len(candidates),
         rows=order,
@@ -202,11 +211,9 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
     """solve_by_enumeration for the time objective: memory checked fastest first (the even
     split of every candidate); `rows` of the answer index `candidates`. `terms`: the
     candidates' TimeTerms when the caller has them."""
-    step = estimate_step_time(problem.model_spec, problem.cluster, problem.job, candidates,
-                              problem.time_constants,
-                              problem.memory_options.account_for_embedding_in_pipeline_split,
-                              terms)
-    seconds = step.step_s
+    seconds = estimate_step_seconds(
+        problem.model_spec, problem.cluster, problem.job, candidates, problem.time_constants,
+        problem.memory_options.account_for_embedding_in_pipeline_split, terms)
     capacity = memory_capacity_bytes(problem)
     memory = np.full(len(candidates), np.inf)
     unchecked = np.arange(len(candidates))
@@ -229,7 +236,7 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
     fits = np.flatnonzero(memory <= capacity)
     if len(fits) == 0:
         return None
-    ranked = rank(problem, candidates.take(fits), top, memory[fits], step.take(fits))
+    ranked = rank(problem, candidates.take(fits), top, memory[fits], seconds[fits])
     checked = len(candidates) - len(unchecked)
     return replace(ranked, num_feasible=len(fits) if len(unchecked) == 0 else None,
                    num_candidates=len(candidates), num_memory_checked=checked,
