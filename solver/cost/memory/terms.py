@@ -145,13 +145,14 @@ def compose_stage_memory(terms: MemoryTerms, content: StageContent) -> dict[str,
     first = content.is_first[:, None].astype(float)
     last = content.is_last[:, None].astype(float)
     recomputes = (content.recompute.sum(axis=1) > 0)[:, None].astype(float)
-    total = (terms.fixed
-             + np.einsum("nk,nki->ni", content.layers,
-                         terms.per_layer + flight[:, :, None] * terms.per_layer_in_flight)
-             + flight * np.einsum("nk,nki->ni", content.recompute, terms.recompute_in_flight)
-             + first * (terms.first + flight * terms.first_in_flight)
+    total = (terms.fixed + first * (terms.first + flight * terms.first_in_flight)
              + last * terms.last + (1.0 - last) * flight * terms.not_last_in_flight
              + recomputes * terms.working)
+    for kind in range(content.layers.shape[1]):  # a few kinds: faster than einsum
+        layers, recomputed = content.layers[:, kind, None], content.recompute[:, kind, None]
+        total = total + layers * (terms.per_layer[:, kind]
+                                  + flight * terms.per_layer_in_flight[:, kind])
+        total = total + recomputed * flight * terms.recompute_in_flight[:, kind]
     items = {name: total[:, TERM_ITEMS.index(name)] for name in TERM_ITEMS}
     allocated = sum(items[name] for name in ALLOCATED_ITEMS)
     items["fragmentation"] = allocated * terms.fragmentation
