@@ -1,1 +1,3 @@
-"""The search: space, named constraints, the exhaustive oracle, the layout program (CP-SAT), the layout search, explanations."""
+"""The search: the space and its named constraints, the exhaustive oracle over meshes and
+schedules (enumerate), the layout program (CP-SAT, layout_program) and the search over both
+(layout_search), the explanations."""

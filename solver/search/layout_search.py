@@ -1,17 +1,18 @@
 """The search over meshes and layouts: exhaustive over the mesh and schedule (numpy), the layout
-program (CP-SAT) where a layout can still beat the incumbent.
+program (CP-SAT) where a layout can still beat the incumbents.
 
 1. Every candidate meeting the rules is costed with its even split (solver.search.enumerate);
    the `top` fastest that fit are the incumbents, the slowest of them the bar.
-2. For every candidate, a lower bound of its step time over all layouts
-   (estimate_layout_lower_bound_s, and _memory_bounds: the least time of the slowest stage
-   when every stage's memory limits the layers it can hold), and whether any layout can fit
-   at all; the
-   candidates whose bounds can still beat the bar and fit are handed to the layout program,
-   lowest bound first, each asked for a layout strictly faster than the bar (and than its own
-   even split); an answer replaces the slowest incumbent and lowers the bar. The search stops
-   when the next bound reaches the bar: every candidate left cannot enter the top, ties
-   included, so the top is proven over layouts too (unless a program met the time limit).
+2. Every candidate gets a lower bound of its step time over all its layouts: the balanced
+   bound (estimate_layout_lower_bound_s) and the memory-aware one (_memory_bounds: the least
+   time of the slowest stage when each stage's memory limits the layers it can hold), and a
+   test of whether any layout can fit at all.
+3. The candidates whose bound can still reach the bar and that may fit go to the layout
+   program, lowest bound first, each asked for a layout at least as fast as the bar (and as
+   its own even split); an answer that comes before the last incumbent in the order (step
+   time, then worst-stage memory, then the degrees) replaces it and lowers the bar. The search
+   stops when the next bound passes the bar: no candidate left can enter the top, so the top
+   is proven over layouts too, unless a program met its time limit (status "feasible").
 
 Rank by memory (objective "memory") keeps the even split: the layout program minimises time.
 """
