@@ -22,7 +22,7 @@ from solver.cost.memory import (
     MemoryBreakdown,
     MemoryOptions,
     estimate_layout_memory,
-    estimate_memory,
+    estimate_memory_total,
 )
 from solver.cost.memory.layout import build_even_layout
 from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
@@ -195,7 +195,7 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
     if not changes:
         return ()
     candidates = Candidates.from_configs([variant for _, variant in changes])
-    totals = estimate_memory(model_spec, job, candidates, options).total
+    totals = estimate_memory_total(model_spec, job, candidates, options)[0]
     capacity = cluster.gpu.memory_gib * GIB
     return tuple(f"{label} ({total / 1e9:.1f} GB)"
                  for (label, _), total in zip(changes, totals) if total <= capacity)

@@ -31,3 +31,17 @@ def distinct_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first[1:] = ordered[1:] != ordered[:-1]
     distinct = ordered[first]
     return distinct, np.searchsorted(distinct, keys)
+
+
+def distinct_rows(d: dict[str, np.ndarray], names: tuple[str, ...]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(one row of each distinct tuple of d[names], the distinct tuple of every row): a cost
+    that depends on those arrays only is worked out on the first and indexed by the second."""
+    key = np.zeros(len(d[names[0]]), dtype=np.int64)
+    for name in names:
+        values, index = distinct_inverse(d[name])
+        key = key * len(values) + index
+    distinct, back = distinct_inverse(key)
+    first = np.zeros(len(distinct), dtype=np.int64)
+    first[back[::-1]] = np.arange(len(key))[::-1]
+    return first, back

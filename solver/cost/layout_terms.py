@@ -26,7 +26,7 @@ from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.terms import (
     KINDS,
     StageContent,
-    compose_stage_memory,
+    compose_stage_total,
     estimate_memory_terms,
 )
 from solver.cost.steptime import TimeTerms, estimate_time_terms
@@ -77,7 +77,7 @@ def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, jo
                                  constants: TimeConstants | None = None,
                                  time_terms: TimeTerms | None = None) -> LayoutCoefficients:
     """The coefficients of `config` (module docstring). The memory ones are differences of
-    compose_stage_memory on stages holding nothing, one layer, two layers and recomputed layers
+    compose_stage_total (compose_stage_memory summed) on stages holding nothing, one layer, two layers and recomputed layers
     (the composition is affine in what a stage holds, so they are exact). `time_terms`: the
     configuration's TimeTerms (one row) when the caller has them."""
     options = options or MemoryOptions()
@@ -91,13 +91,13 @@ def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, jo
     rows = Candidates.from_configs([config] * pp)
     stage = np.arange(pp)
     in_flight = estimate_in_flight(rows, stage, np.full(pp, max(int(num_micro), 1)))
-    terms = estimate_memory_terms(model_spec, job, rows, options)
+    terms = estimate_memory_terms(model_spec, job, rows, options).totals()
 
     def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
         content = StageContent(layers=np.broadcast_to(layers, (pp, num_kinds)),
                                recompute=np.broadcast_to(recompute, (pp, num_kinds)),
                                is_first=stage == 0, is_last=stage == pp - 1, in_flight=in_flight)
-        return sum(compose_stage_memory(terms, content).values())
+        return compose_stage_total(terms, content)
 
     none = np.zeros(num_kinds)
     base = total(none, none)

@@ -48,7 +48,7 @@ from solver.cost.data_parallel import (
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
-from solver.cost.distinct import distinct_inverse
+from solver.cost.distinct import distinct_inverse, distinct_rows
 from solver.cost.efficiency import (
     estimate_attention_core_s,
     estimate_elementwise_s,
@@ -323,19 +323,6 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch")
 
 
-def _distinct_rows(d: dict[str, np.ndarray], names: tuple[str, ...]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(one row of each distinct tuple of d[names], the distinct tuple of every row)."""
-    key = np.zeros(len(d[names[0]]), dtype=np.int64)
-    for name in names:
-        values, index = distinct_inverse(d[name])
-        key = key * len(values) + index
-    distinct, back = distinct_inverse(key)
-    first = np.zeros(len(distinct), dtype=np.int64)
-    first[back[::-1]] = np.arange(len(key))[::-1]
-    return first, back
-
-
 def _layer_part_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                       d: dict[str, np.ndarray], constants: TimeConstants
                       ) -> dict[str, np.ndarray]:
@@ -370,7 +357,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     num_micro = job.global_batch / (dp * mb)
     # The layer and head terms depend on (tp, cp, ep, etp, micro_batch) only: work them out
     # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
-    first, back = _distinct_rows(d, LAYER_DEGREES)
+    first, back = distinct_rows(d, LAYER_DEGREES)
     layer = _layer_part_terms(model_spec, cluster, job,
                               {n: d[n][first] for n in PARALLEL_FIELDS}, constants)
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]

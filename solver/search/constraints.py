@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
-from solver.cost.memory import estimate_memory
+from solver.cost.memory import estimate_memory_total
 from solver.search.space import VARIABLES, Problem
 from solver.spec import JobSpec, ModelSpec
 
@@ -186,8 +186,8 @@ def _memory(problem: Problem) -> Constraint:
 
     def fits(values: Values) -> np.ndarray:
         candidates = Candidates(**{name: values[name] for name in VARIABLES})
-        total = estimate_memory(problem.model_spec, problem.job, candidates,
-                                problem.memory_options).total
+        total = estimate_memory_total(problem.model_spec, problem.job, candidates,
+                                problem.memory_options)[0]
         return total <= capacity
 
     return Constraint(MEMORY_CONSTRAINT, VARIABLES,

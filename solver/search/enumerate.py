@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from solver.cost.candidates import Candidates
-from solver.cost.memory import estimate_memory
+from solver.cost.memory import estimate_memory_total
 from solver.cost.steptime import (
     StepTime,
     TimeTerms,
@@ -145,8 +145,8 @@ def rank(problem: Problem, candidates: Candidates, top: int | None = None,
     if seconds is None:
         seconds = estimate_step_seconds(problem.model_spec, problem.cluster, problem.job,
                                         candidates, problem.time_constants, slots)
-    memory = memory_bytes if memory_bytes is not None else estimate_memory(
-        problem.model_spec, problem.job, candidates, problem.memory_options).total
+    memory = memory_bytes if memory_bytes is not None else estimate_memory_total(
+        problem.model_spec, problem.job, candidates, problem.memory_options)[0]
     primary, secondary = (seconds, memory) if problem.objective == "time" else (
         memory, seconds)
     # Only rows whose primary value is at most the top-th smallest can be among the top (ties
@@ -193,8 +193,8 @@ def solve_by_enumeration(problem: Problem, top: int | None = 5) -> Ranked | None
         return None
     if problem.objective == "time" and top is not None:
         return fastest_that_fit(problem, candidates, top)
-    memory = estimate_memory(problem.model_spec, problem.job, candidates,
-                             problem.memory_options).total
+    memory = estimate_memory_total(problem.model_spec, problem.job, candidates,
+                             problem.memory_options)[0]
     fits = np.flatnonzero(memory <= memory_capacity_bytes(problem))
     if len(fits) == 0:
         return None
@@ -225,8 +225,8 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
             unchecked = unchecked[seconds[unchecked] > bar]
         else:
             chosen, unchecked = unchecked, unchecked[:0]
-        memory[chosen] = estimate_memory(problem.model_spec, problem.job,
-                                         candidates.take(chosen), problem.memory_options).total
+        memory[chosen] = estimate_memory_total(problem.model_spec, problem.job,
+                                         candidates.take(chosen), problem.memory_options)[0]
         fits = np.flatnonzero(memory <= capacity)
         if len(fits) >= top and len(unchecked):
             kth = np.partition(seconds[fits], top - 1)[top - 1]
@@ -256,8 +256,8 @@ def any_feasible(problem: Problem) -> bool:
     end, chunk = len(candidates), FEASIBILITY_CHUNK
     while end > 0:
         rows = candidates.take(np.arange(max(end - chunk, 0), end))
-        memory = estimate_memory(problem.model_spec, problem.job, rows,
-                                 problem.memory_options).total
+        memory = estimate_memory_total(problem.model_spec, problem.job, rows,
+                                 problem.memory_options)[0]
         if (memory <= capacity).any():
             return True
         end, chunk = end - chunk, chunk * 4

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost.memory import estimate_memory
+from solver.cost.memory import estimate_memory_total
 from solver.cost.time_constants import dp_part_overlaps
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
@@ -62,8 +62,8 @@ def find_conflicts(problem: Problem) -> Conflicts:
         return Conflicts(names, None)
     values = {name: getattr(allowed, name) for name in VARIABLES}
     soft = [c for c in constraints if is_soft(c)]
-    memory = estimate_memory(problem.model_spec, problem.job, allowed,
-                             problem.memory_options).total
+    memory = estimate_memory_total(problem.model_spec, problem.job, allowed,
+                             problem.memory_options)[0]
     masks = {c.name: np.broadcast_to(np.asarray(c.check(values), bool), allowed.tp.shape)
              for c in soft if c.name != MEMORY_CONSTRAINT}
     masks[MEMORY_CONSTRAINT] = memory <= memory_capacity_bytes(problem)

@@ -33,7 +33,7 @@ from solver.cost.memory.layout import build_even_layout, estimate_in_flight, lay
 from solver.cost.memory.terms import (
     KINDS,
     StageContent,
-    compose_stage_memory,
+    compose_stage_total,
     estimate_memory_terms,
 )
 from solver.cost.steptime import TimeTerms, estimate_layout_step_time, estimate_time_terms
@@ -207,7 +207,7 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms
     exists = stage < candidates.pp[row]
     row, stage = row[exists], stage[exists]
     rows = candidates.take(row)
-    memory = estimate_memory_terms(model_spec, job, rows, problem.memory_options)
+    memory = estimate_memory_terms(model_spec, job, rows, problem.memory_options).totals()
     num_micro = np.maximum(job.global_batch // (rows.dp * rows.micro_batch), 1)
     in_flight = estimate_in_flight(rows, stage, num_micro)
     is_first, is_last = stage == 0, stage == rows.pp - 1
@@ -216,7 +216,7 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms
     def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
         content = StageContent(layers=layers, recompute=recompute, is_first=is_first,
                                is_last=is_last, in_flight=in_flight)
-        return sum(compose_stage_memory(memory, content).values())
+        return compose_stage_total(memory, content)
 
     base = total(none, none)
     counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)).astype(float)

@@ -18,6 +18,7 @@ from solver.cost.memory.estimate import (
     estimate_all_stages,
     estimate_layout_memory,
     estimate_memory,
+    estimate_memory_total,
     estimate_stage_memory,
 )
 from solver.cost.memory.options import MemoryOptions
@@ -32,5 +33,6 @@ __all__ = [
     "estimate_layout_memory",
     "estimate_layer_activation_bytes",
     "estimate_memory",
+    "estimate_memory_total",
     "estimate_stage_memory",
 ]

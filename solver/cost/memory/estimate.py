@@ -25,6 +25,7 @@ from solver.cost.memory.terms import (
     MemoryTerms,
     StageContent,
     compose_stage_memory,
+    compose_stage_total,
     estimate_memory_terms,
 )
 from solver.spec import JobSpec, ModelSpec, ParallelConfig, PipelineLayout
@@ -128,8 +129,26 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     last stage (3 layers, the MTP module, the LM head and the logits) is the worst, 36.3 GB.
     """
     options = options or MemoryOptions()
-    terms = estimate_memory_terms(model_spec, job, candidates, options)
-    worst = estimate_stage_memory(model_spec, job, candidates, 0, options, terms)
+    _, stage = estimate_memory_total(model_spec, job, candidates, options)
+    return estimate_stage_memory(model_spec, job, candidates, stage, options)
+
+
+def estimate_memory_total(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                          options: MemoryOptions | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """The worst stage's total bytes per GPU of each candidate, and which stage it is (the
+    first of equals): estimate_memory without the items, for the search."""
+    options = options or MemoryOptions()
+    totals = estimate_memory_terms(model_spec, job, candidates, options).totals()
+    slots = options.account_for_embedding_in_pipeline_split
+
+    def total(rows: np.ndarray, position: int) -> np.ndarray:
+        content = even_stage_content(model_spec, job, candidates.take(rows),
+                                     np.full(len(rows), position), slots)
+        return compose_stage_total(totals.take(rows), content)
+
+    everyone = np.arange(len(candidates))
+    worst, stage = total(everyone, 0), np.zeros(len(candidates), dtype=np.int64)
     # The layers a stage holds depend on (pp, vpp) and the position only: work them out once
     # per distinct pair, for every position at once.
     width = int(candidates.vpp.max(initial=1)) + 1
@@ -139,14 +158,11 @@ def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                                    options)
     for position in np.flatnonzero(evaluate.any(axis=0)):
         held = np.flatnonzero(evaluate[pair_of, position])
-        here = estimate_stage_memory(model_spec, job, candidates.take(held), int(position),
-                                     options, terms.take(held))
-        pick = here.total > worst.total[held]
-        rows = held[pick]
-        worst.stage[rows] = position
-        for name in ITEMS:
-            worst.items[name][rows] = here.items[name][pick]
-    return worst
+        here = total(held, int(position))
+        pick = here > worst[held]
+        worst[held[pick]] = here[pick]
+        stage[held[pick]] = position
+    return worst, stage
 
 
 def _stages_to_evaluate(model_spec: ModelSpec, pairs: np.ndarray, num_positions: int,

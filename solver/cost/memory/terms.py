@@ -25,13 +25,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
+from solver.cost.distinct import distinct_rows
 from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
 from solver.cost.memory.states import StageParams, estimate_model_states, estimate_stage_params
 from solver.spec import JobSpec, ModelSpec
+from solver.spec.job import PARALLEL_FIELDS
 
 KINDS = ("dense", "moe")
+# Longer candidate lists are reduced to their distinct degrees first.
+DISTINCT_ABOVE = 1024
 MAIN_ITEMS = ("weights", "grads", "optimizer", "activations")
 OTHER_ITEMS = ("logits", "zero3_gather", "comm_buckets", "cuda_context", "nccl", "fragmentation")
 ITEMS = MAIN_ITEMS + OTHER_ITEMS
@@ -70,6 +74,15 @@ class MemoryTerms:
     working: np.ndarray
     fragmentation: float
 
+    def totals(self) -> MemoryTerms:
+        """The same terms with their items summed, fragmentation folded in (one item left):
+        for compose_stage_total."""
+        weight = np.array([1.0 + (self.fragmentation if name in ALLOCATED_ITEMS else 0.0)
+                           for name in TERM_ITEMS])
+        values = {name: (getattr(self, name) @ weight)[..., None]
+                  for name in self.__dataclass_fields__ if name != "fragmentation"}
+        return MemoryTerms(fragmentation=0.0, **values)
+
     def take(self, index: np.ndarray) -> MemoryTerms:
         values = {name: getattr(self, name)[index] for name in self.__dataclass_fields__
                   if name != "fragmentation"}
@@ -100,6 +113,12 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     holding that one layer. ZeRO-3 gathers the model's largest layer (whichever stage)."""
     options = options or MemoryOptions()
     n = len(candidates)
+    if n > DISTINCT_ABOVE:  # nothing here reads vpp: once per distinct other degrees
+        arrays = {name: getattr(candidates, name) for name in PARALLEL_FIELDS}
+        first, back = distinct_rows(arrays, tuple(f for f in PARALLEL_FIELDS if f != "vpp"))
+        if len(first) < n:
+            return estimate_memory_terms(model_spec, job, candidates.take(first),
+                                         options).take(back)
 
     def params(dense: float = 0, moe: float = 0, first: bool = False, last: bool = False
                ) -> StageParams:
@@ -141,6 +160,21 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
 def compose_stage_memory(terms: MemoryTerms, content: StageContent) -> dict[str, np.ndarray]:
     """Bytes per GPU by item (ITEMS) of stages holding `content`: the module docstring's sum.
     Row i of `content` goes with row i of `terms`."""
+    total = _compose(terms, content)
+    items = {name: total[:, TERM_ITEMS.index(name)] for name in TERM_ITEMS}
+    allocated = sum(items[name] for name in ALLOCATED_ITEMS)
+    items["fragmentation"] = allocated * terms.fragmentation
+    return items
+
+
+def compose_stage_total(totals: MemoryTerms, content: StageContent) -> np.ndarray:
+    """The total bytes per GPU of stages holding `content`, from `MemoryTerms.totals()`:
+    compose_stage_memory summed, with fewer numbers to move (the search needs no items)."""
+    return _compose(totals, content)[:, 0]
+
+
+def _compose(terms: MemoryTerms, content: StageContent) -> np.ndarray:
+    """The module docstring's sum, per row and per item of the terms' last axis."""
     flight = content.in_flight[:, None]
     first = content.is_first[:, None].astype(float)
     last = content.is_last[:, None].astype(float)
@@ -153,7 +187,4 @@ def compose_stage_memory(terms: MemoryTerms, content: StageContent) -> dict[str,
         total = total + layers * (terms.per_layer[:, kind]
                                   + flight * terms.per_layer_in_flight[:, kind])
         total = total + recomputed * flight * terms.recompute_in_flight[:, kind]
-    items = {name: total[:, TERM_ITEMS.index(name)] for name in TERM_ITEMS}
-    allocated = sum(items[name] for name in ALLOCATED_ITEMS)
-    items["fragmentation"] = allocated * terms.fragmentation
-    return items
+    return total
