@@ -33,6 +33,7 @@ from solver.cost.memory import (
     OTHER_ITEMS,
     estimate_all_stages,
     estimate_memory,
+    estimate_memory_total,
 )
 from solver.errors import InputError
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
@@ -180,10 +181,14 @@ def test_items_are_non_negative_and_add_up(problem) -> None:
 @given(st.lists(problems(models=[MOE_MLA]), min_size=1, max_size=6))
 def test_vectorised_path_equals_the_per_stage_path(batch) -> None:
     """Many candidates at once (estimate_memory, worst stage) give, row by row, the worst of
-    the one-configuration path (estimate_all_stages)."""
+    the one-configuration path (estimate_all_stages); the search's totals-only path
+    (estimate_memory_total) the same totals and stages."""
     model_spec, job = batch[0][0], batch[0][1]
     configs = [config for _, _, config in batch]
     worst = estimate_memory(model_spec, job, Candidates.from_configs(configs))
+    totals, stage = estimate_memory_total(model_spec, job, Candidates.from_configs(configs))
+    assert np.allclose(totals, worst.total, rtol=1e-12)
+    assert np.array_equal(stage, worst.stage)
     for row, config in enumerate(configs):
         stages = estimate_all_stages(model_spec, job, config)
         top = int(np.argmax(stages.total))
