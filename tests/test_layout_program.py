@@ -26,6 +26,8 @@ from solver.cost.memory.layout import build_even_layout, layer_kinds, layout_lay
 from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
 from solver.optimize import build_problem, solve
 from solver.search.layout_program import LayoutRules, build_layout, solve_layout
+from solver.search.layout_search import _memory_bounds
+from solver.search.space import Problem
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 CLUSTER = load_cluster_spec("dgx-h100")
@@ -173,6 +175,16 @@ def test_program_equals_brute_force_and_estimate(problem, squeeze) -> None:
     balanced = estimate_layout_lower_bound_s(model, terms, np.array([config.pp]),
                                              np.array([config.recompute == "full"]), -np.inf)
     assert balanced[0] <= bound[0] * (1 + 1e-12) and bound[0] <= answer.step_s * (1 + 1e-9)
+    # The search's memory-aware bounds (solver.search.layout_search._memory_bounds): a layout
+    # fits, so the test says it may, and no layout beats the bound, under either recompute rule.
+    gpu = CLUSTER.gpu.model_copy(update={"memory_gib": capacity / 2**30})
+    problem_spec = Problem(model_spec=model, cluster=CLUSTER.model_copy(update={"gpu": gpu}),
+                           job=job, num_gpus=config.num_gpus,
+                           framework="megatron" if uniform else "generic")
+    for bar in (np.inf, 1e9):
+        fits, _, memory_bound = _memory_bounds(problem_spec, Candidates.from_configs([config]),
+                                               terms, bar)
+        assert fits[0] and memory_bound[0] <= expected * (1 + 1e-9)
 
 
 def test_megatron_405b_recipe_pp16_vpp8_counts_embedding_and_loss() -> None:

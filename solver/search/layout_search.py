@@ -109,7 +109,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
     fits, recomputed, memory_bound = _memory_bounds(problem, candidates.take(hopeful),
-                                                    terms.take(hopeful))
+                                                    terms.take(hopeful), bar())
     hopeful, recomputed, memory_bound = hopeful[fits], recomputed[fits], memory_bound[fits]
     # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a layer in
     # every chunk that holds one: all but the first and last at least.
@@ -179,8 +179,8 @@ def _ranked(problem: Problem, candidates: Candidates,
                   rows=rows)
 
 
-def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms,
+                   below_s: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate: whether some layout can fit at all, the fewest layers that must then
     recompute in full, and a lower bound of the step time of a layout that fits.
 
@@ -198,7 +198,11 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms
       holds at most n_i(M) = min(room_i / c_i, (M - x_i) / a) layers of the last kind, or
       with recompute min(room_i / e_i, (M - x_i + b room_i / (c_i - e_i)) / (a + b c_i /
       (c_i - e_i))) beyond room_i / c_i; the slowest stage M is at least the least M with
-      D + sum_i n_i(M) >= L (bisection), x_i the stage's own seconds (its share, the head)."""
+      D + sum_i floor(n_i(M)) >= L (bisection; a stage holds whole layers), x_i the stage's
+      own seconds (its share, the head).
+      Under one recompute count R for every chunk (the framework's rule), a stage of n layers
+      recomputes at least min(R, n) of them (time) and at most min(n, vpp R) (memory), the
+      same R on every stage: n_i(M) for each R, and the best R."""
     model_spec, job, n = problem.model_spec, problem.job, len(candidates)
     if n == 0:
         return np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
@@ -259,31 +263,75 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms
     slope = np.where(gain > 0, a + b * cost / np.maximum(gain, 1e-30), np.inf)
     num_layers = model_spec.num_hidden_layers
 
+    uniform = np.zeros(0, dtype=np.int64)  # the rows held_uniform bounds (set below)
+    counts_r = np.arange(1, num_layers + 1, dtype=float)[None, :]  # R = 1 .. L
+
+    def held_uniform(budget: np.ndarray) -> np.ndarray:
+        """[candidate, R]: layers of the last kind the stages hold when every chunk recomputes
+        min(R, its layers): a stage of n layers then recomputes at least min(R, n) (time) and
+        at most min(n, vpp R) (memory)."""
+        i = uniform
+        chunks_r = candidates.vpp[row[i]][:, None] * counts_r
+        plain_cost, kept_cost = cost[i][:, None], np.maximum(kept[i], 1e-30)[:, None]
+        room_i, gain_i = room[i][:, None], gain[i][:, None]
+        by_memory = np.where(kept_cost * chunks_r >= room_i, room_i / kept_cost,
+                             chunks_r + (room_i + gain_i * chunks_r - plain_cost * chunks_r)
+                             / np.maximum(plain_cost, 1e-30))
+        step, extra = a[i][:, None], b[i][:, None]
+        left = budget[i][:, None]
+        by_time = np.where((step + extra) * counts_r >= left, left / (step + extra),
+                           counts_r + (left - (step + extra) * counts_r) / step)
+        layers = np.floor(np.minimum(by_memory, by_time) + 1e-9)  # whole layers per stage
+        starts = np.flatnonzero(np.r_[True, row[i][1:] != row[i][:-1]])
+        totals = np.zeros((n, counts_r.shape[1]))
+        totals[row[i][starts]] = np.add.reduceat(layers, starts, axis=0)
+        return totals
+
     def held(slowest: np.ndarray) -> np.ndarray:
         budget = np.maximum(slowest[row] - own, 0.0)
         plain = np.minimum(free, budget / a)
         beyond = np.minimum(most, (budget + b * room / np.maximum(gain, 1e-30)) / slope)
         layers = np.where(full & (gain > 0) & (budget > a * free), beyond, plain)
-        return np.bincount(row, weights=layers, minlength=n) + others
+        layers = np.floor(layers + 1e-9)  # a stage holds whole layers
+        layers[uniform] = 0.0
+        held_layers = np.bincount(row, weights=layers, minlength=n) + others
+        if len(uniform):  # one R for every stage: the best R
+            held_layers += held_uniform(budget).max(axis=1)
+        return held_layers
 
-    low = np.zeros(n)
-    high = np.full(n, float(num_layers)) * (times["layer_s"].max(axis=1)
-                                            + times["recompute_s"].max(axis=1)) \
+    top = np.full(n, float(num_layers)) * (times["layer_s"].max(axis=1)
+                                           + times["recompute_s"].max(axis=1)) \
         + times["stage_s"] + times["last_s"]
     # However long the slowest stage: the stages' room must hold every layer.
-    fits &= held(high) >= num_layers * (1 - 1e-9)
-    for _ in range(BISECTIONS):
-        middle = (low + high) / 2
-        enough = held(middle) >= num_layers
-        high, low = np.where(enough, middle, high), np.where(enough, low, middle)
+    fits &= held(top) >= num_layers * (1 - 1e-9)
+
+    def least_slowest() -> np.ndarray:
+        low, high = np.zeros(n), top.copy()
+        for _ in range(BISECTIONS):
+            middle = (low + high) / 2
+            enough = held(middle) >= num_layers
+            high, low = np.where(enough, middle, high), np.where(enough, low, middle)
+        return low
+
+    low = least_slowest()
     spent = np.maximum(candidates.recompute == RECOMPUTE_FULL,
                        np.floor(recompute_count * (1 - 1e-9)))
     pp = candidates.pp
     layer_s = times["layer_s"] @ counts
     cheapest_recompute = np.where(counts[None, :] > 0, times["recompute_s"], np.inf).min(axis=1)
     total_s = layer_s + pp * times["stage_s"] + times["last_s"] + spent * cheapest_recompute
-    slowest = np.maximum(low, total_s / pp)
-    bound = (terms.num_micro * slowest + (total_s - slowest) / terms.vpp + times["fixed_s"])
+    def bound_s(least: np.ndarray) -> np.ndarray:
+        slowest = np.maximum(least, total_s / pp)
+        return terms.num_micro * slowest + (total_s - slowest) / terms.vpp + times["fixed_s"]
+
+    bound = bound_s(low)
+    if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS and np.isfinite(below_s):
+        # Where the bound above (each stage recomputing as it needs) still reaches the bar,
+        # the one count R every chunk takes: a second bisection, on those rows only.
+        pick = fits & (candidates.recompute == RECOMPUTE_FULL) & (bound <= below_s)
+        uniform = np.flatnonzero(pick[row])
+        if len(uniform):
+            bound = np.maximum(bound, bound_s(least_slowest()))
     return fits, spent, bound * (1 - 1e-9)
 
 
