@@ -183,7 +183,7 @@ def test_least_memory_is_that_of_the_leanest_plan_meeting_the_other_rules(pins) 
     """find_conflicts computes the memory of the candidates the unchangeable rules allow once;
     its least memory equals the minimum over the plans meeting every other rule (pins
     included), enumerated apart; None when no plan meets them (tp 3 divides nothing)."""
-    from solver.cost.memory import estimate_layout_memory, estimate_memory
+    from solver.cost.memory import estimate_memory
     from solver.search.enumerate import enumerate_feasible, rules_but_memory
     from solver.search.explain import find_conflicts
 

@@ -28,9 +28,7 @@ Group links follow Megatron's rank order tp-cp-ep-dp-pp (dense generator tp-cp-d
 generator etp-ep-edp-pp): TP has stride 1, CP stride tp, DP stride tp*cp, PP stride tp*cp*dp;
 EP stride etp, expert-DP stride etp*ep.
 
-Layer kinds: attention + dense MLP, or attention + MoE (router, top-k routed experts on
-ep*etp GPUs, shared experts split by TP). Routing is taken as balanced, as in the vendor MoE
-benchmarks this is checked against.
+A layer's own time, by kind and part, is solver.cost.layer_time's.
 """
 
 from __future__ import annotations
@@ -49,15 +47,14 @@ from solver.cost.data_parallel import (
     estimate_optimizer_s,
 )
 from solver.cost.distinct import distinct_inverse, distinct_rows
-from solver.cost.efficiency import (
-    estimate_attention_core_s,
-    estimate_elementwise_s,
-    estimate_gemm_s,
-    estimate_streaming_s,
-)
-from solver.cost.flops import (
-    estimate_attention_core_flops,
-    estimate_model_flops_per_token,
+from solver.cost.flops import estimate_model_flops_per_token
+from solver.cost.layer_time import (
+    BF16_BYTES,
+    LAYER_DEGREES,
+    STAGE_PARTS,
+    estimate_layer_terms,
+    sm_contention,
+    stack_parts,
 )
 from solver.cost.memory.layout import estimate_stage_layers, layer_kinds, layout_layer_counts
 # TimeConstants lives in solver.cost.time_constants; importing it from here keeps working.
@@ -65,8 +62,6 @@ from solver.cost.time_constants import TimeConstants, dp_part_overlaps, dp_syncs
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
 from solver.spec.job import PARALLEL_FIELDS
 
-BF16_BYTES = 2.0
-DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
 
 
 @dataclass(frozen=True)
@@ -110,99 +105,6 @@ class _Degrees:
 
 def _degrees(candidates: Any) -> dict[str, np.ndarray]:
     return {n: np.asarray(getattr(candidates, n), dtype=np.int64) for n in PARALLEL_FIELDS}
-
-
-def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                     d: dict[str, np.ndarray], constants: TimeConstants) -> dict[str, np.ndarray]:
-    """Forward seconds per micro-batch of one dense and one MoE layer on one GPU, split into
-    GEMMs, attention core and element-wise passes."""
-    gpu, precision, cc = cluster.gpu, job.precision, constants.compute
-    tp, cp = d["tp"], d["cp"]
-    h = model_spec.hidden_size
-    rows = d["micro_batch"] * job.seq_len / cp  # tokens in a GPU's GEMMs (SP gathers over tp)
-    gemm_bytes = 1.0 if precision == "fp8" else BF16_BYTES
-
-    def two_gemms(params: float, rows_: np.ndarray, split: np.ndarray) -> np.ndarray:
-        # A block of `params` weights as two GEMMs (up/in and down/out) of equal size.
-        width = params / (2.0 * h * split)
-        return 2.0 * estimate_gemm_s(gpu, precision, rows_, h, width, cc, gemm_bytes)
-
-    attention = two_gemms(model_spec.attention_params_per_layer, rows, tp)
-    core_flops = rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
-    core = estimate_attention_core_s(gpu, precision, core_flops, cc,
-                                     head_dims=(model_spec.qk_head_dim,
-                                                model_spec.value_head_dim),
-                                     flash=constants.flash_attention,
-                                     native=constants.native_attention_kernels)
-    q_width = model_spec.num_attention_heads * model_spec.qk_head_dim
-    kv_width = 2 * model_spec.kv_heads * model_spec.qk_head_dim
-    # Element-wise bytes per token: 2 norms (read + write h), 2 residual adds (2 reads + write),
-    # rotary on q and k, the MLP activation (gated: read 2F, write F; plain: read F, write F).
-    # Norms and residual adds work on the full hidden width: split over TP only under
-    # sequence parallel; rotary and the MLP activation work on TP-split heads and widths.
-    sequence_bytes = BF16_BYTES * (4 * h + 6 * h)
-    sequence_split = tp if constants.sequence_parallel else 1
-    head_bytes = BF16_BYTES * 2 * (q_width + kv_width)
-
-    def elementwise(mlp_width: float, routed_copies: int = 0) -> np.ndarray:
-        factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
-        # MoE token permutation and un-permutation each read and write k copies of h.
-        permute = 2.0 * 2.0 * routed_copies * h
-        split_bytes = head_bytes + BF16_BYTES * (factor * mlp_width + permute)
-        per_gpu = rows * (sequence_bytes / sequence_split + split_bytes / tp)
-        return estimate_elementwise_s(gpu, per_gpu, cc)
-
-    dense = {
-        "gemm": attention + two_gemms(model_spec.dense_mlp_params_per_layer, rows, tp),
-        "core": core,
-        "elementwise": elementwise(model_spec.intermediate_size),
-    }
-    if not model_spec.is_moe:
-        return {"dense": dense, "moe": dense}
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
-    expert_rows = rows * k * d["ep"] * d["etp"] / (experts * tp)
-    local_experts = experts / d["ep"]
-    routed = local_experts * two_gemms(model_spec.expert_params, expert_rows, d["etp"])
-    shared = two_gemms(model_spec.shared_expert_params_per_layer, rows, tp)
-    router = estimate_gemm_s(gpu, "bf16", rows / tp, h, experts, cc)
-    moe_width = k * model_spec.moe_intermediate_size + (
-        model_spec.num_shared_experts
-        * (model_spec.shared_expert_intermediate_size or model_spec.moe_intermediate_size)
-    )
-    moe = {
-        "gemm": attention + shared + router,
-        "routed": routed,
-        "core": core,
-        "elementwise": elementwise(moe_width, k),
-    }
-    return {"dense": dense, "moe": moe}
-
-
-def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                   d: dict[str, np.ndarray], constants: TimeConstants) -> dict[str, np.ndarray]:
-    """Forward seconds of the average layer (dense and MoE layers in the model's proportion),
-    by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise.
-    It sizes the DP overlap window (the layers of the even split's largest stage)."""
-    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
-    moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
-    return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
-            + moe_share * layer["moe"].get(part, 0.0)
-            for part in ("gemm", "routed", "core", "elementwise")}
-
-
-def _backward_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
-    """Backward seconds from the forward parts: GEMMs and element-wise passes twice (input
-    and weight gradients), the attention core by FlashAttention's ratio."""
-    return (2.0 * (fwd["gemm"] + fwd.get("routed", 0.0))
-            + constants.attention_backward_ratio * fwd["core"] + 2.0 * fwd["elementwise"])
-
-
-def _forward_s(fwd: dict[str, np.ndarray]) -> np.ndarray:
-    return fwd["gemm"] + fwd.get("routed", 0.0) + fwd["core"] + fwd["elementwise"]
-
-
-# The parts of a stage's time per micro-batch (TIME_PARTS of a plan, less the step-level ones).
-STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep")
 
 
 @dataclass(frozen=True)
@@ -250,100 +152,6 @@ class StageTimeContent:
     count: np.ndarray
 
 
-def _parts(**values: np.ndarray | float) -> np.ndarray:
-    """STAGE_PARTS on a last axis (missing parts 0)."""
-    shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
-    out = np.zeros((*shape, len(STAGE_PARTS)))
-    for name, value in values.items():
-        out[..., STAGE_PARTS.index(name)] = value
-    return out
-
-
-def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                 d: dict[str, np.ndarray], constants: TimeConstants
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(per layer, recompute) of TimeTerms: each layer kind without and with full recompute."""
-    tp, cp, ep, etp = d["tp"], d["cp"], d["ep"], d["etp"]
-    h, s, mb = model_spec.hidden_size, job.seq_len, d["micro_batch"]
-    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
-    contention = sm_contention(cluster, constants)
-    rows = mb * s / cp
-    tp_link = estimate_group_link(cluster, 1, tp)
-    activation_bytes = rows * h * BF16_BYTES
-    ag = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
-    rs = estimate_collective_s("reduce_scatter", activation_bytes, tp, tp_link)
-
-    cp_link = estimate_group_link(cluster, tp, cp)
-    kv_heads_per_rank = np.maximum(model_spec.kv_heads / tp, 1.0)
-    kv_bytes = (mb * (s / cp) * kv_heads_per_rank * BF16_BYTES
-                * (model_spec.qk_head_dim + model_spec.value_head_dim))
-    ring_step = estimate_collective_s("send_recv", kv_bytes, np.where(cp > 1, 2, 1), cp_link)
-    ring_fwd = (cp - 1) * ring_step
-
-    ep_fwd = np.zeros_like(ag)
-    if model_spec.is_moe:
-        ep_link = estimate_group_link(cluster, etp, ep, all_to_all=True)
-        dispatch_bytes = rows / tp * model_spec.num_experts_per_tok * h * BF16_BYTES
-        a2a = estimate_collective_s("all_to_all", dispatch_bytes, ep, ep_link)
-        etp_link = estimate_group_link(cluster, 1, etp)
-        etp_bytes = dispatch_bytes * etp
-        etp_comm = estimate_collective_s("all_gather", etp_bytes, etp, etp_link) + (
-            estimate_collective_s("reduce_scatter", etp_bytes, etp, etp_link))
-        ep_fwd = 2.0 * a2a + etp_comm  # dispatch + combine
-
-    def kind(fwd: dict[str, np.ndarray], is_moe: bool, full: bool) -> np.ndarray:
-        fwd_s, bwd_s = _forward_s(fwd), _backward_s(fwd, constants)
-        gemm = fwd["gemm"] + fwd.get("routed", 0.0)
-        # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out,
-        # forward and backward (Korthikanti et al. 2022 §4.2.2); an MoE layer's MLP side goes
-        # by EP instead.
-        tp_fwd = (1.0 if is_moe else 2.0) * (ag + rs)
-        if constants.tp_comm_overlap:
-            hidden_tp = np.minimum(tp_fwd, gemm)
-            tp_fwd = tp_fwd - hidden_tp + hidden_tp * contention
-        # The ring hides behind the attention core it feeds (Megatron context_parallel.md).
-        cp_fwd = np.maximum(ring_fwd - fwd["core"], 0.0)
-        cp_bwd = np.maximum(2.0 * ring_fwd - constants.attention_backward_ratio * fwd["core"],
-                            0.0)
-        ep_s = ep_fwd * (3.0 if full else 2.0) if is_moe else np.zeros_like(fwd_s)
-        if is_moe and constants.ep_comm_overlap:
-            hidden_ep = np.minimum(ep_s, fwd_s + bwd_s)
-            ep_s = ep_s - hidden_ep + hidden_ep * contention
-        return _parts(compute=fwd_s + bwd_s, recompute=fwd_s if full else 0.0,
-                      tp=tp_fwd * (3.0 if full else 2.0),
-                      cp=cp_fwd * (2.0 if full else 1.0) + cp_bwd, ep=ep_s)
-
-    kinds = [("dense", False), ("moe", model_spec.is_moe)]
-    plain = np.stack([kind(layer[name], moe, False) for name, moe in kinds], axis=1)
-    full = np.stack([kind(layer[name], moe, True) for name, moe in kinds], axis=1)
-    return plain, full - plain
-
-
-# What a layer's time (and the LM head's) depends on.
-LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch")
-
-
-def _layer_part_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                      d: dict[str, np.ndarray], constants: TimeConstants
-                      ) -> dict[str, np.ndarray]:
-    """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), and
-    the average layer's forward and backward seconds (the DP overlap window)."""
-    tp, cp, mb = d["tp"], d["cp"], d["micro_batch"]
-    h = model_spec.hidden_size
-    per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants)
-    rows = mb * job.seq_len / cp
-    gemm_bytes = 1.0 if job.precision == "fp8" else BF16_BYTES
-    head_fwd = estimate_gemm_s(cluster.gpu, job.precision, rows, h, model_spec.vocab_size / tp,
-                               constants.compute, gemm_bytes)
-    # Cross-entropy reads the fp32 logits about three times (max, exp-sum, gradient).
-    loss = estimate_streaming_s(cluster.gpu, 3 * 4.0 * rows * model_spec.vocab_size / tp,
-                                constants.compute)
-    fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
-    return {"per_layer": per_layer, "recompute": recompute_terms,
-            "head": _parts(compute=3.0 * head_fwd + loss), "mixed_fwd": _forward_s(fwd),
-            "mixed_bwd": _backward_s(fwd, constants)}
-
-
 def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                         candidates: Any, constants: TimeConstants | None = None) -> TimeTerms:
     """Every term of the step time of each candidate (TimeTerms; composed by
@@ -358,7 +166,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     # The layer and head terms depend on (tp, cp, ep, etp, micro_batch) only: work them out
     # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
     first, back = distinct_rows(d, LAYER_DEGREES)
-    layer = _layer_part_terms(model_spec, cluster, job,
+    layer = estimate_layer_terms(model_spec, cluster, job,
                               {n: d[n][first] for n in PARALLEL_FIELDS}, constants)
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
     head = layer["head"][back]
@@ -420,7 +228,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     tokens = job.global_batch * s
     return TimeTerms(
         per_layer=per_layer, recompute=recompute_terms,
-        per_stage=_parts(compute=grad_accumulation), last=head + mtp,
+        per_stage=stack_parts(compute=grad_accumulation), last=head + mtp,
         num_micro=num_micro, vpp=vpp.astype(float), pp_s=pp_time, dp_s=dp_time,
         optimizer_s=estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants),
         tokens=float(tokens),
@@ -563,10 +371,3 @@ def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
     full = (d["recompute"] == RECOMPUTE_FULL)[:, None, None]
     return StageTimeContent(layers=layers, recompute=np.where(full, layers, 0.0),
                             is_last=table[pair_of, :, 2], count=count[pair_of])
-
-
-def sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:
-    """Extra compute time per second of overlapped communication: f / (1 - f), f the share of
-    the SMs that communication kernels hold (16 of H100's 132: 0.138)."""
-    fraction = constants.comm_sms / (cluster.gpu.num_sms or DEFAULT_NUM_SMS)
-    return fraction / (1.0 - fraction)
