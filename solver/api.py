@@ -24,7 +24,7 @@ from solver.cost.memory import (
     estimate_layout_memory,
     estimate_memory_total,
 )
-from solver.cost.memory.layout import build_even_layout
+from solver.cost.memory.layout import build_default_layout
 from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
 from solver.cost.time_constants import TimeConstants, framework_time_constants
 from solver.emit.target import parse_launch_pipeline
@@ -124,16 +124,6 @@ def estimate_plan_time(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec
     return _plan_time(job, config, step, 0)
 
 
-def build_default_layout(model_spec: ModelSpec, config: ParallelConfig,
-                         options: MemoryOptions | None = None) -> PipelineLayout:
-    """The even split of `config`'s layers (the one `optimize --engine even` costs)."""
-    options = options or MemoryOptions()
-    return build_even_layout(
-        model_spec, config.pp, config.vpp, config.recompute == "full",
-        options.account_for_embedding_in_pipeline_split,
-        model_spec.num_nextn_predict_layers if options.include_mtp else 0)
-
-
 def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    configs: Sequence[ParallelConfig], options: MemoryOptions | None = None,
                    constants: TimeConstants | None = None,
@@ -145,7 +135,9 @@ def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     if not configs:
         return ()
     given = layouts if layouts is not None else [None] * len(configs)
-    chosen = [layout if layout is not None else build_default_layout(model_spec, config, options)
+    options = options or MemoryOptions()
+    chosen = [layout if layout is not None
+              else build_default_layout(model_spec, config, options)
               for config, layout in zip(configs, given)]
     if step is None:
         step = estimate_layout_step_time(model_spec, cluster, job, configs, chosen, constants)
@@ -241,7 +233,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     check_parallel_config(model_spec, job, num_gpus, config)
     pipeline = None
     if layout is not None or recompute_num_layers is not None:
-        even = build_default_layout(model_spec, config, options)
+        even = build_default_layout(model_spec, config, options or MemoryOptions())
         text = layout if layout is not None else render_pipeline_layout(even)
         pipeline = parse_launch_pipeline(text, model_spec, config, recompute_num_layers)
     plan = estimate_plan(model_spec, cluster_spec, job, config, options,

@@ -72,14 +72,59 @@ def time_coefficients(terms: TimeTerms) -> dict[str, np.ndarray]:
             "fixed_s": terms.pp_s + terms.dp_s + terms.optimizer_s}
 
 
+@dataclass(frozen=True)
+class StageMemoryCoefficients:
+    """The memory coefficients of the module docstring for stage rows (bytes per GPU): base
+    (R,), per layer of kind k (R, kinds), what recomputing one changes (R, kinds; <= 0), the
+    working set of a stage that recomputes (R,)."""
+
+    base_bytes: np.ndarray
+    layer_bytes: np.ndarray
+    recompute_bytes: np.ndarray
+    working_bytes: np.ndarray
+
+
+def estimate_stage_memory_coefficients(model_spec: ModelSpec, job: JobSpec, rows: Candidates,
+                                       stage: np.ndarray, options: MemoryOptions | None = None
+                                       ) -> StageMemoryCoefficients:
+    """The memory coefficients of pipeline stage `stage[i]` of configuration `rows[i]`:
+    differences of compose_stage_total (compose_stage_memory summed) on stages holding
+    nothing, one layer, two layers and recomputed layers (the composition is affine in what a
+    stage holds, so they are exact)."""
+    options = options or MemoryOptions()
+    n, num_kinds = len(rows), len(KINDS)
+    num_micro = np.maximum(job.global_batch // (rows.dp * rows.micro_batch), 1)
+    in_flight = estimate_in_flight(rows, stage, num_micro)
+    terms = estimate_memory_terms(model_spec, job, rows, options).totals()
+
+    def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
+        content = StageContent(layers=np.broadcast_to(layers, (n, num_kinds)),
+                               recompute=np.broadcast_to(recompute, (n, num_kinds)),
+                               is_first=stage == 0, is_last=stage == rows.pp - 1,
+                               in_flight=in_flight)
+        return compose_stage_total(terms, content)
+
+    none = np.zeros(num_kinds)
+    base = total(none, none)
+    layer = np.zeros((n, num_kinds))
+    recompute = np.zeros((n, num_kinds))
+    working = np.zeros(n)
+    for kind in range(num_kinds):
+        unit = np.eye(num_kinds)[kind]
+        layer[:, kind] = total(unit, none) - base
+        recompute[:, kind] = total(2 * unit, 2 * unit) - total(2 * unit, unit)
+        working = total(unit, unit) - total(unit, none) - recompute[:, kind]
+    return StageMemoryCoefficients(base_bytes=base, layer_bytes=layer,
+                                   recompute_bytes=recompute, working_bytes=working)
+
+
 def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                                  config: ParallelConfig, options: MemoryOptions | None = None,
                                  constants: TimeConstants | None = None,
                                  time_terms: TimeTerms | None = None) -> LayoutCoefficients:
-    """The coefficients of `config` (module docstring). The memory ones are differences of
-    compose_stage_total (compose_stage_memory summed) on stages holding nothing, one layer, two layers and recomputed layers
-    (the composition is affine in what a stage holds, so they are exact). `time_terms`: the
-    configuration's TimeTerms (one row) when the caller has them."""
+    """The coefficients of `config` (module docstring), the memory ones from
+    estimate_stage_memory_coefficients. `time_terms`: the configuration's TimeTerms (one row)
+    when the caller has them."""
     options = options or MemoryOptions()
     if time_terms is None:
         time_terms = estimate_time_terms(model_spec, cluster, job,
@@ -87,34 +132,16 @@ def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, jo
     times = time_coefficients(time_terms)
     num_micro = job.global_batch / (config.dp * config.micro_batch)
 
-    pp, num_kinds = config.pp, len(KINDS)
-    rows = Candidates.from_configs([config] * pp)
-    stage = np.arange(pp)
-    in_flight = estimate_in_flight(rows, stage, np.full(pp, max(int(num_micro), 1)))
-    terms = estimate_memory_terms(model_spec, job, rows, options).totals()
-
-    def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
-        content = StageContent(layers=np.broadcast_to(layers, (pp, num_kinds)),
-                               recompute=np.broadcast_to(recompute, (pp, num_kinds)),
-                               is_first=stage == 0, is_last=stage == pp - 1, in_flight=in_flight)
-        return compose_stage_total(terms, content)
-
-    none = np.zeros(num_kinds)
-    base = total(none, none)
-    layer = np.zeros((pp, num_kinds))
-    recompute = np.zeros((pp, num_kinds))
-    working = np.zeros(pp)
-    for kind in range(num_kinds):
-        unit = np.eye(num_kinds)[kind]
-        layer[:, kind] = total(unit, none) - base
-        recompute[:, kind] = total(2 * unit, 2 * unit) - total(2 * unit, unit)
-        working = total(unit, unit) - total(unit, none) - recompute[:, kind]
+    rows = Candidates.from_configs([config] * config.pp)
+    memory = estimate_stage_memory_coefficients(model_spec, job, rows, np.arange(config.pp),
+                                                options)
     return LayoutCoefficients(
         kinds=layer_kinds(model_spec), layer_s=times["layer_s"][0],
         recompute_s=times["recompute_s"][0], stage_s=float(times["stage_s"][0]),
         last_s=float(times["last_s"][0]), num_micro=num_micro, vpp=config.vpp,
-        fixed_s=float(times["fixed_s"][0]), base_bytes=base, layer_bytes=layer,
-        recompute_bytes=recompute, working_bytes=working)
+        fixed_s=float(times["fixed_s"][0]), base_bytes=memory.base_bytes,
+        layer_bytes=memory.layer_bytes, recompute_bytes=memory.recompute_bytes,
+        working_bytes=memory.working_bytes)
 
 
 def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,

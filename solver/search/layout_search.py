@@ -27,15 +27,11 @@ from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
     estimate_layout_coefficients,
     estimate_layout_lower_bound_s,
+    estimate_stage_memory_coefficients,
     time_coefficients,
 )
-from solver.cost.memory.layout import build_even_layout, estimate_in_flight, layer_kinds
-from solver.cost.memory.terms import (
-    KINDS,
-    StageContent,
-    compose_stage_total,
-    estimate_memory_terms,
-)
+from solver.cost.memory.layout import build_default_layout, layer_kinds
+from solver.cost.memory.terms import KINDS
 from solver.cost.steptime import TimeTerms, estimate_layout_step_time, estimate_time_terms
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import (
@@ -63,15 +59,6 @@ def layout_rules(problem: Problem, config: ParallelConfig) -> LayoutRules:
     return LayoutRules(recompute=config.recompute == "full",
                        uniform_recompute=problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS,
                        mtp_layers=mtp)
-
-
-def even_layout(problem: Problem, config: ParallelConfig) -> PipelineLayout:
-    """The even split of `config` under the problem's memory options."""
-    options = problem.memory_options
-    mtp = problem.model_spec.num_nextn_predict_layers if options.include_mtp else 0
-    return build_even_layout(problem.model_spec, config.pp, config.vpp,
-                             config.recompute == "full",
-                             options.account_for_embedding_in_pipeline_split, mtp)
 
 
 def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0
@@ -146,7 +133,8 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         answer, complete = solve_layout(
             config, coefficients, capacity, layout_rules(problem, config),
             below_s=None if np.isinf(below) else below,
-            time_limit_s=min(remaining, PROGRAM_TIME_LIMIT_S), hint=even_layout(problem, config))
+            time_limit_s=min(remaining, PROGRAM_TIME_LIMIT_S),
+            hint=build_default_layout(model_spec, config, problem.memory_options))
         proven = proven and complete
         if answer is None:
             if complete and config.recompute == "selective" and int(row) not in best:
@@ -170,7 +158,9 @@ def _ranked(problem: Problem, candidates: Candidates,
     rows = np.array(sorted(best, key=lambda r: best[r][0])[:top], dtype=np.int64)
     chosen = candidates.take(rows)
     configs = chosen.to_configs()
-    layouts = tuple(best[int(r)][1] or even_layout(problem, c) for r, c in zip(rows, configs))
+    layouts = tuple(best[int(r)][1] or build_default_layout(problem.model_spec, c,
+                                                            problem.memory_options)
+                    for r, c in zip(rows, configs))
     step = estimate_layout_step_time(problem.model_spec, problem.cluster, problem.job, configs,
                                      layouts, problem.time_constants)
     return Ranked(candidates=chosen, step_time=step,
@@ -211,26 +201,17 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms,
     exists = stage < candidates.pp[row]
     row, stage = row[exists], stage[exists]
     rows = candidates.take(row)
-    memory = estimate_memory_terms(model_spec, job, rows, problem.memory_options).totals()
-    num_micro = np.maximum(job.global_batch // (rows.dp * rows.micro_batch), 1)
-    in_flight = estimate_in_flight(rows, stage, num_micro)
-    is_first, is_last = stage == 0, stage == rows.pp - 1
-    none = np.zeros((len(row), len(KINDS)))
-
-    def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
-        content = StageContent(layers=layers, recompute=recompute, is_first=is_first,
-                               is_last=is_last, in_flight=in_flight)
-        return compose_stage_total(memory, content)
-
-    base = total(none, none)
+    memory = estimate_stage_memory_coefficients(model_spec, job, rows, stage,
+                                                problem.memory_options)
+    is_last = stage == rows.pp - 1
+    base = memory.base_bytes
+    # A layer of kind k costs layer_bytes (plain) or layer_bytes + recompute_bytes (recomputed).
     counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)).astype(float)
     full = (candidates.recompute == RECOMPUTE_FULL)[row]
     least_plain, least_any, saving = np.zeros(n), np.zeros(n), np.zeros(n)
     for kind in np.flatnonzero(counts):
-        unit = np.zeros((len(row), len(KINDS)))
-        unit[:, kind] = 1.0
-        plain = total(unit, none) - base
-        recomputed = total(2 * unit, 2 * unit) - total(unit, unit)
+        plain = memory.layer_bytes[:, kind]
+        recomputed = plain + memory.recompute_bytes[:, kind]
         cheapest_plain = np.full(n, np.inf)
         cheapest_any = np.full(n, np.inf)
         np.minimum.at(cheapest_plain, row, plain)
@@ -250,10 +231,8 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms,
     times = time_coefficients(terms)
     tail = int(layer_kinds(model_spec)[-1])
     others = float(counts.sum() - counts[tail])
-    unit = np.zeros((len(row), len(KINDS)))
-    unit[:, tail] = 1.0
-    cost = total(unit, none) - base
-    kept = total(2 * unit, 2 * unit) - total(unit, unit)
+    cost = memory.layer_bytes[:, tail]
+    kept = cost + memory.recompute_bytes[:, tail]
     a = times["layer_s"][row, tail]
     b = times["recompute_s"][row, tail]
     own = times["stage_s"][row] + np.where(is_last, times["last_s"][row], 0.0)

@@ -15,7 +15,8 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.distinct import distinct_inverse
-from solver.spec import JobSpec, ModelSpec, PipelineLayout, VirtualStage
+from solver.cost.memory.options import MemoryOptions
+from solver.spec import JobSpec, ModelSpec, ParallelConfig, PipelineLayout, VirtualStage
 
 # Candidates x virtual chunks below which a stage's chunks are counted in one 2-D pass.
 CHUNKS_AT_ONCE = 1 << 16
@@ -196,3 +197,14 @@ def build_even_layout(model_spec: ModelSpec, pp: int, vpp: int, recompute_full: 
                            mtp_layers=mtp_layers if v == num_virtual - 1 else 0)
               for v, n in enumerate(sizes)]
     return PipelineLayout(pp=pp, vpp=vpp, stages=tuple(stages))
+
+
+def build_default_layout(model_spec: ModelSpec, config: ParallelConfig,
+                         options: MemoryOptions) -> PipelineLayout:
+    """The even split of `config`'s layers under the memory options (embedding and loss
+    slots, the MTP modules): what `optimize --engine even` and `estimate` without --layout
+    cost."""
+    return build_even_layout(
+        model_spec, config.pp, config.vpp, config.recompute == "full",
+        options.account_for_embedding_in_pipeline_split,
+        model_spec.num_nextn_predict_layers if options.include_mtp else 0)
