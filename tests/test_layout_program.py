@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec
 from solver.cost.candidates import Candidates
-from solver.cost.layout_terms import estimate_layout_coefficients, estimate_layout_lower_bound_s
+from solver.cost.layout_terms import (
+    estimate_layer_time_coefficients,
+    estimate_layout_coefficients,
+    estimate_layout_lower_bound_s,
+    time_coefficients,
+)
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
 from solver.cost.memory.layout import build_even_layout, layer_kinds, layout_layer_counts
 from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
@@ -169,12 +174,21 @@ def test_program_equals_brute_force_and_estimate(problem, squeeze) -> None:
     assert answer.layout.num_layers == model.num_hidden_layers
     if even_memory <= capacity and config.recompute != "full":
         assert answer.step_s <= coefficients.step_s(layers, recomputed) * (1 + 1e-9)
-    terms = estimate_time_terms(model, CLUSTER, job, Candidates.from_configs([config]))
-    bound = estimate_layout_lower_bound_s(model, terms, np.array([config.pp]),
+    times = time_coefficients(estimate_time_terms(model, CLUSTER, job,
+                                                  Candidates.from_configs([config])))
+    bound = estimate_layout_lower_bound_s(model, times, np.array([config.pp]),
                                           np.array([config.recompute == "full"]))
-    balanced = estimate_layout_lower_bound_s(model, terms, np.array([config.pp]),
+    balanced = estimate_layout_lower_bound_s(model, times, np.array([config.pp]),
                                              np.array([config.recompute == "full"]), -np.inf)
     assert balanced[0] <= bound[0] * (1 + 1e-12) and bound[0] <= answer.step_s * (1 + 1e-9)
+    # The search's first pass (layout_search._may_enter_top): the layers' terms alone bound
+    # the full ones from below.
+    light = estimate_layer_time_coefficients(model, CLUSTER, job,
+                                             Candidates.from_configs([config]))
+    for name, value in light.items():
+        assert np.all(value <= times[name] * (1 + 1e-12)), name
+    assert estimate_layout_lower_bound_s(model, light, np.array([config.pp]), np.array(
+        [config.recompute == "full"]))[0] <= bound[0] * (1 + 1e-12)
     # The search's memory-aware bounds (solver.search.layout_search._memory_bounds): a layout
     # fits, so the test says it may, and no layout beats the bound, under either recompute rule.
     gpu = CLUSTER.gpu.model_copy(update={"memory_gib": capacity / 2**30})
@@ -183,7 +197,7 @@ def test_program_equals_brute_force_and_estimate(problem, squeeze) -> None:
                            framework="megatron" if uniform else "generic")
     for bar in (np.inf, 1e9):
         fits, _, memory_bound = _memory_bounds(problem_spec, Candidates.from_configs([config]),
-                                               terms, bar)
+                                               times, bar)
         assert fits[0] and memory_bound[0] <= expected * (1 + 1e-9)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from unittest import mock
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +19,7 @@ from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_layout_memory, estimate_memory
 from solver.cost.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
+from solver.search import layout_search
 from solver.search.enumerate import enumerate_feasible, rank
 from solver.search.space import VARIABLES, variable_domains
 from solver.spec import ParallelConfig, PipelineLayout
@@ -310,3 +312,19 @@ def test_why_names_the_dp_traffic_the_framework_leaves_exposed() -> None:
     assert _dp_overlap_note(megatron, piped) == _dp_overlap_note(megatron, flat) == ""
     alone = ParallelConfig(tp=8, pp=8, dp=1, zero=1)
     assert _dp_overlap_note(deepspeed, alone) == ""  # no DP traffic at all
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems())
+def test_first_pass_prunes_only_plans_that_cannot_enter_the_top(problem) -> None:
+    """The layout search's first pass (layout_search._may_enter_top) drops candidates whose
+    bound from their layers' terms passes the top-th fastest even split among the least
+    bounds: with it engaged on every problem (a first batch of 8 rows) the answer is the one
+    of the search without it (every candidate costed)."""
+    with mock.patch.object(layout_search, "FIRST_PASS", 8):
+        pruned = solve(problem, top=3)
+    with mock.patch.object(layout_search, "FIRST_PASS", 1 << 40):
+        whole = solve(problem, top=3)
+    assert pruned.status == whole.status
+    assert [(p.config, p.layout, p.time.step_seconds) for p in pruned.plans] == [
+        (p.config, p.layout, p.time.step_seconds) for p in whole.plans]

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
+from solver.cost.distinct import distinct_rows
+from solver.cost.layer_time import LAYER_DEGREES
 from solver.cost.memory.layout import estimate_in_flight, layer_kinds
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.terms import (
@@ -66,10 +68,37 @@ class LayoutCoefficients:
 
 
 def time_coefficients(terms: TimeTerms) -> dict[str, np.ndarray]:
-    """Per candidate, the time coefficients of the module docstring (summed over parts)."""
+    """Per candidate, the time coefficients of the module docstring (summed over parts):
+    layer_s, recompute_s (N, kinds); stage_s, last_s, num_micro, vpp, fixed_s (N,). Rows are
+    taken with {name: value[index]}."""
     return {"layer_s": terms.per_layer.sum(axis=2), "recompute_s": terms.recompute.sum(axis=2),
             "stage_s": terms.per_stage.sum(axis=1), "last_s": terms.last.sum(axis=1),
+            "num_micro": terms.num_micro, "vpp": terms.vpp,
             "fixed_s": terms.pp_s + terms.dp_s + terms.optimizer_s}
+
+
+def take_times(times: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows `index` of time_coefficients' answer."""
+    return {name: value[index] for name, value in times.items()}
+
+
+def estimate_layer_time_coefficients(model_spec: ModelSpec, cluster: ClusterSpec,
+                                     job: JobSpec, candidates: Candidates,
+                                     constants: TimeConstants | None = None
+                                     ) -> dict[str, np.ndarray]:
+    """time_coefficients of estimate_time_terms(..., layers_only=True): each coefficient at
+    most the full one (the per-mesh terms at 0), so any step time composed from them is a
+    lower bound. They depend on what a layer's time depends on (LAYER_DEGREES, and the
+    recompute of the MTP layers) and on the micro-batch count and vpp: costed once per
+    distinct tuple, then indexed."""
+    d = {name: getattr(candidates, name) for name in (*LAYER_DEGREES, "recompute")}
+    first, back = distinct_rows(d, tuple(d))
+    light = estimate_time_terms(model_spec, cluster, job, candidates.take(first), constants,
+                                layers_only=True)
+    times = take_times(time_coefficients(light), back)
+    times["num_micro"] = job.global_batch / (candidates.dp * candidates.micro_batch)
+    times["vpp"] = candidates.vpp.astype(float)
+    return times
 
 
 @dataclass(frozen=True)
@@ -144,11 +173,12 @@ def estimate_layout_coefficients(model_spec: ModelSpec, cluster: ClusterSpec, jo
         working_bytes=memory.working_bytes)
 
 
-def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
+def estimate_layout_lower_bound_s(model_spec: ModelSpec, times: dict[str, np.ndarray],
                                   pp: np.ndarray, num_recomputed: np.ndarray,
                                   above_s: float = np.inf) -> np.ndarray:
     """A lower bound of the step time of each candidate over every layout of its layers in
-    which at least `num_recomputed` layers recompute in full.
+    which at least `num_recomputed` layers recompute in full; `times`: the candidates'
+    time_coefficients.
 
     With S = sum_i T_i and M = max_i T_i, step = (m - 1/v) M + S / v + fixed grows with both,
     and m >= 1 >= 1/v. S is least with the fewest layers recomputing, the cheapest ones. M is
@@ -159,23 +189,24 @@ def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
     balances: no layout of such a candidate can beat it. Where the bound with M = S / pp alone
     is at least `above_s`, that bound is returned (the caller needs no more).
     """
-    times = time_coefficients(terms)
     counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS))
-    present = counts > 0
-    layer_s = times["layer_s"]
-    cheapest = np.where(present[None, :], layer_s, np.inf).min(axis=1)
-    cheapest_recompute = np.where(present[None, :], times["recompute_s"], np.inf).min(axis=1)
+    present = np.flatnonzero(counts)
+    layer_s, recompute_s = times["layer_s"], times["recompute_s"]
+    # Column by column: numpy's reductions over a short last axis are slow on long arrays.
+    cheapest = np.minimum.reduce([layer_s[:, k] for k in present])
+    cheapest_recompute = np.minimum.reduce([recompute_s[:, k] for k in present])
+    layers_s = sum(counts[k] * layer_s[:, k] for k in present)
     stage_s, last_s = times["stage_s"], times["last_s"]
-    total = (layer_s @ counts + pp * stage_s + last_s
+    total = (layers_s + pp * stage_s + last_s
              + np.where(num_recomputed > 0, num_recomputed * cheapest_recompute, 0.0))
-    balanced = (terms.num_micro * total / pp + (total - total / pp) / terms.vpp
-                + times["fixed_s"])
+    num_micro, vpp = times["num_micro"], times["vpp"]
+    balanced = num_micro * total / pp + (total - total / pp) / vpp + times["fixed_s"]
     refine = np.flatnonzero(balanced < above_s)
     if len(refine) < len(pp):
         bound = balanced.copy()
         if len(refine):
             bound[refine] = estimate_layout_lower_bound_s(
-                model_spec, terms.take(refine), pp[refine], num_recomputed[refine])
+                model_spec, take_times(times, refine), pp[refine], num_recomputed[refine])
         return bound
     num_layers = model_spec.num_hidden_layers
     others = np.maximum(pp - 1, 1)
@@ -196,5 +227,4 @@ def estimate_layout_lower_bound_s(model_spec: ModelSpec, terms: TimeTerms,
     before = np.maximum(high - 1, 0)
     busiest = np.minimum(busiest, np.maximum(last(before), rest(before)))
     slowest = np.maximum(busiest, total / pp)
-    return (terms.num_micro * slowest + (total - slowest) / terms.vpp
-            + times["fixed_s"])
+    return num_micro * slowest + (total - slowest) / vpp + times["fixed_s"]

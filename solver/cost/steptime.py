@@ -153,10 +153,15 @@ class StageTimeContent:
 
 
 def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                        candidates: Any, constants: TimeConstants | None = None) -> TimeTerms:
+                        candidates: Any, constants: TimeConstants | None = None,
+                        layers_only: bool = False) -> TimeTerms:
     """Every term of the step time of each candidate (TimeTerms; composed by
     compose_step_time). The DP / ZeRO, pipeline send and optimizer terms are the mesh's: the
-    DP traffic hides behind the even split's largest stage, whatever the layout."""
+    DP traffic hides behind the even split's largest stage, whatever the layout.
+
+    `layers_only`: the layer, LM head and MTP terms only, every other term 0 (the costly
+    per-mesh ones). Every term is >= 0 and the composition grows with each, so the step time
+    these give is a lower bound of the full one, for any layout (the search's first pass)."""
     constants = constants or TimeConstants()
     d = _degrees(candidates)
     tp, pp, dp, cp, vpp = (d[n] for n in ("tp", "pp", "dp", "cp", "vpp"))
@@ -176,6 +181,18 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     full = (recompute == RECOMPUTE_FULL)[:, None]
     mtp = model_spec.num_nextn_predict_layers * (
         per_layer[:, mtp_kind] + np.where(full, recompute_terms[:, mtp_kind], 0.0) + head)
+    num_gpus = tp * pp * dp * cp
+    tokens = job.global_batch * s
+    flop_per_gpu = estimate_model_flops_per_token(model_spec, s) * tokens / num_gpus
+    peak = cluster.gpu.peak_flop_per_s(job.precision)
+    if layers_only:
+        zero_s = np.zeros(len(tp))
+        return TimeTerms(per_layer=per_layer, recompute=recompute_terms,
+                         per_stage=stack_parts(compute=zero_s), last=head + mtp,
+                         num_micro=num_micro, vpp=vpp.astype(float), pp_s=zero_s, dp_s=zero_s,
+                         optimizer_s=zero_s, tokens=float(tokens),
+                         flop_per_gpu_per_step=flop_per_gpu, peak_flop_per_s=peak,
+                         num_gpus=num_gpus)
     grad_accumulation = estimate_grad_accumulation_s(model_spec, cluster, _Degrees(d), constants)
 
     # ---- pipeline sends ----------------------------------------------------------------------
@@ -224,16 +241,13 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     dp_time = (every_b * (volume_b - kept * hidden_b)
                + every_f * (volume_f - kept * hidden_f))
 
-    num_gpus = tp * pp * dp * cp
-    tokens = job.global_batch * s
     return TimeTerms(
         per_layer=per_layer, recompute=recompute_terms,
         per_stage=stack_parts(compute=grad_accumulation), last=head + mtp,
         num_micro=num_micro, vpp=vpp.astype(float), pp_s=pp_time, dp_s=dp_time,
         optimizer_s=estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants),
-        tokens=float(tokens),
-        flop_per_gpu_per_step=estimate_model_flops_per_token(model_spec, s) * tokens / num_gpus,
-        peak_flop_per_s=cluster.gpu.peak_flop_per_s(job.precision), num_gpus=num_gpus)
+        tokens=float(tokens), flop_per_gpu_per_step=flop_per_gpu, peak_flop_per_s=peak,
+        num_gpus=num_gpus)
 
 
 def _stage_seconds(terms: TimeTerms, content: StageTimeContent

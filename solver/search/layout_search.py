@@ -1,8 +1,13 @@
 """The search over meshes and layouts: exhaustive over the mesh and schedule (numpy), the layout
 program (CP-SAT) where a layout can still beat the incumbents.
 
-1. Every candidate meeting the rules is costed with its even split (solver.search.enumerate);
-   the `top` fastest that fit are the incumbents, the slowest of them the bar.
+0. Every candidate meeting the rules gets a lower bound of its step time over all its layouts
+   from its layers' terms alone (the per-mesh DP, send and optimizer terms at 0), costed once
+   per distinct (tp, cp, ep, etp, micro-batch); the `top` fastest even splits that fit among
+   the least bounds set a first bar, and only candidates whose bound reaches it go on
+   (_may_enter_top).
+1. Those candidates are costed with their even split (solver.search.enumerate); the `top`
+   fastest that fit are the incumbents, the slowest of them the bar.
 2. Every candidate gets a lower bound of its step time over all its layouts: the balanced
    bound (estimate_layout_lower_bound_s) and the memory-aware one (_memory_bounds: the least
    time of the slowest stage when each stage's memory limits the layers it can hold), and a
@@ -25,9 +30,11 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
+    estimate_layer_time_coefficients,
     estimate_layout_coefficients,
     estimate_layout_lower_bound_s,
     estimate_stage_memory_coefficients,
+    take_times,
     time_coefficients,
 )
 from solver.cost.memory.layout import build_default_layout, layer_kinds
@@ -71,6 +78,8 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     candidates = enumerate_feasible(problem, rules_but_memory(problem))
     if len(candidates) == 0:
         return None, True
+    num_candidates = len(candidates)
+    candidates = candidates.take(_may_enter_top(problem, candidates, top))
     model_spec = problem.model_spec
     terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
                                 problem.time_constants)
@@ -91,12 +100,13 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         return sorted(order for order, _ in best.values())[top - 1][0]
 
     full = candidates.recompute == RECOMPUTE_FULL
-    bound = estimate_layout_lower_bound_s(model_spec, terms, candidates.pp, full.astype(float),
+    times = time_coefficients(terms)
+    bound = estimate_layout_lower_bound_s(model_spec, times, candidates.pp, full.astype(float),
                                           above_s=bar())
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
     fits, recomputed, memory_bound = _memory_bounds(problem, candidates.take(hopeful),
-                                                    terms.take(hopeful), bar())
+                                                    take_times(times, hopeful), bar())
     hopeful, recomputed, memory_bound = hopeful[fits], recomputed[fits], memory_bound[fits]
     # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a layer in
     # every chunk that holds one: all but the first and last at least.
@@ -104,7 +114,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         chunks = candidates.pp[hopeful] * candidates.vpp[hopeful]
         recomputed = np.maximum(recomputed, np.where(full[hopeful], chunks - 2, 0))
     bound[hopeful] = np.maximum(memory_bound, estimate_layout_lower_bound_s(
-        model_spec, terms.take(hopeful), candidates.pp[hopeful],
+        model_spec, take_times(times, hopeful), candidates.pp[hopeful],
         np.maximum(full[hopeful], recomputed)))
     # Lowest bound first; of equal bounds, selective before none (see below).
     hopeful = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful], bound[hopeful]))]
@@ -148,11 +158,41 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
             del best[max(best, key=lambda r: best[r][0])]
     if not best:
         return None, proven
-    return _ranked(problem, candidates, best, top), proven
+    return _ranked(problem, candidates, best, top, num_candidates), proven
+
+
+# Candidates of least bound whose even splits _may_enter_top costs first (then 8x more).
+FIRST_PASS = 2048
+
+
+def _may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndarray:
+    """The rows of `candidates` that may be among the `top` (configuration, layout) pairs:
+    those whose lower bound over every layout, from the layers' terms alone
+    (estimate_time_terms with layers_only), is at most the step time of the top-th fastest
+    even split that fits among the rows of least bound. Any other row is slower, whatever its
+    layout, than `top` plans already known (ties kept)."""
+    light = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
+                                             candidates, problem.time_constants)
+    full = (candidates.recompute == RECOMPUTE_FULL).astype(float)
+    # The balanced bound orders the rows; the finer one (the last stage's head) then prunes.
+    low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
+                                        above_s=-np.inf)
+    size = max(FIRST_PASS, 16 * top)
+    while size < len(low):
+        head = candidates.take(np.sort(np.argpartition(low, size - 1)[:size]))
+        even = fastest_that_fit(problem, head, top)
+        if even is not None and len(even.rows) >= top:
+            bar = float(even.step_time.step_s[top - 1])
+            low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
+                                                above_s=bar)
+            return np.flatnonzero(low <= bar)
+        size *= 8
+    return np.arange(len(candidates))
 
 
 def _ranked(problem: Problem, candidates: Candidates,
-            best: dict[int, tuple[tuple, PipelineLayout | None]], top: int) -> Ranked:
+            best: dict[int, tuple[tuple, PipelineLayout | None]], top: int,
+            num_candidates: int) -> Ranked:
     """The chosen (row, layout) pairs as a Ranked, best first by their order keys (step time,
     worst-stage memory, degrees); the step time's breakdown through the layout composition."""
     rows = np.array(sorted(best, key=lambda r: best[r][0])[:top], dtype=np.int64)
@@ -165,11 +205,11 @@ def _ranked(problem: Problem, candidates: Candidates,
                                      layouts, problem.time_constants)
     return Ranked(candidates=chosen, step_time=step,
                   memory_bytes=np.array([best[int(r)][0][1] for r in rows]),
-                  num_feasible=None, num_candidates=len(candidates), layouts=layouts,
+                  num_feasible=None, num_candidates=num_candidates, layouts=layouts,
                   rows=rows)
 
 
-def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms,
+def _memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np.ndarray],
                    below_s: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate: whether some layout can fit at all, the fewest layers that must then
     recompute in full, and a lower bound of the step time of a layout that fits.
@@ -228,7 +268,6 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms,
                                / np.maximum(saving, 1e-30), 0.0)
 
     # The model's last kind of layer at its own costs, the D layers of other kinds for free.
-    times = time_coefficients(terms)
     tail = int(layer_kinds(model_spec)[-1])
     others = float(counts.sum() - counts[tail])
     cost = memory.layer_bytes[:, tail]
@@ -301,7 +340,7 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms,
     total_s = layer_s + pp * times["stage_s"] + times["last_s"] + spent * cheapest_recompute
     def bound_s(least: np.ndarray) -> np.ndarray:
         slowest = np.maximum(least, total_s / pp)
-        return terms.num_micro * slowest + (total_s - slowest) / terms.vpp + times["fixed_s"]
+        return times["num_micro"] * slowest + (total_s - slowest) / times["vpp"] + times["fixed_s"]
 
     bound = bound_s(low)
     if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS and np.isfinite(below_s):
@@ -314,5 +353,6 @@ def _memory_bounds(problem: Problem, candidates: Candidates, terms: TimeTerms,
     return fits, spent, bound * (1 - 1e-9)
 
 
-# Halvings of the slowest stage's time range in _memory_bounds (2^-40 of it: far below 1 ns).
-BISECTIONS = 40
+# Halvings of the slowest stage's time range in _memory_bounds (2^-24 of it: the time of the
+# whole model on one stage, so about pp x 6e-8 of the bound).
+BISECTIONS = 24
