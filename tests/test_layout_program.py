@@ -181,7 +181,7 @@ def test_program_equals_brute_force_and_estimate(problem, squeeze) -> None:
     balanced = estimate_layout_lower_bound_s(model, times, np.array([config.pp]),
                                              np.array([config.recompute == "full"]), -np.inf)
     assert balanced[0] <= bound[0] * (1 + 1e-12) and bound[0] <= answer.step_s * (1 + 1e-9)
-    # The search's first pass (layout_search._may_enter_top): the layers' terms alone bound
+    # The search's first pass (solver.search.enumerate.may_enter_top): the layers' terms alone bound
     # the full ones from below.
     light = estimate_layer_time_coefficients(model, CLUSTER, job,
                                              Candidates.from_configs([config]))

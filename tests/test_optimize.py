@@ -19,7 +19,7 @@ from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_layout_memory, estimate_memory
 from solver.cost.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
-from solver.search import layout_search
+from solver.search import enumerate as enumerate_module
 from solver.search.enumerate import enumerate_feasible, rank
 from solver.search.space import VARIABLES, variable_domains
 from solver.spec import ParallelConfig, PipelineLayout
@@ -315,16 +315,16 @@ def test_why_names_the_dp_traffic_the_framework_leaves_exposed() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(problems())
-def test_first_pass_prunes_only_plans_that_cannot_enter_the_top(problem) -> None:
-    """The layout search's first pass (layout_search._may_enter_top) drops candidates whose
+@given(problems(), st.sampled_from(["layout", "even"]))
+def test_first_pass_prunes_only_plans_that_cannot_enter_the_top(problem, engine) -> None:
+    """The search's first pass (solver.search.enumerate.may_enter_top) drops candidates whose
     bound from their layers' terms passes the top-th fastest even split among the least
     bounds: with it engaged on every problem (a first batch of 8 rows) the answer is the one
-    of the search without it (every candidate costed)."""
-    with mock.patch.object(layout_search, "FIRST_PASS", 8):
-        pruned = solve(problem, top=3)
-    with mock.patch.object(layout_search, "FIRST_PASS", 1 << 40):
-        whole = solve(problem, top=3)
+    of the search without it (every candidate costed), for both engines."""
+    with mock.patch.object(enumerate_module, "FIRST_PASS", 8):
+        pruned = solve(problem, top=3, engine=engine)
+    with mock.patch.object(enumerate_module, "FIRST_PASS", 1 << 40):
+        whole = solve(problem, top=3, engine=engine)
     assert pruned.status == whole.status
     assert [(p.config, p.layout, p.time.step_seconds) for p in pruned.plans] == [
         (p.config, p.layout, p.time.step_seconds) for p in whole.plans]

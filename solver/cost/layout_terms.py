@@ -124,7 +124,7 @@ def estimate_stage_memory_coefficients(model_spec: ModelSpec, job: JobSpec, rows
     n, num_kinds = len(rows), len(KINDS)
     num_micro = np.maximum(job.global_batch // (rows.dp * rows.micro_batch), 1)
     in_flight = estimate_in_flight(rows, stage, num_micro)
-    terms = estimate_memory_terms(model_spec, job, rows, options).totals()
+    terms = estimate_memory_terms(model_spec, job, rows, options, totals=True)
 
     def total(layers: np.ndarray, recompute: np.ndarray) -> np.ndarray:
         content = StageContent(layers=np.broadcast_to(layers, (n, num_kinds)),

@@ -14,7 +14,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from solver.cost.candidates import Candidates
+from solver.cost.candidates import RECOMPUTE_FULL, Candidates
+from solver.cost.layout_terms import (
+    estimate_layer_time_coefficients,
+    estimate_layout_lower_bound_s,
+)
 from solver.cost.memory import estimate_memory_total
 from solver.cost.steptime import (
     StepTime,
@@ -192,7 +196,14 @@ def solve_by_enumeration(problem: Problem, top: int | None = 5) -> Ranked | None
     if len(candidates) == 0:
         return None
     if problem.objective == "time" and top is not None:
-        return fastest_that_fit(problem, candidates, top)
+        kept = may_enter_top(problem, candidates, top)
+        ranked = fastest_that_fit(problem, candidates.take(kept), top)
+        if ranked is None:
+            return None
+        # Rows the first pass dropped were never checked: the count of feasible ones is unknown.
+        pruned = len(kept) < len(candidates)
+        return replace(ranked, num_candidates=len(candidates), rows=kept[ranked.rows],
+                       num_feasible=None if pruned else ranked.num_feasible)
     memory = estimate_memory_total(problem.model_spec, problem.job, candidates,
                              problem.memory_options)[0]
     fits = np.flatnonzero(memory <= memory_capacity_bytes(problem))
@@ -241,6 +252,35 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
     return replace(ranked, num_feasible=len(fits) if len(unchecked) == 0 else None,
                    num_candidates=len(candidates), num_memory_checked=checked,
                    rows=fits[ranked.rows])
+
+
+# Candidates of least bound whose even splits may_enter_top costs first (then 8x more).
+FIRST_PASS = 2048
+
+
+def may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndarray:
+    """The rows of `candidates` that may be among the `top` (configuration, layout) pairs:
+    those whose lower bound over every layout, from the layers' terms alone
+    (estimate_time_terms with layers_only), is at most the step time of the top-th fastest
+    even split that fits among the rows of least bound. Any other row is slower, whatever its
+    layout, than `top` plans already known (ties kept)."""
+    light = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
+                                             candidates, problem.time_constants)
+    full = (candidates.recompute == RECOMPUTE_FULL).astype(float)
+    # The balanced bound orders the rows; the finer one (the last stage's head) then prunes.
+    low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
+                                        above_s=-np.inf)
+    size = max(FIRST_PASS, 16 * top)
+    while size < len(low):
+        head = candidates.take(np.sort(np.argpartition(low, size - 1)[:size]))
+        even = fastest_that_fit(problem, head, top)
+        if even is not None and len(even.rows) >= top:
+            bar = float(even.step_time.step_s[top - 1])
+            low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
+                                                above_s=bar)
+            return np.flatnonzero(low <= bar)
+        size *= 8
+    return np.arange(len(candidates))
 
 
 # Candidates whose memory any_feasible checks first (then 4x, 16x, ... more at a time).

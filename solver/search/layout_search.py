@@ -5,7 +5,7 @@ program (CP-SAT) where a layout can still beat the incumbents.
    from its layers' terms alone (the per-mesh DP, send and optimizer terms at 0), costed once
    per distinct (tp, cp, ep, etp, micro-batch); the `top` fastest even splits that fit among
    the least bounds set a first bar, and only candidates whose bound reaches it go on
-   (_may_enter_top).
+   (solver.search.enumerate.may_enter_top).
 1. Those candidates are costed with their even split (solver.search.enumerate); the `top`
    fastest that fit are the incumbents, the slowest of them the bar.
 2. Every candidate gets a lower bound of its step time over all its layouts: the balanced
@@ -30,7 +30,6 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
-    estimate_layer_time_coefficients,
     estimate_layout_coefficients,
     estimate_layout_lower_bound_s,
     estimate_stage_memory_coefficients,
@@ -45,6 +44,7 @@ from solver.search.enumerate import (
     Ranked,
     enumerate_feasible,
     fastest_that_fit,
+    may_enter_top,
     rules_but_memory,
     solve_by_enumeration,
 )
@@ -79,7 +79,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if len(candidates) == 0:
         return None, True
     num_candidates = len(candidates)
-    candidates = candidates.take(_may_enter_top(problem, candidates, top))
+    candidates = candidates.take(may_enter_top(problem, candidates, top))
     model_spec = problem.model_spec
     terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
                                 problem.time_constants)
@@ -159,35 +159,6 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if not best:
         return None, proven
     return _ranked(problem, candidates, best, top, num_candidates), proven
-
-
-# Candidates of least bound whose even splits _may_enter_top costs first (then 8x more).
-FIRST_PASS = 2048
-
-
-def _may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndarray:
-    """The rows of `candidates` that may be among the `top` (configuration, layout) pairs:
-    those whose lower bound over every layout, from the layers' terms alone
-    (estimate_time_terms with layers_only), is at most the step time of the top-th fastest
-    even split that fits among the rows of least bound. Any other row is slower, whatever its
-    layout, than `top` plans already known (ties kept)."""
-    light = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
-                                             candidates, problem.time_constants)
-    full = (candidates.recompute == RECOMPUTE_FULL).astype(float)
-    # The balanced bound orders the rows; the finer one (the last stage's head) then prunes.
-    low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
-                                        above_s=-np.inf)
-    size = max(FIRST_PASS, 16 * top)
-    while size < len(low):
-        head = candidates.take(np.sort(np.argpartition(low, size - 1)[:size]))
-        even = fastest_that_fit(problem, head, top)
-        if even is not None and len(even.rows) >= top:
-            bar = float(even.step_time.step_s[top - 1])
-            low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
-                                                above_s=bar)
-            return np.flatnonzero(low <= bar)
-        size *= 8
-    return np.arange(len(candidates))
 
 
 def _ranked(problem: Problem, candidates: Candidates,

@@ -139,7 +139,7 @@ def estimate_memory_total(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     """The worst stage's total bytes per GPU of each candidate, and which stage it is (the
     first of equals): estimate_memory without the items, for the search."""
     options = options or MemoryOptions()
-    totals = estimate_memory_terms(model_spec, job, candidates, options).totals()
+    totals = estimate_memory_terms(model_spec, job, candidates, options, totals=True)
     slots = options.account_for_embedding_in_pipeline_split
 
     def total(rows: np.ndarray, position: int) -> np.ndarray:

@@ -107,10 +107,12 @@ def _item_matrix(n: int, values: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
-                          options: MemoryOptions | None = None) -> MemoryTerms:
+                          options: MemoryOptions | None = None, totals: bool = False
+                          ) -> MemoryTerms:
     """Every coefficient of the stage memory of each candidate (module docstring). The model
     states are linear in the parameters a stage holds, so a layer's states are those of a stage
-    holding that one layer. ZeRO-3 gathers the model's largest layer (whichever stage)."""
+    holding that one layer. ZeRO-3 gathers the model's largest layer (whichever stage).
+    `totals`: MemoryTerms.totals() of the answer (summed before the rows are indexed)."""
     options = options or MemoryOptions()
     n = len(candidates)
     if n > DISTINCT_ABOVE:  # nothing here reads vpp: once per distinct other degrees
@@ -118,7 +120,7 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
         first, back = distinct_rows(arrays, tuple(f for f in PARALLEL_FIELDS if f != "vpp"))
         if len(first) < n:
             return estimate_memory_terms(model_spec, job, candidates.take(first),
-                                         options).take(back)
+                                         options, totals).take(back)
 
     def params(dense: float = 0, moe: float = 0, first: bool = False, last: bool = False
                ) -> StageParams:
@@ -142,7 +144,7 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     per_kind = [activations(activation["layer"][:, k]) for k in range(len(KINDS))]
     saved = [activations(activation["recompute"][:, k]) for k in range(len(KINDS))]
     fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options)}
-    return MemoryTerms(
+    terms = MemoryTerms(
         fixed=_item_matrix(n, fixed),
         per_layer=np.stack([states(dense), states(moe)], axis=1),
         per_layer_in_flight=np.stack(per_kind, axis=1),
@@ -155,6 +157,7 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
         working=activations(activation["working"]),
         fragmentation=options.fragmentation,
     )
+    return terms.totals() if totals else terms
 
 
 def compose_stage_memory(terms: MemoryTerms, content: StageContent) -> dict[str, np.ndarray]:
