@@ -196,11 +196,19 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
 def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = None,
                        seq_len: int | None = None, global_batch: int | None = None,
                        precision: str = "bf16", token_budget: int | None = None,
-                       calibration: str | None = None) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
-    """The model, the cluster (with a calibration profile applied) and the job of a planning
-    command; option values left as None take the JobSpec defaults."""
+                       calibration: str | None = None, segment_gpus: int | None = None
+                       ) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
+    """The model, the cluster (with a calibration profile applied, allocated in segments of
+    `segment_gpus` GPUs when given) and the job of a planning command; option values left as
+    None take the JobSpec defaults."""
     model_spec = load_model_spec(model)
     cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
+    if segment_gpus is not None:
+        try:
+            cluster_spec = cluster_spec.with_segment_gpus(segment_gpus)
+        except ValidationError as exc:
+            raise InputError(format_validation_error(f"--segment-gpus {segment_gpus}",
+                                                     exc)) from None
     job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
                   "token_budget": token_budget}
     try:
@@ -218,7 +226,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
              precision: str = "bf16", token_budget: int | None = None,
              calibration: str | None = None, framework: str = "megatron",
              options: MemoryOptions | None = None, layout: str | None = None,
-             recompute_num_layers: int | None = None, **degrees: int | str) -> Estimate:
+             recompute_num_layers: int | None = None, segment_gpus: int | None = None,
+             **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
@@ -228,7 +237,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     `recompute_num_layers` recomputed in each virtual stage under --recompute full."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
-        precision=precision, token_budget=token_budget, calibration=calibration)
+        precision=precision, token_budget=token_budget, calibration=calibration,
+        segment_gpus=segment_gpus)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
     pipeline = None

@@ -54,12 +54,13 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                   framework: Framework = "megatron", objective: Objective = "time",
                   pins: dict[str, tuple[int, ...]] | None = None,
                   allow_tp_across_nodes: bool = False,
-                  calibration: str | None = None) -> Problem:
+                  calibration: str | None = None, segment_gpus: int | None = None) -> Problem:
     """Load the model and cluster (with a calibration profile's measured curves if given) and
     build the Problem; bad input is an InputError."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
-        precision=precision, token_budget=token_budget, calibration=calibration)
+        precision=precision, token_budget=token_budget, calibration=calibration,
+        segment_gpus=segment_gpus)
     for name in pins or {}:
         if name not in VARIABLES:
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")

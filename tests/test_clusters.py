@@ -28,11 +28,12 @@ from solver.spec import ClusterSpec
 
 PRESETS = [
     "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200",
-    "dgx-b300", "gb200-nvl72", "gb300-nvl72", "mi300x", "l40s-pcie",
+    "dgx-b300", "gb200-nvl72", "gb300-nvl72", "mi300x", "l40s-pcie", "hgx-h20",
+    "grand-teton-h100",
 ]
 GPUS = [
     "a100-40gb", "a100-80gb", "h100-sxm", "h200", "h800", "b200", "b300", "gb200", "gb300",
-    "mi300x", "l40s", "rtx-4090",
+    "mi300x", "l40s", "rtx-4090", "h100-96gb", "h20",
 ]
 DGX = ["dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200",
        "dgx-b300"]

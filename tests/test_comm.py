@@ -124,12 +124,14 @@ def test_all_to_all_across_nodes_is_bound_by_each_gpus_nic(
 
 
 def test_a_group_that_straddles_uneven_domains_goes_outward() -> None:
-    """72-GPU NVLink domain: a block of 16 ranks does not tile 72, so some groups cross racks."""
+    """72-GPU NVLink domain allocated in whole racks (segment_gpus 72): a block of 16 ranks
+    does not tile 72, so some groups cross racks (the default 64-GPU segment: test_segments)."""
     cluster = ClusterSpec(
         name="nvl72", gpu=GPU, gpus_per_node=4,
         tiers=(TierSpec(name="nvlink", kind="nvlink", span_gpus=72, bandwidth_gb_per_s=700,
                         latency_us=20),
                TierSpec(name="fabric", kind="network", bandwidth_gb_per_s=40, latency_us=40)),
+        segment_gpus=72,
     )
     assert float(estimate_group_link(cluster, 1, 8).bandwidth_bytes_per_s) == 700e9
     assert float(estimate_group_link(cluster, 1, 16).latency_s) == pytest.approx(40e-6)

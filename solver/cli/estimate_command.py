@@ -21,7 +21,8 @@ from solver.cli.options import degree_options, framework_option, planning_option
               help="With --recompute full: the layers of each virtual stage that recompute "
                    "(Megatron's block method); default: all.")
 @framework_option("Whose timing to assume (DP overlap, gradient reduce dtype).")
-def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
+def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
+             segment_gpus: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool,
              per_stage: bool, layout: str | None, recompute_num_layers: int | None,
@@ -44,7 +45,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
         global_batch=global_batch, precision=precision, token_budget=token_budget,
         calibration=calibration, framework=framework, layout=layout,
-        recompute_num_layers=recompute_num_layers, **degrees,
+        recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus, **degrees,
     )
     plan = result.plan
     if as_json:

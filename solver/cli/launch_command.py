@@ -72,7 +72,8 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
 @click.option("--validate", is_flag=True,
               help="Also run the framework's own checks on the settings, where installed.")
 @click.option("-o", "--output", metavar="FILE", default=None, help="Write to FILE.")
-def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, seq_len: int,
+def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
+           segment_gpus: int | None, seq_len: int,
            global_batch: int, precision: str, token_budget: int | None,
            calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
            layout_text: str | None, launch_format: str, order: str, validate: bool,
@@ -91,7 +92,7 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, s
     plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
-        calibration=calibration, **job_values)
+        calibration=calibration, segment_gpus=segment_gpus, **job_values)
     if plan_file is not None:
         _check_plan_problem(plan_file, model_spec.name, cluster_spec.name, num_gpus)
         config = plan_file.config

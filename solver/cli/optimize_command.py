@@ -72,7 +72,7 @@ def _pin_options(command):
 @click.option("--gpus-for-days", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Find the fewest GPUs that train --token-budget within this many days.")
 def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int | None,
-             seq_len: int, global_batch: int, precision: str, token_budget: int | None,
+             segment_gpus: int | None, seq_len: int, global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool, top: int, engine: str, time_limit: float,
              framework: str, objective: str, allow_tp_across_nodes: bool,
              gpus_for_days: float | None, recompute: str | None, **pin_values: Any) -> None:
@@ -100,7 +100,8 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         model, cluster, num_gpus or 1, gpus_per_node=gpus_per_node, seq_len=seq_len,
         global_batch=global_batch, precision=precision, token_budget=token_budget,
         framework=framework, objective=objective, pins=pins,
-        allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration)
+        allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration,
+        segment_gpus=segment_gpus)
     if gpus_for_days is not None:
         found = fewest_gpus(problem, gpus_for_days, engine=engine)
         if found is None:

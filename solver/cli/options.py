@@ -1,7 +1,7 @@
 """Command-line options shared by the planning commands, as reusable decorators.
 
 `planning_options` adds the common options of DESIGN.md ("Interfaces"): --model --cluster
---gpus --gpus-per-node --seq-len --global-batch --precision --calibration --json.
+--gpus --gpus-per-node --segment-gpus --seq-len --global-batch --precision --calibration --json.
 `degree_options` adds one value per decision variable (--tp .. --recompute), as `estimate`
 takes them. Defaults come from the specs, so they are written once.
 """
@@ -67,9 +67,10 @@ def make_planning_options(gpus_required: bool) -> Callable[[F], F]:
 
 
 def _planning_options(command: F, gpus_required: bool) -> F:
-    """--model --cluster --gpus --gpus-per-node --seq-len --global-batch --precision
-    --token-budget --calibration --json (parameters model, cluster, num_gpus, gpus_per_node,
-    seq_len, global_batch, precision, token_budget, calibration, as_json)."""
+    """--model --cluster --gpus --gpus-per-node --segment-gpus --seq-len --global-batch
+    --precision --token-budget --calibration --json (parameters model, cluster, num_gpus,
+    gpus_per_node, segment_gpus, seq_len, global_batch, precision, token_budget, calibration,
+    as_json)."""
     return _apply(command, [
         click.option("--model", required=True, metavar="NAME|PATH",
                      help="Zoo name, zoo-format TOML or Hugging Face config.json."),
@@ -79,6 +80,11 @@ def _planning_options(command: F, gpus_required: bool) -> F:
                      type=click.IntRange(min=1), help="Number of GPUs of the job."),
         click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
                      help="GPUs per node (overrides the preset)."),
+        # Checked by ClusterSpec (one line naming --segment-gpus), so no IntRange here.
+        click.option("--segment-gpus", type=int, default=None,
+                     help="GPUs of the aligned block of one NVLink domain the job is allocated "
+                          "in (SLURM --segment x GPUs per node); default: the largest "
+                          "power-of-two number of nodes in a domain (64 on NVL72)."),
         click.option("--seq-len", type=click.IntRange(min=1), show_default=True,
                      default=_default(JobSpec, "seq_len"), help="Tokens per sequence."),
         click.option("--global-batch", type=click.IntRange(min=1), show_default=True,

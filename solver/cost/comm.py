@@ -6,17 +6,21 @@ takes S * factor(n) / busbw, so a bus bandwidth measured by nccl-tests plugs in 
 
 A **group** is the ranks that differ along one axis. Under a rank order (Megatron's default
 "tp-cp-ep-dp-pp", TP fastest-varying) the ranks of a group of `degree` members are `stride`
-apart, so a group spans a block of stride * degree consecutive ranks. It communicates over the
-innermost tier whose span holds that block. A group that crosses an outer tier with several
-members inside each inner domain (e.g. DP over two 8-GPU nodes with stride 1) runs
-hierarchically: only the fraction (k-1)/(n-1) of its bus traffic crosses the outer tier, k being
-the number of inner domains it touches (notes §1.4, ml-engineering's conversion
+apart, so a group spans a block of stride * degree consecutive ranks, blocks starting at
+multiples of that span. Ranks fill the job's segments in order (ClusterSpec.placement_spans:
+on NVL72 the NVLink tier holds one 64-GPU segment, not the 72-GPU rack). A group communicates
+over the innermost tier whose (placement) span its blocks tile. A group that crosses an outer
+tier with several members inside each inner domain (e.g. DP over two 8-GPU nodes with stride 1)
+runs hierarchically: only the fraction (k-1)/(n-1) of its bus traffic crosses the outer tier, k
+being the number of inner domains it touches (notes §1.4, ml-engineering's conversion
 busbw = per-GPU NIC rate * (n-1)/(k-1)); it is still capped by the inner tier's bandwidth.
 An all-to-all cannot aggregate that way (every byte has its own destination): each rank sends
 the share (n-m)/n of its buffer off its domain, m being the group's members inside one domain,
 through its own link, so its bus bandwidth is the per-GPU rate * (n-1)/(n-m) (notes §1.5:
 OCI MI355X 8x400G, 2 nodes: 50 GB/s x 15/8 = 94 GB/s against 86.7 measured; B300 8x800G,
-2 nodes: 100 x 15/8 = 188 against 181).
+2 nodes: 100 x 15/8 = 188 against 181). The slowest group sets the pace, so k is the most
+domains one group touches and m the fewest members one group has in a domain (a block that
+straddles a boundary unevenly: `_count_worst_parts`).
 
 Calibration: a tier that carries measured curves (`TierSpec.curves`, from a profile of
 `parplan calibrate`) replaces its single bandwidth and latency by the curve's segment at the
@@ -108,14 +112,12 @@ def _group_link(cluster: ClusterSpec, stride_arr: np.ndarray, degree_arr: np.nda
     assigned = np.zeros(span.shape, dtype=bool)
     inner_span = 1
     inner_bw = np.inf
-    for index, tier in enumerate(cluster.tiers):
-        tier_span = tier.span_gpus if tier.span_gpus is not None else np.iinfo(np.int64).max
+    for index, (tier, placed_span) in enumerate(zip(cluster.tiers, cluster.placement_spans)):
+        tier_span = placed_span if placed_span is not None else np.iinfo(np.int64).max
         # A block of `span` ranks stays inside one domain only if domains tile it evenly.
-        here = ~assigned & (span <= tier_span) & ((tier_span % span == 0) | (tier.span_gpus is None))
+        here = ~assigned & (span <= tier_span) & ((tier_span % span == 0) | (placed_span is None))
         tier_bw = tier.bandwidth_gb_per_s * 1e9
-        members_inside = np.clip(inner_span // np.maximum(stride_arr, 1), 1, None)
-        members_inside = np.minimum(members_inside, degree_arr)
-        domains = np.maximum(degree_arr // members_inside, 1)
+        members_inside, domains = _count_worst_parts(stride_arr, degree_arr, inner_span)
         if all_to_all:
             off_domain = np.maximum(degree_arr - members_inside, 1)
             share = np.where(domains > 1, (degree_arr - 1) / off_domain, 1.0)
@@ -133,6 +135,31 @@ def _group_link(cluster: ClusterSpec, stride_arr: np.ndarray, degree_arr: np.nda
         return GroupLink(bandwidth_bytes_per_s=bandwidth, latency_s=latency)
     return GroupLink(bandwidth_bytes_per_s=bandwidth, latency_s=latency, tier_index=tier_index,
                      share=group_share, tiers=cluster.tiers)
+
+
+def _count_worst_parts(stride: np.ndarray, degree: np.ndarray, domain_span: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(m, k) of the slowest groups of `degree` ranks `stride` apart over domains of
+    `domain_span` consecutive ranks: m the fewest members one group has inside one domain it
+    touches, k the most domains one group touches (blocks start at multiples of the span).
+
+    When the stride divides the domain, a group is `degree` consecutive slots of
+    s = domain_span / stride per domain, starting at a multiple of g = gcd(degree, s); the worst
+    start (s - g) leaves g members in the first domain and touches 1 + ceil((degree - g) / s)
+    domains. Worked number: a block of 48 GPUs in 64-GPU segments (stride 1) straddles as
+    16 + 32, so m = 16 and k = 2; a block of 128 fills two segments: m = 64, k = 2. A stride
+    longer than the domain puts every member in its own domain (m = 1, k = degree); a shorter
+    stride that does not divide it is approximated by domain_span // stride members per
+    domain."""
+    slots = domain_span // stride
+    divides = domain_span % stride == 0
+    g = np.gcd(degree, np.maximum(slots, 1))
+    exact_k = 1 + -(-(degree - g) // np.maximum(slots, 1))
+    rough_m = np.minimum(np.maximum(slots, 1), degree)
+    members = np.where(slots == 0, 1, np.where(divides, g, rough_m))
+    domains = np.where(slots == 0, degree,
+                       np.where(divides, exact_k, np.maximum(degree // rough_m, 1)))
+    return members, domains
 
 
 def estimate_collective_s(

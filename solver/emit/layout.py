@@ -173,13 +173,13 @@ def build_rank_layout(config: ParallelConfig, is_moe: bool,
 
 def assign_tiers(cluster: ClusterSpec, groups: np.ndarray) -> np.ndarray:
     """Index into `cluster.tiers` of the innermost tier holding each group (row): the first
-    tier one of whose domains (consecutive blocks of span_gpus ranks) contains every member.
-    For a group of `degree` ranks `stride` apart whose block stride x degree tiles the domains
-    this is `cluster.tier_for_span(stride * degree)`, the tier the cost model charges."""
+    tier one of whose domains (consecutive blocks of its placement span, the job's segment on
+    the NVLink tier) contains every member. For a group of `degree` ranks `stride` apart whose
+    block stride x degree tiles the domains this is the tier the cost model charges."""
     first = groups[:, :1]
     found = np.full(len(groups), len(cluster.tiers) - 1)
     for index in reversed(range(len(cluster.tiers) - 1)):  # the outermost tier holds all
-        span = cluster.tiers[index].span_gpus
+        span = cluster.placement_spans[index]
         assert span is not None
         inside = (groups // span == first // span).all(axis=1)
         found = np.where(inside, index, found)

@@ -4,10 +4,19 @@ A **tier** is an interconnect level, innermost first (NVLink domain, then the fa
 nodes). A group of ranks communicates at the bandwidth and latency of the outermost tier it
 spans. Bandwidths are per GPU and unidirectional, in GB/s (1e9 B/s), comparable with the
 nccl-tests "busbw" column; presets ship datasheet-derived values until calibration replaces them.
+
+A **segment** is the aligned block of one NVLink domain a job is allocated in (SLURM's
+topology/block plugin, `sbatch --segment=<nodes>`: https://slurm.schedmd.com/topology.html).
+On a rack-scale domain a job rarely gets whole racks: on GB200 NVL72 (18 trays of 4 GPUs) the
+usual segment is 16 trays = 64 GPUs, so consecutive ranks fill 64 GPUs of one rack and rank 64
+starts the next rack. Ranks are placed in segments in order, so for placement the NVLink tier
+spans one segment (`ClusterSpec.placement_spans`); the hardware spans (`tier_for_span`, what a
+calibration measured) are unchanged.
 """
 
 from __future__ import annotations
 
+from math import gcd
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -15,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from solver.spec.calibration import TierCurves
 
 SCALE_UP_KINDS = ("nvlink", "xgmi")
+MemoryType = Literal["HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR6", "GDDR6X", "GDDR7"]
 
 
 class GpuSpec(BaseModel):
@@ -42,6 +52,11 @@ class GpuSpec(BaseModel):
     # instructions can reach (Ampere's mma.sync on Hopper: about 2/3; FlashAttention-3 paper,
     # Shah et al. 2024, §1): what 2023-era attention kernels ran at. None: no such limit known.
     legacy_mma_fraction: float | None = Field(default=None, gt=0, le=1)
+    # Board power limit (W) the part ships with, where it differs between variants of one chip
+    # (the 96 GB H100 of Meta's Grand Teton runs at a default 500 W against the SXM's 700 W),
+    # and the memory technology; informational (shown, pinned by tests), not yet in the model.
+    power_limit_w: float | None = Field(default=None, gt=0)
+    hbm_type: MemoryType | None = None
     source: str = ""
 
     def peak_flop_per_s(self, precision: str) -> float:
@@ -88,6 +103,9 @@ class ClusterSpec(BaseModel):
     gpu: GpuSpec
     gpus_per_node: int = Field(gt=0)
     tiers: tuple[TierSpec, ...] = Field(min_length=1)
+    # GPUs of the aligned segment of one NVLink domain a job is allocated in (module docstring);
+    # None: `default_segment_gpus`. `--segment-gpus` overrides it.
+    segment_gpus: int | None = Field(default=None, gt=0)
     source: str = ""
 
     @field_validator("tiers")
@@ -128,12 +146,60 @@ class ClusterSpec(BaseModel):
                 )
         return tiers
 
+    @field_validator("segment_gpus")
+    @classmethod
+    def _check_segment(cls, segment: int | None, info: ValidationInfo) -> int | None:
+        """A whole number of nodes (of the inner tiers' domains) inside one NVLink domain."""
+        tiers, node = info.data.get("tiers"), info.data.get("gpus_per_node")
+        if segment is None or not tiers or not node:  # those failed validation themselves
+            return segment
+        domain = _scale_up_span(tiers)
+        if domain == 1:
+            raise ValueError(f"segment_gpus ({segment}): the cluster has no NVLink or xGMI "
+                             "domain to allocate segments of")
+        unit = _segment_unit(tiers, node)
+        if segment > domain:
+            raise ValueError(f"segment_gpus ({segment}) must be at most the NVLink domain "
+                             f"({domain} GPUs)")
+        if segment % unit and unit == domain:
+            raise ValueError(f"segment_gpus ({segment}) must be the whole NVLink domain "
+                             f"({domain} GPUs): a job gets whole nodes of {node} GPUs")
+        if segment % unit:
+            raise ValueError(f"segment_gpus ({segment}) must be a multiple of {unit} GPUs "
+                             f"(whole nodes of {node} GPUs and whole inner-tier domains)")
+        return segment
+
+    @property
+    def default_segment_gpus(self) -> int:
+        """The segment when none is given: the largest power-of-two number of nodes (inner
+        domains) that fits in one NVLink domain; 16 trays x 4 = 64 GPUs on NVL72, the domain
+        itself when it is one node (8-GPU DGX/HGX) or less, 1 without a scale-up domain."""
+        domain = self.scale_up_gpus
+        unit = _segment_unit(self.tiers, self.gpus_per_node)
+        if unit >= domain:
+            return domain
+        return unit * 2 ** ((domain // unit).bit_length() - 1)
+
+    @property
+    def job_segment_gpus(self) -> int:
+        """The segment the job is allocated in: `segment_gpus`, else the default."""
+        return self.segment_gpus if self.segment_gpus is not None else self.default_segment_gpus
+
+    @property
+    def placement_spans(self) -> tuple[int | None, ...]:
+        """Each tier's span as the job's ranks see it: the NVLink tier holds one segment, a
+        tier outside it as many segments as it holds domains, tiers inside it unchanged.
+        Equal to the tiers' spans when the segment is the whole domain."""
+        domain, segment = self.scale_up_gpus, self.job_segment_gpus
+        return tuple(None if t.span_gpus is None
+                     else t.span_gpus // domain * segment if t.span_gpus >= domain
+                     else t.span_gpus for t in self.tiers)
+
     @property
     def scale_up_gpus(self) -> int:
         """GPUs in one NVLink / xGMI domain (1 when GPUs only meet over PCIe or the network).
         A scale-up tier always has a span: validation keeps it off the outermost tier."""
-        spans = [t.span_gpus for t in self.tiers if t.kind in SCALE_UP_KINDS]
-        return max((s for s in spans if s is not None), default=1)
+        return _scale_up_span(self.tiers)
 
     def tier_for_span(self, num_gpus: int) -> TierSpec:
         """The innermost tier whose span holds `num_gpus` consecutive ranks."""
@@ -143,13 +209,41 @@ class ClusterSpec(BaseModel):
         raise AssertionError("the outermost tier spans everything")
 
     def with_gpus_per_node(self, gpus_per_node: int) -> ClusterSpec:
-        """The same cluster with another node size; tiers that spanned a node follow it."""
+        """The same cluster with another node size; tiers (and a segment) that spanned a node
+        follow it."""
         tiers = tuple(
             t.model_copy(update={"span_gpus": gpus_per_node})
             if t.span_gpus == self.gpus_per_node
             else t
             for t in self.tiers
         )
+        segment = (gpus_per_node if self.segment_gpus == self.gpus_per_node
+                   else self.segment_gpus)
         data = self.model_dump()
-        data.update(gpus_per_node=gpus_per_node, tiers=[t.model_dump() for t in tiers])
+        data.update(gpus_per_node=gpus_per_node, tiers=[t.model_dump() for t in tiers],
+                    segment_gpus=segment)
         return ClusterSpec.model_validate(data)
+
+    def with_segment_gpus(self, segment_gpus: int) -> ClusterSpec:
+        """The same cluster with the job allocated in segments of `segment_gpus` GPUs."""
+        data = self.model_dump()
+        data.update(segment_gpus=segment_gpus)
+        return ClusterSpec.model_validate(data)
+
+
+def _scale_up_span(tiers: tuple[TierSpec, ...]) -> int:
+    """GPUs in one NVLink / xGMI domain of `tiers` (1 without a scale-up tier)."""
+    spans = [t.span_gpus for t in tiers if t.kind in SCALE_UP_KINDS]
+    return max((s for s in spans if s is not None), default=1)
+
+
+def _segment_unit(tiers: tuple[TierSpec, ...], gpus_per_node: int) -> int:
+    """What a segment is made of: whole nodes and whole domains of the tiers inside the NVLink
+    domain (validation makes those spans nest with the node size, so their lcm is the
+    largest); the domain itself when it is one node or smaller."""
+    domain = _scale_up_span(tiers)
+    inner = [t.span_gpus for t in tiers if t.span_gpus is not None and t.span_gpus < domain]
+    unit = 1
+    for span in [min(gpus_per_node, domain), *inner]:
+        unit = unit * span // gcd(unit, span)
+    return unit
