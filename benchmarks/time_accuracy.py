@@ -28,6 +28,7 @@ from published import PublishedRun, load_published_runs
 from solver.cost.candidates import Candidates
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.time_constants import framework_time_constants
 
 MIN_SWEEP_RUNS = 3
 # BLOOM's benchmarks switched from fp16 (DeepSpeed ZeRO-1) to the bf16 optimizer on 02-28.
@@ -36,18 +37,26 @@ BLOOM_BF16_OPTIMIZER_FROM = "0228"
 BLOOM_0220_MB_SWEEPS = (6, 10, 11, 12)
 
 
+# The framework profile (solver.cost.frameworks) each source ran under; LLM Foundry's Composer
+# (PyTorch FSDP) is none of parplan's frameworks and keeps the generic profile.
+SOURCE_FRAMEWORKS = {"megatron-lm": "megatron", "megatron-bridge": "megatron",
+                     "bloom": "deepspeed", "llm-foundry": "generic"}
+
+
 def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = None
              ) -> list[tuple[PublishedRun, float]]:
     """(run, predicted tokens/s per GPU) in the order of `runs`; runs that share model, cluster
-    and job go through estimate_step_time in one vectorised call."""
-    base = constants or TimeConstants()
+    and job go through estimate_step_time in one vectorised call. Each run starts from its
+    source's framework profile (SOURCE_FRAMEWORKS), or from `constants` when given, with the
+    switches its source states (framework_switches)."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for index, run in enumerate(runs):
         switches = tuple(sorted(framework_switches(run).items()))
-        groups[(run.model_spec, run.cluster, run.job, switches)].append(index)
+        groups[(run.model_spec, run.cluster, run.job, run.source_group, switches)].append(index)
     predicted = np.empty(len(runs))
-    for (model_spec, cluster, job, switches), indices in groups.items():
+    for (model_spec, cluster, job, group, switches), indices in groups.items():
         candidates = Candidates.from_configs([runs[i].parallel for i in indices])
+        base = constants or framework_time_constants(SOURCE_FRAMEWORKS[group])
         run_constants = base.model_copy(update=dict(switches))
         estimate = estimate_step_time(model_spec, cluster, job, candidates, run_constants)
         predicted[indices] = estimate.tokens_per_s_per_gpu
@@ -185,6 +194,7 @@ def render_splits(console: Console, results: Sequence[tuple[PublishedRun, float]
     splits: list[tuple[str, Callable[[PublishedRun], str]]] = [
         ("all", lambda r: "all runs"),
         ("source", lambda r: r.source_group),
+        ("framework", lambda r: SOURCE_FRAMEWORKS[r.source_group]),
         ("gpu", lambda r: r.gpu),
         ("arch", lambda r: r.arch_kind),
         ("precision", lambda r: r.precision),

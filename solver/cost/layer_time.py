@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.cost.candidates import RECOMPUTE_SELECTIVE
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.efficiency import (
     estimate_attention_core_s,
@@ -100,7 +101,7 @@ def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     """Forward seconds of the average layer (dense and MoE layers in the model's proportion),
     by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise.
     It sizes the DP overlap window (the layers of the even split's largest stage)."""
-    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
+    layer = _framework_compute_s(model_spec, cluster, job, d, constants)
     moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
     return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
             + moe_share * layer["moe"].get(part, 0.0)
@@ -131,14 +132,119 @@ def stack_parts(**values: np.ndarray | float) -> np.ndarray:
     return out
 
 
+def _framework_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                         d: dict[str, np.ndarray], constants: TimeConstants
+                         ) -> dict[str, dict[str, np.ndarray]]:
+    """_layer_compute_s under the framework's element-wise fusion: eager ATen ops move
+    TimeConstants.eager_elementwise_traffic times the fused kernels' traffic."""
+    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
+    if constants.fused_elementwise:
+        return layer
+    factor = constants.eager_elementwise_traffic
+    return {kind: {**parts, "elementwise": factor * parts["elementwise"]}
+            for kind, parts in layer.items()}
+
+
+# SMs a flex dispatcher's kernels hold while they overlap compute: DeepEP's historical default
+# 20 (Megatron transformer_config.py moe_deepep_num_sms, DeepEP Buffer.num_sms); HybridEP uses
+# "fewer SMs" (Megatron moe/README.md) [C: 16, the count a Megatron HybridEP trace study found
+# sufficient]. NCCL's all-to-all holds TimeConstants.comm_sms.
+DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
+
+
+def _domain_dedup(cluster: ClusterSpec, ep: np.ndarray, etp: np.ndarray,
+                  k: int) -> np.ndarray:
+    """What DeepEP / HybridEP send across NVLink domains per byte the all-to-all sends: a
+    token goes once to each other domain holding one of its k experts, forwarded inside it
+    (DeepEP README, "forwarding data from NVLink domain to RDMA domain"). With balanced
+    routing over an EP group spanning D domains: D (1 - (1 - 1/D)^k) / k of the all-to-all's
+    k (D - 1) / D copies off the domain; k = 8, D = 2: 0.249; D = 8: 0.656; 1 within a domain."""
+    # Ranks fill the job's segment of an NVLink domain in order (solver.spec.hardware); the
+    # group's ep * etp ranks sit etp apart.
+    members = np.clip(cluster.job_segment_gpus // etp, 1, ep)
+    domains = np.maximum(ep / members, 1.0)
+    reached = domains * (1.0 - (1.0 - 1.0 / domains) ** k)
+    return np.where(domains > 1.0, reached / k, 1.0)
+
+
+def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str, np.ndarray],
+                       constants: TimeConstants, rows: np.ndarray) -> np.ndarray:
+    """Forward seconds of one MoE layer's token dispatch and combine, plus expert-TP's gather
+    and reduce-scatter, by the framework's dispatcher (TimeConstants.moe_dispatcher):
+      alltoall   each token's k routed copies go to their experts' ranks and back: two
+                 all-to-alls of rows/tp * k * h
+      allgather  every rank gathers the EP group's tokens and reduce-scatters its experts'
+                 outputs (Megatron MoEAllGatherTokenDispatcher): rows/tp * h * ep each way
+      deepep, hybridep  the all-to-all's bytes times _domain_dedup.
+    Worked number: ep 8 inside one node, k = 8: alltoall and allgather move the same bytes."""
+    ep, etp, tp = d["ep"], d["etp"], d["tp"]
+    h, k = model_spec.hidden_size, model_spec.num_experts_per_tok
+    token_bytes = rows / tp * h * BF16_BYTES
+    dispatch_bytes = token_bytes * k
+    if constants.moe_dispatcher == "allgather":
+        link = estimate_group_link(cluster, etp, ep)
+        gathered = token_bytes * ep
+        moved = (estimate_collective_s("all_gather", gathered, ep, link)
+                 + estimate_collective_s("reduce_scatter", gathered, ep, link))
+    else:
+        link = estimate_group_link(cluster, etp, ep, all_to_all=True)
+        sent = dispatch_bytes
+        if constants.moe_dispatcher in DISPATCHER_SMS:
+            sent = dispatch_bytes * _domain_dedup(cluster, ep, etp, k)
+        moved = 2.0 * estimate_collective_s("all_to_all", sent, ep, link)
+    etp_link = estimate_group_link(cluster, 1, etp)
+    etp_bytes = dispatch_bytes * etp
+    return moved + estimate_collective_s("all_gather", etp_bytes, etp, etp_link) + (
+        estimate_collective_s("reduce_scatter", etp_bytes, etp, etp_link))
+
+
+def _estimate_host_s(model_spec: ModelSpec, d: dict[str, np.ndarray],
+                     constants: TimeConstants, is_moe: bool) -> np.ndarray:
+    """Host seconds to launch one layer's forward pass (the backward launches
+    KernelLaunches.backward_ratio times as many): its kernels (TimeConstants.launches; an MoE
+    layer's per local expert times num_experts / ep), its SP collectives (all-gather and
+    reduce-scatter around attention, and around a dense MLP) and CP ring steps (a send and a
+    receive each), times kernel_launch_s. CUDA graphs replay a captured block with one launch:
+    the whole dense layer; in a dropless MoE layer attention and router, while dispatch,
+    experts and combine stay eager (Megatron cuda_graph.md, --cuda-graph-modules).
+    Worked number: Megatron, Qwen3-30B-A3B MoE layer at ep 8 (16 local experts), tp 1:
+    8 + 10 + 12 + 1 + 2 x 16 = 63 launches, 0.32 ms forward, 0.63 ms backward at 5 us."""
+    n = constants.launches
+    comm = (np.where(d["tp"] > 1, 2.0 if is_moe else 4.0, 0.0)
+            + 2.0 * (np.asarray(d["cp"], dtype=float) - 1.0))
+    if is_moe:
+        local_experts = model_spec.num_experts / np.asarray(d["ep"], dtype=float)
+        captured, graphs = n.attention + n.router, 2.0
+        eager = n.dispatch + n.experts + n.per_local_expert * local_experts
+    else:
+        captured, graphs, eager = n.attention + n.mlp, 1.0, 0.0
+    kernels = graphs + eager + 0.0 * comm if constants.cuda_graphs else captured + eager + comm
+    return kernels * constants.kernel_launch_s
+
+
+def _estimate_selective_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
+    """Seconds `--recompute selective` adds to a layer's backward: nothing for the attention
+    core (FlashAttention's backward recomputes it anyway); under op-level checkpointing
+    (torchtitan) every second GEMM (half of the GEMM time), the grouped expert GEMMs (not in
+    its save list) and every element-wise op (TimeConstants.selective_recompute)."""
+    if constants.selective_recompute != "op_level":
+        return np.zeros_like(fwd["gemm"])
+    return 0.5 * fwd["gemm"] + fwd.get("routed", 0.0) + fwd["elementwise"]
+
+
 def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                  d: dict[str, np.ndarray], constants: TimeConstants
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(per layer, recompute) of TimeTerms: each layer kind without and with full recompute."""
-    tp, cp, ep, etp = d["tp"], d["cp"], d["ep"], d["etp"]
+    """(per layer, recompute) of TimeTerms: each layer kind at the candidate's own recompute
+    level (none, or selective), and what recomputing it in full adds to the level none.
+
+    The host launches each pass's kernels ahead of the GPU, which waits only when the launches
+    take longer than the pass's GPU work (compute and exposed communication): a pass costs
+    max(GPU, host), a roofline on the CPU side, per pass (forward, recompute, backward) since
+    the frameworks synchronise the host between them (MoE token counts, autograd)."""
+    tp, cp = d["tp"], d["cp"]
     h, s, mb = model_spec.hidden_size, job.seq_len, d["micro_batch"]
-    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
-    contention = sm_contention(cluster, constants)
+    layer = _framework_compute_s(model_spec, cluster, job, d, constants)
     rows = mb * s / cp
     tp_link = estimate_group_link(cluster, 1, tp)
     activation_bytes = rows * h * BF16_BYTES
@@ -154,45 +260,67 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 
     ep_fwd = np.zeros_like(ag)
     if model_spec.is_moe:
-        ep_link = estimate_group_link(cluster, etp, ep, all_to_all=True)
-        dispatch_bytes = rows / tp * model_spec.num_experts_per_tok * h * BF16_BYTES
-        a2a = estimate_collective_s("all_to_all", dispatch_bytes, ep, ep_link)
-        etp_link = estimate_group_link(cluster, 1, etp)
-        etp_bytes = dispatch_bytes * etp
-        etp_comm = estimate_collective_s("all_gather", etp_bytes, etp, etp_link) + (
-            estimate_collective_s("reduce_scatter", etp_bytes, etp, etp_link))
-        ep_fwd = 2.0 * a2a + etp_comm  # dispatch + combine
+        ep_fwd = _estimate_ep_fwd_s(model_spec, cluster, d, constants, rows)
+    tp_contention = sm_contention(cluster, constants)
+    ep_contention = sm_contention(cluster, constants,
+                                  DISPATCHER_SMS.get(constants.moe_dispatcher))
+    selective = np.asarray(d["recompute"]) == RECOMPUTE_SELECTIVE
 
-    def kind(fwd: dict[str, np.ndarray], is_moe: bool, full: bool) -> np.ndarray:
+    def kind(fwd: dict[str, np.ndarray], is_moe: bool) -> tuple[np.ndarray, np.ndarray]:
         fwd_s, bwd_s = _forward_s(fwd), _backward_s(fwd, constants)
         gemm = fwd["gemm"] + fwd.get("routed", 0.0)
         # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out,
         # forward and backward (Korthikanti et al. 2022 §4.2.2); an MoE layer's MLP side goes
         # by EP instead.
-        tp_fwd = (1.0 if is_moe else 2.0) * (ag + rs)
+        gathers = (1.0 if is_moe else 2.0) * ag
+        tp_pass = (1.0 if is_moe else 2.0) * (ag + rs)
         if constants.tp_comm_overlap:
-            hidden_tp = np.minimum(tp_fwd, gemm)
-            tp_fwd = tp_fwd - hidden_tp + hidden_tp * contention
+            hidden_tp = np.minimum(tp_pass, gemm)
+            tp_pass = tp_pass - hidden_tp + hidden_tp * tp_contention
         # The ring hides behind the attention core it feeds (Megatron context_parallel.md).
         cp_fwd = np.maximum(ring_fwd - fwd["core"], 0.0)
         cp_bwd = np.maximum(2.0 * ring_fwd - constants.attention_backward_ratio * fwd["core"],
                             0.0)
-        ep_s = ep_fwd * (3.0 if full else 2.0) if is_moe else np.zeros_like(fwd_s)
-        if is_moe and constants.ep_comm_overlap:
-            hidden_ep = np.minimum(ep_s, fwd_s + bwd_s)
-            ep_s = ep_s - hidden_ep + hidden_ep * contention
-        return stack_parts(compute=fwd_s + bwd_s, recompute=fwd_s if full else 0.0,
-                      tp=tp_fwd * (3.0 if full else 2.0),
-                      cp=cp_fwd * (2.0 if full else 1.0) + cp_bwd, ep=ep_s)
+
+        def ep_exposed(passes: float) -> np.ndarray:
+            ep_s = ep_fwd * passes if is_moe else np.zeros_like(fwd_s)
+            if is_moe and constants.ep_comm_overlap:
+                hidden_ep = np.minimum(ep_s, fwd_s + bwd_s)
+                ep_s = ep_s - hidden_ep + hidden_ep * ep_contention
+            return ep_s
+
+        host_fwd = _estimate_host_s(model_spec, d, constants, is_moe)
+        host_bwd = constants.launches.backward_ratio * host_fwd
+        ep_plain = ep_exposed(2.0)
+
+        def waits(gpu_s: np.ndarray, host_s: np.ndarray) -> np.ndarray:
+            return np.maximum(host_s - gpu_s, 0.0)
+
+        exposed = (waits(fwd_s + tp_pass + cp_fwd + 0.5 * ep_plain, host_fwd)
+                   + waits(bwd_s + tp_pass + cp_bwd + 0.5 * ep_plain, host_bwd))
+        plain = stack_parts(compute=fwd_s + bwd_s + exposed, tp=2.0 * tp_pass,
+                            cp=cp_fwd + cp_bwd, ep=ep_plain)
+        # Full recompute: one more forward pass with its traffic, before the backward.
+        ep_full = ep_exposed(3.0)
+        recompute_pass = fwd_s + tp_pass + cp_fwd + (ep_full - ep_plain)
+        full = stack_parts(recompute=fwd_s + waits(recompute_pass, host_fwd), tp=tp_pass,
+                           cp=cp_fwd, ep=ep_full - ep_plain)
+        # Op-level selective recompute: its recomputed ops, and the SP all-gathers it repeats
+        # (communication outputs other than reduce-scatter and all-to-all are not saved).
+        redo_s = _estimate_selective_s(fwd, constants)
+        redo_tp = np.where(redo_s > 0.0, gathers, 0.0)
+        redo = stack_parts(recompute=redo_s + np.where(
+            redo_s > 0.0, waits(redo_s + redo_tp, host_fwd), 0.0), tp=redo_tp)
+        return plain + np.where(selective[:, None], redo, 0.0), full
 
     kinds = [("dense", False), ("moe", model_spec.is_moe)]
-    plain = np.stack([kind(layer[name], moe, False) for name, moe in kinds], axis=1)
-    full = np.stack([kind(layer[name], moe, True) for name, moe in kinds], axis=1)
-    return plain, full - plain
+    terms = [kind(layer[name], moe) for name, moe in kinds]
+    return (np.stack([per_layer for per_layer, _ in terms], axis=1),
+            np.stack([full for _, full in terms], axis=1))
 
 
 # What a layer's time (and the LM head's) depends on.
-LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch")
+LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch", "recompute")
 
 
 def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
@@ -216,8 +344,10 @@ def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
             "mixed_bwd": _backward_s(fwd, constants)}
 
 
-def sm_contention(cluster: ClusterSpec, constants: TimeConstants) -> float:
+def sm_contention(cluster: ClusterSpec, constants: TimeConstants,
+                  comm_sms: int | None = None) -> float:
     """Extra compute time per second of overlapped communication: f / (1 - f), f the share of
-    the SMs that communication kernels hold (16 of H100's 132: 0.138)."""
-    fraction = constants.comm_sms / (cluster.gpu.num_sms or DEFAULT_NUM_SMS)
+    the SMs that communication kernels hold (`comm_sms`, default TimeConstants.comm_sms: 16 of
+    H100's 132: 0.138; DeepEP's 20: 0.179)."""
+    fraction = (comm_sms or constants.comm_sms) / (cluster.gpu.num_sms or DEFAULT_NUM_SMS)
     return fraction / (1.0 - fraction)

@@ -1,6 +1,7 @@
-"""The constants and switches of the step-time model (solver.cost.steptime), and what each
-training framework does with them (`framework_time_constants`): which DP collectives overlap
-compute, how often they run, in which dtype gradients are reduced.
+"""The constants and switches of the step-time model (solver.cost.steptime): which DP
+collectives overlap compute, how often they run, in which dtype gradients are reduced, which
+kernels the frameworks run and how many the host launches. What each training framework sets
+them to is its profile (solver.cost.frameworks; `framework_time_constants` here).
 
 Every constant has a physical meaning and a source; the switches are framework behaviour read
 from the frameworks' code or documentation, never fitted.
@@ -14,6 +15,24 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.efficiency import ComputeConstants
+
+
+class KernelLaunches(BaseModel):
+    """Kernels the host launches for one layer's forward pass of one micro-batch, by block
+    (solver.cost.frameworks counts them per framework, with the modules they come from). The
+    backward launches `backward_ratio` times as many: each GEMM becomes an input- and a
+    weight-gradient GEMM, each fused element-wise kernel one or two backward kernels.
+    Collectives (TP/SP, CP ring steps) are counted where they are costed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attention: float = Field(default=8.0, ge=0)
+    mlp: float = Field(default=5.0, ge=0)
+    router: float = Field(default=10.0, ge=0)  # MoE: pre-MLP norm, router, shared experts
+    dispatch: float = Field(default=12.0, ge=0)  # MoE: permute, dispatch, combine, unpermute
+    experts: float = Field(default=1.0, ge=0)  # MoE: expert kernels launched once per layer
+    per_local_expert: float = Field(default=2.0, ge=0)  # MoE: kernels per local expert
+    backward_ratio: float = Field(default=2.0, ge=0)
 
 
 class TimeConstants(BaseModel):
@@ -85,6 +104,40 @@ class TimeConstants(BaseModel):
     # SMs that overlapped NCCL / userbuffer kernels occupy: NeMo's TP-overlap default is 16
     # (communication_overlap.rst; notes §4.5), NCCL's channel count is of the same order.
     comm_sms: int = Field(default=16, gt=0)
+    # ---- framework features: solver.cost.frameworks sets them per framework, with sources ----
+    # The MoE token dispatcher (solver.cost.layer_time._estimate_ep_s): "alltoall" sends each
+    # token's k routed copies (NCCL all-to-all), "allgather" gathers every token of the EP group
+    # and reduce-scatters the outputs, "deepep" / "hybridep" send a token once to each NVLink
+    # domain that holds one of its experts and forward it inside the domain (DeepEP README,
+    # "asymmetric-domain bandwidth forwarding"; Megatron moe/README.md "removes redundant
+    # tokens during cross-node communication").
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = "alltoall"
+    # What `--recompute selective` recomputes: "attention_core" (Megatron,
+    # --recompute-granularity selective: the attention core, free under FlashAttention, whose
+    # backward recomputes it anyway) or "op_level" (torchtitan's per-op SAC: every op but the
+    # saved ones, i.e. all element-wise ops, every second matmul and the grouped expert
+    # GEMMs; solver.cost.layer_time._estimate_selective_s).
+    selective_recompute: Literal["attention_core", "op_level"] = "attention_core"
+    # Element-wise ops fused into one kernel each (Transformer Engine / apex fused norms, RoPE,
+    # SwiGLU; torch.compile) or run eagerly, one ATen kernel per op: the eager element-wise
+    # traffic is `eager_elementwise_traffic` times the fused one. 2.0 [B]: per token, eager
+    # RMSNorm (pow, mean, rsqrt-mul, weight-mul) moves 7h against 2h fused, SwiGLU (silu, mul)
+    # 5F against 3F, complex RoPE (cast, mul, cast back) 3x, residual adds 1x; on Llama-3-8B's
+    # element-wise budget (norms 4h, adds 6h, RoPE 2(q + kv), SwiGLU 3F) that is
+    # 190,464 / 96,256 B = 1.98x.
+    fused_elementwise: bool = True
+    eager_elementwise_traffic: float = Field(default=2.0, ge=1.0)
+    # CUDA graphs: captured kernels replay without a host launch each (Megatron
+    # --cuda-graph-impl; docs/user-guide/features/cuda_graph.md). Dropless MoE layers capture
+    # only attention, router and preprocessing (--cuda-graph-modules attn moe_router
+    # moe_preprocess: "moe ... drop-and-pad only"), so dispatch, experts and combine stay eager.
+    cuda_graphs: bool = False
+    # Host time to launch one kernel from eager PyTorch: the driver's launch floor is about
+    # 3 us (NVIDIA developer forum, "Too much time for kernel launch latency", 2022: null
+    # kernels) and PyTorch's dispatcher adds its own few microseconds per op; 5 us is the low
+    # end of the 4-10 us per op that PyTorch profiles show [C]. Not fitted.
+    kernel_launch_s: float = Field(default=5e-6, ge=0)
+    launches: KernelLaunches = KernelLaunches()
 
 
 def dp_syncs_per_step(constants: TimeConstants, zero: np.ndarray, num_micro: np.ndarray
@@ -118,22 +171,8 @@ def dp_overlaps(constants: TimeConstants, pp: np.ndarray) -> np.ndarray:
 
 
 def framework_time_constants(framework: str) -> TimeConstants:
-    """The step-time behaviour a framework brings (the planner's --framework), each from the
-    framework's own code or defaults:
-      megatron    fp32 main gradients, reduced in fp32 under Megatron-FSDP too (ZeRO-3: 4 B;
-                  --grad-reduce-in-bf16 is opt-in); DP overlap (the launch settings ask for
-                  --overlap-grad-reduce / --overlap-param-gather: solver.emit.megatron).
-      torchtitan  FSDP2 reduces in mixed_precision_reduce = "float32" (its job config
-                  default): ZeRO-2/3 gradients 4 B; prefetching overlaps DP traffic.
-      deepspeed   its pipeline engine leaves DP traffic exposed (dp_overlap
-                  "without_pipeline"), its ZeRO-0 all-reduces after the backward, its ZeRO 1-2
-                  gather parameters inside the optimizer step and its ZeRO-2 reduces gradients
-                  every micro-batch; ZeRO-3 reduces in the parameters' dtype (2 B) unless
-                  communication_data_type says otherwise.
-      generic     the defaults."""
-    if framework == "deepspeed":
-        return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
-                             zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False)
-    if framework in ("megatron", "torchtitan"):
-        return TimeConstants(zero3_grad_reduce_bytes=4.0)
-    return TimeConstants()
+    """The TimeConstants of `framework`'s profile (solver.cost.frameworks, where each feature
+    is sourced; `build_framework_profile` also applies single-feature overrides)."""
+    from solver.cost.frameworks import build_framework_profile
+
+    return build_framework_profile(framework).time_constants

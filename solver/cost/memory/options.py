@@ -6,6 +6,8 @@ the shared brief), which cite the primary sources.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 2**30
@@ -63,6 +65,10 @@ class MemoryOptions(BaseModel):
                            tight: BLOOM's 2022 nvidia-smi maxima and OOM points need 0.12
                            (benchmarks/memory_accuracy.py sets it for that era).
       include_mtp          DeepSeek's multi-token-prediction module on the last stage.
+      selective_recompute  what `selective` keeps: "attention_core" (Megatron: all but the
+                           attention core) or "op_level" (torchtitan's per-op SAC: the layer
+                           input and the outputs of every second GEMM, the attention and the
+                           all-to-alls; solver.cost.frameworks sets it per framework).
     Framework layouts, off by default (used to reproduce published runs):
       account_for_embedding_in_pipeline_split
                            the embedding and the LM head each take one layer slot of the
@@ -90,5 +96,6 @@ class MemoryOptions(BaseModel):
     nccl_gib: float = Field(default=1.5, ge=0)
     fragmentation: float = Field(default=0.05, ge=0)
     include_mtp: bool = True
+    selective_recompute: Literal["attention_core", "op_level"] = "attention_core"
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False

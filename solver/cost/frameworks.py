@@ -1,0 +1,227 @@
+"""Framework profiles: what Megatron-LM, torchtitan and DeepSpeed do that the step time and the
+memory see (`--framework`), each feature from the framework's own code or documentation; named
+flags override single features (`--moe-dispatcher deepep`, `--cuda-graphs`, ...). Every planning
+command builds its profile here (`build_framework_profile`), so `optimize`, `estimate` and
+`launch` agree.
+
+A profile's features are fields of TimeConstants, the step-time model's one set of switches:
+the profile chooses their values, nothing repeats them. FEATURES lists the ones a flag may
+override:
+
+  attention_kernel     native (FlashAttention-3 / cuDNN fused attention: the GPU's own
+                       tensor-core instructions), flash2 (FlashAttention-2 kernels, Ampere's
+                       mma.sync: GpuSpec.legacy_mma_fraction of a Hopper peak) or unfused
+                       (TimeConstants.flash_attention, native_attention_kernels)
+  fused_elementwise    fused norms / RoPE / SwiGLU (TE, apex, torch.compile) or eager ops
+  cuda_graphs          captured kernels replay without host launches
+  moe_dispatcher       alltoall | allgather | deepep | hybridep (EP traffic, its SMs)
+  tp_comm_overlap      TP/SP collectives behind the GEMMs (TE userbuffers)
+  ep_comm_overlap      EP all-to-all behind another micro-batch's compute
+  dp_overlap           DP collectives behind compute (always | never | without_pipeline)
+  selective_recompute  what --recompute selective recomputes: attention_core | op_level
+and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
+DP details (zero*_...) and the gradient-reduction dtypes.
+
+Kernel counts (forward, one layer, one micro-batch) are read off the frameworks' layer code
+[B: counted from the module structure, not profiled]; the backward launches twice as many.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from solver.cost.memory.options import MemoryOptions
+from solver.cost.time_constants import KernelLaunches, TimeConstants
+from solver.errors import InputError, format_validation_error
+
+ATTENTION_KERNELS = {"native": (True, True), "flash2": (True, False), "unfused": (False, False)}
+FEATURES = ("attention_kernel", "fused_elementwise", "cuda_graphs", "moe_dispatcher",
+            "tp_comm_overlap", "ep_comm_overlap", "dp_overlap", "selective_recompute")
+
+# Megatron-Core with Transformer Engine (megatron/core/transformer/transformer_layer.py
+# TransformerLayer.forward, attention.py, mlp.py, moe/moe_layer.py, moe/token_dispatcher.py
+# MoEAlltoAllTokenDispatcher, moe/experts.py TEGroupedMLP), forward:
+#   attention 8  TE LayerNormLinear (norm + QKV GEMM: 2), the QKV split copy, fused RoPE on q and
+#                k (2), cuDNN fused attention, output projection, bias-dropout-add
+#   mlp 5        LayerNormLinear (2), fused SwiGLU, fc2, bias-dropout-add
+#   router 10    pre-MLP norm, gate GEMM, score function and top-k (4), aux loss (2), shared
+#                expert fc1, activation, fc2 (3)... less one where fused: 10
+#   dispatch 12  tokens per expert, their D2H copy, permute (2), all-to-all, sort by local
+#                expert; sort back, all-to-all, unpermute (2), bias-dropout-add, shared add
+#   experts 1 + 2 per local expert: the activation over all local tokens; TE GroupedLinear
+#                issues one GEMM per local expert for fc1 and fc2.
+MEGATRON_LAUNCHES = KernelLaunches()
+# torchtitan without torch.compile (its default: config Compile.enable = False; the llama3_8b
+# and qwen3 train configs keep it off), torchtitan/models/llama3/model.py and moe.py:
+#   attention 20  RMSNorm run as ATen ops (5), wq, wk, wv (3), complex RoPE on q and k (cast,
+#                 complex multiply, cast back: 6), transposes to SDPA's layout (2), SDPA, the
+#                 output transpose copy, wo, residual add
+#   mlp 11        RMSNorm (5), w1, w3, silu, mul, w2, residual add
+#   router 15     RMSNorm (5), gate mm, score function, top-k, histc of counts, score gather,
+#                 shared expert w1, w3, silu, mul, w2 (5)
+#   dispatch 11   all-to-all of counts, their D2H .tolist(), token all_to_all_single, permute
+#                 indices, gather; unpermute, all_to_all_single, score multiply, scatter-add,
+#                 shared add, residual add
+#   experts 5     torch._grouped_mm for w1 and w3, silu, mul, grouped_mm for w2: one kernel
+#                 for all local experts, none per expert.
+TORCHTITAN_EAGER_LAUNCHES = KernelLaunches(attention=20.0, mlp=11.0, router=15.0,
+                                           dispatch=11.0, experts=5.0, per_local_expert=0.0)
+# torchtitan with torch.compile: Inductor fuses each element-wise chain into one kernel, the
+# norms into their neighbours; the GEMMs stay separate (wq, wk, wv; w1, w3).
+TORCHTITAN_COMPILED_LAUNCHES = KernelLaunches(attention=9.0, mlp=6.0, router=9.0,
+                                              dispatch=11.0, experts=4.0, per_local_expert=0.0)
+# Megatron-DeepSpeed (megatron/model/transformer.py ParallelTransformerLayer: apex fused layer
+# norm, fused bias-GeLU, fused bias-dropout-add) and DeepSpeed-MoE (deepspeed/moe/
+# sharded_moe.py TopKGate + MOELayer, moe/experts.py Experts):
+#   attention 8, mlp 5  as Megatron's (the legacy model's fused kernels)
+#   router 14     layer norm, gate GEMM, softmax, top-k, one-hot masks (2), capacity cumsum and
+#                 locations (3), aux loss (3), combine weights (2)
+#   dispatch 8    dispatch einsum, all-to-all, reshape copy; all-to-all, reshape, combine
+#                 einsum, residual add, one more copy
+#   experts 1 + 4 per local expert: Experts.forward loops over its local experts in Python
+#                 (chunk, fc1, GeLU, fc2), then concatenates.
+DEEPSPEED_LAUNCHES = KernelLaunches(router=14.0, dispatch=8.0, experts=1.0,
+                                    per_local_expert=4.0)
+
+
+class FrameworkProfile(BaseModel):
+    """A framework's name and its TimeConstants (the features are its fields, FEATURES)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    time_constants: TimeConstants
+
+    def features(self) -> dict[str, Any]:
+        """The named features and their values (attention_kernel from its two switches)."""
+        constants = self.time_constants
+        values = {name: getattr(constants, name) for name in FEATURES if name != "attention_kernel"}
+        kernel = ("unfused" if not constants.flash_attention
+                  else "native" if constants.native_attention_kernels else "flash2")
+        return {"attention_kernel": kernel, **values}
+
+    def memory_options(self, base: MemoryOptions | None = None) -> MemoryOptions:
+        """The memory model's options under this profile: what `selective` keeps."""
+        base = base or MemoryOptions()
+        return base.model_copy(update={
+            "selective_recompute": self.time_constants.selective_recompute})
+
+
+def _megatron() -> TimeConstants:
+    """Megatron-LM / Megatron-Core as `parplan launch --format megatron` starts it.
+    attention native: TE's DotProductAttention runs cuDNN fused attention (FlashAttention-3
+      where installed) on Hopper and Blackwell (--attention-backend auto).
+    elementwise fused: TE fused norms (LayerNormLinear), --apply-rope-fusion, bias_swiglu.
+    cuda_graphs off: --cuda-graph-impl defaults to none (transformer_config.py).
+    dispatcher alltoall: the launch settings ask for --moe-token-dispatcher-type alltoall
+      (Megatron-Core's own default, allgather, suits TP-only or small EP; moe/README.md);
+      flex dispatchers (deepep, hybridep) by --moe-flex-dispatcher-backend.
+    overlaps: --tp-comm-overlap and --overlap-moe-expert-parallel-comm default off
+      (model_parallel_config.py); DP overlap asked (--overlap-grad-reduce,
+      --overlap-param-gather); fp32 main gradients, reduced in fp32 under Megatron-FSDP too
+      (--grad-reduce-in-bf16 is opt-in): ZeRO-3 gradients 4 B.
+    selective attention_core: --recompute-granularity selective recomputes core attention."""
+    return TimeConstants(zero3_grad_reduce_bytes=4.0, launches=MEGATRON_LAUNCHES)
+
+
+def _torchtitan() -> TimeConstants:
+    """torchtitan (v0.2.x TOML releases and main).
+    attention native: ScaledDotProductAttention puts SDPBackend.CUDNN_ATTENTION first on every
+      GPU since v0.2.0 (models/attention.py, #1776, 2025-10); v0.1.x ran FLASH_ATTENTION
+      (FlashAttention-2, not Hopper-native) below Blackwell (#1196): --attention-kernel flash2.
+    elementwise eager: [compile] enable = false by default (job_config.py Compile), and in the
+      shipped llama3_8b / qwen3 configs.
+    cuda_graphs off: no CUDA-graph path in its trainer.
+    dispatcher alltoall: expert parallelism sends with all_to_all_single
+      (distributed/expert_parallel.py); DeepEP / HybridEP backends since #2107 (2025-12).
+    overlaps: no TP/EP overlap by default (async TP is opt-in); FSDP2 prefetching overlaps DP
+      traffic; mixed_precision_reduce = "float32": ZeRO-2/3 gradients 4 B.
+    selective op_level: SelectiveAC saves matmul, attention and communication outputs but
+      recomputes every second mm/linear and every other op (distributed/activation_checkpoint
+      .py _get_default_save_ops and the policy's "every second mm"); torch._grouped_mm is not
+      in the save list (torch._functorch.partitioners.get_default_op_list), so the routed
+      experts recompute. Layer-level SAC (v0.2.x selective_ac_option = "k": every k-th layer
+      in full) is full recompute of 1/k of the layers (--recompute full with
+      --recompute-num-layers)."""
+    return TimeConstants(zero3_grad_reduce_bytes=4.0, fused_elementwise=False,
+                         selective_recompute="op_level", launches=TORCHTITAN_EAGER_LAUNCHES)
+
+
+def _deepspeed() -> TimeConstants:
+    """DeepSpeed with Megatron-DeepSpeed.
+    attention flash2: Megatron-DeepSpeed's --use-flash-attn-v2 calls the flash_attn 2 package
+      (megatron/model/transformer.py FlashSelfAttention), Ampere's mma.sync on Hopper.
+    elementwise fused: apex FusedLayerNorm, fused bias-GeLU and bias-dropout-add.
+    cuda_graphs off: CUDA graphs are DeepSpeed-Inference's (enable_cuda_graph), not training's.
+    dispatcher alltoall: DeepSpeed-MoE's MOELayer (_AllToAll in sharded_moe.py).
+    DP: its pipeline engine leaves DP traffic exposed (dp_overlap "without_pipeline"), its
+      ZeRO-0 all-reduces after the backward, its ZeRO 1-2 gather parameters inside the
+      optimizer step and its ZeRO-2 reduces gradients every micro-batch; ZeRO-3 reduces in the
+      parameters' dtype (2 B) unless communication_data_type says otherwise.
+    selective attention_core: Megatron-DeepSpeed keeps Megatron's
+      --recompute-granularity selective; DeepSpeed's own checkpointing is per layer (full)."""
+    return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
+                         zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
+                         native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES)
+
+
+PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed,
+            "generic": TimeConstants}
+# Feature values a framework does not offer: (feature, value) -> why (a flag asking for one is
+# an error naming the flag).
+UNSUPPORTED = {
+    "deepspeed": {("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
+                  ("moe_dispatcher", "hybridep"): "DeepSpeed-MoE dispatches with all-to-all only",
+                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only"},
+    "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher"},
+}
+
+
+def _flag(feature: str) -> str:
+    return "--" + feature.replace("_", "-")
+
+
+def build_framework_profile(framework: str,
+                            overrides: Mapping[str, Any] | None = None) -> FrameworkProfile:
+    """The profile of `framework` with single features overridden (None values are ignored);
+    an unknown framework or feature, or a value the framework lacks, is an InputError naming
+    the flag."""
+    if framework not in PROFILES:
+        raise InputError(f"--framework {framework}: unknown framework "
+                         f"({', '.join(PROFILES)})")
+    constants = PROFILES[framework]()
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    update: dict[str, Any] = {}
+    for feature, value in given.items():
+        if feature not in FEATURES:
+            raise InputError(f"{_flag(feature)}: not a framework feature ({', '.join(FEATURES)})")
+        why = UNSUPPORTED.get(framework, {}).get((feature, value))
+        if why:
+            raise InputError(f"{_flag(feature)} {_render(value)}: {why} (--framework "
+                             f"{framework})")
+        if feature == "attention_kernel":
+            if value not in ATTENTION_KERNELS:
+                raise InputError(f"--attention-kernel {value}: one of "
+                                 f"{', '.join(ATTENTION_KERNELS)}")
+            update["flash_attention"], update["native_attention_kernels"] = \
+                ATTENTION_KERNELS[value]
+        else:
+            update[feature] = value
+    if framework == "torchtitan" and "fused_elementwise" in update:
+        update["launches"] = (TORCHTITAN_COMPILED_LAUNCHES if update["fused_elementwise"]
+                              else TORCHTITAN_EAGER_LAUNCHES)
+    try:
+        constants = TimeConstants.model_validate({**dict(constants), **update})
+    except ValidationError as exc:
+        feature = str(exc.errors()[0]["loc"][0])
+        raise InputError(format_validation_error(_flag(feature), exc)) from None
+    return FrameworkProfile(name=framework, time_constants=constants)
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)

@@ -1,0 +1,268 @@
+"""Framework profiles (solver.cost.frameworks): each feature pinned to the framework's code or
+docs, the overrides' one door, and the terms the features drive (host launches, the MoE
+dispatcher, op-level selective recompute, eager element-wise ops)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver.catalog import load_cluster_spec, load_model_spec
+from solver.cost.candidates import Candidates
+from solver.cost.frameworks import FEATURES, PROFILES, build_framework_profile
+from solver.cost.layer_time import (
+    _domain_dedup,
+    _estimate_host_s,
+    estimate_layer_terms,
+    sm_contention,
+)
+from solver.cost.memory.activations import estimate_layer_activation_bytes
+from solver.cost.memory.options import MemoryOptions
+from solver.cost.steptime import estimate_step_time
+from solver.cost.time_constants import TimeConstants, framework_time_constants
+from solver.errors import InputError
+from solver.spec import JobSpec, ParallelConfig
+from solver.spec.job import FRAMEWORKS
+
+H100 = load_cluster_spec("dgx-h100")
+
+
+def degrees(**values: object) -> dict[str, np.ndarray]:
+    base = dict(tp=1, pp=1, dp=8, cp=1, ep=1, etp=1, vpp=1, zero=1, micro_batch=1, recompute=0)
+    base.update(values)
+    return {k: np.atleast_1d(np.asarray(v)) for k, v in base.items()}
+
+
+def step(model: str, constants: TimeConstants, job: JobSpec | None = None, **config: object):
+    job = job or JobSpec(seq_len=4096, global_batch=256)
+    return estimate_step_time(load_model_spec(model), H100, job,
+                              Candidates.from_configs([ParallelConfig(**config)]), constants)
+
+
+# ---- the profiles, feature by feature --------------------------------------------------------
+
+def test_every_framework_has_a_profile_and_framework_time_constants_is_it() -> None:
+    assert set(PROFILES) == set(FRAMEWORKS)
+    for name in FRAMEWORKS:
+        assert framework_time_constants(name) == build_framework_profile(name).time_constants
+    assert build_framework_profile("generic").time_constants == TimeConstants()
+
+
+def test_megatron_profile() -> None:
+    """Megatron-Core + Transformer Engine (NVIDIA/Megatron-LM d98e8a64, 2026-08):
+    transformer_config.py cuda_graph_impl = "none", moe_token_dispatcher_type default
+    "allgather" (the launch settings ask for alltoall, moe/README.md "Standard EP > 1 setups"),
+    model_parallel_config.py tp_comm_overlap = False, overlap_moe_expert_parallel_comm = False;
+    --recompute-granularity selective = core attention; TE fused norms, RoPE and SwiGLU."""
+    profile = build_framework_profile("megatron")
+    assert profile.features() == {
+        "attention_kernel": "native", "fused_elementwise": True, "cuda_graphs": False,
+        "moe_dispatcher": "alltoall", "tp_comm_overlap": False, "ep_comm_overlap": False,
+        "dp_overlap": "always", "selective_recompute": "attention_core"}
+    assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
+    assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
+
+
+def test_torchtitan_profile() -> None:
+    """pytorch/torchtitan: models/attention.py puts SDPBackend.CUDNN_ATTENTION first on every
+    GPU since v0.2.0 (#1776; v0.1.0 ran FLASH_ATTENTION below sm100, #1196); config Compile
+    enable = False; distributed/activation_checkpoint.py SelectiveAC "recomputes every second
+    matmul"; expert parallelism all_to_all_single; torch._grouped_mm for the experts."""
+    profile = build_framework_profile("torchtitan")
+    features = profile.features()
+    assert features["attention_kernel"] == "native"
+    assert features["fused_elementwise"] is False
+    assert features["selective_recompute"] == "op_level"
+    assert features["moe_dispatcher"] == "alltoall"
+    assert features["cuda_graphs"] is False
+    assert profile.time_constants.launches.per_local_expert == 0.0
+    assert profile.memory_options().selective_recompute == "op_level"
+    compiled = build_framework_profile("torchtitan", {"fused_elementwise": True})
+    assert compiled.time_constants.launches.attention < profile.time_constants.launches.attention
+
+
+def test_deepspeed_profile() -> None:
+    """DeepSpeed + Megatron-DeepSpeed: --use-flash-attn-v2 (the flash_attn 2 package, not
+    Hopper-native); pipe/engine.py schedules the DP all-reduces itself; DeepSpeed-MoE's
+    Experts.forward loops over its local experts (moe/experts.py)."""
+    features = build_framework_profile("deepspeed").features()
+    assert features["attention_kernel"] == "flash2"
+    assert features["dp_overlap"] == "without_pipeline"
+    assert features["moe_dispatcher"] == "alltoall"
+    assert build_framework_profile("deepspeed").time_constants.launches.per_local_expert == 4.0
+
+
+# ---- overrides: one door, project errors naming the flag ---------------------------------------
+
+def test_overrides_change_single_features() -> None:
+    profile = build_framework_profile("megatron", {"moe_dispatcher": "deepep",
+                                                   "cuda_graphs": True, "tp_comm_overlap": None})
+    assert profile.features()["moe_dispatcher"] == "deepep"
+    assert profile.features()["cuda_graphs"] is True
+    assert profile.features()["tp_comm_overlap"] is False  # None leaves the profile's value
+    legacy = build_framework_profile("torchtitan", {"attention_kernel": "flash2"})
+    assert (legacy.time_constants.flash_attention,
+            legacy.time_constants.native_attention_kernels) == (True, False)
+    assert set(FEATURES) == set(profile.features())
+
+
+@pytest.mark.parametrize(("framework", "overrides", "message"), [
+    ("megatron", {"moe_dispatcher": "nccl"}, "--moe-dispatcher"),
+    ("megatron", {"attention_kernel": "flash9"}, "--attention-kernel flash9"),
+    ("megatron", {"kernel_launch_s": 1.0}, "--kernel-launch-s"),
+    ("deepspeed", {"moe_dispatcher": "deepep"}, "--moe-dispatcher deepep: DeepSpeed-MoE"),
+    ("deepspeed", {"cuda_graphs": True}, "--cuda-graphs on"),
+    ("torchtitan", {"moe_dispatcher": "allgather"}, "--moe-dispatcher allgather"),
+    ("nemo", {}, "--framework nemo"),
+])
+def test_bad_overrides_are_input_errors_naming_the_flag(framework, overrides, message) -> None:
+    with pytest.raises(InputError, match=message.replace("-", r"\-")):
+        build_framework_profile(framework, overrides)
+
+
+# ---- host launches: a roofline on the CPU side ------------------------------------------------
+
+def test_host_launch_worked_number() -> None:
+    """_estimate_host_s docstring: Megatron, Qwen3-30B-A3B MoE layer at ep 8 (16 local
+    experts), tp 1: 8 + 10 + 12 + 1 + 2 x 16 = 63 launches, 0.315 ms forward at 5 us; a dense
+    layer 13 launches, plus 4 SP collectives at tp 2. CUDA graphs: one launch per captured
+    block, and the MoE layer's dispatch and experts stay eager."""
+    model = load_model_spec("qwen3-30b-a3b")
+    megatron = framework_time_constants("megatron")
+    moe = _estimate_host_s(model, degrees(ep=8), megatron, is_moe=True)
+    assert moe[0] == pytest.approx(63 * 5e-6)
+    dense = _estimate_host_s(model, degrees(tp=2), megatron, is_moe=False)
+    assert dense[0] == pytest.approx((13 + 4) * 5e-6)
+    graphs = megatron.model_copy(update={"cuda_graphs": True})
+    assert _estimate_host_s(model, degrees(tp=2), graphs, False)[0] == pytest.approx(5e-6)
+    assert _estimate_host_s(model, degrees(ep=8), graphs, True)[0] == pytest.approx(
+        (2 + 12 + 1 + 32) * 5e-6)
+
+
+def test_the_gpu_hides_the_launches_until_they_outlast_its_work() -> None:
+    """A pass costs max(GPU, host): at 5 us per launch the published-size layers are GPU-bound
+    (no change); at 1 ms per launch a dense layer costs its launches, and CUDA graphs remove
+    them."""
+    model, cluster = load_model_spec("llama3.1-8b"), H100
+    job, d = JobSpec(seq_len=4096), degrees()
+    none = TimeConstants(kernel_launch_s=0.0)
+    default = TimeConstants()
+    slow = TimeConstants(kernel_launch_s=1e-3)
+    terms = {name: estimate_layer_terms(model, cluster, job, d, c)["per_layer"][0, 0]
+             for name, c in (("none", none), ("default", default), ("slow", slow))}
+    np.testing.assert_allclose(terms["default"], terms["none"])
+    launches = 13 * 1e-3 * (1 + 2)  # forward and backward (twice the kernels)
+    assert terms["slow"][0] == pytest.approx(launches)  # the compute part
+    graphed = slow.model_copy(update={"cuda_graphs": True})
+    with_graphs = estimate_layer_terms(model, cluster, job, d, graphed)["per_layer"][0, 0]
+    assert with_graphs[0] == pytest.approx(max(terms["none"][0], 3 * 1e-3), rel=1e-6)
+
+
+def test_launch_bound_micro_batches_scale_with_the_micro_batch() -> None:
+    """Issue 16: small MoE micro-batches are launch-bound, so throughput rises about as fast as
+    the micro-batch until the GPU work outgrows the launches; CUDA graphs flatten it for dense
+    layers. Here with launches slow enough to bind (a DeepSpeed-MoE-like per-expert loop on a
+    slow host): tokens/s per GPU at micro-batch 4 is > 2.5x that at micro-batch 1."""
+    constants = build_framework_profile("deepspeed").time_constants.model_copy(
+        update={"kernel_launch_s": 2e-4})
+    job = JobSpec(seq_len=1024, global_batch=64)
+    rate = [step("qwen3-30b-a3b", constants, job, dp=8, ep=8, micro_batch=mb,
+                 recompute="none").tokens_per_s_per_gpu[0] for mb in (1, 4)]
+    assert rate[1] / rate[0] > 2.5
+    free = constants.model_copy(update={"kernel_launch_s": 0.0})
+    gpu_bound = [step("qwen3-30b-a3b", free, job, dp=8, ep=8, micro_batch=mb,
+                      recompute="none").tokens_per_s_per_gpu[0] for mb in (1, 4)]
+    assert gpu_bound[1] / gpu_bound[0] < 1.5
+
+
+@settings(max_examples=30, deadline=None)
+@given(launch_us=st.floats(0.0, 2000.0), tp=st.sampled_from([1, 2, 8]),
+       recompute=st.sampled_from(["none", "selective", "full"]),
+       framework=st.sampled_from(FRAMEWORKS), mb=st.sampled_from([1, 2, 8]))
+def test_launches_never_make_a_step_faster(launch_us, tp, recompute, framework, mb) -> None:
+    base = framework_time_constants(framework).model_copy(update={"kernel_launch_s": 0.0})
+    slow = base.model_copy(update={"kernel_launch_s": launch_us * 1e-6})
+    kwargs = dict(tp=tp, dp=8 // tp, ep=8 // tp, micro_batch=mb, recompute=recompute)
+    fast_t = step("qwen3-30b-a3b", base, **kwargs)
+    slow_t = step("qwen3-30b-a3b", slow, **kwargs)
+    assert slow_t.step_s[0] >= fast_t.step_s[0] * (1 - 1e-12)
+    parts = [getattr(slow_t, p)[0] for p in ("compute", "recompute", "tp", "cp", "ep")]
+    assert min(parts) >= 0.0
+
+
+# ---- the MoE dispatcher -----------------------------------------------------------------------
+
+def test_deepep_sends_a_token_once_per_domain() -> None:
+    """_domain_dedup docstring: k = 8 over 2 domains 0.249, over 8 domains 0.656; 1 inside one
+    NVLink domain."""
+    ep = np.array([8, 16, 64])
+    factor = _domain_dedup(H100, ep, np.ones(3, dtype=int), 8)
+    np.testing.assert_allclose(factor, [1.0, 2 * (1 - 0.5 ** 8) / 8, 8 * (1 - (7 / 8) ** 8) / 8])
+    assert factor[1] == pytest.approx(0.249, abs=1e-3)
+    assert factor[2] == pytest.approx(0.656, abs=1e-3)
+
+
+def test_dispatchers_across_and_inside_a_node() -> None:
+    model, job = load_model_spec("qwen3-30b-a3b"), JobSpec(seq_len=4096)
+
+    def ep_seconds(dispatcher: str, ep: int) -> float:
+        constants = TimeConstants(moe_dispatcher=dispatcher)
+        layer = estimate_layer_terms(model, H100, job, degrees(dp=32, ep=ep), constants)
+        return float(layer["per_layer"][0, 1, 4])
+
+    assert ep_seconds("deepep", 8) == pytest.approx(ep_seconds("alltoall", 8))
+    assert ep_seconds("allgather", 8) == pytest.approx(ep_seconds("alltoall", 8), rel=0.02)
+    assert ep_seconds("deepep", 16) < 0.4 * ep_seconds("alltoall", 16)
+    # DeepEP's 20 SMs slow overlapped compute more than NCCL's 16: 20/132 / (1 - 20/132).
+    assert sm_contention(H100, TimeConstants(), 20) == pytest.approx(0.1786, abs=1e-4)
+
+
+# ---- recompute semantics and element-wise fusion ----------------------------------------------
+
+def test_op_level_selective_recompute_costs_time_and_saves_memory() -> None:
+    """Megatron's selective recompute (the attention core) is free under FlashAttention;
+    torchtitan's op-level SAC recomputes half the GEMMs, the grouped experts and every
+    element-wise op, and keeps 59,520 of Llama-3-8B's 110,720 B per token and layer
+    (activations._op_level_bytes docstring)."""
+    megatron = framework_time_constants("megatron")
+    op_level = megatron.model_copy(update={"selective_recompute": "op_level"})
+    none = step("llama3.1-8b", megatron, recompute="none", dp=8)
+    attention = step("llama3.1-8b", megatron, recompute="selective", dp=8)
+    op = step("llama3.1-8b", op_level, recompute="selective", dp=8)
+    full = step("llama3.1-8b", megatron, recompute="full", dp=8)
+    assert attention.step_s[0] == pytest.approx(none.step_s[0])
+    assert none.step_s[0] < op.step_s[0] < full.step_s[0]
+    assert op.recompute[0] > 0
+    model, job = load_model_spec("llama3.1-8b"), JobSpec(seq_len=8192)
+    levels = Candidates.from_configs([ParallelConfig(recompute=r)
+                                      for r in ("none", "selective", "full")])
+    saved = estimate_layer_activation_bytes(model, job, levels,
+                                            MemoryOptions(selective_recompute="op_level"))
+    np.testing.assert_allclose(saved / 8192, [110_720, 59_520, 8_192])
+
+
+def test_eager_elementwise_ops_move_twice_the_bytes() -> None:
+    fused = TimeConstants()
+    eager = fused.model_copy(update={"fused_elementwise": False, "kernel_launch_s": 0.0})
+    model, job, d = load_model_spec("llama3.1-8b"), JobSpec(seq_len=4096), degrees()
+    a = estimate_layer_terms(model, H100, job, d, fused.model_copy(
+        update={"kernel_launch_s": 0.0}))["mixed_fwd"]
+    b = estimate_layer_terms(model, H100, job, d, eager)["mixed_fwd"]
+    assert b[0] > a[0]
+    assert TimeConstants().eager_elementwise_traffic == 2.0
+
+
+def test_recompute_level_is_a_layer_degree() -> None:
+    """Op-level selective recompute makes a layer's time depend on the recompute level, so the
+    layer terms are costed per distinct (tp, cp, ep, etp, micro_batch, recompute)."""
+    constants = framework_time_constants("torchtitan")
+    model, job = load_model_spec("llama3.1-8b"), JobSpec(seq_len=4096)
+    both = SimpleNamespace(**{k: np.array([v, v]) for k, v in dict(
+        tp=1, pp=1, dp=8, cp=1, ep=1, etp=1, vpp=1, zero=1, micro_batch=1).items()},
+        recompute=np.array([0, 1]))
+    t = estimate_step_time(model, H100, job, both, constants)
+    assert t.recompute[0] == 0.0 < t.recompute[1]
