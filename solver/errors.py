@@ -19,6 +19,18 @@ class InputError(ParplanError):
     """Bad input: the message names the source, the field and the problem."""
 
 
+def render_one_line(message: str) -> str:
+    """`message` as one printable line: runs of whitespace become one space, and any other
+    character that is not printable (a control character, a lone surrogate) its escape, so a
+    name read from a file cannot break the line or the terminal."""
+    text = " ".join(message.split())
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable()
+                   else char.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for char in text)
+
+
 def format_validation_error(source: str, err: ValidationError) -> str:
     """One line for a pydantic error: `source: field 'x': problem` (first problem, plus a count)."""
     problems = err.errors(include_url=False)

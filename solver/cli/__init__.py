@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from solver.errors import ParplanError
+from solver.errors import ParplanError, render_one_line
 
 
 class _ParplanGroup(click.Group):
@@ -22,13 +22,13 @@ class _ParplanGroup(click.Group):
         try:
             super().main(args=args, prog_name=prog_name or "parplan", **extra)
         except ParplanError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {render_one_line(str(exc))}", err=True)
             sys.exit(2)
         except click.exceptions.Abort:
             click.echo("error: aborted", err=True)
             sys.exit(130)
         except click.ClickException as exc:
-            message = " ".join(exc.format_message().split())
+            message = render_one_line(exc.format_message())
             click.echo(f"error: {message} (see `parplan --help`)", err=True)
             sys.exit(exc.exit_code)
         except BrokenPipeError:  # `parplan models | head`
