@@ -25,6 +25,7 @@ from solver.cost.memory import (
     estimate_memory_total,
 )
 from solver.cost.memory.layout import build_default_layout
+from solver.cost.precision import check_precision_supported
 from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
 from solver.cost.time_constants import TimeConstants, framework_time_constants
 from solver.emit.target import parse_launch_pipeline
@@ -215,9 +216,7 @@ def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = 
         job = JobSpec(**{k: v for k, v in job_values.items() if v is not None})
     except ValidationError as exc:
         raise InputError(format_validation_error("job", exc)) from None
-    if job.precision == "fp8" and cluster_spec.gpu.peak_tflops_fp8 is None:
-        raise InputError(f"--precision fp8: gpu '{cluster_spec.gpu.name}' of cluster "
-                         f"'{cluster_spec.name}' has no fp8 support")
+    check_precision_supported(cluster_spec.gpu, job.precision)
     return model_spec, cluster_spec, job
 
 

@@ -54,7 +54,8 @@ def test_a_slower_fabric_moves_data_parallelism_off_it(profiles) -> None:
     activations cross the slow links."""
     measured, slow = profiles
     fast_plan, slow_plan = best(measured), best(slow)
-    assert fast_plan.config.dp * fast_plan.config.cp > 8  # DP groups span nodes
+    f = fast_plan.config
+    assert f.tp * f.cp * f.dp > 8  # DP groups span nodes (stride tp*cp in rank order)
     assert fast_plan.time.time_seconds["dp"] > 0
     assert slow_plan.config.dp == 1
     c = slow_plan.config

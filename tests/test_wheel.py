@@ -29,6 +29,9 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     zoo = [n for n in names if n.startswith("solver/_data/models/") and n.endswith(".toml")]
     assert len(zoo) == len(list((ROOT / "models").glob("*.toml")))
     assert any(n.startswith("solver/_data/clusters/presets/") for n in names)
+    tables = {n for n in names if n.startswith("solver/catalog/kernels/")}
+    assert {f"solver/catalog/kernels/{p.name}"
+            for p in (ROOT / "solver" / "catalog" / "kernels").iterdir()} == tables
     target = out / "site"
     zipfile.ZipFile(wheel).extractall(target)
     return target
@@ -59,3 +62,11 @@ def test_installed_wheel_finds_its_clusters(unpacked_wheel: Path) -> None:
     assert result.returncode == 0, result.stderr
     presets = json.loads(result.stdout)
     assert len(presets) == len(list((ROOT / "clusters" / "presets").glob("*.toml")))
+
+
+def test_installed_wheel_reads_its_kernel_tables(unpacked_wheel: Path) -> None:
+    """H100 times its GEMMs and attention from the packaged kernel table (issue 16)."""
+    result = run_from(unpacked_wheel, "estimate", "--model", "llama3.1-8b", "--cluster",
+                      "dgx-h100", "--gpus", "8", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["plans"][0]["step_seconds"] > 0

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import click
 
-from solver.spec.job import FRAMEWORKS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
+from solver.spec.job import FRAMEWORKS, PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -90,8 +90,10 @@ def _planning_options(command: F, gpus_required: bool) -> F:
         click.option("--global-batch", type=click.IntRange(min=1), show_default=True,
                      default=_default(JobSpec, "global_batch"),
                      help="Sequences per optimizer step."),
-        click.option("--precision", type=click.Choice(["bf16", "fp8"]), show_default=True,
-                     default=_default(JobSpec, "precision"), help="Training precision."),
+        click.option("--precision", type=click.Choice(PRECISIONS), show_default=True,
+                     default=_default(JobSpec, "precision"),
+                     help="Training precision recipe (fp8: tensor-wise scaling; mxfp8 and "
+                          "nvfp4 need Blackwell)."),
         click.option("--token-budget", type=TokenCount(), default=None,
                      help="Tokens to train on (e.g. 2T): adds days and GPU-hours."),
         click.option("--calibration", metavar="FILE", default=None,

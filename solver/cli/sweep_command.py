@@ -11,7 +11,7 @@ import click
 
 from solver.cli.optimize_command import PinSpec
 from solver.cli.options import framework_option
-from solver.spec.job import JobSpec
+from solver.spec.job import PRECISIONS, JobSpec
 
 ENGINES = ("layout", "even")  # solver.optimize.ENGINES (imported lazily: --help stays fast)
 
@@ -33,7 +33,8 @@ def _default(field: str) -> str:
               default=_default("global_batch"), show_default=True,
               help="Sequences per optimizer step (a list).")
 @click.option("--precision", "precisions", default="bf16", show_default=True,
-              metavar="bf16|fp8|bf16,fp8", help="Training precision (a list).")
+              metavar="P,P,...", help=f"Training precision recipes (a list of "
+                                      f"{'|'.join(PRECISIONS)}).")
 @framework_option("Whose rules the plans obey and whose timing they assume.")
 @click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Plans kept per problem.")

@@ -1,5 +1,14 @@
 """How fast a GPU runs the work of one layer: GEMMs, the attention core, element-wise passes.
 
+A GPU with a kernel table (GpuSpec.kernel_table) takes its GEMM and attention times from the
+measured kernels (solver.cost.kernels): a forward GEMM y[m,n] = x[m,k] W[n,k]^T is the table's
+(m, n, k) in the precision recipe's dtype; its backward is the two GEMMs the gradients need,
+looked up in the same table (kernel README caveat 2): dgrad dx[m,k] = dy[m,n] W[n,k], the
+table's (m, k, n), and wgrad dW[n,k] = dy^T[n,m] x[m,k], the table's (n, k, m). Fused attention
+forward is the table's kernel at the GPU's share of heads; backward is the forward times
+FlashAttention-3's measured backward/forward time ratio (solver.cost.kernels). The rest of this
+docstring is the datasheet path, which every GPU without a table keeps.
+
 GEMM time follows a roofline with a fixed cost per kernel:
 
     t(M, K, N) = max(2MKN / (f_gemm * peak), 2(MK + KN + MN) bytes / (f_hbm * HBM)) + t_kernel
@@ -23,6 +32,18 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from solver.cost.kernels import (
+    MLA_QK_HEAD_DIM,
+    MLA_V_HEAD_DIM,
+    KernelTable,
+    attention_backward_ratio,
+    estimate_table_attention_rate,
+    estimate_table_gemm_s,
+    estimate_table_mla_rate,
+    legacy_attention_factors,
+    load_kernel_table,
+)
+from solver.cost.precision import load_recipe
 from solver.spec import GpuSpec
 
 BF16_BYTES = 2
@@ -53,6 +74,14 @@ class ComputeConstants(BaseModel):
     elementwise_kernels_per_layer: int = Field(default=8, ge=0)
 
 
+def gemm_table(gpu: GpuSpec, precision: str) -> KernelTable | None:
+    """The GPU's kernel table if it holds GEMMs in `precision`'s dtype, else None."""
+    if gpu.kernel_table is None:
+        return None
+    table = load_kernel_table(gpu.kernel_table)
+    return table if table.has(f"gemm.{load_recipe(precision).table_dtype}") else None
+
+
 def estimate_gemm_s(
     gpu: GpuSpec,
     precision: str,
@@ -60,14 +89,45 @@ def estimate_gemm_s(
     k: np.ndarray | float,
     n: np.ndarray | float,
     constants: ComputeConstants,
-    bytes_per_element: float = 2.0,
+    bytes_per_element: float | None = None,
 ) -> np.ndarray:
-    """Seconds for one (M x K) @ (K x N) GEMM on one GPU (vectorised, zero where M*K*N = 0).
+    """Seconds for one forward (M x K) @ (K x N) GEMM on one GPU in `precision` (a recipe of
+    solver.cost.precision; vectorised, zero where M*K*N = 0).
 
-    Worked number: M = 8192 tokens, K = 4096, N = 14336 on an H100 (989 TFLOP/s bf16, MAMF
-    fraction 0.803) with t_kernel = 8.5 us: 2MKN = 9.62e11 FLOPs -> 1.212 ms + 0.0085 ms.
-    """
+    With a kernel table: the measured (m, n, k) in the recipe's dtype (H100 bf16 8192^3: 1.40
+    ms, 783 TFLOP/s). Datasheet path, worked number: M = 8192 tokens, K = 4096, N = 14336 on
+    an H100 (989 TFLOP/s bf16, MAMF fraction 0.803) with t_kernel = 8.5 us: 2MKN = 9.62e11
+    FLOPs -> 1.212 ms + 0.0085 ms. `bytes_per_element` (default: the recipe's) sizes the
+    datasheet path's memory roofline."""
+    table = gemm_table(gpu, precision)
+    if table is not None:
+        return estimate_table_gemm_s(table, load_recipe(precision).table_dtype, m, n, k)
+    return estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants, bytes_per_element)
+
+
+def estimate_gemm_backward_s(gpu: GpuSpec, precision: str, m: np.ndarray | float,
+                             k: np.ndarray | float, n: np.ndarray | float,
+                             constants: ComputeConstants) -> np.ndarray:
+    """Seconds of the backward of a forward (M x K) @ (K x N) GEMM: with a kernel table the
+    dgrad (m, k, n) and wgrad (n, k, m) lookups (module docstring); on the datasheet path twice
+    the forward."""
+    table = gemm_table(gpu, precision)
+    if table is None:
+        return 2.0 * estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants)
+    dtype = load_recipe(precision).table_dtype
+    return (estimate_table_gemm_s(table, dtype, m, k, n)
+            + estimate_table_gemm_s(table, dtype, n, k, m))
+
+
+def estimate_datasheet_gemm_s(gpu: GpuSpec, precision: str, m: np.ndarray | float,
+                              k: np.ndarray | float, n: np.ndarray | float,
+                              constants: ComputeConstants,
+                              bytes_per_element: float | None = None) -> np.ndarray:
+    """The roofline with a fixed cost per kernel (module docstring), at the recipe's peak."""
     m, k, n = (np.asarray(x, dtype=float) for x in (m, k, n))
+    recipe = load_recipe(precision)
+    if bytes_per_element is None:
+        bytes_per_element = recipe.element_bytes
     flops = 2.0 * m * k * n
     fraction = gpu.mamf_fraction(precision) or constants.gemm_peak_fraction
     compute_s = flops / (fraction * gpu.peak_flop_per_s(precision))
@@ -76,12 +136,39 @@ def estimate_gemm_s(
     return np.where(flops > 0, np.maximum(compute_s, memory_s) + constants.gemm_kernel_s, 0.0)
 
 
+def estimate_table_attention_s(gpu: GpuSpec, flops: np.ndarray | float, *, batch, seq, heads,
+                               kv_heads, qk_head_dim: int, v_head_dim: int,
+                               native: bool = True
+                               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(forward, backward) seconds of fused attention doing `flops` (causal count) on a GPU
+    with a kernel table, None without one: the table's rate for `batch` sequences of `seq`
+    tokens (the chunk each context-parallel rank computes at a time) and the GPU's `heads` and
+    `kv_heads`, at the mean of the q/k and v head dims; DeepSeek's MLA geometry (192/128)
+    uses the measured MLA kernel. Backward: forward x attention_backward_ratio(seq). Not
+    `native` (2023-era kernels on a GPU with a GpuSpec.legacy_mma_fraction, i.e. Hopper): the
+    measured FlashAttention-2 over FlashAttention-3 rates, forward and backward."""
+    if gpu.kernel_table is None:
+        return None
+    table = load_kernel_table(gpu.kernel_table)
+    if (qk_head_dim, v_head_dim) == (MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM) and table.has("mla"):
+        rate = estimate_table_mla_rate(table, batch, seq, heads)
+    else:
+        rate = estimate_table_attention_rate(table, batch, seq, heads, kv_heads,
+                                             (qk_head_dim + v_head_dim) / 2)
+    forward = np.asarray(flops, dtype=float) / rate
+    backward = forward * attention_backward_ratio(seq)
+    if not native and gpu.legacy_mma_fraction is not None:
+        slow_forward, slow_backward = legacy_attention_factors(seq)
+        return forward / slow_forward, backward / slow_backward
+    return forward, backward
+
+
 def estimate_attention_core_s(
     gpu: GpuSpec, precision: str, flops: np.ndarray | float, constants: ComputeConstants,
     head_dims: tuple[int, ...] = (), flash: bool = True, causal: bool = True,
     native: bool = True,
 ) -> np.ndarray:
-    """Seconds for the attention core's `flops` (bf16 inputs even under fp8 recipes).
+    """Datasheet path: seconds for the attention core's `flops` (bf16 under every recipe).
 
     FlashAttention (`flash`, the default) pads any head dimension to a multiple of 8 and runs
     at `attention_peak_fraction` of the tensor-core peak. Unfused attention (two batched GEMMs,
@@ -101,7 +188,7 @@ def estimate_attention_core_s(
     flops = np.asarray(flops, dtype=float)
     misaligned = [d for d in head_dims if (d * BF16_BYTES) % TENSOR_CORE_ALIGNMENT_BYTES]
     if flash or not misaligned:
-        peak = gpu.peak_flop_per_s("bf16" if precision == "fp8" else precision)
+        peak = gpu.peak_flop_per_s("bf16")  # every recipe keeps attention in BF16
         legacy = 1.0 if native or gpu.legacy_mma_fraction is None else gpu.legacy_mma_fraction
         return flops / (constants.attention_peak_fraction * legacy * peak)
     if gpu.peak_tflops_fp32 is None:

@@ -2,9 +2,8 @@
 vectorised over candidates: the per-layer terms solver.cost.steptime composes into a step.
 
 A layer kind is attention + dense MLP or attention + MoE (router, top-k routed experts on
-ep*etp GPUs, shared experts split by TP). Forward time is its GEMMs, attention core and
-element-wise passes (solver.cost.efficiency); backward twice the GEMMs and element-wise
-passes and FlashAttention's ratio of the core; exposed TP (sequence parallel all-gather and
+ep*etp GPUs, shared experts split by TP). Its forward and backward compute, by part, come from
+solver.cost.layer_compute; here: exposed TP (sequence parallel all-gather and
 reduce-scatter), CP (the ring behind the attention core) and EP (dispatch and combine
 all-to-all) traffic as solver.cost.comm prices it; full recompute adds a forward and its
 traffic. Routing is taken as balanced, as in the vendor MoE benchmarks this is checked against.
@@ -16,84 +15,18 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_SELECTIVE
 from solver.cost.comm import estimate_collective_s, estimate_group_link
-from solver.cost.efficiency import (
-    estimate_attention_core_s,
-    estimate_elementwise_s,
-    estimate_gemm_s,
-    estimate_streaming_s,
+from solver.cost.layer_compute import (
+    LAYER_PARTS,
+    estimate_backward_s,
+    estimate_forward_s,
+    estimate_head_compute_s,
 )
-from solver.cost.flops import estimate_attention_core_flops
+from solver.cost.layer_compute import estimate_layer_compute_s as _layer_compute_s
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 
 BF16_BYTES = 2.0
 DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
-
-
-def _layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                     d: dict[str, np.ndarray], constants: TimeConstants) -> dict[str, np.ndarray]:
-    """Forward seconds per micro-batch of one dense and one MoE layer on one GPU, split into
-    GEMMs, attention core and element-wise passes."""
-    gpu, precision, cc = cluster.gpu, job.precision, constants.compute
-    tp, cp = d["tp"], d["cp"]
-    h = model_spec.hidden_size
-    rows = d["micro_batch"] * job.seq_len / cp  # tokens in a GPU's GEMMs (SP gathers over tp)
-    gemm_bytes = 1.0 if precision == "fp8" else BF16_BYTES
-
-    def two_gemms(params: float, rows_: np.ndarray, split: np.ndarray) -> np.ndarray:
-        # A block of `params` weights as two GEMMs (up/in and down/out) of equal size.
-        width = params / (2.0 * h * split)
-        return 2.0 * estimate_gemm_s(gpu, precision, rows_, h, width, cc, gemm_bytes)
-
-    attention = two_gemms(model_spec.attention_params_per_layer, rows, tp)
-    core_flops = rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
-    core = estimate_attention_core_s(gpu, precision, core_flops, cc,
-                                     head_dims=(model_spec.qk_head_dim,
-                                                model_spec.value_head_dim),
-                                     flash=constants.flash_attention,
-                                     native=constants.native_attention_kernels)
-    q_width = model_spec.num_attention_heads * model_spec.qk_head_dim
-    kv_width = 2 * model_spec.kv_heads * model_spec.qk_head_dim
-    # Element-wise bytes per token: 2 norms (read + write h), 2 residual adds (2 reads + write),
-    # rotary on q and k, the MLP activation (gated: read 2F, write F; plain: read F, write F).
-    # Norms and residual adds work on the full hidden width: split over TP only under
-    # sequence parallel; rotary and the MLP activation work on TP-split heads and widths.
-    sequence_bytes = BF16_BYTES * (4 * h + 6 * h)
-    sequence_split = tp if constants.sequence_parallel else 1
-    head_bytes = BF16_BYTES * 2 * (q_width + kv_width)
-
-    def elementwise(mlp_width: float, routed_copies: int = 0) -> np.ndarray:
-        factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
-        # MoE token permutation and un-permutation each read and write k copies of h.
-        permute = 2.0 * 2.0 * routed_copies * h
-        split_bytes = head_bytes + BF16_BYTES * (factor * mlp_width + permute)
-        per_gpu = rows * (sequence_bytes / sequence_split + split_bytes / tp)
-        return estimate_elementwise_s(gpu, per_gpu, cc)
-
-    dense = {
-        "gemm": attention + two_gemms(model_spec.dense_mlp_params_per_layer, rows, tp),
-        "core": core,
-        "elementwise": elementwise(model_spec.intermediate_size),
-    }
-    if not model_spec.is_moe:
-        return {"dense": dense, "moe": dense}
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
-    expert_rows = rows * k * d["ep"] * d["etp"] / (experts * tp)
-    local_experts = experts / d["ep"]
-    routed = local_experts * two_gemms(model_spec.expert_params, expert_rows, d["etp"])
-    shared = two_gemms(model_spec.shared_expert_params_per_layer, rows, tp)
-    router = estimate_gemm_s(gpu, "bf16", rows / tp, h, experts, cc)
-    moe_width = k * model_spec.moe_intermediate_size + (
-        model_spec.num_shared_experts
-        * (model_spec.shared_expert_intermediate_size or model_spec.moe_intermediate_size)
-    )
-    moe = {
-        "gemm": attention + shared + router,
-        "routed": routed,
-        "core": core,
-        "elementwise": elementwise(moe_width, k),
-    }
-    return {"dense": dense, "moe": moe}
 
 
 def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
@@ -105,18 +38,15 @@ def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
     return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
             + moe_share * layer["moe"].get(part, 0.0)
-            for part in ("gemm", "routed", "core", "elementwise")}
+            for part in LAYER_PARTS}
 
 
 def _backward_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
-    """Backward seconds from the forward parts: GEMMs and element-wise passes twice (input
-    and weight gradients), the attention core by FlashAttention's ratio."""
-    return (2.0 * (fwd["gemm"] + fwd.get("routed", 0.0))
-            + constants.attention_backward_ratio * fwd["core"] + 2.0 * fwd["elementwise"])
+    return estimate_backward_s(fwd)
 
 
 def _forward_s(fwd: dict[str, np.ndarray]) -> np.ndarray:
-    return fwd["gemm"] + fwd.get("routed", 0.0) + fwd["core"] + fwd["elementwise"]
+    return estimate_forward_s(fwd)
 
 
 # The parts of a stage's time per micro-batch (TIME_PARTS of a plan, less the step-level ones).
@@ -279,8 +209,7 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
             tp_pass = tp_pass - hidden_tp + hidden_tp * tp_contention
         # The ring hides behind the attention core it feeds (Megatron context_parallel.md).
         cp_fwd = np.maximum(ring_fwd - fwd["core"], 0.0)
-        cp_bwd = np.maximum(2.0 * ring_fwd - constants.attention_backward_ratio * fwd["core"],
-                            0.0)
+        cp_bwd = np.maximum(2.0 * ring_fwd - fwd["core_bwd"], 0.0)
 
         def ep_exposed(passes: float) -> np.ndarray:
             ep_s = ep_fwd * passes if is_moe else np.zeros_like(fwd_s)
@@ -328,19 +257,11 @@ def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
                       ) -> dict[str, np.ndarray]:
     """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), and
     the average layer's forward and backward seconds (the DP overlap window)."""
-    tp, cp, mb = d["tp"], d["cp"], d["micro_batch"]
-    h = model_spec.hidden_size
     per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants)
-    rows = mb * job.seq_len / cp
-    gemm_bytes = 1.0 if job.precision == "fp8" else BF16_BYTES
-    head_fwd = estimate_gemm_s(cluster.gpu, job.precision, rows, h, model_spec.vocab_size / tp,
-                               constants.compute, gemm_bytes)
-    # Cross-entropy reads the fp32 logits about three times (max, exp-sum, gradient).
-    loss = estimate_streaming_s(cluster.gpu, 3 * 4.0 * rows * model_spec.vocab_size / tp,
-                                constants.compute)
+    head = estimate_head_compute_s(model_spec, cluster, job, d, constants)
     fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
     return {"per_layer": per_layer, "recompute": recompute_terms,
-            "head": stack_parts(compute=3.0 * head_fwd + loss), "mixed_fwd": _forward_s(fwd),
+            "head": stack_parts(compute=head), "mixed_fwd": _forward_s(fwd),
             "mixed_bwd": _backward_s(fwd, constants)}
 
 

@@ -25,6 +25,7 @@ from solver.spec.calibration import TierCurves
 
 SCALE_UP_KINDS = ("nvlink", "xgmi")
 MemoryType = Literal["HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR6", "GDDR6X", "GDDR7"]
+BlockScaledFormat = Literal["mxfp8", "nvfp4"]
 
 
 class GpuSpec(BaseModel):
@@ -57,14 +58,26 @@ class GpuSpec(BaseModel):
     # and the memory technology; informational (shown, pinned by tests), not yet in the model.
     power_limit_w: float | None = Field(default=None, gt=0)
     hbm_type: MemoryType | None = None
+    # Dense FP4 tensor-core peak (Blackwell), the NVFP4 recipe's datasheet rate.
+    peak_tflops_fp4: float | None = Field(default=None, gt=0)
+    # Block-scaled tensor-core formats (Blackwell's MXFP8 / NVFP4 MMA): which recipes of
+    # solver.cost.precision the GPU can run natively.
+    block_scaled_formats: tuple[BlockScaledFormat, ...] = ()
+    # The packaged table of measured kernel times (solver/catalog/kernels/<name>.npz) the
+    # compute model interpolates in; None: the datasheet path (peaks x fitted efficiencies).
+    kernel_table: str | None = None
     source: str = ""
 
     def peak_flop_per_s(self, precision: str) -> float:
-        """Dense peak in FLOP/s for `precision` (bf16 | fp16 | fp8)."""
+        """Dense peak in FLOP/s of the GEMMs of `precision` (bf16 | fp16 | fp8 | a recipe of
+        solver.spec.job.PRECISIONS: fp8-blockwise and mxfp8 run at the FP8 rate, nvfp4 at FP4)."""
         tflops = {
             "bf16": self.peak_tflops_bf16,
             "fp16": self.peak_tflops_fp16,
             "fp8": self.peak_tflops_fp8,
+            "fp8-blockwise": self.peak_tflops_fp8,
+            "mxfp8": self.peak_tflops_fp8,
+            "nvfp4": self.peak_tflops_fp4,
         }[precision]
         if tflops is None:
             from solver.errors import InputError
@@ -73,8 +86,11 @@ class GpuSpec(BaseModel):
         return tflops * 1e12
 
     def mamf_fraction(self, precision: str) -> float | None:
-        """The measured best-shape matmul fraction of the peak for `precision`, if known."""
-        return self.mamf_fraction_fp8 if precision == "fp8" else self.mamf_fraction_bf16
+        """The measured best-shape matmul fraction of the peak for `precision`, if known (the
+        FP8 one for every 8-bit recipe; none measured for FP4)."""
+        if precision == "nvfp4":
+            return None
+        return self.mamf_fraction_bf16 if precision in ("bf16", "fp16") else self.mamf_fraction_fp8
 
 
 class TierSpec(BaseModel):

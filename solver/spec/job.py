@@ -8,11 +8,14 @@ tp*cp*dp / (ep*etp) ranks).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Precision = Literal["bf16", "fp8"]
+# Training precision recipes (solver.cost.precision says what each quantises and where it
+# runs); fp8 is tensor-wise (delayed or current) scaling. The one list of --precision choices.
+Precision = Literal["bf16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_LEVELS: tuple[Recompute, ...] = ("none", "selective", "full")
 # The frameworks whose rules (solver.search.constraints) and timing

@@ -116,7 +116,7 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
                    np.zeros(len(candidates)))
 
     # Transformer Engine caches the fp8 copies in each module, gathered or not (ZeRO-3 too).
-    fp8_copy = options.fp8_weight_copy_bytes if job.precision == "fp8" else 0.0
+    fp8_copy = 0.0 if job.precision == "bf16" else options.fp8_weight_copy_bytes
     weights = shard(options.param_bytes, 3) + sum(gemm[k] for k in PARAM_GROUPS) * fp8_copy
     return {
         "weights": weights,

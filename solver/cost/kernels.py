@@ -1,0 +1,274 @@
+"""Measured kernel times: interpolation in the packaged kernel tables (solver/catalog/kernels/,
+AIConfigurator's TensorRT-LLM forward timings per GPU; what they hold and how they were built
+is in that folder's README and benchmarks/build_kernel_tables.py).
+
+Each table is a set of regular grids of measured latencies. A lookup interpolates the
+logarithm of the throughput (work / latency) multilinearly in the logarithms of the sizes, and
+divides the query's work by it, so that:
+  - a grid point gives back its measured latency (up to rounding);
+  - inside the grid time is monotone in every size (the grids are monotone, and work and
+    throughput are both log-linear in each log size within a cell);
+  - beyond the grid the throughput stays that of the nearest edge (the coordinate is clamped):
+    a GEMM with m = 65536 runs at the rate of m = 32768, attention at 32K tokens at the rate
+    of 16K, i.e. the time grows with the work and no faster.
+
+Work per kernel (the grids' throughput unit; FLOPs, causal attention counts half the scores):
+  GEMM       2 m n k                         y[m,n] = x[m,k] W[n,k]^T
+  attention  2 b h s^2 d                     QK^T and PV, d the head dim, causal half
+  MLA        b h s^2 (192 + 128)             DeepSeek geometry (q/k head dim 192, v 128)
+  MoE        2 (T k / ep) h (i / etp) g      g = 3 gated (SwiGLU), 2 non-gated
+Tables load once per process (functools.lru_cache) and are read-only.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "catalog" / "kernels"
+MS = 1e-3
+# The grids' head dims (benchmarks/build_kernel_tables.py) and MLA's fixed geometry.
+MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM = 192, 128
+GQA_GROUP = 4  # query heads per KV head from which the GQA grid applies alone
+
+
+def gemm_flop(m, n, k):
+    return 2.0 * np.asarray(m, dtype=float) * n * k
+
+
+def attention_flop(batch, seq, heads, head_dim):
+    seq = np.asarray(seq, dtype=float)
+    return 2.0 * np.asarray(batch, dtype=float) * heads * seq * seq * head_dim
+
+
+def mla_flop(batch, seq, heads):
+    seq = np.asarray(seq, dtype=float)
+    return np.asarray(batch, dtype=float) * heads * seq * seq * (MLA_QK_HEAD_DIM + MLA_V_HEAD_DIM)
+
+
+def moe_flop(tokens, etp, ep, hidden: int, inter: int, topk: int, gated: bool):
+    tokens = np.asarray(tokens, dtype=float)
+    return 2.0 * tokens * topk / ep * hidden * (inter / np.asarray(etp, dtype=float)) * (
+        3.0 if gated else 2.0)
+
+
+@dataclass(frozen=True, eq=False)
+class KernelGrid:
+    """One regular grid: its axes (sizes), measured latencies and which points the build
+    adjusted (filled or lowered to the monotone envelope)."""
+
+    axis_names: tuple[str, ...]
+    sizes: tuple[np.ndarray, ...]
+    latency_s: np.ndarray
+    adjusted: np.ndarray
+    log_rate: np.ndarray  # ln(work / latency_s)
+
+    def interpolate_log_rate(self, *coords: np.ndarray | float) -> np.ndarray:
+        """ln(throughput) at `coords` (one array per axis, broadcast together): multilinear in
+        log2 of the sizes, each coordinate clamped to its axis' range."""
+        return interpolate_log_rate(self.sizes, self.log_rate, coords)
+
+
+def interpolate_log_rate(sizes: tuple[np.ndarray, ...], log_rate: np.ndarray,
+                         coords: tuple) -> np.ndarray:
+    """Multilinear interpolation of `log_rate` (shape = the axes' lengths) in log2 sizes,
+    vectorised over the broadcast shape of `coords`; clamped beyond every edge."""
+    points = np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in coords))
+    lower, upper, weight = [], [], []
+    for axis, x in zip(sizes, points):
+        grid = np.log2(axis.astype(float))
+        x = np.log2(np.maximum(x, 1e-300))
+        if len(grid) == 1:
+            i = np.zeros(x.shape, dtype=int)
+            lower.append(i), upper.append(i), weight.append(np.zeros(x.shape))
+            continue
+        i = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
+        t = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
+        lower.append(i), upper.append(i + 1), weight.append(t)
+    out = np.zeros(points[0].shape)
+    for corner in itertools.product((0, 1), repeat=len(sizes)):
+        w = np.ones(points[0].shape)
+        index = []
+        for bit, lo, hi, t in zip(corner, lower, upper, weight):
+            w = w * (t if bit else 1.0 - t)
+            index.append(hi if bit else lo)
+        out += np.where(w > 0, w * log_rate[tuple(index)], 0.0)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class KernelTable:
+    """One GPU's measured kernels: grids by name (gemm.<dtype>, attention.<mha|gqa>, mla,
+    moe.<dtype>.<gated|nongated>.<hidden>x<inter>x<topk>x<experts>)."""
+
+    name: str
+    grids: dict[str, KernelGrid]
+
+    def has(self, grid: str) -> bool:
+        return grid in self.grids
+
+
+WORK = {"gemm": gemm_flop, "attention": attention_flop, "mla": mla_flop}
+
+
+@functools.lru_cache(maxsize=None)
+def load_kernel_table(name: str) -> KernelTable:
+    """The packaged table `name` (a GpuSpec.kernel_table), loaded once per process."""
+    path = KERNEL_DIR / f"{name}.npz"
+    if not path.is_file():
+        from solver.errors import InputError
+
+        raise InputError(f"kernel_table '{name}': no packaged table {path.name} "
+                         f"(known: {', '.join(list_kernel_tables())})")
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files}
+    grids: dict[str, KernelGrid] = {}
+    for key in arrays:
+        if not key.endswith(".latency_ms"):
+            continue
+        name_ = key.removesuffix(".latency_ms")
+        latency_s = arrays[key] * MS
+        axis_names = _axis_names(name_)
+        sizes = tuple(arrays[f"{name_}.{a}"] for a in axis_names)
+        mesh = np.meshgrid(*[s.astype(float) for s in sizes], indexing="ij")
+        work = _work(name_)(*mesh)
+        grids[name_] = KernelGrid(axis_names, sizes, latency_s, arrays[f"{name_}.adjusted"],
+                                  np.log(work) - np.log(latency_s))
+    return KernelTable(name, grids)
+
+
+def list_kernel_tables() -> list[str]:
+    return sorted(p.stem for p in KERNEL_DIR.glob("*.npz"))
+
+
+def _axis_names(grid: str) -> tuple[str, ...]:
+    kind = grid.split(".")[0]
+    return {"gemm": ("m", "n", "k"), "attention": ("batch", "seq", "heads", "head_dim"),
+            "mla": ("batch", "seq", "heads"), "moe": ("tokens", "etp", "ep")}[kind]
+
+
+def _work(grid: str):
+    kind = grid.split(".")[0]
+    if kind != "moe":
+        return WORK[kind]
+    _, _, gated, shape = grid.split(".")
+    hidden, inter, topk, _ = (int(x) for x in shape.split("x"))
+    return functools.partial(_moe_grid_work, hidden=hidden, inter=inter, topk=topk,
+                             gated=gated == "gated")
+
+
+def _moe_grid_work(tokens, etp, ep, *, hidden, inter, topk, gated):
+    return moe_flop(tokens, etp, ep, hidden, inter, topk, gated)
+
+
+def estimate_table_gemm_s(table: KernelTable, dtype: str, m, n, k) -> np.ndarray:
+    """Seconds of one forward GEMM y[m,n] = x[m,k] W[n,k]^T in `dtype` (zero where m n k = 0).
+    H100 bf16 8192^3: 1.10e12 FLOP at the measured 783 TFLOP/s = 1.40 ms.
+
+    A size below the grid's smallest (256) costs as that size: such GEMMs no longer fill the
+    GPU, so their latency, not their throughput, is what carries over (the source dropped
+    them; kernel README "What was dropped")."""
+    grid = table.grids[f"gemm.{dtype}"]
+    floored = [np.maximum(np.asarray(x, dtype=float), axis[0]) for x, axis in
+               zip((m, n, k), grid.sizes)]
+    rate = np.exp(grid.interpolate_log_rate(*floored))
+    return np.where(gemm_flop(m, n, k) > 0, gemm_flop(*floored) / rate, 0.0)
+
+
+def estimate_table_attention_rate(table: KernelTable, batch, seq, heads, kv_heads, head_dim
+                                  ) -> np.ndarray:
+    """Causal attention FLOP/s (2 b h s^2 d counted) of the table's forward kernel for `batch`
+    sequences of `seq` tokens with `heads` query and `kv_heads` KV heads on the GPU: the MHA
+    grid at group size heads/kv_heads = 1, the GQA grid (the median over the measured KV
+    heads 1-8, groups of 4 and more) from group size 4, log-linear in the group size between.
+
+    The timings include what TRT-LLM's attention op fuses around the FMHA kernel: RoPE on q and
+    k and the write of K and V into the paged KV cache (README "Context attention"); between
+    a quarter and a half of the time at 4K tokens. The caller counts them as the RoPE and
+    q/k/v re-layout a training step does around its attention kernel, and charges no rotary
+    traffic of its own on this path."""
+    mha = table.grids["attention.mha"].interpolate_log_rate(batch, seq, heads, head_dim)
+    gqa = table.grids["attention.gqa"].interpolate_log_rate(batch, seq, heads, head_dim)
+    group = np.asarray(heads, dtype=float) / np.asarray(kv_heads, dtype=float)
+    weight = np.clip(np.log2(np.maximum(group, 1.0)) / np.log2(GQA_GROUP), 0.0, 1.0)
+    return np.exp((1.0 - weight) * mha + weight * gqa)
+
+
+def estimate_table_mla_rate(table: KernelTable, batch, seq, heads) -> np.ndarray:
+    """FLOP/s (b h s^2 (192 + 128) counted) of the table's MLA prefill kernel (DeepSeek
+    geometry: q/k head dim 192, v head dim 128) with `heads` local heads."""
+    return np.exp(table.grids["mla"].interpolate_log_rate(batch, seq, heads))
+
+
+# FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) §4.1, H100 SXM5, BF16, head dim 128,
+# no causal mask: forward TFLOP/s (Fig. 5b) and backward TFLOP/s (Fig. 6b) by sequence
+# length; the backward counts 2.5x the forward's FLOPs (five matmuls to two: the
+# flash-attention benchmark convention), so backward seconds / forward seconds
+# = 2.5 x forward rate / backward rate: 2.94 at 4K, 3.69 at 512. FlashAttention-2 on A100 gives
+# the same at long sequences: up to 73% of the peak forward, 63% backward (arXiv 2307.08691
+# §4.1): 2.5 x 73 / 63 = 2.90.
+FA3_RATES_TFLOPS = ((512, 467.0, 316.0), (1024, 565.0, 424.0), (2048, 625.0, 501.0),
+                    (4096, 638.0, 542.0), (8192, 646.0, 559.0), (16384, 648.0, 561.0))
+ATTENTION_BACKWARD_FLOP_RATIO = 2.5
+
+
+# The same figures' FlashAttention-2 rates on the same H100 (Fig. 5b forward, Fig. 6b backward):
+# what 2023-era kernels written for Ampere's mma.sync reach on Hopper, 0.57-0.68 of FA3's.
+FA2_RATES_TFLOPS = ((512, 309.0, 214.0), (1024, 350.0, 260.0), (2048, 362.0, 291.0),
+                    (4096, 368.0, 310.0), (8192, 370.0, 318.0), (16384, 370.0, 322.0))
+
+
+def legacy_attention_factors(seq) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) rate of FlashAttention-2 over FlashAttention-3 on Hopper at `seq`
+    (FA3 paper Fig. 5b/6b): what a 2023-era attention kernel runs at relative to a native one
+    (0.57 forward at 4K)."""
+    x = np.log2(np.asarray(seq, dtype=float))
+    seqs = np.log2([s for s, _, _ in FA3_RATES_TFLOPS])
+    forward = [f2 / f3 for (_, f3, _), (_, f2, _) in zip(FA3_RATES_TFLOPS, FA2_RATES_TFLOPS)]
+    backward = [b2 / b3 for (_, _, b3), (_, _, b2) in zip(FA3_RATES_TFLOPS, FA2_RATES_TFLOPS)]
+    return np.interp(x, seqs, forward), np.interp(x, seqs, backward)
+
+
+def attention_backward_ratio(seq) -> np.ndarray:
+    """Backward over forward seconds of fused attention at `seq` tokens per sequence (FA3's
+    measured rates above, interpolated in log2(seq), clamped at 512 and 16K)."""
+    seqs = np.log2([s for s, _, _ in FA3_RATES_TFLOPS])
+    ratios = [ATTENTION_BACKWARD_FLOP_RATIO * f / b for _, f, b in FA3_RATES_TFLOPS]
+    return np.interp(np.log2(np.asarray(seq, dtype=float)), seqs, ratios)
+
+
+def estimate_table_moe_s(table: KernelTable, dtype: str, *, hidden: int, inter: int, topk: int,
+                         experts: int, gated: bool, tokens, etp, ep) -> np.ndarray | None:
+    """Seconds of the table's fused MoE forward (routing from given logits, permutation, FC1,
+    activation, FC2, un-permutation; no router GEMM, no all-to-all) on one GPU holding
+    experts/ep experts split etp ways, for `tokens` tokens routed over all experts (the tokens
+    of the ep x etp GPUs: each local expert gets tokens*topk/experts rows under balanced
+    routing). None where the table has no MoE rows in `dtype`.
+
+    A model whose shape the table lacks takes the throughput of the listed shape nearest in
+    (log hidden, log inter, log experts/topk), looked up at the same rows per expert and local
+    experts; a listed shape is looked up as itself."""
+    prefix = f"moe.{dtype}.{'gated' if gated else 'nongated'}."
+    shapes = [name for name in table.grids if name.startswith(prefix)]
+    if not shapes:
+        return None
+
+    def distance(name: str) -> float:
+        h, i, k, e = (int(x) for x in name.removeprefix(prefix).split("x"))
+        return (abs(np.log(h / hidden)) + abs(np.log(i / inter))
+                + abs(np.log((e / k) / (experts / topk))))
+
+    name = min(shapes, key=distance)
+    _, _, k_, e_ = (int(x) for x in name.removeprefix(prefix).split("x"))
+    tokens = np.asarray(tokens, dtype=float)
+    ep = np.asarray(ep, dtype=float)
+    # Same rows per expert (tokens*topk/experts) and local experts (experts/ep) in the listed
+    # shape.
+    rate = np.exp(table.grids[name].interpolate_log_rate(
+        tokens * topk * e_ / (experts * k_), etp, ep * e_ / experts))
+    work = moe_flop(tokens, etp, ep, hidden, inter, topk, gated)
+    return np.where(work > 0, work / rate, 0.0)

@@ -1,0 +1,222 @@
+"""The compute of one decoder layer (and of the LM head) for one micro-batch on one GPU, by
+part, forward and backward, vectorised over candidates (solver.cost.layer_time adds the
+communication, overlap and host terms).
+
+A layer kind is attention + dense MLP or attention + MoE (router, top-k routed experts on
+ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
+  gemm, gemm_bwd        projections, dense MLP, shared experts, router (solver.cost.efficiency:
+                        measured tables where the GPU has one, else the datasheet roofline;
+                        backward = the dgrad and wgrad lookups, or twice the forward)
+  routed, routed_bwd    the routed experts: the table's fused MoE kernel where it has MoE rows
+                        in the recipe's dtype (permutation included), else per-expert GEMMs;
+                        backward twice the forward (dgrad and wgrad grouped GEMMs)
+  core, core_bwd        the attention core (measured kernel and FlashAttention-3's backward
+                        ratio, or the datasheet fraction and TimeConstants' FLOP ratio)
+  elementwise           norms, residual adds, rotary, MLP activation, MoE permutation
+                        (backward twice)
+  cast                  the precision recipe's quantization outside the timed kernels
+                        (solver.cost.precision; forward only)
+Routing is taken as balanced, as in the vendor MoE benchmarks this is checked against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.cost.efficiency import (
+    estimate_attention_core_s,
+    estimate_elementwise_s,
+    estimate_gemm_backward_s,
+    estimate_gemm_s,
+    estimate_streaming_s,
+    estimate_table_attention_s,
+)
+from solver.cost.flops import estimate_attention_core_flops
+from solver.cost.kernels import estimate_table_moe_s, load_kernel_table
+from solver.cost.precision import BF16, load_recipe
+from solver.cost.time_constants import TimeConstants
+from solver.spec import ClusterSpec, JobSpec, ModelSpec
+
+BF16_BYTES = 2.0
+LAYER_PARTS = ("gemm", "gemm_bwd", "routed", "routed_bwd", "core", "core_bwd", "elementwise",
+               "cast")
+
+
+def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                             d: dict[str, np.ndarray], constants: TimeConstants
+                             ) -> dict[str, dict[str, np.ndarray]]:
+    """Seconds per micro-batch of one dense ("dense") and one MoE ("moe") layer on one GPU,
+    by part (module docstring). GEMMs of the layers a recipe keeps in BF16 (NVFP4: the first
+    two and last eight) enter as their share of the layers."""
+    gpu, cc = cluster.gpu, constants.compute
+    recipe = load_recipe(job.precision)
+    bf16_share = recipe.bf16_layer_share(model_spec)
+    tp, cp = d["tp"], d["cp"]
+    h = model_spec.hidden_size
+    rows = d["micro_batch"] * job.seq_len / cp  # tokens in a GPU's GEMMs (SP gathers over tp)
+
+    def blend(estimate, *args) -> np.ndarray:
+        low = estimate(gpu, job.precision, *args, cc)
+        if bf16_share == 0.0:
+            return low
+        return (1.0 - bf16_share) * low + bf16_share * estimate(gpu, BF16.name, *args, cc)
+
+    def two_gemms(params: float, rows_: np.ndarray, split: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        # A block of `params` weights as two GEMMs (up/in and down/out) of equal size.
+        width = params / (2.0 * h * split)
+        return (2.0 * blend(estimate_gemm_s, rows_, h, width),
+                2.0 * blend(estimate_gemm_backward_s, rows_, h, width))
+
+    attention, attention_bwd = two_gemms(model_spec.attention_params_per_layer, rows, tp)
+    core, core_bwd, table_attention = _attention_core(model_spec, cluster, job, d, constants)
+    q_width = model_spec.num_attention_heads * model_spec.qk_head_dim
+    kv_width = 2 * model_spec.kv_heads * model_spec.qk_head_dim
+    # Element-wise bytes per token: 2 norms (read + write h), 2 residual adds (2 reads + write),
+    # rotary on q and k, the MLP activation (gated: read 2F, write F; plain: read F, write F).
+    # Norms and residual adds work on the full hidden width: split over TP only under
+    # sequence parallel; rotary and the MLP activation work on TP-split heads and widths.
+    # The measured attention kernel applies RoPE itself (solver.cost.kernels): no rotary then.
+    sequence_bytes = BF16_BYTES * (4 * h + 6 * h)
+    sequence_split = tp if constants.sequence_parallel else 1
+    head_bytes = 0.0 if table_attention else BF16_BYTES * 2 * (q_width + kv_width)
+    low_share = (1.0 - bf16_share) if recipe.low_precision else 0.0
+
+    def elementwise(mlp_width: float, permuted_copies: int = 0) -> np.ndarray:
+        factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
+        # MoE token permutation and un-permutation each read and write k copies of h.
+        permute = 2.0 * 2.0 * permuted_copies * h
+        split_bytes = head_bytes + BF16_BYTES * (factor * mlp_width + permute)
+        per_gpu = rows * (sequence_bytes / sequence_split + split_bytes / tp)
+        return estimate_elementwise_s(gpu, per_gpu, cc)
+
+    def cast(input_elements: np.ndarray) -> np.ndarray:
+        # The transposed quantized copy of every low-precision GEMM input (precision.py).
+        return estimate_streaming_s(gpu, low_share * recipe.element_bytes * input_elements, cc)
+
+    dense_mlp, dense_mlp_bwd = two_gemms(model_spec.dense_mlp_params_per_layer, rows, tp)
+    gemm_inputs = 2.0 * rows * h / tp  # two GEMMs per block, inputs sharded by SP
+    dense = {
+        "gemm": attention + dense_mlp, "gemm_bwd": attention_bwd + dense_mlp_bwd,
+        "core": core, "core_bwd": core_bwd,
+        "elementwise": elementwise(model_spec.intermediate_size),
+        "cast": cast(2.0 * gemm_inputs),
+    }
+    if not model_spec.is_moe:
+        return {"dense": dense, "moe": dense}
+    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    routed, routed_bwd, fused = _routed_experts(model_spec, cluster, job, d, constants,
+                                                bf16_share)
+    shared, shared_bwd = two_gemms(model_spec.shared_expert_params_per_layer, rows, tp)
+    router = estimate_gemm_s(gpu, BF16.name, rows / tp, h, experts, cc)
+    router_bwd = estimate_gemm_backward_s(gpu, BF16.name, rows / tp, h, experts, cc)
+    moe_width = k * model_spec.moe_intermediate_size + (
+        model_spec.num_shared_experts
+        * (model_spec.shared_expert_intermediate_size or model_spec.moe_intermediate_size)
+    )
+    pairs = rows / tp * d["etp"] * k  # token copies a GPU's experts compute
+    routed_inputs = pairs * (h + model_spec.moe_intermediate_size / d["etp"])
+    shared_inputs = gemm_inputs if model_spec.num_shared_experts else 0.0
+    moe = {
+        "gemm": attention + shared + router, "gemm_bwd": attention_bwd + shared_bwd + router_bwd,
+        "routed": routed, "routed_bwd": routed_bwd,
+        "core": core, "core_bwd": core_bwd,
+        # The fused MoE kernel permutes and un-permutes itself: no permutation traffic then.
+        "elementwise": elementwise(moe_width, 0 if fused else k),
+        "cast": cast(gemm_inputs + shared_inputs + routed_inputs),
+    }
+    return {"dense": dense, "moe": moe}
+
+
+def _attention_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                    d: dict[str, np.ndarray], constants: TimeConstants
+                    ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(forward, backward, from the kernel table) seconds of the attention core. The table
+    path needs fused attention (FlashAttention or its kind): unfused attention keeps the
+    datasheet path, which models its batched GEMMs."""
+    gpu, tp, cp = cluster.gpu, d["tp"], d["cp"]
+    rows = d["micro_batch"] * job.seq_len / cp
+    core_flops = rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
+    if constants.flash_attention:
+        table = estimate_table_attention_s(
+            gpu, core_flops, batch=d["micro_batch"], seq=job.seq_len / cp,
+            heads=model_spec.num_attention_heads / tp,
+            kv_heads=np.maximum(model_spec.kv_heads / tp, 1.0),
+            qk_head_dim=model_spec.qk_head_dim, v_head_dim=model_spec.value_head_dim,
+            native=constants.native_attention_kernels)
+        if table is not None:
+            return (*table, True)
+    core = estimate_attention_core_s(gpu, job.precision, core_flops, constants.compute,
+                                     head_dims=(model_spec.qk_head_dim,
+                                                model_spec.value_head_dim),
+                                     flash=constants.flash_attention,
+                                     native=constants.native_attention_kernels)
+    return core, constants.attention_backward_ratio * core, False
+
+
+def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                    d: dict[str, np.ndarray], constants: TimeConstants, bf16_share: float
+                    ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(forward, backward, fused) seconds of the routed experts. The GPU's EP group routes
+    ep*etp*rows/tp tokens over all experts; each GPU computes its experts/ep experts (split
+    etp ways) for tokens*k/experts rows each, which is the table's MoE row at that token
+    count. Without such rows: experts/ep per-expert GEMM pairs of that many rows."""
+    gpu, cc, h = cluster.gpu, constants.compute, model_spec.hidden_size
+    tp, ep, etp = d["tp"], d["ep"], d["etp"]
+    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    rows = d["micro_batch"] * job.seq_len / d["cp"]
+    recipe = load_recipe(job.precision)
+    if gpu.kernel_table is not None:
+        table = load_kernel_table(gpu.kernel_table)
+
+        def fused(dtype: str) -> np.ndarray | None:
+            return estimate_table_moe_s(
+                table, dtype, hidden=h, inter=model_spec.moe_intermediate_size, topk=k,
+                experts=experts, gated=model_spec.mlp_type == "gated",
+                tokens=rows / tp * ep * etp, etp=etp, ep=ep)
+
+        low, high = fused(recipe.table_dtype), fused(BF16.table_dtype)
+        if low is not None and (high is not None or bf16_share == 0.0):
+            forward = low if bf16_share == 0.0 else (1.0 - bf16_share) * low + bf16_share * high
+            return forward, 2.0 * forward, True
+    expert_rows = rows * k * ep * etp / (experts * tp)
+    width = model_spec.expert_params / (2.0 * h * etp)
+    local = experts / ep
+
+    def per_expert(estimate, precision: str) -> np.ndarray:
+        return 2.0 * local * estimate(gpu, precision, expert_rows, h, width, cc)
+
+    forward, backward = (per_expert(estimate_gemm_s, job.precision),
+                         per_expert(estimate_gemm_backward_s, job.precision))
+    if bf16_share:
+        forward = (1.0 - bf16_share) * forward + bf16_share * per_expert(estimate_gemm_s, "bf16")
+        backward = ((1.0 - bf16_share) * backward
+                    + bf16_share * per_expert(estimate_gemm_backward_s, "bf16"))
+    return forward, backward, False
+
+
+def estimate_forward_s(fwd: dict[str, np.ndarray]) -> np.ndarray:
+    """A layer's forward seconds from its parts."""
+    return (fwd["gemm"] + fwd.get("routed", 0.0) + fwd["core"] + fwd["elementwise"]
+            + fwd.get("cast", 0.0))
+
+
+def estimate_backward_s(fwd: dict[str, np.ndarray]) -> np.ndarray:
+    """A layer's backward seconds from its parts: the GEMMs' and the core's own backward,
+    the element-wise passes twice (input gradients and the saved tensors they re-read)."""
+    return (fwd["gemm_bwd"] + fwd.get("routed_bwd", 0.0) + fwd["core_bwd"]
+            + 2.0 * fwd["elementwise"])
+
+
+def estimate_head_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                            d: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
+    """Forward + backward seconds of the LM head (BF16 under every recipe: precision.py) and
+    the cross-entropy loss, which reads the fp32 logits about three times (max, exp-sum,
+    gradient)."""
+    gpu, cc = cluster.gpu, constants.compute
+    rows = d["micro_batch"] * job.seq_len / d["cp"]
+    h, width = model_spec.hidden_size, model_spec.vocab_size / d["tp"]
+    head = (estimate_gemm_s(gpu, BF16.name, rows, h, width, cc)
+            + estimate_gemm_backward_s(gpu, BF16.name, rows, h, width, cc))
+    loss = estimate_streaming_s(gpu, 3 * 4.0 * rows * width, cc)
+    return head + loss

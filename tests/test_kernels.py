@@ -1,0 +1,164 @@
+"""The packaged kernel tables (solver/catalog/kernels, AIConfigurator's measured TensorRT-LLM
+kernels) and the interpolation in them (solver.cost.kernels): measured rows come back at grid
+points (fixtures copied from the source, tests/data/kernels), time is monotone in every size,
+throughput stays constant beyond the grid, and the README's peak table is reproduced."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver.catalog import list_gpu_names, load_gpu_spec
+from solver.cost.efficiency import ComputeConstants, estimate_gemm_backward_s, estimate_gemm_s
+from solver.cost.kernels import (
+    KERNEL_DIR,
+    attention_backward_ratio,
+    attention_flop,
+    estimate_table_attention_rate,
+    estimate_table_gemm_s,
+    estimate_table_moe_s,
+    legacy_attention_factors,
+    list_kernel_tables,
+    load_kernel_table,
+)
+from solver.errors import InputError
+
+DATA = Path(__file__).resolve().parent / "data" / "kernels"
+MS = 1e-3
+
+
+def rows(name: str) -> list[dict[str, str]]:
+    with open(DATA / name, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def adjusted(grid, *key: int) -> bool:
+    index = tuple(int(np.searchsorted(axis, v)) for axis, v in zip(grid.sizes, key))
+    assert all(axis[i] == v for axis, i, v in zip(grid.sizes, index, key)), key
+    return bool(grid.adjusted[index])
+
+
+def test_gemm_grid_points_give_the_measured_rows() -> None:
+    """Unadjusted grid points return the source's latency; adjusted ones (the lower monotone
+    envelope) are never slower than measured."""
+    table = load_kernel_table("h100_sxm")
+    exact = 0
+    for r in rows("h100_sxm_gemm.csv"):
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        seconds = float(estimate_table_gemm_s(table, r["dtype"], m, n, k))
+        measured = float(r["latency_ms"]) * MS
+        if adjusted(table.grids[f"gemm.{r['dtype']}"], m, n, k):
+            assert seconds <= measured
+        else:
+            assert seconds == pytest.approx(measured, rel=1e-12)
+            exact += 1
+    assert exact >= 0.8 * len(rows("h100_sxm_gemm.csv"))
+
+
+def test_attention_and_moe_grid_points_give_the_measured_rows() -> None:
+    table = load_kernel_table("h100_sxm")
+    for r in rows("h100_sxm_context_attention.csv"):
+        b, s, h, d = (int(r[c]) for c in ("batch_size", "seq_len", "num_heads", "head_dim"))
+        assert not adjusted(table.grids["attention.mha"], b, s, h, d)
+        rate = float(estimate_table_attention_rate(table, b, s, h, h, d))
+        assert float(attention_flop(b, s, h, d)) / rate == pytest.approx(
+            float(r["latency_ms"]) * MS, rel=1e-12)
+    for r in rows("h100_sxm_moe.csv"):
+        tokens, ep = int(r["num_tokens"]), int(r["moe_ep_size"])
+        seconds = estimate_table_moe_s(table, "bfloat16", hidden=2048, inter=768, topk=8,
+                                       experts=128, gated=True, tokens=tokens, etp=1, ep=ep)
+        assert float(seconds) == pytest.approx(float(r["latency_ms"]) * MS, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["a100_sxm", "h100_sxm", "b200_sxm", "gb300", "l40s"])
+def test_time_is_monotone_in_every_size(name: str) -> None:
+    """Off the grid, across tile steps and beyond both edges."""
+    table = load_kernel_table(name)
+    sizes = np.unique(np.geomspace(100, 100_000, 60).astype(int))
+    for grid in (g for g in table.grids if g.startswith("gemm.")):
+        dtype = grid.removeprefix("gemm.")
+        for fixed in (300, 1500, 6000, 20000):
+            for times in (estimate_table_gemm_s(table, dtype, sizes, fixed, fixed),
+                          estimate_table_gemm_s(table, dtype, fixed, sizes, fixed),
+                          estimate_table_gemm_s(table, dtype, fixed, fixed, sizes)):
+                assert np.all(np.diff(times) >= -1e-15), (name, grid, fixed)
+    seqs = np.unique(np.geomspace(300, 60_000, 40).astype(int))
+    heads = np.array([8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128])
+    for group in (1, 8):  # the MHA and the GQA grid, at a fixed group size (TP keeps it)
+        work = attention_flop(2, seqs, 32, 128)
+        times = work / estimate_table_attention_rate(table, 2, seqs, 32, 32 // group, 128)
+        assert np.all(np.diff(times) >= 0)
+        times = (attention_flop(2, 4096, heads, 128)
+                 / estimate_table_attention_rate(table, 2, 4096, heads, heads / group, 128))
+        assert np.all(np.diff(times) >= 0)
+
+
+def test_constant_throughput_beyond_the_grid_and_floor_below() -> None:
+    """Above the largest size the rate is the edge's (a 65536-row GEMM runs at the 32768-row
+    rate, 32K-token attention at the 16K rate); below the smallest a GEMM costs the edge's
+    latency (a GEMM smaller than 256 is not faster than one of 256)."""
+    table = load_kernel_table("h100_sxm")
+    edge = estimate_table_gemm_s(table, "bfloat16", 32768, 4096, 4096)
+    assert float(estimate_table_gemm_s(table, "bfloat16", 65536, 4096, 4096)) == pytest.approx(
+        2 * float(edge), rel=1e-12)
+    small = estimate_table_gemm_s(table, "bfloat16", 256, 4096, 4096)
+    assert float(estimate_table_gemm_s(table, "bfloat16", 64, 4096, 4096)) == float(small)
+    rates = estimate_table_attention_rate(table, 1, np.array([16384, 32768]), 32, 8, 128)
+    assert rates[0] == pytest.approx(rates[1], rel=1e-12)
+
+
+# The README's peak table, TFLOP/s at m = n = k = 8192 (kernel README, "Sanity check").
+README_8192 = {("h100_sxm", "bfloat16"): 783, ("h100_sxm", "fp8"): 1242,
+               ("h100_sxm", "fp8_block"): 1117, ("b200_sxm", "bfloat16"): 1492,
+               ("b200_sxm", "fp8"): 2335, ("b200_sxm", "fp8_block"): 2673,
+               ("b200_sxm", "nvfp4"): 3864, ("a100_sxm", "bfloat16"): 263,
+               ("gb300", "nvfp4"): 4830}
+
+
+@pytest.mark.parametrize(("name", "dtype"), README_8192)
+def test_readme_peak_table_at_8192_cubed(name: str, dtype: str) -> None:
+    """H100 bf16 8192^3: 1.0995e12 FLOP in 1.405 ms = 783 TFLOP/s."""
+    seconds = float(estimate_table_gemm_s(load_kernel_table(name), dtype, 8192, 8192, 8192))
+    assert 2 * 8192**3 / seconds / 1e12 == pytest.approx(README_8192[(name, dtype)], abs=1.0)
+
+
+def test_backward_is_the_dgrad_and_wgrad_lookups() -> None:
+    """Kernel README caveat 2: dgrad (m, k, n) and wgrad (n, k, m) from the same table."""
+    gpu, table = load_gpu_spec("h100-sxm"), load_kernel_table("h100_sxm")
+    m, k, n = 8192, 4096, 14336
+    backward = float(estimate_gemm_backward_s(gpu, "bf16", m, k, n, ComputeConstants()))
+    assert backward == pytest.approx(float(estimate_table_gemm_s(table, "bfloat16", m, k, n)
+                                           + estimate_table_gemm_s(table, "bfloat16", n, k, m)))
+    forward = float(estimate_gemm_s(gpu, "bf16", m, k, n, ComputeConstants()))
+    assert 1.8 < backward / forward < 2.3  # "together about 2x forward"
+
+
+def test_attention_backward_ratio_from_flashattention_3() -> None:
+    """FA3 paper Fig. 5b/6b, head dim 128: 2.5 x 638 / 542 = 2.94 at 4K, 2.5 x 467 / 316 =
+    3.69 at 512 (and below); FA2 runs at 368 / 638 = 0.577 of FA3 forward at 4K."""
+    ratios = attention_backward_ratio(np.array([256, 512, 4096, 65536]))
+    assert ratios == pytest.approx([3.695, 3.695, 2.943, 2.888], abs=1e-3)
+    forward, backward = legacy_attention_factors(4096)
+    assert float(forward) == pytest.approx(0.577, abs=1e-3)
+    assert float(backward) == pytest.approx(0.572, abs=1e-3)
+
+
+def test_every_catalog_table_exists_and_holds_the_training_grids() -> None:
+    named = {load_gpu_spec(g).kernel_table for g in list_gpu_names()} - {None}
+    assert named <= set(list_kernel_tables())
+    for name in list_kernel_tables():
+        grids = load_kernel_table(name).grids
+        assert {"gemm.bfloat16", "attention.mha", "attention.gqa", "mla"} <= set(grids)
+    assert load_gpu_spec("h800").kernel_table is None  # no measurements anywhere (README)
+    with pytest.raises(InputError, match="kernel_table 'h800'"):
+        load_kernel_table("h800")
+
+
+def test_package_data_is_small_and_attributed() -> None:
+    total = sum(p.stat().st_size for p in KERNEL_DIR.iterdir())
+    assert total < 6e6
+    readme = (KERNEL_DIR / "README.md").read_text()
+    assert "Apache" in readme and "095f58a51c4ca8e61b66ec108d86f223f8d559ce" in readme
