@@ -27,7 +27,8 @@ from solver.cost.memory import (
 from solver.cost.memory.layout import build_default_layout
 from solver.cost.precision import check_precision_supported
 from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
-from solver.cost.time_constants import TimeConstants, framework_time_constants
+from solver.cost.frameworks import FrameworkProfile, build_framework_profile
+from solver.cost.time_constants import TimeConstants
 from solver.emit.target import parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
 from solver.search.constraints import structural_constraints
@@ -41,6 +42,7 @@ from solver.spec import (
     ParallelConfig,
     PipelineLayout,
 )
+from solver.spec.framework import FrameworkFeatures
 from solver.spec.plan import Plan, PlanTime, StageMemory
 
 GIB = 2**30
@@ -59,6 +61,7 @@ class Estimate:
     fixes: tuple[str, ...]
     calibration: str | None = None
     curve_sources: tuple[CurveSource, ...] = ()
+    profile: FrameworkProfile | None = None
 
 
 def check_parallel_config(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
@@ -226,18 +229,21 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
              calibration: str | None = None, framework: str = "megatron",
              options: MemoryOptions | None = None, layout: str | None = None,
              recompute_num_layers: int | None = None, segment_gpus: int | None = None,
-             **degrees: int | str) -> Estimate:
+             features: FrameworkFeatures | None = None, **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
-    bandwidths and latencies of the tiers it covers; `framework` brings its timing
-    (steptime.framework_time_constants), as in `parplan optimize`. `layout`: Megatron's
+    bandwidths and latencies of the tiers it covers; `framework` brings its profile
+    (solver.cost.frameworks: timing and what `selective` keeps) with `features` overriding
+    single features, as in `parplan optimize`. `layout`: Megatron's
     --pipeline-model-parallel-layout text (default: the even split), with
     `recompute_num_layers` recomputed in each virtual stage under --recompute full."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
         segment_gpus=segment_gpus)
+    profile = build_framework_profile(framework, features)
+    options = profile.memory_options(options)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
     pipeline = None
@@ -246,9 +252,10 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
         text = layout if layout is not None else render_pipeline_layout(even)
         pipeline = parse_launch_pipeline(text, model_spec, config, recompute_num_layers)
     plan = estimate_plan(model_spec, cluster_spec, job, config, options,
-                         framework_time_constants(framework), pipeline)
+                         profile.time_constants, pipeline)
     fixes = () if plan.fits else suggest_memory_fixes(
         model_spec, cluster_spec, job, num_gpus, config, options)
     sources = tuple(describe_sources(cluster_spec)) if calibration is not None else ()
     return Estimate(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
-                    plan=plan, fixes=fixes, calibration=calibration, curve_sources=sources)
+                    plan=plan, fixes=fixes, calibration=calibration, curve_sources=sources,
+                    profile=profile)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from solver.api import estimate_plans, load_problem_specs
-from solver.cost.time_constants import framework_time_constants
+from solver.cost.frameworks import FrameworkProfile, build_framework_profile
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
@@ -19,6 +19,7 @@ from solver.search.explain import explain_choice, find_conflicts
 from solver.search.layout_search import solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import ClusterSpec
+from solver.spec.framework import FrameworkFeatures
 from solver.spec.plan import Plan
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
@@ -54,9 +55,11 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                   framework: Framework = "megatron", objective: Objective = "time",
                   pins: dict[str, tuple[int, ...]] | None = None,
                   allow_tp_across_nodes: bool = False,
-                  calibration: str | None = None, segment_gpus: int | None = None) -> Problem:
+                  calibration: str | None = None, segment_gpus: int | None = None,
+                  features: FrameworkFeatures | None = None) -> Problem:
     """Load the model and cluster (with a calibration profile's measured curves if given) and
-    build the Problem; bad input is an InputError."""
+    build the Problem under the framework's profile (solver.cost.frameworks) with `features`
+    overriding single features; bad input is an InputError."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
@@ -64,10 +67,12 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     for name in pins or {}:
         if name not in VARIABLES:
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
+    profile = build_framework_profile(framework, features)
     return Problem(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
                    framework=framework, objective=objective, pins=dict(pins or {}),
                    allow_tp_across_nodes=allow_tp_across_nodes,
-                   time_constants=framework_time_constants(framework))
+                   time_constants=profile.time_constants,
+                   memory_options=profile.memory_options())
 
 
 def solve(problem: Problem, top: int = 5, engine: str = "layout",
@@ -119,6 +124,8 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
         "global_batch": problem.job.global_batch,
         "precision": problem.job.precision,
         "framework": problem.framework,
+        "framework_features": FrameworkProfile(
+            name=problem.framework, time_constants=problem.time_constants).features(),
         "objective": problem.objective,
         "num_feasible": result.num_feasible,
         "num_candidates": result.num_candidates,

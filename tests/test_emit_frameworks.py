@@ -46,6 +46,11 @@ MEGATRON_LM_FLAGS = {
     # ArgumentGroupFactory(TransformerConfig) turns into flags.
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+    # TransformerConfig / ModelParallelConfig fields (commit d98e8a64, 2026): the framework
+    # profile's features (solver.emit.megatron._feature_flags).
+    "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-grouped-gemm",
+    "--cuda-graph-impl", "--cuda-graph-modules", "--tp-comm-overlap",
+    "--overlap-moe-expert-parallel-comm",
 }
 # torchtitan/config/job_config.py (TOML releases): fields of Parallelism, Training,
 # ActivationCheckpoint.

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import FEATURES, PROFILES, build_framework_profile
+from solver.cost.frameworks import PROFILES, build_framework_profile
 from solver.cost.layer_time import (
     _domain_dedup,
     _estimate_host_s,
@@ -26,6 +26,7 @@ from solver.cost.steptime import estimate_step_time
 from solver.cost.time_constants import TimeConstants, framework_time_constants
 from solver.errors import InputError
 from solver.spec import JobSpec, ParallelConfig
+from solver.spec.framework import FEATURES, FrameworkFeatures
 from solver.spec.job import FRAMEWORKS
 
 H100 = load_cluster_spec("dgx-h100")
@@ -112,8 +113,8 @@ def test_overrides_change_single_features() -> None:
 
 @pytest.mark.parametrize(("framework", "overrides", "message"), [
     ("megatron", {"moe_dispatcher": "nccl"}, "--moe-dispatcher"),
-    ("megatron", {"attention_kernel": "flash9"}, "--attention-kernel flash9"),
-    ("megatron", {"kernel_launch_s": 1.0}, "--kernel-launch-s"),
+    ("megatron", {"attention_kernel": "flash9"}, "--attention-kernel"),
+    ("megatron", {"kernel_launch_s": 1.0}, "--kernel-launch-s: not a framework feature"),
     ("deepspeed", {"moe_dispatcher": "deepep"}, "--moe-dispatcher deepep: DeepSpeed-MoE"),
     ("deepspeed", {"cuda_graphs": True}, "--cuda-graphs on"),
     ("torchtitan", {"moe_dispatcher": "allgather"}, "--moe-dispatcher allgather"),
@@ -266,3 +267,78 @@ def test_recompute_level_is_a_layer_degree() -> None:
         recompute=np.array([0, 1]))
     t = estimate_step_time(model, H100, job, both, constants)
     assert t.recompute[0] == 0.0 < t.recompute[1]
+
+
+# ---- the command line: one profile for estimate, optimize and launch ---------------------------
+
+MOE = ["--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16",
+       "--seq-len", "4096", "--global-batch", "256"]
+
+
+def invoke(*args: str):
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    return CliRunner().invoke(cli, list(args))
+
+
+def estimate_json(*flags: str) -> dict:
+    import json
+
+    result = invoke("estimate", *MOE, "--ep", "16", "--json", *flags)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_estimate_reports_the_profile_and_takes_feature_flags() -> None:
+    plain = estimate_json()
+    assert plain["framework"] == "megatron"
+    assert plain["framework_features"]["moe_dispatcher"] == "alltoall"
+    deepep = estimate_json("--moe-dispatcher", "deepep")
+    assert deepep["framework_features"]["moe_dispatcher"] == "deepep"
+    # EP 16 spans two 8-GPU nodes: DeepEP sends a token once per node.
+    assert (deepep["plans"][0]["time_seconds"]["ep"]
+            < 0.5 * plain["plans"][0]["time_seconds"]["ep"])
+    titan = estimate_json("--framework", "torchtitan", "--recompute", "selective")
+    assert titan["framework_features"]["selective_recompute"] == "op_level"
+    assert titan["plans"][0]["time_seconds"]["recompute"] > 0
+    # Op-level checkpointing keeps about half of what Megatron's selective recompute keeps.
+    assert (titan["plans"][0]["memory_gb"]["activations"]
+            < 0.7 * plain["plans"][0]["memory_gb"]["activations"])
+
+
+def test_optimize_and_launch_take_the_same_flags() -> None:
+    import json
+
+    result = invoke("optimize", *MOE, "--json", "--top", "1", "--engine", "even",
+                    "--moe-dispatcher", "hybridep", "--cuda-graphs")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer["framework_features"]["moe_dispatcher"] == "hybridep"
+    assert answer["framework_features"]["cuda_graphs"] is True
+    launched = invoke("launch", *MOE, "--ep", "16", "--format", "megatron",
+                      "--moe-dispatcher", "hybridep", "--cuda-graphs", "--tp", "2",
+                      "--tp-comm-overlap")
+    assert launched.exit_code == 0, launched.output
+    text = launched.output
+    assert "--moe-token-dispatcher-type flex" in text
+    assert "--moe-flex-dispatcher-backend hybridep" in text
+    assert "--cuda-graph-modules attn mlp moe_router moe_preprocess" in text
+    assert "--tp-comm-overlap" in text
+    default = invoke("launch", *MOE, "--ep", "16", "--format", "megatron").output
+    assert "--moe-token-dispatcher-type alltoall" in default
+    assert "--cuda-graph-impl" not in default
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--moe-dispatcher", "nccl"], "--moe-dispatcher"),
+    (["--framework", "deepspeed", "--moe-dispatcher", "deepep"], "--moe-dispatcher deepep"),
+    (["--framework", "deepspeed", "--cuda-graphs"], "--cuda-graphs on"),
+    (["--selective-recompute", "layer"], "--selective-recompute"),
+])
+def test_bad_feature_flags_are_one_line_and_exit_2(flags, message) -> None:
+    result = invoke("estimate", *MOE, *flags)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output

@@ -6,7 +6,13 @@ from typing import Any
 
 import click
 
-from solver.cli.options import degree_options, framework_option, planning_options
+from solver.cli.options import (
+    degree_options,
+    framework_feature_options,
+    framework_option,
+    planning_options,
+    pop_framework_features,
+)
 
 
 @click.command()
@@ -20,7 +26,9 @@ from solver.cli.options import degree_options, framework_option, planning_option
 @click.option("--recompute-num-layers", type=click.IntRange(min=1), default=None,
               help="With --recompute full: the layers of each virtual stage that recompute "
                    "(Megatron's block method); default: all.")
-@framework_option("Whose timing to assume (DP overlap, gradient reduce dtype).")
+@framework_option("Whose timing to assume (kernels, overlaps, recompute semantics, DP "
+                  "overlap, gradient reduce dtype); the flags below override single features.")
+@framework_feature_options
 def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
              segment_gpus: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
@@ -41,8 +49,9 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     )
     from solver.spec.plan_json import render_plan_json
 
+    features = pop_framework_features(degrees)
     result = run_estimate(
-        model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
+        model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len, features=features,
         global_batch=global_batch, precision=precision, token_budget=token_budget,
         calibration=calibration, framework=framework, layout=layout,
         recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus, **degrees,
@@ -58,6 +67,8 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
             "seq_len": result.job.seq_len,
             "global_batch": result.job.global_batch,
             "precision": result.job.precision,
+            "framework": result.profile.name,
+            "framework_features": result.profile.features(),
             "plans": [render_plan_json(plan)],
         }
         if not plan.fits:

@@ -6,12 +6,19 @@ from typing import Any
 
 import click
 
-from solver.cli.options import degree_options, planning_options
+from solver.cli.options import (
+    degree_options,
+    framework_feature_options,
+    planning_options,
+    pop_framework_features,
+)
 from solver.emit import DEFAULT_ORDER, FORMATS
 from solver.spec.job import ParallelConfig
 
 # The degree flags of `degree_options` (dp is the rest of the GPUs).
 DEGREE_NAMES = tuple(name for name in ParallelConfig.model_fields if name != "dp")
+# Formats that are a framework with a profile (solver.cost.frameworks).
+PROFILED_FORMATS = ("megatron", "torchtitan", "deepspeed")
 # Job options a plan file fills in when they are left at their defaults.
 JOB_OPTIONS = ("seq_len", "global_batch", "precision")
 
@@ -72,6 +79,7 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
 @click.option("--validate", is_flag=True,
               help="Also run the framework's own checks on the settings, where installed.")
 @click.option("-o", "--output", metavar="FILE", default=None, help="Write to FILE.")
+@framework_feature_options
 def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
            segment_gpus: int | None, seq_len: int,
            global_batch: int, precision: str, token_budget: int | None,
@@ -86,7 +94,13 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     from solver.emit.layout import build_rank_layout
     from solver.emit.target import LaunchTarget, check_pipeline_layout, parse_launch_pipeline
 
+    from solver.cost.frameworks import build_framework_profile
+
     ctx = click.get_current_context()
+    # The settings of --format's framework (Megatron's for the others), with the flags'
+    # features: what `estimate` and `optimize` cost under the same flags.
+    framework = launch_format if launch_format in PROFILED_FORMATS else "megatron"
+    profile = build_framework_profile(framework, pop_framework_features(degrees))
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
     plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)
@@ -108,7 +122,8 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
             f"{plan_file.path}: field 'plans.{plan_file.index - 1}.layout'")
     layout = build_rank_layout(config, model_spec.is_moe, order)
     target = LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
-                          layout=layout, pipeline=pipeline)
+                          layout=layout, pipeline=pipeline,
+                          time_constants=profile.time_constants)
     emitted = render_launch(launch_format, target)
     validation = None
     if validate:

@@ -6,7 +6,12 @@ from typing import Any
 
 import click
 
-from solver.cli.options import framework_option, make_planning_options
+from solver.cli.options import (
+    framework_feature_options,
+    framework_option,
+    make_planning_options,
+    pop_framework_features,
+)
 
 PIN_OPTIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "zero", "micro_batch")
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
@@ -63,8 +68,10 @@ def _pin_options(command):
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds the layout programs may take in all (past it the answer is "
                    "'feasible', not proven).")
-@framework_option("Whose rules the plan must obey and whose timing it assumes (DP overlap, "
-                  "gradient reduce dtype).")
+@framework_option("Whose rules the plan must obey and whose timing it assumes (kernels, "
+                  "overlaps, recompute semantics, DP overlap, gradient reduce dtype); the "
+                  "flags below override single features.")
+@framework_feature_options
 @click.option("--objective", type=click.Choice(["time", "memory"]), default="time",
               show_default=True, help="Minimise step time or per-GPU memory.")
 @click.option("--allow-tp-across-nodes", is_flag=True,
@@ -82,6 +89,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, render_result_json, solve
 
+    features = pop_framework_features(pin_values)
     pins = {name: values for name, values in pin_values.items()
             if name in PIN_OPTIONS and values is not None}
     for name in ("tp", "pp", "cp", "ep"):
@@ -101,6 +109,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         global_batch=global_batch, precision=precision, token_budget=token_budget,
         framework=framework, objective=objective, pins=pins,
         allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration,
+        features=features,
         segment_gpus=segment_gpus)
     if gpus_for_days is not None:
         found = fewest_gpus(problem, gpus_for_days, engine=engine)

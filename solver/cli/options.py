@@ -13,6 +13,14 @@ from typing import TypeVar
 
 import click
 
+from solver.spec.framework import (
+    ATTENTION_KERNELS,
+    DP_OVERLAPS,
+    FEATURES,
+    MOE_DISPATCHERS,
+    SELECTIVE_RECOMPUTES,
+    FrameworkFeatures,
+)
 from solver.spec.job import FRAMEWORKS, PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -54,6 +62,38 @@ def framework_option(help_text: str) -> Callable[[F], F]:
     """--framework: whose rules (optimize) and timing (optimize, estimate) to assume."""
     return click.option("--framework", type=click.Choice(FRAMEWORKS), default="megatron",
                         show_default=True, help=help_text)
+
+
+def framework_feature_options(command: F) -> F:
+    """Flags that override single features of the --framework profile (solver.cost.frameworks;
+    parameters named as FrameworkFeatures' fields, collected by `pop_framework_features`)."""
+    return _apply(command, [
+        click.option("--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=None,
+                     help="Attention kernels: native (FlashAttention-3 / cuDNN), flash2 "
+                          "(FlashAttention-2, Ampere instructions on Hopper) or unfused."),
+        click.option("--fused-elementwise/--eager-elementwise", default=None,
+                     help="Fused norms, RoPE and SwiGLU (TE, torch.compile) or eager ops."),
+        click.option("--cuda-graphs/--no-cuda-graphs", default=None,
+                     help="Replay captured kernels without host launches."),
+        click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
+                     help="MoE token dispatcher (deepep, hybridep: one copy per NVLink "
+                          "domain, forwarded inside it)."),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                     help="Hide TP/SP collectives behind the GEMMs."),
+        click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=None,
+                     help="Hide EP all-to-alls behind another micro-batch's compute."),
+        click.option("--dp-overlap", type=click.Choice(DP_OVERLAPS), default=None,
+                     help="When DP collectives overlap compute."),
+        click.option("--selective-recompute", type=click.Choice(SELECTIVE_RECOMPUTES),
+                     default=None,
+                     help="What --recompute selective recomputes: attention_core (Megatron) or "
+                          "op_level (torchtitan: all but every second GEMM and the attention)."),
+    ])
+
+
+def pop_framework_features(values: dict[str, object]) -> FrameworkFeatures:
+    """The FrameworkFeatures of a command's keyword arguments (removed from `values`)."""
+    return FrameworkFeatures(**{name: values.pop(name) for name in FEATURES if name in values})
 
 
 def planning_options(command: F) -> F:

@@ -36,10 +36,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.time_constants import KernelLaunches, TimeConstants
 from solver.errors import InputError, format_validation_error
+from solver.spec.framework import FEATURES, FrameworkFeatures
 
-ATTENTION_KERNELS = {"native": (True, True), "flash2": (True, False), "unfused": (False, False)}
-FEATURES = ("attention_kernel", "fused_elementwise", "cuda_graphs", "moe_dispatcher",
-            "tp_comm_overlap", "ep_comm_overlap", "dp_overlap", "selective_recompute")
+# TimeConstants (flash_attention, native_attention_kernels) of each attention kernel.
+ATTENTION_SWITCHES = {"native": (True, True), "flash2": (True, False), "unfused": (False, False)}
 
 # Megatron-Core with Transformer Engine (megatron/core/transformer/transformer_layer.py
 # TransformerLayer.forward, attention.py, mlp.py, moe/moe_layer.py, moe/token_dispatcher.py
@@ -184,17 +184,18 @@ def _flag(feature: str) -> str:
     return "--" + feature.replace("_", "-")
 
 
-def build_framework_profile(framework: str,
-                            overrides: Mapping[str, Any] | None = None) -> FrameworkProfile:
-    """The profile of `framework` with single features overridden (None values are ignored);
-    an unknown framework or feature, or a value the framework lacks, is an InputError naming
-    the flag."""
+def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mapping[str, Any]
+                            | None = None) -> FrameworkProfile:
+    """The profile of `framework` with single features overridden (None values keep the
+    profile's); an unknown framework or feature, a bad value, or a value the framework lacks
+    is an InputError naming the flag."""
     if framework not in PROFILES:
         raise InputError(f"--framework {framework}: unknown framework "
                          f"({', '.join(PROFILES)})")
     constants = PROFILES[framework]()
+    if isinstance(overrides, FrameworkFeatures):
+        overrides = overrides.given()
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    update: dict[str, Any] = {}
     for feature, value in given.items():
         if feature not in FEATURES:
             raise InputError(f"{_flag(feature)}: not a framework feature ({', '.join(FEATURES)})")
@@ -202,23 +203,19 @@ def build_framework_profile(framework: str,
         if why:
             raise InputError(f"{_flag(feature)} {_render(value)}: {why} (--framework "
                              f"{framework})")
-        if feature == "attention_kernel":
-            if value not in ATTENTION_KERNELS:
-                raise InputError(f"--attention-kernel {value}: one of "
-                                 f"{', '.join(ATTENTION_KERNELS)}")
-            update["flash_attention"], update["native_attention_kernels"] = \
-                ATTENTION_KERNELS[value]
-        else:
-            update[feature] = value
-    if framework == "torchtitan" and "fused_elementwise" in update:
-        update["launches"] = (TORCHTITAN_COMPILED_LAUNCHES if update["fused_elementwise"]
-                              else TORCHTITAN_EAGER_LAUNCHES)
     try:
-        constants = TimeConstants.model_validate({**dict(constants), **update})
+        features = FrameworkFeatures(**given)
     except ValidationError as exc:
         feature = str(exc.errors()[0]["loc"][0])
         raise InputError(format_validation_error(_flag(feature), exc)) from None
-    return FrameworkProfile(name=framework, time_constants=constants)
+    update = features.given()
+    kernel = update.pop("attention_kernel", None)
+    if kernel is not None:
+        update["flash_attention"], update["native_attention_kernels"] = ATTENTION_SWITCHES[kernel]
+    if framework == "torchtitan" and "fused_elementwise" in update:
+        update["launches"] = (TORCHTITAN_COMPILED_LAUNCHES if update["fused_elementwise"]
+                              else TORCHTITAN_EAGER_LAUNCHES)
+    return FrameworkProfile(name=framework, time_constants=constants.model_copy(update=update))
 
 
 def _render(value: Any) -> str:

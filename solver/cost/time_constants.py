@@ -9,12 +9,11 @@ from the frameworks' code or documentation, never fitted.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.efficiency import ComputeConstants
+from solver.spec.framework import DpOverlap, MoeDispatcher, SelectiveRecompute
 
 
 class KernelLaunches(BaseModel):
@@ -78,7 +77,7 @@ class TimeConstants(BaseModel):
     # instruction after the last backward and ZeRO-1's parameter all-gather after the
     # optimizer step; pipe/engine.py "We schedule the all-reduces", schedule.py
     # TrainSchedule): where they do not overlap, nothing hides.
-    dp_overlap: Literal["always", "never", "without_pipeline"] = "always"
+    dp_overlap: DpOverlap = "always"
     # ZeRO-1 reduce-scatters the gradients (Megatron's distributed optimizer); DeepSpeed's
     # pipeline engine all-reduces the whole gradient (_exec_reduce_grads ->
     # buffered_allreduce_fallback) before each rank updates its shard: twice the traffic.
@@ -111,13 +110,13 @@ class TimeConstants(BaseModel):
     # domain that holds one of its experts and forward it inside the domain (DeepEP README,
     # "asymmetric-domain bandwidth forwarding"; Megatron moe/README.md "removes redundant
     # tokens during cross-node communication").
-    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = "alltoall"
+    moe_dispatcher: MoeDispatcher = "alltoall"
     # What `--recompute selective` recomputes: "attention_core" (Megatron,
     # --recompute-granularity selective: the attention core, free under FlashAttention, whose
     # backward recomputes it anyway) or "op_level" (torchtitan's per-op SAC: every op but the
     # saved ones, i.e. all element-wise ops, every second matmul and the grouped expert
     # GEMMs; solver.cost.layer_time._estimate_selective_s).
-    selective_recompute: Literal["attention_core", "op_level"] = "attention_core"
+    selective_recompute: SelectiveRecompute = "attention_core"
     # Element-wise ops fused into one kernel each (Transformer Engine / apex fused norms, RoPE,
     # SwiGLU; torch.compile) or run eagerly, one ATen kernel per op: the eager element-wise
     # traffic is `eager_elementwise_traffic` times the fused one. 2.0 [B]: per token, eager

@@ -12,6 +12,10 @@ _add_distributed_args (--tensor-model-parallel-size, --pipeline-model-parallel-s
 --no-gradient-accumulation-fusion), _add_data_args (--seq-length), _add_mixed_precision_args
 (--bf16), _add_checkpointing_args (--ckpt-format) and _add_transformer_engine_args
 (--fp8-format {e4m3,hybrid}). There is no --virtual-pipeline-model-parallel-size any more.
+The framework profile's features (solver.cost.frameworks) go out as TransformerConfig flags
+(_feature_flags: --moe-token-dispatcher-type, --moe-flex-dispatcher-backend,
+--moe-grouped-gemm, --cuda-graph-impl, --cuda-graph-modules, --tp-comm-overlap,
+--overlap-moe-expert-parallel-comm).
 
 Mappings: ZeRO 1 is the distributed optimizer; ZeRO 2 and 3 are Megatron-FSDP with sharding
 strategy optim_grads / optim_grads_params, which validate_args requires to checkpoint as
@@ -44,6 +48,7 @@ import shlex
 
 import numpy as np
 
+from solver.cost.time_constants import framework_time_constants
 from solver.emit.layout import build_rank_layout
 from solver.emit.target import Emitted, LaunchTarget
 from solver.errors import InputError
@@ -188,6 +193,34 @@ def _recompute_flags(target: LaunchTarget, pipeline: PipelineLayout
     return flags, warnings, notes
 
 
+def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
+    """The framework profile's features as Megatron-Core settings (TransformerConfig fields,
+    flags by ArgumentGroupFactory): the MoE dispatcher (--moe-token-dispatcher-type
+    alltoall | allgather | flex with --moe-flex-dispatcher-backend deepep | hybridep) and
+    TE's grouped expert GEMMs (--moe-grouped-gemm), which the profile's kernel counts assume;
+    CUDA graphs of attention and MLP, or of attention, router and preprocessing in dropless MoE
+    layers (docs/user-guide/features/cuda_graph.md); TP and EP communication overlap."""
+    constants = target.time_constants or framework_time_constants("megatron")
+    c, is_moe = target.config, target.model_spec.is_moe
+    flags: list[tuple[str, ...]] = []
+    if is_moe:
+        dispatcher = constants.moe_dispatcher
+        if dispatcher in ("deepep", "hybridep"):
+            flags += [("--moe-token-dispatcher-type", "flex"),
+                      ("--moe-flex-dispatcher-backend", dispatcher)]
+        else:
+            flags.append(("--moe-token-dispatcher-type", dispatcher))
+        flags.append(("--moe-grouped-gemm",))
+    if constants.cuda_graphs:
+        modules = ("attn", "mlp") + (("moe_router", "moe_preprocess") if is_moe else ())
+        flags += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-modules", *modules)]
+    if constants.tp_comm_overlap and c.tp > 1:
+        flags.append(("--tp-comm-overlap",))
+    if constants.ep_comm_overlap and is_moe and c.ep > 1:
+        flags.append(("--overlap-moe-expert-parallel-comm",))
+    return flags
+
+
 def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str],
                                                          list[str]]:
     """Flags (each a tuple: the flag and its value, if any), warnings and notes."""
@@ -202,6 +235,7 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
     if model_spec.is_moe:
         flags += [("--expert-model-parallel-size", str(c.ep)),
                   ("--expert-tensor-parallel-size", str(c.etp))]
+    flags += _feature_flags(target)
     pipeline = target.pipeline_layout()
     split_flags, split_notes = _pipeline_flags(target, pipeline)
     flags += split_flags

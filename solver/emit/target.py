@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from solver.cost.time_constants import TimeConstants
 from solver.emit.layout import RankLayout
 from solver.errors import InputError
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
@@ -17,8 +18,9 @@ HF_REPO = re.compile(r"^https?://huggingface\.co/([\w.-]+/[\w.-]+)")
 
 @dataclass(frozen=True)
 class LaunchTarget:
-    """One plan to launch: the model, the cluster, the job, the degrees, their rank layout and
-    what each virtual pipeline stage holds (`pipeline`; None: the even split)."""
+    """One plan to launch: the model, the cluster, the job, the degrees, their rank layout,
+    what each virtual pipeline stage holds (`pipeline`; None: the even split) and the
+    framework features to ask for (`time_constants`)."""
 
     model_spec: ModelSpec
     cluster: ClusterSpec
@@ -26,6 +28,9 @@ class LaunchTarget:
     config: ParallelConfig
     layout: RankLayout
     pipeline: PipelineLayout | None = None
+    # The framework profile's features the settings ask for (None: the format's own profile,
+    # solver.cost.frameworks).
+    time_constants: TimeConstants | None = None
 
     @property
     def num_micro_batches(self) -> int:

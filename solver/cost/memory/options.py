@@ -6,9 +6,9 @@ the shared brief), which cite the primary sources.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from solver.spec.framework import SelectiveRecompute
 
 GIB = 2**30
 
@@ -96,6 +96,6 @@ class MemoryOptions(BaseModel):
     nccl_gib: float = Field(default=1.5, ge=0)
     fragmentation: float = Field(default=0.05, ge=0)
     include_mtp: bool = True
-    selective_recompute: Literal["attention_core", "op_level"] = "attention_core"
+    selective_recompute: SelectiveRecompute = "attention_core"
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False

@@ -1,0 +1,47 @@
+"""FrameworkFeatures: the single features of a framework profile a user may override
+(`--attention-kernel`, `--moe-dispatcher`, `--cuda-graphs`, ...), and the vocabulary of their
+values, written once for the CLI's choices, the step-time model's switches
+(solver.cost.time_constants) and the profiles (solver.cost.frameworks, which says what each
+framework does and where that is written).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+
+# native: FlashAttention-3 / cuDNN fused attention, written for the GPU's own tensor-core
+# instructions; flash2: FlashAttention-2 (Ampere's mma.sync); unfused: GEMMs around a softmax.
+AttentionKernel = Literal["native", "flash2", "unfused"]
+MoeDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+DpOverlap = Literal["always", "never", "without_pipeline"]
+# What `--recompute selective` recomputes: Megatron's attention core, torchtitan's op level.
+SelectiveRecompute = Literal["attention_core", "op_level"]
+ATTENTION_KERNELS: tuple[AttentionKernel, ...] = get_args(AttentionKernel)
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
+DP_OVERLAPS: tuple[DpOverlap, ...] = get_args(DpOverlap)
+SELECTIVE_RECOMPUTES: tuple[SelectiveRecompute, ...] = get_args(SelectiveRecompute)
+
+
+class FrameworkFeatures(BaseModel):
+    """Overrides of a framework profile's features; None keeps the profile's value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attention_kernel: AttentionKernel | None = None
+    fused_elementwise: bool | None = None
+    cuda_graphs: bool | None = None
+    moe_dispatcher: MoeDispatcher | None = None
+    tp_comm_overlap: bool | None = None
+    ep_comm_overlap: bool | None = None
+    dp_overlap: DpOverlap | None = None
+    selective_recompute: SelectiveRecompute | None = None
+
+    def given(self) -> dict[str, object]:
+        """The features that are set."""
+        return {name: value for name, value in self if value is not None}
+
+
+# The features a flag may override, in FrameworkFeatures' order.
+FEATURES: tuple[str, ...] = tuple(FrameworkFeatures.model_fields)
