@@ -10,7 +10,8 @@ divides the query's work by it, so that:
     throughput are both log-linear in each log size within a cell);
   - beyond the grid the throughput stays that of the nearest edge (the coordinate is clamped):
     a GEMM with m = 65536 runs at the rate of m = 32768, attention at 32K tokens at the rate
-    of 16K, i.e. the time grows with the work and no faster.
+    of 16K, i.e. the time grows with the work and no faster; below a GEMM grid's smallest size
+    (256) the latency stays the edge's instead (estimate_table_gemm_s).
 
 Work per kernel (the grids' throughput unit; FLOPs, causal attention counts half the scores):
   GEMM       2 m n k                         y[m,n] = x[m,k] W[n,k]^T

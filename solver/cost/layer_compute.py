@@ -46,11 +46,11 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
                              d: dict[str, np.ndarray], constants: TimeConstants
                              ) -> dict[str, dict[str, np.ndarray]]:
     """Seconds per micro-batch of one dense ("dense") and one MoE ("moe") layer on one GPU,
-    by part (module docstring). GEMMs of the layers a recipe keeps in BF16 (NVFP4: the first
-    two and last eight) enter as their share of the layers."""
+    by part (module docstring). GEMMs of the layers a recipe keeps in BF16 (NVFP4: 16%, its
+    first and last layers) enter as their share of the layers."""
     gpu, cc = cluster.gpu, constants.compute
     recipe = load_recipe(job.precision)
-    bf16_share = recipe.bf16_layer_share(model_spec)
+    bf16_share = recipe.bf16_layer_share
     tp, cp = d["tp"], d["cp"]
     h = model_spec.hidden_size
     rows = d["micro_batch"] * job.seq_len / cp  # tokens in a GPU's GEMMs (SP gathers over tp)

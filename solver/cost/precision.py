@@ -14,7 +14,8 @@ kernels time them, the cast work outside those kernels, and which GPUs have them
                  (Pretraining LLMs with NVFP4, arXiv 2509.25149 §4) runs fprop, dgrad and wgrad
                  in NVFP4 with 16x16 random Hadamard transforms on the wgrad inputs and
                  stochastic rounding of gradients, and keeps some linear layers in BF16: the
-                 first two and the last eight blocks of its 62-block 12B model (~16%).
+                 first two and the last eight blocks of its 62-block 12B model (16%), which
+                 is the share kept here for any depth.
 
 Every recipe keeps in BF16 what the frameworks keep there: attention's QK^T and PV (FP8
 attention is a separate, default-off switch in TE and Megatron), the router, the embedding and
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.spec import GpuSpec, ModelSpec
+from solver.spec import GpuSpec
 from solver.spec.job import PRECISIONS
 
 
@@ -46,20 +47,17 @@ class PrecisionRecipe:
     table_dtype: str  # the kernel tables' dtype of its low-precision GEMMs
     peak: str  # the GpuSpec peak its GEMMs run at on the datasheet path
     element_bytes: float  # bytes per quantized element, block scales included
-    bf16_first_layers: int = 0  # decoder layers kept in BF16 at the start ...
-    bf16_last_layers: int = 0  # ... and at the end
+    # The share of decoder layers whose GEMMs stay in BF16 (their first and last ones)
+    bf16_layer_share: float = 0.0
     block_scaled_format: str | None = None  # the GpuSpec.block_scaled_formats entry it needs
 
     @property
     def low_precision(self) -> bool:
         return self.name != "bf16"
 
-    def bf16_layer_share(self, model_spec: ModelSpec) -> float:
-        """The share of decoder layers whose GEMMs stay in BF16 under this recipe."""
-        kept = self.bf16_first_layers + self.bf16_last_layers
-        return min(kept, model_spec.num_hidden_layers) / model_spec.num_hidden_layers
 
-
+# arXiv 2509.25149 §4: of the 12B model's 62 blocks the first two and the last eight run in BF16.
+NVFP4_BF16_BLOCKS, NVFP4_PAPER_BLOCKS = 2 + 8, 62
 BF16 = PrecisionRecipe("bf16", "bfloat16", "bf16", 2.0)
 RECIPES: dict[str, PrecisionRecipe] = {
     recipe.name: recipe for recipe in (
@@ -69,9 +67,11 @@ RECIPES: dict[str, PrecisionRecipe] = {
         PrecisionRecipe("fp8-blockwise", "fp8_block", "fp8", 1.0 + 4.0 / 128),
         # one UE8M0 byte per 32 elements
         PrecisionRecipe("mxfp8", "fp8_block", "fp8", 1.0 + 1.0 / 32, block_scaled_format="mxfp8"),
-        # half a byte per element and one E4M3 byte per 16
-        PrecisionRecipe("nvfp4", "nvfp4", "nvfp4", 0.5 + 1.0 / 16, bf16_first_layers=2,
-                        bf16_last_layers=8, block_scaled_format="nvfp4"),
+        # half a byte per element and one E4M3 byte per 16; the paper's first two and last
+        # eight of 62 blocks in BF16, kept as that share of any model's layers
+        PrecisionRecipe("nvfp4", "nvfp4", "nvfp4", 0.5 + 1.0 / 16,
+                        bf16_layer_share=NVFP4_BF16_BLOCKS / NVFP4_PAPER_BLOCKS,
+                        block_scaled_format="nvfp4"),
     )
 }
 assert tuple(RECIPES) == PRECISIONS, "spec.job.PRECISIONS and the recipes must list the same"

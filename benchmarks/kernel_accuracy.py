@@ -1,0 +1,170 @@
+"""How well the compute model reproduces the measured kernels (issue 16, "Measured kernels").
+
+    .venv/bin/python benchmarks/kernel_accuracy.py
+
+For every packaged kernel table (solver/catalog/kernels) and op family (GEMM per dtype, fused
+attention MHA and GQA, MLA, fused MoE per dtype), on training-size shapes (GEMM m >= 1024 and
+n, k >= 1024; attention and MLA 1K-16K tokens per sequence; MoE >= 1024 tokens), it prints the
+median and 90th-percentile |predicted / measured - 1| of
+
+  leave-one-out  the table path with the point held out: each grid point is predicted from
+                 its two neighbours along one axis (what interpolation gives where that size
+                 was not measured), for every axis with a neighbour on both sides; only points
+                 the build left as measured (not filled or lowered) are scored. GQA cells are
+                 medians over the measured KV-head counts and are scored as such.
+  datasheet      the path GPUs without a table take (peak x MAMF fraction roofline + t_kernel;
+                 attention at attention_peak_fraction of the BF16 peak; per-expert GEMMs plus
+                 the permutation traffic for MoE), at the same shapes.
+
+The table path itself returns every unadjusted grid point exactly (tests/test_kernels.py). Last,
+a sanity print (not a fit, not a test): end-to-end step time of the precision recipes on
+Blackwell next to what issue 16 reports measured (MXFP8 a few percent slower than tensor-wise
+FP8, NVFP4 1.2-1.6x faster than MXFP8).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from solver.catalog import load_gpu_spec
+from solver.cost.efficiency import (
+    ComputeConstants,
+    estimate_datasheet_gemm_s,
+    estimate_streaming_s,
+)
+from solver.cost.kernels import KernelGrid, list_kernel_tables, load_kernel_table
+
+GPU_OF_TABLE = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
+                "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
+                "l40s": "l40s"}
+RECIPE_OF_DTYPE = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-blockwise",
+                   "nvfp4": "nvfp4"}
+TRAINING = {"gemm": {"m": 1024, "n": 1024, "k": 1024}, "attention": {"seq": 1024},
+            "mla": {"seq": 1024}, "moe": {"tokens": 1024}}
+
+
+def leave_one_out(grid: KernelGrid, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(relative errors, index of each scored point) of one-axis leave-one-out predictions."""
+    mask = ~grid.adjusted
+    for axis, name in enumerate(grid.axis_names):
+        if name in TRAINING[kind]:
+            shape = [1] * grid.latency_s.ndim
+            shape[axis] = -1
+            mask = mask & (grid.sizes[axis] >= TRAINING[kind][name]).reshape(shape)
+    errors, points = [], []
+    for axis in range(grid.latency_s.ndim):
+        x = np.log2(grid.sizes[axis].astype(float))
+        if len(x) < 3:
+            continue
+        lo, mid, hi = (np.take(grid.log_rate, range(s, s + len(x) - 2), axis=axis)
+                       for s in (0, 1, 2))
+        t = ((x[1:-1] - x[:-2]) / (x[2:] - x[:-2]))
+        shape = [1] * grid.latency_s.ndim
+        shape[axis] = -1
+        predicted = lo + (hi - lo) * t.reshape(shape)
+        keep = np.take(mask, range(1, len(x) - 1), axis=axis)
+        errors.append(np.exp(mid - predicted)[keep] - 1.0)  # predicted time / measured - 1
+        index = np.argwhere(keep)
+        index[:, axis] += 1
+        points.append(index)
+    return np.concatenate(errors), np.concatenate(points)
+
+
+def datasheet_errors(table_name: str, grid_name: str, grid: KernelGrid,
+                     index: np.ndarray) -> np.ndarray:
+    gpu, cc = load_gpu_spec(GPU_OF_TABLE[table_name]), ComputeConstants()
+    values = [grid.sizes[a][index[:, a]].astype(float) for a in range(len(grid.sizes))]
+    measured = grid.latency_s[tuple(index.T)]
+    kind = grid_name.split(".")[0]
+    if kind == "gemm":
+        recipe = RECIPE_OF_DTYPE[grid_name.split(".")[1]]
+        m, n, k = values
+        predicted = estimate_datasheet_gemm_s(gpu, recipe, m, k, n, cc)
+    elif kind in ("attention", "mla"):
+        work = np.exp(grid.log_rate[tuple(index.T)]) * measured
+        predicted = work / (cc.attention_peak_fraction * gpu.peak_flop_per_s("bf16"))
+    else:
+        _, dtype, gated, shape = grid_name.split(".")
+        hidden, inter, topk, experts = (int(x) for x in shape.split("x"))
+        tokens, etp, ep = values
+        rows = tokens * topk / experts
+        width = (3.0 if gated == "gated" else 2.0) * inter / (2.0 * etp)
+        gemms = 2.0 * experts / ep * estimate_datasheet_gemm_s(
+            gpu, RECIPE_OF_DTYPE[dtype], rows, hidden, width, cc)
+        permute = estimate_streaming_s(gpu, 2 * 2 * 2.0 * tokens * topk / ep * hidden, cc)
+        predicted = gemms + permute
+    return predicted / measured - 1.0
+
+
+def family(grid_name: str) -> str:
+    parts = grid_name.split(".")
+    return {"gemm": f"gemm {parts[-1]}", "attention": f"attention {parts[-1]}", "mla": "mla",
+            "moe": f"moe {parts[1] if len(parts) > 1 else ''}"}[parts[0]]
+
+
+def render_accuracy(console: Console) -> dict[str, list[float]]:
+    table = Table(title="Compute model vs measured kernels, training-size shapes: |predicted / "
+                        "measured - 1|")
+    for name in ("gpu", "op"):
+        table.add_column(name)
+    for name in ("points", "leave-one-out median", "p90", "datasheet median", "p90"):
+        table.add_column(name, justify="right")
+    medians: dict[str, list[float]] = {"loo": [], "datasheet": []}
+    for table_name in list_kernel_tables():
+        grids = load_kernel_table(table_name).grids
+        by_family: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for grid_name, grid in sorted(grids.items()):
+            kind = grid_name.split(".")[0]
+            loo, index = leave_one_out(grid, kind)
+            if not len(loo):
+                continue
+            sheet = datasheet_errors(table_name, grid_name, grid, index)
+            by_family.setdefault(family(grid_name), []).append((loo, sheet))
+        for op, parts in by_family.items():
+            loo = np.abs(np.concatenate([p[0] for p in parts]))
+            sheet = np.abs(np.concatenate([p[1] for p in parts]))
+            medians["loo"].append(float(np.median(loo)))
+            medians["datasheet"].append(float(np.median(sheet)))
+            table.add_row(table_name, op, str(len(loo)), f"{np.median(loo):.1%}",
+                          f"{np.percentile(loo, 90):.1%}", f"{np.median(sheet):.1%}",
+                          f"{np.percentile(sheet, 90):.1%}")
+        table.add_section()
+    console.print(table)
+    return medians
+
+
+def render_recipes(console: Console) -> None:
+    """End-to-end sanity print: recipes on Blackwell, predicted step time ratios."""
+    from solver.api import estimate
+
+    cases = [("llama3.1-70b", "dgx-b200", 64, dict(tp=4, pp=4, micro_batch=1)),
+             ("llama3.1-8b", "gb200-nvl72", 8, dict(tp=1, pp=1, micro_batch=2)),
+             ("qwen3-30b-a3b", "dgx-b200", 16, dict(tp=1, pp=1, ep=8, micro_batch=1))]
+    table = Table(title="Sanity print, not fitted: predicted step time by recipe (issue 16 "
+                        "reports measured: MXFP8 a few % slower than FP8, NVFP4 1.2-1.6x faster "
+                        "than MXFP8)")
+    for name in ("model", "cluster", "gpus"):
+        table.add_column(name)
+    for name in ("bf16 s", "fp8 s", "mxfp8 s", "nvfp4 s", "mxfp8 / fp8", "mxfp8 / nvfp4"):
+        table.add_column(name, justify="right")
+    for model, cluster, gpus, degrees in cases:
+        seconds = {p: estimate(model, cluster, gpus, precision=p, **degrees).plan.time
+                   .step_seconds for p in ("bf16", "fp8", "mxfp8", "nvfp4")}
+        table.add_row(model, cluster, str(gpus), *(f"{seconds[p]:.2f}" for p in seconds),
+                      f"{seconds['mxfp8'] / seconds['fp8']:.2f}",
+                      f"{seconds['mxfp8'] / seconds['nvfp4']:.2f}")
+    console.print(table)
+
+
+def main() -> None:
+    console = Console() if Console().is_terminal else Console(width=140)
+    medians = render_accuracy(console)
+    console.print(f"median of the per-GPU, per-op medians: leave-one-out "
+                  f"{np.median(medians['loo']):.1%}, datasheet {np.median(medians['datasheet']):.1%}")
+    render_recipes(console)
+
+
+if __name__ == "__main__":
+    main()
