@@ -102,3 +102,32 @@ def test_conflicts_of_a_gpu_count_with_many_divisors_stay_small() -> None:
     # The fix: the nearest round count (3 x 2^13) that splits evenly.
     assert "--gpus 24576 (a count that splits evenly)" in result.fixes
     assert "--global-batch 960" in result.fixes  # 15 x 2^6: dp 960 with tp 8, pp 3
+
+
+@pytest.mark.parametrize("model, cluster, num_gpus, options", CASES)
+def test_leanest_schedules_hold_the_least_memory(model, cluster, num_gpus, options) -> None:
+    """any_feasible checks only each mesh's leanest schedules (enumerate.leanest_schedules):
+    sound because memory never rises with the recompute level and never falls with the
+    micro-batch (tests/test_memory_properties.py); so the least memory over them is the
+    least over every candidate, and they are far fewer."""
+    from solver.cost.memory import estimate_memory_total
+    from solver.search.enumerate import leanest_schedules, rules_but_memory
+
+    options = dict(options)
+    job = options.pop("job", JobSpec())
+    problem = Problem(model_spec=load_model_spec(model), cluster=load_cluster_spec(cluster),
+                      job=job, num_gpus=num_gpus, **options)
+    candidates = enumerate_feasible(problem, rules_but_memory(problem))
+    lean = leanest_schedules(candidates)
+    memory = estimate_memory_total(problem.model_spec, problem.job, candidates,
+                                   problem.memory_options)[0]
+    assert len(lean) < len(candidates)
+    assert memory[lean].min() == memory.min()
+    # Every row left out is dominated by a kept row of its mesh.
+    kept = candidates.take(lean)
+    for row in np.setdiff1d(np.arange(len(candidates)), lean)[::97]:
+        same = np.ones(len(kept), dtype=bool)
+        for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero"):
+            same &= getattr(kept, name) == getattr(candidates, name)[row]
+        assert np.any(same & (kept.recompute >= candidates.recompute[row])
+                      & (kept.micro_batch <= candidates.micro_batch[row]))

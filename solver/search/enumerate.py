@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
+from solver.cost.distinct import distinct_rows
 from solver.cost.layout_terms import (
     estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
@@ -271,7 +272,9 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndar
     low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
                                         above_s=-np.inf)
     size = max(FIRST_PASS, 16 * top)
-    while size < len(low):
+    # Two tries at most: where memory is so tight that the least bounds hold fewer than
+    # `top` plans that fit, costing ever larger heads would cost more than it saves.
+    while size < len(low) and size <= 8 * max(FIRST_PASS, 16 * top):
         head = candidates.take(np.sort(np.argpartition(low, size - 1)[:size]))
         even = fastest_that_fit(problem, head, top)
         if even is not None and len(even.rows) >= top:
@@ -287,11 +290,36 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndar
 FEASIBILITY_CHUNK = 4096
 
 
+def leanest_schedules(candidates: Candidates) -> np.ndarray:
+    """The rows whose memory no other row of the same mesh and ZeRO stage undercuts for
+    certain: memory never rises with the recompute level and never falls with the
+    micro-batch (tests/test_memory_properties.py), so a row is dominated by one that
+    recomputes at least as much with a micro-batch at most as large. Per (mesh, zero) and
+    recompute level, the least micro-batch, kept where no higher level has one as small. The
+    least memory over these rows is the least over all rows."""
+    if len(candidates) == 0:
+        return np.zeros(0, dtype=np.int64)
+    names = tuple(n for n in VARIABLES if n not in ("micro_batch", "recompute"))
+    _, group = distinct_rows({n: getattr(candidates, n) for n in names}, names)
+    levels = int(candidates.recompute.max()) + 1
+    least = np.full((int(group.max()) + 1, levels), np.iinfo(np.int64).max)
+    np.minimum.at(least, (group, candidates.recompute), candidates.micro_batch)
+    # The least micro-batch among the strictly higher levels of the same group.
+    above = np.full_like(least, np.iinfo(np.int64).max)
+    for level in range(levels - 2, -1, -1):
+        above[:, level] = np.minimum(above[:, level + 1], least[:, level + 1])
+    keep = ((candidates.micro_batch == least[group, candidates.recompute])
+            & (candidates.micro_batch < above[group, candidates.recompute]))
+    return np.flatnonzero(keep)
+
+
 def any_feasible(problem: Problem) -> bool:
     """Whether some candidate meets every constraint: the structural and framework rules by
-    enumeration, then memory in chunks that grow fourfold, the most sharded candidates (last
-    in the enumeration order) first, stopping at the first that fits."""
+    enumeration, then memory on the leanest schedules of each mesh (leanest_schedules: if
+    none of them fits, nothing does) in chunks that grow fourfold, the most sharded
+    candidates (last in the enumeration order) first, stopping at the first that fits."""
     candidates = enumerate_feasible(problem, rules_but_memory(problem))
+    candidates = candidates.take(leanest_schedules(candidates))
     capacity = memory_capacity_bytes(problem)
     end, chunk = len(candidates), FEASIBILITY_CHUNK
     while end > 0:
