@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from solver.errors import InputError, format_validation_error
+from solver.spec.strict import describe_parse_error, read_input_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,7 +22,7 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_input_file(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
 
@@ -33,6 +34,8 @@ def load_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not valid TOML: {describe_parse_error(exc)}") from None
 
 
 def load_json(path: Path) -> Any:
@@ -42,9 +45,8 @@ def load_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
-        message = " ".join(str(exc).split())
-        raise InputError(f"{path}: not valid JSON: {message}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not valid JSON: {describe_parse_error(exc)}") from None
 
 
 def validate_spec(spec_type: type[SpecT], data: Any, source: str) -> SpecT:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 from solver.errors import InputError, format_validation_error
 from solver.spec import ParallelConfig, PipelineLayout
 from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
+from solver.spec.strict import describe_parse_error, read_input_file
 
 DEGREES = tuple(ParallelConfig.model_fields)  # tp pp dp cp ep etp vpp zero micro_batch recompute
 PROBLEM_FIELDS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision")
@@ -41,16 +41,21 @@ class PlanFile:
 
 def _read_json(path: str) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_input_file(path).decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"--plan {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--plan {path}: cannot read it ({exc.__class__.__name__})") from None
+        raise InputError(f"--plan {path}: cannot read it ({exc.__class__.__name__}"
+                         f"{': ' + exc.strerror if getattr(exc, 'strerror', None) else ''})"
+                         ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"--plan {path}: not JSON ({exc.msg} at line {exc.lineno} column "
                          f"{exc.colno}); give the output of `parplan optimize --json`") from None
+    except (ValueError, RecursionError) as exc:  # an integer of 4,300 digits, deep arrays
+        raise InputError(f"--plan {path}: not JSON the plan reader takes "
+                         f"({describe_parse_error(exc)})") from None
 
 
 def load_plan_file(path: str, rank: int = 1) -> PlanFile:

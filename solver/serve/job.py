@@ -10,28 +10,31 @@ independent engines behind a load balancer (MoE only: a dense model scales out w
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from solver.cost.efficiency import ComputeConstants
 from solver.cost.memory import MemoryOptions
 from solver.spec import ClusterSpec, ModelSpec
+from solver.spec.strict import MAX_SEQ_LEN, GpuCount, InputSpec
+
+SeqLen = Annotated[int, MAX_SEQ_LEN]
 
 WeightPrecision = Literal["bf16", "fp8", "int4"]
 KvCacheDtype = Literal["auto", "fp8"]
 ServeObjective = Literal["throughput", "latency", "gpus"]
 
 
-class ServeJob(BaseModel):
+class ServeJob(InputSpec):
     """The serving target: context length (vLLM's --max-model-len), the request shape, the
     weights' precision, the KV-cache dtype, vLLM's --gpu-memory-utilization and the SLOs."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    context: int = Field(gt=0)
-    input_len: int = Field(gt=0)
-    output_len: int = Field(gt=0)
+    context: SeqLen = Field(gt=0)
+    input_len: SeqLen = Field(gt=0)
+    output_len: SeqLen = Field(gt=0)
     precision: WeightPrecision = "bf16"
     kv_cache_dtype: KvCacheDtype = "auto"
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)  # vLLM's default
@@ -95,14 +98,14 @@ class ServeConstants(BaseModel):
         return {"bf16": 2.0, "fp8": 1.0}[precision]
 
 
-class ServeProblem(BaseModel):
+class ServeProblem(InputSpec):
     """One serving problem: the model, the cluster, the GPUs available and the job."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     model_spec: ModelSpec
     cluster: ClusterSpec
-    num_gpus: int = Field(gt=0)
+    num_gpus: GpuCount = Field(gt=0)
     job: ServeJob
     constants: ServeConstants = ServeConstants()
 

@@ -17,9 +17,13 @@ A profile file (`parplan calibrate ... -o profile.json`) is a `CalibrationProfil
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from solver.spec.strict import MAX_MESSAGE_BYTES, GpuCount, InputSpec
+
+MessageBytes = Annotated[int, MAX_MESSAGE_BYTES]
 
 Collective = Literal[
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"
@@ -36,33 +40,33 @@ CURVE_FALLBACK: tuple[Collective, ...] = (
 PROFILE_FORMAT = "parplan-calibration/1"
 
 
-class CurveKnot(BaseModel):
+class CurveKnot(InputSpec):
     """One knot of a fitted curve: the time of one collective of `size_bytes` bytes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    size_bytes: int = Field(gt=0)
+    size_bytes: MessageBytes = Field(gt=0)
     time_us: float = Field(gt=0)
 
 
-class MeasuredPoint(BaseModel):
+class MeasuredPoint(InputSpec):
     """One measured size (the faster of nccl-tests' out-of-place and in-place columns)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    size_bytes: int = Field(gt=0)
+    size_bytes: MessageBytes = Field(gt=0)
     time_us: float = Field(gt=0)
     busbw_gb_per_s: float = Field(ge=0)
 
 
-class CollectiveCurve(BaseModel):
+class CollectiveCurve(InputSpec):
     """The fitted time curve of one collective on one tier, and the points it was fitted to."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    num_ranks: int = Field(ge=2)
-    num_nodes: int = Field(ge=1)
-    num_domains: int = Field(ge=1)
+    num_ranks: GpuCount = Field(ge=2)
+    num_nodes: GpuCount = Field(ge=1)
+    num_domains: GpuCount = Field(ge=1)
     knots: tuple[CurveKnot, ...] = Field(min_length=2)
     measured: tuple[MeasuredPoint, ...] = ()
     source: str = ""
@@ -93,7 +97,7 @@ class CollectiveCurve(BaseModel):
 TierCurves = dict[Collective, CollectiveCurve]
 
 
-class CalibrationProfile(BaseModel):
+class CalibrationProfile(InputSpec):
     """Per tier name of `cluster`, per collective, the fitted curve."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

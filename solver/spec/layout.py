@@ -14,19 +14,21 @@ ones); the others keep their activations at the configuration's level (none or s
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from solver.spec.strict import GpuCount, InputSpec, LayerCount
 
 
-class VirtualStage(BaseModel):
+class VirtualStage(InputSpec):
     """One virtual pipeline stage: its decoder layers and how many of them recompute."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    layers: int = Field(ge=0)
-    recompute_layers: int = Field(default=0, ge=0)
+    layers: LayerCount = Field(ge=0)
+    recompute_layers: LayerCount = Field(default=0, ge=0)
     embedding: bool = False
     loss: bool = False
-    mtp_layers: int = Field(default=0, ge=0)
+    mtp_layers: LayerCount = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _recompute_within_layers(self) -> VirtualStage:
@@ -36,13 +38,13 @@ class VirtualStage(BaseModel):
         return self
 
 
-class PipelineLayout(BaseModel):
+class PipelineLayout(InputSpec):
     """The pp x vpp virtual stages of a plan, in model order (see the module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    pp: int = Field(gt=0)
-    vpp: int = Field(gt=0)
+    pp: GpuCount = Field(gt=0)
+    vpp: LayerCount = Field(gt=0)
     stages: tuple[VirtualStage, ...] = Field(min_length=1)
 
     @model_validator(mode="after")

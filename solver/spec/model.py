@@ -13,12 +13,21 @@ Vocabulary (used by every module):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from solver.spec.strict import (
+    MAX_EXPERTS,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    InputSpec,
+    LayerCount,
+    Width,
+)
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(InputSpec):
     """A decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -27,15 +36,15 @@ class ModelSpec(BaseModel):
     model_type: str = "llama"
     source: str = ""
 
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_hidden_layers: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int | None = Field(default=None, gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    vocab_size: int = Field(gt=0)
+    hidden_size: Width = Field(gt=0)
+    intermediate_size: Width = Field(gt=0)
+    num_hidden_layers: LayerCount = Field(gt=0)
+    num_attention_heads: Width = Field(gt=0)
+    num_key_value_heads: Width | None = Field(default=None, gt=0)
+    head_dim: Width | None = Field(default=None, gt=0)
+    vocab_size: Annotated[int, MAX_VOCAB] = Field(gt=0)
     tie_word_embeddings: bool = False
-    max_position_embeddings: int = Field(default=4096, gt=0)
+    max_position_embeddings: Annotated[int, MAX_SEQ_LEN] = Field(default=4096, gt=0)
 
     mlp_type: Literal["gated", "plain"] = "gated"
     norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
@@ -49,22 +58,22 @@ class ModelSpec(BaseModel):
     mlp_bias: bool = False
     attention_sinks: bool = False
 
-    num_experts: int = Field(default=0, ge=0)
-    num_experts_per_tok: int = Field(default=0, ge=0)
-    moe_intermediate_size: int | None = Field(default=None, gt=0)
-    num_shared_experts: int = Field(default=0, ge=0)
-    shared_expert_intermediate_size: int | None = Field(default=None, gt=0)
+    num_experts: Annotated[int, MAX_EXPERTS] = Field(default=0, ge=0)
+    num_experts_per_tok: Annotated[int, MAX_EXPERTS] = Field(default=0, ge=0)
+    moe_intermediate_size: Width | None = Field(default=None, gt=0)
+    num_shared_experts: Annotated[int, MAX_EXPERTS] = Field(default=0, ge=0)
+    shared_expert_intermediate_size: Width | None = Field(default=None, gt=0)
     shared_expert_gate: bool = False
-    first_k_dense_layers: int = Field(default=0, ge=0)
-    moe_layer_freq: int = Field(default=1, gt=0)
+    first_k_dense_layers: LayerCount = Field(default=0, ge=0)
+    moe_layer_freq: LayerCount = Field(default=1, gt=0)
     router_bias: bool = False
 
-    q_lora_rank: int | None = Field(default=None, gt=0)
-    kv_lora_rank: int | None = Field(default=None, gt=0)
-    qk_nope_head_dim: int | None = Field(default=None, gt=0)
-    qk_rope_head_dim: int | None = Field(default=None, gt=0)
-    v_head_dim: int | None = Field(default=None, gt=0)
-    num_nextn_predict_layers: int = Field(default=0, ge=0)
+    q_lora_rank: Width | None = Field(default=None, gt=0)
+    kv_lora_rank: Width | None = Field(default=None, gt=0)
+    qk_nope_head_dim: Width | None = Field(default=None, gt=0)
+    qk_rope_head_dim: Width | None = Field(default=None, gt=0)
+    v_head_dim: Width | None = Field(default=None, gt=0)
+    num_nextn_predict_layers: LayerCount = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSpec:

@@ -21,10 +21,12 @@ The command-line parameter types (solver.cli.params) use the same limits.
 
 from __future__ import annotations
 
+import errno
 import math
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
@@ -60,10 +62,36 @@ MAX_BATCH = Limit(2**24, "sequences", "16M sequences a step")
 MAX_TOKENS = Limit(10**18, "tokens", "a million times the largest training runs")
 MAX_MESSAGE_BYTES = Limit(2**40, "bytes", "1 TiB a message")
 MAX_COUNT = Limit(2**32, "", "the largest count parplan takes")
+MAX_FILE_BYTES = Limit(2**26, "bytes", "64 MiB: an input file is text of a few kB to MB")
+# The counts most specs hold, as annotations.
+GpuCount = Annotated[int, MAX_GPUS]
+LayerCount = Annotated[int, MAX_LAYERS]
+Width = Annotated[int, MAX_WIDTH]
 # Magnitudes of floats in files and options (units of the fields: GiB, GB/s, TFLOP/s, us, ms,
 # W, fractions): a non-zero value outside this range is a typo, and would overflow to inf or
 # vanish to 0 in the cost model.
 FLOAT_RANGE = (1e-6, 1e12)
+
+
+def read_input_file(path: str | Path) -> bytes:
+    """The bytes of an input file, at most MAX_FILE_BYTES: a device such as /dev/zero or a
+    huge file is an OSError (EFBIG) like any other unreadable file, not a read that fills the
+    memory."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_FILE_BYTES.most + 1)
+    if len(data) > MAX_FILE_BYTES.most:
+        raise OSError(errno.EFBIG, f"more than {MAX_FILE_BYTES.most:,} bytes "
+                                   f"({MAX_FILE_BYTES.why})")
+    return data
+
+
+def describe_parse_error(exc: ValueError | RecursionError) -> str:
+    """What a TOML or JSON parser's ValueError or RecursionError means: an integer of more
+    than 4,300 digits (Python's limit on converting text to int), or arrays nested deeper than
+    the recursion limit."""
+    if isinstance(exc, RecursionError):
+        return "arrays or tables nested too deeply"
+    return " ".join(str(exc).split(";")[0].split())
 
 
 def render_number(value: int | float) -> str:
