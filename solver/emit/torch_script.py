@@ -13,6 +13,7 @@ all-reduces every rank's id in each of its groups and compares with the members'
 from __future__ import annotations
 
 from solver.emit.layout import DENSE_GROUPS, EXPERT_GROUPS
+from solver.emit.quoting import render_python_text
 from solver.emit.target import Emitted, LaunchTarget
 
 BODY = '''
@@ -134,8 +135,10 @@ def render_torch_module(target: LaunchTarget) -> Emitted:
     nodes = -(-layout.num_ranks // target.cluster.gpus_per_node)
     per_node = min(layout.num_ranks, target.cluster.gpus_per_node)
     expert = f"\nExpert layers: {layout.expert.order}." if layout.expert is not None else ""
-    header = f'''"""Process groups for {target.model_spec.name} on {layout.num_ranks} GPUs \
-({target.cluster.name}): tp {c.tp} pp {c.pp} dp {c.dp} cp {c.cp} ep {c.ep} etp {c.etp}.
+    model_name = render_python_text(target.model_spec.name)
+    cluster_name = render_python_text(target.cluster.name)
+    header = f'''"""Process groups for {model_name} on {layout.num_ranks} GPUs \
+({cluster_name}): tp {c.tp} pp {c.pp} dp {c.dp} cp {c.cp} ep {c.ep} etp {c.etp}.
 
 Written by `parplan launch --format torch`.
 Rank order: {"-".join(layout.order)}, innermost first.{expert}

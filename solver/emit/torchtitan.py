@@ -31,9 +31,9 @@ multi-token prediction module.
 
 from __future__ import annotations
 
-import json
 import math
 
+from solver.emit.quoting import render_comment_text, render_toml_value
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
 
@@ -176,15 +176,13 @@ def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, o
 
 
 def render_toml(sections: dict[str, dict[str, object]], header: str = "") -> str:
-    """Flat TOML sections of strings, numbers, booleans and lists of them (JSON string escapes
-    are valid TOML basic strings, JSON arrays of strings valid TOML arrays)."""
-    lines = [f"# {line}" for line in header.splitlines()]
+    """Flat TOML sections of strings, numbers, booleans and lists of them, under a comment of
+    the header's lines (each kept to one printable line)."""
+    lines = [f"# {render_comment_text(line)}" for line in header.split("\n") if header]
     for name, values in sections.items():
         lines += ["", f"[{name}]"] if lines else [f"[{name}]"]
         for key, value in values.items():
-            shown = ("true" if value else "false") if isinstance(value, bool) else (
-                json.dumps(value) if isinstance(value, (str, list)) else str(value))
-            lines.append(f"{key} = {shown}")
+            lines.append(f"{key} = {render_toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 
