@@ -39,7 +39,7 @@ SWEEP = ["--models", "llama3.2-1b,llama3.1-70b", "--clusters", "dgx-h100,dgx-a10
 NUM_PROBLEMS = 2 * 2 * 2 * 2
 
 
-def line_for(model: str, gpus: int, status: str = "optimal") -> dict:
+def line_for(model: str, gpus: int, status: str = "infeasible") -> dict:
     problem = SweepProblem(model, "dgx-h100", gpus, 4096, 1024, "bf16")
     return {"status": status, **problem.as_dict(), **SolveSettings().as_line_fields(),
             "plans": []}
@@ -104,10 +104,11 @@ def test_read_results_skips_a_torn_line_without_touching_the_file(tmp_path: Path
 def test_a_foreign_line_is_bad_input(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(line_for("llama3.2-1b", 8)) + "\nnot json\n")
-    with pytest.raises(InputError, match="line 2: not a sweep result"):
+    with pytest.raises(InputError, match=r"results.jsonl:2: not JSON \(Expecting value"):
         ResultsFile(path)
     path.write_text('{"status": "optimal"}\n')
-    with pytest.raises(InputError, match="line 1: not a sweep result .missing field 'model'"):
+    with pytest.raises(InputError, match="results.jsonl:1: field 'model': required field is "
+                                         "missing"):
         read_results(path)
 
 

@@ -22,6 +22,7 @@ torch is imported inside the functions: it is an optional extra (`parplan[calibr
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,8 @@ DEFAULT_COLLECTIVES: tuple[Collective, ...] = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"
 )
 FLOAT_BYTES = 4
+# What torchrun sets on every rank, and torch.distributed's env:// initialisation reads.
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,11 @@ def run_benchmark(collectives: Sequence[Collective], sizes: Sequence[int], *, it
     docstring). Initialises torch.distributed from the environment (torchrun) unless it is."""
     torch, dist = _import_torch()
     owns = not dist.is_initialized()
+    unset = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
+    if owns and unset:
+        raise InputError(f"`parplan calibrate run` runs on the ranks of a torchrun job, and "
+                         f"{', '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set: "
+                         "start it as `torchrun --nproc-per-node N -m solver calibrate run ...`")
     if owns:
         chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         dist.init_process_group(backend=chosen)

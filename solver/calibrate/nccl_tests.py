@@ -25,12 +25,14 @@ Units as printed: size in bytes, time in microseconds, algbw and busbw in GB/s (
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from solver.errors import InputError
 from solver.spec.calibration import Collective
+from solver.spec.strict import FLOAT_RANGE, MAX_MESSAGE_BYTES, read_input_file
 
 # Test names as nccl-tests spells them (binaries, "Collective test starting" lines, file
 # names), longest first so that "all_reduce" is not taken for "reduce".
@@ -158,11 +160,15 @@ def _number(fields: list[str], index: int, columns: _Columns, source: str, line:
             half: str = "") -> float:
     text = fields[index].rstrip("*")  # rccl-tests marks out-of-threshold errors with '*'
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
+        value = None
+    if value is None or not math.isfinite(value):  # float() reads nan, inf and 1e999 too
         where = f" ({half})" if half else ""
+        what = "a number" if value is None else "a finite number"
         raise InputError(f"{source}: line {line}: field '{columns.names[index]}'{where} is "
-                         f"{fields[index]!r}, not a number") from None
+                         f"{fields[index]!r}, not {what}")
+    return value
 
 
 def _integer(fields: list[str], index: int, columns: _Columns, source: str, line: int) -> int:
@@ -192,10 +198,17 @@ def _parse_row(fields: list[str], columns: _Columns, source: str, line: int) -> 
         if timing.time_us <= 0 or timing.busbw_gb_per_s < 0 or timing.algbw_gb_per_s < 0:
             raise InputError(f"{source}: line {line}: {half} time must be positive and "
                              "bandwidths non-negative")
+        low, high = FLOAT_RANGE
+        if any(value and not low <= value <= high for value in (
+                timing.time_us, timing.busbw_gb_per_s, timing.algbw_gb_per_s)):
+            raise InputError(f"{source}: line {line}: {half} time and bandwidths must lie "
+                             f"between {low:g} and {high:g} (us, GB/s)")
         timings.append(timing)
     size = _integer(fields, columns.size, columns, source, line)
     if size < 0:
         raise InputError(f"{source}: line {line}: field 'size' is {size}, must not be negative")
+    if MAX_MESSAGE_BYTES.check(size) is not None:
+        raise InputError(f"{source}: line {line}: field 'size': {MAX_MESSAGE_BYTES.check(size)}")
     root = None if columns.root is None else _integer(fields, columns.root, columns, source, line)
     return NcclRow(
         line=line, size_bytes=size,
@@ -267,6 +280,8 @@ def parse_nccl_tests(text: str, source: str, *, collective: Collective | None = 
                         average = float(match.group(1))
                     except ValueError:
                         average = None
+                    if average is not None and not math.isfinite(average):
+                        average = None
                     close()
             elif (found := _parse_header(line, source, number)) is not None:
                 close()
@@ -288,7 +303,7 @@ def load_nccl_tests(path: str | Path, *, collective: Collective | None = None,
     """Read and parse one log file (see parse_nccl_tests)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_input_file(path).decode("utf-8", errors="replace")
     except OSError as exc:
         raise InputError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
     return parse_nccl_tests(text, str(path), collective=collective, num_ranks=num_ranks,

@@ -11,6 +11,9 @@ from typing import Any
 
 import click
 
+from solver.cli.params import BoundedInt, FiniteFloat
+from solver.spec.strict import MAX_GPUS, MAX_MESSAGE_BYTES
+
 COLLECTIVE_CHOICES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv",
                       "broadcast")
 
@@ -30,10 +33,13 @@ class ByteSize(click.ParamType):
         number = text[:-1] if text[-1:] in self._suffixes else text
         try:
             size = int(float(number) * scale)
-        except ValueError:
+        except (ValueError, OverflowError):  # also nan and inf
             self.fail(f"{value!r} is not a size in bytes (e.g. 1024, 64K, 1G)", param, ctx)
         if size <= 0:
             self.fail(f"{value!r} must be positive", param, ctx)
+        problem = MAX_MESSAGE_BYTES.check(size)
+        if problem is not None:
+            self.fail(problem, param, ctx)
         return size
 
 
@@ -46,11 +52,11 @@ def _common(command: Any) -> Any:
     for decorator in reversed([
         click.option("--cluster", required=True, metavar="NAME|PATH",
                      help="Cluster preset or file whose tiers the curves belong to."),
-        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+        click.option("--gpus-per-node", type=BoundedInt(1, MAX_GPUS), default=None,
                      help="GPUs per node (overrides the preset)."),
         click.option("-o", "--output", required=True, metavar="FILE",
                      help="Profile to write (JSON), for --calibration."),
-        click.option("--tolerance", type=click.FloatRange(0.001, 0.5), default=0.03,
+        click.option("--tolerance", type=FiniteFloat(0.001, 0.5), default=0.03,
                      show_default=True,
                      help="Relative time error at which the fit stops adding knots."),
         click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON."),
@@ -66,9 +72,9 @@ def _common(command: Any) -> Any:
               help="Tier the logs measure (default: from the ranks and nodes of each log).")
 @click.option("--collective", type=click.Choice(COLLECTIVE_CHOICES), default=None,
               help="Collective of the logs (default: from the log or its file name).")
-@click.option("--ranks", "num_ranks", type=click.IntRange(min=2), default=None,
+@click.option("--ranks", "num_ranks", type=BoundedInt(2, MAX_GPUS), default=None,
               help="Ranks of the runs whose log lacks a 'Using devices' block.")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), default=None,
+@click.option("--nodes", "num_nodes", type=BoundedInt(1, MAX_GPUS), default=None,
               help="Nodes of the runs whose log lacks a 'Using devices' block.")
 def nccl_tests(logs: tuple[str, ...], cluster: str, gpus_per_node: int | None, output: str,
                tolerance: float, as_json: bool, tier: str | None, collective: str | None,
@@ -100,13 +106,13 @@ def nccl_tests(logs: tuple[str, ...], cluster: str, gpus_per_node: int | None, o
               help="Smallest message.")
 @click.option("--max-bytes", type=ByteSize(), default="1G", show_default=True,
               help="Largest message.")
-@click.option("--step-factor", type=click.IntRange(min=2), default=2, show_default=True,
+@click.option("--step-factor", type=BoundedInt(2), default=2, show_default=True,
               help="Ratio of consecutive message sizes.")
-@click.option("--iters", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--iters", type=BoundedInt(1), default=20, show_default=True,
               help="Timed calls per size.")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
+@click.option("--warmup", type=BoundedInt(0), default=5, show_default=True,
               help="Untimed calls per size.")
-@click.option("--ranks-per-node", type=click.IntRange(min=1), default=None,
+@click.option("--ranks-per-node", type=BoundedInt(1, MAX_GPUS), default=None,
               help="Treat blocks of this many consecutive ranks as nodes (default: host names).")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto",
               show_default=True, help="torch.distributed backend (auto: nccl on GPUs).")

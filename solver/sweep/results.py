@@ -5,44 +5,54 @@ by one process (an exclusive lock keeps a second sweep off the file). A kill -9 
 leave at most one torn line, the last, and it is the only line without a trailing newline:
 `open_results` cuts it off before appending, so its problem is solved again and no line is
 duplicated or lost. `read_results` (the report) skips it without touching the file.
+
+Both read the file line by line and check each line (solver.sweep.result_line): a damaged or
+hand-edited line is one error naming the file, the line and the field. A results file is a
+regular file: a device such as /dev/full or /dev/zero would be read without end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import IO, Any
 
 from solver.errors import InputError
 from solver.sweep.problems import key_of_line
+from solver.sweep.result_line import parse_result_line
 
 
-def _parse_lines(path: Path, data: bytes) -> list[dict[str, Any]]:
+def _parse_lines(path: Path, handle: IO[bytes]) -> tuple[list[dict[str, Any]], bool]:
+    """The complete lines from the handle's position on, each checked, and whether a torn last
+    line (one without its newline) was skipped."""
     lines = []
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-            key_of_line(line)
-        except (ValueError, TypeError, KeyError) as exc:
-            reason = f"missing field {exc}" if isinstance(exc, KeyError) else "not JSON"
-            raise InputError(f"{path} line {number}: not a sweep result ({reason}); "
-                             "write to another file or delete the line") from None
-        lines.append(line)
-    return lines
+    for number, raw in enumerate(handle, start=1):
+        if not raw.endswith(b"\n"):
+            return lines, True
+        if raw.strip():
+            lines.append(parse_result_line(raw, f"{path}:{number}"))
+    return lines, False
+
+
+def _check_regular(handle: IO[bytes], what: str) -> None:
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise InputError(f"{what}: not a regular file (a results file is read back line by "
+                         "line)")
 
 
 def read_results(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     """The complete lines of a results file, and whether a torn last line was skipped."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        handle = open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as exc:
         raise InputError(f"{path}: cannot read the results file ({exc.strerror})") from None
-    complete = data[:data.rfind(b"\n") + 1]
-    return _parse_lines(path, complete), len(complete) < len(data)
+    _check_regular(handle, str(path))
+    with handle:
+        return _parse_lines(path, handle)
 
 
 class ResultsFile:
@@ -57,11 +67,12 @@ class ResultsFile:
         except OSError as exc:
             raise InputError(f"-o {self.path}: cannot open the results file "
                              f"({exc.strerror})") from None
+        _check_regular(self._handle, f"-o {self.path}")
         try:
             _lock(self._handle, self.path)
             self.num_torn_bytes = self._cut_torn_line()
             self._handle.seek(0)
-            self.lines = _parse_lines(self.path, self._handle.read())
+            self.lines = _parse_lines(self.path, self._handle)[0]
         except BaseException:
             self._handle.close()
             raise

@@ -1,0 +1,108 @@
+"""One line of a results file, checked before the report or a resumed sweep reads it.
+
+A results line is the JSON of `optimize --json` plus the problem's key and the solve settings
+(solver.sweep.outcome). A file can be edited by hand or damaged, so each line is checked
+against the fields the report and the resume read: the key (KEY_FIELDS), the status, and per
+plan the degrees and the metrics, in pydantic's strict mode and within the limits of any input
+(solver.spec.strict: no `true` for a GPU count, no string for a number, no nan or infinity, no
+count beyond its limit; other fields are kept as they are). A bad line is one
+error naming the file, the line and the field: `results.jsonl:3: field 'plans': Input should
+be a valid list`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from solver.errors import InputError, format_validation_error
+from solver.spec.strict import (
+    MAX_BATCH,
+    MAX_SEQ_LEN,
+    GpuCount,
+    InputSpec,
+    describe_parse_error,
+)
+
+STATUSES = ("optimal", "feasible", "infeasible", "error")
+
+
+class _Line(InputSpec):
+    model_config = ConfigDict(frozen=True, extra="allow", strict=True, allow_inf_nan=False)
+
+
+class MemoryRow(_Line):
+    """A plan's `memory_gb`: decimal GB per item (the tables show the total, the plots the
+    items)."""
+
+    weights: float = 0.0
+    grads: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0
+    other: float = 0.0
+    total: float
+
+
+class PlanRow(_Line):
+    """The fields of a plan the report reads."""
+
+    tp: GpuCount = Field(gt=0)
+    pp: GpuCount = Field(gt=0)
+    dp: GpuCount = Field(gt=0)
+    cp: GpuCount = Field(gt=0)
+    ep: GpuCount = Field(gt=0)
+    etp: GpuCount = Field(gt=0)
+    vpp: GpuCount = Field(gt=0)
+    zero: int = Field(ge=0, le=3)
+    micro_batch: Annotated[int, MAX_BATCH] = Field(gt=0)
+    recompute: str
+    memory_gb: MemoryRow
+    gpu_memory_gb: float
+    step_seconds: float
+    tokens_per_second: float
+    tokens_per_second_per_gpu: float
+    mfu: float
+
+
+class ResultLine(_Line):
+    """The fields of a results line the report and the resume read."""
+
+    model: str
+    cluster: str
+    gpus: GpuCount = Field(gt=0)
+    seq_len: Annotated[int, MAX_SEQ_LEN] = Field(gt=0)
+    global_batch: Annotated[int, MAX_BATCH] = Field(gt=0)
+    precision: str
+    framework: str
+    objective: str
+    status: Literal["optimal", "feasible", "infeasible", "error"]
+    plans: list[PlanRow] = []
+    conflicts: list[str] = []
+    fixes: list[str] = []
+    error: str = ""
+
+    @model_validator(mode="after")
+    def _solved_has_a_plan(self) -> ResultLine:
+        if self.status in ("optimal", "feasible") and not self.plans:
+            raise ValueError(f"a line of status {self.status} needs at least one plan")
+        return self
+
+
+def parse_result_line(raw: bytes, source: str) -> dict[str, Any]:
+    """The JSON object of one line (`source` is "file:line"), checked (module docstring)."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source}: not JSON ({exc.msg} at column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8, 4,300 digits, deep arrays
+        raise InputError(f"{source}: not JSON ({describe_parse_error(exc)})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: field '(top level)': must be an object, as `parplan "
+                         "sweep` writes")
+    try:
+        ResultLine.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(source, exc)) from None
+    return data
