@@ -19,16 +19,17 @@ from __future__ import annotations
 from math import gcd
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from solver.spec.calibration import TierCurves
+from solver.spec.strict import GpuCount, InputSpec
 
 SCALE_UP_KINDS = ("nvlink", "xgmi")
 MemoryType = Literal["HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR6", "GDDR6X", "GDDR7"]
 BlockScaledFormat = Literal["mxfp8", "nvfp4"]
 
 
-class GpuSpec(BaseModel):
+class GpuSpec(InputSpec):
     """One accelerator model. Peaks are dense (no 2:4 sparsity) tensor-core TFLOP/s."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -93,7 +94,7 @@ class GpuSpec(BaseModel):
         return self.mamf_fraction_bf16 if precision in ("bf16", "fp16") else self.mamf_fraction_fp8
 
 
-class TierSpec(BaseModel):
+class TierSpec(InputSpec):
     """One interconnect level; `span_gpus` None means it spans the whole cluster.
 
     `curves` holds measured collective-time curves (a calibration profile applied to the
@@ -104,24 +105,24 @@ class TierSpec(BaseModel):
 
     name: str = Field(min_length=1)
     kind: Literal["nvlink", "xgmi", "pcie", "network"]
-    span_gpus: int | None = Field(default=None, gt=0)
+    span_gpus: GpuCount | None = Field(default=None, gt=0)
     bandwidth_gb_per_s: float = Field(gt=0)
     latency_us: float = Field(ge=0)
     curves: TierCurves | None = None
 
 
-class ClusterSpec(BaseModel):
+class ClusterSpec(InputSpec):
     """A cluster preset: one GPU type, GPUs per node, and its tiers innermost first."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
     gpu: GpuSpec
-    gpus_per_node: int = Field(gt=0)
+    gpus_per_node: GpuCount = Field(gt=0)
     tiers: tuple[TierSpec, ...] = Field(min_length=1)
     # GPUs of the aligned segment of one NVLink domain a job is allocated in (module docstring);
     # None: `default_segment_gpus`. `--segment-gpus` overrides it.
-    segment_gpus: int | None = Field(default=None, gt=0)
+    segment_gpus: GpuCount | None = Field(default=None, gt=0)
     source: str = ""
 
     @field_validator("tiers")

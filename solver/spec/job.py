@@ -8,9 +8,18 @@ tp*cp*dp / (ep*etp) ranks).
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from solver.spec.strict import (
+    MAX_BATCH,
+    MAX_SEQ_LEN,
+    MAX_TOKENS,
+    GpuCount,
+    InputSpec,
+    LayerCount,
+)
 
 # Training precision recipes (solver.cost.precision says what each quantises and where it
 # runs); fp8 is tensor-wise (delayed or current) scaling. The one list of --precision choices.
@@ -24,14 +33,14 @@ Framework = Literal["megatron", "torchtitan", "deepspeed", "generic"]
 FRAMEWORKS: tuple[Framework, ...] = ("megatron", "torchtitan", "deepspeed", "generic")
 
 
-class JobSpec(BaseModel):
+class JobSpec(InputSpec):
     """A training job: sequence length, global batch (sequences), token budget, precision."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seq_len: int = Field(default=4096, gt=0)
-    global_batch: int = Field(default=1024, gt=0)
-    token_budget: int | None = Field(default=None, gt=0)
+    seq_len: Annotated[int, MAX_SEQ_LEN] = Field(default=4096, gt=0)
+    global_batch: Annotated[int, MAX_BATCH] = Field(default=1024, gt=0)
+    token_budget: Annotated[int, MAX_TOKENS] | None = Field(default=None, gt=0)
     precision: Precision = "bf16"
 
     @property
@@ -39,20 +48,20 @@ class JobSpec(BaseModel):
         return self.seq_len * self.global_batch
 
 
-class ParallelConfig(BaseModel):
+class ParallelConfig(InputSpec):
     """One parallel configuration; sequence parallel is on whenever tp > 1."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    dp: int = Field(default=1, gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    etp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0)
+    tp: GpuCount = Field(default=1, gt=0)
+    pp: GpuCount = Field(default=1, gt=0)
+    dp: GpuCount = Field(default=1, gt=0)
+    cp: GpuCount = Field(default=1, gt=0)
+    ep: GpuCount = Field(default=1, gt=0)
+    etp: GpuCount = Field(default=1, gt=0)
+    vpp: LayerCount = Field(default=1, gt=0)
     zero: int = Field(default=1, ge=0, le=3)
-    micro_batch: int = Field(default=1, gt=0)
+    micro_batch: Annotated[int, MAX_BATCH] = Field(default=1, gt=0)
     recompute: Recompute = "selective"
 
     @property
