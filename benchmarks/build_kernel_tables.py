@@ -121,7 +121,9 @@ def build_attention(rows, arrays: dict, stats: dict) -> None:
             if (r["attn_dtype"], r["kv_cache_dtype"], r["backend"], r["window_size"]) != (
                     "bfloat16", "bfloat16", "trtllm", "0"):
                 continue
-            if int(r["head_dim"]) not in HEAD_DIMS or h not in heads or (kv == h) != (kind == "mha"):
+            if int(r["head_dim"]) not in HEAD_DIMS or h not in heads:
+                continue
+            if (kv == h) != (kind == "mha"):
                 continue
             key = (int(r["batch_size"]), int(r["seq_len"]), h, int(r["head_dim"]))
             points[key].append(float(r["latency_ms"]))

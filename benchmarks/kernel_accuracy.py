@@ -161,8 +161,9 @@ def render_recipes(console: Console) -> None:
 def main() -> None:
     console = Console() if Console().is_terminal else Console(width=140)
     medians = render_accuracy(console)
-    console.print(f"median of the per-GPU, per-op medians: leave-one-out "
-                  f"{np.median(medians['loo']):.1%}, datasheet {np.median(medians['datasheet']):.1%}")
+    loo, sheet = np.median(medians["loo"]), np.median(medians["datasheet"])
+    console.print(f"median of the per-GPU, per-op medians: leave-one-out {loo:.1%}, "
+                  f"datasheet {sheet:.1%}")
     render_recipes(console)
 
 

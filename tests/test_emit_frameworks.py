@@ -41,6 +41,7 @@ MEGATRON_LM_FLAGS = {
     "--ckpt-format", "--micro-batch-size", "--global-batch-size", "--seq-length",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16",
     "--fp8-format", "--use-tp-pp-dp-mapping", "--overlap-grad-reduce", "--overlap-param-gather",
+    "--fp8-recipe", "--fp4-format", "--fp4-recipe",
     # _add_distributed_args (commit d98e8a64, 2026) and the TransformerConfig fields
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, which
     # ArgumentGroupFactory(TransformerConfig) turns into flags.
@@ -149,6 +150,10 @@ def test_megatron_fsdp_moe_and_orders() -> None:
     assert any("not dp-tp-cp-ep-pp" in w for w in other.warnings)
     fp8 = megatron_tokens(make_target(num_gpus=8, precision="fp8"))
     assert fp8[fp8.index("--fp8-format") + 1] == "hybrid"
+    mxfp8 = megatron_tokens(make_target(num_gpus=8, cluster="dgx-b200", precision="mxfp8"))
+    assert mxfp8[mxfp8.index("--fp8-recipe") + 1] == "mxfp8"
+    nvfp4 = megatron_tokens(make_target(num_gpus=8, cluster="dgx-b200", precision="nvfp4"))
+    assert nvfp4[nvfp4.index("--fp4-recipe") + 1] == "nvfp4" and "--fp8-format" not in nvfp4
 
 
 def test_torchtitan_toml() -> None:

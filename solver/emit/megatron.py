@@ -269,8 +269,7 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
     warnings += recompute_warnings
     notes += recompute_notes
     flags.append(("--bf16",))
-    if job.precision == "fp8":
-        flags.append(("--fp8-format", "hybrid"))
+    flags += PRECISION_FLAGS[job.precision]
     flags += [(flag,) for flag in order_flags]
     if c.zero >= 2:
         notes.append("leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (Megatron-FSDP "
@@ -279,6 +278,18 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron asserts it with tp or cp "
                      "> 1 on GPUs before Blackwell)")
     return flags, warnings, notes
+
+
+# The precision recipes (solver.cost.precision) as _add_transformer_engine_args flags: fp8 is
+# TE's default delayed per-tensor scaling with E4M3 forward / E5M2 backward ("hybrid"); the
+# block-scaled recipes run E4M3 throughout.
+PRECISION_FLAGS: dict[str, list[tuple[str, ...]]] = {
+    "bf16": [],
+    "fp8": [("--fp8-format", "hybrid")],
+    "fp8-blockwise": [("--fp8-format", "e4m3"), ("--fp8-recipe", "blockwise")],
+    "mxfp8": [("--fp8-format", "e4m3"), ("--fp8-recipe", "mxfp8")],
+    "nvfp4": [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")],
+}
 
 
 def render_megatron(target: LaunchTarget) -> Emitted:
