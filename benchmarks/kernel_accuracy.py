@@ -10,8 +10,9 @@ median and 90th-percentile |predicted / measured - 1| of
   leave-one-out  the table path with the point held out: each grid point is predicted from
                  its two neighbours along one axis (what interpolation gives where that size
                  was not measured), for every axis with a neighbour on both sides; only points
-                 the build left as measured (not filled or lowered) are scored. GQA cells are
-                 medians over the measured KV-head counts and are scored as such.
+                 the build left as one measured row (not filled, lowered or a median) are
+                 scored, so GQA cells count only where one KV-head count was measured (none
+                 on A100).
   datasheet      the path GPUs without a table take (peak x MAMF fraction roofline + t_kernel;
                  attention at attention_peak_fraction of the BF16 peak; per-expert GEMMs plus
                  the permutation traffic for MoE), at the same shapes.
