@@ -18,6 +18,7 @@ from solver.cost.layer_time import (
     _domain_dedup,
     _estimate_host_s,
     estimate_layer_terms,
+    layer_degrees,
     sm_contention,
 )
 from solver.cost.memory.activations import estimate_layer_activation_bytes
@@ -259,7 +260,8 @@ def test_eager_elementwise_ops_move_twice_the_bytes() -> None:
 
 def test_recompute_level_is_a_layer_degree() -> None:
     """Op-level selective recompute makes a layer's time depend on the recompute level, so the
-    layer terms are costed per distinct (tp, cp, ep, etp, micro_batch, recompute)."""
+    layer terms are costed per distinct (tp, cp, ep, etp, micro_batch, recompute) there, and per
+    (tp, cp, ep, etp, micro_batch) where selective recompute is free."""
     constants = framework_time_constants("torchtitan")
     model, job = load_model_spec("llama3.1-8b"), JobSpec(seq_len=4096)
     both = SimpleNamespace(**{k: np.array([v, v]) for k, v in dict(
@@ -267,6 +269,8 @@ def test_recompute_level_is_a_layer_degree() -> None:
         recompute=np.array([0, 1]))
     t = estimate_step_time(model, H100, job, both, constants)
     assert t.recompute[0] == 0.0 < t.recompute[1]
+    assert "recompute" in layer_degrees(constants)
+    assert "recompute" not in layer_degrees(framework_time_constants("megatron"))
 
 
 # ---- the command line: one profile for estimate, optimize and launch ---------------------------

@@ -248,8 +248,16 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
             np.stack([full for _, full in terms], axis=1))
 
 
-# What a layer's time (and the LM head's) depends on.
-LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch", "recompute")
+# What a layer's time (and the LM head's) depends on; also the recompute level under op-level
+# selective recompute (layer_degrees).
+LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch")
+
+
+def layer_degrees(constants: TimeConstants) -> tuple[str, ...]:
+    """LAYER_DEGREES, and "recompute" where `selective` changes a layer's time (op level)."""
+    if constants.selective_recompute == "op_level":
+        return (*LAYER_DEGREES, "recompute")
+    return LAYER_DEGREES
 
 
 def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,

@@ -50,9 +50,9 @@ from solver.cost.distinct import distinct_inverse, distinct_rows
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.layer_time import (
     BF16_BYTES,
-    LAYER_DEGREES,
     STAGE_PARTS,
     estimate_layer_terms,
+    layer_degrees,
     sm_contention,
     stack_parts,
 )
@@ -170,7 +170,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     num_micro = job.global_batch / (dp * mb)
     # The layer and head terms depend on (tp, cp, ep, etp, micro_batch) only: work them out
     # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
-    first, back = distinct_rows(d, LAYER_DEGREES)
+    first, back = distinct_rows(d, layer_degrees(constants))
     layer = estimate_layer_terms(model_spec, cluster, job,
                               {n: d[n][first] for n in PARALLEL_FIELDS}, constants)
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
