@@ -13,6 +13,8 @@ from solver.cli.options import (
     planning_options,
     pop_framework_features,
 )
+from solver.cli.params import BoundedInt
+from solver.spec.strict import MAX_LAYERS
 
 
 @click.command()
@@ -23,7 +25,7 @@ from solver.cli.options import (
               help="Layers per virtual stage in Megatron's --pipeline-model-parallel-layout "
                    "syntax (e.g. 'E|(t|)*126,L': the embedding and the loss in stages of "
                    "their own); default: the even split.")
-@click.option("--recompute-num-layers", type=click.IntRange(min=1), default=None,
+@click.option("--recompute-num-layers", type=BoundedInt(1, MAX_LAYERS), default=None,
               help="With --recompute full: the layers of each virtual stage that recompute "
                    "(Megatron's block method); default: all.")
 @framework_option("Whose timing to assume (kernels, overlaps, recompute semantics, DP "

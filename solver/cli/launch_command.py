@@ -12,6 +12,7 @@ from solver.cli.options import (
     planning_options,
     pop_framework_features,
 )
+from solver.cli.params import MAX_TOP, BoundedInt
 from solver.emit import DEFAULT_ORDER, FORMATS
 from solver.spec.job import ParallelConfig
 
@@ -65,7 +66,7 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
 @degree_options
 @click.option("--plan", "plan_path", metavar="FILE", default=None,
               help="Launch a plan of this `optimize --json` / `estimate --json` output.")
-@click.option("--rank", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--rank", "plan_rank", type=BoundedInt(1, MAX_TOP), default=1, show_default=True,
               help="Which plan of --plan (1 = the first, the best).")
 @click.option("--layout", "layout_text", metavar="SPEC", default=None,
               help="What each virtual pipeline stage holds, in Megatron's "

@@ -12,34 +12,17 @@ from solver.cli.options import (
     make_planning_options,
     pop_framework_features,
 )
+from solver.cli.params import (
+    MAX_DAYS,
+    MAX_TIME_LIMIT_S,
+    MAX_TOP,
+    BoundedInt,
+    FiniteFloat,
+    PinSpec,
+)
 
 PIN_OPTIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "zero", "micro_batch")
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
-
-
-class PinSpec(click.ParamType):
-    """A pin: one value (8), a range (1-4) or a list (1,2,4)."""
-
-    name = "N|A-B|A,B"
-
-    def convert(self, value: object, param: click.Parameter | None,
-                ctx: click.Context | None) -> tuple[int, ...]:
-        if isinstance(value, tuple):
-            return value
-        text = str(value).replace(" ", "")
-        try:
-            if "-" in text:
-                low, high = (int(x) for x in text.split("-", 1))
-                if low > high or high - low > 1_000_000:
-                    raise ValueError
-                values = tuple(range(low, high + 1))
-            else:
-                values = tuple(int(x) for x in text.split(","))
-        except ValueError:
-            self.fail(f"{value!r} is not a value, a range A-B or a list A,B,C", param, ctx)
-        if not values or min(values) < 0:
-            self.fail(f"{value!r} must hold non-negative values", param, ctx)
-        return values
 
 
 def _pin_options(command):
@@ -58,14 +41,15 @@ def _pin_options(command):
 @click.command()
 @make_planning_options(gpus_required=False)
 @_pin_options
-@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="How many plans to list.")
 @click.option("--engine", type=click.Choice(["layout", "even"]), default="layout",
               show_default=True,
               help="layout: every mesh and schedule, and the best pipeline layout (layers and "
                    "recompute per stage, CP-SAT) where it can beat the even split; even: the "
                    "even split of layers only.")
-@click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--time-limit", type=FiniteFloat(0.1, MAX_TIME_LIMIT_S), default=10.0,
+              show_default=True,
               help="Seconds the layout programs may take in all (past it the answer is "
                    "'feasible', not proven).")
 @framework_option("Whose rules the plan must obey and whose timing it assumes (kernels, "
@@ -76,7 +60,7 @@ def _pin_options(command):
               show_default=True, help="Minimise step time or per-GPU memory.")
 @click.option("--allow-tp-across-nodes", is_flag=True,
               help="Let TP/expert-TP groups leave the NVLink domain.")
-@click.option("--gpus-for-days", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--gpus-for-days", type=FiniteFloat(0, MAX_DAYS, min_open=True), default=None,
               help="Find the fewest GPUs that train --token-budget within this many days.")
 def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int | None,
              segment_gpus: int | None, seq_len: int, global_batch: int, precision: str, token_budget: int | None,

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import click
 
+from solver.cli.params import MAX_ZERO_STAGE, BoundedInt
 from solver.spec.framework import (
     ATTENTION_KERNELS,
     DP_OVERLAPS,
@@ -22,6 +23,7 @@ from solver.spec.framework import (
     FrameworkFeatures,
 )
 from solver.spec.job import FRAMEWORKS, PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
+from solver.spec.strict import MAX_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOKENS
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -49,7 +51,7 @@ class TokenCount(click.ParamType):
             tokens = float(number) * scale
         except ValueError:
             self.fail(f"{value!r} is not a token count (e.g. 2T, 300B, 1.5e12)", param, ctx)
-        if not 1 <= tokens < 1e18:
+        if not 1 <= tokens <= MAX_TOKENS.most:  # also nan and inf
             self.fail(f"{value!r} must be between 1 and 1e18 tokens", param, ctx)
         return int(round(tokens))
 
@@ -117,17 +119,17 @@ def _planning_options(command: F, gpus_required: bool) -> F:
         click.option("--cluster", required=True, metavar="NAME|PATH",
                      help="Cluster preset name or cluster TOML file."),
         click.option("--gpus", "num_gpus", required=gpus_required,
-                     type=click.IntRange(min=1), help="Number of GPUs of the job."),
-        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+                     type=BoundedInt(1, MAX_GPUS), help="Number of GPUs of the job."),
+        click.option("--gpus-per-node", type=BoundedInt(1, MAX_GPUS), default=None,
                      help="GPUs per node (overrides the preset)."),
-        # Checked by ClusterSpec (one line naming --segment-gpus), so no IntRange here.
-        click.option("--segment-gpus", type=int, default=None,
+        # How it fits the cluster is checked by ClusterSpec (one line naming --segment-gpus).
+        click.option("--segment-gpus", type=BoundedInt(None, MAX_GPUS), default=None,
                      help="GPUs of the aligned block of one NVLink domain the job is allocated "
                           "in (SLURM --segment x GPUs per node); default: the largest "
                           "power-of-two number of nodes in a domain (64 on NVL72)."),
-        click.option("--seq-len", type=click.IntRange(min=1), show_default=True,
+        click.option("--seq-len", type=BoundedInt(1, MAX_SEQ_LEN), show_default=True,
                      default=_default(JobSpec, "seq_len"), help="Tokens per sequence."),
-        click.option("--global-batch", type=click.IntRange(min=1), show_default=True,
+        click.option("--global-batch", type=BoundedInt(1, MAX_BATCH), show_default=True,
                      default=_default(JobSpec, "global_batch"),
                      help="Sequences per optimizer step."),
         click.option("--precision", type=click.Choice(PRECISIONS), show_default=True,
@@ -145,7 +147,7 @@ def _planning_options(command: F, gpus_required: bool) -> F:
 def degree_options(command: F) -> F:
     """One value per decision variable: --tp --pp --cp --ep --etp --vpp --zero --micro-batch
     --recompute (dp is the rest of the GPUs)."""
-    degree = click.IntRange(min=1)
+    degree = BoundedInt(1, MAX_GPUS)
     return _apply(command, [
         click.option("--tp", type=degree, default=1, show_default=True,
                      help="Tensor-parallel degree (sequence parallel on when > 1)."),
@@ -157,12 +159,12 @@ def degree_options(command: F) -> F:
                      help="Expert-parallel degree (carved out of tp x cp x dp)."),
         click.option("--etp", type=degree, default=1, show_default=True,
                      help="Expert tensor-parallel degree."),
-        click.option("--vpp", type=degree, default=1, show_default=True,
+        click.option("--vpp", type=BoundedInt(1, MAX_LAYERS), default=1, show_default=True,
                      help="Virtual pipeline stages per stage (interleaved 1F1B)."),
-        click.option("--zero", type=click.IntRange(0, 3), show_default=True,
+        click.option("--zero", type=BoundedInt(0, MAX_ZERO_STAGE), show_default=True,
                      default=_default(ParallelConfig, "zero"),
                      help="ZeRO stage (1 = Megatron distributed optimizer, 3 = FSDP)."),
-        click.option("--micro-batch", type=degree, show_default=True,
+        click.option("--micro-batch", type=BoundedInt(1, MAX_BATCH), show_default=True,
                      default=_default(ParallelConfig, "micro_batch"),
                      help="Sequences per micro-batch."),
         click.option("--recompute", type=click.Choice(RECOMPUTE_LEVELS), show_default=True,

@@ -15,11 +15,19 @@ import click
 
 from solver.spec.strict import MAX_COUNT, MAX_GPUS, Limit
 
+# Limits of options that no spec holds.
+MAX_TOP = Limit(100, "plans", "a longer ranking is not read")
+MAX_ZERO_STAGE = Limit(3, "", "ZeRO has stages 0 to 3")
+MAX_JOBS = Limit(4096, "worker processes", "more than any machine's cores")
+MAX_TIME_LIMIT_S = 86_400.0  # a day: the layout programs of one problem
+MAX_DAYS = 36_500.0  # a century of training
+
 
 class BoundedInt(click.IntRange):
-    """An integer from `low` up to `limit.most`; above it the error says why."""
+    """An integer from `low` (None: a spec checks the low end) up to `limit.most`; above it
+    the error says why."""
 
-    def __init__(self, low: int = 1, limit: Limit = MAX_COUNT) -> None:
+    def __init__(self, low: int | None = 1, limit: Limit = MAX_COUNT) -> None:
         super().__init__(min=low, max=limit.most)
         self.limit = limit
 
@@ -28,7 +36,7 @@ class BoundedInt(click.IntRange):
         if isinstance(value, bool):
             self.fail(f"{value!r} is not an integer", param, ctx)
         number = click.INT.convert(value, param, ctx)
-        if number < self.min:  # type: ignore[operator]
+        if self.min is not None and number < self.min:
             self.fail(f"{number} is below {self.min}", param, ctx)
         problem = self.limit.check(number)
         if problem is not None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import click
 
+from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat
+from solver.spec.strict import MAX_GPUS, MAX_SEQ_LEN
+
 DEFAULT_OUTPUT_LEN = 512
 DEFAULT_INPUT_LEN = 2048
 
@@ -26,7 +29,7 @@ class ContextLength(click.ParamType):
             tokens = float(number) * scale
         except ValueError:
             self.fail(f"{value!r} is not a token count (e.g. 8192, 32k, 128k)", param, ctx)
-        if not 1 <= tokens <= 2**24 or tokens != int(tokens):
+        if not 1 <= tokens <= MAX_SEQ_LEN.most or tokens != int(tokens):  # also nan, inf
             self.fail(f"{value!r} must be a whole number of tokens between 1 and 16M", param, ctx)
         return int(tokens)
 
@@ -47,32 +50,32 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
               help="Zoo name, zoo-format TOML or Hugging Face config.json.")
 @click.option("--cluster", required=True, metavar="NAME|PATH",
               help="Cluster preset name or cluster TOML file.")
-@click.option("--gpus", "num_gpus", required=True, type=click.IntRange(min=1),
+@click.option("--gpus", "num_gpus", required=True, type=BoundedInt(1, MAX_GPUS),
               help="GPUs available (objective gpus: at most this many).")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+@click.option("--gpus-per-node", type=BoundedInt(1, MAX_GPUS), default=None,
               help="GPUs per node (overrides the preset).")
 @click.option("--context", required=True, type=ContextLength(),
               help="Longest sequence to serve (vLLM --max-model-len), e.g. 32k.")
-@click.option("--input-len", type=click.IntRange(min=1), default=None,
+@click.option("--input-len", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
               help="Prompt tokens per request [default: 2048, less if the context is short].")
-@click.option("--output-len", type=click.IntRange(min=1), default=None,
+@click.option("--output-len", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
               help="Generated tokens per request [default: 512, less if the context is short].")
 @click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
               show_default=True, help="Weights (fp8: --quantization fp8; int4: AWQ/GPTQ).")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto",
               show_default=True, help="KV-cache dtype (vLLM --kv-cache-dtype).")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
+@click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True),
               default=0.9, show_default=True, help="vLLM's share of each GPU's memory.")
-@click.option("--max-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--max-ttft-ms", type=FiniteFloat(min=0, min_open=True), default=None,
               help="SLO: time to first token of one prompt.")
-@click.option("--max-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--max-tpot-ms", type=FiniteFloat(min=0, min_open=True), default=None,
               help="SLO: time per output token each user sees.")
-@click.option("--min-tokens-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--min-tokens-per-s", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Target: output tokens per second of the deployment.")
 @click.option("--objective", type=click.Choice(["throughput", "latency", "gpus"]),
               default="throughput", show_default=True,
               help="Most tokens/s, fastest request, or fewest GPUs meeting the targets.")
-@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="How many plans to list.")
 @click.option("--calibration", metavar="FILE", default=None,
               help="Fitted bandwidth curves (`parplan calibrate`).")

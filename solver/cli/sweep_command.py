@@ -9,9 +9,17 @@ from typing import Any
 
 import click
 
-from solver.cli.optimize_command import PinSpec
 from solver.cli.options import framework_option
+from solver.cli.params import (
+    MAX_JOBS,
+    MAX_TIME_LIMIT_S,
+    MAX_TOP,
+    BoundedInt,
+    FiniteFloat,
+    PinSpec,
+)
 from solver.spec.job import PRECISIONS, JobSpec
+from solver.spec.strict import MAX_BATCH, MAX_SEQ_LEN
 
 ENGINES = ("layout", "even")  # solver.optimize.ENGINES (imported lazily: --help stays fast)
 
@@ -27,22 +35,23 @@ def _default(field: str) -> str:
               help="Comma-separated preset names, globs, cluster files, or all.")
 @click.option("--gpus", "gpu_counts", required=True, type=PinSpec(), metavar="N,N,...",
               help="GPU counts, e.g. 8,64,512,4096.")
-@click.option("--seq-len", "seq_lens", type=PinSpec(), default=_default("seq_len"),
-              show_default=True, metavar="N,N,...", help="Tokens per sequence (a list).")
-@click.option("--global-batch", "global_batches", type=PinSpec(), metavar="N,N,...",
-              default=_default("global_batch"), show_default=True,
+@click.option("--seq-len", "seq_lens", type=PinSpec(1, MAX_SEQ_LEN),
+              default=_default("seq_len"), show_default=True, metavar="N,N,...", help="Tokens per sequence (a list).")
+@click.option("--global-batch", "global_batches", type=PinSpec(1, MAX_BATCH),
+              metavar="N,N,...", default=_default("global_batch"), show_default=True,
               help="Sequences per optimizer step (a list).")
 @click.option("--precision", "precisions", default="bf16", show_default=True,
               metavar="P,P,...", help=f"Training precision recipes (a list of "
                                       f"{'|'.join(PRECISIONS)}).")
 @framework_option("Whose rules the plans obey and whose timing they assume.")
-@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="Plans kept per problem.")
 @click.option("--engine", type=click.Choice(ENGINES), default="layout", show_default=True,
               help="The optimize engine (see parplan optimize --help).")
-@click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--time-limit", type=FiniteFloat(0.1, MAX_TIME_LIMIT_S), default=10.0,
+              show_default=True,
               help="Seconds the layout programs may take per problem.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+@click.option("--jobs", "-j", type=BoundedInt(1, MAX_JOBS), default=None,
               help="Worker processes (default: the usable cores; 1 solves in this process).")
 @click.option("--executor", type=click.Choice(["process", "ray"]), default="process",
               show_default=True, help="Local worker processes, or Ray (parplan[ray]).")
@@ -84,6 +93,9 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     if min(gpu_counts) < 1:
         raise InputError(f"--gpus: GPU counts must be positive, got {min(gpu_counts)}")
     precision_list = [p.strip() for p in precisions.split(",") if p.strip()]
+    if not precision_list:
+        raise InputError(f"--precision {precisions!r}: give at least one of "
+                         f"{', '.join(PRECISIONS)}")
     check_jobs(seq_lens, global_batches, precision_list)
     problems = build_sweep_problems(
         expand_names("--models", models.split(","), list_zoo_names(), load_model_spec),
