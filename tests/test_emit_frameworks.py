@@ -63,9 +63,10 @@ TORCHTITAN_FIELDS = {
                     "pipeline_parallel_first_stage_less_layers",
                     "pipeline_parallel_last_stage_less_layers", "module_fqns_per_model_part",
                     "context_parallel_degree", "expert_parallel_degree",
-                    "expert_tensor_parallel_degree"},
+                    "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
     "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
+    "compile": {"enable", "components"},
 }
 
 

@@ -346,3 +346,19 @@ def test_bad_feature_flags_are_one_line_and_exit_2(flags, message) -> None:
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_launch_torchtitan_writes_its_features() -> None:
+    """torchtitan v0.2.x job_config.py: Compile.enable, Parallelism.expert_parallel_comm_backend
+    ("standard" | "deepep"); its trainer has no CUDA-graph path."""
+    import tomllib
+
+    result = invoke("launch", *MOE, "--ep", "16", "--format", "torchtitan",
+                    "--moe-dispatcher", "deepep", "--fused-elementwise")
+    assert result.exit_code == 0, result.output
+    parsed = tomllib.loads("\n".join(line for line in result.output.splitlines()
+                                     if not line.startswith(("warning:", "note:"))))
+    assert parsed["parallelism"]["expert_parallel_comm_backend"] == "deepep"
+    assert parsed["compile"] == {"enable": True, "components": ["model", "loss"]}
+    eager = invoke("launch", *MOE, "--ep", "16", "--format", "torchtitan").output
+    assert "[compile]" not in eager and "expert_parallel_comm_backend" not in eager

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 
+from solver.cost.time_constants import framework_time_constants
 from solver.emit.quoting import render_comment_text, render_toml_value
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
@@ -172,7 +173,31 @@ def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, o
                      "[\"float8\"] in torchtitan's TOML releases)")
     sections = {"parallelism": parallelism, "training": training,
                 "activation_checkpoint": checkpoint}
+    sections.update(_feature_sections(target, parallelism, warnings))
     return sections, warnings, notes
+
+
+def _feature_sections(target: LaunchTarget, parallelism: dict[str, object],
+                      warnings: list[str]) -> dict[str, dict[str, object]]:
+    """The framework profile's features in torchtitan's fields (v0.2.x job_config.py):
+    fused element-wise ops are torch.compile ([compile] enable); DeepEP is
+    parallelism.expert_parallel_comm_backend = "deepep"; what the TOML releases cannot ask for
+    is a warning."""
+    constants = target.time_constants or framework_time_constants("torchtitan")
+    dispatcher = constants.moe_dispatcher
+    if target.model_spec.is_moe and target.config.ep > 1 and dispatcher == "deepep":
+        parallelism["expert_parallel_comm_backend"] = "deepep"
+    elif target.model_spec.is_moe and dispatcher != "alltoall":
+        warnings.append(f"torchtitan's TOML releases dispatch with all-to-all or DeepEP, not "
+                        f"{dispatcher}")
+    if constants.cuda_graphs:
+        warnings.append("torchtitan's trainer captures no CUDA graphs")
+    if target.config.recompute == "selective" and constants.selective_recompute != "op_level":
+        warnings.append("torchtitan's selective checkpointing is per op (every second matmul "
+                        "saved), not the attention core alone: more recompute, less memory")
+    if constants.fused_elementwise:
+        return {"compile": {"enable": True, "components": ["model", "loss"]}}
+    return {}
 
 
 def render_toml(sections: dict[str, dict[str, object]], header: str = "") -> str:
