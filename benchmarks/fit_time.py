@@ -1,7 +1,9 @@
-"""Fit the step-time model's end-to-end constant on the public runs.
+"""Fit the step-time model's end-to-end constants on the public runs.
 
-The constant, with a physical meaning (solver/cost/efficiency.py):
+The constants, each with a physical meaning (solver/cost/efficiency.py):
   elementwise_traffic_factor   element-wise HBM traffic over the minimal count
+  table_rate_fraction          the share of a measured kernel's rate (timed alone, under CUDA
+                               graphs) that it reaches inside a training step
 Everything else is counted (FLOPs, bytes, kernels) or measured elsewhere: GEMM and fused
 attention times from the kernel tables of the GPUs that have one (solver/cost/kernels.py), the
 datasheet path's MAMF fractions and GEMM kernel cost (benchmarks/fit_gemm.py), bandwidths from
@@ -46,41 +48,48 @@ def loss(runs, constants: TimeConstants) -> float:
     return float(np.mean([np.mean(v) for v in by_source.values()]))
 
 
-def constants_for(attention: float, traffic: float) -> TimeConstants:
+def constants_for(attention: float, traffic: float, fraction: float) -> TimeConstants:
     compute = ComputeConstants(attention_peak_fraction=attention,
-                               elementwise_traffic_factor=traffic)
+                               elementwise_traffic_factor=traffic,
+                               table_rate_fraction=fraction)
     return TimeConstants(compute=compute)
+
+
+def grid_search(dense, attentions, traffics, fractions) -> tuple[float, float, float, float]:
+    """(loss, attention, traffic, fraction) at the least loss over the grid."""
+    best = (np.inf, 0.0, 0.0, 0.0)
+    for attention in attentions:
+        for traffic in traffics:
+            for fraction in fractions:
+                value = loss(dense, constants_for(attention, traffic, fraction))
+                best = min(best, (value, attention, traffic, fraction))
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--with-attention", action="store_true",
-                        help="also refit attention_peak_fraction (two-constant grid)")
+                        help="also refit attention_peak_fraction (at the fitted table rate)")
     args = parser.parse_args()
     runs, _ = load_published_runs()
     dense = [r for r in runs if r.arch_kind == "dense"]
     default = ComputeConstants()
-    attentions = (np.arange(0.20, 0.71, 0.05) if args.with_attention
-                  else [default.attention_peak_fraction])
-    best = (np.inf, 0.0, 0.0)
-    for attention in attentions:
-        for traffic in np.arange(1.0, 12.1, 1.0):
-            value = loss(dense, constants_for(attention, traffic))
-            best = min(best, (value, attention, traffic))
+    a0 = default.attention_peak_fraction
+    _, _, t0, f0 = grid_search(dense, [a0], np.arange(1.0, 12.1, 1.0),
+                               np.round(np.arange(0.70, 1.001, 0.05), 2))
     # refine around the coarse optimum
-    _, a0, t0 = best
-    fine = (np.arange(max(a0 - 0.05, 0.05), a0 + 0.051, 0.01) if args.with_attention
-            else [a0])
-    for attention in fine:
-        for traffic in np.arange(max(t0 - 1.0, 1.0), t0 + 1.01, 0.25):
-            value = loss(dense, constants_for(attention, traffic))
-            best = min(best, (value, attention, traffic))
-    value, attention, traffic = best
+    best = grid_search(dense, [a0], np.arange(max(t0 - 1.0, 1.0), t0 + 1.01, 0.25),
+                       np.round(np.arange(max(f0 - 0.05, 0.5), min(f0 + 0.05, 1.0) + 1e-9, 0.01), 2))
+    if args.with_attention:
+        _, _, t1, f1 = best
+        best = min(best, grid_search(dense, np.arange(0.20, 0.71, 0.05), [t1], [f1]))
+    value, attention, traffic, fraction = best
     print(f"attention_peak_fraction    = {attention:.2f}"
           + ("" if args.with_attention else " (not fitted)"))
     print(f"elementwise_traffic_factor = {traffic:.2f}")
+    print(f"table_rate_fraction        = {fraction:.2f}")
     print(f"rms log error (dense, sources weighted equally) = {np.sqrt(value):.3f}")
-    fitted = evaluate(runs, constants_for(attention, traffic))
+    fitted = evaluate(runs, constants_for(attention, traffic, fraction))
     for kind in ("dense", "moe"):
         errors = np.array([abs(p / r.tokens_per_sec_per_gpu - 1) for r, p in fitted
                            if r.arch_kind == kind])

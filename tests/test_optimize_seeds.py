@@ -87,13 +87,14 @@ def test_example_4_deepseek_v3_on_2048_h800() -> None:
 @pytest.mark.parametrize("gpus", [16, 32])
 def test_13b_on_16_and_32_gpus(gpus: int) -> None:
     """Seed 000 self-check: 13B on 16 / 32 GPUs. FSDP over all GPUs (the seed's step-1 answer)
-    is within ~4% of our best, which is also pure data parallelism (ZeRO-3, micro-batch 2)."""
+    is within 10% of our best, which is also unpipelined ZeRO-3 data parallelism: pure FSDP or
+    TP 2 inside the node (on 16 GPUs the two are within 0.5% of each other, a near-tie)."""
     best, seed_step, broken = place("llama2-13b", "dgx-h100", gpus, 4096, 512,
                                     dict(tp=1, pp=1, dp=gpus, zero=3, micro_batch=1,
                                          recompute="selective"))
     assert broken == []
     assert best.time.step_seconds <= seed_step <= 1.1 * best.time.step_seconds
-    assert (best.config.tp, best.config.pp) == (1, 1)
+    assert best.config.pp == 1 and best.config.tp <= 2 and best.config.zero == 3
 
 
 def test_70b_at_128k_on_64_gpus() -> None:
