@@ -16,19 +16,24 @@ from solver.cli.params import (
     MAX_DAYS,
     MAX_TIME_LIMIT_S,
     MAX_TOP,
+    MAX_ZERO_STAGE,
     BoundedInt,
     FiniteFloat,
     PinSpec,
 )
+from solver.spec.strict import MAX_BATCH, MAX_LAYERS
 
 PIN_OPTIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "zero", "micro_batch")
+# What a pin's values may be, where it is not 1 to MAX_GPUS (ParallelConfig's fields).
+PIN_TYPES = {"zero": PinSpec(0, MAX_ZERO_STAGE), "vpp": PinSpec(1, MAX_LAYERS),
+             "micro_batch": PinSpec(1, MAX_BATCH)}
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
 def _pin_options(command):
     for name in reversed(PIN_OPTIONS):
         flag = "--" + name.replace("_", "-")
-        command = click.option(flag, name, type=PinSpec(), default=None,
+        command = click.option(flag, name, type=PIN_TYPES.get(name, PinSpec(1)), default=None,
                                help=f"Pin {name}: a value, a range A-B or a list.")(command)
     command = click.option("--recompute", type=str, default=None,
                            help="Pin recompute: none, selective, full or a list.")(command)

@@ -13,7 +13,7 @@ import math
 
 import click
 
-from solver.spec.strict import MAX_COUNT, MAX_GPUS, Limit
+from solver.spec.strict import FLOAT_RANGE, MAX_COUNT, MAX_GPUS, Limit
 
 # Limits of options that no spec holds.
 MAX_TOP = Limit(100, "plans", "a longer ranking is not read")
@@ -45,7 +45,8 @@ class BoundedInt(click.IntRange):
 
 
 class FiniteFloat(click.FloatRange):
-    """A finite float (no nan, no inf) inside the given range."""
+    """A finite float (no nan, no inf) inside the given range and, like every float of a spec,
+    0 or of a magnitude inside FLOAT_RANGE."""
 
     def convert(self, value: object, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
@@ -54,6 +55,10 @@ class FiniteFloat(click.FloatRange):
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        low, high = FLOAT_RANGE
+        if number and not low <= abs(number) <= high:
+            self.fail(f"{value!r} is outside what it can be (0, or a magnitude between {low:g} "
+                      f"and {high:g})", param, ctx)
         return super().convert(number, param, ctx)
 
 

@@ -52,8 +52,8 @@ class Limit:
 
 
 MAX_GPUS = Limit(2**20, "GPUs", "far beyond any cluster built")
-MAX_LAYERS = Limit(256, "layers", "twice the deepest published LLM; deeper ones make the "
-                   "layout search too slow to answer")
+MAX_LAYERS = Limit(192, "layers", "1.5 times the deepest model of the zoo, Megatron 1T's 128; "
+                   "deeper ones make the layout search too slow to answer")
 MAX_WIDTH = Limit(2**20, "", "far beyond any published model's widths and head counts")
 MAX_VOCAB = Limit(2**24, "tokens", "far beyond any published vocabulary")
 MAX_EXPERTS = Limit(2**16, "experts", "far beyond any published mixture of experts")

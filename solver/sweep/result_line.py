@@ -37,12 +37,12 @@ class MemoryRow(_Line):
     """A plan's `memory_gb`: decimal GB per item (the tables show the total, the plots the
     items)."""
 
-    weights: float = 0.0
-    grads: float = 0.0
-    optimizer: float = 0.0
-    activations: float = 0.0
-    other: float = 0.0
-    total: float
+    weights: float = Field(default=0.0, ge=0)
+    grads: float = Field(default=0.0, ge=0)
+    optimizer: float = Field(default=0.0, ge=0)
+    activations: float = Field(default=0.0, ge=0)
+    other: float = Field(default=0.0, ge=0)
+    total: float = Field(ge=0)
 
 
 class PlanRow(_Line):
@@ -59,11 +59,11 @@ class PlanRow(_Line):
     micro_batch: Annotated[int, MAX_BATCH] = Field(gt=0)
     recompute: str
     memory_gb: MemoryRow
-    gpu_memory_gb: float
-    step_seconds: float
-    tokens_per_second: float
-    tokens_per_second_per_gpu: float
-    mfu: float
+    gpu_memory_gb: float = Field(ge=0)
+    step_seconds: float = Field(ge=0)
+    tokens_per_second: float = Field(ge=0)
+    tokens_per_second_per_gpu: float = Field(ge=0)
+    mfu: float = Field(ge=0)
 
 
 class ResultLine(_Line):

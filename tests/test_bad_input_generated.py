@@ -1,0 +1,467 @@
+"""Generated bad input (issue 19): every malformed file, number and path is answered with exit
+status 2 and one line on stderr naming the file, field or flag, never a traceback or a hang;
+the valid inputs they are mutated from exit 0; `optimize --json` is the same bytes twice.
+
+Hypothesis draws the mutations: a numeric field of a zoo TOML, a cluster file (GPU table and
+tiers), a Hugging Face config.json, a plan file, a calibration profile, an nccl-tests row or a
+sweep results line set to a value it cannot hold (a boolean, a string, nan, infinities, 1e999,
+a 30-digit or a 5,000-digit integer, a fraction, a list, a table, arrays nested 5,000 deep); every
+numeric flag of every command (found by walking the CLI, so a new flag is covered) set to such
+a value; and unreadable paths. Each case runs in-process through click's CliRunner under a
+time limit. Derandomized and bounded: about 720 cases in all, about 5 seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from solver.cli import cli
+from solver.cli.params import BoundedInt, FiniteFloat
+
+ROOT = Path(__file__).resolve().parent.parent
+NCCL_LOG = ROOT / "tests" / "data" / "nccl" / "nvidia_dgxc_dgx_h100_1node_nvls_all_reduce.txt"
+HF_CONFIG = ROOT / "tests" / "data" / "hf_configs" / "mixtral-8x7b-v0.1.json"
+LIMIT_S = 20.0  # per case; bad input fails in milliseconds, the controls in a second
+GENERATED = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                            HealthCheck.too_slow])
+
+# Values no numeric field may hold, as TOML text; those the TOML reader itself refuses name
+# only the file (`PARSE_ERRORS`), the others the file and the field.
+PARSE_ERRORS = ("9" * 5000, "[" * 5000 + "]" * 5000)
+BAD_INTEGER_TOML = ("true", "false", '"8"', "nan", "inf", "-inf", "1e999", "0.5", str(10**30),
+                    "[8]", "{ a = 8 }", "-8", *PARSE_ERRORS)
+BAD_FLOAT_TOML = ("true", '"80"', "nan", "inf", "-inf", "1e999", "1e300", "1e-300", "-1.0",
+                  "[1.0]", *PARSE_ERRORS)
+# The same as JSON values (NaN and Infinity are what Python's json writes and reads).
+BAD_INTEGER_JSON = (True, False, "8", math.nan, math.inf, 0.5, 10**30, [8], {"a": 8}, -8, None)
+BAD_FLOAT_JSON = (True, "80", math.nan, math.inf, -math.inf, 1e300, 1e-300, -1.0, [1.0])
+# Values no numeric flag takes (an integer flag also refuses 0.5 and -1: every one starts at
+# 0 or 1 or is checked by its spec).
+BAD_FLAG_VALUES = ("nan", "inf", "-inf", "1e999", "true", "abc", "", str(10**30), "9" * 5000)
+BAD_INTEGER_FLAG_VALUES = (*BAD_FLAG_VALUES, "0.5", "-1")
+
+# What a command needs besides the flag under test (its required options, valid and cheap).
+BASE_ARGS = {
+    "optimize": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--json"],
+    "estimate": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--json"],
+    "launch": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8"],
+    "serve": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--context",
+              "8k", "--json"],
+    "sweep": ["--models", "llama3.2-1b", "--clusters", "dgx-h100", "--gpus", "8", "--jobs", "1",
+              "-q"],
+    "calibrate nccl-tests": [str(NCCL_LOG), "--cluster", "dgx-h100"],
+    "calibrate run": ["--cluster", "dgx-h100"],
+}
+
+
+class Hang(Exception):
+    """A case that ran past LIMIT_S."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    if not hasattr(signal, "setitimer"):  # pragma: no cover - Windows
+        yield
+        return
+
+    def expire(*_: object) -> None:
+        raise Hang(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def invoke(*args: object):
+    with time_limit(LIMIT_S):
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert not isinstance(result.exception, Hang), f"hang: {args}"
+    return result
+
+
+def assert_one_line_error(result, *needles: str) -> None:
+    """Exit 2, one stderr line that names `needles`, no traceback."""
+    assert "Traceback" not in result.output, result.output
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"unhandled {type(result.exception).__name__}") \
+            from result.exception
+    assert result.exit_code == 2, result.output[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[:2000]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0][:2000])
+
+
+def assert_ok(result) -> None:
+    assert result.exit_code == 0, result.output[-2000:]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bad-input")
+
+
+# ---- files: TOML ------------------------------------------------------------------------------
+
+def numeric_lines(text: str, kinds: tuple[type, ...]) -> list[int]:
+    """Indexes of the `key = number` lines of a TOML text whose number is of `kinds`."""
+    found = []
+    for index, line in enumerate(text.splitlines()):
+        match = re.match(r"^([a-z_0-9]+) = (\S+)$", line)
+        if match:
+            value = json.loads(match.group(2)) if re.match(r"^-?[\d.e+-]+$", match.group(2)) \
+                else None
+            if isinstance(value, kinds) and not isinstance(value, bool):
+                found.append(index)
+    return found
+
+
+def mutate_line(text: str, index: int, value: str) -> tuple[str, str]:
+    """The text with line `index` set to `value`, and the line's key."""
+    lines = text.splitlines()
+    key = lines[index].split(" = ")[0]
+    lines[index] = f"{key} = {value}"
+    return "\n".join(lines) + "\n", key
+
+
+def cluster_file_text() -> str:
+    """dgx-h100 with its GPU table embedded, so that both can be mutated."""
+    preset = (ROOT / "clusters" / "presets" / "dgx-h100.toml").read_text(encoding="utf-8")
+    gpu = (ROOT / "clusters" / "gpus" / "h100-sxm.toml").read_text(encoding="utf-8")
+    gpu_lines = [line for line in gpu.splitlines() if re.match(r"^[a-z_0-9]+ = ", line)]
+    return preset.replace('gpu = "h100-sxm"\n', "") + "\n[gpu]\n" + "\n".join(gpu_lines) + "\n"
+
+
+MODEL_TEXTS = {name: (ROOT / "models" / f"{name}.toml").read_text(encoding="utf-8")
+               for name in ("llama3.2-1b", "mixtral-8x7b", "deepseek-v2-lite")}
+CLUSTER_TEXT = cluster_file_text()
+
+
+@GENERATED
+@given(data=st.data(), base=st.sampled_from(sorted(MODEL_TEXTS)),
+       value=st.sampled_from(BAD_INTEGER_TOML))
+def test_a_bad_number_in_a_model_file_is_one_line(work: Path, data: st.DataObject, base: str,
+                                                  value: str) -> None:
+    text = MODEL_TEXTS[base]
+    index = data.draw(st.sampled_from(numeric_lines(text, (int,))))
+    mutated, key = mutate_line(text, index, value)
+    path = work / f"{base}-mutated.toml"
+    path.write_text(mutated, encoding="utf-8")
+    needles = [str(path)] if value in PARSE_ERRORS else [str(path), f"'{key}'"]
+    assert_one_line_error(invoke("models", "show", path), *needles)
+
+
+@GENERATED
+@given(data=st.data())
+def test_a_bad_number_in_a_cluster_file_is_one_line(work: Path, data: st.DataObject) -> None:
+    index = data.draw(st.sampled_from(numeric_lines(CLUSTER_TEXT, (int, float))))
+    is_int = isinstance(json.loads(CLUSTER_TEXT.splitlines()[index].split(" = ")[1]), int)
+    value = data.draw(st.sampled_from(BAD_INTEGER_TOML if is_int else BAD_FLOAT_TOML))
+    mutated, key = mutate_line(CLUSTER_TEXT, index, value)
+    path = work / "cluster-mutated.toml"
+    path.write_text(mutated, encoding="utf-8")
+    needles = [str(path)] if value in PARSE_ERRORS else [str(path), key]
+    assert_one_line_error(invoke("estimate", "--model", "llama3.2-1b", "--cluster", path,
+                                 "--gpus", "8", "--json"), *needles)
+
+
+# ---- files: JSON ------------------------------------------------------------------------------
+
+HF_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "vocab_size", "max_position_embeddings", "num_local_experts",
+           "num_experts_per_tok")
+
+
+@GENERATED
+@given(key=st.sampled_from(HF_KEYS), value=st.sampled_from(BAD_INTEGER_JSON))
+def test_a_bad_number_in_a_hugging_face_config_is_one_line(work: Path, key: str,
+                                                           value: object) -> None:
+    config = json.loads(HF_CONFIG.read_text(encoding="utf-8"))
+    config[key] = value
+    path = work / "mutated" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(config), encoding="utf-8")
+    assert_one_line_error(invoke("models", "show", path), str(path), key)
+
+
+@pytest.fixture(scope="module")
+def optimized(work: Path) -> dict:
+    """`optimize --json` of llama3.2-1b on 8 GPUs: a plan file and a results line."""
+    result = invoke("optimize", "--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus",
+                    "8", "--top", "2", "--json")
+    assert_ok(result)
+    return json.loads(result.stdout)
+
+
+DEGREE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch")
+
+
+@GENERATED
+@given(key=st.sampled_from(DEGREE_FIELDS + ("zero", "recompute", "plans")),
+       value=st.sampled_from(BAD_INTEGER_JSON + (4, "abc")))
+def test_a_bad_plan_file_is_one_line(work: Path, optimized: dict, key: str,
+                                     value: object) -> None:
+    answer = json.loads(json.dumps(optimized))
+    if key == "plans":
+        answer["plans"] = value if not isinstance(value, list) else [value]
+    elif key in DEGREE_FIELDS and value == 4:
+        answer["plans"][0][key] = 0
+    else:
+        answer["plans"][0][key] = value
+    path = work / "plan.json"
+    path.write_text(json.dumps(answer), encoding="utf-8")
+    assert_one_line_error(invoke("launch", "--model", "llama3.2-1b", "--cluster", "dgx-h100",
+                                 "--gpus", "8", "--plan", path, "--format", "megatron"),
+                          str(path))
+
+
+@pytest.fixture(scope="module")
+def profile(work: Path) -> Path:
+    path = work / "profile.json"
+    assert_ok(invoke("calibrate", "nccl-tests", NCCL_LOG, "--cluster", "dgx-h100", "-o", path))
+    return path
+
+
+CURVE_FIELDS = (("num_ranks",), ("num_nodes",), ("num_domains",), ("knots", 0, "time_us"),
+                ("knots", 1, "size_bytes"), ("measured", 0, "busbw_gb_per_s"),
+                ("measured", 0, "time_us"))
+
+
+@GENERATED
+@given(where=st.sampled_from(CURVE_FIELDS), value=st.sampled_from(BAD_FLOAT_JSON + (10**30,)))
+def test_a_bad_calibration_profile_is_one_line(work: Path, profile: Path,
+                                               where: tuple, value: object) -> None:
+    data = json.loads(profile.read_text(encoding="utf-8"))
+    curve = next(iter(next(iter(data["tiers"].values())).values()))
+    target = curve
+    for step in where[:-1]:
+        target = target[step]
+    target[where[-1]] = value
+    path = work / "profile-mutated.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert_one_line_error(invoke("estimate", "--model", "llama3.2-1b", "--cluster", "dgx-h100",
+                                 "--gpus", "8", "--calibration", path), str(path), where[-1])
+
+
+NCCL_LINES = NCCL_LOG.read_text(encoding="utf-8").splitlines()
+NCCL_ROWS = [i for i, line in enumerate(NCCL_LINES)
+             if line.split() and line.split()[0].isdigit()]
+
+
+@GENERATED
+@given(row=st.sampled_from(NCCL_ROWS), data=st.data(),
+       value=st.sampled_from(("nan", "inf", "-inf", "1e999", "NaN", "abc", "1e300", "-5")))
+def test_a_bad_number_in_an_nccl_tests_log_is_one_line(work: Path, row: int,
+                                                       data: st.DataObject, value: str) -> None:
+    fields = NCCL_LINES[row].split()  # time, algbw and busbw of both halves
+    column = data.draw(st.sampled_from(
+        [i for i, field in enumerate(fields) if re.match(r"^\d+\.\d+$", field)]))
+    fields[column] = value
+    lines = list(NCCL_LINES)
+    lines[row] = "  ".join(fields)
+    path = work / "all_reduce_mutated.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert_one_line_error(invoke("calibrate", "nccl-tests", path, "--cluster", "dgx-h100", "-o",
+                                 work / "p.json"), str(path), f"line {row + 1}")
+
+
+RESULT_KEYS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision", "status",
+               "plans")
+PLAN_KEYS = ("tp", "pp", "zero", "micro_batch", "memory_gb", "step_seconds", "mfu",
+             "gpu_memory_gb", "tokens_per_second")
+
+
+@GENERATED
+@given(key=st.sampled_from(RESULT_KEYS + tuple(f"plans.0.{k}" for k in PLAN_KEYS)),
+       value=st.sampled_from((True, "abc", math.nan, 10**30, [1], {"a": 1}, None, -3)))
+def test_a_damaged_results_file_is_one_line_naming_the_line(work: Path, optimized: dict,
+                                                            key: str, value: object) -> None:
+    lines = [optimized, {**optimized, "gpus": 16, "status": "error", "error": "x", "plans": []}]
+    line = json.loads(json.dumps(optimized))
+    if key.startswith("plans.0."):
+        line["plans"][0][key.split(".")[-1]] = value
+    elif not (key in ("model", "cluster", "precision", "status") and value == "abc"):
+        line[key] = value
+    else:
+        line[key] = 5
+    path = work / "results.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in (lines[0], line, lines[1])),
+                    encoding="utf-8")
+    assert_one_line_error(invoke("report", path, "-o", work / "report", "--no-plots"),
+                          f"{path}:2", key.split(".")[0])
+
+
+# ---- flags ------------------------------------------------------------------------------------
+
+def numeric_options() -> list[tuple[str, str, click.Parameter]]:
+    """(command path, flag, option) of every option of every command whose type is a number."""
+    found = []
+
+    def walk(command: click.Command, path: str) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in sorted(command.commands.items()):
+                walk(sub, f"{path} {name}".strip())
+            return
+        for param in command.params:
+            kind = param.type
+            numeric = isinstance(kind, (click.types.IntParamType, click.types.FloatParamType))
+            if numeric or kind.__class__.__name__ in ("PinSpec", "TokenCount", "ContextLength",
+                                                      "ByteSize"):
+                found.append((path, max(param.opts, key=len), param))
+
+    walk(cli, "")
+    return found
+
+
+NUMERIC_OPTIONS = numeric_options()
+
+
+def test_every_numeric_flag_takes_the_shared_bounded_types() -> None:
+    """No flag parses numbers with click's own INT / FLOAT / IntRange / FloatRange, which take
+    nan, inf and integers of any size (solver.cli.params)."""
+    loose = [f"{path} {flag}" for path, flag, param in NUMERIC_OPTIONS
+             if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))
+             and not isinstance(param.type, (BoundedInt, FiniteFloat))]
+    assert not loose, f"use solver.cli.params.BoundedInt / FiniteFloat for {loose}"
+    assert {path for path, _, _ in NUMERIC_OPTIONS} <= set(BASE_ARGS), "add BASE_ARGS"
+
+
+@settings(GENERATED, max_examples=250)
+@given(option=st.sampled_from(NUMERIC_OPTIONS), data=st.data())
+def test_a_bad_number_on_any_flag_is_one_line_naming_the_flag(
+        work: Path, option: tuple[str, str, click.Parameter], data: st.DataObject) -> None:
+    path, flag, param = option
+    integer = not isinstance(param.type, click.types.FloatParamType)
+    value = data.draw(st.sampled_from(BAD_INTEGER_FLAG_VALUES if integer else BAD_FLAG_VALUES))
+    args = [*path.split(), *BASE_ARGS[path]]
+    if flag in args:
+        del args[args.index(flag):args.index(flag) + 2]
+    if path == "optimize" and flag == "--gpus-for-days":
+        args += ["--token-budget", "1T"]
+    if path in ("sweep", "calibrate nccl-tests", "calibrate run"):
+        args += ["-o", str(work / "out")]
+    assert_one_line_error(invoke(*args, f"{flag}={value}"), flag)
+
+
+# ---- paths ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bad_paths(work: Path) -> dict[str, Path]:
+    folder = work / "paths"
+    folder.mkdir()
+    paths = {"missing": folder / "missing", "folder": folder / "a-folder", "zero": folder / "zero",
+             "latin1": folder / "latin1", "empty": folder / "empty"}
+    paths["folder"].mkdir()
+    paths["latin1"].write_bytes(b"name = \"caf\xe9\"\n")
+    paths["empty"].write_bytes(b"")
+    if Path("/dev/zero").exists():
+        paths["zero"].symlink_to("/dev/zero")
+    return paths
+
+
+PATH_USES = {
+    "model": lambda p: ["models", "show", f"{p}.toml" if p.name != "a-folder" else p],
+    "cluster": lambda p: ["estimate", "--model", "llama3.2-1b", "--cluster", f"{p}.toml",
+                          "--gpus", "8"],
+    "calibration": lambda p: ["estimate", "--model", "llama3.2-1b", "--cluster", "dgx-h100",
+                              "--gpus", "8", "--calibration", p],
+    "plan": lambda p: ["launch", "--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus",
+                       "8", "--plan", p],
+    "log": lambda p: ["calibrate", "nccl-tests", p, "--cluster", "dgx-h100", "-o", f"{p}.out"],
+    "results": lambda p: ["report", p, "-o", Path(p).parent / "report"],
+}
+
+
+@GENERATED
+@given(use=st.sampled_from(sorted(PATH_USES)),
+       kind=st.sampled_from(("missing", "folder", "zero", "latin1", "empty")))
+def test_an_unreadable_path_is_one_line_naming_it(bad_paths: dict[str, Path], use: str,
+                                                  kind: str) -> None:
+    path = bad_paths[kind]
+    if kind == "zero" and not path.is_symlink() or use == "results" and kind == "empty":
+        return  # no /dev/zero here; an empty results file is an empty report
+    args = PATH_USES[use](path)
+    if use in ("model", "cluster") and kind in ("zero", "latin1", "empty"):
+        target = Path(f"{path}.toml")
+        if not target.exists() and not target.is_symlink():
+            target.symlink_to(path)
+    assert_one_line_error(invoke(*args), path.name)
+
+
+def test_outputs_that_cannot_be_written_are_one_line(work: Path) -> None:
+    unwritable = [work] + ([Path("/dev/full")] if Path("/dev/full").exists() else [])
+    for output in unwritable:
+        for args in (["sweep", *BASE_ARGS["sweep"]],
+                     ["launch", *BASE_ARGS["launch"], "--format", "torch"],
+                     ["calibrate", "nccl-tests", *BASE_ARGS["calibrate nccl-tests"]]):
+            assert_one_line_error(invoke(*args, "-o", output), str(output))
+
+
+def test_calibrate_run_outside_torchrun_is_one_line(work: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    result = invoke("calibrate", "run", "--cluster", "dgx-h100", "-o", work / "p.json")
+    assert_one_line_error(result)
+    assert "torchrun" in result.stderr or "needs torch" in result.stderr
+
+
+# ---- valid controls and determinism -----------------------------------------------------------
+
+def test_the_unmutated_inputs_are_accepted(work: Path, optimized: dict, profile: Path) -> None:
+    for name, text in MODEL_TEXTS.items():
+        path = work / f"{name}-control.toml"
+        path.write_text(text, encoding="utf-8")
+        assert_ok(invoke("models", "show", path))
+    cluster = work / "cluster-control.toml"
+    cluster.write_text(CLUSTER_TEXT, encoding="utf-8")
+    assert_ok(invoke("estimate", "--model", "llama3.2-1b", "--cluster", cluster, "--gpus", "8"))
+    assert_ok(invoke("models", "show", HF_CONFIG))
+    plan = work / "plan-control.json"
+    plan.write_text(json.dumps(optimized), encoding="utf-8")
+    assert_ok(invoke("launch", *BASE_ARGS["launch"], "--plan", plan, "--format", "megatron"))
+    assert_ok(invoke("estimate", *BASE_ARGS["estimate"], "--calibration", profile))
+    results = work / "results-control.jsonl"
+    results.write_text(json.dumps(optimized) + "\n", encoding="utf-8")
+    assert_ok(invoke("report", results, "-o", work / "report-control", "--no-plots"))
+    for path, args in BASE_ARGS.items():
+        if path not in ("calibrate run", "sweep", "optimize"):
+            out = ["-o", str(work / "control-out")] if path.startswith("calibrate") else []
+            assert_ok(invoke(*path.split(), *args, *out))
+
+
+def without_timing(value: object) -> object:
+    """The JSON with its timing fields (`solve_seconds`) taken out."""
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items() if k != "solve_seconds"}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value
+
+
+def test_optimize_json_is_the_same_bytes_twice_apart_from_timing() -> None:
+    args = ["optimize", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64",
+            "--json"]
+    first, second = invoke(*args), invoke(*args)
+    assert_ok(first)
+    assert_ok(second)
+    pattern = re.compile(r'^\s*"solve_seconds": [0-9.]+,?\n', re.MULTILINE)
+    assert pattern.sub("", first.stdout) == pattern.sub("", second.stdout)
+    assert without_timing(json.loads(first.stdout)) == without_timing(json.loads(second.stdout))
