@@ -1,116 +1,42 @@
-"""Generated bad input (issue 19): every malformed file, number and path is answered with exit
-status 2 and one line on stderr naming the file, field or flag, never a traceback or a hang;
-the valid inputs they are mutated from exit 0; `optimize --json` is the same bytes twice.
+"""Generated bad input (issue 19): every malformed file and unreadable path is answered with
+exit status 2 and one line on stderr naming the file and the field, never a traceback or a
+hang; the valid inputs they are mutated from exit 0; `optimize --json` is the same bytes twice.
 
 Hypothesis draws the mutations: a numeric field of a zoo TOML, a cluster file (GPU table and
 tiers), a Hugging Face config.json, a plan file, a calibration profile, an nccl-tests row or a
 sweep results line set to a value it cannot hold (a boolean, a string, nan, infinities, 1e999,
-a 30-digit or a 5,000-digit integer, a fraction, a list, a table, arrays nested 5,000 deep); every
-numeric flag of every command (found by walking the CLI, so a new flag is covered) set to such
-a value; and unreadable paths. Each case runs in-process through click's CliRunner under a
-time limit. Derandomized and bounded: about 720 cases in all, about 5 seconds.
+a 30-digit or a 5,000-digit integer, a fraction, a list, a table, arrays nested 5,000 deep), and
+paths that are missing, folders, /dev/zero, not UTF-8 or empty. Each case runs in-process
+through click's CliRunner under a time limit (tests/bad_input.py). Derandomized and bounded:
+about 450 cases, a few seconds. The numeric flags: tests/test_bad_flags_generated.py.
 """
-
 from __future__ import annotations
 
 import json
 import math
 import re
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import click
 import pytest
-from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from solver.cli import cli
-from solver.cli.params import BoundedInt, FiniteFloat
+from bad_input import (
+    BAD_FLOAT_JSON,
+    BAD_FLOAT_TOML,
+    BAD_INTEGER_JSON,
+    BAD_INTEGER_TOML,
+    BASE_ARGS,
+    GENERATED,
+    NCCL_LOG,
+    PARSE_ERRORS,
+    ROOT,
+    assert_ok,
+    assert_one_line_error,
+    invoke,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-NCCL_LOG = ROOT / "tests" / "data" / "nccl" / "nvidia_dgxc_dgx_h100_1node_nvls_all_reduce.txt"
 HF_CONFIG = ROOT / "tests" / "data" / "hf_configs" / "mixtral-8x7b-v0.1.json"
-LIMIT_S = 20.0  # per case; bad input fails in milliseconds, the controls in a second
-GENERATED = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                            HealthCheck.too_slow])
-
-# Values no numeric field may hold, as TOML text; those the TOML reader itself refuses name
-# only the file (`PARSE_ERRORS`), the others the file and the field.
-PARSE_ERRORS = ("9" * 5000, "[" * 5000 + "]" * 5000)
-BAD_INTEGER_TOML = ("true", "false", '"8"', "nan", "inf", "-inf", "1e999", "0.5", str(10**30),
-                    "[8]", "{ a = 8 }", "-8", *PARSE_ERRORS)
-BAD_FLOAT_TOML = ("true", '"80"', "nan", "inf", "-inf", "1e999", "1e300", "1e-300", "-1.0",
-                  "[1.0]", *PARSE_ERRORS)
-# The same as JSON values (NaN and Infinity are what Python's json writes and reads).
-BAD_INTEGER_JSON = (True, False, "8", math.nan, math.inf, 0.5, 10**30, [8], {"a": 8}, -8, None)
-BAD_FLOAT_JSON = (True, "80", math.nan, math.inf, -math.inf, 1e300, 1e-300, -1.0, [1.0])
-# Values no numeric flag takes (an integer flag also refuses 0.5 and -1: every one starts at
-# 0 or 1 or is checked by its spec).
-BAD_FLAG_VALUES = ("nan", "inf", "-inf", "1e999", "true", "abc", "", str(10**30), "9" * 5000)
-BAD_INTEGER_FLAG_VALUES = (*BAD_FLAG_VALUES, "0.5", "-1")
-
-# What a command needs besides the flag under test (its required options, valid and cheap).
-BASE_ARGS = {
-    "optimize": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--json"],
-    "estimate": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--json"],
-    "launch": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8"],
-    "serve": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--context",
-              "8k", "--json"],
-    "sweep": ["--models", "llama3.2-1b", "--clusters", "dgx-h100", "--gpus", "8", "--jobs", "1",
-              "-q"],
-    "calibrate nccl-tests": [str(NCCL_LOG), "--cluster", "dgx-h100"],
-    "calibrate run": ["--cluster", "dgx-h100"],
-}
-
-
-class Hang(Exception):
-    """A case that ran past LIMIT_S."""
-
-
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    if not hasattr(signal, "setitimer"):  # pragma: no cover - Windows
-        yield
-        return
-
-    def expire(*_: object) -> None:
-        raise Hang(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def invoke(*args: object):
-    with time_limit(LIMIT_S):
-        result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert not isinstance(result.exception, Hang), f"hang: {args}"
-    return result
-
-
-def assert_one_line_error(result, *needles: str) -> None:
-    """Exit 2, one stderr line that names `needles`, no traceback."""
-    assert "Traceback" not in result.output, result.output
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"unhandled {type(result.exception).__name__}") \
-            from result.exception
-    assert result.exit_code == 2, result.output[-2000:]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[:2000]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0][:2000])
-
-
-def assert_ok(result) -> None:
-    assert result.exit_code == 0, result.output[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -308,58 +234,6 @@ def test_a_damaged_results_file_is_one_line_naming_the_line(work: Path, optimize
                           f"{path}:2", key.split(".")[0])
 
 
-# ---- flags ------------------------------------------------------------------------------------
-
-def numeric_options() -> list[tuple[str, str, click.Parameter]]:
-    """(command path, flag, option) of every option of every command whose type is a number."""
-    found = []
-
-    def walk(command: click.Command, path: str) -> None:
-        if isinstance(command, click.Group):
-            for name, sub in sorted(command.commands.items()):
-                walk(sub, f"{path} {name}".strip())
-            return
-        for param in command.params:
-            kind = param.type
-            numeric = isinstance(kind, (click.types.IntParamType, click.types.FloatParamType))
-            if numeric or kind.__class__.__name__ in ("PinSpec", "TokenCount", "ContextLength",
-                                                      "ByteSize"):
-                found.append((path, max(param.opts, key=len), param))
-
-    walk(cli, "")
-    return found
-
-
-NUMERIC_OPTIONS = numeric_options()
-
-
-def test_every_numeric_flag_takes_the_shared_bounded_types() -> None:
-    """No flag parses numbers with click's own INT / FLOAT / IntRange / FloatRange, which take
-    nan, inf and integers of any size (solver.cli.params)."""
-    loose = [f"{path} {flag}" for path, flag, param in NUMERIC_OPTIONS
-             if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))
-             and not isinstance(param.type, (BoundedInt, FiniteFloat))]
-    assert not loose, f"use solver.cli.params.BoundedInt / FiniteFloat for {loose}"
-    assert {path for path, _, _ in NUMERIC_OPTIONS} <= set(BASE_ARGS), "add BASE_ARGS"
-
-
-@settings(GENERATED, max_examples=250)
-@given(option=st.sampled_from(NUMERIC_OPTIONS), data=st.data())
-def test_a_bad_number_on_any_flag_is_one_line_naming_the_flag(
-        work: Path, option: tuple[str, str, click.Parameter], data: st.DataObject) -> None:
-    path, flag, param = option
-    integer = not isinstance(param.type, click.types.FloatParamType)
-    value = data.draw(st.sampled_from(BAD_INTEGER_FLAG_VALUES if integer else BAD_FLAG_VALUES))
-    args = [*path.split(), *BASE_ARGS[path]]
-    if flag in args:
-        del args[args.index(flag):args.index(flag) + 2]
-    if path == "optimize" and flag == "--gpus-for-days":
-        args += ["--token-budget", "1T"]
-    if path in ("sweep", "calibrate nccl-tests", "calibrate run"):
-        args += ["-o", str(work / "out")]
-    assert_one_line_error(invoke(*args, f"{flag}={value}"), flag)
-
-
 # ---- paths ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -403,24 +277,6 @@ def test_an_unreadable_path_is_one_line_naming_it(bad_paths: dict[str, Path], us
         if not target.exists() and not target.is_symlink():
             target.symlink_to(path)
     assert_one_line_error(invoke(*args), path.name)
-
-
-def test_outputs_that_cannot_be_written_are_one_line(work: Path) -> None:
-    unwritable = [work] + ([Path("/dev/full")] if Path("/dev/full").exists() else [])
-    for output in unwritable:
-        for args in (["sweep", *BASE_ARGS["sweep"]],
-                     ["launch", *BASE_ARGS["launch"], "--format", "torch"],
-                     ["calibrate", "nccl-tests", *BASE_ARGS["calibrate nccl-tests"]]):
-            assert_one_line_error(invoke(*args, "-o", output), str(output))
-
-
-def test_calibrate_run_outside_torchrun_is_one_line(work: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    result = invoke("calibrate", "run", "--cluster", "dgx-h100", "-o", work / "p.json")
-    assert_one_line_error(result)
-    assert "torchrun" in result.stderr or "needs torch" in result.stderr
 
 
 # ---- valid controls and determinism -----------------------------------------------------------

@@ -36,7 +36,8 @@ def _default(field: str) -> str:
 @click.option("--gpus", "gpu_counts", required=True, type=PinSpec(), metavar="N,N,...",
               help="GPU counts, e.g. 8,64,512,4096.")
 @click.option("--seq-len", "seq_lens", type=PinSpec(1, MAX_SEQ_LEN),
-              default=_default("seq_len"), show_default=True, metavar="N,N,...", help="Tokens per sequence (a list).")
+              default=_default("seq_len"), show_default=True, metavar="N,N,...",
+              help="Tokens per sequence (a list).")
 @click.option("--global-batch", "global_batches", type=PinSpec(1, MAX_BATCH),
               metavar="N,N,...", default=_default("global_batch"), show_default=True,
               help="Sequences per optimizer step (a list).")
