@@ -207,10 +207,10 @@ def _memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np
     model_spec, job, n = problem.model_spec, problem.job, len(candidates)
     if n == 0:
         return np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
-    width = int(candidates.pp.max())
-    row, stage = np.divmod(np.arange(n * width), width)
-    exists = stage < candidates.pp[row]
-    row, stage = row[exists], stage[exists]
+    # One row per (candidate, stage), candidate by candidate (no n x max(pp) intermediate).
+    row = np.repeat(np.arange(n), candidates.pp)
+    starts = np.cumsum(candidates.pp) - candidates.pp
+    stage = np.arange(len(row)) - starts[row]
     rows = candidates.take(row)
     memory = estimate_stage_memory_coefficients(model_spec, job, rows, stage,
                                                 problem.memory_options)
