@@ -89,15 +89,7 @@ def row_case(row: dict[str, Any]) -> MemoryCase:
         tie_word_embeddings=True, mlp_type="plain", norm_type="layernorm", embedding_norm=True,
         position_embedding_type="alibi", qkv_bias=True, o_bias=True, mlp_bias=True,
     )
-    bf16_optimizer = "BF16_Optimizer" in (row["precision"] or "")
-    options = MemoryOptions(
-        sequence_parallel=False, flash_attention=False, dropout=True,
-        grad_bytes=6.0 if bf16_optimizer else 2.0,
-        optimizer_bytes=12.0 if bf16_optimizer else 16.0,
-        account_for_embedding_in_pipeline_split=bf16_optimizer,
-        keep_stage_outputs=True,
-        fragmentation=0.12,  # 2022 PyTorch allocator, no expandable segments (options.py)
-    )
+    options = bloom_memory_options("BF16_Optimizer" in (row["precision"] or ""))
     config = ParallelConfig(tp=row["tp"], pp=row["pp"], dp=row["dp"], zero=1,
                             micro_batch=row["micro_batch_size"], recompute="full")
     job = JobSpec(seq_len=row["seq_len"], global_batch=row["global_batch_size"])
@@ -107,6 +99,19 @@ def row_case(row: dict[str, Any]) -> MemoryCase:
         capacity_bytes=row["gpu_memory_gb"] * GIB,
         measured_bytes=None if measured is None else measured * 1e9,
         oom=bool(row["oom"]), layers_inferred=inferred,
+    )
+
+
+def bloom_memory_options(bf16_optimizer: bool) -> MemoryOptions:
+    """Megatron-DeepSpeed of early 2022 (module docstring, "framework" and "optimizer"): also
+    the known-to-run table's options for BLOOM (benchmarks/known_to_run.py)."""
+    return MemoryOptions(
+        sequence_parallel=False, flash_attention=False, dropout=True,
+        grad_bytes=6.0 if bf16_optimizer else 2.0,
+        optimizer_bytes=12.0 if bf16_optimizer else 16.0,
+        account_for_embedding_in_pipeline_split=bf16_optimizer,
+        keep_stage_outputs=True,
+        fragmentation=0.12,  # 2022 PyTorch allocator, no expandable segments (options.py)
     )
 
 
