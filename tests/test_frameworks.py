@@ -64,7 +64,8 @@ def test_megatron_profile() -> None:
     assert profile.features() == {
         "attention_kernel": "native", "fused_elementwise": True, "cuda_graphs": False,
         "moe_dispatcher": "alltoall", "tp_comm_overlap": False, "ep_comm_overlap": False,
-        "dp_overlap": "always", "selective_recompute": "attention_core"}
+        "dp_overlap": "always", "selective_recompute": "attention_core",
+        "fp8_weight_copies": "transformer_engine"}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 
@@ -83,6 +84,7 @@ def test_torchtitan_profile() -> None:
     assert features["cuda_graphs"] is False
     assert profile.time_constants.launches.per_local_expert == 0.0
     assert profile.memory_options().selective_recompute == "op_level"
+    assert profile.memory_options().fp8_weight_copies == "none"  # torchao float8
     compiled = build_framework_profile("torchtitan", {"fused_elementwise": True})
     assert compiled.time_constants.launches.attention < profile.time_constants.launches.attention
 

@@ -18,6 +18,7 @@ from solver.spec.framework import (
     ATTENTION_KERNELS,
     DP_OVERLAPS,
     FEATURES,
+    FP8_WEIGHT_COPIES,
     MOE_DISPATCHERS,
     SELECTIVE_RECOMPUTES,
     FrameworkFeatures,
@@ -90,6 +91,10 @@ def framework_feature_options(command: F) -> F:
                      default=None,
                      help="What --recompute selective recomputes: attention_core (Megatron) or "
                           "op_level (torchtitan: all but every second GEMM and the attention)."),
+        click.option("--fp8-weight-copies", type=click.Choice(FP8_WEIGHT_COPIES), default=None,
+                     help="Quantised weight copies below bf16: transformer_engine (cached "
+                          "row- and column-wise, sharded like the weights) or none (torchao "
+                          "float8 casts on the fly)."),
     ])
 
 

@@ -19,6 +19,8 @@ override:
   ep_comm_overlap      EP all-to-all behind another micro-batch's compute
   dp_overlap           DP collectives behind compute (always | never | without_pipeline)
   selective_recompute  what --recompute selective recomputes: attention_core | op_level
+  fp8_weight_copies    quantised weight copies kept below bf16: transformer_engine | none
+                       (memory only: MemoryOptions.fp8_weight_copies)
 and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes.
 
@@ -104,10 +106,13 @@ class FrameworkProfile(BaseModel):
         return {"attention_kernel": kernel, **values}
 
     def memory_options(self, base: MemoryOptions | None = None) -> MemoryOptions:
-        """The memory model's options under this profile: what `selective` keeps."""
+        """The memory model's options under this profile: what `selective` keeps, the fp8
+        weight copies."""
         base = base or MemoryOptions()
+        constants = self.time_constants
         return base.model_copy(update={
-            "selective_recompute": self.time_constants.selective_recompute})
+            "selective_recompute": constants.selective_recompute,
+            "fp8_weight_copies": constants.fp8_weight_copies})
 
 
 def _megatron() -> TimeConstants:
@@ -123,7 +128,9 @@ def _megatron() -> TimeConstants:
       (model_parallel_config.py); DP overlap asked (--overlap-grad-reduce,
       --overlap-param-gather); fp32 main gradients, reduced in fp32 under Megatron-FSDP too
       (--grad-reduce-in-bf16 is opt-in): ZeRO-3 gradients 4 B.
-    selective attention_core: --recompute-granularity selective recomputes core attention."""
+    selective attention_core: --recompute-granularity selective recomputes core attention.
+    fp8 weight copies transformer_engine: --fp8-format runs the linear layers as TE modules,
+      which cache their quantised weights across micro-batches."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, launches=MEGATRON_LAUNCHES)
 
 
@@ -145,9 +152,14 @@ def _torchtitan() -> TimeConstants:
       in the save list (torch._functorch.partitioners.get_default_op_list), so the routed
       experts recompute. Layer-level SAC (v0.2.x selective_ac_option = "k": every k-th layer
       in full) is full recompute of 1/k of the layers (--recompute full with
-      --recompute-num-layers)."""
+      --recompute-num-layers).
+    fp8 weight copies none: float8 training is torchao's convert_to_float8_training
+      (components/quantization/float8.py), whose Float8Linear casts each weight on the fly in
+      every forward and caches nothing (with enable_fsdp_float8_all_gather the FSDP2 gather
+      itself is in float8)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, fused_elementwise=False,
-                         selective_recompute="op_level", launches=TORCHTITAN_EAGER_LAUNCHES)
+                         selective_recompute="op_level", fp8_weight_copies="none",
+                         launches=TORCHTITAN_EAGER_LAUNCHES)
 
 
 def _deepspeed() -> TimeConstants:
@@ -162,7 +174,9 @@ def _deepspeed() -> TimeConstants:
       optimizer step and its ZeRO-2 reduces gradients every micro-batch; ZeRO-3 reduces in the
       parameters' dtype (2 B) unless communication_data_type says otherwise.
     selective attention_core: Megatron-DeepSpeed keeps Megatron's
-      --recompute-granularity selective; DeepSpeed's own checkpointing is per layer (full)."""
+      --recompute-granularity selective; DeepSpeed's own checkpointing is per layer (full).
+    fp8 weight copies transformer_engine: FP8 training in DeepSpeed runs Transformer Engine
+      modules (DeepSpeed's FP8 tutorial wraps the model in te.fp8_autocast)."""
     return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                          zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
                          native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES)

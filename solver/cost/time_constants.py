@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.efficiency import ComputeConstants
-from solver.spec.framework import DpOverlap, MoeDispatcher, SelectiveRecompute
+from solver.spec.framework import DpOverlap, Fp8WeightCopies, MoeDispatcher, SelectiveRecompute
 
 
 class KernelLaunches(BaseModel):
@@ -117,6 +117,9 @@ class TimeConstants(BaseModel):
     # saved ones, i.e. all element-wise ops, every second matmul and the grouped expert
     # GEMMs; solver.cost.layer_time._estimate_selective_s).
     selective_recompute: SelectiveRecompute = "attention_core"
+    # Low-precision weight copies kept across micro-batches (a memory feature the profile
+    # chooses; MemoryOptions.fp8_weight_copies says what each value keeps).
+    fp8_weight_copies: Fp8WeightCopies = "transformer_engine"
     # Element-wise ops fused into one kernel each (Transformer Engine / apex fused norms, RoPE,
     # SwiGLU; torch.compile) or run eagerly, one ATen kernel per op: the eager element-wise
     # traffic is `eager_elementwise_traffic` times the fused one. 2.0 [B]: per token, eager

@@ -18,10 +18,14 @@ MoeDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 DpOverlap = Literal["always", "never", "without_pipeline"]
 # What `--recompute selective` recomputes: Megatron's attention core, torchtitan's op level.
 SelectiveRecompute = Literal["attention_core", "op_level"]
+# Low-precision copies of the weights kept across micro-batches: Transformer Engine caches
+# them (transformer_engine), torchao float8 casts on the fly and keeps none (none).
+Fp8WeightCopies = Literal["transformer_engine", "none"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = get_args(AttentionKernel)
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
 DP_OVERLAPS: tuple[DpOverlap, ...] = get_args(DpOverlap)
 SELECTIVE_RECOMPUTES: tuple[SelectiveRecompute, ...] = get_args(SelectiveRecompute)
+FP8_WEIGHT_COPIES: tuple[Fp8WeightCopies, ...] = get_args(Fp8WeightCopies)
 
 
 class FrameworkFeatures(BaseModel):
@@ -37,6 +41,7 @@ class FrameworkFeatures(BaseModel):
     ep_comm_overlap: bool | None = None
     dp_overlap: DpOverlap | None = None
     selective_recompute: SelectiveRecompute | None = None
+    fp8_weight_copies: Fp8WeightCopies | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from solver.spec.framework import SelectiveRecompute
+from solver.spec.framework import Fp8WeightCopies, SelectiveRecompute
 
 GIB = 2**30
 
@@ -26,10 +26,16 @@ class MemoryOptions(BaseModel):
                            buffer, "4 bytes x params ... not sharded", BLOOM chronicles).
       optimizer_bytes 12   fp32 master weights + Adam m and v (sharded from ZeRO-1 on);
                            16 = DeepSpeed ZeRO-1/2, whose partition also holds fp32 gradients.
-      fp8_weight_copy_bytes 2
-                           with precision fp8, Transformer Engine caches an fp8 copy of every
-                           GEMM weight and, on Hopper, its transpose across micro-batches (§3.5,
-                           "about 1-2 B/param"); embeddings, LM head, norms and router stay bf16.
+      fp8_weight_copies "transformer_engine"
+                           below bf16, the quantised weight copies kept across micro-batches
+                           (solver.cost.memory.states.estimate_fp8_copy_bytes_per_param):
+                           "transformer_engine" caches a row-wise and a column-wise (transposed)
+                           copy of every GEMM weight it holds, scales included ("FP8 weight
+                           caching", is_first_microbatch; MXFP8 and NVFP4 "need both row-wise and
+                           column-wise quantised copies", TE docs), sharded like the weights;
+                           "none": torchao float8 casts each weight on the fly in every forward
+                           and keeps no copy (torchtitan). Embeddings, LM head, norms and router
+                           stay bf16.
     Activations (§3.2):
       sequence_parallel    Megatron shards norms, dropout and GEMM inputs over TP (on whenever
                            tp > 1, DESIGN.md); False reproduces frameworks without it
@@ -84,7 +90,7 @@ class MemoryOptions(BaseModel):
     param_bytes: float = Field(default=2.0, gt=0)
     grad_bytes: float = Field(default=4.0, ge=0)
     optimizer_bytes: float = Field(default=12.0, ge=0)
-    fp8_weight_copy_bytes: float = Field(default=2.0, ge=0)
+    fp8_weight_copies: Fp8WeightCopies = "transformer_engine"
     sequence_parallel: bool = True
     flash_attention: bool = True
     dropout: bool = False

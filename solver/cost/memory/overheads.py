@@ -10,18 +10,22 @@ from solver.cost.memory.options import GIB, MemoryOptions
 
 
 def estimate_zero3_gather_bytes(candidates: Candidates, largest_layer_params: np.ndarray,
-                                options: MemoryOptions) -> np.ndarray:
+                                options: MemoryOptions, fp8_copy_bytes: float = 0.0
+                                ) -> np.ndarray:
     """ZeRO-3 working copies: (1 + prefetch) gathered layers in the parameter dtype plus the
     unsharded gradients of the layer being reduce-scattered; 0 below ZeRO-3.
 
-        (1 + zero3_prefetch_layers) * P_layer * param_bytes + P_layer * grad_bytes
+        (1 + zero3_prefetch_layers) * P_layer * (param_bytes + fp8_copy_bytes)
+        + P_layer * grad_bytes
     Source: PyTorch FSDP2 (two all-gather outputs alive at once; backward keeps the current
     unit's unsharded gradients; notes §3.1). The seed's "temp parameter gather (one layer)"
-    counts one gathered copy only.
+    counts one gathered copy only. Below bf16, each gathered layer also has its quantised
+    copies (fp8_copy_bytes per parameter, states.estimate_fp8_copy_bytes_per_param).
     Worked number: Llama-3.1-405B layer 3.188e9 / tp 8 = 398.5e6 parameters:
     2 * 398.5e6 * 2 B + 398.5e6 * 4 B = 3.19 GB (the seed: "~0.8 GB").
     """
-    gathered = (1 + options.zero3_prefetch_layers) * options.param_bytes + options.grad_bytes
+    gathered = ((1 + options.zero3_prefetch_layers) * (options.param_bytes + fp8_copy_bytes)
+                + options.grad_bytes)
     return np.where(candidates.zero >= 3, largest_layer_params * gathered, 0.0)
 
 

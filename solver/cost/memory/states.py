@@ -22,6 +22,7 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
+from solver.cost.precision import load_recipe
 from solver.spec import JobSpec, ModelSpec
 
 # The two groups of parameters (module docstring).
@@ -87,13 +88,35 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
                        gemm_expert=n_moe * moe_expert_part)
 
 
+def estimate_fp8_copy_bytes_per_param(precision: str, options: MemoryOptions) -> float:
+    """Bytes per GEMM weight of the quantised copies kept across micro-batches.
+
+        transformer_engine: 2 * element_bytes * (1 - bf16_layer_share)     none: 0
+    Transformer Engine quantises each weight once per step and caches it for the later
+    micro-batches (TE docs, "FP8 weight caching": with is_first_microbatch=False "the cached
+    FP8 weights are reused"), as two copies: row-wise for fprop and column-wise (transposed)
+    for dgrad; on Hopper an FP8 GEMM takes only the TN layout, and MXFP8 / NVFP4 scale along
+    one axis, so "both row-wise and column-wise quantized copies" are kept (TE docs,
+    MXFP8BlockScaling, NVFP4BlockScaling), each with its block scales (the recipe's
+    element_bytes, solver.cost.precision). Layers kept in BF16 (NVFP4's share) keep none.
+    torchao float8 (torchtitan) keeps none: Float8Linear casts the weight in every forward
+    (float8_experimental removed its weight cache, pytorch-labs/float8_experimental#181).
+    Worked numbers: fp8 2.0 B; mxfp8 2 * 1.03125 = 2.06 B; nvfp4 2 * 0.5625 * (1 - 10/62)
+    = 0.94 B.
+    """
+    recipe = load_recipe(precision)
+    if not recipe.low_precision or options.fp8_weight_copies == "none":
+        return 0.0
+    return 2.0 * recipe.element_bytes * (1.0 - recipe.bf16_layer_share)
+
+
 def estimate_model_states(job: JobSpec, candidates: Candidates, params: StageParams,
                           options: MemoryOptions
                           ) -> dict[str, np.ndarray]:
     """Bytes of weights, gradients and optimizer state per GPU under ZeRO 0-3.
 
-        weights   = P * param_bytes                           / d  if zero == 3
-                    (+ P_gemm * fp8_weight_copy_bytes with precision fp8, never sharded)
+        weights   = (P * param_bytes + P_gemm * fp8_copy_bytes)  / d  if zero == 3
+                    (fp8_copy_bytes: estimate_fp8_copy_bytes_per_param)
         grads     = P * grad_bytes                            / d  if zero >= 2
         optimizer = P * optimizer_bytes                       / d  if zero >= 1
     with d = dp*cp for dense parameters and tp*cp*dp/(ep*etp) for routed experts.
@@ -115,9 +138,13 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
         return sum((counts[k] * bytes_per_param / np.where(on, shards[k], 1.0) for k in PARAM_GROUPS),
                    np.zeros(len(candidates)))
 
-    # Transformer Engine caches the fp8 copies in each module, gathered or not (ZeRO-3 too).
-    fp8_copy = 0.0 if job.precision == "bf16" else options.fp8_weight_copy_bytes
-    weights = shard(options.param_bytes, 3) + sum(gemm[k] for k in PARAM_GROUPS) * fp8_copy
+    # The copies of the weights a GPU holds: under ZeRO-3 its shard (the gathered layer's
+    # copies are a ZeRO-3 gather buffer, estimate_zero3_gather_bytes), as Megatron-FSDP keeps
+    # fp8 parameters sharded (--fp8-param-gather).
+    fp8_copy = estimate_fp8_copy_bytes_per_param(job.precision, options)
+    copies = sum((gemm[k] * fp8_copy / np.where(zero >= 3, shards[k], 1.0) for k in PARAM_GROUPS),
+                 np.zeros(len(candidates)))
+    weights = shard(options.param_bytes, 3) + copies
     return {
         "weights": weights,
         "grads": shard(options.grad_bytes, 2),

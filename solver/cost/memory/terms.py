@@ -29,7 +29,12 @@ from solver.cost.distinct import distinct_rows
 from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
-from solver.cost.memory.states import StageParams, estimate_model_states, estimate_stage_params
+from solver.cost.memory.states import (
+    StageParams,
+    estimate_fp8_copy_bytes_per_param,
+    estimate_model_states,
+    estimate_stage_params,
+)
 from solver.spec import JobSpec, ModelSpec
 from solver.spec.job import PARALLEL_FIELDS
 
@@ -134,7 +139,8 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     moe = params(moe=1) if model_spec.is_moe else dense
     largest = np.maximum(dense.largest_layer if model_spec.num_dense_layers else 0.0,
                          moe.largest_layer if model_spec.is_moe else 0.0)
-    gather = estimate_zero3_gather_bytes(candidates, largest, options)
+    gather = estimate_zero3_gather_bytes(
+        candidates, largest, options, estimate_fp8_copy_bytes_per_param(job.precision, options))
     activation = estimate_activation_terms(model_spec, job, candidates, options)
     logits = estimate_logits_bytes(model_spec, job, candidates, options)
 

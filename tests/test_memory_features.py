@@ -1,0 +1,88 @@
+"""Memory features a framework profile chooses (issue 17), pinned to the frameworks' sources.
+
+fp8 weight copies: Transformer Engine caches a row-wise and a column-wise quantised copy of
+every GEMM weight it holds across micro-batches (TE docs, "FP8 weight caching",
+is_first_microbatch; MXFP8BlockScaling / NVFP4BlockScaling keep "both row-wise and column-wise
+quantized copies"), sharded as the weights are; torchao float8 (torchtitan) casts on the fly
+and keeps none (Float8Linear; float8_experimental#181 removed its weight cache).
+
+Invariants (hypothesis): a profile without copies never needs more memory than one with them;
+at bf16 the choice changes nothing; under ZeRO-3 the copies never rise when dp rises.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver.catalog import load_model_spec
+from solver.cost.candidates import Candidates
+from solver.cost.frameworks import build_framework_profile
+from solver.cost.memory import MemoryOptions, estimate_memory
+from solver.cost.memory.states import estimate_fp8_copy_bytes_per_param
+from solver.spec import JobSpec, ModelSpec, ParallelConfig
+from solver.spec.job import PRECISIONS
+
+SMALL = ModelSpec(name="dense-small", hidden_size=1024, intermediate_size=2816,
+                  num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=4,
+                  vocab_size=32000)
+
+
+def _weights_gb(model_spec: ModelSpec, precision: str, copies: str, **degrees: int) -> float:
+    config = ParallelConfig(micro_batch=1, recompute="full", **degrees)
+    breakdown = estimate_memory(model_spec, JobSpec(seq_len=8192, global_batch=512,
+                                                    precision=precision),
+                                Candidates.from_configs([config]),
+                                MemoryOptions(fp8_weight_copies=copies))
+    return float(breakdown.items["weights"][0]) / 1e9
+
+
+@pytest.mark.parametrize(("precision", "expected"), [
+    ("bf16", 0.0), ("fp8", 2.0), ("fp8-blockwise", 2.0625), ("mxfp8", 2.0625),
+    # NVFP4 (arXiv 2509.25149 §4): 10 of 62 blocks stay BF16 and keep no copies
+    ("nvfp4", 2 * 0.5625 * 52 / 62)])
+def test_copy_bytes_per_precision(precision: str, expected: float) -> None:
+    te = MemoryOptions(fp8_weight_copies="transformer_engine")
+    assert estimate_fp8_copy_bytes_per_param(precision, te) == pytest.approx(expected)
+    assert estimate_fp8_copy_bytes_per_param(precision, MemoryOptions(
+        fp8_weight_copies="none")) == 0.0
+
+
+def test_llama3_70b_fsdp_copies_are_sharded() -> None:
+    """Issue 17: "every fp8 run gets 2 B per parameter of copies, unsharded: 139 GB for
+    Llama-3-70B under FSDP". Sharded over dp 64 the copies are 136.9 / 64 = 2.1 GB."""
+    spec = load_model_spec("llama3.1-70b")
+    bf16 = _weights_gb(spec, "bf16", "transformer_engine", dp=64, zero=3)
+    te = _weights_gb(spec, "fp8", "transformer_engine", dp=64, zero=3)
+    assert te - bf16 == pytest.approx(2.14, abs=0.01)
+    assert _weights_gb(spec, "fp8", "none", dp=64, zero=3) == pytest.approx(bf16)
+    # Below ZeRO-3 each GPU holds (and copies) every weight: 136.9 GB
+    assert (_weights_gb(spec, "fp8", "transformer_engine", dp=64, zero=1)
+            - _weights_gb(spec, "bf16", "transformer_engine", dp=64, zero=1)
+            == pytest.approx(136.9, abs=0.1))
+
+
+def test_profiles_choose_the_copies() -> None:
+    assert build_framework_profile("megatron").memory_options().fp8_weight_copies \
+        == "transformer_engine"
+    assert build_framework_profile("deepspeed").memory_options().fp8_weight_copies \
+        == "transformer_engine"
+    assert build_framework_profile("torchtitan").memory_options().fp8_weight_copies == "none"
+    assert build_framework_profile(
+        "torchtitan", {"fp8_weight_copies": "transformer_engine"}
+    ).memory_options().fp8_weight_copies == "transformer_engine"
+
+
+@settings(max_examples=40, deadline=None)
+@given(precision=st.sampled_from(PRECISIONS), tp=st.sampled_from([1, 2, 4]),
+       dp=st.sampled_from([1, 2, 4, 8]), zero=st.integers(0, 3))
+def test_no_copies_never_needs_more(precision: str, tp: int, dp: int, zero: int) -> None:
+    te = _weights_gb(SMALL, precision, "transformer_engine", tp=tp, dp=dp, zero=zero)
+    none = _weights_gb(SMALL, precision, "none", tp=tp, dp=dp, zero=zero)
+    assert none <= te
+    if precision == "bf16":
+        assert none == te
+    if zero == 3 and dp > 1:
+        fewer = _weights_gb(SMALL, precision, "transformer_engine", tp=tp, dp=dp // 2, zero=3)
+        assert te <= fewer
