@@ -18,9 +18,9 @@ from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts
 from solver.search.layout_search import solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
-from solver.spec import ClusterSpec
+from solver.spec import RECOMPUTE_LEVELS, ClusterSpec
 from solver.spec.framework import FrameworkFeatures
-from solver.spec.plan import Plan
+from solver.spec.plan import Equivalent, Plan
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
 ENGINES = ("layout", "even")
@@ -140,10 +140,15 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
-    """The ranked plans with their stages' memory; the step times are the ranking's."""
-    return estimate_plans(problem.model_spec, problem.cluster, problem.job,
-                          ranked.candidates.to_configs(), problem.memory_options,
-                          problem.time_constants, ranked.layouts, ranked.step_time)
+    """The ranked plans with their stages' memory and equivalent settings; the step times are
+    the ranking's."""
+    plans = estimate_plans(problem.model_spec, problem.cluster, problem.job,
+                           ranked.candidates.to_configs(), problem.memory_options,
+                           problem.time_constants, ranked.layouts, ranked.step_time)
+    twins = ranked.twins or ((),) * len(plans)
+    return tuple(plan.model_copy(update={"equivalent": tuple(
+        Equivalent(recompute=RECOMPUTE_LEVELS[code], total_bytes=memory_bytes)
+        for code, memory_bytes in folded)}) for plan, folded in zip(plans, twins))
 
 
 def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:

@@ -62,8 +62,10 @@ def echo_infeasible(result: Any, what_to_change: str) -> None:
         click.echo(f"no single fix found: change {what_to_change}")
 
 
-def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """The ranked plans as a table titled with how they were found, then the why."""
+def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                note: str | None = None) -> None:
+    """The ranked plans as a table titled with how they were found, a note on the table, then
+    the why."""
     if result.num_feasible is not None:
         counted = f"of {result.num_feasible:,} feasible plans"
     elif result.num_memory_checked is not None:  # memory checked as far as the top needed
@@ -73,6 +75,8 @@ def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any
         counted = f"of {result.num_candidates:,} plans meeting every rule but memory"
     echo_table(f"top {len(rows)} {counted} ({result.status}, {result.engine}, "
                f"{result.solve_seconds:.2f} s)", columns, rows)
+    if note:
+        click.echo(note)
     click.echo("why:")
     for line in result.why:
         click.echo(f"  {line}")

@@ -11,10 +11,11 @@ from solver.cli.render_plan import echo_layout_table
 
 
 def recompute_label(plan: Any) -> str:
-    """The recompute column: "full 40/61" where a layout recomputes only some layers."""
+    """The recompute column: "full 40/61" where a layout recomputes only some layers,
+    "selective = none" where either setting gives the same step time."""
     layout = plan.layout
     if layout is None or plan.config.recompute != "full":
-        return plan.config.recompute
+        return " = ".join([plan.config.recompute] + [e.recompute for e in plan.equivalent])
     recomputed = sum(s.recompute_layers for s in layout.stages)
     return "full" if recomputed == layout.num_layers else f"full {recomputed}/{layout.num_layers}"
 
@@ -43,7 +44,17 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         if budget:
             row.append(round(t.train_days or 0.0, 1))
         rows.append(row)
-    echo_ranked(result, columns, rows)
+    echo_ranked(result, columns, rows, _twins_note(result.plans))
     best = result.plans[0]
-    if best.config.pp > 1 or recompute_label(best) != best.config.recompute:
+    if best.config.pp > 1 or (best.config.recompute == "full"
+                              and recompute_label(best) != best.config.recompute):
         echo_layout_table(best)
+
+
+def _twins_note(plans: Any) -> str | None:
+    """What "a = b" in the recompute column means, with the most memory the second costs."""
+    extra = [e.total_bytes - p.worst_stage.total_bytes for p in plans for e in p.equivalent]
+    if not extra:
+        return None
+    return (f"recompute a = b: the same step time with either setting (the first listed needs "
+            f"the least memory; the other up to {max(extra) / 1e9:.2f} GB more)")

@@ -34,6 +34,7 @@ from solver.search.constraints import (
     memory_capacity_bytes,
 )
 from solver.search.space import VARIABLES, Problem, variable_domains
+from solver.search.twins import TWINS_PER_PLAN, group_candidate_twins
 from solver.spec import PipelineLayout
 
 # Binding order: the GPU split first (dp is implied by the others), cheap rules early.
@@ -128,7 +129,8 @@ class Ranked:
     every candidate's memory: it then says how many meet the other rules, `num_candidates`,
     and how many it checked, `num_memory_checked`). `layouts`: each candidate's pipeline
     layout (None: the even split); `rows`: where each sits in the candidates it was chosen
-    from."""
+    from. `twins`: per plan, the (recompute code, worst-stage memory) of each plan folded into
+    it (solver.search.twins); None before folding (fold_twins)."""
 
     candidates: Candidates
     step_time: StepTime
@@ -138,14 +140,32 @@ class Ranked:
     num_memory_checked: int | None = None
     layouts: tuple[PipelineLayout, ...] | None = None
     rows: np.ndarray | None = None
+    twins: tuple[tuple[tuple[int, float], ...], ...] | None = None
+
+
+def fold_twins(ranked: Ranked, top: int | None = None) -> Ranked:
+    """The first `top` distinct plans of a ranking, each with its twins (solver.search.twins)
+    folded into `twins`."""
+    positions = np.arange(len(ranked.candidates))
+    groups = group_candidate_twins(ranked.candidates, positions, ranked.step_time.step_s)
+    groups = groups[:top] if top is not None else groups
+    kept = np.array([g[0] for g in groups], dtype=np.int64)
+    twins = tuple(tuple((int(ranked.candidates.recompute[p]), float(ranked.memory_bytes[p]))
+                        for p in g[1:]) for g in groups)
+    return replace(ranked, candidates=ranked.candidates.take(kept),
+                   step_time=ranked.step_time.take(kept), memory_bytes=ranked.memory_bytes[kept],
+                   layouts=None if ranked.layouts is None else tuple(ranked.layouts[p]
+                                                                     for p in kept),
+                   rows=None if ranked.rows is None else ranked.rows[kept], twins=twins)
 
 
 def rank(problem: Problem, candidates: Candidates, top: int | None = None,
          memory_bytes: np.ndarray | None = None, seconds: np.ndarray | None = None) -> Ranked:
     """Sort candidates by the objective (step time or memory), ties broken by the other, then
-    by the degrees, so the order is deterministic. `memory_bytes`, `seconds`: the
-    candidates' worst-stage memory and step time when the caller has them already. The step
-    time's breakdown is worked out for the candidates kept only."""
+    by the degrees, so the order is deterministic; with `top`, the first `top` distinct plans
+    and their twins (solver.search.twins; fold_twins folds them). `memory_bytes`, `seconds`:
+    the candidates' worst-stage memory and step time when the caller has them already. The
+    step time's breakdown is worked out for the candidates kept only."""
     slots = problem.memory_options.account_for_embedding_in_pipeline_split
     if seconds is None:
         seconds = estimate_step_seconds(problem.model_spec, problem.cluster, problem.job,
@@ -154,17 +174,18 @@ def rank(problem: Problem, candidates: Candidates, top: int | None = None,
         problem.model_spec, problem.job, candidates, problem.memory_options)[0]
     primary, secondary = (seconds, memory) if problem.objective == "time" else (
         memory, seconds)
-    # Only rows whose primary value is at most the top-th smallest can be among the top (ties
-    # included): sort those.
+    # Only rows whose primary value is at most the (2 top)-th smallest can be among the top
+    # distinct plans (ties included): sort those.
     rows = np.arange(len(candidates))
-    if top is not None and top < len(candidates):
-        bar = np.partition(primary, top - 1)[top - 1]
+    if top is not None and TWINS_PER_PLAN * top < len(candidates):
+        bar = np.partition(primary, TWINS_PER_PLAN * top - 1)[TWINS_PER_PLAN * top - 1]
         rows = np.flatnonzero(primary <= bar)
     keys = [getattr(candidates, n)[rows] for n in reversed(VARIABLES)] + [secondary[rows],
                                                                          primary[rows]]
     order = rows[np.lexsort(keys)]
     if top is not None:
-        order = order[:top]
+        groups = group_candidate_twins(candidates, order, seconds[order])[:top]
+        order = order[np.sort(np.concatenate([np.array(g, dtype=np.int64) for g in groups]))]
     kept = candidates.take(order)
     return Ranked(
         candidates=kept,
@@ -203,15 +224,16 @@ def solve_by_enumeration(problem: Problem, top: int | None = 5) -> Ranked | None
             return None
         # Rows the first pass dropped were never checked: the count of feasible ones is unknown.
         pruned = len(kept) < len(candidates)
-        return replace(ranked, num_candidates=len(candidates), rows=kept[ranked.rows],
-                       num_feasible=None if pruned else ranked.num_feasible)
+        return fold_twins(replace(ranked, num_candidates=len(candidates), rows=kept[ranked.rows],
+                                  num_feasible=None if pruned else ranked.num_feasible), top)
     memory = estimate_memory_total(problem.model_spec, problem.job, candidates,
                              problem.memory_options)[0]
     fits = np.flatnonzero(memory <= memory_capacity_bytes(problem))
     if len(fits) == 0:
         return None
     ranked = rank(problem, candidates.take(fits), top, memory[fits])
-    return replace(ranked, num_candidates=len(candidates), num_memory_checked=len(candidates))
+    return fold_twins(replace(ranked, num_candidates=len(candidates),
+                              num_memory_checked=len(candidates)), top)
 
 
 # Candidates whose memory the oracle checks first (then 4x, 16x, ... more).
@@ -221,8 +243,9 @@ FIRST_MEMORY_BATCH = 2048
 def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
                      terms: TimeTerms | None = None) -> Ranked | None:
     """solve_by_enumeration for the time objective: memory checked fastest first (the even
-    split of every candidate); `rows` of the answer index `candidates`. `terms`: the
-    candidates' TimeTerms when the caller has them."""
+    split of every candidate) until the `top` distinct plans are certain, returned with their
+    twins (rank; fold_twins folds them); `rows` of the answer index `candidates`. `terms`:
+    the candidates' TimeTerms when the caller has them."""
     seconds = estimate_step_seconds(
         problem.model_spec, problem.cluster, problem.job, candidates, problem.time_constants,
         problem.memory_options.account_for_embedding_in_pipeline_split, terms)
@@ -230,6 +253,8 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
     memory = np.full(len(candidates), np.inf)
     unchecked = np.arange(len(candidates))
     batch = max(FIRST_MEMORY_BATCH, 4 * top)
+    # The (2 top)-th fastest that fits is no faster than the top-th distinct plan.
+    enough = TWINS_PER_PLAN * top
     while len(unchecked):
         if len(unchecked) > batch:
             bar = np.partition(seconds[unchecked], batch - 1)[batch - 1]
@@ -240,8 +265,8 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
         memory[chosen] = estimate_memory_total(problem.model_spec, problem.job,
                                          candidates.take(chosen), problem.memory_options)[0]
         fits = np.flatnonzero(memory <= capacity)
-        if len(fits) >= top and len(unchecked):
-            kth = np.partition(seconds[fits], top - 1)[top - 1]
+        if len(fits) >= enough and len(unchecked):
+            kth = np.partition(seconds[fits], enough - 1)[enough - 1]
             if seconds[unchecked].min() > kth:
                 break
         batch *= 4
@@ -277,8 +302,9 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndar
     while size < len(low) and size <= 8 * max(FIRST_PASS, 16 * top):
         head = candidates.take(np.sort(np.argpartition(low, size - 1)[:size]))
         even = fastest_that_fit(problem, head, top)
-        if even is not None and len(even.rows) >= top:
-            bar = float(even.step_time.step_s[top - 1])
+        distinct = None if even is None else fold_twins(even, top)
+        if distinct is not None and len(distinct.rows) >= top:
+            bar = float(distinct.step_time.step_s[top - 1])
             low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
                                                 above_s=bar)
             return np.flatnonzero(low <= bar)

@@ -19,6 +19,9 @@ program (CP-SAT) where a layout can still beat the incumbents.
    stops when the next bound passes the bar: no candidate left can enter the top, so the top
    is proven over layouts too, unless a program met its time limit (status "feasible").
 
+The top counts distinct plans (solver.search.twins): `best` keeps every pair found, twins
+included, and the bar is the step time of the top-th distinct one.
+
 Rank by memory (objective "memory") keeps the even split: the layout program minimises time.
 """
 
@@ -45,11 +48,13 @@ from solver.search.enumerate import (
     enumerate_feasible,
     fastest_that_fit,
     may_enter_top,
+    fold_twins,
     rules_but_memory,
     solve_by_enumeration,
 )
 from solver.search.layout_program import LayoutRules, solve_layout
 from solver.search.space import VARIABLES, Problem
+from solver.search.twins import group_twins
 from solver.spec import ParallelConfig, PipelineLayout
 
 # Seconds one layout program may take; past it the answer is the best layout found, not
@@ -97,9 +102,10 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
             best[int(row)] = (key(int(row), float(seconds), float(memory)), None)
 
     def bar() -> float:
-        if len(best) < top:
+        groups = _distinct(best)
+        if len(groups) < top:
             return np.inf
-        return sorted(order for order, _ in best.values())[top - 1][0]
+        return best[groups[top - 1][0]][0][0]
 
     full = candidates.recompute == RECOMPUTE_FULL
     times = time_coefficients(terms)
@@ -156,19 +162,31 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         if int(row) in best and best[int(row)][0] <= order:
             continue
         best[int(row)] = (order, answer.layout)
-        if len(best) > top:
-            del best[max(best, key=lambda r: best[r][0])]
+        for group in _distinct(best)[top:]:
+            for dropped in group:
+                del best[dropped]
     if not best:
         return None, proven
     return _ranked(problem, candidates, best, top, num_candidates), proven
+
+
+def _distinct(best: dict[int, tuple[tuple, PipelineLayout | None]]) -> list[list[int]]:
+    """The rows of `best` grouped into distinct plans, best first (solver.search.twins): each
+    group the row kept and its twins. An order key is (step, memory, *VARIABLES)."""
+    rows = sorted(best, key=lambda r: best[r][0])
+    orders = [best[r][0] for r in rows]
+    groups = group_twins([o[0] for o in orders], [o[2:-1] for o in orders],
+                         [o[-1] for o in orders])
+    return [[rows[p] for p in group] for group in groups]
 
 
 def _ranked(problem: Problem, candidates: Candidates,
             best: dict[int, tuple[tuple, PipelineLayout | None]], top: int,
             num_candidates: int) -> Ranked:
     """The chosen (row, layout) pairs as a Ranked, best first by their order keys (step time,
-    worst-stage memory, degrees); the step time's breakdown through the layout composition."""
-    rows = np.array(sorted(best, key=lambda r: best[r][0])[:top], dtype=np.int64)
+    worst-stage memory, degrees), the top distinct plans with their twins folded; the step
+    time's breakdown through the layout composition."""
+    rows = np.array([r for group in _distinct(best)[:top] for r in group], dtype=np.int64)
     chosen = candidates.take(rows)
     configs = chosen.to_configs()
     layouts = tuple(best[int(r)][1] or build_default_layout(problem.model_spec, c,
@@ -176,10 +194,10 @@ def _ranked(problem: Problem, candidates: Candidates,
                     for r, c in zip(rows, configs))
     step = estimate_layout_step_time(problem.model_spec, problem.cluster, problem.job, configs,
                                      layouts, problem.time_constants)
-    return Ranked(candidates=chosen, step_time=step,
-                  memory_bytes=np.array([best[int(r)][0][1] for r in rows]),
-                  num_feasible=None, num_candidates=num_candidates, layouts=layouts,
-                  rows=rows)
+    return fold_twins(Ranked(candidates=chosen, step_time=step,
+                             memory_bytes=np.array([best[int(r)][0][1] for r in rows]),
+                             num_feasible=None, num_candidates=num_candidates,
+                             layouts=layouts, rows=rows), top)
 
 
 def _memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np.ndarray],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from solver.spec.job import ParallelConfig
+from solver.spec.job import ParallelConfig, Recompute
 from solver.spec.layout import PipelineLayout
 
 
@@ -56,9 +56,19 @@ class PlanTime(BaseModel):
     gpu_hours: float | None = None
 
 
+class Equivalent(BaseModel):
+    """Another setting of a plan that gives the same step time (solver.search.twins), and the
+    worst-stage bytes it needs (at least the plan's)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    recompute: Recompute
+    total_bytes: float = Field(ge=0)
+
+
 class Plan(BaseModel):
     """A configuration, its per-stage memory, the GPU it must fit on, and what each virtual
-    pipeline stage holds (`layout`)."""
+    pipeline stage holds (`layout`); `equivalent`: the settings that give the same step time."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -67,6 +77,7 @@ class Plan(BaseModel):
     stages: tuple[StageMemory, ...] = Field(min_length=1)
     time: PlanTime | None = None
     layout: PipelineLayout | None = None
+    equivalent: tuple[Equivalent, ...] = ()
 
     @property
     def worst_stage(self) -> StageMemory:

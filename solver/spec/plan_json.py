@@ -66,7 +66,8 @@ def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
 
 def render_plan_json(plan: Plan) -> dict[str, Any]:
     """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage, and
-    `layout` when the plan has one."""
+    `layout` when the plan has one, and `equivalent`: the other settings of the same step time
+    (solver.search.twins) with the worst-stage memory each needs."""
     worst = plan.worst_stage
     answer: dict[str, Any] = {
         **{name: getattr(plan.config, name) for name in DEGREES},
@@ -84,6 +85,8 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
     }
     if plan.layout is not None:
         answer["layout"] = render_layout_json(plan.layout)
+    answer["equivalent"] = [{"recompute": e.recompute, "memory_gb": to_gb(e.total_bytes)}
+                            for e in plan.equivalent]
     return answer
 
 

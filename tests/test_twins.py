@@ -1,0 +1,89 @@
+"""One row per distinct plan in every top-K (solver.search.twins; issue 21): plans that differ
+only in recompute none vs selective and take the same step time are one row, the later one
+listed as an equivalent setting, and the top K holds K distinct plans (hypothesis; the oracle
+is the plain enumeration, every candidate ranked, then folded)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_optimize import problems
+
+from solver.cli import cli
+from solver.optimize import build_problem, solve
+from solver.search.enumerate import enumerate_feasible, fold_twins, rank
+from solver.search.twins import group_twins
+
+
+def distinct_key(plan) -> tuple:
+    """What a plan is apart from the merged knob: its step time and every other degree."""
+    degrees = plan.config.model_dump(exclude={"recompute"})
+    return (round(plan.time.step_seconds, 9), tuple(sorted(degrees.items())),
+            plan.config.recompute == "full")
+
+
+def test_group_twins_folds_none_and_selective_of_equal_time_only() -> None:
+    mesh, other = (1, 1, 1, 8), (2, 1, 1, 4)
+    groups = group_twins([1.0, 1.0, 1.0, 1.0, 2.0],
+                         [mesh, mesh, mesh, other, mesh], [1, 0, 2, 0, 0])
+    # selective first (least memory), none its twin; full and another mesh stand apart, and
+    # none at another step time (a different layout) is a plan of its own.
+    assert groups == [[0, 1], [2], [3], [4]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems(), st.sampled_from(["layout", "even"]))
+def test_top_k_plans_are_distinct_and_equivalents_are_no_better(problem, engine) -> None:
+    result = solve(problem, top=4, engine=engine)
+    keys = [distinct_key(p) for p in result.plans]
+    assert len(set(keys)) == len(keys)
+    for plan in result.plans:
+        for twin in plan.equivalent:
+            assert {twin.recompute, plan.config.recompute} == {"none", "selective"}
+            assert twin.total_bytes >= plan.worst_stage.total_bytes * (1 - 1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(problems())
+def test_even_engine_top_k_is_the_oracles_distinct_top_k(problem) -> None:
+    result = solve(problem, top=4, engine="even")
+    feasible = enumerate_feasible(problem)
+    if len(feasible) == 0:
+        assert result.status == "infeasible"
+        return
+    oracle = fold_twins(rank(problem, feasible), 4)
+    assert [p.config for p in result.plans] == oracle.candidates.to_configs()
+    assert [[e.recompute for e in p.equivalent] for p in result.plans] == [
+        [("none", "selective", "full")[code] for code, _ in twins] for twins in oracle.twins]
+
+
+@settings(max_examples=15, deadline=None)
+@given(problems())
+def test_layout_engine_holds_as_many_distinct_plans_each_no_slower(problem) -> None:
+    """Each distinct even plan is a row whose best layout is no slower, and rows of distinct
+    even plans never fold together: the layout engine's i-th plan is no slower than the even
+    engine's i-th, and it finds at least as many."""
+    even = solve(problem, top=4, engine="even")
+    layout = solve(problem, top=4, engine="layout")
+    assert len(layout.plans) == len(even.plans)
+    for fast, plain in zip(layout.plans, even.plans):
+        assert fast.time.step_seconds <= plain.time.step_seconds * (1 + 1e-9)
+
+
+def test_llama2_13b_top_5_lists_five_distinct_plans() -> None:
+    """The issue's example: 16 H100, top 5 held three distinct plans (none and selective
+    twice each); now five, with the twins named."""
+    problem = build_problem("llama2-13b", "dgx-h100", 16)
+    result = solve(problem, top=5)
+    assert len({distinct_key(p) for p in result.plans}) == 5
+    assert any(p.equivalent for p in result.plans)
+    answer = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",
+                                      "dgx-h100", "--gpus", "16", "--top", "5", "--json"])
+    plans = json.loads(answer.output)["plans"]
+    assert plans[0]["equivalent"] == [{"recompute": "none", "memory_gb": 68.821}]
+    table = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",
+                                     "dgx-h100", "--gpus", "16", "--top", "5"])
+    assert "selective = none" in table.output and "the same step time" in table.output
