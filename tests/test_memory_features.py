@@ -86,3 +86,81 @@ def test_no_copies_never_needs_more(precision: str, tp: int, dp: int, zero: int)
     if zero == 3 and dp > 1:
         fewer = _weights_gb(SMALL, precision, "transformer_engine", tp=tp, dp=dp // 2, zero=3)
         assert te <= fewer
+
+
+# ---- precision-aware optimizer and bf16 gradient reduction (Megatron, opt-in) -------------------
+
+def _profile_states(**features: bool) -> dict[str, float]:
+    """Per-GPU states of Llama-3.1-8B on 8 GPUs (dp 8, ZeRO-1), GB, under the megatron profile
+    with `features`."""
+    options = build_framework_profile("megatron", features).memory_options()
+    breakdown = estimate_memory(load_model_spec("llama3.1-8b"), JobSpec(seq_len=8192),
+                                Candidates.from_configs([ParallelConfig(dp=8, zero=1)]),
+                                options)
+    return {k: float(breakdown.items[k][0]) / 1e9
+            for k in ("grads", "optimizer", "comm_buckets")}
+
+
+def test_precision_aware_optimizer_keeps_bf16_moments() -> None:
+    """Megatron arguments.py: --use-precision-aware-optimizer with --exp-avg-dtype and
+    --exp-avg-sq-dtype bf16 (default fp32; off by default): fp32 master 4 B + m 2 B + v 2 B =
+    8 B per parameter, sharded over dp: 8.03e9 x 8 / 8 = 8.0 GB (12.0 GB with fp32 moments)."""
+    plain, aware = _profile_states(), _profile_states(precision_aware_optimizer=True)
+    assert plain["optimizer"] == pytest.approx(12.05, abs=0.02)
+    assert aware["optimizer"] == pytest.approx(plain["optimizer"] * 8 / 12)
+    assert aware["grads"] == plain["grads"]
+
+
+def test_grad_reduce_in_bf16_halves_the_buffer_and_the_dp_bytes() -> None:
+    """Megatron --grad-reduce-in-bf16 (distributed_data_parallel_config.py grad_reduce_in_fp32
+    False): the gradient buffer is bf16, 2 B per parameter instead of fp32's 4 (32.1 -> 16.1 GB
+    for Llama-3.1-8B), and the DP reduction moves half the bytes."""
+    plain, bf16 = _profile_states(), _profile_states(grad_reduce_in_bf16=True)
+    assert bf16["grads"] == pytest.approx(plain["grads"] / 2)
+    assert bf16["comm_buckets"] == pytest.approx(plain["comm_buckets"] / 2)
+    from solver.catalog import load_cluster_spec
+    from solver.cost.data_parallel import estimate_dp_collectives_s
+
+    spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
+    candidates = Candidates.from_configs([ParallelConfig(dp=64, zero=1)])
+    seconds = {on: estimate_dp_collectives_s(
+        spec, cluster, candidates,
+        build_framework_profile("megatron", {"grad_reduce_in_bf16": on}).time_constants)
+        ["grads_reduce_scatter"][0] for on in (False, True)}
+    # alpha + bytes / bandwidth: the bandwidth part halves
+    assert seconds[True] < 0.55 * seconds[False]
+
+
+def test_megatron_launch_emits_the_optimizer_features() -> None:
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    args = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--format", "megatron"]
+    plain = CliRunner().invoke(cli, args)
+    assert plain.exit_code == 0, plain.output
+    assert "--use-precision-aware-optimizer" not in plain.output
+    assert "--grad-reduce-in-bf16" not in plain.output
+    chosen = CliRunner().invoke(cli, [*args, "--precision-aware-optimizer",
+                                       "--grad-reduce-in-bf16"])
+    assert chosen.exit_code == 0, chosen.output
+    for flag in ("--use-precision-aware-optimizer", "--exp-avg-dtype bf16",
+                 "--exp-avg-sq-dtype bf16", "--main-grads-dtype bf16", "--grad-reduce-in-bf16"):
+        assert flag in chosen.output
+
+
+@settings(max_examples=30, deadline=None)
+@given(aware=st.booleans(), bf16=st.booleans(), dp=st.sampled_from([1, 2, 8]),
+       zero=st.integers(0, 3))
+def test_optimizer_features_never_need_more(aware: bool, bf16: bool, dp: int, zero: int) -> None:
+    """Invariant: turning the precision-aware optimizer or bf16 gradient reduction on never
+    raises the memory of any configuration."""
+    job = JobSpec(seq_len=2048, global_batch=64)
+    candidates = Candidates.from_configs([ParallelConfig(dp=dp, zero=zero)])
+
+    def total(**features: bool) -> float:
+        options = build_framework_profile("megatron", features).memory_options()
+        return float(estimate_memory(SMALL, job, candidates, options).total[0])
+
+    assert total(precision_aware_optimizer=aware, grad_reduce_in_bf16=bf16) <= total()

@@ -95,6 +95,12 @@ def framework_feature_options(command: F) -> F:
                      help="Quantised weight copies below bf16: transformer_engine (cached "
                           "row- and column-wise, sharded like the weights) or none (torchao "
                           "float8 casts on the fly)."),
+        click.option("--precision-aware-optimizer/--no-precision-aware-optimizer",
+                     default=None,
+                     help="Adam moments and main gradients in bf16 (Megatron "
+                          "--use-precision-aware-optimizer)."),
+        click.option("--grad-reduce-in-bf16/--no-grad-reduce-in-bf16", default=None,
+                     help="Gradient buffer and DP reduction in bf16, not fp32."),
     ])
 
 

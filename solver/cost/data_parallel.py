@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from solver.cost.time_constants import TimeConstants
 
 BF16_BYTES = 2.0
+# Adam's m and v in bf16 (precision-aware optimizer): each read and written in 2 B, not 4.
+PRECISION_AWARE_SAVED_BYTES = 2 * 2 * (4.0 - BF16_BYTES)
 PARAM_KINDS = ("dense", "expert")
 COLLECTIVES = ("grads_all_reduce", "grads_reduce_scatter", "params_all_gather",
                "zero3_reduce_scatter")
@@ -84,11 +86,14 @@ def estimate_dp_collectives_s(model_spec: ModelSpec, cluster: ClusterSpec, candi
         if kind == "expert" and not model_spec.is_moe:
             continue  # no collective at all (not even its latency)
         local, ranks, link = _shards(model_spec, cluster, candidates, kind)
+        bf16 = constants.grad_reduce_in_bf16  # TimeConstants.grad_reduce_in_bf16
+        grad_bytes = BF16_BYTES if bf16 else constants.grad_reduce_bytes
+        zero3_grad_bytes = BF16_BYTES if bf16 else constants.zero3_grad_reduce_bytes
         for name, op, per_param in (
-                ("grads_all_reduce", "all_reduce", constants.grad_reduce_bytes),
-                ("grads_reduce_scatter", "reduce_scatter", constants.grad_reduce_bytes),
+                ("grads_all_reduce", "all_reduce", grad_bytes),
+                ("grads_reduce_scatter", "reduce_scatter", grad_bytes),
                 ("params_all_gather", "all_gather", BF16_BYTES),
-                ("zero3_reduce_scatter", "reduce_scatter", constants.zero3_grad_reduce_bytes)):
+                ("zero3_reduce_scatter", "reduce_scatter", zero3_grad_bytes)):
             out[name] = out[name] + estimate_collective_s(op, local * per_param, ranks, link)
     return out
 
@@ -102,11 +107,13 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
     30 B x 8.03e9 = 241 GB, 0.090 s at 80% of the HBM bandwidth
     (ComputeConstants.hbm_fraction)."""
     total = 0.0
+    per_param = constants.optimizer_bytes_per_param - (
+        PRECISION_AWARE_SAVED_BYTES if constants.precision_aware_optimizer else 0.0)
     for kind in PARAM_KINDS:
         local, ranks, _ = _shards(model_spec, cluster, candidates, kind)
         updated = np.where(np.asarray(candidates.zero) >= 1, local / ranks, local)
         total = total + estimate_streaming_s(
-            cluster.gpu, updated * constants.optimizer_bytes_per_param, constants.compute)
+            cluster.gpu, updated * per_param, constants.compute)
     return np.asarray(total, dtype=float)
 
 

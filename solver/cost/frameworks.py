@@ -21,6 +21,8 @@ override:
   selective_recompute  what --recompute selective recomputes: attention_core | op_level
   fp8_weight_copies    quantised weight copies kept below bf16: transformer_engine | none
                        (memory only: MemoryOptions.fp8_weight_copies)
+  precision_aware_optimizer  Adam's moments in bf16 (memory, optimizer step)
+  grad_reduce_in_bf16  a bf16 gradient buffer reduced in bf16 (memory, DP traffic)
 and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes.
 
@@ -39,6 +41,10 @@ from solver.cost.memory.options import MemoryOptions
 from solver.cost.time_constants import KernelLaunches, TimeConstants
 from solver.errors import InputError, format_validation_error
 from solver.spec.framework import FEATURES, FrameworkFeatures
+
+# Megatron --exp-avg-dtype / --exp-avg-sq-dtype bf16: two fp32 moments become bf16 (2 x 2 B).
+ADAM_MOMENTS_BF16_SAVED_BYTES = 2 * (4.0 - 2.0)
+BF16_GRAD_BYTES = 2.0
 
 # TimeConstants (flash_attention, native_attention_kernels) of each attention kernel.
 ATTENTION_SWITCHES = {"native": (True, True), "flash2": (True, False), "unfused": (False, False)}
@@ -107,12 +113,20 @@ class FrameworkProfile(BaseModel):
 
     def memory_options(self, base: MemoryOptions | None = None) -> MemoryOptions:
         """The memory model's options under this profile: what `selective` keeps, the fp8
-        weight copies."""
+        weight copies, and the smaller states of the precision-aware optimizer (Adam's m and
+        v in bf16: 4 B per parameter less) and of bf16 gradient reduction (a bf16 gradient
+        buffer, 2 B, and buckets of half the bytes)."""
         base = base or MemoryOptions()
         constants = self.time_constants
-        return base.model_copy(update={
-            "selective_recompute": constants.selective_recompute,
-            "fp8_weight_copies": constants.fp8_weight_copies})
+        update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
+                                  "fp8_weight_copies": constants.fp8_weight_copies}
+        if constants.precision_aware_optimizer:
+            update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
+                                            0.0)
+        if constants.grad_reduce_in_bf16:
+            update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
+            update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
+        return base.model_copy(update=update)
 
 
 def _megatron() -> TimeConstants:
@@ -130,7 +144,10 @@ def _megatron() -> TimeConstants:
       (--grad-reduce-in-bf16 is opt-in): ZeRO-3 gradients 4 B.
     selective attention_core: --recompute-granularity selective recomputes core attention.
     fp8 weight copies transformer_engine: --fp8-format runs the linear layers as TE modules,
-      which cache their quantised weights across micro-batches."""
+      which cache their quantised weights across micro-batches.
+    precision-aware optimizer and bf16 gradient reduction off: --use-precision-aware-optimizer
+      and --grad-reduce-in-bf16 are opt-in (arguments.py: store_true, main/exp-avg dtypes
+      default fp32; bf16 training accumulates and reduces gradients in fp32)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, launches=MEGATRON_LAUNCHES)
 
 

@@ -120,6 +120,17 @@ class TimeConstants(BaseModel):
     # Low-precision weight copies kept across micro-batches (a memory feature the profile
     # chooses; MemoryOptions.fp8_weight_copies says what each value keeps).
     fp8_weight_copies: Fp8WeightCopies = "transformer_engine"
+    # Megatron --use-precision-aware-optimizer with --exp-avg-dtype / --exp-avg-sq-dtype /
+    # --main-grads-dtype bf16 (arguments.py; TE FusedAdam keeps the moments in bf16): the
+    # optimizer step streams 2 B less of each moment, read and written (30 - 8 = 22 B per
+    # parameter), and the optimizer state is 4 B per parameter smaller
+    # (FrameworkProfile.memory_options). Off in Megatron's defaults.
+    precision_aware_optimizer: bool = False
+    # Megatron --grad-reduce-in-bf16: the gradient buffer is in the parameters' dtype and DP
+    # reduces it in bf16 (distributed_data_parallel_config.py grad_reduce_in_fp32 = False;
+    # param_and_grad_buffer.py grad_dtype): 2 B per parameter replace grad_reduce_bytes and
+    # zero3_grad_reduce_bytes, and the buffer halves (memory_options). Off by default.
+    grad_reduce_in_bf16: bool = False
     # Element-wise ops fused into one kernel each (Transformer Engine / apex fused norms, RoPE,
     # SwiGLU; torch.compile) or run eagerly, one ATen kernel per op: the eager element-wise
     # traffic is `eager_elementwise_traffic` times the fused one. 2.0 [B]: per token, eager

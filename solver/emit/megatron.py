@@ -199,7 +199,9 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
     alltoall | allgather | flex with --moe-flex-dispatcher-backend deepep | hybridep) and
     TE's grouped expert GEMMs (--moe-grouped-gemm), which the profile's kernel counts assume;
     CUDA graphs of attention and MLP, or of attention, router and preprocessing in dropless MoE
-    layers (docs/user-guide/features/cuda_graph.md); TP and EP communication overlap."""
+    layers (docs/user-guide/features/cuda_graph.md); TP and EP communication overlap; the
+    precision-aware optimizer with bf16 main gradients and moments, bf16 gradient reduction
+    (arguments.py)."""
     constants = target.time_constants or framework_time_constants("megatron")
     c, is_moe = target.config, target.model_spec.is_moe
     flags: list[tuple[str, ...]] = []
@@ -218,6 +220,11 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
         flags.append(("--overlap-moe-expert-parallel-comm",))
+    if constants.precision_aware_optimizer:
+        flags += [("--use-precision-aware-optimizer",), ("--main-grads-dtype", "bf16"),
+                  ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+    if constants.grad_reduce_in_bf16:
+        flags.append(("--grad-reduce-in-bf16",))
     return flags
 
 

@@ -42,6 +42,8 @@ class FrameworkFeatures(BaseModel):
     dp_overlap: DpOverlap | None = None
     selective_recompute: SelectiveRecompute | None = None
     fp8_weight_copies: Fp8WeightCopies | None = None
+    precision_aware_optimizer: bool | None = None
+    grad_reduce_in_bf16: bool | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""
