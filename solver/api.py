@@ -43,6 +43,7 @@ from solver.spec import (
     PipelineLayout,
 )
 from solver.spec.framework import FrameworkFeatures
+from solver.spec.headroom import MemoryHeadroom
 from solver.spec.plan import Plan, PlanTime, StageMemory
 
 GIB = 2**30
@@ -149,7 +150,8 @@ def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     for index, (config, layout) in enumerate(zip(configs, chosen)):
         stages = estimate_layout_memory(model_spec, job, config, layout, options)
         plans.append(Plan(
-            config=config, gpu_memory_bytes=cluster.gpu.memory_gib * GIB,
+            config=config, gpu_memory_bytes=cluster.gpu_memory_bytes,
+            memory_headroom=cluster.memory_headroom,
             stages=tuple(_stage_memory(stages, i) for i in range(config.pp)),
             time=_plan_time(job, config, step, index), layout=layout))
     return tuple(plans)
@@ -192,7 +194,7 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
         return ()
     candidates = Candidates.from_configs([variant for _, variant in changes])
     totals = estimate_memory_total(model_spec, job, candidates, options)[0]
-    capacity = cluster.gpu.memory_gib * GIB
+    capacity = cluster.usable_memory_bytes
     return tuple(f"{label} ({total / 1e9:.1f} GB)"
                  for (label, _), total in zip(changes, totals) if total <= capacity)
 
@@ -200,11 +202,12 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
 def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = None,
                        seq_len: int | None = None, global_batch: int | None = None,
                        precision: str = "bf16", token_budget: int | None = None,
-                       calibration: str | None = None, segment_gpus: int | None = None
+                       calibration: str | None = None, segment_gpus: int | None = None,
+                       memory_headroom: MemoryHeadroom | None = None
                        ) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
     """The model, the cluster (with a calibration profile applied, allocated in segments of
-    `segment_gpus` GPUs when given) and the job of a planning command; option values left as
-    None take the JobSpec defaults."""
+    `segment_gpus` GPUs when given, keeping `memory_headroom` free) and the job of a planning
+    command; option values left as None take the JobSpec defaults."""
     model_spec = load_model_spec(model)
     cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
     if segment_gpus is not None:
@@ -213,6 +216,8 @@ def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = 
         except ValidationError as exc:
             raise InputError(format_validation_error(f"--segment-gpus {segment_gpus}",
                                                      exc)) from None
+    if memory_headroom is not None:
+        cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
     job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
                   "token_budget": token_budget}
     try:
@@ -229,7 +234,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
              calibration: str | None = None, framework: str = "megatron",
              options: MemoryOptions | None = None, layout: str | None = None,
              recompute_num_layers: int | None = None, segment_gpus: int | None = None,
-             features: FrameworkFeatures | None = None, **degrees: int | str) -> Estimate:
+             features: FrameworkFeatures | None = None,
+             memory_headroom: MemoryHeadroom | None = None, **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
@@ -237,11 +243,12 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     (solver.cost.frameworks: timing and what `selective` keeps) with `features` overriding
     single features, as in `parplan optimize`. `layout`: Megatron's
     --pipeline-model-parallel-layout text (default: the even split), with
-    `recompute_num_layers` recomputed in each virtual stage under --recompute full."""
+    `recompute_num_layers` recomputed in each virtual stage under --recompute full;
+    `memory_headroom`: memory the plan must leave free on each GPU."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
-        segment_gpus=segment_gpus)
+        segment_gpus=segment_gpus, memory_headroom=memory_headroom)
     profile = build_framework_profile(framework, features)
     options = profile.memory_options(options)
     config = build_parallel_config(num_gpus, **degrees)

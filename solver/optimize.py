@@ -20,6 +20,7 @@ from solver.search.layout_search import solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.spec import RECOMPUTE_LEVELS, ClusterSpec
 from solver.spec.framework import FrameworkFeatures
+from solver.spec.headroom import MemoryHeadroom
 from solver.spec.plan import Equivalent, Plan
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
@@ -56,14 +57,16 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                   pins: dict[str, tuple[int, ...]] | None = None,
                   allow_tp_across_nodes: bool = False,
                   calibration: str | None = None, segment_gpus: int | None = None,
-                  features: FrameworkFeatures | None = None) -> Problem:
+                  features: FrameworkFeatures | None = None,
+                  memory_headroom: MemoryHeadroom | None = None) -> Problem:
     """Load the model and cluster (with a calibration profile's measured curves if given) and
     build the Problem under the framework's profile (solver.cost.frameworks) with `features`
-    overriding single features; bad input is an InputError."""
+    overriding single features, keeping `memory_headroom` free on each GPU; bad input is an
+    InputError."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
-        segment_gpus=segment_gpus)
+        segment_gpus=segment_gpus, memory_headroom=memory_headroom)
     for name in pins or {}:
         if name not in VARIABLES:
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
@@ -127,6 +130,7 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
         "framework_features": FrameworkProfile(
             name=problem.framework, time_constants=problem.time_constants).features(),
         "objective": problem.objective,
+        "memory_headroom": problem.cluster.memory_headroom.label() or None,
         "num_feasible": result.num_feasible,
         "num_candidates": result.num_candidates,
         "num_memory_checked": result.num_memory_checked,

@@ -14,6 +14,7 @@ from solver.cli.options import (
     pop_framework_features,
 )
 from solver.cli.params import BoundedInt
+from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.strict import MAX_LAYERS
 
 
@@ -31,12 +32,13 @@ from solver.spec.strict import MAX_LAYERS
 @framework_option("Whose timing to assume (kernels, overlaps, recompute semantics, DP "
                   "overlap, gradient reduce dtype); the flags below override single features.")
 @framework_feature_options
+@memory_headroom_option
 def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
              segment_gpus: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool,
              per_stage: bool, layout: str | None, recompute_num_layers: int | None,
-             framework: str, **degrees: Any) -> None:
+             framework: str, memory_headroom: Any, **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
     of the GPUs."""
     from solver.search.constraints import MEMORY_CONSTRAINT
@@ -56,7 +58,8 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len, features=features,
         global_batch=global_batch, precision=precision, token_budget=token_budget,
         calibration=calibration, framework=framework, layout=layout,
-        recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus, **degrees,
+        recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
+        memory_headroom=memory_headroom, **degrees,
     )
     plan = result.plan
     if as_json:

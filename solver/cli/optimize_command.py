@@ -21,6 +21,7 @@ from solver.cli.params import (
     FiniteFloat,
     PinSpec,
 )
+from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.strict import MAX_BATCH, MAX_LAYERS
 
 PIN_OPTIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "zero", "micro_batch")
@@ -67,11 +68,13 @@ def _pin_options(command):
               help="Let TP/expert-TP groups leave the NVLink domain.")
 @click.option("--gpus-for-days", type=FiniteFloat(0, MAX_DAYS, min_open=True), default=None,
               help="Find the fewest GPUs that train --token-budget within this many days.")
+@memory_headroom_option
 def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int | None,
              segment_gpus: int | None, seq_len: int, global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool, top: int, engine: str, time_limit: float,
              framework: str, objective: str, allow_tp_across_nodes: bool,
-             gpus_for_days: float | None, recompute: str | None, **pin_values: Any) -> None:
+             gpus_for_days: float | None, recompute: str | None, memory_headroom: Any,
+             **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
     from solver.cli.render_optimize import echo_result
@@ -98,7 +101,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         global_batch=global_batch, precision=precision, token_budget=token_budget,
         framework=framework, objective=objective, pins=pins,
         allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration,
-        features=features,
+        features=features, memory_headroom=memory_headroom,
         segment_gpus=segment_gpus)
     if gpus_for_days is not None:
         found = fewest_gpus(problem, gpus_for_days, engine=engine)

@@ -13,6 +13,8 @@ import math
 
 import click
 
+from solver.errors import InputError
+from solver.spec.headroom import MemoryHeadroom, parse_memory_headroom
 from solver.spec.strict import FLOAT_RANGE, MAX_COUNT, MAX_GPUS, Limit
 
 # Limits of options that no spec holds.
@@ -92,3 +94,25 @@ class PinSpec(click.ParamType):
         if problem is not None:
             self.fail(problem, param, ctx)
         return values
+
+
+class MemoryHeadroomParam(FiniteFloat):
+    """--memory-headroom: a share (10%, 0.1) or decimal GB (4GB), parsed by
+    solver.spec.headroom.parse_memory_headroom (a FiniteFloat, so that the generated bad-flag
+    tests try it with every bad number)."""
+
+    name = "SHARE|GB"
+
+    def __init__(self) -> None:
+        super().__init__(0.0, 1.0)
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> MemoryHeadroom:  # type: ignore[override]
+        if isinstance(value, MemoryHeadroom):
+            return value
+        if isinstance(value, bool):
+            self.fail(f"{value!r} is not a share or GB", param, ctx)
+        try:
+            return parse_memory_headroom(str(value))
+        except InputError as exc:
+            self.fail(str(exc).removeprefix("--memory-headroom "), param, ctx)

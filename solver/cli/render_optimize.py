@@ -27,6 +27,9 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
                f"{problem.job.global_batch}, {problem.job.precision}, {problem.framework}")
     if gpus_for_days is not None:
         heading += f" — fewest GPUs for {gpus_for_days:g} days"
+    cluster = problem.cluster
+    if cluster.memory_headroom.label():
+        heading += f"; plans fit {cluster.memory_headroom.describe(cluster.gpu_memory_bytes)}"
     click.echo(heading)
     if result.status == "infeasible":
         echo_infeasible(result, "the model, the job or the cluster")

@@ -78,8 +78,11 @@ def echo_memory_table(plan: Plan, heading: str) -> None:
     """The seeds' "memory verification" table for the worst stage."""
     worst = plan.worst_stage
     rows: list[tuple[str, Any]] = list(_rows(worst))
-    rows += [("total", _gb(worst.total_bytes)), ("GPU capacity", _gb(plan.gpu_memory_bytes)),
-             ("fits", plan.fits)]
+    rows += [("total", _gb(worst.total_bytes)), ("GPU capacity", _gb(plan.gpu_memory_bytes))]
+    if plan.memory_headroom.label():
+        rows.append((f"usable ({plan.memory_headroom.label()} headroom)",
+                     _gb(plan.usable_memory_bytes)))
+    rows.append(("fits", plan.fits))
     click.echo(heading)
     click.echo(render_config(plan))
     echo_table(f"memory per GPU, worst stage: {worst.stage} of {plan.config.pp}",
@@ -91,13 +94,14 @@ def echo_stage_table(plan: Plan, heading: str) -> None:
     names = [label for label, _ in _rows(plan.stages[0])]
     rows = [
         (s.stage, *(value for _, value in _rows(s)), _gb(s.total_bytes),
-         s.total_bytes <= plan.gpu_memory_bytes)
+         s.total_bytes <= plan.usable_memory_bytes)
         for s in plan.stages
     ]
     click.echo(heading)
     click.echo(render_config(plan))
-    echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity "
-               f"{_gb(plan.gpu_memory_bytes)} GB)", ["stage", *names, "total", "fits"], rows)
+    capacity = plan.memory_headroom.describe(plan.gpu_memory_bytes)
+    echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity {capacity})",
+               ["stage", *names, "total", "fits"], rows)
 
 
 def echo_fixes(fixes: tuple[str, ...]) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat
+from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.strict import MAX_GPUS, MAX_SEQ_LEN
 
 DEFAULT_OUTPUT_LEN = 512
@@ -80,11 +83,12 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
 @click.option("--calibration", metavar="FILE", default=None,
               help="Fitted bandwidth curves (`parplan calibrate`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@memory_headroom_option
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
           input_len: int | None, output_len: int | None, precision: str, kv_cache_dtype: str,
           gpu_memory_utilization: float, max_ttft_ms: float | None, max_tpot_ms: float | None,
           min_tokens_per_s: float | None, objective: str, top: int, calibration: str | None,
-          as_json: bool) -> None:
+          as_json: bool, memory_headroom: Any) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
 
@@ -104,6 +108,8 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     input_len, output_len = _request_lengths(context, input_len, output_len)
     model_spec = load_model_spec(model)
     cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
+    if memory_headroom is not None:
+        cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
     try:
         job = ServeJob(context=context, input_len=input_len, output_len=output_len,
                        precision=precision, kv_cache_dtype=kv_cache_dtype,

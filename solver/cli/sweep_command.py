@@ -18,6 +18,7 @@ from solver.cli.params import (
     FiniteFloat,
     PinSpec,
 )
+from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.job import PRECISIONS, JobSpec
 from solver.spec.strict import MAX_BATCH, MAX_SEQ_LEN
 
@@ -59,10 +60,11 @@ def _default(field: str) -> str:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Results file (JSON Lines); an existing one is resumed.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+@memory_headroom_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
           engine: str, time_limit: float, jobs: int | None, executor: str, output: str,
-          quiet: bool) -> None:
+          quiet: bool, memory_headroom: Any) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
@@ -102,7 +104,8 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
         expand_names("--models", models.split(","), list_zoo_names(), load_model_spec),
         expand_names("--clusters", clusters.split(","), list_preset_names(), load_cluster_spec),
         gpu_counts, seq_lens, global_batches, precision_list, framework)
-    settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit)
+    settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
+                             memory_headroom=memory_headroom)
     start = time.perf_counter()
     with ResultsFile(output) as results:
         results.check_settings(settings.as_line_fields())

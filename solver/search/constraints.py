@@ -177,8 +177,8 @@ MEMORY_CONSTRAINT = "memory_fits_hbm"
 
 
 def memory_capacity_bytes(problem: Problem) -> float:
-    """What the worst stage of a plan may hold: the GPU's memory."""
-    return problem.cluster.gpu.memory_gib * GIB
+    """What the worst stage of a plan may hold: the GPU's memory less the headroom."""
+    return problem.cluster.usable_memory_bytes
 
 
 def _memory(problem: Problem) -> Constraint:
@@ -190,9 +190,10 @@ def _memory(problem: Problem) -> Constraint:
                                 problem.memory_options)[0]
         return total <= capacity
 
+    cluster = problem.cluster
+    shown = cluster.memory_headroom.describe(cluster.gpu_memory_bytes)
     return Constraint(MEMORY_CONSTRAINT, VARIABLES,
-                      f"the worst pipeline stage must fit the GPU's "
-                      f"{capacity / 1e9:.1f} GB", fits)
+                      f"the worst pipeline stage must fit the GPU's {shown}", fits)
 
 
 def build_constraints(problem: Problem) -> tuple[Constraint, ...]:

@@ -95,7 +95,7 @@ def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
 def explain_choice(problem: Problem, ranked: Ranked) -> list[str]:
     """The six steps of the seed's decision process for this problem, then the runner-up."""
     m, gpu = problem.model_spec, problem.cluster.gpu
-    capacity = gpu.memory_gib * 2**30
+    capacity = problem.cluster.usable_memory_bytes
     params = m.total_params
     best = ranked.candidates.config(0)
     lines = []

@@ -108,7 +108,7 @@ def _target_rules(problem: ServeProblem) -> list[Constraint]:
         MEMORY_CONSTRAINT, SERVE_VARIABLES,
         f"weights, activations, reserves and the KV cache of one {context:,}-token sequence "
         f"must fit {job.gpu_memory_utilization:g} x the GPU's "
-        f"{problem.cluster.gpu.memory_gib * 2**30 / 1e9:.1f} GB",
+        f"{problem.cluster.memory_headroom.describe(problem.cluster.gpu_memory_bytes)}",
         lambda v: _evaluated(problem, v).memory.fits)]
     if job.max_ttft_ms is not None:
         limit_ttft = job.max_ttft_ms * 1e-3

@@ -86,14 +86,16 @@ def _powers_of_two(limit: int) -> list[int]:
 
 def explain_serving(problem: ServeProblem, ranked: RankedServe) -> list[str]:
     """The lines of `why`: weights, the seed's tree, the winner, experts, the runner-up."""
-    m, job, gpu = problem.model_spec, problem.job, problem.cluster.gpu
+    m, job = problem.model_spec, problem.job
     c, e = ranked.candidates, ranked.estimate
     best = c.row(0)
-    usable = job.gpu_memory_utilization * gpu.memory_gib * 2**30
+    usable = job.gpu_memory_utilization * problem.cluster.usable_memory_bytes
+    capacity = problem.cluster.memory_headroom.describe(problem.cluster.gpu_memory_bytes)
+    capacity = f"({capacity})" if problem.cluster.memory_headroom.label() else capacity
     weights = estimate_model_weight_bytes(problem)
     lines = [f"weights: {weights / GB:.1f} GB in {job.precision} ({m.total_params / 1e9:.2f}B "
              f"parameters); vLLM may use {job.gpu_memory_utilization:g} x "
-             f"{gpu.memory_gib * 2**30 / GB:.1f} GB = {usable / GB:.1f} GB of each GPU"]
+             f"{capacity} = {usable / GB:.1f} GB of each GPU"]
     tp, pp, reason = tree_plan(problem)
     lines.append(f"seed 002's tree at {job.context:,} tokens of context: {reason}"
                  + (" -> add EP (ep = tp x dp)" if m.is_moe else ""))

@@ -174,7 +174,7 @@ def estimate_serving_memory(problem: ServeProblem, c: ServeCandidates) -> ServeM
     multi_gpu = (c.tp * c.pp > 1) | (problem.model_spec.is_moe & (c.dp > 1))
     other = (constants.cuda_context_gib + constants.cuda_graph_gib
              + np.where(multi_gpu, constants.nccl_gib, 0.0)) * GIB
-    budget = np.full(len(c), job.gpu_memory_utilization * problem.cluster.gpu.memory_gib * GIB)
+    budget = np.full(len(c), job.gpu_memory_utilization * problem.cluster.usable_memory_bytes)
     kv_cache = np.maximum(budget - weights - activations - other, 0.0)
     per_token = estimate_kv_bytes_per_token(problem, c.tp, c.pp)
     kv_tokens = np.floor(kv_cache / per_token)

@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from solver.spec.calibration import TierCurves
+from solver.spec.headroom import MemoryHeadroom, check_headroom_leaves_memory
 from solver.spec.strict import GpuCount, InputSpec
 
 SCALE_UP_KINDS = ("nvlink", "xgmi")
@@ -123,6 +124,8 @@ class ClusterSpec(InputSpec):
     # GPUs of the aligned segment of one NVLink domain a job is allocated in (module docstring);
     # None: `default_segment_gpus`. `--segment-gpus` overrides it.
     segment_gpus: GpuCount | None = Field(default=None, gt=0)
+    # GPU memory every plan leaves free (solver.spec.headroom); `--memory-headroom` sets it.
+    memory_headroom: MemoryHeadroom = MemoryHeadroom()
     source: str = ""
 
     @field_validator("tiers")
@@ -240,6 +243,22 @@ class ClusterSpec(InputSpec):
         data.update(gpus_per_node=gpus_per_node, tiers=[t.model_dump() for t in tiers],
                     segment_gpus=segment)
         return ClusterSpec.model_validate(data)
+
+    @property
+    def gpu_memory_bytes(self) -> float:
+        """The memory of one GPU, in bytes."""
+        return self.gpu.memory_gib * 2**30
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """What a plan may use of each GPU: its memory less the headroom."""
+        return self.memory_headroom.usable_bytes(self.gpu_memory_bytes)
+
+    def with_memory_headroom(self, headroom: MemoryHeadroom) -> ClusterSpec:
+        """The same cluster keeping `headroom` free on every GPU (an InputError when that
+        leaves nothing)."""
+        check_headroom_leaves_memory(headroom, self.gpu_memory_bytes)
+        return self.model_copy(update={"memory_headroom": headroom})
 
     def with_segment_gpus(self, segment_gpus: int) -> ClusterSpec:
         """The same cluster with the job allocated in segments of `segment_gpus` GPUs."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from solver.spec.headroom import MemoryHeadroom
 from solver.spec.job import ParallelConfig, Recompute
 from solver.spec.layout import PipelineLayout
 
@@ -74,6 +75,7 @@ class Plan(BaseModel):
 
     config: ParallelConfig
     gpu_memory_bytes: float = Field(gt=0)
+    memory_headroom: MemoryHeadroom = MemoryHeadroom()
     stages: tuple[StageMemory, ...] = Field(min_length=1)
     time: PlanTime | None = None
     layout: PipelineLayout | None = None
@@ -85,5 +87,10 @@ class Plan(BaseModel):
         return max(self.stages, key=lambda s: s.total_bytes)
 
     @property
+    def usable_memory_bytes(self) -> float:
+        """The GPU's memory less the headroom: what the worst stage may hold."""
+        return self.memory_headroom.usable_bytes(self.gpu_memory_bytes)
+
+    @property
     def fits(self) -> bool:
-        return self.worst_stage.total_bytes <= self.gpu_memory_bytes
+        return self.worst_stage.total_bytes <= self.usable_memory_bytes

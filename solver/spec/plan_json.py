@@ -76,6 +76,8 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
         "other_gb": {name: to_gb(value) for name, value in worst.other_bytes.items()},
         "worst_stage": worst.stage,
         "gpu_memory_gb": to_gb(plan.gpu_memory_bytes),
+        "memory_headroom": plan.memory_headroom.label() or None,
+        "usable_memory_gb": to_gb(plan.usable_memory_bytes),
         **render_time_json(plan),
         "stages": [
             {"stage": s.stage, "memory_gb": render_memory_gb(s),

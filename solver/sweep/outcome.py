@@ -11,20 +11,24 @@ from typing import Any
 
 from solver.errors import ParplanError
 from solver.optimize import build_problem, render_result_json, solve
+from solver.spec.headroom import MemoryHeadroom
 from solver.sweep.problems import SweepProblem
 
 
 @dataclass(frozen=True)
 class SolveSettings:
-    """How every problem of a sweep is solved (written on each line)."""
+    """How every problem of a sweep is solved (written on each line), and the memory every
+    plan leaves free on each GPU."""
 
     top: int = 5
     engine: str = "layout"
     time_limit_s: float = 10.0
+    memory_headroom: MemoryHeadroom | None = None
 
     def as_line_fields(self) -> dict[str, Any]:
+        headroom = self.memory_headroom.label() if self.memory_headroom else ""
         return {"engine": self.engine, "top": self.top,
-                "time_limit_seconds": self.time_limit_s}
+                "time_limit_seconds": self.time_limit_s, "memory_headroom": headroom or None}
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,8 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
         built = build_problem(problem.model, problem.cluster, problem.gpus,
                               seq_len=problem.seq_len, global_batch=problem.global_batch,
                               precision=problem.precision, framework=problem.framework,
-                              objective=problem.objective)
+                              objective=problem.objective,
+                              memory_headroom=settings.memory_headroom)
         result = solve(built, top=settings.top, engine=settings.engine,
                        time_limit_s=settings.time_limit_s)
     except ParplanError as exc:

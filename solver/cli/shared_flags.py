@@ -1,0 +1,38 @@
+"""Flags that several planning commands share apart from the common planning options
+(solver.cli.options): the memory headroom, and the exit status scripts may ask for."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+
+from solver.cli.params import MemoryHeadroomParam
+
+F = TypeVar("F", bound=Callable[..., object])
+# The exit status of --fail-on-infeasible (2 is bad input, 1 an unexpected failure).
+INFEASIBLE_EXIT = 3
+
+
+def memory_headroom_option(command: F) -> F:
+    """--memory-headroom (parameter memory_headroom: a MemoryHeadroom or None)."""
+    return click.option(
+        "--memory-headroom", type=MemoryHeadroomParam(), default=None,
+        help="GPU memory every plan leaves free: a share (10% or 0.1) or decimal GB "
+             "(4GB); plans must fit the GPU's memory less this.")(command)
+
+
+def fail_on_infeasible_option(command: F) -> F:
+    """--fail-on-infeasible (parameter fail_on_infeasible)."""
+    return click.option(
+        "--fail-on-infeasible", is_flag=True,
+        help=f"Exit with status {INFEASIBLE_EXIT} when no plan is feasible (the answer and "
+             "its explanation are printed first); default: status 0.")(command)
+
+
+def exit_if_infeasible(infeasible: bool, fail_on_infeasible: bool) -> None:
+    """Leave with INFEASIBLE_EXIT when asked to and the answer is infeasible."""
+    if infeasible and fail_on_infeasible:
+        sys.exit(INFEASIBLE_EXIT)
