@@ -21,7 +21,11 @@ from solver.cli.params import (
     FiniteFloat,
     PinSpec,
 )
-from solver.cli.shared_flags import memory_headroom_option
+from solver.cli.shared_flags import (
+    exit_if_infeasible,
+    fail_on_infeasible_option,
+    memory_headroom_option,
+)
 from solver.spec.strict import MAX_BATCH, MAX_LAYERS
 
 PIN_OPTIONS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "zero", "micro_batch")
@@ -69,12 +73,13 @@ def _pin_options(command):
 @click.option("--gpus-for-days", type=FiniteFloat(0, MAX_DAYS, min_open=True), default=None,
               help="Find the fewest GPUs that train --token-budget within this many days.")
 @memory_headroom_option
+@fail_on_infeasible_option
 def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int | None,
              segment_gpus: int | None, seq_len: int, global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool, top: int, engine: str, time_limit: float,
              framework: str, objective: str, allow_tp_across_nodes: bool,
              gpus_for_days: float | None, recompute: str | None, memory_headroom: Any,
-             **pin_values: Any) -> None:
+             fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
     from solver.cli.render_optimize import echo_result
@@ -124,9 +129,10 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
 
             answer["calibration"] = render_sources_json(calibration, sources)
         echo_json(answer)
-        return
-    echo_result(result, gpus_for_days)
-    if calibration is not None:
-        from solver.cli.render_calibration import echo_sources_table
+    else:
+        echo_result(result, gpus_for_days)
+        if calibration is not None:
+            from solver.cli.render_calibration import echo_sources_table
 
-        echo_sources_table(calibration, sources)
+            echo_sources_table(calibration, sources)
+    exit_if_infeasible(result.status == "infeasible", fail_on_infeasible)

@@ -7,7 +7,11 @@ from typing import Any
 import click
 
 from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat
-from solver.cli.shared_flags import memory_headroom_option
+from solver.cli.shared_flags import (
+    exit_if_infeasible,
+    fail_on_infeasible_option,
+    memory_headroom_option,
+)
 from solver.spec.strict import MAX_GPUS, MAX_SEQ_LEN
 
 DEFAULT_OUTPUT_LEN = 512
@@ -84,11 +88,12 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
               help="Fitted bandwidth curves (`parplan calibrate`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @memory_headroom_option
+@fail_on_infeasible_option
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
           input_len: int | None, output_len: int | None, precision: str, kv_cache_dtype: str,
           gpu_memory_utilization: float, max_ttft_ms: float | None, max_tpot_ms: float | None,
           min_tokens_per_s: float | None, objective: str, top: int, calibration: str | None,
-          as_json: bool, memory_headroom: Any) -> None:
+          as_json: bool, memory_headroom: Any, fail_on_infeasible: bool) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
 
@@ -126,3 +131,4 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
         echo_json(render_serve_json(result))
     else:
         echo_serve_result(result)
+    exit_if_infeasible(result.status == "infeasible", fail_on_infeasible)

@@ -18,7 +18,11 @@ from solver.cli.params import (
     FiniteFloat,
     PinSpec,
 )
-from solver.cli.shared_flags import memory_headroom_option
+from solver.cli.shared_flags import (
+    exit_if_infeasible,
+    fail_on_infeasible_option,
+    memory_headroom_option,
+)
 from solver.spec.job import PRECISIONS, JobSpec
 from solver.spec.strict import MAX_BATCH, MAX_SEQ_LEN
 
@@ -61,10 +65,11 @@ def _default(field: str) -> str:
               help="Results file (JSON Lines); an existing one is resumed.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @memory_headroom_option
+@fail_on_infeasible_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
           engine: str, time_limit: float, jobs: int | None, executor: str, output: str,
-          quiet: bool, memory_headroom: Any) -> None:
+          quiet: bool, memory_headroom: Any, fail_on_infeasible: bool) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
@@ -85,6 +90,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
         build_sweep_problems,
         check_jobs,
         expand_names,
+        key_of_line,
         order_longest_first,
     )
     from solver.sweep.results import ResultsFile
@@ -113,6 +119,10 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
             click.echo(f"{output}: cut off a torn last line ({results.num_torn_bytes} bytes); "
                        "its problem is solved again", err=True)
         done = results.done_keys
+        wanted = {p.key for p in problems}
+        # Problems of this sweep answered by an earlier run count for --fail-on-infeasible too.
+        earlier_infeasible = sum(1 for line in results.lines if line["status"] == "infeasible"
+                                 and key_of_line(line) in wanted)
         pending = order_longest_first(p for p in problems if p.key not in done)
         run = start_run(pending, settings, jobs or default_jobs(), executor)
         try:
@@ -128,6 +138,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     if failures:
         raise ParplanError(f"{len(failures)} problem(s) failed unexpectedly and were not "
                            f"written (first: {failures[0]}); rerun the command to retry them")
+    exit_if_infeasible(earlier_infeasible + statuses["infeasible"] > 0, fail_on_infeasible)
 
 
 def _record(run: Any, results: Any, total: int, quiet: bool) -> tuple[Counter[str], list[str]]:
