@@ -22,6 +22,7 @@ from solver.cost.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.cost.memory.states import estimate_fp8_copy_bytes_per_param
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
+from solver.spec.framework import RECOMPUTE_MODULES, FrameworkFeatures
 from solver.spec.job import PRECISIONS
 
 SMALL = ModelSpec(name="dense-small", hidden_size=1024, intermediate_size=2816,
@@ -164,3 +165,73 @@ def test_optimizer_features_never_need_more(aware: bool, bf16: bool, dp: int, ze
         return float(estimate_memory(SMALL, job, candidates, options).total[0])
 
     assert total(precision_aware_optimizer=aware, grad_reduce_in_bf16=bf16) <= total()
+
+
+# ---- Megatron --recompute-modules (selective, module level) ----------------------------------
+
+def _layer_bytes(model_spec: ModelSpec, modules: tuple[str, ...], moe: bool = False,
+                 **options: object) -> float:
+    from solver.cost.memory import estimate_layer_activation_bytes
+
+    candidates = Candidates.from_configs([ParallelConfig(recompute="selective")])
+    return float(estimate_layer_activation_bytes(
+        model_spec, JobSpec(seq_len=1), candidates,
+        MemoryOptions(recompute_modules=modules, **options), moe=moe)[0])
+
+
+def test_mlp_recompute_drops_the_mlp_interior() -> None:
+    """megatron/core/transformer/mlp.py: with "mlp" in recompute_modules the MLP runs under
+    tensor_parallel.checkpoint, keeping its input only: Llama-3.1-8B (F 14336) drops the
+    activation input and fc2 input, 2 x 14336 x 2 B = 57,344 B per token."""
+    spec = load_model_spec("llama3.1-8b")
+    dropped = _layer_bytes(spec, ("core_attn",)) - _layer_bytes(spec, ("core_attn", "mlp"))
+    assert dropped == pytest.approx(57_344)
+
+
+def test_moe_recompute_covers_its_parts() -> None:
+    """moe checkpoints the whole MoE block (moe_layer.py); moe_act (experts.py) and
+    shared_experts (shared_experts.py) drop parts of it; core_attn off keeps the core
+    (transformer_config.py recompute_modules)."""
+    spec = load_model_spec("deepseek-v3")
+    base = _layer_bytes(spec, ("core_attn",), moe=True)
+    parts = _layer_bytes(spec, ("core_attn", "moe_act", "shared_experts"), moe=True)
+    whole = _layer_bytes(spec, ("core_attn", "moe"), moe=True)
+    assert whole < parts < base
+    assert _layer_bytes(spec, ("core_attn", "mla_up_proj"), moe=True) < base
+    unfused = {"flash_attention": False}
+    assert _layer_bytes(spec, ("mlp",), **unfused) > _layer_bytes(spec, ("core_attn", "mlp"),
+                                                                  **unfused)
+
+
+def test_module_recompute_costs_time_and_launches() -> None:
+    from click.testing import CliRunner
+
+    from solver.api import estimate
+    from solver.cli import cli
+
+    common = dict(seq_len=8192, tp=1, pp=1, micro_batch=2, recompute="selective")
+    plain = estimate("llama3.1-8b", "dgx-h100", 8, **common).plan
+    mlp = estimate("llama3.1-8b", "dgx-h100", 8, features=FrameworkFeatures(
+        recompute_modules=("core_attn", "mlp")), **common).plan
+    assert mlp.worst_stage.total_bytes < plain.worst_stage.total_bytes
+    assert mlp.time.step_seconds > plain.time.step_seconds
+    result = CliRunner().invoke(cli, [
+        "launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+        "--recompute", "selective", "--recompute-modules", "core_attn,mlp",
+        "--format", "megatron"])
+    assert result.exit_code == 0, result.output
+    assert "--recompute-modules core_attn mlp" in result.output
+
+
+@settings(max_examples=40, deadline=None)
+@given(modules=st.sets(st.sampled_from(RECOMPUTE_MODULES)), extra=st.sampled_from(
+    RECOMPUTE_MODULES), moe=st.booleans())
+def test_recomputing_one_more_module_never_needs_more(modules: set, extra: str,
+                                                      moe: bool) -> None:
+    """Invariant: adding a module to --recompute-modules never raises a layer's activations,
+    which never fall below full recompute's (the layer input)."""
+    spec = load_model_spec("deepseek-v3") if moe else load_model_spec("llama3.1-8b")
+    fewer = _layer_bytes(spec, tuple(sorted(modules)), moe=moe)
+    more = _layer_bytes(spec, tuple(sorted(modules | {extra})), moe=moe)
+    assert more <= fewer
+    assert more >= 2.0 * spec.hidden_size

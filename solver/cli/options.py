@@ -19,6 +19,7 @@ from solver.spec.framework import (
     DP_OVERLAPS,
     FEATURES,
     FP8_WEIGHT_COPIES,
+    RECOMPUTE_MODULES,
     MOE_DISPATCHERS,
     SELECTIVE_RECOMPUTES,
     FrameworkFeatures,
@@ -101,7 +102,25 @@ def framework_feature_options(command: F) -> F:
                           "--use-precision-aware-optimizer)."),
         click.option("--grad-reduce-in-bf16/--no-grad-reduce-in-bf16", default=None,
                      help="Gradient buffer and DP reduction in bf16, not fp32."),
+        click.option("--recompute-modules", default=None, metavar="M,M,...",
+                     callback=_split_modules,
+                     help="Modules --recompute selective recomputes (Megatron): "
+                          + ",".join(RECOMPUTE_MODULES) + " (default core_attn)."),
     ])
+
+
+def _split_modules(ctx: click.Context, param: click.Parameter, value: str | None
+                   ) -> tuple[str, ...] | None:
+    """--recompute-modules core_attn,mlp -> ("core_attn", "mlp"); unknown names are a usage
+    error naming the choices."""
+    if value is None:
+        return None
+    modules = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = [name for name in modules if name not in RECOMPUTE_MODULES]
+    if unknown or not modules:
+        raise click.BadParameter(f"{value!r}: choose from {', '.join(RECOMPUTE_MODULES)}",
+                                 ctx=ctx, param=param)
+    return modules
 
 
 def pop_framework_features(values: dict[str, object]) -> FrameworkFeatures:

@@ -23,6 +23,7 @@ override:
                        (memory only: MemoryOptions.fp8_weight_copies)
   precision_aware_optimizer  Adam's moments in bf16 (memory, optimizer step)
   grad_reduce_in_bf16  a bf16 gradient buffer reduced in bf16 (memory, DP traffic)
+  recompute_modules    Megatron's --recompute-modules under selective (memory, recompute time)
 and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes.
 
@@ -106,7 +107,10 @@ class FrameworkProfile(BaseModel):
     def features(self) -> dict[str, Any]:
         """The named features and their values (attention_kernel from its two switches)."""
         constants = self.time_constants
-        values = {name: getattr(constants, name) for name in FEATURES if name != "attention_kernel"}
+        # A list for the module list: what JSON gives back (sweep lines compare equal).
+        values = {name: list(value) if isinstance(value, tuple) else value
+                  for name in FEATURES if name != "attention_kernel"
+                  for value in (getattr(constants, name),)}
         kernel = ("unfused" if not constants.flash_attention
                   else "native" if constants.native_attention_kernels else "flash2")
         return {"attention_kernel": kernel, **values}
@@ -119,7 +123,8 @@ class FrameworkProfile(BaseModel):
         base = base or MemoryOptions()
         constants = self.time_constants
         update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
-                                  "fp8_weight_copies": constants.fp8_weight_copies}
+                                  "fp8_weight_copies": constants.fp8_weight_copies,
+                                  "recompute_modules": constants.recompute_modules}
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)

@@ -152,14 +152,40 @@ def _estimate_host_s(model_spec: ModelSpec, d: dict[str, np.ndarray],
     return kernels * constants.kernel_launch_s
 
 
-def _estimate_selective_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
+def _estimate_selective_s(model_spec: ModelSpec, fwd: dict[str, np.ndarray],
+                          constants: TimeConstants, is_moe: bool) -> np.ndarray:
     """Seconds `--recompute selective` adds to a layer's backward: nothing for the attention
     core (FlashAttention's backward recomputes it anyway); under op-level checkpointing
     (torchtitan) every second GEMM (half of the GEMM time), the grouped expert GEMMs (not in
-    its save list) and every element-wise op (TimeConstants.selective_recompute)."""
-    if constants.selective_recompute != "op_level":
-        return np.zeros_like(fwd["gemm"])
-    return 0.5 * fwd["gemm"] + fwd.get("routed", 0.0) + fwd["elementwise"]
+    its save list) and every element-wise op (TimeConstants.selective_recompute). Under
+    Megatron's module list (TimeConstants.recompute_modules) the forward GEMMs of each
+    recomputed module, as its share of the layer's GEMM parameters (a token's GEMM FLOPs are
+    2 x parameters; [B]: one GEMM efficiency for all of them): mlp the dense MLP, shared_experts
+    the shared experts, moe the routed experts, shared experts and router (its all-to-alls:
+    _layer_terms), mla_up_proj MLA's up-projections. layernorm and moe_act re-run element-wise
+    kernels only, a few percent of a layer's forward, not charged."""
+    if constants.selective_recompute == "op_level":
+        return 0.5 * fwd["gemm"] + fwd.get("routed", 0.0) + fwd["elementwise"]
+    m, modules = model_spec, set(constants.recompute_modules)
+    attention = float(m.attention_params_per_layer)
+    if is_moe:
+        shared, router = float(m.shared_expert_params_per_layer), float(m.router_params_per_layer)
+        gemm_params, redo_params = attention + shared + router, 0.0
+        if "moe" in modules:
+            redo_params = shared + router
+        elif "shared_experts" in modules:
+            redo_params = shared
+    else:
+        mlp = float(m.dense_mlp_params_per_layer)
+        gemm_params, redo_params = attention + mlp, mlp if "mlp" in modules else 0.0
+    if "mla_up_proj" in modules and m.is_mla:
+        redo_params += m.num_attention_heads * (
+            (m.q_lora_rank or 0) * m.qk_head_dim
+            + (m.kv_lora_rank or 0) * (m.qk_nope_head_dim + m.value_head_dim))
+    redo = fwd["gemm"] * (redo_params / gemm_params if gemm_params else 0.0)
+    if is_moe and "moe" in modules:
+        redo = redo + fwd.get("routed", 0.0)
+    return redo
 
 
 def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
@@ -236,10 +262,16 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                            cp=cp_fwd, ep=ep_full - ep_plain)
         # Op-level selective recompute: its recomputed ops, and the SP all-gathers it repeats
         # (communication outputs other than reduce-scatter and all-to-all are not saved).
-        redo_s = _estimate_selective_s(fwd, constants)
-        redo_tp = np.where(redo_s > 0.0, gathers, 0.0)
+        # Megatron's recomputed modules gather their input once (SP) and, for moe, dispatch
+        # and combine again.
+        redo_s = _estimate_selective_s(model_spec, fwd, constants, is_moe)
+        op_level = constants.selective_recompute == "op_level"
+        redo_tp = np.where(redo_s > 0.0, gathers if op_level else ag, 0.0)
+        redo_ep = (ep_exposed(1.0) if is_moe and not op_level
+                   and "moe" in constants.recompute_modules else np.zeros_like(redo_s))
         redo = stack_parts(recompute=redo_s + np.where(
-            redo_s > 0.0, waits(redo_s + redo_tp, host_fwd), 0.0), tp=redo_tp)
+            redo_s > 0.0, waits(redo_s + redo_tp + redo_ep, host_fwd), 0.0), tp=redo_tp,
+            ep=redo_ep)
         return plain + np.where(selective[:, None], redo, 0.0), full
 
     kinds = [("dense", False), ("moe", model_spec.is_moe)]
@@ -254,8 +286,10 @@ LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch")
 
 
 def layer_degrees(constants: TimeConstants) -> tuple[str, ...]:
-    """LAYER_DEGREES, and "recompute" where `selective` changes a layer's time (op level)."""
-    if constants.selective_recompute == "op_level":
+    """LAYER_DEGREES, and "recompute" where `selective` changes a layer's time (op level, or
+    modules beyond the attention core)."""
+    if (constants.selective_recompute == "op_level"
+            or set(constants.recompute_modules) - {"core_attn"}):
         return (*LAYER_DEGREES, "recompute")
     return LAYER_DEGREES
 

@@ -13,7 +13,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.efficiency import ComputeConstants
-from solver.spec.framework import DpOverlap, Fp8WeightCopies, MoeDispatcher, SelectiveRecompute
+from solver.spec.framework import (
+    DpOverlap,
+    Fp8WeightCopies,
+    MoeDispatcher,
+    RecomputeModule,
+    SelectiveRecompute,
+)
 
 
 class KernelLaunches(BaseModel):
@@ -117,6 +123,10 @@ class TimeConstants(BaseModel):
     # saved ones, i.e. all element-wise ops, every second matmul and the grouped expert
     # GEMMs; solver.cost.layer_time._estimate_selective_s).
     selective_recompute: SelectiveRecompute = "attention_core"
+    # The modules Megatron's selective recompute re-runs (--recompute-modules; its default
+    # ["core_attn"], transformer_config.py): memory in solver.cost.memory.activations, time in
+    # solver.cost.layer_time._estimate_selective_s. Read under attention_core only.
+    recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
     # Low-precision weight copies kept across micro-batches (a memory feature the profile
     # chooses; MemoryOptions.fp8_weight_copies says what each value keeps).
     fp8_weight_copies: Fp8WeightCopies = "transformer_engine"

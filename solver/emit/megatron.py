@@ -225,6 +225,8 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
                   ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if constants.grad_reduce_in_bf16:
         flags.append(("--grad-reduce-in-bf16",))
+    if c.recompute == "selective" and constants.recompute_modules != ("core_attn",):
+        flags.append(("--recompute-modules", *constants.recompute_modules))
     return flags
 
 

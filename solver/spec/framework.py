@@ -21,11 +21,16 @@ SelectiveRecompute = Literal["attention_core", "op_level"]
 # Low-precision copies of the weights kept across micro-batches: Transformer Engine caches
 # them (transformer_engine), torchao float8 casts on the fly and keeps none (none).
 Fp8WeightCopies = Literal["transformer_engine", "none"]
+# Megatron --recompute-modules: the modules `selective` recomputes under attention_core
+# (solver.cost.memory.activations.estimate_module_recompute_bytes says what each drops).
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_experts",
+                          "mla_up_proj"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = get_args(AttentionKernel)
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
 DP_OVERLAPS: tuple[DpOverlap, ...] = get_args(DpOverlap)
 SELECTIVE_RECOMPUTES: tuple[SelectiveRecompute, ...] = get_args(SelectiveRecompute)
 FP8_WEIGHT_COPIES: tuple[Fp8WeightCopies, ...] = get_args(Fp8WeightCopies)
+RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 
 
 class FrameworkFeatures(BaseModel):
@@ -44,6 +49,7 @@ class FrameworkFeatures(BaseModel):
     fp8_weight_copies: Fp8WeightCopies | None = None
     precision_aware_optimizer: bool | None = None
     grad_reduce_in_bf16: bool | None = None
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""

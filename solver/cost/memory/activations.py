@@ -69,7 +69,11 @@ def _attention_bytes(model_spec: ModelSpec, job: JobSpec, recompute: np.ndarray,
         core_none = FP32_BYTES * heads
     else:
         core_none = (5.0 if options.dropout else 2.0) * heads * job.seq_len
-    core = np.where(recompute == RECOMPUTE_NONE, core_none, 0.0)
+    # Megatron's selective recompute drops the core only when core_attn is among its modules.
+    keeps_core = (options.selective_recompute == "attention_core"
+                  and "core_attn" not in options.recompute_modules)
+    kept = (recompute == RECOMPUTE_NONE) | ((recompute == RECOMPUTE_SELECTIVE) & keeps_core)
+    core = np.where(kept, core_none, 0.0)
     split = BF16_BYTES * (q_width + k_width + v_width) + lin * heads * m.value_head_dim + core
     return split, replicated
 
@@ -122,6 +126,51 @@ def _op_level_bytes(model_spec: ModelSpec, moe: bool) -> tuple[float, float]:
     return split, BF16_BYTES * (h + 0.5 * rows)
 
 
+def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                                    options: MemoryOptions, moe: bool
+                                    ) -> tuple[np.ndarray | float, float]:
+    """(divided by tp, replicated without SP) bytes per token that Megatron's selective
+    recompute of options.recompute_modules drops beyond the attention core (core_attn is
+    _attention_bytes'). Each recomputed module keeps its input and drops what it saved inside
+    (megatron/core/transformer/transformer_layer.py, mlp.py, moe/experts.py, moe/moe_layer.py,
+    multi_latent_attention.py, CheckpointWithoutOutput):
+      layernorm       the pre-MLP norm's output of an MoE layer (dense layers fuse both norms
+                      into TE LayerNormLinear, which the option leaves alone): 2h replicated
+      mlp             a dense MLP's interior (activation input 2F, fc2 input F in fp8, 2F)
+      moe_act         the routed experts' fc2 inputs (the activation's output), k copies
+      shared_experts  the shared experts' interior
+      moe             the whole MoE block but its input: the dispatched copies, the expert
+                      interiors, the shared experts, the router scores and the norm output
+                      (moe_act and shared_experts included)
+      mla_up_proj     MLA's per-head Q, K and V from the latent (the up-projections and RoPE)
+    Worked number: Llama-3.1-8B (F 14336, bf16) with mlp: 2 * 14336 * 2 = 57,344 B per token
+    of the layer's 110,720 dropped."""
+    m, lin = model_spec, _linear_input_bytes(job)
+    modules, h = set(options.recompute_modules), m.hidden_size
+    split: np.ndarray | float = 0.0
+    replicated = 0.0
+    if "mla_up_proj" in modules and m.is_mla:
+        heads = m.num_attention_heads
+        split = split + BF16_BYTES * heads * (2 * m.qk_head_dim + m.value_head_dim)
+    if not moe:
+        if "mlp" in modules:
+            split = split + _mlp_interior_bytes(m.intermediate_size, job)
+        return split, replicated
+    shared_width = m.num_shared_experts * (
+        m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
+    if "moe" in modules:
+        moe_split, _ = _mlp_bytes(m, job, candidates, options, moe=True)
+        return split + moe_split, BF16_BYTES * h + FP32_BYTES * m.num_experts
+    copies = m.num_experts_per_tok * options.moe_capacity_factor
+    if "moe_act" in modules:
+        split = split + copies * lin * (m.moe_intermediate_size or 0)
+    if "shared_experts" in modules:
+        split = split + _mlp_interior_bytes(shared_width, job)
+    if "layernorm" in modules:
+        replicated += BF16_BYTES * h
+    return split, replicated
+
+
 def _per_gpu(job: JobSpec, candidates: Candidates, options: MemoryOptions,
              split: np.ndarray | float, replicated: np.ndarray | float) -> np.ndarray:
     """Bytes per GPU for one micro-batch from per-token bytes: (s*b/cp) tokens per rank."""
@@ -148,9 +197,14 @@ def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candida
     saved = _per_gpu(job, candidates, options, attention_split + mlp_split,
                      attention_replicated + mlp_replicated)
     layer_input = _per_gpu(job, candidates, options, 0.0, BF16_BYTES * model_spec.hidden_size)
+    selective = candidates.recompute == RECOMPUTE_SELECTIVE
     if options.selective_recompute == "op_level":
         op_level = _per_gpu(job, candidates, options, *_op_level_bytes(model_spec, moe))
-        saved = np.where(candidates.recompute == RECOMPUTE_SELECTIVE, op_level, saved)
+        saved = np.where(selective, op_level, saved)
+    elif set(options.recompute_modules) - {"core_attn"}:
+        dropped = _per_gpu(job, candidates, options, *estimate_module_recompute_bytes(
+            model_spec, job, candidates, options, moe))
+        saved = np.where(selective, np.maximum(saved - dropped, layer_input), saved)
     return np.where(candidates.recompute == RECOMPUTE_FULL, layer_input, saved)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from solver.spec.framework import Fp8WeightCopies, SelectiveRecompute
+from solver.spec.framework import Fp8WeightCopies, RecomputeModule, SelectiveRecompute
 
 GIB = 2**30
 
@@ -75,6 +75,10 @@ class MemoryOptions(BaseModel):
                            attention core) or "op_level" (torchtitan's per-op SAC: the layer
                            input and the outputs of every second GEMM, the attention and the
                            all-to-alls; solver.cost.frameworks sets it per framework).
+      recompute_modules ("core_attn",)
+                           under attention_core, the modules `selective` recomputes (Megatron
+                           --recompute-modules, default core_attn; what each drops:
+                           activations.estimate_module_recompute_bytes).
     Framework layouts, off by default (used to reproduce published runs):
       account_for_embedding_in_pipeline_split
                            the embedding and the LM head each take one layer slot of the
@@ -103,5 +107,6 @@ class MemoryOptions(BaseModel):
     fragmentation: float = Field(default=0.05, ge=0)
     include_mtp: bool = True
     selective_recompute: SelectiveRecompute = "attention_core"
+    recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False
