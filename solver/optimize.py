@@ -188,7 +188,7 @@ def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
         bigger = _bigger_gpu(problem.cluster)
         if bigger is not None and any_feasible(problem.model_copy(update={"cluster": bigger})):
             fixes.append(f"a GPU with more memory: {bigger.gpu.name} "
-                         f"({bigger.gpu.memory_gib:.0f} GiB)")
+                         f"({bigger.gpu.memory_gib * 2**30 / 1e9:.0f} GB)")
     if {"tp_within_nvlink", "etp_within_nvlink"} & set(conflicts):
         if any_feasible(problem.model_copy(update={"allow_tp_across_nodes": True})):
             fixes.append("--allow-tp-across-nodes")

@@ -52,7 +52,7 @@ def test_json_of_a_dense_model() -> None:
     assert words[words.index("--max-model-len") + 1] == "32768"
     assert words[words.index("--gpu-memory-utilization") + 1] == "0.9"
     assert "--enable-expert-parallel" not in words
-    assert any(line.startswith("seed 002's tree") for line in answer["why"])
+    assert any(line.startswith("rule of thumb (one GPU per copy") for line in answer["why"])
 
 
 def test_moe_plan_enables_expert_parallel_with_fp8() -> None:

@@ -101,7 +101,7 @@ def clusters(as_json: bool) -> None:
         (
             c.name,
             c.gpu.name,
-            c.gpu.memory_gib,
+            round(c.gpu.memory_gib * 2**30 / 1e9, 1),
             c.gpus_per_node,
             c.scale_up_gpus,
             c.gpu.peak_tflops_bf16,
@@ -111,5 +111,5 @@ def clusters(as_json: bool) -> None:
         )
         for c in presets
     ]
-    columns = ["cluster", "gpu", "GiB", "gpus/node", "nvlink domain", "bf16 TFLOP/s", "tiers"]
+    columns = ["cluster", "gpu", "memory GB", "gpus/node", "nvlink domain", "bf16 TFLOP/s", "tiers"]
     echo_table(f"parplan cluster presets ({len(rows)})", columns, rows)

@@ -97,7 +97,8 @@ def explain_serving(problem: ServeProblem, ranked: RankedServe) -> list[str]:
              f"parameters); vLLM may use {job.gpu_memory_utilization:g} x "
              f"{capacity} = {usable / GB:.1f} GB of each GPU"]
     tp, pp, reason = tree_plan(problem)
-    lines.append(f"seed 002's tree at {job.context:,} tokens of context: {reason}"
+    lines.append(f"rule of thumb (one GPU per copy if it fits, else TP inside a node, else PP "
+                 f"across nodes) at {job.context:,} tokens of context: {reason}"
                  + (" -> add EP (ep = tp x dp)" if m.is_moe else ""))
     lines.append(
         f"chosen: tp {best['tp']} x pp {best['pp']} x dp {best['dp']}"
@@ -147,7 +148,8 @@ def _departure(problem: ServeProblem, ranked: RankedServe, tp: int, pp: int) -> 
     """Why the winner is not the tree's plan."""
     tree = _tree_candidate(problem, tp, pp)
     if tree is None:
-        return f"the tree's tp {tp} x pp {pp} does not divide --gpus {problem.num_gpus}"
+        return (f"the rule of thumb's tp {tp} x pp {pp} does not divide --gpus "
+                f"{problem.num_gpus}")
     row = tree.row(0)
     described = (f"tp {tp} x pp {pp} x dp {row['dp']}" + (f", ep {row['ep']}" if row["ep"] > 1
                                                            else "")
@@ -155,10 +157,10 @@ def _departure(problem: ServeProblem, ranked: RankedServe, tp: int, pp: int) -> 
     broken = [c.name for c in build_serve_constraints(problem)
               if not np.asarray(c.check(tree.values()), bool).all()]
     if broken:
-        return f"the tree's {described} breaks {', '.join(broken)}"
+        return f"the rule of thumb's {described} breaks {', '.join(broken)}"
     theirs, e = estimate_serving(problem, tree), ranked.estimate
-    return (f"departs from the tree: its {described} ({int(theirs.num_gpus[0])} GPUs) gives "
-            f"{float(theirs.tokens_per_s[0]):,.0f} tokens/s and "
+    return (f"departs from the rule of thumb: its {described} ({int(theirs.num_gpus[0])} "
+            f"GPUs) gives {float(theirs.tokens_per_s[0]):,.0f} tokens/s and "
             f"{float(theirs.latency_s[0]):.2f} s per request against "
             f"{float(e.tokens_per_s[0]):,.0f} and {float(e.latency_s[0]):.2f} s here; its KV "
             f"caches hold {_capacity(theirs, tree):,} sequences of the context against "
@@ -229,7 +231,8 @@ def suggest_serve_fixes(problem: ServeProblem, conflicts: Sequence[str],
                         key=lambda g: g.memory_gib)
         for gpu in larger:
             if works(cluster=problem.cluster.model_copy(update={"gpu": gpu})):
-                fixes.append(f"a GPU with more memory: {gpu.name} ({gpu.memory_gib:.0f} GiB)")
+                fixes.append(f"a GPU with more memory: {gpu.name} "
+                             f"({gpu.memory_gib * 2**30 / 1e9:.0f} GB)")
                 break
     fixes += _looser_slos(problem, conflicts)
     return fixes
