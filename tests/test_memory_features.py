@@ -235,3 +235,21 @@ def test_recomputing_one_more_module_never_needs_more(modules: set, extra: str,
     more = _layer_bytes(spec, tuple(sorted(modules | {extra})), moe=moe)
     assert more <= fewer
     assert more >= 2.0 * spec.hidden_size
+
+
+def test_estimate_prints_its_memory_assumptions() -> None:
+    """Issue 17: estimate prints the assumptions it made ("fp8 weight copies: none (torchao
+    float8)")."""
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    args = ["estimate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--precision", "fp8"]
+    titan = CliRunner().invoke(cli, [*args, "--framework", "torchtitan"])
+    assert titan.exit_code == 0, titan.output
+    assert "fp8 weight copies: none (torchao float8" in titan.output
+    chosen = CliRunner().invoke(cli, [*args, "--precision-aware-optimizer",
+                                      "--recompute-modules", "core_attn,mlp"])
+    assert "bf16 Adam moments (precision-aware optimizer)" in chosen.output
+    assert "--recompute selective: modules core_attn,mlp" in chosen.output

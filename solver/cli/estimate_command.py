@@ -94,6 +94,9 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     else:
         echo_memory_table(plan, heading)
     echo_time_table(plan)
+    from solver.cli.render_features import render_memory_assumptions
+
+    click.echo("\n".join(render_memory_assumptions(result.profile, result.job.precision)))
     if plan.config.pp > 1 or plan.layout is not None and any(
             s.recompute_layers not in (0, s.layers) for s in plan.layout.stages):
         echo_layout_table(plan)

@@ -1,0 +1,36 @@
+"""The memory assumptions a framework profile makes, in words, for `parplan estimate`'s text
+output (issue 17: "fp8 weight copies: none (torchao float8)"); the JSON gives the same values
+as `framework_features`."""
+
+from __future__ import annotations
+
+from solver.cost.frameworks import FrameworkProfile
+
+
+def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list[str]:
+    """One line per memory feature of `profile` for a job at `precision`."""
+    constants = profile.time_constants
+    if precision == "bf16":
+        copies = "none (bf16)"
+    elif constants.fp8_weight_copies == "none":
+        copies = "none (torchao float8 casts on the fly)"
+    else:
+        copies = "row- and column-wise, sharded like the weights (Transformer Engine)"
+    optimizer = ("fp32 master weights, bf16 Adam moments (precision-aware optimizer)"
+                 if constants.precision_aware_optimizer
+                 else "fp32 master weights and Adam moments")
+    grad_bytes = profile.memory_options().grad_bytes
+    gradients = ("bf16 buffer, reduced in bf16 (--grad-reduce-in-bf16)"
+                 if constants.grad_reduce_in_bf16
+                 else f"{grad_bytes:g} B per parameter, DP reduction in "
+                      f"{constants.grad_reduce_bytes:g} B (ZeRO-3: "
+                      f"{constants.zero3_grad_reduce_bytes:g} B)")
+    if constants.selective_recompute == "op_level":
+        selective = "op level (torchtitan SAC)"
+    else:
+        selective = "modules " + ",".join(constants.recompute_modules)
+    return [f"memory assumptions ({profile.name}):",
+            f"  fp8 weight copies: {copies}",
+            f"  optimizer state: {optimizer}",
+            f"  gradients: {gradients}",
+            f"  --recompute selective: {selective}"]
