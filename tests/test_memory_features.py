@@ -253,3 +253,23 @@ def test_estimate_prints_its_memory_assumptions() -> None:
                                       "--recompute-modules", "core_attn,mlp"])
     assert "bf16 Adam moments (precision-aware optimizer)" in chosen.output
     assert "--recompute selective: modules core_attn,mlp" in chosen.output
+
+
+def test_torchtitan_and_deepspeed_launch_bf16_reduction() -> None:
+    """torchtitan job_config.py Training.mixed_precision_reduce ("float32" by default);
+    DeepSpeed ds_config communication_data_type. Neither has a precision-aware optimizer:
+    a warning."""
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    args = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--grad-reduce-in-bf16", "--precision-aware-optimizer"]
+    titan = CliRunner().invoke(cli, [*args, "--format", "torchtitan"])
+    assert titan.exit_code == 0, titan.output
+    assert 'mixed_precision_reduce = "bfloat16"' in titan.output
+    assert "no precision-aware optimizer" in titan.output
+    deepspeed = CliRunner().invoke(cli, [*args, "--format", "deepspeed"])
+    assert deepspeed.exit_code == 0, deepspeed.output
+    assert '"communication_data_type": "bf16"' in deepspeed.output
+    assert "no precision-aware optimizer" in deepspeed.output

@@ -108,6 +108,12 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
                      "(deepspeed.checkpointing or the model's gradient checkpointing)")
     if job.precision == "fp8":
         notes.append("fp8 comes from Transformer Engine layers in the model; bf16 stays on")
+    constants = target.time_constants
+    if constants is not None and constants.grad_reduce_in_bf16:
+        config["communication_data_type"] = "bf16"  # ds_config: gradients reduced in bf16
+    if constants is not None and constants.precision_aware_optimizer:
+        warnings.append("DeepSpeed's ZeRO optimizer keeps fp32 Adam moments: no "
+                        "precision-aware optimizer (planned with bf16 moments)")
     return config, warnings, notes
 
 

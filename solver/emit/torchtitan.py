@@ -173,7 +173,9 @@ def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, o
                      "[\"float8\"] in torchtitan's TOML releases)")
     sections = {"parallelism": parallelism, "training": training,
                 "activation_checkpoint": checkpoint}
-    sections.update(_feature_sections(target, parallelism, warnings))
+    features = _feature_sections(target, parallelism, warnings)
+    training.update(features.pop("training", {}))
+    sections.update(features)
     return sections, warnings, notes
 
 
@@ -195,9 +197,17 @@ def _feature_sections(target: LaunchTarget, parallelism: dict[str, object],
     if target.config.recompute == "selective" and constants.selective_recompute != "op_level":
         warnings.append("torchtitan's selective checkpointing is per op (every second matmul "
                         "saved), not the attention core alone: more recompute, less memory")
+    if constants.grad_reduce_in_bf16:  # job_config.py Training.mixed_precision_reduce
+        training = {"mixed_precision_reduce": "bfloat16"}
+    else:
+        training = {}
+    if constants.precision_aware_optimizer:
+        warnings.append("torchtitan's optimizers keep their states in the parameters' fp32: no "
+                        "precision-aware optimizer (planned with bf16 Adam moments)")
+    sections: dict[str, dict[str, object]] = {"training": training} if training else {}
     if constants.fused_elementwise:
-        return {"compile": {"enable": True, "components": ["model", "loss"]}}
-    return {}
+        sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    return sections
 
 
 def render_toml(sections: dict[str, dict[str, object]], header: str = "") -> str:
