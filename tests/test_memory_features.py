@@ -273,3 +273,13 @@ def test_torchtitan_and_deepspeed_launch_bf16_reduction() -> None:
     assert deepspeed.exit_code == 0, deepspeed.output
     assert '"communication_data_type": "bf16"' in deepspeed.output
     assert "no precision-aware optimizer" in deepspeed.output
+
+
+def test_only_megatron_keeps_its_gradients_in_the_reduce_dtype() -> None:
+    """Megatron's grad buffer takes the reduction dtype (param_and_grad_buffer.py); FSDP2's
+    MixedPrecisionPolicy(reduce_dtype=bf16) casts the reduced shard back to the fp32 sharded
+    parameter's dtype (torchtitan), so its gradients stay 4 B."""
+    titan = build_framework_profile("torchtitan", {"grad_reduce_in_bf16": True})
+    assert titan.memory_options().grad_bytes == 4.0
+    megatron = build_framework_profile("megatron", {"grad_reduce_in_bf16": True})
+    assert megatron.memory_options().grad_bytes == 2.0

@@ -20,7 +20,7 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
                  if constants.precision_aware_optimizer
                  else "fp32 master weights and Adam moments")
     grad_bytes = profile.memory_options().grad_bytes
-    gradients = ("bf16 buffer, reduced in bf16 (--grad-reduce-in-bf16)"
+    gradients = (f"{grad_bytes:g} B per parameter, reduced in bf16 (--grad-reduce-in-bf16)"
                  if constants.grad_reduce_in_bf16
                  else f"{grad_bytes:g} B per parameter, DP reduction in "
                       f"{constants.grad_reduce_bytes:g} B (ZeRO-3: "

@@ -118,8 +118,8 @@ class FrameworkProfile(BaseModel):
     def memory_options(self, base: MemoryOptions | None = None) -> MemoryOptions:
         """The memory model's options under this profile: what `selective` keeps, the fp8
         weight copies, and the smaller states of the precision-aware optimizer (Adam's m and
-        v in bf16: 4 B per parameter less) and of bf16 gradient reduction (a bf16 gradient
-        buffer, 2 B, and buckets of half the bytes)."""
+        v in bf16: 4 B per parameter less) and of bf16 gradient reduction (buckets of half the
+        bytes; in Megatron a bf16 gradient buffer, 2 B)."""
         base = base or MemoryOptions()
         constants = self.time_constants
         update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
@@ -128,7 +128,10 @@ class FrameworkProfile(BaseModel):
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)
-        if constants.grad_reduce_in_bf16:
+        # Only Megatron stores the gradients in the reduction dtype (its grad buffer); FSDP2
+        # (torchtitan) casts the reduced shard back to the fp32 parameter's dtype and DeepSpeed's
+        # communication_data_type changes the traffic only.
+        if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
         return base.model_copy(update=update)
