@@ -25,7 +25,8 @@ override:
   grad_reduce_in_bf16  a bf16 gradient buffer reduced in bf16 (memory, DP traffic)
   recompute_modules    Megatron's --recompute-modules under selective (memory, recompute time)
 and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
-DP details (zero*_...) and the gradient-reduction dtypes.
+DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
+bf16).
 
 Kernel counts (forward, one layer, one micro-batch) are read off the frameworks' layer code
 [B: counted from the module structure, not profiled]; the backward launches twice as many.
