@@ -65,10 +65,12 @@ def test_even_engine_top_k_is_the_oracles_distinct_top_k(problem) -> None:
 def test_layout_engine_holds_as_many_distinct_plans_each_no_slower(problem) -> None:
     """Each distinct even plan is a row whose best layout is no slower, and rows of distinct
     even plans never fold together: the layout engine's i-th plan is no slower than the even
-    engine's i-th, and it finds at least as many."""
+    engine's i-th, and it finds at least as many (more where only uneven layouts fit: e.g.
+    Qwen3-30B on 24 L40S with pp 12, where no even split fits the first stages' in-flight
+    activations)."""
     even = solve(problem, top=4, engine="even")
     layout = solve(problem, top=4, engine="layout")
-    assert len(layout.plans) == len(even.plans)
+    assert len(layout.plans) >= len(even.plans)
     for fast, plain in zip(layout.plans, even.plans):
         assert fast.time.step_seconds <= plain.time.step_seconds * (1 + 1e-9)
 
