@@ -328,3 +328,18 @@ def test_first_pass_prunes_only_plans_that_cannot_enter_the_top(problem, engine)
     assert pruned.status == whole.status
     assert [(p.config, p.layout, p.time.step_seconds) for p in pruned.plans] == [
         (p.config, p.layout, p.time.step_seconds) for p in whole.plans]
+
+
+def test_fit_check_counts_the_problem_own_bytes_per_parameter() -> None:
+    """The first "why" line sizes the model states with the memory options in force: Megatron's
+    defaults keep bf16 weights (2 B), fp32 gradients (4 B) and fp32 master weights with Adam's
+    moments (12 B) per parameter (solver.cost.memory.options); the precision-aware optimizer
+    and bf16 gradients (Megatron --use-precision-aware-optimizer --grad-reduce-in-bf16) make
+    it 2 + 2 + 8."""
+    runner = CliRunner()
+    base = ["optimize", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    plain = runner.invoke(cli, base)
+    lean = runner.invoke(cli, [*base, "--precision-aware-optimizer", "--grad-reduce-in-bf16"])
+    assert plain.exit_code == 0 and lean.exit_code == 0
+    assert "(18 bytes each: 2 + 4 + 12)" in plain.output
+    assert "(12 bytes each: 2 + 2 + 8)" in lean.output

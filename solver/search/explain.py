@@ -99,10 +99,14 @@ def explain_choice(problem: Problem, ranked: Ranked) -> list[str]:
     params = m.total_params
     best = ranked.candidates.config(0)
     lines = []
-    static = 16 * params
+    options = problem.memory_options
+    per_param = options.param_bytes + options.grad_bytes + options.optimizer_bytes
+    static = per_param * params
     lines.append(
         f"1. fit check: {params / 1e9:.1f}B parameters need {static / GB:.0f} GB of weights, "
-        f"gradients and Adam state (16 bytes each) against {capacity / GB:.0f} GB per GPU: "
+        f"gradients and optimizer state ({per_param:g} bytes each: "
+        f"{options.param_bytes:g} + {options.grad_bytes:g} + {options.optimizer_bytes:g}) "
+        f"against {capacity / GB:.0f} GB per GPU: "
         + ("fits one GPU" if static < capacity else
            f"shard over at least {math.ceil(static / capacity)} GPUs"))
     weights = 2 * params
