@@ -77,28 +77,44 @@ class KernelGrid:
 def interpolate_log_rate(sizes: tuple[np.ndarray, ...], log_rate: np.ndarray,
                          coords: tuple) -> np.ndarray:
     """Multilinear interpolation of `log_rate` (shape = the axes' lengths) in log2 sizes,
-    vectorised over the broadcast shape of `coords`; clamped beyond every edge."""
+    vectorised over the broadcast shape of `coords`; clamped beyond every edge.
+
+    The 2^axes cell corners are gathered in one indexing of the flattened table (corner c's
+    offset from the cell's lower corner is the dot product of its bits with the table's
+    strides), so a lookup costs a fixed few dozen numpy calls whatever the number of axes:
+    the search calls it thousands of times per problem on short arrays."""
     points = np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in coords))
-    lower, upper, weight = [], [], []
-    for axis, x in zip(sizes, points):
-        grid = np.log2(axis.astype(float))
-        x = np.log2(np.maximum(x, 1e-300))
+    shape = points[0].shape
+    n_axes = len(sizes)
+    base = np.zeros(points[0].size, dtype=np.intp)
+    weight = np.empty((n_axes, points[0].size))
+    steps = np.empty(n_axes, dtype=np.intp)
+    stride = 1
+    for a in range(n_axes - 1, -1, -1):  # C order: the last axis varies fastest
+        grid = _log2_axis(sizes[a])
+        x = np.log2(np.maximum(points[a].reshape(-1), 1e-300))
         if len(grid) == 1:
-            i = np.zeros(x.shape, dtype=int)
-            lower.append(i), upper.append(i), weight.append(np.zeros(x.shape))
-            continue
-        i = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
-        t = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
-        lower.append(i), upper.append(i + 1), weight.append(t)
-    out = np.zeros(points[0].shape)
-    for corner in itertools.product((0, 1), repeat=len(sizes)):
-        w = np.ones(points[0].shape)
-        index = []
-        for bit, lo, hi, t in zip(corner, lower, upper, weight):
-            w = w * (t if bit else 1.0 - t)
-            index.append(hi if bit else lo)
-        out += np.where(w > 0, w * log_rate[tuple(index)], 0.0)
-    return out
+            weight[a], steps[a] = 0.0, 0
+        else:
+            i = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
+            weight[a] = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
+            base += i * stride
+            steps[a] = stride
+        stride *= len(grid)
+    bits = _corner_bits(n_axes)  # (2^axes, axes), corner 0 = all lower
+    w = np.where(bits[:, :, None], weight[None], 1.0 - weight[None]).prod(axis=1)
+    values = log_rate.reshape(-1)[base[None, :] + (bits @ steps)[:, None]]
+    return np.where(w > 0, w * values, 0.0).sum(axis=0).reshape(shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _corner_bits(n_axes: int) -> np.ndarray:
+    return np.array(list(itertools.product((0, 1), repeat=n_axes)), dtype=bool).reshape(
+        -1, n_axes)
+
+
+def _log2_axis(axis: np.ndarray) -> np.ndarray:
+    return np.log2(axis.astype(float))
 
 
 @dataclass(frozen=True, eq=False)

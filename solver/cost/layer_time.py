@@ -29,12 +29,12 @@ BF16_BYTES = 2.0
 DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
 
 
-def _mixed_layer_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                   d: dict[str, np.ndarray], constants: TimeConstants) -> dict[str, np.ndarray]:
+def _mixed_layer_s(layer: dict[str, dict[str, np.ndarray]], model_spec: ModelSpec
+                   ) -> dict[str, np.ndarray]:
     """Forward seconds of the average layer (dense and MoE layers in the model's proportion),
-    by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise.
-    It sizes the DP overlap window (the layers of the even split's largest stage)."""
-    layer = _framework_compute_s(model_spec, cluster, job, d, constants)
+    by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise,
+    from each kind's `layer` (_framework_compute_s). It sizes the DP overlap window (the layers
+    of the even split's largest stage)."""
     moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
     return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
             + moe_share * layer["moe"].get(part, 0.0)
@@ -189,10 +189,11 @@ def _estimate_selective_s(model_spec: ModelSpec, fwd: dict[str, np.ndarray],
 
 
 def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                 d: dict[str, np.ndarray], constants: TimeConstants
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 d: dict[str, np.ndarray], constants: TimeConstants,
+                 layer: dict[str, dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """(per layer, recompute) of TimeTerms: each layer kind at the candidate's own recompute
-    level (none, or selective), and what recomputing it in full adds to the level none.
+    level (none, or selective), and what recomputing it in full adds to the level none, from
+    each kind's compute `layer` (_framework_compute_s).
 
     The host launches each pass's kernels ahead of the GPU, which waits only when the launches
     take longer than the pass's GPU work (compute and exposed communication): a pass costs
@@ -200,7 +201,6 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     the frameworks synchronise the host between them (MoE token counts, autograd)."""
     tp, cp = d["tp"], d["cp"]
     h, s, mb = model_spec.hidden_size, job.seq_len, d["micro_batch"]
-    layer = _framework_compute_s(model_spec, cluster, job, d, constants)
     rows = mb * s / cp
     tp_link = estimate_group_link(cluster, 1, tp)
     activation_bytes = rows * h * BF16_BYTES
@@ -299,9 +299,11 @@ def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
                       ) -> dict[str, np.ndarray]:
     """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), and
     the average layer's forward and backward seconds (the DP overlap window)."""
-    per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants)
+    # Both the layer terms and the average layer start from the same compute: work it once.
+    layer = _framework_compute_s(model_spec, cluster, job, d, constants)
+    per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants, layer)
     head = estimate_head_compute_s(model_spec, cluster, job, d, constants)
-    fwd = _mixed_layer_s(model_spec, cluster, job, d, constants)
+    fwd = _mixed_layer_s(layer, model_spec)
     return {"per_layer": per_layer, "recompute": recompute_terms,
             "head": stack_parts(compute=head), "mixed_fwd": _forward_s(fwd),
             "mixed_bwd": _backward_s(fwd, constants)}
