@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -94,7 +95,7 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         return {**common, "grad_accumulation_bytes_per_param": 18.0, "grad_reduce_bytes": 4.0,
                 "zero1_grad_all_reduce": True}
     if run.source_group == "megatron-bridge":
-        return {"tp_comm_overlap": True, "ep_comm_overlap": True}
+        return {"tp_comm_overlap": True, "ep_comm_overlap": True, **bridge_moe_recipe(run)}
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
     # LLM Foundry's tables (2023) ran FlashAttention-1/2 or Triton attention kernels, written
@@ -105,6 +106,42 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         # bf16 parameters, gradients reduced in fp32 (mosaic_fsdp.get_mixed_precision).
         return {**foundry, "zero3_grad_reduce_bytes": 4.0}
     return foundry
+
+
+# What Megatron-Bridge's H100 performance recipes set for each MoE model, by the release a row
+# comes from (NeMo 25.09 = NVIDIA-NeMo/Megatron-Bridge e4bb622, scripts/performance/run_script.py
+# and configs/qwen3/*.yaml; 25.11 = tag v0.2.0, 26.02 = v0.3.0, 26.04 = v0.4.0, 26.06 = v0.5.0,
+# scripts/performance/configs/<family>/*workload_base_configs.py). Unlisted: the defaults above.
+#   deepseek-v3   25.09: DeepEP on H100 (`enable_deepep = gpu in ["h100"]`), EP all-to-all overlap
+#                 (`A2A_1F1B`), recompute_modules ["mla_up_proj", "mlp"]
+#   qwen3-235b    25.09: tp_comm_overlap only (no overlap_moe_expert_parallel_comm); from 25.11
+#                 moe_a2a_overlap=True (the default above)
+#   qwen3-30b     25.09: tp_comm_overlap only; 25.11-26.02 (pp 2, vp 12) moe_a2a_overlap=True;
+#                 26.04-26.06 (ep 16, pp 1) moe_a2a_overlap=False with the flex dispatcher's
+#                 HybridEP backend (qwen3_llm_pretrain.py: moe_token_dispatcher_type = "flex")
+#   gpt-oss-120b  every release: no moe_a2a_overlap (GPT_OSS_120B_..._H100_BF16 sets pp 4 and
+#                 recompute_modules ["layernorm", "moe_act"] only; the field defaults to False)
+BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
+    ("deepseek-v3", "25.09"): {"moe_dispatcher": "deepep",
+                               "recompute_modules": ("mla_up_proj", "mlp")},
+    ("qwen3-235b-a22b", "25.09"): {"ep_comm_overlap": False},
+    ("qwen3-30b-a3b", "25.09"): {"ep_comm_overlap": False},
+    ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
+    ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
+    **{("gpt-oss-120b", release): {"ep_comm_overlap": False}
+       for release in ("25.11", "26.02", "26.04", "26.06")},
+}
+
+
+def bridge_release(run: PublishedRun) -> str:
+    """The NeMo release of a Megatron-Bridge archive row, without its patch number:
+    "mb-archive-26.02.01-H100-..." -> "26.02"."""
+    return ".".join(run.id.split("-")[2].split(".")[:2])
+
+
+def bridge_moe_recipe(run: PublishedRun) -> dict[str, Any]:
+    """The switches BRIDGE_MOE_RECIPES gives the row's model and release (none for dense)."""
+    return dict(BRIDGE_MOE_RECIPES.get((run.model_spec.name, bridge_release(run)), {}))
 
 
 # ---- statistics -------------------------------------------------------------------------------
