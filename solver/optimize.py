@@ -113,8 +113,16 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
                           solve_seconds=seconds, num_feasible=ranked.num_feasible,
                           num_candidates=ranked.num_candidates,
                           num_memory_checked=ranked.num_memory_checked,
-                          plans=_plans(problem, ranked), why=tuple(explain_choice(problem,
-                                                                                  ranked)))
+                          plans=_plans(problem, ranked),
+                          why=tuple(explain_choice(problem, ranked, lambda pinned: _solve_top(
+                              pinned, engine, time_limit_s))))
+
+
+def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:
+    """The best plan of `problem` with `engine` (for the explanation's comparisons)."""
+    if engine == "layout":
+        return solve_with_layouts(problem, 1, time_limit_s)[0]
+    return solve_by_enumeration(problem, 1)
 
 
 def render_result_json(result: OptimizeResult) -> dict[str, Any]:

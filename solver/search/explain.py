@@ -6,14 +6,16 @@ only if the rest become feasible without it. Constraints the user cannot change 
 shape, the GPU count) are tried first on their own; the expensive memory check runs once, on
 the candidates those allow.
 
-Why: the seed's six steps (000_...: fit check, minimum TP, PP, DP, communication budget, EP)
-applied to this problem, and what the runner-up loses on.
+Why: the six steps of the classic decision process (fit check, minimum TP, PP, DP,
+communication budget, EP) applied to this problem, what the runner-up loses on, and what the
+winner's most surprising choice buys: the best plan without it (say cp = 1 where the winner
+splits a 4K-token sequence over 4 GPUs), and the difference in step time, its parts and memory.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +30,7 @@ from solver.search.constraints import (
 )
 from solver.search.enumerate import Ranked, enumerate_feasible
 from solver.search.space import VARIABLES, Problem
+from solver.spec.figures import format_significant
 
 SOFT_PREFIXES = ("pin_", "megatron_", "torchtitan_", "deepspeed_")
 SOFT_NAMES = ("tp_within_nvlink", "etp_within_nvlink", MEMORY_CONSTRAINT)
@@ -92,8 +95,11 @@ def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
     return [c.name for c in kept]
 
 
-def explain_choice(problem: Problem, ranked: Ranked) -> list[str]:
-    """The six steps of the seed's decision process for this problem, then the runner-up."""
+def explain_choice(problem: Problem, ranked: Ranked,
+                   solve_pinned: Callable[[Problem], Ranked | None] | None = None) -> list[str]:
+    """The six steps of the classic decision process for this problem, the runner-up, and the
+    best plan without the winner's most surprising choice (`compare_without_surprise`;
+    `solve_pinned` solves a problem with one more pin, with the engine that ranked `ranked`)."""
     m, gpu = problem.model_spec, problem.cluster.gpu
     capacity = problem.cluster.usable_memory_bytes
     params = m.total_params
@@ -135,6 +141,9 @@ def explain_choice(problem: Problem, ranked: Ranked) -> list[str]:
         lines.append("6. experts: dense model, no EP")
     if len(ranked.candidates) > 1:
         lines.append(_runner_up(ranked))
+    surprise = compare_without_surprise(problem, ranked, solve_pinned or _solve_even)
+    if surprise is not None:
+        lines.append(surprise)
     return lines
 
 
@@ -178,3 +187,94 @@ def _runner_up(ranked: Ranked) -> str:
     return (f"runner-up #{index + 1} ({described}) is {gap:.3f} s slower per step; it loses "
             f"most on "
             f"{worst} ({second[worst] - first[worst]:+.3f} s)")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A choice a reader questions: the winner's `name` outside `usual`, the values the rule
+    of thumb would take."""
+
+    name: str
+    usual: tuple[int, ...]
+    words: str
+
+
+# Most surprising first: CP is meant for long sequences; PP and TP for models that do not fit
+# on fewer GPUs; ZeRO 3 (sharded weights, gathered every step) trades traffic for memory.
+SURPRISES = (
+    Choice("cp", (1,), "context parallelism"),
+    Choice("pp", (1,), "pipeline parallelism"),
+    Choice("tp", (1,), "tensor parallelism"),
+    Choice("zero", (0, 1, 2), "ZeRO 3"),
+)
+TIME_WORDS = {"compute": "compute", "recompute": "recompute", "tp": "TP traffic",
+              "cp": "CP traffic", "ep": "EP traffic", "dp": "DP traffic", "pp": "PP traffic",
+              "bubble": "pipeline bubble", "optimizer": "optimizer step"}
+
+
+def _solve_even(problem: Problem) -> Ranked | None:
+    return solve_by_enumeration(problem, top=1)
+
+
+def find_surprise(problem: Problem, ranked: Ranked) -> Choice | None:
+    """The winner's most surprising choice (SURPRISES order), skipping any the user pinned."""
+    best = ranked.candidates.config(0)
+    for choice in SURPRISES:
+        if getattr(best, choice.name) not in choice.usual and choice.name not in problem.pins:
+            return choice
+    return None
+
+
+def compare_without_surprise(problem: Problem, ranked: Ranked,
+                             solve_pinned: Callable[[Problem], Ranked | None]) -> str | None:
+    """The best plan without the winner's most surprising choice, and what the difference
+    costs: step time (with its three largest changes) and memory.
+    The best such plan is the first of the ranking that has it (the ranking is in objective
+    order), else the answer to the problem with the usual values pinned."""
+    choice = find_surprise(problem, ranked)
+    if choice is None:
+        return None
+    best = ranked.candidates.config(0)
+    values = " or ".join(filter(None, [", ".join(str(v) for v in choice.usual[:-1]),
+                                       str(choice.usual[-1])]))
+    head = f"7. without {choice.words} ({choice.name} {getattr(best, choice.name)}):"
+    listed = np.flatnonzero(np.isin(getattr(ranked.candidates, choice.name), choice.usual))
+    if len(listed):
+        other, index, where = ranked, int(listed[0]), f" (#{int(listed[0]) + 1} listed)"
+    else:
+        pinned = problem.model_copy(update={"pins": {**problem.pins, choice.name: choice.usual}})
+        found = solve_pinned(pinned)
+        if found is None or len(found.candidates) == 0:
+            return f"{head} {_why_none(pinned, choice, values)}"
+        other, index, where = found, 0, ""
+    config = other.candidates.config(index)
+    described = ", ".join(f"{n} {getattr(config, n)}" for n in VARIABLES)
+    ours, theirs = ranked.step_time.breakdown(0), other.step_time.breakdown(index)
+    step = float(ranked.step_time.step_s[0])
+    gap = float(other.step_time.step_s[index]) - step
+    changes = sorted(ours, key=lambda k: -abs(theirs[k] - ours[k]))[:3]
+    parts = ", ".join(f"{TIME_WORDS[k]} {_signed_seconds(theirs[k] - ours[k])}"
+                      for k in changes if abs(theirs[k] - ours[k]) > 1e-6 * step)
+    slower = "slower" if gap >= 0 else "faster"
+    memory = (f"; worst stage {float(other.memory_bytes[index]) / GB:.1f} GB against "
+              f"{float(ranked.memory_bytes[0]) / GB:.1f} GB")
+    return (f"{head} the best plan with {choice.name} = {values} is {described}{where}: "
+            f"{format_significant(abs(gap))} s ({100 * abs(gap) / step:.1f}%) {slower} per step"
+            + (f" ({parts})" if parts else "") + memory)
+
+
+def _why_none(pinned: Problem, choice: Choice, values: str) -> str:
+    """Why no plan has the usual values: the constraints they clash with, and how far the
+    leanest such plan is from fitting when memory is one of them."""
+    found = find_conflicts(pinned)
+    names = [n for n in found.names if n != f"pin_{choice.name}"]
+    text = (f"no plan with {choice.name} = {values} meets every rule on {pinned.num_gpus} GPUs"
+            + (f" ({', '.join(names)})" if names else ""))
+    if MEMORY_CONSTRAINT in names and found.least_memory_bytes is not None:
+        text += (f": the leanest needs {found.least_memory_bytes / GB:.1f} GB of "
+                 f"{memory_capacity_bytes(pinned) / GB:.1f} GB")
+    return text
+
+
+def _signed_seconds(value: float) -> str:
+    return ("+" if value >= 0 else "-") + format_significant(abs(value)) + " s"
