@@ -29,7 +29,51 @@ def _plan_json(plan: Any) -> dict[str, Any]:
         "decode_step_ms": {k: round(v * 1e3, 4) for k, v in plan.decode_step_s.items()},
         "vllm_command": plan.command,
         "notes": list(plan.notes),
+        "load": _load_json(plan.load),
+        "scheduler": dict(plan.scheduler),
     }
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1e3, 3)
+
+
+def _load_json(load: dict[str, Any]) -> dict[str, Any]:
+    """The plan's load report with seconds as milliseconds (`_ms` keys), None where a load is
+    not carried (queues grow without bound)."""
+    def convert(part: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in part.items():
+            if key.endswith("_s"):
+                out[key.removesuffix("_s") + "_ms"] = _ms(value)
+            else:
+                out[key] = round(value, 4) if isinstance(value, float) else value
+        return out
+
+    return {name: convert(part) for name, part in load.items()}
+
+
+def _pareto_json(front: Any) -> list[dict[str, Any]]:
+    return [{**point.degrees, "gpus": point.num_gpus,
+             "request_rate": round(point.request_rate, 4),
+             "tokens_per_second_per_user": round(point.tokens_per_s_per_user, 3),
+             "tokens_per_second_per_gpu": round(point.tokens_per_s_per_gpu, 3),
+             "ttft_ms": _ms(point.ttft_s), "tpot_ms": _ms(point.tpot_s),
+             "meets_slo": point.meets_slo} for point in front]
+
+
+def _workload_json(job: Any) -> dict[str, Any]:
+    def lengths(dist: Any) -> dict[str, Any]:
+        return {"kind": dist.kind, "low": dist.low, "high": dist.high,
+                "mean": round(dist.mean, 3)}
+
+    load = job.load
+    return {"input": lengths(job.input_distribution),
+            "output": lengths(job.output_distribution),
+            "request_rate": load.request_rate, "concurrency": load.concurrency,
+            "slo_percentile": load.slo_percentile,
+            "max_num_seqs": job.max_num_seqs,
+            "max_num_batched_tokens": job.max_num_batched_tokens}
 
 
 def render_serve_json(result: Any) -> dict[str, Any]:
@@ -50,9 +94,12 @@ def render_serve_json(result: Any) -> dict[str, Any]:
         "max_ttft_ms": job.max_ttft_ms,
         "max_tpot_ms": job.max_tpot_ms,
         "min_tokens_per_s": job.min_tokens_per_s,
+        "workload": _workload_json(job),
         "num_feasible": result.num_feasible,
         "plans": [_plan_json(plan) for plan in result.plans],
     }
+    if result.pareto is not None:
+        answer["pareto"] = _pareto_json(result.pareto)
     if result.status == "infeasible":
         answer.update(render_infeasible_json(result))
     else:
@@ -67,24 +114,91 @@ def echo_serve_result(result: Any) -> None:
                f"({problem.cluster.name}), context {job.context:,}, requests of "
                f"{job.input_len:,} + {job.output_len:,} tokens, {job.precision} weights, "
                f"objective {job.objective}")
+    if job.load.kind != "none" or job.input_lengths or job.output_lengths:
+        click.echo(f"workload: {_describe_workload(job)}")
     if result.status == "infeasible":
         echo_infeasible(result, "the model, the context or the cluster")
+        if result.pareto is not None:
+            _echo_pareto(result.pareto)
         return
     replicas = any(plan.replicas > 1 for plan in result.plans)
+    loaded = job.load.kind != "none"  # the load table below replaces the batch columns
     columns = (["#", "tp", "pp", "dp", "ep"] + (["replicas"] if replicas else [])
-               + ["GPUs", "weights GB", "KV GB", f"seqs @{job.context:,}", "batch",
-                  "TTFT ms", "TPOT ms", "tokens/s", "tokens/s/GPU"])
+               + ["GPUs", "weights GB", "KV GB", f"seqs @{job.context:,}"]
+               + ([] if loaded else ["batch", "TTFT ms", "TPOT ms", "tokens/s",
+                                     "tokens/s/GPU"]))
     rows = []
     for i, plan in enumerate(result.plans, start=1):
         row = [i, plan.tp, plan.pp, plan.dp, plan.ep] + ([plan.replicas] if replicas else [])
-        rows.append(row + [plan.num_gpus, round(plan.memory_bytes["weights"] / 1e9, 1),
-                           round(plan.memory_bytes["kv_cache"] / 1e9, 1), plan.max_sequences,
-                           plan.batch, round(plan.ttft_s * 1e3, 1),
-                           round(plan.tpot_s * 1e3, 1), round(plan.tokens_per_s),
-                           round(plan.tokens_per_s_per_gpu)])
+        row += [plan.num_gpus, round(plan.memory_bytes["weights"] / 1e9, 1),
+                round(plan.memory_bytes["kv_cache"] / 1e9, 1), plan.max_sequences]
+        if not loaded:
+            row += [plan.batch, round(plan.ttft_s * 1e3, 1), round(plan.tpot_s * 1e3, 1),
+                    round(plan.tokens_per_s), round(plan.tokens_per_s_per_gpu)]
+        rows.append(row)
     echo_ranked(result, columns, rows)
+    _echo_load(result)
+    if result.pareto is not None:
+        _echo_pareto(result.pareto)
     best = result.plans[0]
     click.echo("vllm:")
     click.echo(f"  {best.command}")
     for note in best.notes:
         click.echo(f"  note: {note}")
+
+
+def _describe_workload(job: Any) -> str:
+    load = job.load
+    offered = (f"{load.request_rate:g} requests/s (Poisson)" if load.request_rate is not None
+               else f"{load.concurrency:,} concurrent users" if load.concurrency is not None
+               else "no load given")
+    return (f"input {job.input_distribution.describe()}, output "
+            f"{job.output_distribution.describe()} tokens, {offered}, SLO at "
+            f"p{load.slo_percentile}")
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:,.{digits}f}"
+
+
+def _echo_load(result: Any) -> None:
+    """Idle latency (one request alone), the latency at the offered load, and the most load
+    each plan carries within the SLO, as a second table."""
+    job = result.problem.job
+    q = f"p{job.load.slo_percentile}"
+    active = job.load.kind != "none"
+    head = (["#", "idle TTFT ms", "idle TPOT ms"]
+            + ([f"TTFT {q} ms", f"TPOT {q} ms", "meets SLO"] if active else [])
+            + ["max req/s in SLO", "max users in SLO", "--max-num-seqs"])
+    rows = []
+    for i, plan in enumerate(result.plans, start=1):
+        load = plan.load
+        at, within, idle = load["at_load"], load["within_slo"], load["idle"]
+        row = [str(i), _fmt(idle["ttft_s"], 1e3), _fmt(idle["tpot_s"], 1e3)]
+        if active:
+            row += [_fmt(at["ttft_s"], 1e3), _fmt(at["tpot_s"], 1e3),
+                    "yes" if at["meets_slo"] else "no"]
+        row += [_fmt(within["max_request_rate"], 1.0, 2), _fmt(within["max_concurrency"], 1.0, 0),
+                str(plan.scheduler["max_num_seqs"])]
+        rows.append(row)
+    click.echo("latency: idle = one request alone; under load = the offered load, queueing "
+               "model of solver/serve/load.py")
+    widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(head)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(head, widths)))
+    for row in rows:
+        click.echo("  ".join(v.rjust(w) for v, w in zip(row, widths)))
+
+
+def _echo_pareto(front: Any) -> None:
+    click.echo("pareto front (tokens/s/user vs tokens/s/GPU; * meets the SLO):")
+    head = ["", "tp", "pp", "dp", "ep", "replicas", "GPUs", "req/s", "tok/s/user",
+            "tok/s/GPU", "TTFT ms", "TPOT ms"]
+    rows = [["*" if p.meets_slo else " ", *(str(p.degrees[n]) for n in
+             ("tp", "pp", "dp", "ep", "replicas")), str(p.num_gpus), f"{p.request_rate:,.2f}",
+             f"{p.tokens_per_s_per_user:,.1f}", f"{p.tokens_per_s_per_gpu:,.1f}",
+             f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:,.1f}"] for p in front]
+    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h)
+              for k, h in enumerate(head)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(head, widths)))
+    for row in rows:
+        click.echo("  ".join(v.rjust(w) for v, w in zip(row, widths)))

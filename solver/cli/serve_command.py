@@ -41,6 +41,26 @@ class ContextLength(click.ParamType):
         return int(tokens)
 
 
+class LengthSpec(click.ParamType):
+    """Request lengths: N tokens, LO-HI (uniform) or @FILE (one length per line)."""
+
+    name = "N|LO-HI|@FILE"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        from solver.serve.workload import LengthDistribution, parse_length_distribution
+
+        if isinstance(value, LengthDistribution):
+            return value
+        if isinstance(value, bool):
+            self.fail(f"{value!r} is not a length", param, ctx)
+        flag = param.opts[0] if param is not None else "length"
+        try:
+            return parse_length_distribution(str(value), flag)
+        except ValueError as exc:
+            self.fail(str(exc).removeprefix(f"{flag} "), param, ctx)
+
+
 def _request_lengths(context: int, input_len: int | None, output_len: int | None
                      ) -> tuple[int, int]:
     """Defaults: 512 output tokens and 2,048 input tokens, shortened to fit the context."""
@@ -50,6 +70,12 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
     if input_len is None:
         input_len = max(1, min(DEFAULT_INPUT_LEN, context - output_len))
     return input_len, output_len
+
+
+def _longest(lengths: Any) -> str:
+    if lengths.kind == "fixed":
+        return str(lengths.maximum)
+    return f"up to {lengths.maximum}"
 
 
 @click.command()
@@ -63,10 +89,25 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
               help="GPUs per node (overrides the preset).")
 @click.option("--context", required=True, type=ContextLength(),
               help="Longest sequence to serve (vLLM --max-model-len), e.g. 32k.")
-@click.option("--input-len", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
-              help="Prompt tokens per request [default: 2048, less if the context is short].")
-@click.option("--output-len", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
-              help="Generated tokens per request [default: 512, less if the context is short].")
+@click.option("--input-len", type=LengthSpec(), default=None,
+              help="Prompt tokens per request: N, LO-HI (uniform) or @FILE (one length a "
+                   "line) [default: 2048, less if the context is short].")
+@click.option("--output-len", type=LengthSpec(), default=None,
+              help="Generated tokens per request: N, LO-HI or @FILE [default: 512, less if "
+                   "the context is short].")
+@click.option("--request-rate", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Load: requests per second of the deployment (Poisson arrivals).")
+@click.option("--concurrency", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
+              help="Load: concurrent users of the deployment (closed loop).")
+@click.option("--slo-percentile", type=click.Choice(["p50", "p90"]), default="p90",
+              show_default=True, help="Percentile at which TTFT and TPOT meet their limits "
+                                      "under a load.")
+@click.option("--max-num-seqs", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
+              help="vLLM's scheduler: most running sequences [default: vLLM's].")
+@click.option("--max-num-batched-tokens", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
+              help="vLLM's scheduler: token budget of one step [default: vLLM's].")
+@click.option("--pareto", is_flag=True,
+              help="Also list the tokens/s/user vs tokens/s/GPU front (SLO-feasible marked).")
 @click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
               show_default=True, help="Weights (fp8: --quantization fp8; int4: AWQ/GPTQ).")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto",
@@ -74,9 +115,11 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
 @click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True),
               default=0.9, show_default=True, help="vLLM's share of each GPU's memory.")
 @click.option("--max-ttft-ms", type=FiniteFloat(min=0, min_open=True), default=None,
-              help="SLO: time to first token of one prompt.")
+              help="SLO: time to first token (one prompt alone; under a load at the SLO "
+                   "percentile).")
 @click.option("--max-tpot-ms", type=FiniteFloat(min=0, min_open=True), default=None,
-              help="SLO: time per output token each user sees.")
+              help="SLO: time per output token each user sees (idle; under a load at the "
+                   "SLO percentile).")
 @click.option("--min-tokens-per-s", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Target: output tokens per second of the deployment.")
 @click.option("--objective", type=click.Choice(["throughput", "latency", "gpus"]),
@@ -90,10 +133,13 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
 @memory_headroom_option
 @fail_on_infeasible_option
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
-          input_len: int | None, output_len: int | None, precision: str, kv_cache_dtype: str,
-          gpu_memory_utilization: float, max_ttft_ms: float | None, max_tpot_ms: float | None,
-          min_tokens_per_s: float | None, objective: str, top: int, calibration: str | None,
-          as_json: bool, memory_headroom: Any, fail_on_infeasible: bool) -> None:
+          input_len: Any, output_len: Any, request_rate: float | None,
+          concurrency: int | None, slo_percentile: str, max_num_seqs: int | None,
+          max_num_batched_tokens: int | None, pareto: bool, precision: str,
+          kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
+          max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
+          calibration: str | None, as_json: bool, memory_headroom: Any,
+          fail_on_infeasible: bool) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
 
@@ -103,14 +149,26 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     from solver.cli.render_serve import echo_serve_result, render_serve_json
     from solver.errors import InputError, format_validation_error
     from solver.serve import ServeJob, ServeProblem, solve_serving
+    from solver.serve.workload import ServeLoadSpec
 
-    if input_len is not None and output_len is not None and input_len + output_len > context:
-        raise InputError(f"--input-len ({input_len}) + --output-len ({output_len}) must not "
-                         f"exceed --context ({context})")
-    if input_len is not None and input_len >= context:
-        raise InputError(f"--input-len ({input_len}) must leave room in --context ({context}) "
-                         "for at least one output token")
-    input_len, output_len = _request_lengths(context, input_len, output_len)
+    if request_rate is not None and concurrency is not None:
+        raise InputError("--request-rate and --concurrency: give one load, not both")
+    inputs, outputs = input_len, output_len
+    longest_in = inputs.maximum if inputs is not None else None
+    longest_out = outputs.maximum if outputs is not None else None
+    if longest_in is not None and longest_out is not None and longest_in + longest_out > context:
+        raise InputError(f"--input-len ({_longest(inputs)}) + --output-len ({_longest(outputs)}) "
+                         f"must not exceed --context ({context})")
+    if longest_in is not None and longest_in >= context:
+        raise InputError(f"--input-len ({_longest(inputs)}) must leave room in --context "
+                         f"({context}) for at least one output token")
+    input_len, output_len = _request_lengths(
+        context, None if inputs is None else longest_in,
+        None if outputs is None else longest_out)
+    if inputs is not None and inputs.kind != "fixed":
+        input_len = max(1, round(inputs.mean))
+    if outputs is not None and outputs.kind != "fixed":
+        output_len = max(1, round(outputs.mean))
     model_spec = load_model_spec(model)
     cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
     if memory_headroom is not None:
@@ -120,13 +178,20 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
                        precision=precision, kv_cache_dtype=kv_cache_dtype,
                        gpu_memory_utilization=gpu_memory_utilization, max_ttft_ms=max_ttft_ms,
                        max_tpot_ms=max_tpot_ms, min_tokens_per_s=min_tokens_per_s,
-                       objective=objective)
+                       objective=objective,
+                       input_lengths=inputs if inputs is not None and inputs.kind != "fixed"
+                       else None,
+                       output_lengths=outputs if outputs is not None and outputs.kind != "fixed"
+                       else None,
+                       load=ServeLoadSpec(request_rate=request_rate, concurrency=concurrency,
+                                          slo_percentile=int(slo_percentile[1:])),
+                       max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     except ValidationError as exc:
         raise InputError(format_validation_error("serve options", exc)) from None
     problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
                            job=job)
     other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
-    result = solve_serving(problem, top=top, other_gpus=other_gpus)
+    result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto)
     if as_json:
         echo_json(render_serve_json(result))
     else:

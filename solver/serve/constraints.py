@@ -40,6 +40,7 @@ from solver.search.constraints import MEMORY_CONSTRAINT, Constraint, model_shape
 from solver.serve.candidates import SERVE_VARIABLES, ServeCandidates
 from solver.serve.estimate import estimate_serving
 from solver.serve.job import ServeProblem
+from solver.serve.load import estimate_serving_load
 
 HARD = ("tp_divides_heads", "tp_kv_heads_compatible", "pp_at_most_layers", "ep_is_tp_x_dp",
         "ep_divides_experts", "moe_tp_divides_expert_width", "dense_model_has_no_ep")
@@ -110,6 +111,29 @@ def _target_rules(problem: ServeProblem) -> list[Constraint]:
         f"must fit {job.gpu_memory_utilization:g} x the GPU's "
         f"{problem.cluster.memory_headroom.describe(problem.cluster.gpu_memory_bytes)}",
         lambda v: _evaluated(problem, v).memory.fits)]
+    if job.load.kind != "none":
+        rules += _load_rules(problem)
+    else:
+        rules += _idle_rules(problem)
+    if job.min_tokens_per_s is not None and job.objective != "gpus":
+        target = job.min_tokens_per_s
+        rules.append(Constraint(
+            "throughput_meets_target", SERVE_VARIABLES,
+            f"the deployment must generate at least {target:,.0f} output tokens/s",
+            lambda v: _evaluated(problem, v).tokens_per_s >= target * (1 - 1e-12)))
+    if job.objective == "gpus":
+        n = problem.num_gpus
+        rules.append(Constraint(
+            "gpus_at_most", SERVE_VARIABLES,
+            f"tp x pp x dp x replicas must be at most --gpus ({n})",
+            lambda v: np.asarray(v["tp"] * v["pp"] * v["dp"] * v["replicas"]) <= n))
+    return rules
+
+
+def _idle_rules(problem: ServeProblem) -> list[Constraint]:
+    """Without a load: the SLOs of one request on an idle engine."""
+    job = problem.job
+    rules = []
     if job.max_ttft_ms is not None:
         limit_ttft = job.max_ttft_ms * 1e-3
         rules.append(Constraint(
@@ -123,18 +147,37 @@ def _target_rules(problem: ServeProblem) -> list[Constraint]:
             "tpot_within_slo", SERVE_VARIABLES,
             f"time per output token must be at most {job.max_tpot_ms:g} ms (at batch 1)",
             lambda v: _evaluated(problem, v).tpot_idle_s <= limit_tpot))
-    if job.min_tokens_per_s is not None and job.objective != "gpus":
-        target = job.min_tokens_per_s
+    return rules
+
+
+def _load_rules(problem: ServeProblem) -> list[Constraint]:
+    """With --request-rate or --concurrency: the load model's latency at that load, at the SLO
+    percentile (solver.serve.load)."""
+    job = problem.job
+    load = job.load
+    offered = (f"{load.request_rate:g} requests/s" if load.request_rate is not None
+               else f"{load.concurrency:,} concurrent users")
+    where = f"at p{load.slo_percentile} under {offered}"
+
+    def point(v):
+        return estimate_serving_load(problem, ServeCandidates.from_values(dict(v))).point
+
+    rules = [Constraint("carries_load", SERVE_VARIABLES,
+                        f"the deployment must carry {offered} without its queues growing "
+                        "without bound (KV cache, max_num_seqs, token budget)",
+                        lambda v: point(v).stable)]
+    if job.max_ttft_ms is not None:
+        limit_ttft = job.max_ttft_ms * 1e-3
         rules.append(Constraint(
-            "throughput_meets_target", SERVE_VARIABLES,
-            f"the deployment must generate at least {target:,.0f} output tokens/s",
-            lambda v: _evaluated(problem, v).tokens_per_s >= target * (1 - 1e-12)))
-    if job.objective == "gpus":
-        n = problem.num_gpus
+            "ttft_within_slo", SERVE_VARIABLES,
+            f"time to first token {where} must be at most {job.max_ttft_ms:g} ms",
+            lambda v: point(v).ttft_s <= limit_ttft))
+    if job.max_tpot_ms is not None:
+        limit_tpot = job.max_tpot_ms * 1e-3
         rules.append(Constraint(
-            "gpus_at_most", SERVE_VARIABLES,
-            f"tp x pp x dp x replicas must be at most --gpus ({n})",
-            lambda v: np.asarray(v["tp"] * v["pp"] * v["dp"] * v["replicas"]) <= n))
+            "tpot_within_slo", SERVE_VARIABLES,
+            f"time per output token {where} must be at most {job.max_tpot_ms:g} ms",
+            lambda v: point(v).tpot_s <= limit_tpot))
     return rules
 
 

@@ -23,6 +23,7 @@ from solver.serve.candidates import SERVE_VARIABLES, ServeCandidates
 from solver.serve.constraints import build_serve_constraints
 from solver.serve.estimate import ServeEstimate, estimate_serving
 from solver.serve.job import ServeProblem
+from solver.serve.load import ServeLoad, estimate_serving_load
 
 ENGINE_DEGREES = ("tp", "pp", "dp", "ep")
 
@@ -80,9 +81,14 @@ def _scale_out(problem: ServeProblem, values: dict[str, np.ndarray]) -> dict[str
         return values
     values["replicas"] = np.ones_like(engine)
     target = problem.job.min_tokens_per_s
-    if target is None or len(engine) == 0:
+    rate = problem.job.load.request_rate
+    if (target is None and rate is None) or len(engine) == 0:
         return values
-    unit = estimate_serving(problem, ServeCandidates.from_values(values)).tokens_per_s
+    if rate is not None:  # copies that carry the rate within the SLO (solver.serve.load)
+        unit = estimate_serving_load(problem, ServeCandidates.from_values(values)).max_rate_per_s
+        target = rate
+    else:
+        unit = estimate_serving(problem, ServeCandidates.from_values(values)).tokens_per_s
     needed = np.ceil(target / np.where(unit > 0, unit, 1.0) - 1e-12)
     # More than n copies can never fit; capping at n + 1 keeps gpus_at_most able to say so.
     copies = np.clip(np.where(unit > 0, needed, n + 1), 1, n + 1).astype(np.int64)
@@ -144,12 +150,24 @@ class RankedServe:
     candidates: ServeCandidates
     estimate: ServeEstimate
     num_feasible: int
+    load: ServeLoad
 
 
-def objective_keys(problem: ServeProblem, estimate: ServeEstimate) -> list[np.ndarray]:
+def load_is_active(problem: ServeProblem) -> bool:
+    """A request rate or a concurrency was given: the load model ranks and constrains."""
+    return problem.job.load.kind != "none"
+
+
+def objective_keys(problem: ServeProblem, estimate: ServeEstimate,
+                   load: ServeLoad | None = None) -> list[np.ndarray]:
     """Sort keys, most significant first, smaller is better: the objective, then the other
-    measures, so ties order the same way everywhere."""
+    measures, so ties order the same way everywhere. Under a load (`load`): the most requests/s
+    within the SLO, and the mean request latency at the offered load."""
     throughput, latency = -estimate.tokens_per_s, estimate.latency_s
+    if load is not None:
+        point = load.point
+        throughput = -load.max_rate_per_s
+        latency = point.ttft_mean_s + load.curves.output_mean * point.tpot_mean_s
     gpus = estimate.num_gpus.astype(float)
     if problem.job.objective == "latency":
         return [latency, throughput, gpus]
@@ -163,13 +181,14 @@ def rank_serving(problem: ServeProblem, candidates: ServeCandidates, top: int | 
     """Sort by the objective, ties by the other measures, then by the degrees (fewest
     replicas, no EP, smallest dp, pp, tp first), so the order is deterministic."""
     estimate = estimate_serving(problem, candidates)
+    load = estimate_serving_load(problem, candidates) if load_is_active(problem) else None
     degrees = [getattr(candidates, n) for n in ("tp", "pp", "dp", "ep", "replicas")]
-    order = np.lexsort(degrees + list(reversed(objective_keys(problem, estimate))))
+    order = np.lexsort(degrees + list(reversed(objective_keys(problem, estimate, load))))
     if top is not None:
         order = order[:top]
     chosen = candidates.take(order)
     return RankedServe(candidates=chosen, estimate=estimate_serving(problem, chosen),
-                       num_feasible=len(candidates))
+                       num_feasible=len(candidates), load=estimate_serving_load(problem, chosen))
 
 
 def solve_serving_by_enumeration(problem: ServeProblem, top: int = 5) -> RankedServe:

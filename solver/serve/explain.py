@@ -21,7 +21,7 @@ from solver.search.constraints import MEMORY_CONSTRAINT
 from solver.search.explain import deletion_filter
 from solver.serve.candidates import ServeCandidates
 from solver.serve.constraints import build_serve_constraints, is_hard, tp_domain
-from solver.serve.enumerate import RankedServe, enumerate_serving
+from solver.serve.enumerate import RankedServe, enumerate_serving, load_is_active
 from solver.serve.estimate import estimate_serving
 from solver.serve.job import ServeProblem
 from solver.serve.memory import estimate_model_weight_bytes, estimate_serving_memory
@@ -115,9 +115,32 @@ def explain_serving(problem: ServeProblem, ranked: RankedServe) -> list[str]:
         else:
             lines.append(f"experts: no expert parallel; every expert split over tp x dp = "
                          f"{best['tp'] * best['dp']} GPUs (vLLM flattens TP over DP)")
+    if load_is_active(problem):
+        lines.append(_load_line(problem, ranked))
     if len(c) > 1:
-        lines.append(_runner_up(problem, ranked))
+        lines.append(_load_runner_up(ranked) if load_is_active(problem)
+                     else _runner_up(problem, ranked))
     return lines
+
+
+def _load_line(problem: ServeProblem, ranked: RankedServe) -> str:
+    """The winner under the offered load, against one request alone, and the most it carries."""
+    load, job = ranked.load, problem.job
+    point, q = load.point, f"p{job.load.slo_percentile}"
+    return (f"under load: {float(point.rate_per_s[0]):.2f} requests/s, "
+            f"{float(point.concurrency[0]):,.0f} in flight: TTFT {q} "
+            f"{1e3 * float(point.ttft_s[0]):,.0f} ms, TPOT {q} {1e3 * float(point.tpot_s[0]):.1f}"
+            f" ms (alone: {1e3 * float(load.ttft_idle_s[0]):,.0f} ms and "
+            f"{1e3 * float(load.tpot_idle_s[0]):.1f} ms); it carries up to "
+            f"{float(load.max_rate_per_s[0]):.2f} requests/s within the SLO")
+
+
+def _load_runner_up(ranked: RankedServe) -> str:
+    c, load = ranked.candidates, ranked.load
+    best, second = float(load.max_rate_per_s[0]), float(load.max_rate_per_s[1])
+    gap = 1.0 - second / max(best, 1e-300)
+    return (f"runner-up #2 ({_describe(c.row(1))}): carries {second:.2f} requests/s within the "
+            f"SLO ({100 * gap:.1f}% less than {best:.2f})")
 
 
 def _describe(row: dict[str, int]) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from solver.cost.efficiency import ComputeConstants
 from solver.cost.memory import MemoryOptions
 from solver.spec import ClusterSpec, ModelSpec
+from solver.serve.workload import LengthDistribution, ServeLoadSpec
 from solver.spec.strict import MAX_SEQ_LEN, GpuCount, InputSpec
 
 SeqLen = Annotated[int, MAX_SEQ_LEN]
@@ -42,13 +43,34 @@ class ServeJob(InputSpec):
     max_tpot_ms: float | None = Field(default=None, gt=0)
     min_tokens_per_s: float | None = Field(default=None, gt=0)
     objective: ServeObjective = "throughput"
+    # The workload (solver.serve.workload): length distributions (None: every request has
+    # input_len / output_len tokens; else those are the rounded means), the offered load and
+    # the SLO percentile; vLLM's scheduler limits (None: vllm_batch_defaults).
+    input_lengths: LengthDistribution | None = None
+    output_lengths: LengthDistribution | None = None
+    load: ServeLoadSpec = ServeLoadSpec()
+    max_num_seqs: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
 
     @model_validator(mode="after")
     def _check_lengths(self) -> ServeJob:
         if self.input_len + self.output_len > self.context:
             raise ValueError(f"input_len ({self.input_len}) + output_len ({self.output_len}) "
                              f"must not exceed the context ({self.context})")
+        longest = self.input_distribution.maximum + self.output_distribution.maximum
+        if longest > self.context:
+            raise ValueError(f"the longest request ({self.input_distribution.maximum} + "
+                             f"{self.output_distribution.maximum} tokens) must not exceed the "
+                             f"context ({self.context})")
         return self
+
+    @property
+    def input_distribution(self) -> LengthDistribution:
+        return self.input_lengths or LengthDistribution.fixed(self.input_len)
+
+    @property
+    def output_distribution(self) -> LengthDistribution:
+        return self.output_lengths or LengthDistribution.fixed(self.output_len)
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -108,6 +130,14 @@ class ServeProblem(InputSpec):
     num_gpus: GpuCount = Field(gt=0)
     job: ServeJob
     constants: ServeConstants = ServeConstants()
+
+
+def scheduler_limits(problem: ServeProblem) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the engine runs with: the job's, else vLLM's
+    defaults."""
+    tokens, seqs = vllm_batch_defaults(problem.cluster)
+    job = problem.job
+    return job.max_num_batched_tokens or tokens, job.max_num_seqs or seqs
 
 
 def vllm_batch_defaults(cluster: ClusterSpec) -> tuple[int, int]:

@@ -10,10 +10,12 @@ weights come from an AWQ / GPTQ checkpoint, whose quantization vLLM reads from i
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from solver.serve.enumerate import RankedServe
-from solver.serve.job import ServeProblem
+from solver.serve.enumerate import RankedServe, load_is_active
+from solver.serve.job import ServeProblem, scheduler_limits
+from solver.serve.load import ServeLoad, estimate_max_num_seqs
 
 HF_PREFIX = "https://huggingface.co/"
 
@@ -44,14 +46,45 @@ class ServePlan:
     decode_step_s: dict[str, float]
     command: str
     notes: tuple[str, ...]
+    load: dict[str, Any] = field(default_factory=dict)
+    scheduler: dict[str, int] = field(default_factory=dict)
+
+
+def build_load_report(load: ServeLoad, i: int) -> dict[str, Any]:
+    """Plan i's load numbers (seconds, requests/s, tokens/s): idle latency, the operating
+    point, and the most load within the SLO; inf (not carried) becomes None."""
+    def number(value: Any) -> float | None:
+        value = float(value)
+        return value if value == value and abs(value) != float("inf") else None
+
+    point = load.point
+    return {
+        "idle": {"ttft_s": number(load.ttft_idle_s[i]), "tpot_s": number(load.tpot_idle_s[i])},
+        "at_load": {
+            "request_rate": number(point.rate_per_s[i]),
+            "concurrency": number(point.concurrency[i]), "stable": bool(point.stable[i]),
+            "meets_slo": bool(load.meets_slo[i]),
+            "decoding_per_engine": number(point.decoding[i]),
+            "ttft_s": number(point.ttft_s[i]), "tpot_s": number(point.tpot_s[i]),
+            "ttft_mean_s": number(point.ttft_mean_s[i]),
+            "tpot_mean_s": number(point.tpot_mean_s[i]),
+            "tokens_per_s": number(point.tokens_per_s[i]),
+            "tokens_per_s_per_gpu": number(point.tokens_per_s_per_gpu[i]),
+            "tokens_per_s_per_user": number(point.tokens_per_s_per_user[i])},
+        "within_slo": {"max_request_rate": number(load.max_rate_per_s[i]),
+                       "max_concurrency": number(load.max_concurrency[i])},
+    }
 
 
 def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, ...]:
     """Every ranked candidate as a ServePlan."""
     c, e = ranked.candidates, ranked.estimate
+    tokens, _ = scheduler_limits(problem)
+    max_seqs = estimate_max_num_seqs(problem, ranked.load)
     plans = []
     for i in range(len(c)):
         row = c.row(i)
+        scheduler = {"max_num_seqs": int(max_seqs[i]), "max_num_batched_tokens": tokens}
         memory = e.memory
         items = {"weights": memory.weights_bytes[i], "kv_cache": memory.kv_cache_bytes[i],
                  "activations": memory.activations_bytes[i], "other": memory.other_bytes[i]}
@@ -69,7 +102,9 @@ def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, 
             tokens_per_s=float(e.tokens_per_s[i]),
             tokens_per_s_per_gpu=float(e.tokens_per_s_per_gpu[i]),
             decode_step_s={k: float(v) for k, v in step.items()},
-            command=build_vllm_command(problem, row), notes=tuple(vllm_notes(problem, row))))
+            command=build_vllm_command(problem, row, scheduler),
+            notes=tuple(vllm_notes(problem, row)), load=build_load_report(ranked.load, i),
+            scheduler=scheduler))
     return tuple(plans)
 
 
@@ -81,10 +116,13 @@ def model_id(problem: ServeProblem) -> str:
     return problem.model_spec.name
 
 
-def build_vllm_command(problem: ServeProblem, row: dict[str, int]) -> str:
+def build_vllm_command(problem: ServeProblem, row: dict[str, int],
+                       scheduler: dict[str, int] | None = None) -> str:
     """`vllm serve MODEL --tensor-parallel-size .. --pipeline-parallel-size ..
     --data-parallel-size .. [--enable-expert-parallel] --max-model-len ..
-    --gpu-memory-utilization .. [--quantization fp8] [--kv-cache-dtype fp8]`, shell-quoted.
+    --gpu-memory-utilization .. [--quantization fp8] [--kv-cache-dtype fp8]`, shell-quoted;
+    with a load or scheduler limits of the job, the scheduler's --max-num-seqs,
+    --max-num-batched-tokens and --enable-chunked-prefill the load model assumed.
     vLLM's share is of the whole GPU: a memory headroom lowers it (0.9 of 90% is 0.81)."""
     job = problem.job
     cluster = problem.cluster
@@ -101,6 +139,11 @@ def build_vllm_command(problem: ServeProblem, row: dict[str, int]) -> str:
         args += ["--quantization", "fp8"]
     if job.kv_cache_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
+    explicit = job.max_num_seqs is not None or job.max_num_batched_tokens is not None
+    if scheduler is not None and (load_is_active(problem) or explicit):
+        args += ["--max-num-seqs", str(scheduler["max_num_seqs"]),
+                 "--max-num-batched-tokens", str(scheduler["max_num_batched_tokens"]),
+                 "--enable-chunked-prefill"]
     return " ".join(shlex.quote(arg) for arg in args)
 
 

@@ -202,3 +202,31 @@ def estimate_output_rate(problem: ServeProblem, c: ServeCandidates, batch: np.nd
 def estimate_weights_and_links(problem: ServeProblem, c: ServeCandidates
                                ) -> tuple[StageWeights, Links]:
     return estimate_stage_weights(problem, c), build_links(problem, c)
+
+
+def estimate_mixed_step_s(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
+                          links: Links, kv_bytes_per_token: np.ndarray, decode_seqs,
+                          decode_context, prefill_tokens, prefill_context) -> np.ndarray:
+    """Seconds of one scheduler round of a DP rank: every running sequence advances one token
+    and `prefill_tokens` prompt tokens are prefilled (continuous batching with chunked
+    prefill). The rows split over the pp micro-batches in flight; each stage's step is the
+    compute of solver.cost.serve_step plus the 2 TP all-reduces per layer of its rows, the MoE
+    dispatch and combine, and the hand-off to the next stage: the round is pp such steps
+    (as estimate_tpot_s composes a decode step)."""
+    from solver.cost.serve_step import StageShape, estimate_step_compute_s
+
+    m = problem.model_spec
+    pp = c.pp.astype(float)
+    decode = np.asarray(decode_seqs, dtype=float) / pp
+    prefill = np.asarray(prefill_tokens, dtype=float) / pp
+    shape = StageShape(layers=weights.layers, moe_layers=weights.moe_layers, tp=c.tp, dp=c.dp,
+                       ep=c.ep, weight_bytes_per_element=problem.constants.weight_bytes(
+                           problem.job.precision), kv_bytes_per_token=kv_bytes_per_token)
+    compute = estimate_step_compute_s(m, problem.cluster.gpu, problem.job.precision, shape,
+                                      decode, decode_context, prefill, prefill_context)
+    rows = decode + prefill
+    activation = rows * m.hidden_size * ACTIVATION_BYTES
+    tp_s = weights.layers * 2 * estimate_collective_s("all_reduce", activation, c.tp, links.tp)
+    moe_s = weights.moe_layers * _moe_comm_s(problem, c, links, rows)
+    hand_off = estimate_collective_s("send_recv", activation, c.pp, links.pp)
+    return pp * (compute.total_s + tp_s + moe_s + hand_off)
