@@ -16,7 +16,7 @@ PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "gpus", "expert_parallel", "fit
              "memory_gb", "kv_bytes_per_token", "kv_cache_tokens", "max_concurrent_sequences",
              "batch", "ttft_ms", "tpot_ms", "tpot_idle_ms", "request_latency_s",
              "tokens_per_second", "tokens_per_second_per_gpu", "decode_step_ms",
-             "vllm_command", "notes"}
+             "vllm_command", "notes", "load", "scheduler"}
 
 
 def serve(*args: str):
@@ -138,3 +138,46 @@ def test_unknown_model_and_cluster() -> None:
         result = serve(*args, "--gpus", "8", "--context", "8k")
         assert result.exit_code == 2
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_request_rate_reports_idle_and_loaded_latency_apart() -> None:
+    answer = serve_json("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                        "--context", "8k", "--request-rate", "20", "--max-ttft-ms", "1000",
+                        "--max-tpot-ms", "30", "--input-len", "1000-3000")
+    assert answer["workload"]["input"] == {"kind": "uniform", "low": 1000, "high": 3000,
+                                           "mean": 2000.0}
+    assert answer["workload"]["request_rate"] == 20 and answer["workload"]["slo_percentile"] == 90
+    rates = [plan["load"]["within_slo"]["max_request_rate"] for plan in answer["plans"]]
+    assert rates == sorted(rates, reverse=True) and rates[-1] >= 20  # every plan carries it
+    for plan in answer["plans"]:
+        load = plan["load"]
+        assert load["at_load"]["request_rate"] == pytest.approx(20)
+        assert load["at_load"]["meets_slo"] and load["at_load"]["ttft_ms"] <= 1000
+        assert load["at_load"]["ttft_ms"] >= load["idle"]["ttft_ms"]
+        assert load["at_load"]["tpot_ms"] >= load["idle"]["tpot_ms"]
+        words = shlex.split(plan["vllm_command"])
+        assert words[words.index("--max-num-seqs") + 1] == str(plan["scheduler"]["max_num_seqs"])
+        assert "--enable-chunked-prefill" in words and "--max-num-batched-tokens" in words
+
+
+def test_too_much_load_is_infeasible_and_named() -> None:
+    answer = serve_json("--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "8",
+                        "--context", "8k", "--request-rate", "1000")
+    assert answer["status"] == "infeasible" and answer["conflicts"] == ["carries_load"]
+
+
+def test_pareto_front_is_non_dominated_and_marks_the_slo() -> None:
+    answer = serve_json("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "4",
+                        "--context", "8k", "--max-tpot-ms", "8", "--request-rate", "2",
+                        "--pareto")
+    front = answer["pareto"]
+    assert len(front) >= 3
+    users = [p["tokens_per_second_per_user"] for p in front]
+    gpus = [p["tokens_per_second_per_gpu"] for p in front]
+    assert users == sorted(users, reverse=True) and gpus == sorted(gpus)
+    assert any(p["meets_slo"] for p in front) and not all(p["meets_slo"] for p in front)
+    for p in front:
+        assert p["meets_slo"] == (p["tpot_ms"] <= 8)
+    text = serve("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "4",
+                 "--context", "8k", "--pareto")
+    assert text.exit_code == 0 and "pareto front" in text.output

@@ -135,7 +135,7 @@ def estimate_load_curves(problem: ServeProblem, c: ServeCandidates) -> LoadCurve
         (np.broadcast_to(d, remainder.shape), remainder,
          np.broadcast_to(chunk_lengths[None, None, :], remainder.shape)),
     ]
-    flat = [np.concatenate([np.broadcast_to(col[i], (n, g, w)).reshape(n, -1)
+    flat = [np.concatenate([np.broadcast_to(col[i], (n, g, w)).reshape(n, g * w)
                             for col, w in zip(columns, (1, 1, k))], axis=1)
             for i in range(3)]
     width = flat[0].shape[1]
