@@ -61,13 +61,20 @@ class Candidates:
 
     def config(self, index: int) -> ParallelConfig:
         """Candidate `index` as a ParallelConfig."""
-        values = {f.name: int(getattr(self, f.name)[index]) for f in fields(self)}
+        values = {name: int(getattr(self, name)[index]) for name in FIELD_NAMES}
         values["recompute"] = RECOMPUTE_LEVELS[values["recompute"]]
         return ParallelConfig(**values)
 
     def take(self, index: np.ndarray | Sequence[int]) -> Candidates:
         """The candidates at `index` (an index array or a boolean mask)."""
-        return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        if not isinstance(index, np.ndarray) or index.ndim != 1 or index.dtype.kind not in "iub":
+            return Candidates(**{name: getattr(self, name)[index] for name in FIELD_NAMES})
+        # The fields are flat int64 arrays already and indexing keeps them so: no re-check
+        # (the search takes subsets thousands of times per problem).
+        taken = object.__new__(Candidates)
+        for name in FIELD_NAMES:
+            object.__setattr__(taken, name, getattr(self, name)[index])
+        return taken
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -81,3 +88,6 @@ class Candidates:
         """Expert-data-parallel degree tp*cp*dp / (ep*etp) (Megatron carves ep and etp out of
         the tp*cp*dp ranks of a stage); a float array, integral where ep*etp divides."""
         return self.tp * self.cp * self.dp / (self.ep * self.etp)
+
+
+FIELD_NAMES = tuple(f.name for f in fields(Candidates))
