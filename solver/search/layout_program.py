@@ -56,12 +56,13 @@ MEMORY_UNIT_BYTES = 1024.0
 class LayoutAnswer:
     """The best layout found, its step time and stage memory under the float model, and
     whether the program proved it optimal (status "optimal") or stopped at the time limit
-    ("feasible")."""
+    ("feasible"); `objective` the program's objective value (integer units)."""
 
     layout: PipelineLayout
     step_s: float
     memory_bytes: np.ndarray
     status: str
+    objective: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,13 @@ def _split(total: int, parts: int) -> list[int]:
     apart."""
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def objective_bound(co: LayoutCoefficients, below_s: float) -> int | None:
+    """The largest objective (integer units) of a layout at least as fast as `below_s`
+    seconds, to the time unit; None when no layout can be (the fixed terms alone pass it)."""
+    bound = (below_s - co.fixed_s) * co.vpp / TIME_UNIT_S
+    return None if bound < 0 else int(math.ceil(bound))
 
 
 class _Program(cp_model.CpModel):
@@ -201,10 +209,10 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     num_micro = int(round(co.num_micro))
     objective = (num_micro * vpp - 1) * slowest + sum(stage_time)
     if below_s is not None:
-        bound = (below_s - co.fixed_s) * vpp / TIME_UNIT_S
-        if bound < 0:
+        bound = objective_bound(co, below_s)
+        if bound is None:
             return None, True
-        program.add(objective <= int(math.ceil(bound)))
+        program.add(objective <= bound)
     program.minimize(objective)
     if hint is not None:
         for i, unit in enumerate(units):
@@ -235,7 +243,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     stage_layers, stage_recompute = layout_layer_counts(co.kinds, layout)
     answer = LayoutAnswer(layout=layout, step_s=co.step_s(stage_layers, stage_recompute),
                           memory_bytes=co.memory_bytes(stage_layers, stage_recompute),
-                          status="optimal" if status == cp_model.OPTIMAL else "feasible")
+                          status="optimal" if status == cp_model.OPTIMAL else "feasible",
+                          objective=int(round(solver.objective_value)))
     return answer, status == cp_model.OPTIMAL
 
 

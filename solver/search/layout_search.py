@@ -33,6 +33,7 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
+    LayoutCoefficients,
     estimate_layout_coefficients,
     estimate_layout_lower_bound_s,
     estimate_stage_memory_coefficients,
@@ -52,7 +53,12 @@ from solver.search.enumerate import (
     rules_but_memory,
     solve_by_enumeration,
 )
-from solver.search.layout_program import LayoutRules, solve_layout
+from solver.search.layout_program import (
+    LayoutAnswer,
+    LayoutRules,
+    objective_bound,
+    solve_layout,
+)
 from solver.search.space import VARIABLES, Problem
 from solver.search.twins import group_twins
 from solver.spec import ParallelConfig, PipelineLayout
@@ -127,6 +133,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     # Lowest bound first; of equal bounds, selective before none (see below).
     hopeful = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful], bound[hopeful]))]
     beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found nothing
+    programs: dict[tuple, list] = {}  # program -> [(below_s, answer, complete)] (_replay)
     proven = True
     for row in hopeful:
         limit = bar()
@@ -148,11 +155,18 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         coefficients = estimate_layout_coefficients(
             model_spec, problem.cluster, problem.job, config, problem.memory_options,
             problem.time_constants, terms.take(np.array([row])))
-        answer, complete = solve_layout(
-            config, coefficients, capacity, layout_rules(problem, config),
-            below_s=None if np.isinf(below) else below,
-            time_limit_s=min(remaining, PROGRAM_TIME_LIMIT_S),
-            hint=build_default_layout(model_spec, config, problem.memory_options))
+        rules = layout_rules(problem, config)
+        below_s = None if np.isinf(below) else below
+        # Twins (e.g. ZeRO stages at dp 1) pose the same program: answer it once.
+        same = (config.pp, config.vpp, config.recompute, rules, program_key(coefficients))
+        solved = programs.setdefault(same, [])
+        answer, complete = _replay(solved, coefficients, below_s)
+        if complete is None:
+            answer, complete = solve_layout(
+                config, coefficients, capacity, rules, below_s=below_s,
+                time_limit_s=min(remaining, PROGRAM_TIME_LIMIT_S),
+                hint=build_default_layout(model_spec, config, problem.memory_options))
+            solved.append((below_s, answer, complete))
         proven = proven and complete
         if answer is None:
             if complete and config.recompute == "selective" and int(row) not in best:
@@ -168,6 +182,35 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if not best:
         return None, proven
     return _ranked(problem, candidates, best, top, num_candidates), proven
+
+
+def program_key(co: LayoutCoefficients) -> tuple:
+    """What defines a layout program besides its configuration's pp, vpp, recompute and rules
+    (the capacity and the model are the problem's): its coefficients, exactly."""
+    return (co.kinds.tobytes(), co.layer_s.tobytes(), co.recompute_s.tobytes(), co.stage_s,
+            co.last_s, co.num_micro, co.vpp, co.fixed_s, co.base_bytes.tobytes(),
+            co.layer_bytes.tobytes(), co.recompute_bytes.tobytes(), co.working_bytes.tobytes())
+
+
+def _replay(solved: list, co: LayoutCoefficients, below_s: float | None
+            ) -> tuple[LayoutAnswer | None, bool | None]:
+    """The answer of a program solved before (`solved`: its (below_s, answer, complete)
+    runs), asked again below `below_s`: the same run's answer for the same bar; from a proven
+    optimum, itself where it is at least as fast as the new bar (the program's objective in
+    its units) and a proven None where not; a proven None where one came for a bar at least
+    as high (a lower bar admits fewer layouts); else (None, None): solve it."""
+    bound = None if below_s is None else objective_bound(co, below_s)
+    for earlier_below, answer, complete in solved:
+        if earlier_below == below_s:
+            return answer, complete
+        if answer is not None and complete:
+            if below_s is None or (bound is not None and answer.objective <= bound):
+                return answer, True
+            return None, True
+        if answer is None and complete and (earlier_below is None or (
+                below_s is not None and below_s <= earlier_below)):
+            return None, True
+    return None, None
 
 
 def _distinct(best: dict[int, tuple[tuple, PipelineLayout | None]]) -> list[list[int]]:
