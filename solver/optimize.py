@@ -79,14 +79,17 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
 
 
 def solve(problem: Problem, top: int = 5, engine: str = "layout",
-          time_limit_s: float = 10.0) -> OptimizeResult:
+          time_limit_s: float = 10.0, compare: bool = True) -> OptimizeResult:
     """Rank the feasible configurations; explain the winner, or the infeasibility.
 
     Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
     and, where a pipeline layout can still beat the incumbents, the layout program
     (solver.search.layout_search); it may stop at the time limit with status `feasible` (the
     best plans found, not proved). "even" costs every candidate with its even split of layers
-    only (the exhaustive oracle, solver.search.enumerate)."""
+    only (the exhaustive oracle, solver.search.enumerate).
+
+    `compare`: the explanation compares the winner with the best plan without its most
+    surprising choice (explain_choice), which may take a second search."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     start = time.perf_counter()
@@ -115,7 +118,7 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
                           num_memory_checked=ranked.num_memory_checked,
                           plans=_plans(problem, ranked),
                           why=tuple(explain_choice(problem, ranked, lambda pinned: _solve_top(
-                              pinned, engine, time_limit_s))))
+                              pinned, engine, time_limit_s), compare=compare)))
 
 
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:

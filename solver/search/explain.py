@@ -96,10 +96,12 @@ def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
 
 
 def explain_choice(problem: Problem, ranked: Ranked,
-                   solve_pinned: Callable[[Problem], Ranked | None] | None = None) -> list[str]:
-    """The six steps of the classic decision process for this problem, the runner-up, and the
-    best plan without the winner's most surprising choice (`compare_without_surprise`;
-    `solve_pinned` solves a problem with one more pin, with the engine that ranked `ranked`)."""
+                   solve_pinned: Callable[[Problem], Ranked | None] | None = None,
+                   compare: bool = True) -> list[str]:
+    """The six steps of the classic decision process for this problem, the runner-up, and
+    (with `compare`) the best plan without the winner's most surprising choice
+    (`compare_without_surprise`; `solve_pinned` solves a problem with one more pin, with the
+    engine that ranked `ranked`: often a second search)."""
     m, gpu = problem.model_spec, problem.cluster.gpu
     capacity = problem.cluster.usable_memory_bytes
     params = m.total_params
@@ -141,7 +143,8 @@ def explain_choice(problem: Problem, ranked: Ranked,
         lines.append("6. experts: dense model, no EP")
     if len(ranked.candidates) > 1:
         lines.append(_runner_up(ranked))
-    surprise = compare_without_surprise(problem, ranked, solve_pinned or _solve_even)
+    surprise = compare_without_surprise(problem, ranked, solve_pinned or _solve_even) \
+        if compare else None
     if surprise is not None:
         lines.append(surprise)
     return lines
