@@ -12,6 +12,7 @@ at bf16 the choice changes nothing; under ZeRO-3 the copies never rise when dp r
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -283,3 +284,73 @@ def test_only_megatron_keeps_its_gradients_in_the_reduce_dtype() -> None:
     assert titan.memory_options().grad_bytes == 4.0
     megatron = build_framework_profile("megatron", {"grad_reduce_in_bf16": True})
     assert megatron.memory_options().grad_bytes == 2.0
+
+
+# ---- PyTorch FSDP: the fp32 parameter shard is the master copy ---------------------------------
+
+def _states_gb(framework: str, zero: int, dp: int = 8) -> dict[str, float]:
+    """Per-GPU weights, gradients and optimizer state of Llama-3.1-8B, GB."""
+    options = build_framework_profile(framework).memory_options()
+    config = ParallelConfig(dp=dp, zero=zero, recompute="full")
+    breakdown = estimate_memory(load_model_spec("llama3.1-8b"), JobSpec(seq_len=8192),
+                                Candidates.from_configs([config]), options)
+    return {k: float(breakdown.items[k][0]) / 1e9 for k in ("weights", "grads", "optimizer")}
+
+
+def test_fsdp_shard_is_the_fp32_master() -> None:
+    """torchtitan trains "in the default fp32 training configuration" with "fp32 parameters
+    and fp32 grads" (docs/bf16_optimizer_states.md @b5bcd76) and shards them with
+    fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype)) (torchtitan/
+    distributed/fsdp.py): bf16 exists only in the gathered copy. Composer (LLM Foundry) does
+    the same with FSDP1's MixedPrecision, param_dtype = the autocast dtype ("DEFAULT" and
+    "PURE", composer/distributed/mosaic_parallelism.py get_mixed_precision @6405188). So the
+    ZeRO-3 shard holds 4 (param, the master) + 4 (grad) + 8 (Adam m, v) = 16 B per parameter:
+    8.03e9 x 16 / 8 = 16.1 GB for Llama-3.1-8B over dp 8, against 18 B / 8 = 18.1 GB for
+    Megatron-FSDP and DeepSpeed, which keep a bf16 shard beside the fp32 one."""
+    titan, generic, megatron = (_states_gb(f, zero=3) for f in ("torchtitan", "generic",
+                                                                  "megatron"))
+    assert sum(titan.values()) == pytest.approx(8.03 * 16 / 8, rel=0.01)
+    assert sum(megatron.values()) == pytest.approx(8.03 * 18 / 8, rel=0.01)
+    assert titan["weights"] == pytest.approx(2 * megatron["weights"])  # 4 B, not 2
+    assert titan["optimizer"] == pytest.approx(megatron["optimizer"] * 8 / 12)
+    assert generic == titan
+    assert _states_gb("deepspeed", zero=3) == megatron
+    # Below ZeRO-3 the bf16 weights are whole on every GPU either way: nothing changes
+    for zero in (0, 1, 2):
+        assert _states_gb("torchtitan", zero) == _states_gb("megatron", zero)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dp=st.sampled_from([1, 2, 4, 8, 16]), zero=st.integers(0, 3),
+       aware=st.booleans())
+def test_fsdp_master_never_needs_more(dp: int, zero: int, aware: bool) -> None:
+    """Invariants: the fp32-shard rule never needs more than a separate master copy, and under
+    it the states never rise when dp rises."""
+    config = ParallelConfig(dp=dp, zero=zero, recompute="full")
+    optimizer_bytes = 8.0 if aware else 12.0
+
+    def total(fsdp: bool, candidates: Candidates) -> np.ndarray:
+        options = MemoryOptions(fp32_sharded_params=fsdp, optimizer_bytes=optimizer_bytes)
+        return estimate_memory(SMALL, JobSpec(seq_len=4096), candidates, options).total
+
+    candidates = Candidates.from_configs([config, config.model_copy(update={"dp": 2 * dp})])
+    fsdp, separate = total(True, candidates), total(False, candidates)
+    assert np.all(fsdp <= separate)
+    if zero >= 1:
+        assert fsdp[1] <= fsdp[0]
+
+
+def test_fit_check_and_assumptions_name_the_fsdp_master() -> None:
+    """The first "why" line counts FSDP's fully sharded 4 + 4 + 8 bytes under torchtitan, and
+    `estimate` says where the master weights live."""
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    args = ["--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--framework", "torchtitan"]
+    plan = CliRunner().invoke(cli, ["optimize", *args])
+    assert plan.exit_code == 0, plan.output
+    assert "(16 bytes each: 4 + 4 + 8)" in plan.output
+    shown = CliRunner().invoke(cli, ["estimate", *args, "--zero", "3"])
+    assert "the fp32 parameter shard is the master (PyTorch FSDP)" in shown.output

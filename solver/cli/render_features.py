@@ -16,10 +16,13 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
         copies = "none (torchao float8 casts on the fly)"
     else:
         copies = "row- and column-wise, sharded like the weights (Transformer Engine)"
+    options = profile.memory_options()
     optimizer = ("fp32 master weights, bf16 Adam moments (precision-aware optimizer)"
                  if constants.precision_aware_optimizer
                  else "fp32 master weights and Adam moments")
-    grad_bytes = profile.memory_options().grad_bytes
+    if options.fp32_sharded_params:
+        optimizer += "; under ZeRO-3 the fp32 parameter shard is the master (PyTorch FSDP)"
+    grad_bytes = options.grad_bytes
     gradients = (f"{grad_bytes:g} B per parameter, reduced in bf16 (--grad-reduce-in-bf16)"
                  if constants.grad_reduce_in_bf16
                  else f"{grad_bytes:g} B per parameter, DP reduction in "

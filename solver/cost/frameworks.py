@@ -48,6 +48,14 @@ from solver.spec.framework import FEATURES, FrameworkFeatures
 ADAM_MOMENTS_BF16_SAVED_BYTES = 2 * (4.0 - 2.0)
 BF16_GRAD_BYTES = 2.0
 
+# The frameworks whose ZeRO-3 is PyTorch FSDP with mixed precision: the fp32 parameter shard is
+# the master copy (MemoryOptions.fp32_sharded_params). torchtitan: fully_shard with
+# MixedPrecisionPolicy(param_dtype=bfloat16) over a model built in fp32 (parallelize.py
+# apply_fsdp); generic: plain PyTorch FSDP (Composer/LLM Foundry: mosaic_parallelism.py
+# get_mixed_precision, param_dtype = the autocast dtype). Megatron-FSDP and DeepSpeed ZeRO-3
+# keep a bf16 shard beside the fp32 one (18 B / d).
+FSDP_FP32_PARAM_FRAMEWORKS = ("torchtitan", "generic")
+
 # TimeConstants (flash_attention, native_attention_kernels) of each attention kernel.
 ATTENTION_SWITCHES = {"native": (True, True), "flash2": (True, False), "unfused": (False, False)}
 
@@ -118,14 +126,16 @@ class FrameworkProfile(BaseModel):
 
     def memory_options(self, base: MemoryOptions | None = None) -> MemoryOptions:
         """The memory model's options under this profile: what `selective` keeps, the fp8
-        weight copies, and the smaller states of the precision-aware optimizer (Adam's m and
+        weight copies, whether the ZeRO-3 shard is the fp32 master (PyTorch FSDP,
+        FSDP_FP32_PARAM_FRAMEWORKS), and the smaller states of the precision-aware optimizer (Adam's m and
         v in bf16: 4 B per parameter less) and of bf16 gradient reduction (buckets of half the
         bytes; in Megatron a bf16 gradient buffer, 2 B)."""
         base = base or MemoryOptions()
         constants = self.time_constants
         update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
                                   "fp8_weight_copies": constants.fp8_weight_copies,
-                                  "recompute_modules": constants.recompute_modules}
+                                  "recompute_modules": constants.recompute_modules,
+                                  "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS}
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)

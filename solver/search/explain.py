@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.memory import estimate_memory_total
+from solver.cost.memory.states import estimate_sharded_state_bytes_per_param
 from solver.cost.time_constants import dp_part_overlaps
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
@@ -108,12 +109,13 @@ def explain_choice(problem: Problem, ranked: Ranked,
     best = ranked.candidates.config(0)
     lines = []
     options = problem.memory_options
-    per_param = options.param_bytes + options.grad_bytes + options.optimizer_bytes
+    state_bytes = estimate_sharded_state_bytes_per_param(options)
+    per_param = sum(state_bytes)
     static = per_param * params
     lines.append(
         f"1. fit check: {params / 1e9:.1f}B parameters need {static / GB:.0f} GB of weights, "
         f"gradients and optimizer state ({per_param:g} bytes each: "
-        f"{options.param_bytes:g} + {options.grad_bytes:g} + {options.optimizer_bytes:g}) "
+        f"{' + '.join(f'{b:g}' for b in state_bytes)}) "
         f"against {capacity / GB:.0f} GB per GPU: "
         + ("fits one GPU" if static < capacity else
            f"shard over at least {math.ceil(static / capacity)} GPUs"))

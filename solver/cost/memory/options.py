@@ -36,6 +36,14 @@ class MemoryOptions(BaseModel):
                            "none": torchao float8 casts each weight on the fly in every forward
                            and keeps no copy (torchtitan). Embeddings, LM head, norms and router
                            stay bf16.
+      fp32_sharded_params False
+                           PyTorch FSDP's mixed precision (FSDP1 MixedPrecision, FSDP2
+                           MixedPrecisionPolicy: param_dtype bf16) keeps each parameter's shard
+                           in fp32 and the optimizer steps it in place: under ZeRO-3 that shard
+                           is the master copy (4 B in "weights", taken out of optimizer_bytes),
+                           and the bf16 weights exist only gathered (the ZeRO-3 gather buffer):
+                           16 B per parameter / d, not 18 (ZeRO-0..2 hold the same bytes either
+                           way). solver.cost.frameworks sets it for torchtitan and generic.
     Activations (§3.2):
       sequence_parallel    Megatron shards norms, dropout and GEMM inputs over TP (on whenever
                            tp > 1, DESIGN.md); False reproduces frameworks without it
@@ -95,6 +103,7 @@ class MemoryOptions(BaseModel):
     grad_bytes: float = Field(default=4.0, ge=0)
     optimizer_bytes: float = Field(default=12.0, ge=0)
     fp8_weight_copies: Fp8WeightCopies = "transformer_engine"
+    fp32_sharded_params: bool = False
     sequence_parallel: bool = True
     flash_attention: bool = True
     dropout: bool = False

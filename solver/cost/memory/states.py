@@ -27,6 +27,8 @@ from solver.spec import JobSpec, ModelSpec
 
 # The two groups of parameters (module docstring).
 PARAM_GROUPS = ("dense", "expert")
+# fp32 master weights: part of MemoryOptions.optimizer_bytes (4 of the default 12).
+MASTER_WEIGHT_BYTES = 4.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,16 @@ def estimate_fp8_copy_bytes_per_param(precision: str, options: MemoryOptions) ->
     return 2.0 * recipe.element_bytes * (1.0 - recipe.bf16_layer_share)
 
 
+def estimate_sharded_state_bytes_per_param(options: MemoryOptions) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter once fully sharded (ZeRO-3): the
+    options' own, with the fp32 master moved into the weights under PyTorch FSDP
+    (fp32_sharded_params). Worked numbers: 2 + 4 + 12 by default; 4 + 4 + 8 under FSDP."""
+    if not options.fp32_sharded_params:
+        return options.param_bytes, options.grad_bytes, options.optimizer_bytes
+    master = min(MASTER_WEIGHT_BYTES, options.optimizer_bytes)
+    return (master or options.param_bytes), options.grad_bytes, options.optimizer_bytes - master
+
+
 def estimate_model_states(job: JobSpec, candidates: Candidates, params: StageParams,
                           options: MemoryOptions
                           ) -> dict[str, np.ndarray]:
@@ -123,6 +135,8 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
 
     Sources: ZeRO paper §5.1 (16 Psi, 4 Psi + 12 Psi/d, 2 Psi + 14 Psi/d, 16 Psi/d with
     2-byte gradients); Megatron dist_optimizer.md (18 B/param, 6 + 12/d with fp32 gradients).
+    PyTorch FSDP (fp32_sharded_params): weights 4/d, optimizer (optimizer_bytes - 4)/d at
+    ZeRO-3, the fp32 shard being the master copy (16 B / d with fp32 gradients).
     Worked number: Llama-3.1-8B (8.03e9 params), dp = 8, ZeRO-1, defaults:
     weights + optimizer = 8.03e9 * (2 + 12/8) = 28.1 GB, plus 32.1 GB of fp32 gradients =
     60.2 GB, the "weights and optimizer" Megatron-Bridge logs for this run (notes §3.2).
@@ -144,9 +158,12 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     fp8_copy = estimate_fp8_copy_bytes_per_param(job.precision, options)
     copies = sum((gemm[k] * fp8_copy / np.where(zero >= 3, shards[k], 1.0) for k in PARAM_GROUPS),
                  np.zeros(len(candidates)))
-    weights = shard(options.param_bytes, 3) + copies
+    # PyTorch FSDP's ZeRO-3 shard is the fp32 parameter the optimizer steps (MemoryOptions.
+    # fp32_sharded_params): its 4 B move from the optimizer state to the weights.
+    sharded_param, _, sharded_optimizer = estimate_sharded_state_bytes_per_param(options)
+    full = zero >= 3
     return {
-        "weights": weights,
+        "weights": shard(np.where(full, sharded_param, options.param_bytes), 3) + copies,
         "grads": shard(options.grad_bytes, 2),
-        "optimizer": shard(options.optimizer_bytes, 1),
+        "optimizer": shard(np.where(full, sharded_optimizer, options.optimizer_bytes), 1),
     }
