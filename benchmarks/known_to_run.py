@@ -27,7 +27,11 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_accuracy import bloom_memory_options  # noqa: E402
 from published import DATA_PATH, PublishedRun, _map_row, _Unmappable  # noqa: E402
-from time_accuracy import BLOOM_BF16_OPTIMIZER_FROM, SOURCE_FRAMEWORKS  # noqa: E402
+from time_accuracy import (  # noqa: E402
+    BLOOM_BF16_OPTIMIZER_FROM,
+    SOURCE_FRAMEWORKS,
+    bridge_moe_recipe,
+)
 
 from solver.cost.candidates import Candidates  # noqa: E402
 from solver.cost.frameworks import build_framework_profile  # noqa: E402
@@ -94,13 +98,6 @@ MEGATRON_BRIDGE_LOGITS_BYTES = 2.0
 # Their MoE benchmarks "force-balance the token distribution among experts" (the tables'
 # footnote; moe_router_force_load_balancing in the recipes): the busiest GPU gets the average.
 BALANCED_ROUTING_CAPACITY = 1.0
-# Recompute the tables do not state, from the performance scripts of the table's release:
-# (model in the run id, release) -> Megatron --recompute-modules under --recompute-granularity
-# selective. DeepSeek-V3 on H100, 25.09: scripts/performance/run_script.py lines 89-90
-# ("if args.gpu.lower() in ['h100']: recipe.model.recompute_modules = ['mla_up_proj', 'mlp']")
-# and configs/deepseek/deepseek_v3_llm_pretrain.yaml (recompute_granularity "selective"),
-# Megatron-Bridge @ad151f3 (2025-09-30).
-RECIPE_RECOMPUTE_MODULES = {("DeepSeekV3", "25.09"): ("mla_up_proj", "mlp")}
 # Why a run the source reports is still missed (shown with the misses).
 KNOWN_MISSES = {
     "mb-archive-25.11-H100-GPT_OSS_120B-BF16-64g-235":
@@ -122,11 +119,13 @@ def run_memory_options(run: PublishedRun) -> MemoryOptions:
     elif run.source_group == "llm-foundry":
         base = MemoryOptions(logits_bytes=LLM_FOUNDRY_LOGITS_BYTES)
     elif run.source_group == "megatron-bridge":
-        release = run.id.split("-")[2]
-        modules = [m for (model, at), m in RECIPE_RECOMPUTE_MODULES.items()
-                   if at == release and f"-{model}-" in run.id]
+        # The recompute the tables do not state, from the release's recipe
+        # (time_accuracy.BRIDGE_MOE_RECIPES: DeepSeek-V3 on H100 at 25.09 recomputes
+        # mla_up_proj and mlp under selective granularity).
+        recipe = bridge_moe_recipe(run)
         features = {**MEGATRON_BRIDGE_RECIPE_FEATURES,
-                    **({"recompute_modules": modules[0]} if modules else {})}
+                    **({"recompute_modules": recipe["recompute_modules"]}
+                       if "recompute_modules" in recipe else {})}
         base = MemoryOptions(logits_bytes=MEGATRON_BRIDGE_LOGITS_BYTES,
                              moe_capacity_factor=BALANCED_ROUTING_CAPACITY)
     profile = build_framework_profile(SOURCE_FRAMEWORKS[run.source_group], features)
