@@ -127,6 +127,8 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         * (model_spec.shared_expert_intermediate_size or model_spec.moe_intermediate_size)
     )
     pairs = rows / tp * d["etp"] * k  # token copies a GPU's experts compute
+    chunk_sort = _chunk_sort_s(model_spec, cluster, d, constants, pairs)
+    routed, routed_bwd = routed + chunk_sort, routed_bwd + chunk_sort
     routed_inputs = pairs * (h + model_spec.moe_intermediate_size / d["etp"])
     shared_inputs = gemm_inputs if model_spec.num_shared_experts else 0.0
     moe = {
@@ -205,6 +207,28 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         backward = ((1.0 - bf16_share) * backward
                     + bf16_share * per_expert(estimate_gemm_backward_s, "bf16"))
     return forward, backward, False
+
+
+def _chunk_sort_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str, np.ndarray],
+                  constants: TimeConstants, pairs: np.ndarray) -> np.ndarray:
+    """Seconds per pass (forward, and again backward) of the all-to-all dispatcher's second
+    permutation. After the all-to-all a GPU holds its token copies grouped by source rank and
+    re-sorts them by local expert, and un-sorts them before the combine (Megatron-LM
+    megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
+    dispatch_postprocess "Permutation 2: Sort tokens by local expert" when num_local_experts
+    > 1, combine_preprocess "Unpermutation 2"; moe_utils.sort_chunks_by_idxs): each reads and
+    writes every copy, 4 x pairs x h x 2 B per pass, streamed at the HBM fraction (a pure copy:
+    no element-wise traffic factor). The measured fused MoE kernel permutes once each way
+    itself, which the flex dispatchers (DeepEP, HybridEP) and the all-gather dispatcher also
+    do once (Megatron MoEFlexTokenDispatcher permutes the received tokens by expert), so only
+    "alltoall" with more than one local expert pays this. Worked number: Qwen3-30B-A3B, ep 8,
+    4096 tokens x top-8 = 32768 copies of h 2048: 537 MB, 0.20 ms on an H100 (3.35 TB/s x 0.8)."""
+    if constants.moe_dispatcher != "alltoall":
+        return np.zeros_like(np.asarray(pairs, dtype=float))
+    copies_bytes = 4.0 * pairs * model_spec.hidden_size * BF16_BYTES
+    several = model_spec.num_experts / np.asarray(d["ep"], dtype=float) > 1.0
+    return np.where(several, estimate_streaming_s(cluster.gpu, copies_bytes, constants.compute),
+                    0.0)
 
 
 def in_step(seconds: np.ndarray, constants: ComputeConstants, measured: bool) -> np.ndarray:
