@@ -35,7 +35,13 @@ from solver.cost.efficiency import (
     estimate_datasheet_gemm_s,
     estimate_streaming_s,
 )
-from solver.cost.kernels import KernelGrid, list_kernel_tables, load_kernel_table
+from solver.cost.kernels import (
+    KernelGrid,
+    KernelTable,
+    estimate_table_moe_s,
+    list_kernel_tables,
+    load_kernel_table,
+)
 
 GPU_OF_TABLE = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                 "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
@@ -136,6 +142,56 @@ def render_accuracy(console: Console) -> dict[str, list[float]]:
     return medians
 
 
+def moe_shape_transfer_errors(table: KernelTable, shape_grid: str, corrected: bool
+                              ) -> np.ndarray:
+    """|predicted / measured - 1| of one fused-MoE shape's measured training-size points
+    (tokens >= 1024, not adjusted) predicted from the table without that shape: the nearest
+    other shape's rate (estimate_table_moe_s), `corrected` by the GEMM table's shape
+    efficiency or not (the table without its GEMM grid in that dtype)."""
+    _, dtype, gated, shape = shape_grid.split(".")
+    hidden, inter, topk, experts = (int(x) for x in shape.split("x"))
+    drop = {shape_grid} if corrected else {shape_grid, f"gemm.{dtype}"}
+    others = KernelTable(table.name, {n: g for n, g in table.grids.items() if n not in drop})
+    if not any(n.startswith(f"moe.{dtype}.{gated}.") for n in others.grids):
+        return np.array([])
+    grid = table.grids[shape_grid]
+    index = np.argwhere(~grid.adjusted)
+    tokens, etp, ep = (grid.sizes[a][index[:, a]].astype(float) for a in range(3))
+    keep = tokens >= TRAINING["moe"]["tokens"]
+    predicted = estimate_table_moe_s(others, dtype, hidden=hidden, inter=inter, topk=topk,
+                                     experts=experts, gated=gated == "gated",
+                                     tokens=tokens[keep], etp=etp[keep], ep=ep[keep])
+    return np.abs(predicted / grid.latency_s[tuple(index[keep].T)] - 1.0)
+
+
+def render_moe_shape_transfer(console: Console) -> None:
+    """How well a fused-MoE shape the tables lack is predicted from the listed ones: each
+    listed shape held out in turn (solver.cost.kernels.estimate_table_moe_s)."""
+    table = Table(title="Fused MoE, each listed shape held out and predicted from the nearest "
+                        "other shape: |predicted / measured - 1|, with and without the GEMM "
+                        "table's shape-efficiency correction")
+    for name in ("gpu", "dtype", "shapes"):
+        table.add_column(name)
+    for name in ("points", "nearest shape median", "p90", "corrected median", "p90"):
+        table.add_column(name, justify="right")
+    for table_name in list_kernel_tables():
+        kernels = load_kernel_table(table_name)
+        by_dtype: dict[str, list[str]] = {}
+        for name in sorted(kernels.grids):
+            if name.startswith("moe."):
+                by_dtype.setdefault(name.split(".")[1], []).append(name)
+        for dtype, shapes in by_dtype.items():
+            plain = np.concatenate([moe_shape_transfer_errors(kernels, s, False)
+                                    for s in shapes])
+            fixed = np.concatenate([moe_shape_transfer_errors(kernels, s, True) for s in shapes])
+            if not len(plain):
+                continue
+            table.add_row(table_name, dtype, str(len(shapes)), str(len(plain)),
+                          f"{np.median(plain):.1%}", f"{np.percentile(plain, 90):.1%}",
+                          f"{np.median(fixed):.1%}", f"{np.percentile(fixed, 90):.1%}")
+    console.print(table)
+
+
 def render_recipes(console: Console) -> None:
     """End-to-end sanity print: recipes on Blackwell, predicted step time ratios."""
     from solver.api import estimate
@@ -165,6 +221,7 @@ def main() -> None:
     loo, sheet = np.median(medians["loo"]), np.median(medians["datasheet"])
     console.print(f"median of the per-GPU, per-op medians: leave-one-out {loo:.1%}, "
                   f"datasheet {sheet:.1%}")
+    render_moe_shape_transfer(console)
     render_recipes(console)
 
 
