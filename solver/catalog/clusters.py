@@ -6,6 +6,7 @@ accepts a preset name or a cluster TOML path.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -32,9 +33,17 @@ def load_gpu_spec(name: str) -> GpuSpec:
     if name.lower() not in known:
         raise unknown_name_error("gpu", name, known, "see `parplan clusters`")
     path = data_dir("clusters") / "gpus" / f"{name.lower()}.toml"
-    data = load_toml(path)
-    data.setdefault("name", path.stem)
-    return validate_spec(GpuSpec, data, str(path))
+    stat = path.stat()
+    return _load_gpu_file(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_gpu_file(path: str, mtime_ns: int, size: int) -> GpuSpec:
+    """One GPU file, read once per version of it (GpuSpec is frozen: the copy is shared);
+    infeasible problems look up every GPU of the catalog for their fixes."""
+    data = load_toml(Path(path))
+    data.setdefault("name", Path(path).stem)
+    return validate_spec(GpuSpec, data, path)
 
 
 def load_cluster_toml(path: Path) -> ClusterSpec:
