@@ -16,7 +16,7 @@ PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "gpus", "expert_parallel", "fit
              "memory_gb", "kv_bytes_per_token", "kv_cache_tokens", "max_concurrent_sequences",
              "batch", "ttft_ms", "tpot_ms", "tpot_idle_ms", "request_latency_s",
              "tokens_per_second", "tokens_per_second_per_gpu", "decode_step_ms",
-             "vllm_command", "notes", "load", "scheduler"}
+             "vllm_command", "sglang_command", "notes", "load", "scheduler"}
 
 
 def serve(*args: str):

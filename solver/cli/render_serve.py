@@ -11,7 +11,31 @@ from solver.cli.render import echo_infeasible, echo_ranked
 from solver.spec.plan_json import render_answer_head, render_infeasible_json
 
 
-def _plan_json(plan: Any) -> dict[str, Any]:
+def _sglang_engine(problem: Any, degrees: dict[str, int],
+                   scheduler: dict[str, int] | None) -> Any:
+    from solver.emit.sglang import SglangEngine
+    from solver.serve.plan import model_id
+
+    job, cluster = problem.job, problem.cluster
+    share = job.gpu_memory_utilization * cluster.usable_memory_bytes / cluster.gpu_memory_bytes
+    return SglangEngine(
+        model_id=model_id(problem), tp=degrees["tp"], pp=degrees["pp"], dp=degrees["dp"],
+        ep=degrees["ep"], context=job.context, memory_share=share, precision=job.precision,
+        kv_cache_dtype=job.kv_cache_dtype,
+        max_running_requests=None if scheduler is None else scheduler["max_num_seqs"],
+        chunked_prefill_size=None if scheduler is None else scheduler["max_num_batched_tokens"])
+
+
+def sglang_command(problem: Any, plan: Any) -> str:
+    """The plan as SGLang's launch_server (solver.emit.sglang)."""
+    from solver.emit.sglang import render_sglang
+
+    degrees = {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "ep": plan.ep}
+    loaded = problem.job.load.kind != "none"
+    return render_sglang(_sglang_engine(problem, degrees, plan.scheduler if loaded else None))
+
+
+def _plan_json(plan: Any, problem: Any) -> dict[str, Any]:
     return {
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "ep": plan.ep, "replicas": plan.replicas,
         "gpus": plan.num_gpus, "expert_parallel": plan.ep > 1, "fits": plan.fits,
@@ -28,6 +52,7 @@ def _plan_json(plan: Any) -> dict[str, Any]:
         "tokens_per_second_per_gpu": round(plan.tokens_per_s_per_gpu, 2),
         "decode_step_ms": {k: round(v * 1e3, 4) for k, v in plan.decode_step_s.items()},
         "vllm_command": plan.command,
+        "sglang_command": sglang_command(problem, plan),
         "notes": list(plan.notes),
         "load": _load_json(plan.load),
         "scheduler": dict(plan.scheduler),
@@ -96,10 +121,12 @@ def render_serve_json(result: Any) -> dict[str, Any]:
         "min_tokens_per_s": job.min_tokens_per_s,
         "workload": _workload_json(job),
         "num_feasible": result.num_feasible,
-        "plans": [_plan_json(plan) for plan in result.plans],
+        "plans": [_plan_json(plan, problem) for plan in result.plans],
     }
     if result.pareto is not None:
         answer["pareto"] = _pareto_json(result.pareto)
+    if result.disaggregated is not None:
+        answer["disaggregated"] = _disagg_json(result)
     if result.status == "infeasible":
         answer.update(render_infeasible_json(result))
     else:
@@ -140,11 +167,15 @@ def echo_serve_result(result: Any) -> None:
     _echo_load(result)
     if result.pareto is not None:
         _echo_pareto(result.pareto)
+    if result.disaggregated is not None:
+        _echo_disagg(result)
     best = result.plans[0]
     click.echo("vllm:")
     click.echo(f"  {best.command}")
     for note in best.notes:
         click.echo(f"  note: {note}")
+    click.echo("sglang:")
+    click.echo(f"  {sglang_command(problem, best)}")
 
 
 def _describe_workload(job: Any) -> str:
@@ -202,3 +233,74 @@ def _echo_pareto(front: Any) -> None:
     click.echo("  ".join(h.rjust(w) for h, w in zip(head, widths)))
     for row in rows:
         click.echo("  ".join(v.rjust(w) for v, w in zip(row, widths)))
+
+
+def _split_json(plan: Any) -> dict[str, Any]:
+    def pool(p: Any) -> dict[str, Any] | None:
+        return None if p is None else {**p.degrees, "copies": p.copies, "gpus": p.num_gpus}
+
+    return {"kind": plan.kind, "prefill": pool(plan.prefill), "decode": pool(plan.decode),
+            "gpus": plan.num_gpus, "max_request_rate": round(plan.max_rate_per_s, 4),
+            "ttft_ms": _ms(_finite(plan.ttft_s)), "tpot_ms": _ms(_finite(plan.tpot_s)),
+            "kv_transfer_ms": _ms(plan.transfer_s),
+            "kv_transfer_tier": "nvlink" if plan.same_domain else "network"}
+
+
+def _finite(value: float) -> float | None:
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _pair_commands(result: Any, split: Any) -> tuple[list[str], list[str]]:
+    """(vLLM lines, SGLang lines) of a disaggregated plan: each pool's engine once (run
+    `copies` of it) and the proxy / router in front."""
+    from solver.emit.sglang import render_sglang_pair
+    from solver.serve.job import scheduler_limits
+    from solver.serve.plan import build_vllm_pair_commands
+
+    problem = result.problem
+    tokens, _ = scheduler_limits(problem)
+    scheduler = {"max_num_seqs": split.decode_max_num_seqs, "max_num_batched_tokens": tokens}
+    vllm = build_vllm_pair_commands(problem, split.prefill.degrees, split.decode.degrees,
+                                    scheduler)
+    sglang = render_sglang_pair(_sglang_engine(problem, split.prefill.degrees, None),
+                                _sglang_engine(problem, split.decode.degrees, scheduler))
+    return vllm, sglang
+
+
+def _disagg_json(result: Any) -> dict[str, Any]:
+    from solver.serve.disagg import explain_disaggregation
+
+    d = result.disaggregated
+    answer: dict[str, Any] = {
+        "winner": None if d.winner is None else d.winner.kind,
+        "why": explain_disaggregation(d),
+        "plans": [_split_json(p) for p in d.plans],
+        "best_aggregated": None if d.best_aggregated is None else _split_json(d.best_aggregated),
+        "best_disaggregated": (None if d.best_disaggregated is None
+                               else _split_json(d.best_disaggregated)),
+    }
+    if d.best_disaggregated is not None:
+        vllm, sglang = _pair_commands(result, d.best_disaggregated)
+        answer.update(vllm_commands=vllm, sglang_commands=sglang)
+    return answer
+
+
+def _echo_disagg(result: Any) -> None:
+    from solver.serve.disagg import describe_split, explain_disaggregation
+
+    d = result.disaggregated
+    click.echo("aggregated or disaggregated (most requests/s within the SLO):")
+    for i, plan in enumerate(d.plans, start=1):
+        click.echo(f"  {i}. {describe_split(plan)}: {plan.max_rate_per_s:.2f} req/s, TTFT "
+                   f"{_fmt(_finite(plan.ttft_s), 1e3)} ms, TPOT {_fmt(_finite(plan.tpot_s), 1e3)} "
+                   f"ms" + (f", KV transfer {plan.transfer_s * 1e3:.2f} ms"
+                            if plan.prefill is not None else ""))
+    click.echo(f"  {explain_disaggregation(d)}")
+    if d.best_disaggregated is not None:
+        vllm, sglang = _pair_commands(result, d.best_disaggregated)
+        click.echo("  disaggregated pair, vllm:")
+        for line in vllm:
+            click.echo(f"    {line}")
+        click.echo("  disaggregated pair, sglang:")
+        for line in sglang:
+            click.echo(f"    {line}")

@@ -106,6 +106,9 @@ def _longest(lengths: Any) -> str:
               help="vLLM's scheduler: most running sequences [default: vLLM's].")
 @click.option("--max-num-batched-tokens", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
               help="vLLM's scheduler: token budget of one step [default: vLLM's].")
+@click.option("--disaggregated", is_flag=True,
+              help="Also search prefill and decode pools (KV transfer between them) against "
+                   "the best aggregated plan.")
 @click.option("--pareto", is_flag=True,
               help="Also list the tokens/s/user vs tokens/s/GPU front (SLO-feasible marked).")
 @click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
@@ -135,7 +138,8 @@ def _longest(lengths: Any) -> str:
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
           input_len: Any, output_len: Any, request_rate: float | None,
           concurrency: int | None, slo_percentile: str, max_num_seqs: int | None,
-          max_num_batched_tokens: int | None, pareto: bool, precision: str,
+          max_num_batched_tokens: int | None, disaggregated: bool, pareto: bool,
+          precision: str,
           kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
           max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
           calibration: str | None, as_json: bool, memory_headroom: Any,
@@ -191,7 +195,8 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
                            job=job)
     other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
-    result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto)
+    result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto,
+                           disaggregated=disaggregated)
     if as_json:
         echo_json(render_serve_json(result))
     else:

@@ -105,8 +105,12 @@ def _interp(curves: LoadCurves, values: np.ndarray, d: np.ndarray) -> np.ndarray
     return _rows(values, j) + t * (_rows(values, j + 1) - _rows(values, j))
 
 
-def estimate_load_curves(problem: ServeProblem, c: ServeCandidates) -> LoadCurves:
-    """Round and service times on a grid of decode populations for every candidate."""
+def estimate_load_curves(problem: ServeProblem, c: ServeCandidates,
+                         phase: str = "both") -> LoadCurves:
+    """Round and service times on a grid of decode populations for every candidate. `phase`
+    "decode": a disaggregated decode engine (no prefill rounds, no prefill queue), "prefill":
+    a prefill engine (read at d = 0 by estimate_prefill_queue), "both": an aggregated
+    engine."""
     job = problem.job
     inputs, outputs = job.input_distribution, job.output_distribution
     lengths, weights = inputs.support()
@@ -115,7 +119,8 @@ def estimate_load_curves(problem: ServeProblem, c: ServeCandidates) -> LoadCurve
     memory = estimate_serving_memory(problem, c)
     n = len(c)
     kv_seqs = np.where(memory.fits, np.floor(memory.kv_tokens / (input_mean + output_mean)), 0)
-    d_max = np.minimum(np.minimum(kv_seqs, max_seqs), budget / (1.0 + input_mean / output_mean))
+    tokens_per_decode = 1.0 + (0.0 if phase == "decode" else input_mean / output_mean)
+    d_max = np.minimum(np.minimum(kv_seqs, max_seqs), budget / tokens_per_decode)
     top = np.maximum(d_max, 1.0) + 1.0
     exponents = np.linspace(0.0, 1.0, GRID_POINTS - 1)
     d_grid = np.concatenate([np.zeros((n, 1)), top[:, None] ** exponents[None, :]], axis=1)
@@ -128,7 +133,8 @@ def estimate_load_curves(problem: ServeProblem, c: ServeCandidates) -> LoadCurve
     chunk = np.maximum(budget - d, 1.0)
     full = np.floor(np.maximum(chunk_lengths[None, None, :] - 1.0, 0.0) / chunk)
     remainder = chunk_lengths[None, None, :] - full * chunk
-    prefill_round = np.minimum(d * input_mean / output_mean, np.maximum(budget - d, 0.0))
+    share = 0.0 if phase == "decode" else input_mean / output_mean
+    prefill_round = np.minimum(d * share, np.maximum(budget - d, 0.0))
     columns = [  # (decode rows, prefill rows, prefill context) each (N, G, columns)
         (d, prefill_round, np.full(d.shape, input_mean)),
         (d, chunk, np.full(d.shape, input_mean)),
@@ -149,6 +155,8 @@ def estimate_load_curves(problem: ServeProblem, c: ServeCandidates) -> LoadCurve
     full_s = seconds[:, g:2 * g]
     last_s = seconds[:, 2 * g:].reshape(n, g, k)
     service = full[..., :] * full_s[:, :, None] + last_s
+    if phase == "decode":  # the prompt arrived prefilled
+        service = np.zeros_like(service)
     return LoadCurves(d_grid=d_grid, round_s=round_s, service_s=service[:, :, :k - 2],
                       service_q_s=service[:, :, k - 2], service_mean_s=service[:, :, k - 1],
                       weights=weights, d_max=d_max, output_mean=output_mean,
@@ -198,6 +206,22 @@ def estimate_load_point(problem: ServeProblem, curves: LoadCurves, rate_per_engi
         tokens_per_s_per_user=np.where(stable, 1.0 / tpot_mean, 0.0))
 
 
+def estimate_prefill_queue(problem: ServeProblem, curves: LoadCurves, rate_per_engine
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(TTFT at the SLO percentile, mean TTFT, stable) of a prefill-only engine at
+    `rate_per_engine`: the M/G/1 prefill queue with nothing decoding beside the chunks."""
+    q = problem.job.load.quantile
+    lam = np.maximum(np.asarray(rate_per_engine, dtype=float), 0.0)
+    service = curves.service_s[:, 0, :]
+    mean_s = service @ curves.weights
+    second = (service ** 2) @ curves.weights
+    rho = lam * mean_s
+    wait = estimate_mg1_wait_s(lam, mean_s, second)
+    stable = rho < 1.0
+    ttft = estimate_wait_quantile_s(wait, rho, q) + curves.service_q_s[:, 0]
+    return (np.where(stable, ttft, np.inf), np.where(stable, wait + mean_s, np.inf), stable)
+
+
 def meets_slo(problem: ServeProblem, point: LoadPoint) -> np.ndarray:
     """Stable and within --max-ttft-ms / --max-tpot-ms at the SLO percentile."""
     job = problem.job
@@ -209,7 +233,7 @@ def meets_slo(problem: ServeProblem, point: LoadPoint) -> np.ndarray:
     return ok
 
 
-def _largest_rate(problem: ServeProblem, curves: LoadCurves, accept) -> np.ndarray:
+def largest_rate(problem: ServeProblem, curves: LoadCurves, accept) -> np.ndarray:
     """The largest rate per engine that `accept`(point) holds at (bisection; 0 if none)."""
     tau_one = _interp(curves, curves.round_s, np.ones(len(curves.d_max)))
     idle_service = curves.service_s[:, 0, :] @ curves.weights
@@ -244,7 +268,7 @@ def estimate_serving_load(problem: ServeProblem, c: ServeCandidates) -> ServeLoa
     """The load model for every candidate (module docstring)."""
     job = problem.job
     curves = estimate_load_curves(problem, c)
-    feasible = _largest_rate(problem, curves, lambda p: meets_slo(problem, p))
+    feasible = largest_rate(problem, curves, lambda p: meets_slo(problem, p))
     best = estimate_load_point(problem, curves, feasible)
     ok_best = meets_slo(problem, best) & (feasible > 0)
     max_rate = np.where(ok_best, best.rate_per_s, 0.0)
@@ -264,13 +288,13 @@ def estimate_serving_load(problem: ServeProblem, c: ServeCandidates) -> ServeLoa
 
 def largest_stable_rate(problem: ServeProblem, curves: LoadCurves) -> np.ndarray:
     """The most requests/s per engine the queues stay bounded at (no SLO)."""
-    return _largest_rate(problem, curves, lambda p: p.stable)
+    return largest_rate(problem, curves, lambda p: p.stable)
 
 
 def _closed_point(problem: ServeProblem, curves: LoadCurves, users: np.ndarray) -> LoadPoint:
     """The operating point of `users` closed-loop users per engine (module docstring)."""
     stable_max = largest_stable_rate(problem, curves)
-    rate = _largest_rate(problem, curves,
+    rate = largest_rate(problem, curves,
                          lambda p: p.stable & (p.concurrency / curves.engines <= users))
     rate = np.minimum(rate, stable_max)
     point = estimate_load_point(problem, curves, rate)
@@ -287,12 +311,12 @@ def _closed_point(problem: ServeProblem, curves: LoadCurves, users: np.ndarray) 
         tokens_per_s_per_user=point.tokens_per_s_per_user)
 
 
-def estimate_max_num_seqs(problem: ServeProblem, load: ServeLoad) -> np.ndarray:
+def estimate_max_num_seqs(problem: ServeProblem, load: ServeLoad | LoadCurves) -> np.ndarray:
     """The --max-num-seqs to launch with: the largest batch whose round stays within
     --max-tpot-ms (so an overload queues prompts instead of slowing every user), at most the
     scheduler's limit and the KV cache's sequences; the scheduler's limit without a TPOT SLO."""
     _, max_seqs = scheduler_limits(problem)
-    curves = load.curves
+    curves = load if isinstance(load, LoadCurves) else load.curves
     cap = np.floor(np.minimum(np.maximum(curves.d_max, 1.0) + 1.0, max_seqs))
     limit = problem.job.max_tpot_ms
     if limit is None:

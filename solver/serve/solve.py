@@ -12,6 +12,7 @@ from solver.serve.constraints import build_serve_constraints
 from solver.serve.enumerate import enumerate_serving, rank_serving
 from solver.serve.explain import explain_serving, find_serve_conflicts, suggest_serve_fixes
 from solver.serve.job import ServeProblem
+from solver.serve.disagg import DisaggResult, search_disaggregated
 from solver.serve.pareto import ParetoPoint, build_pareto_front
 from solver.serve.plan import ServePlan, build_plans
 from solver.spec import GpuSpec
@@ -34,14 +35,18 @@ class ServeResult:
     rules: dict[str, str] = field(default_factory=dict)
     fixes: tuple[str, ...] = ()
     pareto: tuple[ParetoPoint, ...] | None = None
+    disaggregated: DisaggResult | None = None
 
 
 def solve_serving(problem: ServeProblem, top: int = 5,
-                  other_gpus: Sequence[GpuSpec] = (), pareto: bool = False) -> ServeResult:
+                  other_gpus: Sequence[GpuSpec] = (), pareto: bool = False,
+                  disaggregated: bool = False) -> ServeResult:
     """Rank the feasible serving plans and explain the winner, or the infeasibility.
     `other_gpus` (the GPU catalog) lets a fix propose a GPU with more memory; `pareto` adds
-    the tokens/s/user vs tokens/s/GPU front (solver.serve.pareto)."""
+    the tokens/s/user vs tokens/s/GPU front (solver.serve.pareto), `disaggregated` the
+    search over prefill and decode pools (solver.serve.disagg)."""
     front = build_pareto_front(problem) if pareto else None
+    split = search_disaggregated(problem, top) if disaggregated else None
     start = time.perf_counter()
     candidates = enumerate_serving(problem)
     ranked = rank_serving(problem, candidates, top) if len(candidates) else None
@@ -54,8 +59,9 @@ def solve_serving(problem: ServeProblem, top: int = 5,
                            solve_seconds=seconds, num_feasible=0, plans=(),
                            conflicts=conflicts, rules=rules,
                            fixes=tuple(suggest_serve_fixes(problem, conflicts, other_gpus)),
-                           pareto=front)
+                           pareto=front, disaggregated=split)
     return ServeResult(problem=problem, status="optimal", engine="enumerate",
                        solve_seconds=seconds, num_feasible=ranked.num_feasible,
                        plans=build_plans(problem, ranked),
-                       why=tuple(explain_serving(problem, ranked)), pareto=front)
+                       why=tuple(explain_serving(problem, ranked)), pareto=front,
+                       disaggregated=split)

@@ -1,0 +1,283 @@
+"""Disaggregated prefill and decode: a pool of prefill engines and a pool of decode engines on
+the same GPUs, the KV cache of each prompt sent from one to the other (vLLM's NixlConnector,
+SGLang's --disaggregation-mode with NIXL or Mooncake, as Dynamo and llm-d deploy them),
+against the best aggregated plan on the same GPUs.
+
+Each pool is a number of copies of one engine (tp, pp, dp, ep as `parplan serve` searches
+them, dp ranks each serving their share). The load splits evenly over the copies' DP ranks:
+
+  prefill  an M/G/1 queue of prompts with nothing decoding beside them
+           (solver.serve.load.estimate_prefill_queue);
+  transfer the prompt's KV cache, each prefill GPU sending its own shard (its KV bytes per
+           token x the prompt) over the tier that joins the pools: inside the NVLink domain
+           when both pools fit in it, else the cluster's network (solver.cost.comm send_recv);
+  decode   continuous batching with no prefill rounds (solver.serve.load, phase "decode").
+
+TTFT = prefill TTFT + transfer (the prefill engine returns the first token; the decode engine
+starts after the transfer), TPOT = the decode engine's. The SLO constraints separate: the
+prefill pool must meet the TTFT limit (with the transfer) and the decode pool the TPOT limit,
+so the most requests/s a pair carries is the smaller of what each pool carries, and the search
+over (prefill engine, decode engine, prefill copies) is arithmetic on per-engine capacities.
+The aggregated plans are candidates of the same search: the answer is the plan, aggregated or
+disaggregated, that carries the most load within the SLO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.serve.candidates import ServeCandidates
+from solver.serve.enumerate import enumerate_serving
+from solver.serve.job import ServeProblem
+from solver.serve.load import (
+    largest_rate,
+    estimate_load_curves,
+    estimate_load_point,
+    estimate_max_num_seqs,
+    estimate_prefill_queue,
+    estimate_serving_load,
+    meets_slo,
+)
+from solver.serve.memory import estimate_kv_bytes_per_token
+
+ENGINE_KEYS = ("tp", "pp", "dp", "ep")
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """One pool: the engine's degrees and how many copies of it."""
+
+    degrees: dict[str, int]
+    copies: int
+
+    @property
+    def num_gpus(self) -> int:
+        d = self.degrees
+        return d["tp"] * d["pp"] * d["dp"] * self.copies
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """A plan of the disaggregated search: `kind` aggregated (prefill None, decode the whole
+    engine and its copies) or disaggregated; the most requests/s it carries within the SLO
+    and its latency at the operating point (the offered load, else that most), seconds."""
+
+    kind: str
+    prefill: PoolPlan | None
+    decode: PoolPlan
+    num_gpus: int
+    max_rate_per_s: float
+    ttft_s: float
+    tpot_s: float
+    transfer_s: float
+    same_domain: bool
+    decode_max_num_seqs: int = 0
+
+
+@dataclass(frozen=True)
+class DisaggResult:
+    """Plans of the search best first (the aggregated best among them) and the best of each
+    kind."""
+
+    plans: tuple[SplitPlan, ...]
+    best_aggregated: SplitPlan | None
+    best_disaggregated: SplitPlan | None
+
+    @property
+    def winner(self) -> SplitPlan | None:
+        return self.plans[0] if self.plans else None
+
+
+def _engines(problem: ServeProblem) -> ServeCandidates:
+    """Every engine of at most --gpus GPUs that fits (one copy; no SLO or load rule)."""
+    job = problem.job.model_copy(update={"objective": "gpus", "max_ttft_ms": None,
+                                         "max_tpot_ms": None, "min_tokens_per_s": None})
+    lone = job.model_copy(update={"load": job.load.model_copy(update={"request_rate": None,
+                                                                      "concurrency": None})})
+    return enumerate_serving(problem.model_copy(update={"job": lone}))
+
+
+def estimate_transfer_s(problem: ServeProblem, engines: ServeCandidates, same_domain: bool,
+                        prompt_tokens: float) -> np.ndarray:
+    """Seconds to send one prompt's KV cache from a prefill engine, each GPU its shard.
+    Llama-3.1-70B at tp 8, 2,048 tokens: 2,048 x 40,960 B = 83.9 MB per GPU; over a 40 GB/s
+    network that is about 2.1 ms, over 360 GB/s NVLink about 0.23 ms."""
+    cluster = problem.cluster
+    per_gpu = prompt_tokens * estimate_kv_bytes_per_token(problem, engines.tp, engines.pp)
+    stride = 1 if same_domain else max(cluster.scale_up_gpus, cluster.gpus_per_node)
+    link = estimate_group_link(cluster, np.full(len(engines), stride), np.full(len(engines), 2))
+    return estimate_collective_s("send_recv", per_gpu, np.full(len(engines), 2), link)
+
+
+def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
+    """The plans that carry the most load within the SLO on --gpus GPUs (module docstring)."""
+    job, n = problem.job, problem.num_gpus
+    plans = _aggregated(problem)
+    engines = _engines(problem)
+    if len(engines) and n >= 2:
+        plans += _disaggregated(problem, engines)
+    plans.sort(key=lambda p: (-p.max_rate_per_s, p.num_gpus, p.kind != "aggregated",
+                              p.ttft_s + job.output_len * p.tpot_s))
+    aggregated = next((p for p in plans if p.kind == "aggregated"), None)
+    split = next((p for p in plans if p.kind == "disaggregated"), None)
+    return DisaggResult(plans=tuple(plans[:top]), best_aggregated=aggregated,
+                        best_disaggregated=split)
+
+
+def _aggregated(problem: ServeProblem) -> list[SplitPlan]:
+    """The best aggregated plan on all the GPUs (the load and SLO rules lifted, so a plan
+    that carries less than the offered load still competes)."""
+    job = problem.job.model_copy(update={"objective": "throughput", "max_ttft_ms": None,
+                                         "max_tpot_ms": None, "min_tokens_per_s": None})
+    lone = job.model_copy(update={"load": job.load.model_copy(update={"request_rate": None,
+                                                                      "concurrency": None})})
+    candidates = enumerate_serving(problem.model_copy(update={"job": lone}))
+    if len(candidates) == 0:
+        return []
+    load = estimate_serving_load(problem, candidates)
+    best = int(np.lexsort((candidates.num_gpus, -load.max_rate_per_s))[0])
+    row = candidates.row(best)
+    rate = float(load.max_rate_per_s[best])
+    point = _operating_rate(problem, rate)
+    curves = load.curves
+    at = estimate_load_point(problem, _take_one(curves, best), np.array(
+        [point / float(curves.engines[best])]))
+    return [SplitPlan(kind="aggregated", prefill=None,
+                      decode=PoolPlan({k: row[k] for k in ENGINE_KEYS}, row["replicas"]),
+                      num_gpus=int(candidates.num_gpus[best]), max_rate_per_s=rate,
+                      ttft_s=float(at.ttft_s[0]), tpot_s=float(at.tpot_s[0]), transfer_s=0.0,
+                      same_domain=True)]
+
+
+def _take_one(curves, i: int):
+    from dataclasses import replace
+
+    pick = slice(i, i + 1)
+    return replace(curves, d_grid=curves.d_grid[pick], round_s=curves.round_s[pick],
+                   service_s=curves.service_s[pick], service_q_s=curves.service_q_s[pick],
+                   service_mean_s=curves.service_mean_s[pick], d_max=curves.d_max[pick],
+                   engines=curves.engines[pick], num_gpus=curves.num_gpus[pick])
+
+
+def _operating_rate(problem: ServeProblem, most: float) -> float:
+    """The deployment's rate to report latency at: the offered one, else the most carried."""
+    rate = problem.job.load.request_rate
+    return most if rate is None else rate
+
+
+def _disaggregated(problem: ServeProblem, engines: ServeCandidates) -> list[SplitPlan]:
+    job, n = problem.job, problem.num_gpus
+    q_len = job.input_distribution.quantile(job.load.quantile)
+    prefill_curves = estimate_load_curves(problem, engines, "prefill")
+    decode_curves = estimate_load_curves(problem, engines, "decode")
+    ranks = engines.dp.astype(float)
+    # Per DP rank: what a decode rank carries within the TPOT limit, what a prefill rank
+    # carries within the TTFT limit once the transfer is added (two placements).
+    decode_rate = largest_rate(problem, decode_curves,
+                                lambda p: meets_slo(_without(problem, "ttft"), p))
+    prefill_rate, transfer = {}, {}
+    for same in (True, False):
+        transfer[same] = estimate_transfer_s(problem, engines, same, q_len)
+        prefill_rate[same] = _largest_prefill_rate(problem, prefill_curves, transfer[same])
+    gpus = engines.num_gpus
+    plans = []
+    domain = problem.cluster.scale_up_gpus
+    for i in range(len(engines)):
+        for j in range(len(engines)):
+            if gpus[i] + gpus[j] > n:
+                continue
+            copies_p = np.arange(1, (n - gpus[j]) // gpus[i] + 1)
+            copies_d = (n - copies_p * gpus[i]) // gpus[j]
+            used = copies_p * gpus[i] + copies_d * gpus[j]
+            same = used <= domain
+            carried = np.minimum(
+                copies_p * ranks[i] * np.where(same, prefill_rate[True][i],
+                                               prefill_rate[False][i]),
+                copies_d * ranks[j] * decode_rate[j])
+            k = int(np.lexsort((used, -carried))[0])
+            if carried[k] <= 0:
+                continue
+            plans.append(_split_plan(problem, engines, i, j, int(copies_p[k]),
+                                     int(copies_d[k]), float(carried[k]), bool(same[k]),
+                                     prefill_curves, decode_curves,
+                                     float(transfer[bool(same[k])][i])))
+    return plans
+
+
+def _without(problem: ServeProblem, limit: str) -> ServeProblem:
+    job = problem.job.model_copy(update={f"max_{limit}_ms": None})
+    return problem.model_copy(update={"job": job})
+
+
+def _largest_prefill_rate(problem: ServeProblem, curves, transfer_s: np.ndarray
+                          ) -> np.ndarray:
+    """Most requests/s per prefill DP rank with TTFT + transfer within the limit (bisection)."""
+    limit = problem.job.max_ttft_ms
+    service = curves.service_s[:, 0, :] @ curves.weights
+    high = np.where(service > 0, 1.0 / np.maximum(service, 1e-300), 0.0)
+    low = np.zeros_like(high)
+    for _ in range(40):
+        middle = (low + high) / 2.0
+        ttft, _, stable = estimate_prefill_queue(problem, curves, middle)
+        good = stable & ((limit is None) | (ttft + transfer_s <= (limit or 0) * 1e-3))
+        low, high = np.where(good, middle, low), np.where(good, high, middle)
+    return low
+
+
+def _split_plan(problem: ServeProblem, engines: ServeCandidates, i: int, j: int,
+                copies_p: int, copies_d: int, carried: float, same: bool, prefill_curves,
+                decode_curves, transfer_s: float) -> SplitPlan:
+    rate = _operating_rate(problem, carried)
+    p_row, d_row = engines.row(i), engines.row(j)
+    ttft, _, _ = estimate_prefill_queue(problem, _take_one(prefill_curves, i),
+                                        np.array([rate / (copies_p * p_row["dp"])]))
+    decode = estimate_load_point(problem, _take_one(decode_curves, j),
+                                 np.array([rate / (copies_d * d_row["dp"])]))
+    seqs = int(estimate_max_num_seqs(problem, _take_one(decode_curves, j))[0])
+    prefill = PoolPlan({k: p_row[k] for k in ENGINE_KEYS}, copies_p)
+    decode_pool = PoolPlan({k: d_row[k] for k in ENGINE_KEYS}, copies_d)
+    return SplitPlan(kind="disaggregated", prefill=prefill, decode=decode_pool,
+                     num_gpus=prefill.num_gpus + decode_pool.num_gpus, max_rate_per_s=carried,
+                     ttft_s=float(ttft[0]) + transfer_s, tpot_s=float(decode.tpot_s[0]),
+                     transfer_s=transfer_s, same_domain=same, decode_max_num_seqs=seqs)
+
+
+def describe_pool(pool: PoolPlan) -> str:
+    d = pool.degrees
+    text = f"tp {d['tp']} x pp {d['pp']} x dp {d['dp']}" + (f", ep {d['ep']}" if d["ep"] > 1
+                                                           else "")
+    return text + (f", {pool.copies} copies" if pool.copies > 1 else "")
+
+
+def describe_split(plan: SplitPlan) -> str:
+    if plan.prefill is None:
+        return f"aggregated {describe_pool(plan.decode)}"
+    return (f"prefill {describe_pool(plan.prefill)} ({plan.prefill.num_gpus} GPUs) + decode "
+            f"{describe_pool(plan.decode)} ({plan.decode.num_gpus} GPUs)")
+
+
+def explain_disaggregation(result: DisaggResult) -> str:
+    """Why the winner is aggregated or disaggregated, with the load each kind carries."""
+    agg, split = result.best_aggregated, result.best_disaggregated
+    if split is None:
+        return "no disaggregated split fits: every split leaves a pool without a fitting engine"
+    if agg is None:
+        return (f"disaggregated: {describe_split(split)} carries "
+                f"{split.max_rate_per_s:.2f} requests/s within the SLO; no aggregated plan fits")
+    if result.winner is not None and result.winner.kind == "disaggregated":
+        gain = split.max_rate_per_s / max(agg.max_rate_per_s, 1e-300) - 1.0
+        return (f"disaggregated wins: {describe_split(split)} carries "
+                f"{split.max_rate_per_s:.2f} requests/s within the SLO against "
+                f"{agg.max_rate_per_s:.2f} for the best aggregated plan "
+                f"({describe_split(agg)}): {100 * gain:+.1f}%; KV transfer "
+                f"{1e3 * split.transfer_s:.2f} ms per prompt over "
+                f"{'NVLink' if split.same_domain else 'the network'}")
+    loss = 1.0 - split.max_rate_per_s / max(agg.max_rate_per_s, 1e-300)
+    return (f"aggregated wins: {describe_split(agg)} carries {agg.max_rate_per_s:.2f} "
+            f"requests/s within the SLO; the best split, {describe_split(split)}, carries "
+            f"{split.max_rate_per_s:.2f} ({100 * loss:.1f}% less: a pool idles while the "
+            "other limits, and the KV transfer adds "
+            f"{1e3 * split.transfer_s:.2f} ms to TTFT)")
