@@ -8,7 +8,9 @@ each, a KV context of `decode_context` tokens) and p prefill tokens of prompts o
 
   linear layers   the layer's linear weights on the GPU as GEMMs of m rows
                   (solver.cost.efficiency.estimate_gemm_s: the measured kernel table where the
-                  GPU has one, the datasheet roofline with its per-kernel cost otherwise):
+                  GPU has one, the datasheet roofline with its per-kernel cost otherwise;
+                  below the table's 256 rows, where decode steps live, the roofline's weight
+                  streaming, at most the table's 256-row time):
                   attention (h -> attention params / h), dense MLP or shared experts
                   (h -> params / h);
   routed experts  the table's fused MoE at the EP group's m x dp tokens; below its smallest
@@ -39,12 +41,14 @@ from solver.cost.efficiency import (
     estimate_gemm_s,
     estimate_streaming_s,
     estimate_table_attention_s,
+    gemm_table,
 )
 from solver.cost.kernels import estimate_table_moe_s, load_kernel_table
 from solver.cost.precision import load_recipe
 from solver.spec import GpuSpec, ModelSpec
 
 MOE_TABLE_MIN_TOKENS = 256  # the smallest token count of the MoE grids (kernel tables)
+GEMM_TABLE_MIN_ROWS = 256  # the smallest m of the GEMM grids (kernel README: m < 256 dropped)
 
 
 @dataclass(frozen=True)
@@ -87,10 +91,19 @@ def gemm_precision(gpu: GpuSpec, weights: str) -> str | None:
 
 def _gemm_s(gpu: GpuSpec, weights: str, m, k, n, weight_bytes: float,
             constants: ComputeConstants) -> np.ndarray:
+    """A GEMM of m rows: the table (or datasheet) time; below the table's smallest row count
+    (256, kernel README "What was dropped") the datasheet roofline at the real m, which is
+    the weight streaming a decode step does, capped by the table's time at 256 rows (a GEMM
+    of fewer rows is not slower)."""
     precision = gemm_precision(gpu, weights)
     if precision is None:
         return estimate_datasheet_gemm_s(gpu, "bf16", m, k, n, constants, weight_bytes)
-    return estimate_gemm_s(gpu, precision, m, k, n, constants)
+    table = estimate_gemm_s(gpu, precision, m, k, n, constants)
+    if gemm_table(gpu, precision) is None:
+        return table
+    m = np.asarray(m, dtype=float)
+    streaming = estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants, weight_bytes)
+    return np.where(m < GEMM_TABLE_MIN_ROWS, np.minimum(streaming, table), table)
 
 
 def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,

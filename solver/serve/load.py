@@ -16,11 +16,12 @@ itself plus a Poisson count of others (M/G/inf occupancy, solver.cost.queueing),
 its rounds). Stable while d stays within min(max_num_seqs, the KV cache's sequences of mean
 length, B / (1 + E[I] / E[O])).
 
-Prefill (M/G/1, solver.cost.queueing): a prompt of I tokens, at the head of the waiting queue,
-takes ceil(I / (B - d)) rounds with its chunks beside the d decodes: service S(I). Arrivals
-are Poisson (benchmark_serving.py --request-rate), so its wait is Pollaczek-Khinchine's with
-the exponential tail; TTFT = wait + S at the SLO percentile of the wait and of I (summing
-quantiles: conservative), TTFT mean = E[W] + E[S].
+Prefill (M/G/1, solver.cost.queueing): the B - d tokens a round leaves beside the decodes are
+the server; a prompt of I tokens is I / (B - d) of a full-budget round of work (several short
+prompts share one step), and once at the head it takes ceil(I / (B - d)) whole rounds: its
+latency S(I). Arrivals are Poisson (benchmark_serving.py --request-rate), so the wait is
+Pollaczek-Khinchine's with the exponential tail; TTFT = wait + S at the SLO percentile of the
+wait and of I (summing quantiles: conservative), TTFT mean = E[W] + E[S].
 
 A closed concurrency C (C / engines users per engine, each sending its next request when the
 last ends) is turned into the rate that Little's law gives, lam (E[TTFT] + E[O] TPOT) = C; past
@@ -60,9 +61,9 @@ class LoadCurves:
 
     d_grid: np.ndarray        # (N, G) decoding sequences, 0 .. d_max + 1
     round_s: np.ndarray       # (N, G) tau(d)
-    service_s: np.ndarray     # (N, G, K) S(I_k) at d
-    service_q_s: np.ndarray   # (N, G) S(I at the SLO quantile)
-    service_mean_s: np.ndarray  # (N, G) S(E[I])
+    service_s: np.ndarray     # (N, G, K) the prefill queue's work of I_k at d
+    service_q_s: np.ndarray   # (N, G) S(I at the SLO quantile): whole rounds
+    service_mean_s: np.ndarray  # (N, G) S(E[I]): whole rounds
     weights: np.ndarray       # (K,)
     d_max: np.ndarray         # (N,)
     output_mean: float
@@ -155,9 +156,13 @@ def estimate_load_curves(problem: ServeProblem, c: ServeCandidates,
     full_s = seconds[:, g:2 * g]
     last_s = seconds[:, 2 * g:].reshape(n, g, k)
     service = full[..., :] * full_s[:, :, None] + last_s
+    # The queue's work: the budget left beside the decodes is shared by every waiting prompt
+    # (the scheduler packs several into one step), so a prompt occupies it for its share of
+    # the full-budget round; its own latency is the whole rounds of `service`.
+    work = chunk_lengths[None, None, :] / chunk * full_s[:, :, None]
     if phase == "decode":  # the prompt arrived prefilled
-        service = np.zeros_like(service)
-    return LoadCurves(d_grid=d_grid, round_s=round_s, service_s=service[:, :, :k - 2],
+        service, work = np.zeros_like(service), np.zeros_like(work)
+    return LoadCurves(d_grid=d_grid, round_s=round_s, service_s=work[:, :, :k - 2],
                       service_q_s=service[:, :, k - 2], service_mean_s=service[:, :, k - 1],
                       weights=weights, d_max=d_max, output_mean=output_mean,
                       engines=(c.dp * c.replicas).astype(float),
@@ -191,7 +196,7 @@ def estimate_load_point(problem: ServeProblem, curves: LoadCurves, rate_per_engi
     wait_q = estimate_wait_quantile_s(wait, rho, q)
     stable = stable & (rho < 1.0)
     ttft = wait_q + _interp(curves, curves.service_q_s, decoding)
-    ttft_mean = wait + mean_s
+    ttft_mean = wait + _interp(curves, curves.service_mean_s, decoding)
     inf = np.inf
     rate = lam * curves.engines
     tokens = rate * out
@@ -219,7 +224,8 @@ def estimate_prefill_queue(problem: ServeProblem, curves: LoadCurves, rate_per_e
     wait = estimate_mg1_wait_s(lam, mean_s, second)
     stable = rho < 1.0
     ttft = estimate_wait_quantile_s(wait, rho, q) + curves.service_q_s[:, 0]
-    return (np.where(stable, ttft, np.inf), np.where(stable, wait + mean_s, np.inf), stable)
+    ttft_mean = wait + curves.service_mean_s[:, 0]
+    return (np.where(stable, ttft, np.inf), np.where(stable, ttft_mean, np.inf), stable)
 
 
 def meets_slo(problem: ServeProblem, point: LoadPoint) -> np.ndarray:
