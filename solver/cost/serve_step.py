@@ -128,7 +128,7 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
         return np.where(n > 0, _gemm_s(gpu, weights, rows, h, np.maximum(n, 1.0), wb, constants),
                         0.0)
 
-    attention = linear(_attention_params_per_gpu(m_, tp))
+    attention = linear(attention_params_per_gpu(m_, tp))
     dense_mlp = linear(m_.dense_mlp_params_per_layer / tp) if m_.num_dense_layers else 0.0
     shared = (linear(m_.shared_expert_params_per_layer / tp)
               if m_.is_moe and m_.shared_expert_params_per_layer else 0.0)
@@ -147,7 +147,7 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
                        prefill_attention_s=prefill_attention_s, head_s=head_s)
 
 
-def _attention_params_per_gpu(model_spec: ModelSpec, tp: np.ndarray) -> np.ndarray:
+def attention_params_per_gpu(model_spec: ModelSpec, tp: np.ndarray) -> np.ndarray:
     """Attention parameters of one layer on one TP rank: MLA's down-projections replicated,
     GQA's KV heads replicated when tp exceeds them (as solver.serve.memory counts them)."""
     m = model_spec

@@ -20,8 +20,11 @@ Prefill (M/G/1, solver.cost.queueing): the B - d tokens a round leaves beside th
 the server; a prompt of I tokens is I / (B - d) of a full-budget round of work (several short
 prompts share one step), and once at the head it takes ceil(I / (B - d)) whole rounds: its
 latency S(I). Arrivals are Poisson (benchmark_serving.py --request-rate), so the wait is
-Pollaczek-Khinchine's with the exponential tail; TTFT = wait + S at the SLO percentile of the
-wait and of I (summing quantiles: conservative), TTFT mean = E[W] + E[S].
+Pollaczek-Khinchine's with the exponential tail; before its first chunk an arrival also waits
+out the round in progress (a residual uniform over the round while the engine is busy: renewal
+theory's residual life of constant intervals). TTFT = residual + wait + S at the SLO percentile
+of each (summing quantiles: conservative), TTFT mean = tau / 2 + E[W] + S(E[I]). A
+discrete-event simulation of this scheduler (tests/test_serve_queue_sim.py) holds the means.
 
 A closed concurrency C (C / engines users per engine, each sending its next request when the
 last ends) is turned into the rate that Little's law gives, lam (E[TTFT] + E[O] TPOT) = C; past
@@ -195,8 +198,15 @@ def estimate_load_point(problem: ServeProblem, curves: LoadCurves, rate_per_engi
     wait = estimate_mg1_wait_s(lam, mean_s, second)
     wait_q = estimate_wait_quantile_s(wait, rho, q)
     stable = stable & (rho < 1.0)
-    ttft = wait_q + _interp(curves, curves.service_q_s, decoding)
-    ttft_mean = wait + _interp(curves, curves.service_mean_s, decoding)
+    # An arrival first waits for the round in progress: the residual of a constant round is
+    # uniform over it (mean tau / 2), when the engine is busy at all (1 - P(empty), the
+    # Poisson occupancy of the requests in the system).
+    round_now = _interp(curves, curves.round_s, decoding)
+    in_system = lam * (_interp(curves, curves.service_mean_s, decoding) + out * round_now)
+    busy = 1.0 - np.exp(-in_system)
+    ttft = busy * q * round_now + wait_q + _interp(curves, curves.service_q_s, decoding)
+    ttft_mean = (busy * round_now / 2.0 + wait
+                 + _interp(curves, curves.service_mean_s, decoding))
     inf = np.inf
     rate = lam * curves.engines
     tokens = rate * out

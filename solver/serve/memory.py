@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.cost.serve_step import attention_params_per_gpu
 from solver.serve.candidates import ServeCandidates
 from solver.serve.job import ServeProblem, vllm_batch_defaults
 from solver.spec import ModelSpec
@@ -83,26 +84,14 @@ def estimate_stage_weights(problem: ServeProblem, c: ServeCandidates) -> StageWe
 
 
 def estimate_attention_params_per_gpu(model_spec: ModelSpec, tp: np.ndarray) -> np.ndarray:
-    """Attention parameters of one layer on one TP rank.
+    """Attention parameters of one layer on one TP rank (solver.cost.serve_step, where the
+    step time reads them too).
 
     MHA/GQA: Q and O split over tp, K and V keep max(kv_heads / tp, 1) heads per rank.
     MLA: the down-projections (q_a, kv_a with the rope key, their norms) are replicated, the
     up-projections and O split over tp. Llama-3.1-70B at tp 8: (2 x 8192 x 8192 / 8
     + 2 x 8192 x 1024 / 8) = 18.9M."""
-    m = model_spec
-    h = m.hidden_size
-    total = m.attention_params_per_layer
-    if m.is_mla:
-        q_down = h * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0
-        kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # type: ignore
-        replicated = q_down + kv_down
-        return replicated + (total - replicated) / tp
-    heads, kv = m.num_attention_heads, m.kv_heads
-    qo = heads * (m.qk_head_dim + m.value_head_dim)
-    kv_width = kv * (m.qk_head_dim + m.value_head_dim)
-    kv_per_rank = np.maximum(kv / tp, 1.0)
-    share = (qo / tp + kv_width * kv_per_rank / kv) / (qo + kv_width)
-    return total * share
+    return attention_params_per_gpu(model_spec, np.asarray(tp, dtype=float))
 
 
 def estimate_kv_bytes_per_token(problem: ServeProblem, tp: np.ndarray, pp: np.ndarray
