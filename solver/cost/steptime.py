@@ -33,6 +33,8 @@ A layer's own time, by kind and part, is solver.cost.layer_time's.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -359,6 +361,20 @@ def estimate_layout_step_time(model_spec: ModelSpec, cluster: ClusterSpec, job: 
                                                      is_last=is_last, count=count))
 
 
+@functools.lru_cache(maxsize=4096)
+def _even_stages(model_spec: ModelSpec, pp: int, vpp: int, embedding_slots: bool
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct stages of the even split of pp x vpp (dense layers, MoE layers, whether
+    last) and how many stages are alike; the search asks for the same few splits many times."""
+    stage = np.arange(pp)
+    total, moe = estimate_stage_layers(model_spec, np.full(pp, pp), np.full(pp, vpp), stage,
+                                       embedding_slots)
+    seen = np.stack([total - moe, moe, stage == pp - 1], axis=1)
+    distinct, counts = np.unique(seen, axis=0, return_counts=True)
+    distinct.flags.writeable = counts.flags.writeable = False
+    return distinct, counts
+
+
 def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
                             embedding_slots: bool = False) -> StageTimeContent:
     """The distinct stages of each candidate's even split (solver.cost.memory.layout) with how
@@ -366,15 +382,8 @@ def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
     pp, vpp = d["pp"], d["vpp"]
     width = int(vpp.max(initial=1)) + 1
     keys, pair_of = distinct_inverse(pp * width + vpp)
-    rows = []
-    for key in keys:
-        stage = np.arange(key // width)
-        total, moe = estimate_stage_layers(model_spec, np.full(len(stage), key // width),
-                                           np.full(len(stage), key % width), stage,
-                                           embedding_slots)
-        seen = np.stack([total - moe, moe, stage == len(stage) - 1], axis=1)
-        distinct, counts = np.unique(seen, axis=0, return_counts=True)
-        rows.append((distinct, counts))
+    rows = [_even_stages(model_spec, int(key // width), int(key % width), embedding_slots)
+            for key in keys]
     num_rows = max((len(counts) for _, counts in rows), default=1)
     table = np.zeros((len(keys), num_rows, 3))
     count = np.zeros((len(keys), num_rows))
