@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from solver.spec import RECOMPUTE_LEVELS, ParallelConfig
+from solver.spec.strict import MAX_LAYERS
 
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
 
@@ -63,6 +64,12 @@ class Candidates:
         """Candidate `index` as a ParallelConfig."""
         values = {name: int(getattr(self, name)[index]) for name in FIELD_NAMES}
         values["recompute"] = RECOMPUTE_LEVELS[values["recompute"]]
+        if (min(values[name] for name in POSITIVE_FIELDS) > 0 and 0 <= values["zero"] <= 3
+                and max(values[name] for name in POSITIVE_FIELDS) <= MAX_LAYERS.most):
+            # Degrees of the enumerated space, within every limit of ParallelConfig's fields
+            # (the least is vpp's, MAX_LAYERS): its checks hold already (a search builds
+            # thousands per problem; validation was 5% of its time).
+            return ParallelConfig.model_construct(**values)
         return ParallelConfig(**values)
 
     def take(self, index: np.ndarray | Sequence[int]) -> Candidates:
@@ -91,3 +98,4 @@ class Candidates:
 
 
 FIELD_NAMES = tuple(f.name for f in fields(Candidates))
+POSITIVE_FIELDS = tuple(n for n in FIELD_NAMES if n not in ("zero", "recompute"))
