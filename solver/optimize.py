@@ -9,8 +9,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from solver.api import estimate_plans, load_problem_specs
-from solver.cost.frameworks import FrameworkProfile, build_framework_profile
+from solver.cost.frameworks import (
+    FrameworkProfile,
+    build_framework_profile,
+    memory_saver_ladder,
+    with_memory_savers,
+)
+from solver.cost.memory import MemoryOptions, estimate_layout_memory
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
@@ -71,11 +79,15 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
         if name not in VARIABLES:
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
     profile = build_framework_profile(framework, features)
+    # The memory savers no flag set are the search's to turn on where a plan needs them
+    # (Problem.memory_savers): memory with all of them, time without.
+    savers = memory_saver_ladder(framework, features)
     return Problem(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
                    framework=framework, objective=objective, pins=dict(pins or {}),
                    allow_tp_across_nodes=allow_tp_across_nodes,
                    time_constants=profile.time_constants,
-                   memory_options=profile.memory_options())
+                   memory_options=with_memory_savers(profile, savers).memory_options(),
+                   memory_savers=savers)
 
 
 def solve(problem: Problem, top: int = 5, engine: str = "layout",
@@ -112,13 +124,17 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
                               solve_seconds=seconds, num_feasible=0, plans=(),
                               conflicts=conflicts, rules=rules,
                               fixes=tuple(suggest_fixes(problem, conflicts)))
+    plans = _plans(problem, ranked)
+    why = list(explain_choice(problem, ranked, lambda pinned: _solve_top(pinned, engine,
+                                                                         time_limit_s),
+                              compare=compare))
+    # After the fit check: the memory savers the winner turns on to fit.
     return OptimizeResult(problem=problem, status=status, engine=engine,
                           solve_seconds=seconds, num_feasible=ranked.num_feasible,
                           num_candidates=ranked.num_candidates,
                           num_memory_checked=ranked.num_memory_checked,
-                          plans=_plans(problem, ranked),
-                          why=tuple(explain_choice(problem, ranked, lambda pinned: _solve_top(
-                              pinned, engine, time_limit_s), compare=compare)))
+                          plans=plans, why=tuple(why[:1] + _explain_savers(problem, plans[0])
+                                                 + why[1:]))
 
 
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:
@@ -155,15 +171,75 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
 
 
 def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
-    """The ranked plans with their stages' memory and equivalent settings; the step times are
-    the ranking's."""
-    plans = estimate_plans(problem.model_spec, problem.cluster, problem.job,
-                           ranked.candidates.to_configs(), problem.memory_options,
-                           problem.time_constants, ranked.layouts, ranked.step_time)
+    """The ranked plans with their stages' memory, the memory savers each needs and its
+    equivalent settings; the step times are the ranking's.
+
+    Memory savers (Problem.memory_savers): each plan gets the shortest prefix of them under
+    which it fits (the search admitted it with all of them). They only shorten the step (less
+    DP traffic, a lighter optimizer step), so the ranking's time, costed without them, is an
+    upper bound; plans keep the ranking's order."""
+    configs = ranked.candidates.to_configs()
+    layouts = list(ranked.layouts or [None] * len(configs))
+    plans: list[Plan | None] = [None] * len(configs)
+    pending = np.arange(len(configs))
+    levels = saver_levels(problem)
+    for position, (savers, options) in enumerate(levels):
+        estimated = estimate_plans(problem.model_spec, problem.cluster, problem.job,
+                                   [configs[i] for i in pending], options,
+                                   problem.time_constants, [layouts[i] for i in pending],
+                                   ranked.step_time.take(pending))
+        last = position == len(levels) - 1
+        for row, plan in zip(pending, estimated):
+            if plan.fits or last:
+                plans[row] = plan.model_copy(update={"memory_savers": savers})
+        pending = np.array([row for row in pending if plans[row] is None], dtype=np.int64)
+        if len(pending) == 0:
+            break
     twins = ranked.twins or ((),) * len(plans)
-    return tuple(plan.model_copy(update={"equivalent": tuple(
-        Equivalent(recompute=RECOMPUTE_LEVELS[code], total_bytes=memory_bytes)
-        for code, memory_bytes in folded)}) for plan, folded in zip(plans, twins))
+    return tuple(plan.model_copy(update={"equivalent": _equivalents(
+        problem, plan, folded, dict(levels)[plan.memory_savers])})
+        for plan, folded in zip(plans, twins) if plan is not None)
+
+
+def _equivalents(problem: Problem, plan: Plan, twins: tuple[tuple[int, float], ...],
+                 options: MemoryOptions) -> tuple[Equivalent, ...]:
+    """The plan's twins (recompute code, worst-stage bytes under the search's options) as
+    Equivalent settings under the plan's own savers: re-costed where the plan turns fewer on
+    than the search assumed, and kept where they fit with them."""
+    if options is problem.memory_options:
+        return tuple(Equivalent(recompute=RECOMPUTE_LEVELS[code], total_bytes=memory_bytes)
+                     for code, memory_bytes in twins)
+    assert plan.layout is not None  # estimate_plans gives every plan its layout
+    kept = []
+    for code, _ in twins:
+        config = plan.config.model_copy(update={"recompute": RECOMPUTE_LEVELS[code]})
+        total = float(estimate_layout_memory(problem.model_spec, problem.job, config,
+                                             plan.layout, options).total.max())
+        if total <= plan.usable_memory_bytes:
+            kept.append(Equivalent(recompute=config.recompute, total_bytes=total))
+    return tuple(kept)
+
+
+def _explain_savers(problem: Problem, plan: Plan) -> list[str]:
+    """Why the winner turns memory savers on: its worst stage without them."""
+    if not plan.memory_savers:
+        return []
+    assert plan.layout is not None  # estimate_plans gives every plan its layout
+    without = estimate_layout_memory(problem.model_spec, problem.job, plan.config, plan.layout,
+                                     saver_levels(problem)[0][1]).total.max()
+    flags = " and ".join("--" + name.replace("_", "-") for name in plan.memory_savers)
+    return [f"memory savers: {flags} (without them the worst stage needs "
+            f"{without / 1e9:.1f} GB of the {plan.usable_memory_bytes / 1e9:.1f} GB usable; "
+            "they only shorten the step, which is costed without them)"]
+
+
+def saver_levels(problem: Problem) -> list[tuple[tuple[str, ...], MemoryOptions]]:
+    """(savers on, memory options) for each prefix of the problem's memory savers, none
+    first; the last is the problem's own options (all of them on)."""
+    profile = FrameworkProfile(name=problem.framework, time_constants=problem.time_constants)
+    savers = problem.memory_savers
+    return [(savers[:count], with_memory_savers(profile, savers[:count]).memory_options())
+            for count in range(len(savers))] + [(savers, problem.memory_options)]
 
 
 def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:

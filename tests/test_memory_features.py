@@ -354,3 +354,102 @@ def test_fit_check_and_assumptions_name_the_fsdp_master() -> None:
     assert "(16 bytes each: 4 + 4 + 8)" in plan.output
     shown = CliRunner().invoke(cli, ["estimate", *args, "--zero", "3"])
     assert "the fp32 parameter shard is the master (PyTorch FSDP)" in shown.output
+
+
+# ---- memory savers chosen by the search (issue 17: knobs, by dominance) -----------------------
+
+def test_saver_ladder_leaves_flags_alone() -> None:
+    """The search may turn on the savers no flag set, in MEMORY_SAVERS' order, and only under
+    Megatron, where they save memory (FrameworkProfile.memory_options: torchtitan's FSDP2
+    casts the reduced shard back to fp32, DeepSpeed's communication_data_type changes traffic
+    only)."""
+    from solver.cost.frameworks import memory_saver_ladder
+
+    assert memory_saver_ladder("megatron") == ("grad_reduce_in_bf16", "precision_aware_optimizer")
+    assert memory_saver_ladder("megatron", FrameworkFeatures(grad_reduce_in_bf16=False)) == (
+        "precision_aware_optimizer",)
+    assert memory_saver_ladder("megatron", FrameworkFeatures(
+        grad_reduce_in_bf16=True, precision_aware_optimizer=False)) == ()
+    assert memory_saver_ladder("torchtitan") == memory_saver_ladder("deepspeed") == ()
+
+
+def _solve(model: str, gpus: int, engine: str = "even", **features: bool):
+    from solver.optimize import build_problem, solve
+
+    problem = build_problem(model, "dgx-h100", gpus,
+                            features=FrameworkFeatures(**features) if features else None)
+    return solve(problem, top=5, engine=engine, compare=False)
+
+
+def _assert_shortest_prefix(result) -> None:
+    """Every plan fits with its savers and not with one fewer (the shortest prefix)."""
+    from solver.optimize import saver_levels
+
+    levels = dict(saver_levels(result.problem))
+    problem = result.problem
+    for plan in result.plans:
+        assert plan.fits
+        assert plan.memory_savers == problem.memory_savers[:len(plan.memory_savers)]
+        if plan.memory_savers:
+            fewer = plan.memory_savers[:-1]
+            from solver.cost.memory import estimate_layout_memory
+
+            total = estimate_layout_memory(problem.model_spec, problem.job, plan.config,
+                                           plan.layout, levels[fewer]).total.max()
+            assert total > plan.usable_memory_bytes
+
+
+def test_llama31_8b_turns_savers_on_only_where_a_plan_needs_them() -> None:
+    """Llama-3.1-8B on 8 H100s (seq 4096, global batch 1024): the fastest plans need bf16
+    gradient reduction to fit (without it the winner's worst stage holds 103.5 GB of the 85.5
+    usable), so the search turns it on for them; plans that fit without keep it off. With the
+    savers pinned off the best plan is no faster (dominance: they only save memory and never
+    add step time), and with them pinned on every plan is costed on the same memory."""
+    free = _solve("llama3.1-8b", 8)
+    off = _solve("llama3.1-8b", 8, grad_reduce_in_bf16=False, precision_aware_optimizer=False)
+    assert free.problem.memory_savers == ("grad_reduce_in_bf16", "precision_aware_optimizer")
+    assert off.problem.memory_savers == ()
+    assert free.plans[0].memory_savers  # the winner needs one
+    assert all(not plan.memory_savers for plan in off.plans)
+    assert free.plans[0].time.step_seconds <= off.plans[0].time.step_seconds
+    _assert_shortest_prefix(free)
+    assert any(line.startswith("memory savers: --grad-reduce-in-bf16") for line in free.why)
+
+
+@settings(max_examples=6, deadline=None)
+@given(model=st.sampled_from(["llama3.1-8b", "llama3.1-70b", "qwen3-30b-a3b"]),
+       gpus=st.sampled_from([8, 16, 64]))
+def test_every_returned_plan_fits_with_its_savers(model: str, gpus: int) -> None:
+    """Invariant: every plan optimize returns fits under the savers it names, and they are the
+    shortest prefix of the ladder that fits (the layout engine, the default)."""
+    _assert_shortest_prefix(_solve(model, gpus, engine="layout"))
+
+
+def test_launch_emits_the_plan_savers(tmp_path) -> None:
+    """`launch --plan` turns on what the plan needs (Megatron --grad-reduce-in-bf16); a flag
+    still overrides the plan."""
+    import json
+
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    args = ["--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    answer = CliRunner().invoke(cli, ["optimize", *args, "--engine", "even", "--json"])
+    assert answer.exit_code == 0, answer.output
+    plans = json.loads(answer.stdout)["plans"]
+    assert plans[0]["memory_savers"][0] == "grad_reduce_in_bf16"
+    path = tmp_path / "plans.json"
+    path.write_text(answer.stdout)
+    launch = ["launch", *args, "--plan", str(path), "--format", "megatron"]
+    emitted = CliRunner().invoke(cli, launch)
+    assert emitted.exit_code == 0, emitted.output
+    assert "--grad-reduce-in-bf16" in emitted.output
+    pinned = CliRunner().invoke(cli, [*launch, "--no-grad-reduce-in-bf16"])
+    assert "--grad-reduce-in-bf16" not in pinned.output
+    bad = json.loads(answer.stdout)
+    bad["plans"][0]["memory_savers"] = ["cpu_offload"]
+    path.write_text(json.dumps(bad))
+    refused = CliRunner().invoke(cli, launch)
+    assert refused.exit_code == 2
+    assert "plans.0.memory_savers" in refused.output and "cpu_offload" in refused.output

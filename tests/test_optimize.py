@@ -196,7 +196,8 @@ def test_least_memory_is_that_of_the_leanest_plan_meeting_the_other_rules(pins) 
         assert found.least_memory_bytes is None
         assert found.names in (["pin_tp"], ["memory_fits_hbm"])  # either one suffices
         return
-    least = estimate_memory(problem.model_spec, problem.job, others).total.min()
+    least = estimate_memory(problem.model_spec, problem.job, others,
+                            problem.memory_options).total.min()
     assert found.least_memory_bytes == pytest.approx(float(least), rel=1e-12)
     assert found.names == ["memory_fits_hbm"]
     assert least > problem.cluster.gpu.memory_gib * 2**30
@@ -335,11 +336,15 @@ def test_fit_check_counts_the_problem_own_bytes_per_parameter() -> None:
     defaults keep bf16 weights (2 B), fp32 gradients (4 B) and fp32 master weights with Adam's
     moments (12 B) per parameter (solver.cost.memory.options); the precision-aware optimizer
     and bf16 gradients (Megatron --use-precision-aware-optimizer --grad-reduce-in-bf16) make
-    it 2 + 2 + 8."""
+    it 2 + 2 + 8, and so does a search free to turn them on where a plan needs them (the
+    default: solver.cost.frameworks.memory_saver_ladder)."""
     runner = CliRunner()
     base = ["optimize", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
-    plain = runner.invoke(cli, base)
+    plain = runner.invoke(cli, [*base, "--no-precision-aware-optimizer",
+                                "--no-grad-reduce-in-bf16"])
     lean = runner.invoke(cli, [*base, "--precision-aware-optimizer", "--grad-reduce-in-bf16"])
-    assert plain.exit_code == 0 and lean.exit_code == 0
+    free = runner.invoke(cli, base)
+    assert plain.exit_code == 0 and lean.exit_code == 0 and free.exit_code == 0
+    assert "(12 bytes each: 2 + 2 + 8)" in free.output
     assert "(18 bytes each: 2 + 4 + 12)" in plain.output
     assert "(12 bytes each: 2 + 2 + 8)" in lean.output

@@ -13,12 +13,16 @@ from solver.cost.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
 from solver.search.constraints import build_constraints
 from solver.spec import ParallelConfig
+from solver.spec.framework import FrameworkFeatures
 
 
 def place(model, cluster, gpus, seq, batch, seed: dict, framework="megatron"):
-    """(our best plan, the seed config's step time, the constraints it breaks, its rank)."""
+    """(our best plan, the seed config's step time, the constraints it breaks, its rank).
+    The seeds keep their framework's fp32 gradients and Adam moments: the memory savers are
+    pinned off (tests/test_memory_features.py covers the search turning them on)."""
     problem = build_problem(model, cluster, gpus, seq_len=seq, global_batch=batch,
-                            framework=framework)
+                            framework=framework, features=FrameworkFeatures(
+                                grad_reduce_in_bf16=False, precision_aware_optimizer=False))
     result = solve(problem, top=1)
     assert result.status == "optimal"
     config = ParallelConfig(**seed)

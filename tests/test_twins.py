@@ -16,6 +16,7 @@ from solver.cli import cli
 from solver.optimize import build_problem, solve
 from solver.search.enumerate import enumerate_feasible, fold_twins, rank
 from solver.search.twins import group_twins
+from solver.spec.framework import FrameworkFeatures
 
 
 def distinct_key(plan) -> tuple:
@@ -78,12 +79,16 @@ def test_layout_engine_holds_as_many_distinct_plans_each_no_slower(problem) -> N
 def test_llama2_13b_top_5_lists_five_distinct_plans() -> None:
     """The issue's example: 16 H100, top 5 held three distinct plans (none and selective
     twice each); now five, with the twins named."""
-    problem = build_problem("llama2-13b", "dgx-h100", 16)
+    # fp32 gradients and Adam moments, as when the issue was filed (memory savers pinned off)
+    problem = build_problem("llama2-13b", "dgx-h100", 16, features=FrameworkFeatures(
+        grad_reduce_in_bf16=False, precision_aware_optimizer=False))
     result = solve(problem, top=5)
     assert len({distinct_key(p) for p in result.plans}) == 5
     assert any(p.equivalent for p in result.plans)
     answer = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",
-                                      "dgx-h100", "--gpus", "16", "--top", "5", "--json"])
+                                      "dgx-h100", "--gpus", "16", "--top", "5", "--json",
+                                      "--no-grad-reduce-in-bf16",
+                                      "--no-precision-aware-optimizer"])
     plans = json.loads(answer.output)["plans"]
     assert plans[0]["equivalent"] == [{"recompute": "none", "memory_gb": 68.821}]
     table = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",

@@ -101,10 +101,13 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     # The settings of --format's framework (Megatron's for the others), with the flags'
     # features: what `estimate` and `optimize` cost under the same flags.
     framework = launch_format if launch_format in PROFILED_FORMATS else "megatron"
-    profile = build_framework_profile(framework, pop_framework_features(degrees))
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
     plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)
+    # The memory savers the plan turned on to fit, unless a flag says otherwise.
+    savers = {name: True for name in (plan_file.memory_savers if plan_file else ())}
+    features = {**savers, **pop_framework_features(degrees).given()}
+    profile = build_framework_profile(framework, features)
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
         calibration=calibration, segment_gpus=segment_gpus, **job_values)

@@ -47,7 +47,8 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         if budget:
             row.append(round(t.train_days or 0.0, 1))
         rows.append(row)
-    echo_ranked(result, columns, rows, _twins_note(result.plans))
+    notes = [n for n in (_twins_note(result.plans), _savers_note(result.plans)) if n]
+    echo_ranked(result, columns, rows, "\n".join(notes) or None)
     best = result.plans[0]
     if best.config.pp > 1 or (best.config.recompute == "full"
                               and recompute_label(best) != best.config.recompute):
@@ -61,3 +62,13 @@ def _twins_note(plans: Any) -> str | None:
         return None
     return (f"recompute a = b: the same step time with either setting (the first listed needs "
             f"the least memory; the other up to {max(extra) / 1e9:.2f} GB more)")
+
+
+def _savers_note(plans: Any) -> str | None:
+    """The memory savers each plan turns on to fit (Plan.memory_savers), as launch flags."""
+    used = [(i, p.memory_savers) for i, p in enumerate(plans, start=1) if p.memory_savers]
+    if not used:
+        return None
+    return "memory savers (on where a plan needs them to fit): " + "; ".join(
+        f"#{i} " + ", ".join("--" + name.replace("_", "-") for name in savers)
+        for i, savers in used)

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.time_constants import KernelLaunches, TimeConstants
 from solver.errors import InputError, format_validation_error
-from solver.spec.framework import FEATURES, FrameworkFeatures
+from solver.spec.framework import FEATURES, MEMORY_SAVERS, FrameworkFeatures
 
 # Megatron --exp-avg-dtype / --exp-avg-sq-dtype bf16: two fp32 moments become bf16 (2 x 2 B).
 ADAM_MOMENTS_BF16_SAVED_BYTES = 2 * (4.0 - 2.0)
@@ -232,6 +232,33 @@ UNSUPPORTED = {
 
 def _flag(feature: str) -> str:
     return "--" + feature.replace("_", "-")
+
+
+# Memory savers (solver.spec.framework.MEMORY_SAVERS) the search turns on where a plan needs
+# them (issue 17), in that order: each only lowers memory and never adds step time, so a plan gets the shortest prefix
+# that fits (dominance: no product of choices is enumerated). bf16 gradient reduction halves
+# Megatron's gradient buffer and the DP bytes (estimate_dp_collectives_s); the precision-aware
+# optimizer keeps Adam's moments in bf16 (estimate_optimizer_s streams fewer bytes). Megatron
+# only: elsewhere they save no memory (memory_options). Both change the numerics, so a plan
+# that fits without them keeps them off, and a flag pins them either way.
+MEMORY_SAVER_FRAMEWORKS = ("megatron",)
+
+
+def memory_saver_ladder(framework: str, overrides: FrameworkFeatures | None = None
+                        ) -> tuple[str, ...]:
+    """The MEMORY_SAVERS the search may turn on: those of a framework where they save memory
+    that no flag set (on or off)."""
+    if framework not in MEMORY_SAVER_FRAMEWORKS:
+        return ()
+    given = overrides.given() if overrides is not None else {}
+    return tuple(name for name in MEMORY_SAVERS if name not in given)
+
+
+def with_memory_savers(profile: FrameworkProfile, savers: tuple[str, ...]) -> FrameworkProfile:
+    """`profile` with the named MEMORY_SAVERS on."""
+    update = {name: True for name in savers}
+    return profile.model_copy(update={"time_constants":
+                                      profile.time_constants.model_copy(update=update)})
 
 
 def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mapping[str, Any]

@@ -4,7 +4,8 @@ DESIGN.md ("Interfaces"): a top-level object with `plans` (best first), each pla
 degrees `tp pp dp cp ep etp vpp zero micro_batch recompute`; the answer also names the `model`,
 `cluster`, `gpus`, `seq_len`, `global_batch` and `precision` it was made for. A plan may carry
 a `layout` (solver.spec.plan_json.render_layout_json): `pp`, `vpp`, the Megatron text `syntax`
-and per virtual stage `virtual_stage stage layers recompute_layers embedding loss mtp_layers`.
+and per virtual stage `virtual_stage stage layers recompute_layers embedding loss mtp_layers`,
+and `memory_savers`: the framework features it turns on to fit (solver.spec.framework).
 Every problem is one line naming the file and the field.
 """
 
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from solver.errors import InputError, format_validation_error
 from solver.spec import ParallelConfig, PipelineLayout
+from solver.spec.framework import MEMORY_SAVERS
 from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
 from solver.spec.strict import describe_parse_error, read_input_file
 
@@ -37,6 +39,7 @@ class PlanFile:
     config: ParallelConfig
     problem: dict[str, Any]
     layout: PipelineLayout | None = None
+    memory_savers: tuple[str, ...] = ()
 
 
 def _read_json(path: str) -> Any:
@@ -91,7 +94,20 @@ def load_plan_file(path: str, rank: int = 1) -> PlanFile:
     layout = None
     if plan.get("layout") is not None:
         layout = _read_layout(plan["layout"], path, f"{where}.layout", config)
-    return PlanFile(path=path, index=rank, config=config, problem=problem, layout=layout)
+    savers = _read_memory_savers(plan.get("memory_savers", []), path, f"{where}.memory_savers")
+    return PlanFile(path=path, index=rank, config=config, problem=problem, layout=layout,
+                    memory_savers=savers)
+
+
+def _read_memory_savers(value: Any, path: str, field: str) -> tuple[str, ...]:
+    """A plan's `memory_savers`: names of MEMORY_SAVERS (the features it turns on to fit)."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise InputError(f"{path}: field '{field}': must be a list of feature names")
+    unknown = [name for name in value if name not in MEMORY_SAVERS]
+    if unknown:
+        raise InputError(f"{path}: field '{field}': unknown memory saver {unknown[0]!r} "
+                         f"(known: {', '.join(MEMORY_SAVERS)})")
+    return tuple(value)
 
 
 def _read_layout(value: Any, path: str, field: str, config: ParallelConfig) -> PipelineLayout:

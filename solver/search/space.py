@@ -42,6 +42,11 @@ class Problem(BaseModel):
     allow_tp_across_nodes: bool = False
     memory_options: MemoryOptions = MemoryOptions()
     time_constants: TimeConstants = TimeConstants()
+    # Memory savers (solver.cost.frameworks.MEMORY_SAVERS) a plan may turn on where it needs
+    # them: memory_options has them all on (the search admits what fits with them),
+    # time_constants has them off (an upper bound on the step time); solver.optimize gives each
+    # plan the shortest prefix that fits.
+    memory_savers: tuple[str, ...] = ()
 
 
 def divisors(n: int) -> tuple[int, ...]:

@@ -56,5 +56,10 @@ class FrameworkFeatures(BaseModel):
         return {name: value for name, value in self if value is not None}
 
 
+# Features that only lower memory and never add step time, in the order the search turns them
+# on where a plan needs them (solver.cost.frameworks.memory_saver_ladder); a plan names the
+# ones it uses (Plan.memory_savers) and `launch --plan` emits them.
+MEMORY_SAVERS: tuple[str, ...] = ("grad_reduce_in_bf16", "precision_aware_optimizer")
+
 # The features a flag may override, in FrameworkFeatures' order.
 FEATURES: tuple[str, ...] = tuple(FrameworkFeatures.model_fields)

@@ -69,7 +69,8 @@ class Equivalent(BaseModel):
 
 class Plan(BaseModel):
     """A configuration, its per-stage memory, the GPU it must fit on, and what each virtual
-    pipeline stage holds (`layout`); `equivalent`: the settings that give the same step time."""
+    pipeline stage holds (`layout`); `equivalent`: the settings that give the same step time;
+    `memory_savers`: the framework features it needs on to fit."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -80,6 +81,9 @@ class Plan(BaseModel):
     time: PlanTime | None = None
     layout: PipelineLayout | None = None
     equivalent: tuple[Equivalent, ...] = ()
+    # Framework features the plan turns on to fit (solver.cost.frameworks.MEMORY_SAVERS, e.g.
+    # "grad_reduce_in_bf16"): `launch --plan` emits them.
+    memory_savers: tuple[str, ...] = ()
 
     @property
     def worst_stage(self) -> StageMemory:

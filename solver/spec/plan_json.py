@@ -67,7 +67,8 @@ def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
 def render_plan_json(plan: Plan) -> dict[str, Any]:
     """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage, and
     `layout` when the plan has one, and `equivalent`: the other settings of the same step time
-    (solver.search.twins) with the worst-stage memory each needs."""
+    (solver.search.twins) with the worst-stage memory each needs, and `memory_savers` when the
+    plan needs framework features on to fit (read back by `launch --plan`)."""
     worst = plan.worst_stage
     answer: dict[str, Any] = {
         **{name: getattr(plan.config, name) for name in DEGREES},
@@ -89,6 +90,8 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
         answer["layout"] = render_layout_json(plan.layout)
     answer["equivalent"] = [{"recompute": e.recompute, "memory_gb": to_gb(e.total_bytes)}
                             for e in plan.equivalent]
+    if plan.memory_savers:
+        answer["memory_savers"] = list(plan.memory_savers)
     return answer
 
 
