@@ -181,3 +181,32 @@ def test_pareto_front_is_non_dominated_and_marks_the_slo() -> None:
     text = serve("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "4",
                  "--context", "8k", "--pareto")
     assert text.exit_code == 0 and "pareto front" in text.output
+
+
+def test_objective_gpus_takes_the_fewest_gpus_that_carry_the_rate() -> None:
+    """With --request-rate, objective gpus scales each engine out to the copies that carry the
+    rate within the SLO; the answer carries it, and every plan of fewer GPUs would not."""
+    args = ("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "16", "--context",
+            "8k", "--objective", "gpus", "--request-rate", "40", "--max-tpot-ms", "20",
+            "--max-ttft-ms", "500")
+    answer = serve_json(*args)
+    best = answer["plans"][0]
+    assert best["load"]["at_load"]["meets_slo"]
+    assert best["load"]["within_slo"]["max_request_rate"] >= 40
+    gpus = best["gpus"]
+    fewer = serve("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", str(gpus - 1),
+                  "--context", "8k", "--request-rate", "40", "--max-tpot-ms", "20",
+                  "--max-ttft-ms", "500", "--json")
+    assert json.loads(fewer.stdout)["status"] == "infeasible"
+
+
+def test_p90_is_no_faster_than_p50() -> None:
+    def at(percentile: str) -> dict:
+        answer = serve_json("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "1",
+                            "--context", "8k", "--request-rate", "8", "--input-len", "500-3500",
+                            "--slo-percentile", percentile)
+        return answer["plans"][0]["load"]["at_load"]
+
+    p50, p90 = at("p50"), at("p90")
+    assert p90["ttft_ms"] > p50["ttft_ms"] and p90["tpot_ms"] >= p50["tpot_ms"]
+    assert p90["ttft_mean_ms"] == pytest.approx(p50["ttft_mean_ms"], rel=0.05)

@@ -152,7 +152,7 @@ def echo_serve_result(result: Any) -> None:
     loaded = job.load.kind != "none"  # the load table below replaces the batch columns
     columns = (["#", "tp", "pp", "dp", "ep"] + (["replicas"] if replicas else [])
                + ["GPUs", "weights GB", "KV GB", f"seqs @{job.context:,}"]
-               + ([] if loaded else ["batch", "TTFT ms", "TPOT ms", "tokens/s",
+               + ([] if loaded else ["batch", "TTFT ms alone", "TPOT ms @batch", "tokens/s",
                                      "tokens/s/GPU"]))
     rows = []
     for i, plan in enumerate(result.plans, start=1):
