@@ -130,3 +130,18 @@ def test_kernel_table_prefill_is_compute_bound() -> None:
     flops = 2.0 * 32 * (m.attention_params_per_layer + m.dense_mlp_params_per_layer) * 8192
     rate = flops / float(step.linear_s[0])
     assert 0.6 * 989e12 < rate < 0.95 * 989e12
+
+
+def test_one_round_model_gives_the_closed_batch_and_the_load_numbers() -> None:
+    """`parplan serve` without a load (solver.serve.estimate) and the load model time the same
+    rounds: idle TPOT and TTFT agree, and the decode round's parts add up to the TPOT."""
+    from solver.serve.estimate import estimate_serving
+
+    problem = problem_of("llama3.1-70b", 8)
+    c = ServeCandidates(tp=np.array([4, 8, 2]), pp=np.array([2, 1, 4]), dp=1, ep=1, replicas=1)
+    closed, load = estimate_serving(problem, c), estimate_serving_load(problem, c)
+    assert np.allclose(closed.tpot_idle_s, load.tpot_idle_s, rtol=1e-9)
+    assert np.allclose(closed.ttft_s, load.ttft_idle_s, rtol=1e-6)
+    for i in range(len(c)):
+        parts = sum(closed.decode.parts_ms(i).values()) * 1e-3
+        assert parts == pytest.approx(float(closed.decode.total_s[i]))

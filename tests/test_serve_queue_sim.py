@@ -30,7 +30,8 @@ def build_curves(d_max: float, points: int = 48) -> LoadCurves:
     """The curves solver.serve.load.estimate_load_curves builds, from the linear round."""
     d = np.concatenate([[0.0], (d_max + 1) ** np.linspace(0, 1, points - 1)])
     chunk = np.maximum(BUDGET - d, 1)
-    rounds = round_s(d, np.minimum(d * INPUT / OUTPUT, np.maximum(BUDGET - d, 0)))
+    rounds = round_s(d, np.minimum(np.maximum(d - 1, 0) * INPUT / OUTPUT,
+                                   np.maximum(BUDGET - d, 0)))
     full = np.floor((INPUT - 1) / chunk)
     service = full * round_s(d, chunk) + round_s(d, INPUT - full * chunk)
     work = INPUT / chunk * round_s(d, chunk)

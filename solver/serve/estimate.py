@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.serve.candidates import ServeCandidates
-from solver.serve.job import ServeProblem, vllm_batch_defaults
+from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.memory import ServeMemory, estimate_serving_memory
 from solver.serve.timing import (
-    DecodeStep,
-    estimate_decode_step,
+    MixedStep,
+    estimate_decode_round,
     estimate_output_rate,
     estimate_tpot_s,
     estimate_ttft_s,
@@ -42,7 +42,7 @@ class ServeEstimate:
     tpot_s: np.ndarray
     tokens_per_s: np.ndarray
     latency_s: np.ndarray
-    decode: DecodeStep
+    decode: MixedStep
     num_gpus: np.ndarray
 
     @property
@@ -54,14 +54,16 @@ def estimate_serving(problem: ServeProblem, c: ServeCandidates) -> ServeEstimate
     """Evaluate every candidate (see the module docstring).
 
     Worked number: Llama-3.1-70B at tp 8 on a DGX H100, 2,048 + 512 tokens: the KV cache holds
-    1,361,902 / 2,560 = 531 sequences (under max_num_seqs 1,024), which give 4,741 tokens/s at
-    a TPOT of 111.9 ms; --max-tpot-ms 20 cuts the batch to 57: 2,844 tokens/s at 19.9 ms."""
+    1,361,902 / 2,560 = 531 sequences (under max_num_seqs 1,024), which give 4,426 tokens/s at
+    a TPOT of 119.8 ms (a decode round of 531 rows: linear layers 12.8 ms, attention reading
+    the KV cache 18.7 ms, TP all-reduces 9.3 ms; TTFT alone 76.2 ms); --max-tpot-ms 20 cuts
+    the batch to 49: 2,448 tokens/s at 19.9 ms."""
     job = problem.job
     memory = estimate_serving_memory(problem, c)
     weights, links = estimate_weights_and_links(problem, c)
     per_token = memory.kv_bytes_per_token
-    ttft = estimate_ttft_s(problem, c, weights, links)
-    _, max_seqs = vllm_batch_defaults(problem.cluster)
+    ttft = estimate_ttft_s(problem, c, weights, links, per_token)
+    _, max_seqs = scheduler_limits(problem)
     cap = np.minimum(np.floor(memory.kv_tokens / (job.input_len + job.output_len)), max_seqs)
     cap = np.where(memory.fits, cap, 0.0)
 
@@ -76,8 +78,7 @@ def estimate_serving(problem: ServeProblem, c: ServeCandidates) -> ServeEstimate
     tpot = estimate_tpot_s(problem, c, weights, links, per_token, running)
     rate, tpot_loaded = estimate_output_rate(problem, c, running, tpot, ttft)
     tpot_idle = estimate_tpot_s(problem, c, weights, links, per_token, np.ones(len(c)))
-    micro = np.maximum(running / c.pp, 1.0)
-    decode = estimate_decode_step(problem, c, weights, links, per_token, micro)
+    decode = estimate_decode_round(problem, c, weights, links, per_token, running)
     engines = c.dp * c.replicas
     return ServeEstimate(memory=memory, batch=batch, ttft_s=ttft, tpot_idle_s=tpot_idle,
                          tpot_s=tpot_loaded, tokens_per_s=np.where(batch > 0, rate * engines, 0.0),

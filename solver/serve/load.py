@@ -123,30 +123,43 @@ def estimate_load_curves(problem: ServeProblem, c: ServeCandidates,
     memory = estimate_serving_memory(problem, c)
     n = len(c)
     kv_seqs = np.where(memory.fits, np.floor(memory.kv_tokens / (input_mean + output_mean)), 0)
+    # vLLM keeps pp micro-batches in flight, each scheduled with the whole token budget: a
+    # round (every sequence one token) has pp x B tokens, a prompt's chunk sits in one
+    # micro-batch beside its d / pp decodes and crosses the pp stages in turn.
+    pp = c.pp.astype(float)[:, None, None]
+    round_budget = budget * pp
     tokens_per_decode = 1.0 + (0.0 if phase == "decode" else input_mean / output_mean)
-    d_max = np.minimum(np.minimum(kv_seqs, max_seqs), budget / tokens_per_decode)
+    d_max = np.minimum(np.minimum(kv_seqs, max_seqs), round_budget[:, 0, 0] / tokens_per_decode)
     top = np.maximum(d_max, 1.0) + 1.0
     exponents = np.linspace(0.0, 1.0, GRID_POINTS - 1)
     d_grid = np.concatenate([np.zeros((n, 1)), top[:, None] ** exponents[None, :]], axis=1)
-    # Columns: the round, the full chunk, one remainder per support length, I_q and E[I].
+    # Columns: the round, the full round, the full chunk, one remainder per support length,
+    # I_q and E[I].
     quantile_len = inputs.quantile(job.load.quantile)
     chunk_lengths = np.concatenate([lengths, [quantile_len, input_mean]])
     k = len(chunk_lengths)
     g = GRID_POINTS
     d = d_grid[:, :, None]
-    chunk = np.maximum(budget - d, 1.0)
+    chunk = np.maximum(budget - d / pp, 1.0)
     full = np.floor(np.maximum(chunk_lengths[None, None, :] - 1.0, 0.0) / chunk)
     remainder = chunk_lengths[None, None, :] - full * chunk
     share = 0.0 if phase == "decode" else input_mean / output_mean
-    prefill_round = np.minimum(d * share, np.maximum(budget - d, 0.0))
-    columns = [  # (decode rows, prefill rows, prefill context) each (N, G, columns)
-        (d, prefill_round, np.full(d.shape, input_mean)),
-        (d, chunk, np.full(d.shape, input_mean)),
-        (np.broadcast_to(d, remainder.shape), remainder,
+    # The round a decoding request sees holds itself and d - 1 others, whose prompts bring
+    # (d - 1) E[I] / E[O] prefill tokens a round (one alone decodes with no prefill beside it).
+    prefill_round = np.minimum(np.maximum(d - 1.0, 0.0) * share,
+                               np.maximum(round_budget - d, 0.0))
+    free = np.maximum(round_budget - d, 1.0)
+    context = np.full(d.shape, input_mean)
+    columns = [  # (decode rows, prefill rows of the round, prefill context), (N, G, columns)
+        (d, prefill_round, context),
+        (d, free, context),
+        (d, chunk * pp, context),
+        (np.broadcast_to(d, remainder.shape), remainder * pp,
          np.broadcast_to(chunk_lengths[None, None, :], remainder.shape)),
     ]
+    widths = (1, 1, 1, k)
     flat = [np.concatenate([np.broadcast_to(col[i], (n, g, w)).reshape(n, g * w)
-                            for col, w in zip(columns, (1, 1, k))], axis=1)
+                            for col, w in zip(columns, widths)], axis=1)
             for i in range(3)]
     width = flat[0].shape[1]
     repeated = c.take(np.repeat(np.arange(n), width))
@@ -156,13 +169,14 @@ def estimate_load_curves(problem: ServeProblem, c: ServeCandidates,
         problem, repeated, stage_weights, links, per_token, flat[0].ravel(),
         input_mean + output_mean / 2.0, flat[1].ravel(), flat[2].ravel()).reshape(n, width)
     round_s = seconds[:, :g]
-    full_s = seconds[:, g:2 * g]
-    last_s = seconds[:, 2 * g:].reshape(n, g, k)
-    service = full[..., :] * full_s[:, :, None] + last_s
+    free_s = seconds[:, g:2 * g]
+    chunk_s = seconds[:, 2 * g:3 * g]
+    last_s = seconds[:, 3 * g:].reshape(n, g, k)
+    service = full * chunk_s[:, :, None] + last_s
     # The queue's work: the budget left beside the decodes is shared by every waiting prompt
-    # (the scheduler packs several into one step), so a prompt occupies it for its share of
-    # the full-budget round; its own latency is the whole rounds of `service`.
-    work = chunk_lengths[None, None, :] / chunk * full_s[:, :, None]
+    # (the scheduler packs several into one step), so a prompt occupies its share of a round
+    # whose micro-batches are full; its own latency is the whole chunks of `service`.
+    work = chunk_lengths[None, None, :] / free * free_s[:, :, None]
     if phase == "decode":  # the prompt arrived prefilled
         service, work = np.zeros_like(service), np.zeros_like(work)
     return LoadCurves(d_grid=d_grid, round_s=round_s, service_s=work[:, :, :k - 2],

@@ -90,9 +90,6 @@ def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, 
                  "activations": memory.activations_bytes[i], "other": memory.other_bytes[i]}
         items = {k: float(v) for k, v in items.items()}
         items["total"] = sum(items.values())
-        decode = e.decode
-        step = {"weights_and_kv": decode.memory_s[i], "compute": decode.compute_s[i],
-                "tp": decode.tp_s[i], "ep": decode.moe_s[i], "pp": decode.hand_off_s[i]}
         plans.append(ServePlan(
             **row, num_gpus=int(e.num_gpus[i]), fits=bool(memory.fits[i]),
             memory_bytes=items, kv_bytes_per_token=float(memory.kv_bytes_per_token[i]),
@@ -101,7 +98,7 @@ def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, 
             tpot_idle_s=float(e.tpot_idle_s[i]), latency_s=float(e.latency_s[i]),
             tokens_per_s=float(e.tokens_per_s[i]),
             tokens_per_s_per_gpu=float(e.tokens_per_s_per_gpu[i]),
-            decode_step_s={k: float(v) for k, v in step.items()},
+            decode_step_s={k: v * 1e-3 for k, v in e.decode.parts_ms(i).items()},
             command=build_vllm_command(problem, row, scheduler),
             notes=tuple(vllm_notes(problem, row)), load=build_load_report(ranked.load, i),
             scheduler=scheduler))

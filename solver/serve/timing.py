@@ -1,34 +1,21 @@
-"""Serving time under vLLM, vectorised over candidates: decode steps, prefill, throughput.
+"""Serving time under vLLM, vectorised over candidates: one model of a scheduler round
+(estimate_mixed_parts: decode rows and prefill tokens batched together, the compute of
+solver.cost.serve_step from the kernel tables where the GPU has them, plus the TP all-reduces,
+the MoE dispatch and the pipeline hand-offs of solver.cost.comm), and what it gives:
 
-Decode (one step of a stage, m sequences per micro-batch) is bound by HBM bandwidth: it
-streams the stage's weights once per step (routed experts only if a token of the step picks
-them) and the KV cache of its m sequences, unless the GEMMs take longer (large batches):
+    TPOT(b)   a round of b decoding sequences per DP rank and no prefill (the pp micro-batches
+              in flight carry b / pp each);
+    TTFT      one --input-len prompt on an idle engine: ceil(I / B) rounds of prefill chunks of
+              up to max_num_batched_tokens B.
 
-    t_stage(m) = max((W_dense + W_head + W_experts x touched + m x ctx x kv_per_token)
-                     / (hbm_fraction x HBM), 2 x m x active FLOPs / (f_gemm x peak))
-                 + 2 all-reduces of m x h x 2 B per layer over TP (Megatron column/row split:
-                   after attention and after the MLP)
-                 + per MoE layer with dp > 1: dispatch and combine all-to-all of m x k x h x 2 B
-                   over tp x dp (expert parallel), or an all-gather and a reduce-scatter of the
-                   dp x m tokens (tensor parallel flattened over DP)
-    touched = 1 - (1 - k / E)^(dp x m)        (expected share of experts some token picks,
-                                               uniform routing; k / E for one token)
-
-A sequence's token crosses the pp stages in turn, and vLLM keeps pp micro-batches in flight
-(b / pp sequences each, at least 1): TPOT(b) = pp x (t_stage(max(b / pp, 1)) + hand-off).
-
-Prefill of I input tokens is compute bound (chunks of max_num_batched_tokens; each chunk reads
-the weights at least once): TTFT = max(2 x active params x I / (f_gemm x peak x tp)
-+ attention FLOPs / (f_attention x peak x tp), chunks x weights / HBM) + TP all-reduces and
-hand-offs of the chunk's activations. The engine spends TTFT / pp of its time on each
-request's prefill (pp requests prefill at once in the pipeline), so a DP rank that keeps b
-sequences decoding delivers
+A DP rank that keeps b sequences decoding, each request prefilling once, delivers
 
     output tokens/s = b x O / (O x TPOT(b) + b x TTFT / pp)
 
 and each of its users sees TPOT_load(b) = TPOT(b) + (b - 1) x TTFT / (pp x O) per output
-token (the other sequences' prefills interleave with its decode steps). Collectives
-use solver.cost.comm (nccl-tests bus factors, the tier the group spans).
+token (the other sequences' prefills interleave with its decode steps): the closed batch
+`parplan serve` reports without a load. Under a request rate or a concurrency the queueing
+model of solver.serve.load uses the same rounds.
 """
 
 from __future__ import annotations
@@ -39,7 +26,7 @@ import numpy as np
 
 from solver.cost.comm import GroupLink, estimate_collective_s, estimate_group_link
 from solver.serve.candidates import ServeCandidates
-from solver.serve.job import ServeProblem, vllm_batch_defaults
+from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.memory import ACTIVATION_BYTES, StageWeights, estimate_stage_weights
 
 
@@ -72,13 +59,6 @@ def build_links(problem: ServeProblem, c: ServeCandidates) -> Links:
                  moe=estimate_group_link(cluster, 1, c.tp * c.dp))
 
 
-def _touched(problem: ServeProblem, tokens: np.ndarray) -> np.ndarray:
-    m = problem.model_spec
-    if not m.is_moe:
-        return np.zeros_like(tokens)
-    return 1.0 - (1.0 - m.num_experts_per_tok / m.num_experts) ** tokens
-
-
 def _moe_comm_s(problem: ServeProblem, c: ServeCandidates, links: Links,
                 tokens: np.ndarray) -> np.ndarray:
     """One MoE layer's extra traffic for `tokens` per DP rank (zero when dp = 1: the TP
@@ -95,97 +75,42 @@ def _moe_comm_s(problem: ServeProblem, c: ServeCandidates, links: Links,
     return np.where(c.dp > 1, np.where(c.ep > 1, a2a, naive), 0.0)
 
 
-def _peaks(problem: ServeProblem) -> tuple[float, float, float]:
-    """(GEMM FLOP/s, attention FLOP/s, HBM B/s) achievable: fp8 weights run fp8 GEMMs where
-    the GPU has them (W8A8), int4 and fp8 without hardware support are weight-only (bf16)."""
-    gpu, constants = problem.cluster.gpu, problem.constants
-    precision = "fp8" if problem.job.precision == "fp8" and gpu.peak_tflops_fp8 else "bf16"
-    fraction = gpu.mamf_fraction(precision) or constants.gemm_peak_fraction
-    gemm = fraction * gpu.peak_flop_per_s(precision)
-    attention = constants.attention_peak_fraction * gpu.peak_flop_per_s("bf16")
-    return gemm, attention, constants.hbm_fraction * gpu.hbm_gb_per_s * 1e9
-
-
-@dataclass(frozen=True)
-class DecodeStep:
-    """Seconds of one decode step of the worst stage, by cause (arrays)."""
-
-    memory_s: np.ndarray
-    compute_s: np.ndarray
-    tp_s: np.ndarray
-    moe_s: np.ndarray
-    hand_off_s: np.ndarray
-
-    @property
-    def step_s(self) -> np.ndarray:
-        return np.maximum(self.memory_s, self.compute_s) + self.tp_s + self.moe_s + self.hand_off_s
-
-
-def estimate_decode_step(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
-                         links: Links, kv_bytes_per_token: np.ndarray,
-                         micro_batch: np.ndarray) -> DecodeStep:
-    """One stage's decode step for `micro_batch` sequences (module docstring).
-
-    Worked number: Llama-3.1-70B at tp 8 on a DGX H100, 2,048 + 512 tokens (mean context
-    2,304), one sequence: (17.378 GB of weights + 2,304 x 40,960 B of KV) / (0.8 x 3.35 TB/s)
-    = 6.52 ms, plus 160 all-reduces of 16 KiB at 15.6 us + 0.08 us = 2.51 ms: 9.03 ms. With
-    64 sequences: (17.378 + 6.040) GB -> 8.74 ms (GEMMs 1.46 ms), all-reduces of 1 MiB
-    3.31 ms: 12.05 ms."""
-    m, job = problem.model_spec, problem.job
-    gemm, _, hbm = _peaks(problem)
-    tp = c.tp.astype(float)
-    context = job.input_len + job.output_len / 2.0  # mean KV length while decoding
-    streamed = (weights.dense_bytes + weights.head_bytes
-                + weights.expert_bytes * _touched(problem, c.dp * micro_batch)
-                + micro_batch * context * kv_bytes_per_token)
-    share = weights.layers / m.num_hidden_layers
-    width = (2 * m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla  # type: ignore[operator]
-             else m.qk_head_dim + m.value_head_dim)
-    attention = weights.layers * 2.0 * context * m.num_attention_heads * width
-    flops = micro_batch * (2.0 * m.matmul_params_active * share + attention) / tp
-    activation = micro_batch * m.hidden_size * ACTIVATION_BYTES
-    tp_s = weights.layers * 2 * estimate_collective_s("all_reduce", activation, c.tp, links.tp)
-    hand_off = estimate_collective_s("send_recv", activation, c.pp, links.pp)
-    return DecodeStep(memory_s=streamed / hbm, compute_s=flops / gemm, tp_s=tp_s,
-                      moe_s=weights.moe_layers * _moe_comm_s(problem, c, links, micro_batch),
-                      hand_off_s=hand_off)
+def estimate_decode_round(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
+                          links: Links, kv_bytes_per_token: np.ndarray, batch: np.ndarray
+                          ) -> MixedStep:
+    """A round of `batch` decoding sequences per DP rank at the mean KV length of a decode
+    (input + output / 2), no prefill."""
+    job = problem.job
+    context = job.input_distribution.mean + job.output_distribution.mean / 2.0
+    return estimate_mixed_parts(problem, c, weights, links, kv_bytes_per_token,
+                                np.asarray(batch, dtype=float), context, 0.0,
+                                job.input_distribution.mean)
 
 
 def estimate_ttft_s(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
-                    links: Links) -> np.ndarray:
-    """Time to first token of one --input-len request on an idle engine (module docstring).
+                    links: Links, kv_bytes_per_token: np.ndarray) -> np.ndarray:
+    """Time to first token of one --input-len prompt on an idle engine: its chunks of up to
+    max_num_batched_tokens one after another, each crossing the pp stages with all its rows
+    (a micro-batch of its own), nothing decoding beside them."""
+    tokens, _ = scheduler_limits(problem)
+    prompt = float(problem.job.input_len)
+    full = np.floor((prompt - 1.0) / tokens)
+    last = prompt - full * tokens
 
-    Worked number: Llama-3.1-70B, 2,048 tokens, one H100 node at tp 8: 2 x 69.5e9 x 2048 /
-    (0.803 x 989e12 x 8) = 44.8 ms of GEMMs, 80 x 2 x 1024 x 64 x 256 x 2048 / (0.5 x 989e12
-    x 8) = 1.4 ms of attention, 160 all-reduces of 33.5 MB at 15.6 us + 33.5 MB x 1.75 /
-    360 GB/s = 28.6 ms: 74.8 ms."""
-    m, job = problem.model_spec, problem.job
-    gemm, attention_peak, hbm = _peaks(problem)
-    tokens, _ = vllm_batch_defaults(problem.cluster)
-    chunks = np.ceil(job.input_len / tokens)
-    chunk = float(min(job.input_len, tokens))
-    tp = c.tp.astype(float)
-    compute = (2.0 * m.matmul_params_active * job.input_len / (gemm * tp)
-               + m.attention_flops_per_token(job.input_len) * job.input_len
-               / (attention_peak * tp))
-    streamed = chunks * c.pp * (weights.dense_bytes + weights.expert_bytes + weights.head_bytes)
-    activation = chunk * m.hidden_size * ACTIVATION_BYTES
-    per_chunk = (m.num_hidden_layers * 2
-                 * estimate_collective_s("all_reduce", activation, c.tp, links.tp)
-                 + (c.pp - 1) * estimate_collective_s("send_recv", activation, c.pp, links.pp)
-                 + m.num_moe_layers * _moe_comm_s(problem, c, links, np.full(len(c), chunk)))
-    return np.maximum(compute, streamed / hbm) + chunks * per_chunk
+    def chunk(size: float) -> np.ndarray:
+        return estimate_mixed_step_s(problem, c, weights, links, kv_bytes_per_token, 0.0, 0.0,
+                                     size * c.pp, prompt)
+
+    return full * chunk(float(tokens)) + chunk(last)
 
 
 def estimate_tpot_s(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
                     links: Links, kv_bytes_per_token: np.ndarray, batch: np.ndarray
                     ) -> np.ndarray:
     """Seconds per output token of each sequence with `batch` sequences decoding per DP rank
-    (no prefill interleaved): pp x the stage step of max(batch / pp, 1) sequences (at pp 1
-    the step itself: 9.03 ms for the 70B above alone, 12.05 ms with 64 sequences)."""
-    micro = np.maximum(np.asarray(batch, dtype=float) / c.pp, 1.0)
-    step = estimate_decode_step(problem, c, weights, links, kv_bytes_per_token, micro)
-    return c.pp * step.step_s
+    (no prefill interleaved): the decode round."""
+    return estimate_decode_round(problem, c, weights, links, kv_bytes_per_token,
+                                 np.maximum(np.asarray(batch, dtype=float), 1.0)).total_s
 
 
 def estimate_output_rate(problem: ServeProblem, c: ServeCandidates, batch: np.ndarray,
@@ -204,15 +129,45 @@ def estimate_weights_and_links(problem: ServeProblem, c: ServeCandidates
     return estimate_stage_weights(problem, c), build_links(problem, c)
 
 
-def estimate_mixed_step_s(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
-                          links: Links, kv_bytes_per_token: np.ndarray, decode_seqs,
-                          decode_context, prefill_tokens, prefill_context) -> np.ndarray:
-    """Seconds of one scheduler round of a DP rank: every running sequence advances one token
-    and `prefill_tokens` prompt tokens are prefilled (continuous batching with chunked
-    prefill). The rows split over the pp micro-batches in flight; each stage's step is the
-    compute of solver.cost.serve_step plus the 2 TP all-reduces per layer of its rows, the MoE
-    dispatch and combine, and the hand-off to the next stage: the round is pp such steps
-    (as estimate_tpot_s composes a decode step)."""
+@dataclass(frozen=True)
+class MixedStep:
+    """Seconds of one scheduler round of a DP rank by cause (arrays): the stage's compute
+    (solver.cost.serve_step: linear layers, routed experts, attention, LM head) and its
+    communication, times pp stages."""
+
+    linear_s: np.ndarray
+    experts_s: np.ndarray
+    attention_s: np.ndarray
+    head_s: np.ndarray
+    tp_s: np.ndarray
+    moe_s: np.ndarray
+    hand_off_s: np.ndarray
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return (self.linear_s + self.experts_s + self.attention_s + self.head_s + self.tp_s
+                + self.moe_s + self.hand_off_s)
+
+    def parts_ms(self, i: int) -> dict[str, float]:
+        return {"linear": float(self.linear_s[i]) * 1e3,
+                "experts": float(self.experts_s[i]) * 1e3,
+                "attention": float(self.attention_s[i]) * 1e3,
+                "lm_head": float(self.head_s[i]) * 1e3, "tp": float(self.tp_s[i]) * 1e3,
+                "ep": float(self.moe_s[i]) * 1e3, "pp": float(self.hand_off_s[i]) * 1e3}
+
+
+def estimate_mixed_parts(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
+                         links: Links, kv_bytes_per_token: np.ndarray, decode_seqs,
+                         decode_context, prefill_tokens, prefill_context) -> MixedStep:
+    """One scheduler round of a DP rank: every running sequence advances one token and
+    `prefill_tokens` prompt tokens are prefilled (continuous batching with chunked prefill).
+    The rows split over the pp micro-batches in flight; each stage's step is the compute of
+    solver.cost.serve_step plus the 2 TP all-reduces per layer of its rows, the MoE dispatch
+    and combine, and the hand-off to the next stage: the round is pp such steps.
+
+    Worked number: Llama-3.1-8B alone on an H100 (kernel table), one decode row: its GEMMs
+    below the table's 256 rows stream the 13.96 GB of linear weights (5.21 ms + 64 x 8.5 us,
+    tests/test_serve_load.py) plus the LM head and the KV cache: 6.25 ms."""
     from solver.cost.serve_step import StageShape, estimate_step_compute_s
 
     m = problem.model_spec
@@ -229,4 +184,16 @@ def estimate_mixed_step_s(problem: ServeProblem, c: ServeCandidates, weights: St
     tp_s = weights.layers * 2 * estimate_collective_s("all_reduce", activation, c.tp, links.tp)
     moe_s = weights.moe_layers * _moe_comm_s(problem, c, links, rows)
     hand_off = estimate_collective_s("send_recv", activation, c.pp, links.pp)
-    return pp * (compute.total_s + tp_s + moe_s + hand_off)
+    zero = np.zeros(len(c))
+    return MixedStep(linear_s=pp * compute.linear_s + zero, experts_s=pp * compute.experts_s + zero,
+                     attention_s=pp * (compute.decode_attention_s + compute.prefill_attention_s),
+                     head_s=pp * compute.head_s + zero, tp_s=pp * tp_s, moe_s=pp * moe_s,
+                     hand_off_s=pp * hand_off + zero)
+
+
+def estimate_mixed_step_s(problem: ServeProblem, c: ServeCandidates, weights: StageWeights,
+                          links: Links, kv_bytes_per_token: np.ndarray, decode_seqs,
+                          decode_context, prefill_tokens, prefill_context) -> np.ndarray:
+    """Seconds of one scheduler round (estimate_mixed_parts)."""
+    return estimate_mixed_parts(problem, c, weights, links, kv_bytes_per_token, decode_seqs,
+                                decode_context, prefill_tokens, prefill_context).total_s
