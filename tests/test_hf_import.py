@@ -119,6 +119,47 @@ PUBLISHED: dict[str, Published] = {
         "arXiv:2508.10925 (gpt-oss-120b & gpt-oss-20b model card), Table 1",
         active_without_embedding=True,
     ),
+    # Block patterns (solver.spec.blocks): hybrid Mamba, linear attention, windows, MTP.
+    "nemotron-h-8b": Published(
+        "8B", None, "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K model card "
+        "(config.json transcribed from Megatron-Bridge's NemotronH bridge test fixture)",
+    ),
+    "nemotron-3-nano-30b-a3b": Published(
+        "31.6B", "3.2B",
+        "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 model card "
+        "(31.6B total, about 3.2B active without the embeddings)",
+        active_without_embedding=True,
+    ),
+    "qwen3-next-80b-a3b": Published(
+        "80B", "3B", "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card "
+        "(80B total, 3B activated; Qwen truncates)",
+        active_without_embedding=True,
+    ),
+    "gemma-3-27b": Published(
+        "27.016B", None,
+        "arXiv:2503.19786 (Gemma 3), Table 1: 1,416M embedding + 25,600M non-embedding "
+        "= 27,016M parameters of the language model (the 417M vision encoder is not planned)",
+    ),
+    "gemma-3-1b": Published(
+        "1.000B", None,
+        "arXiv:2503.19786 (Gemma 3), Table 1: 302M embedding + 698M non-embedding = 1,000M; "
+        "https://huggingface.co/google/gemma-3-1b-pt config.json",
+    ),
+    "llama-4-maverick-17b-128e-text": Published(
+        "400B", "17B",
+        "the text_config of https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E "
+        "config.json as a llama4_text config (model card: 17B active, 400B total)",
+    ),
+    "llama-4-maverick-17b-128e": Published(
+        "400B", "17B",
+        "https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E model card "
+        "(17B active, 400B total)",
+    ),
+    "glm-4.5": Published(
+        "355B", "32B", "https://huggingface.co/zai-org/GLM-4.5 model card (355B total, 32B "
+        "active); arXiv:2508.06471 Table 1",
+        active_without_embedding=True,
+    ),
 }
 
 CONFIG_NAMES = sorted(PUBLISHED)
@@ -138,7 +179,7 @@ def import_config(name: str) -> ModelSpec:
 def test_every_supported_model_type_has_a_real_config() -> None:
     types = {load_config(name)["model_type"] for name in CONFIG_NAMES}
     assert types == set(SUPPORTED_MODEL_TYPES)
-    assert len(SUPPORTED_MODEL_TYPES) == 14
+    assert len(SUPPORTED_MODEL_TYPES) == 21
     assert sorted(p.stem for p in CONFIG_DIR.glob("*.json")) == CONFIG_NAMES
 
 
@@ -221,7 +262,29 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
                     "intermediate_size": 4 * 14848, "position_embedding_type": "rope"},
     "gpt-oss-20b": {"attention_sinks": True, "router_bias": True, "mlp_bias": True,
                     "qkv_bias": True, "o_bias": True, "num_experts": 32,
-                    "num_experts_per_tok": 4, "head_dim": 64},
+                    "num_experts_per_tok": 4, "head_dim": 64, "sliding_window": 128,
+                    "layer_types": ("sliding_attention", "full_attention") * 12},
+    "nemotron-h-8b": {"norms_per_layer": 1, "mlp_type": "plain", "head_dim": 128,
+                      "mamba_num_heads": 128, "n_groups": 8, "ssm_state_size": 128,
+                      "use_conv_bias": True, "mamba_proj_bias": False,
+                      "num_attention_layers": 4, "num_experts": 0},
+    "nemotron-3-nano-30b-a3b": {"num_experts": 128, "num_experts_per_tok": 6,
+                                "shared_expert_intermediate_size": 3712, "router_bias": True,
+                                "num_moe_layers": 23, "num_attention_layers": 6},
+    "qwen3-next-80b-a3b": {"attention_output_gate": True, "qk_norm": True, "head_dim": 256,
+                           "num_attention_layers": 12, "shared_expert_gate": True,
+                           "num_moe_layers": 48, "linear_num_value_heads": 32},
+    "gemma-3-27b": {"qk_norm": True, "norms_per_layer": 4, "tie_word_embeddings": True,
+                    "sliding_window": 1024, "num_attention_layers": 62},
+    "gemma-3-1b": {"qk_norm": True, "sliding_window": 512, "head_dim": 256,
+                   "num_attention_layers": 26},
+    "llama-4-maverick-17b-128e-text": {"num_moe_layers": 24, "num_shared_experts": 1},
+    "llama-4-maverick-17b-128e": {"num_moe_layers": 24, "intermediate_size": 16384,
+                                  "moe_intermediate_size": 8192, "num_shared_experts": 1,
+                                  "attention_chunk_size": 8192, "qk_norm": False},
+    "glm-4.5": {"qkv_bias": True, "o_bias": False, "qk_norm": True, "first_k_dense_layers": 3,
+                "router_bias": True, "num_nextn_predict_layers": 1,
+                "shared_expert_intermediate_size": 1536},
 }
 
 

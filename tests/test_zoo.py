@@ -163,6 +163,30 @@ PUBLISHED: dict[str, Published] = {
     "phi3-mini": Published(
         "3.8B", None, "Abdin et al. 2024, arXiv:2404.14219 (Phi-3), abstract",
     ),
+    # Block patterns (solver.spec.blocks); the sources are in tests/test_hf_import.py too.
+    "nemotron-h-8b": Published(
+        "8B", None, "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K model card",
+    ),
+    "nemotron-3-nano-30b-a3b": Published(
+        "31.6B", "3.2B",
+        "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 model card",
+        active_without_embedding=True,
+    ),
+    "qwen3-next-80b-a3b": Published(
+        "80B", "3B", "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card",
+        active_without_embedding=True,
+    ),
+    "gemma3-27b": Published(
+        "27.016B", None,
+        "arXiv:2503.19786 (Gemma 3), Table 1: 1,416M embedding + 25,600M non-embedding",
+    ),
+    "llama4-maverick": Published(
+        "400B", "17B", "https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E model card",
+    ),
+    "glm-4.5": Published(
+        "355B", "32B", "https://huggingface.co/zai-org/GLM-4.5 model card; arXiv:2508.06471",
+        active_without_embedding=True,
+    ),
 }
 
 ZOO_NAMES = list_zoo_names()

@@ -39,6 +39,17 @@ from solver.catalog.hf_fields import (
     show_value,
     with_moe,
 )
+from solver.catalog.hf_hybrid import (
+    map_gemma3,
+    map_gemma3_text,
+    map_glm4_moe,
+    map_llama4,
+    map_llama4_text,
+    map_nemotron_h,
+    map_qwen3_next,
+    sliding_pattern,
+    with_windows,
+)
 from solver.catalog.tomlfile import validate_spec
 from solver.errors import InputError
 from solver.spec import ModelSpec
@@ -61,12 +72,14 @@ def _map_llama(cfg: Config, source: str) -> Fields:
 
 
 def _map_mistral(cfg: Config, source: str) -> Fields:
-    """MistralAttention and MistralMLP: no biases; the sliding window has no parameters."""
-    return {
+    """MistralAttention and MistralMLP: no biases; every layer attends within
+    `sliding_window` (MistralConfig's default 4096; null: full attention)."""
+    fields = {
         **read_body(cfg, source, max_positions=4096 * 32, tied=False),
         **read_attention(cfg, source, kv_default=8, head_dim_default=None),
         "intermediate_size": read_int(cfg, source, "intermediate_size"),
     }
+    return with_windows(fields, cfg, source, None, window_default=4096)
 
 
 def _map_mixtral(cfg: Config, source: str) -> Fields:
@@ -92,7 +105,7 @@ def _map_qwen2(cfg: Config, source: str) -> Fields:
     }
 
 
-def _qwen_moe_layers(cfg: Config, source: str, num_layers: int, num_experts: int
+def qwen_moe_layers(cfg: Config, source: str, num_layers: int, num_experts: int
                      ) -> tuple[str, list[int]]:
     """Qwen2Moe/Qwen3MoeDecoderLayer: layer i is sparse iff i is not in `mlp_only_layers` and
     (i + 1) % decoder_sparse_step == 0. Returns the key to blame and the sparse layers."""
@@ -122,7 +135,7 @@ def _map_qwen2_moe(cfg: Config, source: str) -> Fields:
         "shared_expert_intermediate_size": read_int(cfg, source, "shared_expert_intermediate_size"),
         "shared_expert_gate": True,
     } if num_experts else {}
-    key, moe_layers = _qwen_moe_layers(cfg, source, dense["num_hidden_layers"], num_experts)
+    key, moe_layers = qwen_moe_layers(cfg, source, dense["num_hidden_layers"], num_experts)
     return with_moe(dense, moe, moe_layout(source, key, moe_layers, dense["num_hidden_layers"]))
 
 
@@ -155,7 +168,7 @@ def _map_qwen3_moe(cfg: Config, source: str) -> Fields:
     num_experts = read_int(cfg, source, "num_experts", minimum=0)
     moe = read_routed_experts(cfg, source, experts_key="num_experts", top_k_key="num_experts_per_tok",
                           width=read_int(cfg, source, "moe_intermediate_size")) if num_experts else {}
-    key, moe_layers = _qwen_moe_layers(cfg, source, dense["num_hidden_layers"], num_experts)
+    key, moe_layers = qwen_moe_layers(cfg, source, dense["num_hidden_layers"], num_experts)
     return with_moe(dense, moe, moe_layout(source, key, moe_layers, dense["num_hidden_layers"]))
 
 
@@ -213,9 +226,11 @@ def _map_deepseek_v3(cfg: Config, source: str) -> Fields:
 def _map_gemma2(cfg: Config, source: str) -> Fields:
     """Gemma2DecoderLayer: four RMSNorms (input, post-attention, pre- and post-feedforward);
     q/k/v/o biases follow `attention_bias`; gated GELU MLP without biases; tied embeddings and
-    head_dim 256 by default. Soft-capping and the embedding scale have no parameters."""
+    head_dim 256 by default. Soft-capping and the embedding scale have no parameters. Layers
+    alternate sliding-window (sliding_window, default 4096) and full attention, the first
+    sliding (Gemma2Config.layer_types)."""
     attention_bias = read_bool(cfg, source, "attention_bias", False)
-    return {
+    fields = {
         **read_body(cfg, source, max_positions=8192, tied=True),
         **read_attention(cfg, source, kv_default=4, head_dim_default=256),
         "intermediate_size": read_int(cfg, source, "intermediate_size"),
@@ -223,6 +238,8 @@ def _map_gemma2(cfg: Config, source: str) -> Fields:
         "o_bias": attention_bias,
         "norms_per_layer": 4,
     }
+    return with_windows(fields, cfg, source, sliding_pattern(fields["num_hidden_layers"], 2),
+                        window_default=4096)
 
 
 def _map_gpt2(cfg: Config, source: str) -> Fields:
@@ -334,7 +351,7 @@ def _map_gpt_oss(cfg: Config, source: str) -> Fields:
                      f"is {show_value(cfg['experts_per_token'])} but num_experts_per_tok is "
                      f"{show_value(cfg[top_k_key])}; they must agree")
     width = read_int(cfg, source, "intermediate_size")
-    return {
+    fields = {
         **read_body(cfg, source, max_positions=131072, tied=False),
         **read_attention(cfg, source, kv_default=8, head_dim_default=64),
         "intermediate_size": width,
@@ -346,6 +363,9 @@ def _map_gpt_oss(cfg: Config, source: str) -> Fields:
         "attention_sinks": True,
         "router_bias": True,
     }
+    # GptOssConfig: layers alternate sliding (window 128) and full attention, the first sliding.
+    return with_windows(fields, cfg, source, sliding_pattern(fields["num_hidden_layers"], 2),
+                        window_default=128)
 
 
 _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxyType({
@@ -353,16 +373,23 @@ _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxy
     "deepseek_v3": _map_deepseek_v3,
     "falcon": _map_falcon,
     "gemma2": _map_gemma2,
+    "gemma3": map_gemma3,
+    "gemma3_text": map_gemma3_text,
+    "glm4_moe": map_glm4_moe,
     "gpt2": _map_gpt2,
     "gpt_neox": _map_gpt_neox,
     "gpt_oss": _map_gpt_oss,
     "llama": _map_llama,
+    "llama4": map_llama4,
+    "llama4_text": map_llama4_text,
     "mistral": _map_mistral,
     "mixtral": _map_mixtral,
+    "nemotron_h": map_nemotron_h,
     "qwen2": _map_qwen2,
     "qwen2_moe": _map_qwen2_moe,
     "qwen3": _map_qwen3,
     "qwen3_moe": _map_qwen3_moe,
+    "qwen3_next": map_qwen3_next,
 })
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 

@@ -17,6 +17,15 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from solver.spec.blocks import (
+    ATTENTION_MIXERS,
+    BASE_KINDS,
+    Mixer,
+    Mlp,
+    estimate_context_tokens,
+    estimate_mixer_params,
+    estimate_mlp_params,
+)
 from solver.spec.strict import (
     MAX_EXPERTS,
     MAX_SEQ_LEN,
@@ -75,6 +84,29 @@ class ModelSpec(InputSpec):
     v_head_dim: Width | None = Field(default=None, gt=0)
     num_nextn_predict_layers: LayerCount = Field(default=0, ge=0)
 
+    # The block pattern (solver.spec.blocks): per-layer mixer and MLP; absent = every layer
+    # full attention, MLPs by first_k_dense_layers / moe_layer_freq.
+    layer_types: tuple[Mixer, ...] | None = None
+    mlp_layer_types: tuple[Mlp, ...] | None = None
+    sliding_window: Width | None = Field(default=None, gt=0)
+    attention_chunk_size: Width | None = Field(default=None, gt=0)
+    attention_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate
+    # Mamba-2 (HF nemotron_h names): heads, head dim, groups, state size, conv width, chunk
+    mamba_num_heads: Width | None = Field(default=None, gt=0)
+    mamba_head_dim: Width | None = Field(default=None, gt=0)
+    n_groups: Width | None = Field(default=None, gt=0)
+    ssm_state_size: Width | None = Field(default=None, gt=0)
+    conv_kernel: Width = Field(default=4, gt=0)
+    chunk_size: Width = Field(default=128, gt=0)
+    mamba_proj_bias: bool = False
+    use_conv_bias: bool = True
+    # Gated DeltaNet (HF qwen3_next names)
+    linear_num_key_heads: Width | None = Field(default=None, gt=0)
+    linear_num_value_heads: Width | None = Field(default=None, gt=0)
+    linear_key_head_dim: Width | None = Field(default=None, gt=0)
+    linear_value_head_dim: Width | None = Field(default=None, gt=0)
+    linear_conv_kernel_dim: Width = Field(default=4, gt=0)
+
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSpec:
         heads, kv_heads = self.num_attention_heads, self.kv_heads
@@ -110,7 +142,43 @@ class ModelSpec(InputSpec):
             )
         if self.q_lora_rank is not None and not self.is_mla:
             raise ValueError("q_lora_rank is only meaningful with kv_lora_rank (MLA)")
+        self._check_pattern()
         return self
+
+    def _check_pattern(self) -> None:
+        """The block pattern's lengths and the sizes each block type needs."""
+        layers = self.num_hidden_layers
+        for key in ("layer_types", "mlp_layer_types"):
+            value = getattr(self, key)
+            if value is not None and len(value) != layers:
+                raise ValueError(f"{key} has {len(value)} entries but num_hidden_layers is "
+                                 f"{layers}")
+        mixers, mlps = set(self.layer_mixers), set(self.layer_mlps)
+        if "moe" in mlps and not self.is_moe:
+            raise ValueError("mlp_layer_types has 'moe' layers but num_experts is 0")
+        if self.mlp_layer_types is not None and self.is_moe and "moe" not in mlps:
+            raise ValueError("num_experts > 0 but mlp_layer_types has no 'moe' layer")
+        if mixers == {"none"} and mlps == {"none"}:
+            raise ValueError("every layer has neither a mixer nor an MLP")
+        needs = {
+            "sliding_attention": ("sliding_window",),
+            "chunked_attention": ("attention_chunk_size",),
+            "mamba": ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size"),
+            "linear_attention": ("linear_num_key_heads", "linear_num_value_heads",
+                                 "linear_key_head_dim", "linear_value_head_dim"),
+        }
+        for mixer, keys in needs.items():
+            missing = [key for key in keys if getattr(self, key) is None]
+            if mixer in mixers and missing:
+                raise ValueError(f"layer_types has '{mixer}' layers but {', '.join(missing)} "
+                                 f"{'is' if len(missing) == 1 else 'are'} not given")
+        if "mamba" in mixers and self.mamba_num_heads % self.n_groups:  # type: ignore[operator]
+            raise ValueError(f"n_groups ({self.n_groups}) must divide mamba_num_heads "
+                             f"({self.mamba_num_heads})")
+        if ("linear_attention" in mixers
+                and self.linear_num_value_heads % self.linear_num_key_heads):  # type: ignore[operator]
+            raise ValueError(f"linear_num_key_heads ({self.linear_num_key_heads}) must divide "
+                             f"linear_num_value_heads ({self.linear_num_value_heads})")
 
     # ---- shape -------------------------------------------------------------------------------
 
@@ -146,6 +214,8 @@ class ModelSpec(InputSpec):
         """MoE layers: index i >= first_k_dense_layers with i % moe_layer_freq == 0 (DeepSeek)."""
         if not self.is_moe:
             return 0
+        if self.mlp_layer_types is not None:
+            return self.mlp_layer_types.count("moe")
         return sum(
             1
             for i in range(self.first_k_dense_layers, self.num_hidden_layers)
@@ -155,6 +225,51 @@ class ModelSpec(InputSpec):
     @property
     def num_dense_layers(self) -> int:
         return self.num_hidden_layers - self.num_moe_layers
+
+    # ---- the block pattern (solver.spec.blocks) ---------------------------------------------
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether the model states a block pattern (even one equal to the plain default)."""
+        return self.layer_types is not None or self.mlp_layer_types is not None
+
+    @property
+    def layer_mixers(self) -> tuple[str, ...]:
+        return self.layer_types or ("full_attention",) * self.num_hidden_layers
+
+    @property
+    def layer_mlps(self) -> tuple[str, ...]:
+        if self.mlp_layer_types is not None:
+            return self.mlp_layer_types
+        moe = {i for i in range(self.first_k_dense_layers, self.num_hidden_layers)
+               if self.is_moe and i % self.moe_layer_freq == 0}
+        return tuple("moe" if i in moe else "dense" for i in range(self.num_hidden_layers))
+
+    @property
+    def block_kinds(self) -> tuple[tuple[str, str], ...]:
+        """The (mixer, mlp) kinds: the two plain ones, then the others as they appear."""
+        kinds = list(BASE_KINDS)
+        for pair in zip(self.layer_mixers, self.layer_mlps):
+            if pair not in kinds:
+                kinds.append(pair)
+        return tuple(kinds)
+
+    @property
+    def layer_kind_indices(self) -> tuple[int, ...]:
+        """Each layer's index into block_kinds, in model order."""
+        kinds = self.block_kinds
+        return tuple(kinds.index(pair) for pair in zip(self.layer_mixers, self.layer_mlps))
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with a softmax-attention mixer (full, sliding or chunked)."""
+        return sum(1 for mixer in self.layer_mixers if mixer in ATTENTION_MIXERS)
+
+    def kind_params(self, kind: int, active: bool = False) -> int:
+        """Parameters of one layer of kind `kind` (norms included)."""
+        mixer, mlp = self.block_kinds[kind]
+        return (estimate_mixer_params(self, mixer) + estimate_mlp_params(self, mlp, active)
+                + self.norm_params_per_layer)
 
     # ---- parameter counts (per layer kind) ---------------------------------------------------
 
@@ -179,7 +294,8 @@ class ModelSpec(InputSpec):
             return q + kv_down + kv_up + out + (h if self.o_bias else 0)
         d = self.qk_head_dim
         q_width, kv_width = heads * d, kv * d
-        params = h * (q_width + 2 * kv_width) + q_width * h
+        gate = q_width if self.attention_output_gate else 0
+        params = h * (q_width + gate + 2 * kv_width) + q_width * h
         if self.qkv_bias:
             params += q_width + 2 * kv_width
         if self.o_bias:
@@ -278,8 +394,18 @@ class ModelSpec(InputSpec):
         per_module = layer + 2 * h * h + 3 * self._norm_params(h)  # eh_proj + enorm/hnorm/head norm
         return self.num_nextn_predict_layers * per_module
 
+    def _pattern_layer_params(self, active: bool) -> int:
+        """Every decoder layer's parameters summed over the block pattern."""
+        counts: dict[int, int] = {}
+        for kind in self.layer_kind_indices:
+            counts[kind] = counts.get(kind, 0) + 1
+        return sum(n * self.kind_params(kind, active) for kind, n in counts.items())
+
     @property
     def total_params(self) -> int:
+        if self.is_hybrid:
+            return (self.embedding_params + self._pattern_layer_params(active=False)
+                    + self.final_norm_params + self.lm_head_params)
         return (
             self.embedding_params
             + self.num_dense_layers * self.dense_layer_params
@@ -299,9 +425,10 @@ class ModelSpec(InputSpec):
     def breakdown(self) -> dict[str, int]:
         """Parameters by kind, summed over the model; the values add up to total_params."""
         moe_layers = self.num_moe_layers
+        mixers = self.layer_mixers
         parts = {
             "embedding": self.embedding_params,
-            "attention": self.num_hidden_layers * self.attention_params_per_layer,
+            "attention": self.num_attention_layers * self.attention_params_per_layer,
             "dense_mlp": self.num_dense_layers * self.dense_mlp_params_per_layer,
             "router": moe_layers * self.router_params_per_layer,
             "routed_experts": moe_layers * self.num_experts * self.expert_params,
@@ -309,6 +436,11 @@ class ModelSpec(InputSpec):
             "norms": self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params,
             "lm_head": self.lm_head_params,
         }
+        mlps = self.layer_mlps
+        parts["dense_mlp"] = mlps.count("dense") * self.dense_mlp_params_per_layer
+        for mixer, key in (("mamba", "mamba"), ("linear_attention", "linear_attention")):
+            if mixer in mixers:
+                parts[key] = mixers.count(mixer) * estimate_mixer_params(self, mixer)
         assert sum(parts.values()) == self.total_params
         return parts
 
@@ -327,6 +459,10 @@ class ModelSpec(InputSpec):
     def attention_flops_per_token(self, seq_len: int, causal: bool = True) -> float:
         """Forward FLOPs of QK^T and AV for one token, all layers: 2 * ctx * heads *
         (d_qk + d_v) per layer, ctx = seq_len (or seq_len / 2 on average when causal)."""
+        if self.is_hybrid:  # each attention layer over its own context (window, chunk)
+            width = 2 * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
+            return sum(width * estimate_context_tokens(self, mixer, seq_len, causal)
+                       for mixer in self.layer_mixers if mixer in ATTENTION_MIXERS)
         ctx = seq_len / 2 if causal else seq_len
         per_layer = 2 * ctx * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
         return self.num_hidden_layers * per_layer

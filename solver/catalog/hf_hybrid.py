@@ -1,0 +1,313 @@
+"""Hugging Face `config.json` -> ModelSpec fields for models with a block pattern (hybrid
+Mamba, linear attention, sliding / chunked attention, interleaved MoE, MTP): one mapping per
+`model_type`, registered in solver.catalog.hf, following the rules stated there. Each mapping
+cites the modeling code that builds the layers; the pattern lands in ModelSpec's
+`layer_types` / `mlp_layer_types` (solver.spec.blocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from solver.catalog.hf_fields import (
+    ABSENT,
+    MAX_LAYERS,
+    Config,
+    Fields,
+    field_error,
+    read_attention,
+    read_body,
+    read_bool,
+    read_int,
+    read_layer_indices,
+    read_routed_experts,
+    show_value,
+)
+from solver.errors import InputError
+
+NEMOTRON_LETTERS = {"M": ("mamba", "none"), "*": ("full_attention", "none"),
+                    "-": ("none", "dense"), "E": ("none", "moe")}
+LAYER_TYPE_NAMES = ("full_attention", "sliding_attention", "chunked_attention",
+                    "linear_attention")
+
+
+def read_layer_types(cfg: Config, source: str, num_layers: int, allowed: tuple[str, ...],
+                     default: list[str]) -> list[str]:
+    """HF's `layer_types` list (PretrainedConfig's per-layer attention types), or `default`
+    when absent or null."""
+    value = cfg.get("layer_types")
+    if value is None:
+        return default
+    if not isinstance(value, list) or len(value) != num_layers:
+        raise field_error(source, "layer_types", f"must be a list of {num_layers} layer types "
+                                                 f"(num_hidden_layers), got {show_value(value)}")
+    for item in value:
+        if item not in allowed:
+            raise field_error(source, "layer_types", f"entries must be one of "
+                                                     f"{', '.join(allowed)}; got {show_value(item)}")
+    return value
+
+
+def read_window(cfg: Config, source: str, key: str = "sliding_window",
+                default: Any = None) -> int | None:
+    """A window or chunk size (null: none)."""
+    return read_int(cfg, source, key, default, nullable=True, maximum=1 << 24)
+
+
+def sliding_pattern(num_layers: int, every: int) -> list[str]:
+    """Layer i is full attention when (i + 1) % every == 0, else sliding (Gemma 2 with
+    every = 2, Gemma 3's sliding_window_pattern = 6)."""
+    return ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+            for i in range(num_layers)]
+
+
+def with_windows(fields: Fields, cfg: Config, source: str, default_types: list[str] | None,
+                 window_default: Any = None) -> Fields:
+    """Add `sliding_window` and the layer types to a plain model's fields: the config's
+    layer_types, else `default_types`, else every layer sliding when a window is set. No
+    window: unchanged (every layer full attention)."""
+    window = read_window(cfg, source, default=window_default)
+    layers = fields["num_hidden_layers"]
+    if window is None:
+        return fields
+    types = read_layer_types(cfg, source, layers, ("full_attention", "sliding_attention"),
+                             default_types or ["sliding_attention"] * layers)
+    return {**fields, "sliding_window": window, "layer_types": tuple(types)}
+
+
+def _nemotron_pattern(cfg: Config, source: str, num_layers: int) -> list[tuple[str, str]]:
+    key = "hybrid_override_pattern"
+    pattern = cfg.get(key, ABSENT)
+    if not isinstance(pattern, str):
+        raise field_error(source, key, f"required string of M, *, - and E is "
+                                       f"{'missing' if pattern is ABSENT else show_value(pattern)}")
+    if len(pattern) != num_layers:
+        raise field_error(source, key, f"has {len(pattern)} letters but num_hidden_layers is "
+                                       f"{num_layers}")
+    bad = sorted(set(pattern) - set(NEMOTRON_LETTERS))
+    if bad:
+        raise field_error(source, key, f"letters must be M (Mamba-2), * (attention), - (MLP) "
+                                       f"or E (MoE); got {bad[0]!r}")
+    return [NEMOTRON_LETTERS[letter] for letter in pattern]
+
+
+def map_nemotron_h(cfg: Config, source: str) -> Fields:
+    """NemotronHForCausalLM (transformers models/nemotron_h): every layer is ONE block behind
+    one RMSNorm, chosen by `hybrid_override_pattern` (M NemotronHMamba2Mixer, * NemotronH
+    Attention without biases, - NemotronHMLP: up and down projections with squared ReLU, E
+    NemotronHMoE: a router with e_score_correction_bias, n_routed_experts NemotronHMLP experts
+    of moe_intermediate_size and a shared NemotronHMLP of
+    moe_shared_expert_intermediate_size). Mamba: mamba_num_heads x mamba_head_dim, n_groups,
+    ssm_state_size, conv_kernel (4), chunk_size (128), use_conv_bias (true), projections biased
+    by mamba_proj_bias (HF's `use_bias`)."""
+    num_layers = read_int(cfg, source, "num_hidden_layers", maximum=MAX_LAYERS)
+    blocks = _nemotron_pattern(cfg, source, num_layers)
+    if "head_dim" not in cfg and "attention_head_dim" in cfg:
+        cfg = {**cfg, "head_dim": cfg["attention_head_dim"]}
+    mixers = {mixer for mixer, _ in blocks}
+    mlps = {mlp for _, mlp in blocks}
+    bias_key = "mamba_proj_bias" if "mamba_proj_bias" in cfg else "use_bias"
+    fields: Fields = {
+        **read_body(cfg, source, max_positions=4096, tied=False),
+        **read_attention(cfg, source, kv_default=8, head_dim_default=128),
+        "intermediate_size": read_int(cfg, source, "intermediate_size"),
+        "mlp_type": "plain",
+        "mlp_bias": read_bool(cfg, source, "mlp_bias", False),
+        "norms_per_layer": 1,
+        "layer_types": tuple(mixer for mixer, _ in blocks),
+        "mlp_layer_types": tuple(mlp for _, mlp in blocks),
+    }
+    if read_bool(cfg, source, "attention_bias", False):
+        fields.update(qkv_bias=True, o_bias=True)
+    if "mamba" in mixers:
+        fields.update(
+            mamba_num_heads=read_int(cfg, source, "mamba_num_heads"),
+            mamba_head_dim=read_int(cfg, source, "mamba_head_dim"),
+            n_groups=read_int(cfg, source, "n_groups"),
+            ssm_state_size=read_int(cfg, source, "ssm_state_size"),
+            conv_kernel=read_int(cfg, source, "conv_kernel", 4),
+            chunk_size=read_int(cfg, source, "chunk_size", 128),
+            use_conv_bias=read_bool(cfg, source, "use_conv_bias", True),
+            mamba_proj_bias=read_bool(cfg, source, bias_key, False))
+        if fields["mamba_num_heads"] % fields["n_groups"]:
+            raise field_error(source, "n_groups", f"{fields['n_groups']} must divide "
+                                                  f"mamba_num_heads ({fields['mamba_num_heads']})")
+    if "moe" in mlps:
+        fields.update(
+            **read_routed_experts(cfg, source, experts_key="n_routed_experts",
+                                  top_k_key="num_experts_per_tok",
+                                  width=read_int(cfg, source, "moe_intermediate_size")),
+            router_bias=True)
+        shared = read_int(cfg, source, "n_shared_experts", 1, minimum=0)
+        if shared:
+            fields.update(num_shared_experts=1, shared_expert_intermediate_size=shared * read_int(
+                cfg, source, "moe_shared_expert_intermediate_size"))
+    fields["num_nextn_predict_layers"] = read_int(cfg, source, "num_nextn_predict_layers", 0,
+                                                  minimum=0, maximum=MAX_LAYERS)
+    return fields
+
+
+def map_qwen3_next(cfg: Config, source: str) -> Fields:
+    """Qwen3NextDecoderLayer (transformers models/qwen3_next): `layer_types` (absent: full
+    attention on every full_attention_interval-th layer, else linear) picks
+    Qwen3NextGatedDeltaNet or Qwen3NextAttention (q_proj yields the query and a sigmoid output
+    gate, q/k RMSNorms over head_dim, biases by attention_bias); the MLP is
+    Qwen3NextSparseMoeBlock (bias-free router, experts of moe_intermediate_size, one shared
+    expert with a sigmoid gate) where num_experts > 0, i is not in mlp_only_layers and
+    (i + 1) % decoder_sparse_step == 0, else Qwen3NextMLP; two RMSNorms per layer."""
+    from solver.catalog.hf import qwen_moe_layers  # the Qwen MoE rule, written once
+
+    attention_bias = read_bool(cfg, source, "attention_bias", False)
+    fields: Fields = {
+        **read_body(cfg, source, max_positions=32768, tied=False),
+        **read_attention(cfg, source, kv_default=2, head_dim_default=256),
+        "intermediate_size": read_int(cfg, source, "intermediate_size"),
+        "qkv_bias": attention_bias,
+        "o_bias": attention_bias,
+        "qk_norm": True,
+        "attention_output_gate": True,
+        "linear_num_key_heads": read_int(cfg, source, "linear_num_key_heads", 16),
+        "linear_num_value_heads": read_int(cfg, source, "linear_num_value_heads", 32),
+        "linear_key_head_dim": read_int(cfg, source, "linear_key_head_dim", 128),
+        "linear_value_head_dim": read_int(cfg, source, "linear_value_head_dim", 128),
+        "linear_conv_kernel_dim": read_int(cfg, source, "linear_conv_kernel_dim", 4),
+    }
+    if fields["linear_num_value_heads"] % fields["linear_num_key_heads"]:
+        raise field_error(source, "linear_num_key_heads", "must divide linear_num_value_heads")
+    layers = fields["num_hidden_layers"]
+    interval = read_int(cfg, source, "full_attention_interval", 4, maximum=MAX_LAYERS)
+    default = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+               for i in range(layers)]
+    fields["layer_types"] = tuple(read_layer_types(
+        cfg, source, layers, ("full_attention", "linear_attention"), default))
+    num_experts = read_int(cfg, source, "num_experts", 0, minimum=0)
+    _, moe_layers = qwen_moe_layers(cfg, source, layers, num_experts)
+    if moe_layers:
+        fields.update(
+            **read_routed_experts(cfg, source, experts_key="num_experts",
+                                  top_k_key="num_experts_per_tok",
+                                  width=read_int(cfg, source, "moe_intermediate_size")),
+            num_shared_experts=1, shared_expert_gate=True,
+            shared_expert_intermediate_size=read_int(cfg, source,
+                                                     "shared_expert_intermediate_size"))
+    fields["mlp_layer_types"] = tuple("moe" if i in moe_layers else "dense"
+                                      for i in range(layers))
+    fields["num_nextn_predict_layers"] = read_int(cfg, source, "num_nextn_predict_layers", 0,
+                                                  minimum=0, maximum=MAX_LAYERS)
+    return fields
+
+
+def map_gemma3_text(cfg: Config, source: str) -> Fields:
+    """Gemma3DecoderLayer (transformers models/gemma3): Gemma 2's layer (four RMSNorms, gated
+    GELU MLP, tied embeddings, head_dim 256 by default) plus q/k RMSNorms over head_dim;
+    `layer_types` (absent: sliding_window_pattern, default 6: every sixth layer global) picks
+    sliding-window (sliding_window, default 4096) or full attention."""
+    attention_bias = read_bool(cfg, source, "attention_bias", False)
+    fields = {
+        **read_body(cfg, source, max_positions=131072, tied=True),
+        **read_attention(cfg, source, kv_default=4, head_dim_default=256),
+        "intermediate_size": read_int(cfg, source, "intermediate_size"),
+        "qkv_bias": attention_bias,
+        "o_bias": attention_bias,
+        "qk_norm": True,
+        "norms_per_layer": 4,
+    }
+    every = read_int(cfg, source, "sliding_window_pattern", 6, maximum=MAX_LAYERS)
+    return with_windows(fields, cfg, source, sliding_pattern(fields["num_hidden_layers"], every),
+                        window_default=4096)
+
+
+def map_text_config(cfg: Config, source: str, mapping: Callable[[Config, str], Fields]
+                    ) -> Fields:
+    """`mapping` applied to the language model's config inside a multimodal one
+    (`text_config`); its errors name the key as text_config.<key>."""
+    text = cfg.get("text_config", ABSENT)
+    if not isinstance(text, dict):
+        raise field_error(source, "text_config", "required object (the language model's config) "
+                                                 f"is {'missing' if text is ABSENT else show_value(text)}")
+    try:
+        return mapping(text, source)
+    except InputError as exc:
+        raise InputError(str(exc).replace(f"{source}: key '", f"{source}: key 'text_config.",
+                                          1)) from None
+
+
+def map_gemma3(cfg: Config, source: str) -> Fields:
+    """Gemma3ForConditionalGeneration: the text model of `text_config` (the SigLIP vision
+    tower and projector are not planned)."""
+    return map_text_config(cfg, source, map_gemma3_text)
+
+
+def map_llama4_text(cfg: Config, source: str) -> Fields:
+    """Llama4TextDecoderLayer (transformers models/llama4): attention without biases (its q/k
+    L2 norm has no weights); layer i is MoE iff i is in `moe_layers` (default: every
+    interleave_moe_layer_step-th, counting from step - 1): Llama4TextMoe = a bias-free router,
+    num_local_experts SwiGLU experts of intermediate_size and one shared expert of the same
+    width; other layers are a SwiGLU MLP of intermediate_size_mlp. Layers that use RoPE
+    (no_rope_layers[i] = 1; default: all but every no_rope_layer_interval-th, 4) attend within
+    chunks of attention_chunk_size; the NoPE layers attend globally."""
+    fields: Fields = {
+        **read_body(cfg, source, max_positions=4096 * 32, tied=False),
+        **read_attention(cfg, source, kv_default=8, head_dim_default=128),
+        "intermediate_size": read_int(cfg, source, "intermediate_size_mlp"),
+    }
+    layers = fields["num_hidden_layers"]
+    step = read_int(cfg, source, "interleave_moe_layer_step", 1, maximum=MAX_LAYERS)
+    moe_layers = (read_layer_indices(cfg, source, "moe_layers", layers) if cfg.get("moe_layers")
+                  else set(range(step - 1, layers, step)))
+    width = read_int(cfg, source, "intermediate_size")
+    if moe_layers:
+        fields.update(**read_routed_experts(cfg, source, experts_key="num_local_experts",
+                                            top_k_key="num_experts_per_tok", width=width),
+                      num_shared_experts=1, shared_expert_intermediate_size=width)
+    fields["mlp_layer_types"] = tuple("moe" if i in moe_layers else "dense"
+                                      for i in range(layers))
+    interval = read_int(cfg, source, "no_rope_layer_interval", 4, maximum=MAX_LAYERS)
+    rope = cfg.get("no_rope_layers")
+    if rope in (None, []):
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(rope, list) or len(rope) != layers or any(v not in (0, 1) or
+                                                                isinstance(v, bool) for v in rope):
+        raise field_error(source, "no_rope_layers", f"must be a list of {layers} zeros and ones, "
+                                                    f"got {show_value(rope)}")
+    chunk = read_window(cfg, source, "attention_chunk_size", 8192)
+    if chunk is not None:
+        fields["attention_chunk_size"] = chunk
+        fields["layer_types"] = tuple("chunked_attention" if uses_rope else "full_attention"
+                                      for uses_rope in rope)
+    return fields
+
+
+def map_llama4(cfg: Config, source: str) -> Fields:
+    """Llama4ForConditionalGeneration: the text model of `text_config`."""
+    return map_text_config(cfg, source, map_llama4_text)
+
+
+def map_glm4_moe(cfg: Config, source: str) -> Fields:
+    """Glm4MoeDecoderLayer (transformers models/glm4_moe): q/k/v biased by attention_bias
+    (o_proj never), q/k RMSNorms over head_dim when use_qk_norm; layer i is MoE iff
+    i >= first_k_dense_replace: Glm4MoeMoE = a router with e_score_correction_bias,
+    n_routed_experts experts of moe_intermediate_size and n_shared_experts shared ones (one MLP
+    of n_shared_experts x moe_intermediate_size); num_nextn_predict_layers MTP layers."""
+    attention_bias = read_bool(cfg, source, "attention_bias", False)
+    fields: Fields = {
+        **read_body(cfg, source, max_positions=131072, tied=False),
+        **read_attention(cfg, source, kv_default=8, head_dim_default=128),
+        "intermediate_size": read_int(cfg, source, "intermediate_size"),
+        "qkv_bias": attention_bias,
+        "qk_norm": read_bool(cfg, source, "use_qk_norm", False),
+        "num_nextn_predict_layers": read_int(cfg, source, "num_nextn_predict_layers", 0,
+                                             minimum=0, maximum=MAX_LAYERS),
+    }
+    layers = fields["num_hidden_layers"]
+    first_dense = read_int(cfg, source, "first_k_dense_replace", 1, minimum=0, maximum=MAX_LAYERS)
+    if first_dense < layers:
+        shared = read_int(cfg, source, "n_shared_experts", 1, minimum=0)
+        width = read_int(cfg, source, "moe_intermediate_size")
+        fields.update(**read_routed_experts(cfg, source, experts_key="n_routed_experts",
+                                            top_k_key="num_experts_per_tok", width=width),
+                      first_k_dense_layers=first_dense, router_bias=True)
+        if shared:
+            fields.update(num_shared_experts=1, shared_expert_intermediate_size=shared * width)
+    return fields
