@@ -124,6 +124,19 @@ PUBLISHED: dict[str, Published] = {
         "8B", None, "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K model card "
         "(config.json transcribed from Megatron-Bridge's NemotronH bridge test fixture)",
     ),
+    "nemotron-h-56b": Published(
+        "56B", None, "https://huggingface.co/nvidia/Nemotron-H-56B-Base-8K model card; "
+        "shapes from Megatron-Bridge NemotronHModel56BProvider (hybrid_override_pattern, 118 "
+        "layers)",
+    ),
+    "nemotron-h-47b": Published(
+        "47B", None, "https://huggingface.co/nvidia/Nemotron-H-47B-Base-8K model card; "
+        "shapes from Megatron-Bridge NemotronHModel47BProvider (98 layers)",
+    ),
+    "nemotron-nano-9b-v2": Published(
+        "9B", None, "https://huggingface.co/nvidia/NVIDIA-Nemotron-Nano-9B-v2 model card; "
+        "shapes from Megatron-Bridge NemotronNano9Bv2Provider (56 layers)",
+    ),
     "nemotron-3-nano-30b-a3b": Published(
         "31.6B", "3.2B",
         "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 model card "
@@ -268,6 +281,10 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
                       "mamba_num_heads": 128, "n_groups": 8, "ssm_state_size": 128,
                       "use_conv_bias": True, "mamba_proj_bias": False,
                       "num_attention_layers": 4, "num_experts": 0},
+    "nemotron-h-56b": {"num_attention_layers": 10, "ssm_state_size": 256,
+                       "mamba_num_heads": 256},
+    "nemotron-h-47b": {"num_attention_layers": 5, "intermediate_size": 30720},
+    "nemotron-nano-9b-v2": {"num_attention_layers": 4, "mamba_head_dim": 80},
     "nemotron-3-nano-30b-a3b": {"num_experts": 128, "num_experts_per_tok": 6,
                                 "shared_expert_intermediate_size": 3712, "router_bias": True,
                                 "num_moe_layers": 23, "num_attention_layers": 6},

@@ -167,6 +167,15 @@ PUBLISHED: dict[str, Published] = {
     "nemotron-h-8b": Published(
         "8B", None, "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K model card",
     ),
+    "nemotron-h-56b": Published(
+        "56B", None, "https://huggingface.co/nvidia/Nemotron-H-56B-Base-8K model card",
+    ),
+    "nemotron-h-47b": Published(
+        "47B", None, "https://huggingface.co/nvidia/Nemotron-H-47B-Base-8K model card",
+    ),
+    "nemotron-nano-9b-v2": Published(
+        "9B", None, "https://huggingface.co/nvidia/NVIDIA-Nemotron-Nano-9B-v2 model card",
+    ),
     "nemotron-3-nano-30b-a3b": Published(
         "31.6B", "3.2B",
         "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 model card",

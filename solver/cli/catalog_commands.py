@@ -27,6 +27,15 @@ def model_summary(model_spec: Any) -> dict[str, Any]:
     }
 
 
+def block_kind_counts(model_spec) -> dict[str, int]:
+    """Layers per (mixer + MLP) kind, in the order the kinds appear."""
+    counts: dict[str, int] = {}
+    for mixer, mlp in zip(model_spec.layer_mixers, model_spec.layer_mlps):
+        key = " + ".join(part for part in (mixer, mlp) if part != "none")
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 @click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
@@ -62,6 +71,7 @@ def models(ctx: click.Context, as_json: bool) -> None:
 def show(ref: str, as_json: bool) -> None:
     """Parameter breakdown of one model: a zoo NAME, a zoo TOML or an HF config.json PATH."""
     from solver.catalog import load_model_spec
+    from solver.spec.blocks import render_pattern
 
     model_spec = load_model_spec(ref)
     summary = model_summary(model_spec)
@@ -69,6 +79,8 @@ def show(ref: str, as_json: bool) -> None:
     summary["breakdown"] = breakdown
     summary["mtp_params"] = model_spec.mtp_params
     summary["flops_per_token_4k"] = model_spec.flops_per_token(4096)
+    summary["block_pattern"] = render_pattern(model_spec)
+    summary["block_kinds"] = block_kind_counts(model_spec)
     summary["spec"] = model_spec.model_dump(exclude_defaults=True)
     if as_json:
         echo_json(summary)
@@ -83,6 +95,10 @@ def show(ref: str, as_json: bool) -> None:
     if model_spec.mtp_params:
         click.echo(f"multi-token-prediction modules (not in total): "
                    f"{format_params(model_spec.mtp_params)}")
+    if model_spec.is_hybrid:
+        kinds = ", ".join(f"{n} x {kind}" for kind, n in summary["block_kinds"].items())
+        click.echo(f"block pattern: {summary['block_pattern']}\n  (M Mamba-2, * attention, "
+                   f"s sliding, c chunked, L linear attention, - MLP, E MoE): {kinds}")
     click.echo(f"training FLOPs per token at 4096 tokens (causal): "
                f"{model_spec.flops_per_token(4096):.4g}")
 

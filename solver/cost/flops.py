@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from solver.cost.blocks import estimate_pattern_forward_flops
 from solver.spec import ModelSpec
 
 
@@ -68,7 +69,12 @@ def estimate_lm_head_flops(model_spec: ModelSpec) -> float:
 
 def estimate_model_flops_per_token(model_spec: ModelSpec, seq_len: int) -> float:
     """Training (forward + backward) model FLOPs per token under parplan's convention; equals
-    ModelSpec.flops_per_token(seq_len, causal=True) up to norm parameters inside attention."""
+    ModelSpec.flops_per_token(seq_len, causal=True) up to norm parameters inside attention.
+    With a block pattern each layer counts its own mixer (windowed attention over its window,
+    Mamba-2 and DeltaNet scans: solver.cost.blocks) and MLP."""
+    if model_spec.has_block_kinds:
+        return 3.0 * (estimate_pattern_forward_flops(model_spec, seq_len)
+                      + estimate_lm_head_flops(model_spec))
     dense = estimate_dense_layer_flops(model_spec, seq_len).total
     moe = estimate_moe_layer_flops(model_spec, seq_len).total if model_spec.is_moe else 0.0
     forward = (
@@ -87,6 +93,8 @@ def convert_mfu(model_spec: ModelSpec, seq_len: int, mfu: float, to: str) -> flo
     if to == "noncausal":
         core = estimate_attention_core_flops(model_spec, seq_len, causal=True)
         other = ours + 3.0 * model_spec.num_hidden_layers * core
+        if model_spec.has_block_kinds:  # every attention layer's causal core counted twice
+            other = ours + 3.0 * model_spec.attention_flops_per_token(seq_len, causal=True)
     elif to == "6n":
         other = 6.0 * model_spec.active_params
     else:

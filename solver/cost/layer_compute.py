@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.cost.blocks import LayerPieces, estimate_kind_compute_parts, hybrid_kinds
 from solver.cost.efficiency import (
     ComputeConstants,
     estimate_attention_core_s,
@@ -109,7 +110,7 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         "cast": cast(2.0 * gemm_inputs),
     }
     if not model_spec.is_moe:
-        return {"dense": dense, "moe": dense}
+        return _with_block_kinds(model_spec, job, {"dense": dense, "moe": dense}, locals())
     k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
     routed, routed_bwd, fused = _routed_experts(model_spec, cluster, job, d, constants,
                                                 bf16_share)
@@ -139,7 +140,32 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         "elementwise": elementwise(moe_width, 0 if fused else k),
         "cast": cast(gemm_inputs + shared_inputs + routed_inputs),
     }
-    return {"dense": dense, "moe": moe}
+    return _with_block_kinds(model_spec, job, {"dense": dense, "moe": moe}, locals())
+
+
+def _with_block_kinds(model_spec: ModelSpec, job: JobSpec, kinds: dict[str, dict],
+                      scope: dict) -> dict[str, dict]:
+    """The plain kinds, and for a model with a block pattern its other kinds ("kind2", ...:
+    solver.cost.blocks composes them from this function's pieces, `scope`)."""
+    if not model_spec.has_block_kinds:
+        return kinds
+    factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
+    moe_split = BF16_BYTES * (factor * scope.get("moe_width", 0) + 2.0 * 2.0 * (
+        0 if scope.get("fused", True) else model_spec.num_experts_per_tok) * model_spec.hidden_size)
+    rows, tp, cc = scope["rows"], scope["tp"], scope["cc"]
+    pieces = LayerPieces(
+        dense=kinds["dense"], moe=kinds["moe"],
+        attention=(scope["attention"], scope["attention_bwd"]),
+        dense_mlp=(scope["dense_mlp"], scope["dense_mlp_bwd"]),
+        gemms=lambda params: scope["two_gemms"](params, rows, tp), cast=scope["cast"],
+        gemm_inputs=scope["gemm_inputs"], rows=rows, tp=tp,
+        sequence_split=scope["sequence_split"], head_bytes=scope["head_bytes"],
+        mlp_split_bytes={"dense": BF16_BYTES * factor * model_spec.intermediate_size,
+                         "moe": moe_split},
+        gpu=scope["gpu"], compute=cc,
+        attention_backward_ratio=scope["constants"].attention_backward_ratio)
+    return {**kinds, **{f"kind{k}": estimate_kind_compute_parts(model_spec, job.seq_len, k, pieces)
+                        for k in hybrid_kinds(model_spec)}}
 
 
 def _attention_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.cost.blocks import estimate_mixer_cp_s, hybrid_kinds
 from solver.cost.candidates import RECOMPUTE_SELECTIVE
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.layer_compute import (
@@ -24,6 +25,7 @@ from solver.cost.layer_compute import (
 from solver.cost.layer_compute import estimate_layer_compute_s as _layer_compute_s
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
+from solver.spec.blocks import ATTENTION_MIXERS
 
 BF16_BYTES = 2.0
 DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
@@ -35,6 +37,12 @@ def _mixed_layer_s(layer: dict[str, dict[str, np.ndarray]], model_spec: ModelSpe
     by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise,
     from each kind's `layer` (_framework_compute_s). It sizes the DP overlap window (the layers
     of the even split's largest stage)."""
+    if model_spec.has_block_kinds:  # every kind in its share of the layers
+        counts = np.bincount(model_spec.layer_kind_indices, minlength=len(model_spec.block_kinds))
+        names = ["dense", "moe", *(f"kind{k}" for k in hybrid_kinds(model_spec))]
+        return {part: sum(count / model_spec.num_hidden_layers * layer[name].get(part, 0.0)
+                          for name, count in zip(names, counts) if count)
+                for part in LAYER_PARTS}
     moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
     return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
             + moe_share * layer["moe"].get(part, 0.0)
@@ -222,20 +230,25 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                                   DISPATCHER_SMS.get(constants.moe_dispatcher))
     selective = np.asarray(d["recompute"]) == RECOMPUTE_SELECTIVE
 
-    def kind(fwd: dict[str, np.ndarray], is_moe: bool) -> tuple[np.ndarray, np.ndarray]:
+    def kind(fwd: dict[str, np.ndarray], is_moe: bool, sp_blocks: float | None = None,
+             mixer_cp_fwd: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         fwd_s, bwd_s = _forward_s(fwd), _backward_s(fwd, constants)
         gemm = fwd["gemm"] + fwd.get("routed", 0.0)
         # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out,
         # forward and backward (Korthikanti et al. 2022 §4.2.2); an MoE layer's MLP side goes
-        # by EP instead.
-        gathers = (1.0 if is_moe else 2.0) * ag
-        tp_pass = (1.0 if is_moe else 2.0) * (ag + rs)
+        # by EP instead. `sp_blocks`: a block-pattern kind's count of such blocks;
+        # `mixer_cp_fwd`: its mixer's CP traffic when that mixer is no attention.
+        pairs = sp_blocks if sp_blocks is not None else (1.0 if is_moe else 2.0)
+        gathers = pairs * ag
+        tp_pass = pairs * (ag + rs)
         if constants.tp_comm_overlap:
             hidden_tp = np.minimum(tp_pass, gemm)
             tp_pass = tp_pass - hidden_tp + hidden_tp * tp_contention
         # The ring hides behind the attention core it feeds (Megatron context_parallel.md).
         cp_fwd = np.maximum(ring_fwd - fwd["core"], 0.0)
         cp_bwd = np.maximum(2.0 * ring_fwd - fwd["core_bwd"], 0.0)
+        if mixer_cp_fwd is not None:
+            cp_fwd, cp_bwd = mixer_cp_fwd, 2.0 * mixer_cp_fwd
 
         def ep_exposed(passes: float) -> np.ndarray:
             ep_s = ep_fwd * passes if is_moe else np.zeros_like(fwd_s)
@@ -276,6 +289,12 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 
     kinds = [("dense", False), ("moe", model_spec.is_moe)]
     terms = [kind(layer[name], moe) for name, moe in kinds]
+    for index in hybrid_kinds(model_spec):  # solver.cost.blocks: a block pattern's kinds
+        mixer, mlp = model_spec.block_kinds[index]
+        mixer_cp = (None if mixer in ATTENTION_MIXERS
+                    else estimate_mixer_cp_s(model_spec, cluster, d, mixer, rows))
+        terms.append(kind(layer[f"kind{index}"], mlp == "moe",
+                          float((mixer != "none") + (mlp == "dense")), mixer_cp))
     return (np.stack([per_layer for per_layer, _ in terms], axis=1),
             np.stack([full for _, full in terms], axis=1))
 

@@ -23,10 +23,9 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.distinct import distinct_rows
 from solver.cost.layer_time import LAYER_DEGREES
-from solver.cost.memory.layout import estimate_in_flight, layer_kinds
+from solver.cost.memory.layout import estimate_in_flight, layer_kinds, num_layer_kinds
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.terms import (
-    KINDS,
     StageContent,
     compose_stage_total,
     estimate_memory_terms,
@@ -40,7 +39,7 @@ from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
 class LayoutCoefficients:
     """The module docstring's coefficients for one configuration (floats, SI units)."""
 
-    kinds: np.ndarray            # (L,) the kind of each decoder layer (0 dense, 1 MoE)
+    kinds: np.ndarray            # (L,) the kind of each decoder layer (0 dense, 1 MoE, ...)
     layer_s: np.ndarray          # (kinds,)
     recompute_s: np.ndarray      # (kinds,)
     stage_s: float
@@ -121,7 +120,7 @@ def estimate_stage_memory_coefficients(model_spec: ModelSpec, job: JobSpec, rows
     nothing, one layer, two layers and recomputed layers (the composition is affine in what a
     stage holds, so they are exact)."""
     options = options or MemoryOptions()
-    n, num_kinds = len(rows), len(KINDS)
+    n, num_kinds = len(rows), num_layer_kinds(model_spec)
     num_micro = np.maximum(job.global_batch // (rows.dp * rows.micro_batch), 1)
     in_flight = estimate_in_flight(rows, stage, num_micro)
     terms = estimate_memory_terms(model_spec, job, rows, options, totals=True)
@@ -189,7 +188,7 @@ def estimate_layout_lower_bound_s(model_spec: ModelSpec, times: dict[str, np.nda
     balances: no layout of such a candidate can beat it. Where the bound with M = S / pp alone
     is at least `above_s`, that bound is returned (the caller needs no more).
     """
-    counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS))
+    counts = np.bincount(layer_kinds(model_spec), minlength=num_layer_kinds(model_spec))
     present = np.flatnonzero(counts)
     layer_s, recompute_s = times["layer_s"], times["recompute_s"]
     # Column by column: numpy's reductions over a short last axis are slow on long arrays.

@@ -58,7 +58,12 @@ from solver.cost.layer_time import (
     sm_contention,
     stack_parts,
 )
-from solver.cost.memory.layout import estimate_stage_layers, layer_kinds, layout_layer_counts
+from solver.cost.memory.layout import (
+    estimate_stage_kind_layers,
+    layer_kinds,
+    layout_layer_counts,
+    num_layer_kinds,
+)
 # TimeConstants lives in solver.cost.time_constants; importing it from here keeps working.
 from solver.cost.time_constants import TimeConstants, dp_part_overlaps, dp_syncs_per_step
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
@@ -346,15 +351,16 @@ def estimate_layout_step_time(model_spec: ModelSpec, cluster: ClusterSpec, job: 
     """Step time of each configuration whose stages hold its layout (one row each)."""
     candidates = Candidates.from_configs(configs)
     terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
-    kinds = layer_kinds(model_spec)
+    kinds, num_kinds = layer_kinds(model_spec), num_layer_kinds(model_spec)
     width = max(config.pp for config in configs)
-    layers = np.zeros((len(configs), width, 2))
-    recompute = np.zeros((len(configs), width, 2))
+    layers = np.zeros((len(configs), width, num_kinds))
+    recompute = np.zeros((len(configs), width, num_kinds))
     is_last = np.zeros((len(configs), width))
     count = np.zeros((len(configs), width))
     for row, (config, layout) in enumerate(zip(configs, layouts)):
         assert (layout.pp, layout.vpp) == (config.pp, config.vpp)
-        layers[row, :config.pp], recompute[row, :config.pp] = layout_layer_counts(kinds, layout)
+        layers[row, :config.pp], recompute[row, :config.pp] = layout_layer_counts(
+            kinds, layout, num_kinds)
         is_last[row, config.pp - 1] = 1.0
         count[row, :config.pp] = 1.0
     return compose_step_time(terms, StageTimeContent(layers=layers, recompute=recompute,
@@ -364,12 +370,13 @@ def estimate_layout_step_time(model_spec: ModelSpec, cluster: ClusterSpec, job: 
 @functools.lru_cache(maxsize=4096)
 def _even_stages(model_spec: ModelSpec, pp: int, vpp: int, embedding_slots: bool
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct stages of the even split of pp x vpp (dense layers, MoE layers, whether
-    last) and how many stages are alike; the search asks for the same few splits many times."""
+    """The distinct stages of the even split of pp x vpp (layers of each kind: dense, MoE and a
+    block pattern's others; whether last) and how many stages are alike; the search asks for
+    the same few splits many times."""
     stage = np.arange(pp)
-    total, moe = estimate_stage_layers(model_spec, np.full(pp, pp), np.full(pp, vpp), stage,
+    kinds = estimate_stage_kind_layers(model_spec, np.full(pp, pp), np.full(pp, vpp), stage,
                                        embedding_slots)
-    seen = np.stack([total - moe, moe, stage == pp - 1], axis=1)
+    seen = np.column_stack([kinds, stage == pp - 1])
     distinct, counts = np.unique(seen, axis=0, return_counts=True)
     distinct.flags.writeable = counts.flags.writeable = False
     return distinct, counts
@@ -385,12 +392,13 @@ def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
     rows = [_even_stages(model_spec, int(key // width), int(key % width), embedding_slots)
             for key in keys]
     num_rows = max((len(counts) for _, counts in rows), default=1)
-    table = np.zeros((len(keys), num_rows, 3))
+    num_kinds = num_layer_kinds(model_spec)
+    table = np.zeros((len(keys), num_rows, num_kinds + 1))
     count = np.zeros((len(keys), num_rows))
     for index, (distinct, counts) in enumerate(rows):
         table[index, :len(counts)] = distinct
         count[index, :len(counts)] = counts
-    layers = table[pair_of, :, :2]
+    layers = table[pair_of, :, :num_kinds]
     full = (d["recompute"] == RECOMPUTE_FULL)[:, None, None]
     return StageTimeContent(layers=layers, recompute=np.where(full, layers, 0.0),
-                            is_last=table[pair_of, :, 2], count=count[pair_of])
+                            is_last=table[pair_of, :, num_kinds], count=count[pair_of])

@@ -230,6 +230,27 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
     return flags
 
 
+def _hybrid_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
+    """A Mamba hybrid's block pattern for Megatron's MambaModel (pretrain_mamba.py;
+    megatron/training/arguments.py: --is-hybrid-model, --hybrid-override-pattern with M Mamba,
+    * attention, - MLP, E MoE, and the --mamba-* sizes), and what it cannot take."""
+    m = target.model_spec
+    if "mamba" not in m.layer_mixers:
+        return [], []
+    from solver.spec.blocks import render_pattern
+
+    flags = [("--is-hybrid-model",), ("--hybrid-override-pattern", render_pattern(m)),
+             ("--mamba-num-heads", str(m.mamba_num_heads)),
+             ("--mamba-head-dim", str(m.mamba_head_dim)),
+             ("--mamba-num-groups", str(m.n_groups)),
+             ("--mamba-state-dim", str(m.ssm_state_size))]
+    warnings = []
+    if target.config.pp > 1:
+        warnings.append("Megatron's MambaModel splits the hybrid pattern over pipeline stages "
+                        "itself: check its split against the planned layout")
+    return flags, warnings
+
+
 def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str],
                                                          list[str]]:
     """Flags (each a tuple: the flag and its value, if any), warnings and notes."""
@@ -245,6 +266,9 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
         flags += [("--expert-model-parallel-size", str(c.ep)),
                   ("--expert-tensor-parallel-size", str(c.etp))]
     flags += _feature_flags(target)
+    hybrid_flags, hybrid_warnings = _hybrid_flags(target)
+    flags += hybrid_flags
+    warnings += hybrid_warnings
     pipeline = target.pipeline_layout()
     split_flags, split_notes = _pipeline_flags(target, pipeline)
     flags += split_flags

@@ -63,7 +63,28 @@ def model_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
         Constraint("pp_at_most_layers", ("pp",),
                    f"pp must not exceed num_hidden_layers ({layers})",
                    lambda v: v["pp"] <= layers),
+        *block_shape_constraints(model_spec),
     ]
+
+
+def block_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
+    """TP splits of a block pattern's mixers (solver.cost.blocks): Megatron-LM's MambaMixer
+    asserts nheads % tp == 0 and ngroups % tp == 0 (megatron/core/ssm/mamba_mixer.py), its
+    gated DeltaNet splits the key heads (and with them the value heads) over TP."""
+    m, rules = model_spec, []
+    mixers = set(m.layer_mixers)
+    if "mamba" in mixers:
+        groups, heads = m.n_groups, m.mamba_num_heads
+        rules.append(Constraint("tp_divides_mamba_groups", ("tp",),
+                                f"tp must divide n_groups ({groups}) and mamba_num_heads "
+                                f"({heads})",
+                                lambda v: (groups % v["tp"] == 0) & (heads % v["tp"] == 0)))
+    if "linear_attention" in mixers:
+        key_heads = m.linear_num_key_heads
+        rules.append(Constraint("tp_divides_linear_heads", ("tp",),
+                                f"tp must divide linear_num_key_heads ({key_heads})",
+                                lambda v: key_heads % v["tp"] == 0))
+    return rules
 
 
 def structural_constraints(model_spec: ModelSpec, job: JobSpec, num_gpus: int,

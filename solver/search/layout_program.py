@@ -240,7 +240,7 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
             layers[v], recompute[v] = size, min(size, left)
             left -= recompute[v]
     layout = build_layout(config, layers, recompute, rules.mtp_layers)
-    stage_layers, stage_recompute = layout_layer_counts(co.kinds, layout)
+    stage_layers, stage_recompute = layout_layer_counts(co.kinds, layout, len(co.layer_s))
     answer = LayoutAnswer(layout=layout, step_s=co.step_s(stage_layers, stage_recompute),
                           memory_bytes=co.memory_bytes(stage_layers, stage_recompute),
                           status="optimal" if status == cp_model.OPTIMAL else "feasible",

@@ -40,8 +40,7 @@ from solver.cost.layout_terms import (
     take_times,
     time_coefficients,
 )
-from solver.cost.memory.layout import build_default_layout, layer_kinds
-from solver.cost.memory.terms import KINDS
+from solver.cost.memory.layout import build_default_layout, layer_kinds, num_layer_kinds
 from solver.cost.steptime import TimeTerms, estimate_layout_step_time, estimate_time_terms
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import (
@@ -280,7 +279,8 @@ def _memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np
     is_last = stage == rows.pp - 1
     base = memory.base_bytes
     # A layer of kind k costs layer_bytes (plain) or layer_bytes + recompute_bytes (recomputed).
-    counts = np.bincount(layer_kinds(model_spec), minlength=len(KINDS)).astype(float)
+    counts = np.bincount(layer_kinds(model_spec),
+                         minlength=num_layer_kinds(model_spec)).astype(float)
     full = (candidates.recompute == RECOMPUTE_FULL)[row]
     least_plain, least_any, saving = np.zeros(n), np.zeros(n), np.zeros(n)
     for kind in np.flatnonzero(counts):

@@ -17,7 +17,10 @@ bf16, as vLLM's quantization methods leave them.
 KV cache per token per GPU of a stage: 2 (K and V) x layers x KV heads per GPU x head dim x
 bytes, KV heads per GPU = max(kv_heads / tp, 1) (vLLM QKVParallelLinear: "tp_size >=
 total_num_kv_heads" replicates); MLA caches the compressed latent (kv_lora_rank) and the rope
-key (qk_rope_head_dim) once per layer, on every TP rank (not split by heads).
+key (qk_rope_head_dim) once per layer, on every TP rank (not split by heads). With a block
+pattern (solver.cost.blocks.estimate_layer_cache_bytes) windowed layers keep at most their
+window and Mamba-2 / DeltaNet layers a constant state per sequence, as vLLM's hybrid KV-cache
+manager allocates them; the bytes per token are then those of a `context`-token sequence.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.cost.blocks import estimate_cache_bytes_per_token, estimate_mixer_params_per_gpu
 from solver.cost.serve_step import attention_params_per_gpu
 from solver.serve.candidates import ServeCandidates
 from solver.serve.job import ServeProblem, vllm_batch_defaults
@@ -74,6 +78,13 @@ def estimate_stage_weights(problem: ServeProblem, c: ServeCandidates) -> StageWe
     moe_linear = attention + m.shared_expert_params_per_layer / tp
     dense = (quant * (dense_layers * dense_linear + moe_layers * moe_linear)
              + 2.0 * (layers * norms + moe_layers * m.router_params_per_layer))
+    if m.has_block_kinds:  # the average layer of the block pattern (solver.cost.blocks)
+        linear = sum(estimate_mixer_params_per_gpu(m, mixer, tp, attention)
+                     + {"dense": m.dense_mlp_params_per_layer,
+                        "moe": m.shared_expert_params_per_layer}.get(mlp, 0) / tp
+                     for mixer, mlp in zip(m.layer_mixers, m.layer_mlps))
+        dense = (quant * layers * linear / m.num_hidden_layers
+                 + 2.0 * (layers * norms + moe_layers * m.router_params_per_layer))
     experts = quant * moe_layers * m.num_experts * m.expert_params / (tp * dp)
     head_params = m.vocab_size * m.hidden_size  # read on the last stage even when tied
     ends = np.where(pp == 1, m.embedding_params + m.lm_head_params,
@@ -104,6 +115,8 @@ def estimate_kv_bytes_per_token(problem: ServeProblem, tp: np.ndarray, pp: np.nd
     m = problem.model_spec
     layers = np.ceil(m.num_hidden_layers / np.asarray(pp, dtype=float))
     element = problem.job.kv_bytes_per_element
+    if m.has_block_kinds:  # windows cap, Mamba / DeltaNet keep a constant state (solver.cost.blocks)
+        return layers * estimate_cache_bytes_per_token(m, problem.job.context, tp, element)
     if m.is_mla:
         per_layer = (m.kv_lora_rank + m.qk_rope_head_dim) * element  # type: ignore[operator]
         return layers * per_layer * np.ones_like(np.asarray(tp, dtype=float))

@@ -98,10 +98,10 @@ def estimate_context_tokens(spec: ModelSpec, mixer: str, seq_len: int,
     """Keys a query attends to on average in an attention layer of a sequence of seq_len.
 
         full      s/2 causal (s otherwise)
-        sliding   w - w(w-1)/(2s) for w < s (query i sees min(i, w) keys), else as full
+        sliding   w - w(w-1)/(2s) for w < s (query i sees min(i, w) keys, the exact mean),
+                  never above full attention's s/2
         chunked   c/2 causal inside chunks of c <= s (c otherwise), else as full
-    Continuous at w = s and c = s, never above full attention's (FlashAttention skips the
-    blocks a window masks out, so its work follows these counts).
+    (FlashAttention skips the blocks a window masks out, so its work follows these counts.)
     Worked number: Gemma 3, w = 1024, s = 8192: 1024 - 1024 * 1023 / 16384 = 960.06."""
     full = seq_len / 2 if causal else float(seq_len)
     if mixer == "sliding_attention" and spec.sliding_window and spec.sliding_window < seq_len:

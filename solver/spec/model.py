@@ -234,6 +234,12 @@ class ModelSpec(InputSpec):
         return self.layer_types is not None or self.mlp_layer_types is not None
 
     @property
+    def has_block_kinds(self) -> bool:
+        """Whether some layer is of a kind beyond full attention + dense or MoE MLP (the cost
+        model then takes the block pattern's paths; otherwise the plain ones, unchanged)."""
+        return len(self.block_kinds) > 2
+
+    @property
     def layer_mixers(self) -> tuple[str, ...]:
         return self.layer_types or ("full_attention",) * self.num_hidden_layers
 
@@ -459,7 +465,7 @@ class ModelSpec(InputSpec):
     def attention_flops_per_token(self, seq_len: int, causal: bool = True) -> float:
         """Forward FLOPs of QK^T and AV for one token, all layers: 2 * ctx * heads *
         (d_qk + d_v) per layer, ctx = seq_len (or seq_len / 2 on average when causal)."""
-        if self.is_hybrid:  # each attention layer over its own context (window, chunk)
+        if self.has_block_kinds:  # each attention layer over its own context (window, chunk)
             width = 2 * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
             return sum(width * estimate_context_tokens(self, mixer, seq_len, causal)
                        for mixer in self.layer_mixers if mixer in ATTENTION_MIXERS)

@@ -30,6 +30,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from solver.cost.blocks import (
+    base_kind,
+    compose_kind_activation_bytes,
+    estimate_mixer_activation_bytes,
+    hybrid_kinds,
+    is_windowed_kind,
+)
 from solver.cost.candidates import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -38,6 +45,7 @@ from solver.cost.candidates import (
 )
 from solver.cost.memory.options import MemoryOptions
 from solver.spec import JobSpec, ModelSpec
+from solver.spec.blocks import ATTENTION_MIXERS
 
 BF16_BYTES = 2.0
 FP32_BYTES = 4.0
@@ -208,6 +216,30 @@ def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candida
     return np.where(candidates.recompute == RECOMPUTE_FULL, layer_input, saved)
 
 
+def estimate_kind_activation_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                                   options: MemoryOptions, kind: int,
+                                   plain: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Bytes one layer of block-pattern kind `kind` saves per GPU for one micro-batch, at the
+    candidates' recompute level (none or selective). `plain`: the dense and MoE layers' bytes
+    at that level. A windowed kind saves what its plain kind saves (solver.cost.blocks); the
+    others add up their mixer's bytes (attention's as _attention_bytes counts them, Mamba's
+    and DeltaNet's from solver.cost.blocks) and their MLP's (_mlp_bytes)."""
+    if is_windowed_kind(model_spec, kind):
+        return plain[base_kind(model_spec, kind)]
+    lin = _linear_input_bytes(job)
+
+    def mixer_bytes(mixer: str) -> tuple:
+        if mixer in ATTENTION_MIXERS:
+            return _attention_bytes(model_spec, job, candidates.recompute, options)
+        return estimate_mixer_activation_bytes(model_spec, mixer, lin)
+
+    def mlp_bytes(mlp: str) -> tuple:
+        return _mlp_bytes(model_spec, job, candidates, options, moe=mlp == "moe")
+
+    split, replicated = compose_kind_activation_bytes(model_spec, kind, mixer_bytes, mlp_bytes)
+    return _per_gpu(job, candidates, options, split, replicated) + np.zeros(len(candidates))
+
+
 def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                               options: MemoryOptions) -> dict[str, np.ndarray]:
     """The parts a stage's activation bytes per GPU are made of (composed by
@@ -251,9 +283,21 @@ def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: C
     if m.is_moe:
         largest = np.maximum(largest, estimate_layer_activation_bytes(m, job, replay, options,
                                                                       moe=True))
+    # A block pattern's other kinds (solver.cost.blocks), after dense and MoE.
+    extra = [estimate_kind_activation_bytes(m, job, base, options, kind, (dense, moe))
+             for kind in hybrid_kinds(m)]
+    if extra:  # the largest layer the model has, kinds of the pattern included
+        replayed = (estimate_layer_activation_bytes(m, job, replay, options, moe=False),
+                    estimate_layer_activation_bytes(m, job, replay, options, moe=m.is_moe))
+        present = set(m.layer_kind_indices)
+        largest = np.maximum.reduce([
+            *(replayed[kind] for kind in (0, 1) if kind in present),
+            *(estimate_kind_activation_bytes(m, job, replay, options, kind, replayed)
+              for kind in hybrid_kinds(m))])
     return {
-        "layer": np.stack([dense, moe], axis=1),
-        "recompute": np.stack([layer_input - dense, layer_input - moe], axis=1),
+        "layer": np.stack([dense, moe, *extra], axis=1),
+        "recompute": np.stack([layer_input - dense, layer_input - moe,
+                               *(layer_input - kind for kind in extra)], axis=1),
         "first": zeros + _per_gpu(job, candidates, options, 0.0, embedding),
         "last": zeros + head + mtp,
         "not_last": zeros + not_last,

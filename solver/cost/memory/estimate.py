@@ -12,10 +12,12 @@ from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.distinct import distinct_inverse
 from solver.cost.memory.layout import (
     estimate_in_flight,
+    estimate_stage_kind_layers,
     estimate_stage_layers,
     estimate_stage_layout,
     layer_kinds,
     layout_layer_counts,
+    num_layer_kinds,
 )
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.terms import (
@@ -63,7 +65,8 @@ def even_stage_content(model_spec: ModelSpec, job: JobSpec, candidates: Candidat
     (solver.cost.memory.layout): its layers by kind, all recomputing where the candidate
     recomputes in full."""
     layout = estimate_stage_layout(model_spec, job, candidates, stage, embedding_slots)
-    layers = np.stack([layout.num_dense_layers, layout.num_moe_layers], axis=1)
+    layers = (layout.kind_layers if layout.kind_layers is not None
+              else np.stack([layout.num_dense_layers, layout.num_moe_layers], axis=1))
     full = (candidates.recompute == RECOMPUTE_FULL)[:, None]
     return StageContent(layers=layers, recompute=np.where(full, layers, 0.0),
                         is_first=layout.is_first, is_last=layout.is_last,
@@ -105,7 +108,8 @@ def estimate_layout_memory(model_spec: ModelSpec, job: JobSpec, config: Parallel
     options = options or MemoryOptions()
     rows = Candidates.from_configs([config] * config.pp)
     stage = np.arange(config.pp)
-    layers, recompute = layout_layer_counts(layer_kinds(model_spec), layout)
+    layers, recompute = layout_layer_counts(layer_kinds(model_spec), layout,
+                                            num_layer_kinds(model_spec))
     num_micro = np.full(config.pp, max(job.global_batch // (config.dp * config.micro_batch), 1))
     content = StageContent(layers=layers, recompute=recompute, is_first=stage == 0,
                            is_last=stage == config.pp - 1,
@@ -172,14 +176,21 @@ def _stages_to_evaluate(model_spec: ModelSpec, pairs: np.ndarray, num_positions:
     it (estimate_memory's docstring says why the others cannot be the worst)."""
     pp, vpp = pairs[:, 0], pairs[:, 1]
     position = np.arange(num_positions)
-    total, moe = estimate_stage_layers(
-        model_spec, np.repeat(pp, num_positions), np.repeat(vpp, num_positions),
-        np.tile(position, len(pairs)), options.account_for_embedding_in_pipeline_split)
-    total = total.reshape(len(pairs), num_positions)
-    moe = moe.reshape(len(pairs), num_positions)
     exists = position[None, :] < pp[:, None]
     changed = np.zeros_like(exists)
-    changed[:, 1:] = (total[:, 1:] != total[:, :-1]) | (moe[:, 1:] != moe[:, :-1])
+    if model_spec.is_hybrid:  # any kind's count changes
+        kinds = estimate_stage_kind_layers(
+            model_spec, np.repeat(pp, num_positions), np.repeat(vpp, num_positions),
+            np.tile(position, len(pairs)), options.account_for_embedding_in_pipeline_split)
+        kinds = kinds.reshape(len(pairs), num_positions, -1)
+        changed[:, 1:] = (kinds[:, 1:] != kinds[:, :-1]).any(axis=2)
+    else:
+        total, moe = estimate_stage_layers(
+            model_spec, np.repeat(pp, num_positions), np.repeat(vpp, num_positions),
+            np.tile(position, len(pairs)), options.account_for_embedding_in_pipeline_split)
+        total = total.reshape(len(pairs), num_positions)
+        moe = moe.reshape(len(pairs), num_positions)
+        changed[:, 1:] = (total[:, 1:] != total[:, :-1]) | (moe[:, 1:] != moe[:, :-1])
     last = position[None, :] == pp[:, None] - 1
     evaluate = exists & (changed | last)
     evaluate[:, 0] = False  # stage 0 is evaluated for every candidate

@@ -34,6 +34,7 @@ class StageLayout:
     is_last: np.ndarray
     num_microbatches: np.ndarray
     in_flight: np.ndarray
+    kind_layers: np.ndarray | None = None  # (N, kinds) with a block pattern
 
     @property
     def num_layers(self) -> np.ndarray:
@@ -145,6 +146,11 @@ def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     pp = candidates.pp
     total, moe = estimate_stage_layers(model_spec, pp, candidates.vpp, stage, embedding_slots)
     num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
+    kind_layers = None
+    if model_spec.is_hybrid:  # kinds 0 and 1 are the plain ones; the others apart
+        kind_layers = estimate_stage_kind_layers(model_spec, pp, candidates.vpp, stage,
+                                                 embedding_slots)
+        total, moe = kind_layers[:, 0] + kind_layers[:, 1], kind_layers[:, 1]
     return StageLayout(
         num_dense_layers=(total - moe).astype(float),
         num_moe_layers=moe.astype(float),
@@ -152,32 +158,71 @@ def estimate_stage_layout(model_spec: ModelSpec, job: JobSpec, candidates: Candi
         is_last=stage == pp - 1,
         num_microbatches=num_micro,
         in_flight=estimate_in_flight(candidates, stage, num_micro),
+        kind_layers=kind_layers,
     )
 
 
 def layer_kinds(model_spec: ModelSpec) -> np.ndarray:
     """The kind of each decoder layer in model order: 0 dense, 1 MoE (layer i is MoE when
-    i >= first_k_dense_layers and i % moe_layer_freq == 0, as _count_moe_layers counts)."""
+    i >= first_k_dense_layers and i % moe_layer_freq == 0, as _count_moe_layers counts); with
+    a block pattern, the index into ModelSpec.block_kinds (0 and 1 the same two kinds)."""
+    if model_spec.is_hybrid:
+        return np.asarray(model_spec.layer_kind_indices, dtype=np.int64)
     index = np.arange(model_spec.num_hidden_layers)
     return _count_moe_layers(model_spec, index, index + 1).astype(np.int64)
 
 
-def layout_layer_counts(kinds: np.ndarray, layout: PipelineLayout
+def num_layer_kinds(model_spec: ModelSpec) -> int:
+    """How many layer kinds the cost arrays carry: dense and MoE, and a block pattern's others."""
+    return len(model_spec.block_kinds) if model_spec.is_hybrid else 2
+
+
+def layout_layer_counts(kinds: np.ndarray, layout: PipelineLayout, num_kinds: int = 2
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(layers, recomputed layers) by kind, arrays (pp, 2), of each pipeline stage under
-    `layout`: virtual stage v holds the next `layers` decoder layers in model order and runs
-    on stage v % pp; its first `recompute_layers` recompute (Megatron's block method).
+    """(layers, recomputed layers) by kind, arrays (pp, num_kinds), of each pipeline stage
+    under `layout`: virtual stage v holds the next `layers` decoder layers in model order and
+    runs on stage v % pp; its first `recompute_layers` recompute (Megatron's block method).
     `kinds`: layer_kinds of the model."""
-    layers = np.zeros((layout.pp, 2))
-    recompute = np.zeros((layout.pp, 2))
+    num_kinds = max(num_kinds, int(kinds.max(initial=0)) + 1)
+    layers = np.zeros((layout.pp, num_kinds))
+    recompute = np.zeros((layout.pp, num_kinds))
     start = 0
     for virtual, chunk in enumerate(layout.stages):
         stage = layout.stage_of(virtual)
-        layers[stage] += np.bincount(kinds[start:start + chunk.layers], minlength=2)
+        layers[stage] += np.bincount(kinds[start:start + chunk.layers], minlength=num_kinds)
         recompute[stage] += np.bincount(kinds[start:start + chunk.recompute_layers],
-                                        minlength=2)
+                                        minlength=num_kinds)
         start += chunk.layers
     return layers, recompute
+
+
+def estimate_stage_kind_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.ndarray,
+                               stage: np.ndarray, embedding_slots: bool = False) -> np.ndarray:
+    """Decoder layers of each kind (N, num_layer_kinds) on stage `stage` under (pp, vpp), the
+    even split of estimate_stage_layers: (dense, MoE) for a plain model; with a block pattern
+    each distinct (pp, vpp, stage) is split by build_even_layout and its kinds counted."""
+    if not model_spec.is_hybrid:
+        total, moe = estimate_stage_layers(model_spec, pp, vpp, stage, embedding_slots)
+        return np.stack([total - moe, moe], axis=1)
+    pp, vpp, stage = np.broadcast_arrays(np.asarray(pp, dtype=np.int64),
+                                         np.asarray(vpp, dtype=np.int64),
+                                         np.asarray(stage, dtype=np.int64))
+    num_layers = model_spec.num_hidden_layers
+    # D_k(x): layers of kind k among the first x, for x = 0..L.
+    prefix = np.zeros((num_layers + 1, num_layer_kinds(model_spec)))
+    prefix[1:] = np.cumsum(np.eye(prefix.shape[1])[layer_kinds(model_spec)], axis=0)
+    num_virtual = pp * vpp
+    offset = np.where(embedding_slots | (num_virtual > num_layers), 1, 0)
+    per_chunk, extra = (num_layers + 2 * offset) // num_virtual, (num_layers + 2 * offset) % num_virtual
+    counts = np.zeros((len(pp), prefix.shape[1]))
+    for chunk in range(int(vpp.max(initial=0))):  # as _chunk_layers splits the slots
+        virtual = stage + chunk * pp
+        first_slot = virtual * per_chunk + np.minimum(virtual, extra)
+        start = np.clip(first_slot - offset, 0, num_layers)
+        end = np.clip(first_slot + per_chunk + (virtual < extra) - offset, 0, num_layers)
+        held = (chunk < vpp)[:, None]
+        counts += np.where(held, prefix[end] - prefix[start], 0.0)
+    return counts
 
 
 def build_even_layout(model_spec: ModelSpec, pp: int, vpp: int, recompute_full: bool,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.cost.blocks import estimate_kind_params
 from solver.cost.candidates import Candidates
 from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
@@ -88,6 +89,15 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
     )
     return StageParams(dense=dense, expert=expert, gemm=gemm, largest_layer=largest,
                        gemm_expert=n_moe * moe_expert_part)
+
+
+def estimate_kind_stage_params(model_spec: ModelSpec, candidates: Candidates, kind: int
+                               ) -> StageParams:
+    """Parameters per GPU of a stage holding one layer of block-pattern kind `kind`
+    (solver.cost.blocks.estimate_kind_params), sharded in the two groups above."""
+    per_gpu = estimate_kind_params(model_spec, candidates.tp, candidates.ep, candidates.etp, kind)
+    return StageParams(dense=per_gpu.dense, expert=per_gpu.expert, gemm=per_gpu.gemm,
+                       largest_layer=per_gpu.largest_layer, gemm_expert=per_gpu.gemm_expert)
 
 
 def estimate_fp8_copy_bytes_per_param(precision: str, options: MemoryOptions) -> float:

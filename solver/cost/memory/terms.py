@@ -1,6 +1,7 @@
 """The memory of a pipeline stage as an affine function of what the stage holds.
 
-A stage holds, per layer kind k (KINDS: dense, MoE), `layers[k]` decoder layers of which
+A stage holds, per layer kind k (KINDS: dense, MoE, then a block pattern's other kinds,
+solver.cost.blocks), `layers[k]` decoder layers of which
 `recompute[k]` recompute in full; it is or is not the first stage (the embedding) and the last
 (final norm, LM head, loss, MTP modules, logits); it keeps `in_flight` micro-batches of
 activations at its peak (solver.cost.memory.layout.estimate_in_flight). Per GPU, by item:
@@ -29,8 +30,10 @@ from solver.cost.distinct import distinct_rows
 from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
+from solver.cost.blocks import hybrid_kinds
 from solver.cost.memory.states import (
     StageParams,
+    estimate_kind_stage_params,
     estimate_fp8_copy_bytes_per_param,
     estimate_model_states,
     estimate_stage_params,
@@ -139,6 +142,13 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     moe = params(moe=1) if model_spec.is_moe else dense
     largest = np.maximum(dense.largest_layer if model_spec.num_dense_layers else 0.0,
                          moe.largest_layer if model_spec.is_moe else 0.0)
+    # A block pattern's other kinds (solver.cost.blocks), after dense and MoE.
+    extra = [estimate_kind_stage_params(model_spec, candidates, kind)
+             for kind in hybrid_kinds(model_spec)]
+    if model_spec.has_block_kinds:  # the largest layer among the kinds the model has
+        present = set(model_spec.layer_kind_indices)
+        largest = np.maximum.reduce([kind.largest_layer for index, kind in
+                                     enumerate([dense, moe, *extra]) if index in present])
     gather = estimate_zero3_gather_bytes(
         candidates, largest, options, estimate_fp8_copy_bytes_per_param(job.precision, options))
     activation = estimate_activation_terms(model_spec, job, candidates, options)
@@ -147,12 +157,13 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     def activations(values: np.ndarray) -> np.ndarray:
         return _item_matrix(n, {"activations": values})
 
-    per_kind = [activations(activation["layer"][:, k]) for k in range(len(KINDS))]
-    saved = [activations(activation["recompute"][:, k]) for k in range(len(KINDS))]
+    num_kinds = activation["layer"].shape[1]
+    per_kind = [activations(activation["layer"][:, k]) for k in range(num_kinds)]
+    saved = [activations(activation["recompute"][:, k]) for k in range(num_kinds)]
     fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options)}
     terms = MemoryTerms(
         fixed=_item_matrix(n, fixed),
-        per_layer=np.stack([states(dense), states(moe)], axis=1),
+        per_layer=np.stack([states(dense), states(moe), *map(states, extra)], axis=1),
         per_layer_in_flight=np.stack(per_kind, axis=1),
         recompute_in_flight=np.stack(saved, axis=1),
         first=states(first),
