@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from solver.calibrate.profile import CurveSource, describe_sources, load_calibrated_cluster
 from solver.catalog import load_model_spec
+from solver.cost.block_breakdown import BlockKindCost, estimate_block_breakdown
 from solver.cost.candidates import Candidates
 from solver.cost.memory import (
     MAIN_ITEMS,
@@ -63,6 +64,7 @@ class Estimate:
     calibration: str | None = None
     curve_sources: tuple[CurveSource, ...] = ()
     profile: FrameworkProfile | None = None
+    blocks: tuple[BlockKindCost, ...] = ()  # a block pattern's time and memory by kind
 
 
 def check_parallel_config(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
@@ -263,6 +265,9 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     fixes = () if plan.fits else suggest_memory_fixes(
         model_spec, cluster_spec, job, num_gpus, config, options)
     sources = tuple(describe_sources(cluster_spec)) if calibration is not None else ()
+    blocks = tuple(estimate_block_breakdown(model_spec, cluster_spec, job, config, options,
+                                            profile.time_constants, pipeline)
+                   ) if model_spec.is_hybrid else ()
     return Estimate(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
                     plan=plan, fixes=fixes, calibration=calibration, curve_sources=sources,
-                    profile=profile)
+                    profile=profile, blocks=blocks)

@@ -334,3 +334,27 @@ def test_scan_rate_is_the_median_of_the_measured_b200_scans() -> None:
             shares.append(flops / (float(row["latency_ms"]) * 1e-3) / peak)
     assert len(shares) >= 90
     assert SSD_SCAN_PEAK_FRACTION == pytest.approx(float(np.median(shares)), abs=0.001)
+
+
+def test_estimate_splits_time_and_memory_by_block_kind() -> None:
+    """`estimate --json` of a hybrid: one entry per block kind, read off the same layout
+    coefficients the step time is composed of; the layers add up to the model's, the work to
+    the layers' share of the step, the worst stage's layers to its layout."""
+    result = CliRunner().invoke(cli, ["estimate", "--model", "nemotron-h-8b", "--cluster",
+                                      "dgx-h100", "--gpus", "8", "--tp", "2", "--pp", "2",
+                                      "--seq-len", "8192", "--global-batch", "64", "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    kinds = {k["kind"]: k for k in answer["block_kinds"]}
+    assert {name: k["layers"] for name, k in kinds.items()} == {
+        "mamba": 24, "dense": 24, "full_attention": 4}
+    assert sum(k["work_share"] for k in kinds.values()) == pytest.approx(1.0)
+    assert sum(k["layers_on_worst_stage"] for k in kinds.values()) == 26
+    assert all(k["seconds_per_layer"] > 0 and k["bytes_per_layer"] > 0 for k in kinds.values())
+    plan = answer["plans"][0]
+    num_micro = 64 / (plan["dp"] * plan["micro_batch"])
+    worst_stage_s = max(k["seconds_per_layer"] for k in kinds.values()) * 26 * num_micro
+    assert sum(k["step_seconds"] for k in kinds.values()) / 2 <= worst_stage_s
+    plain = CliRunner().invoke(cli, ["estimate", "--model", "llama3.1-8b", "--cluster",
+                                     "dgx-h100", "--gpus", "8", "--json"])
+    assert "block_kinds" not in json.loads(plain.output)

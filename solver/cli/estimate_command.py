@@ -76,6 +76,8 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
             "framework_features": result.profile.features(),
             "plans": [render_plan_json(plan)],
         }
+        if result.blocks:  # a block pattern: time and memory by block kind
+            answer["block_kinds"] = [dict(vars(kind)) for kind in result.blocks]
         if not plan.fits:
             answer["conflicts"] = [MEMORY_CONSTRAINT]
             answer["fixes"] = list(result.fixes)
@@ -94,6 +96,16 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     else:
         echo_memory_table(plan, heading)
     echo_time_table(plan)
+    if result.blocks:
+        from solver.cli.render import echo_table
+
+        echo_table("per block kind (seconds per micro-batch; GB on the worst stage)",
+                   ["kind", "layers", "s / layer", "recompute s", "share of work",
+                    "GB / layer", "on worst stage"],
+                   [(k.kind, k.layers, f"{k.seconds_per_layer:.4g}",
+                     f"{k.recompute_seconds_per_layer:.4g}", f"{100 * k.work_share:.1f}%",
+                     f"{k.bytes_per_layer / 1e9:.3f}", k.layers_on_worst_stage)
+                    for k in result.blocks])
     from solver.cli.render_features import render_memory_assumptions
 
     click.echo("\n".join(render_memory_assumptions(result.profile, result.job.precision)))
