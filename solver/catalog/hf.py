@@ -47,6 +47,7 @@ from solver.catalog.hf_hybrid import (
     map_llama4_text,
     map_nemotron_h,
     map_qwen3_next,
+    read_gemma_layer,
     sliding_pattern,
     with_windows,
 )
@@ -229,15 +230,7 @@ def _map_gemma2(cfg: Config, source: str) -> Fields:
     head_dim 256 by default. Soft-capping and the embedding scale have no parameters. Layers
     alternate sliding-window (sliding_window, default 4096) and full attention, the first
     sliding (Gemma2Config.layer_types)."""
-    attention_bias = read_bool(cfg, source, "attention_bias", False)
-    fields = {
-        **read_body(cfg, source, max_positions=8192, tied=True),
-        **read_attention(cfg, source, kv_default=4, head_dim_default=256),
-        "intermediate_size": read_int(cfg, source, "intermediate_size"),
-        "qkv_bias": attention_bias,
-        "o_bias": attention_bias,
-        "norms_per_layer": 4,
-    }
+    fields = read_gemma_layer(cfg, source, max_positions=8192)
     return with_windows(fields, cfg, source, sliding_pattern(fields["num_hidden_layers"], 2),
                         window_default=4096)
 

@@ -198,21 +198,27 @@ def map_qwen3_next(cfg: Config, source: str) -> Fields:
     return fields
 
 
+def read_gemma_layer(cfg: Config, source: str, *, max_positions: int) -> Fields:
+    """Gemma2DecoderLayer and Gemma3DecoderLayer alike: four RMSNorms (input, post-attention,
+    pre- and post-feedforward); q/k/v/o biases follow `attention_bias`; gated GELU MLP without
+    biases; tied embeddings and head_dim 256 by default."""
+    attention_bias = read_bool(cfg, source, "attention_bias", False)
+    return {
+        **read_body(cfg, source, max_positions=max_positions, tied=True),
+        **read_attention(cfg, source, kv_default=4, head_dim_default=256),
+        "intermediate_size": read_int(cfg, source, "intermediate_size"),
+        "qkv_bias": attention_bias,
+        "o_bias": attention_bias,
+        "norms_per_layer": 4,
+    }
+
+
 def map_gemma3_text(cfg: Config, source: str) -> Fields:
     """Gemma3DecoderLayer (transformers models/gemma3): Gemma 2's layer (four RMSNorms, gated
     GELU MLP, tied embeddings, head_dim 256 by default) plus q/k RMSNorms over head_dim;
     `layer_types` (absent: sliding_window_pattern, default 6: every sixth layer global) picks
     sliding-window (sliding_window, default 4096) or full attention."""
-    attention_bias = read_bool(cfg, source, "attention_bias", False)
-    fields = {
-        **read_body(cfg, source, max_positions=131072, tied=True),
-        **read_attention(cfg, source, kv_default=4, head_dim_default=256),
-        "intermediate_size": read_int(cfg, source, "intermediate_size"),
-        "qkv_bias": attention_bias,
-        "o_bias": attention_bias,
-        "qk_norm": True,
-        "norms_per_layer": 4,
-    }
+    fields = {**read_gemma_layer(cfg, source, max_positions=131072), "qk_norm": True}
     every = read_int(cfg, source, "sliding_window_pattern", 6, maximum=MAX_LAYERS)
     return with_windows(fields, cfg, source, sliding_pattern(fields["num_hidden_layers"], every),
                         window_default=4096)

@@ -109,8 +109,17 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         "elementwise": elementwise(model_spec.intermediate_size),
         "cast": cast(2.0 * gemm_inputs),
     }
+    factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
+    # What solver.cost.blocks composes a block pattern's other kinds from.
+    pieces = {"attention": (attention, attention_bwd), "dense_mlp": (dense_mlp, dense_mlp_bwd),
+              "gemms": lambda params: two_gemms(params, rows, tp), "cast": cast,
+              "gemm_inputs": gemm_inputs, "rows": rows, "tp": tp,
+              "sequence_split": sequence_split, "head_bytes": head_bytes, "gpu": gpu,
+              "compute": cc, "attention_backward_ratio": constants.attention_backward_ratio}
+    mlp_bytes = {"dense": BF16_BYTES * factor * model_spec.intermediate_size}
     if not model_spec.is_moe:
-        return _with_block_kinds(model_spec, job, {"dense": dense, "moe": dense}, locals())
+        return _with_block_kinds(model_spec, job, {"dense": dense, "moe": dense}, pieces,
+                                 {**mlp_bytes, "moe": 0.0})
     k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
     routed, routed_bwd, fused = _routed_experts(model_spec, cluster, job, d, constants,
                                                 bf16_share)
@@ -140,31 +149,22 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         "elementwise": elementwise(moe_width, 0 if fused else k),
         "cast": cast(gemm_inputs + shared_inputs + routed_inputs),
     }
-    return _with_block_kinds(model_spec, job, {"dense": dense, "moe": moe}, locals())
+    # The MoE MLP's TP-split element-wise bytes, as elementwise() counts them above.
+    permute = 0 if fused else 2.0 * 2.0 * k * h
+    return _with_block_kinds(model_spec, job, {"dense": dense, "moe": moe}, pieces,
+                             {**mlp_bytes, "moe": BF16_BYTES * (factor * moe_width + permute)})
 
 
 def _with_block_kinds(model_spec: ModelSpec, job: JobSpec, kinds: dict[str, dict],
-                      scope: dict) -> dict[str, dict]:
+                      pieces: dict, mlp_split_bytes: dict[str, float]) -> dict[str, dict]:
     """The plain kinds, and for a model with a block pattern its other kinds ("kind2", ...:
-    solver.cost.blocks composes them from this function's pieces, `scope`)."""
+    solver.cost.blocks composes them from `pieces`, solver.cost.blocks.LayerPieces' fields)."""
     if not model_spec.has_block_kinds:
         return kinds
-    factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
-    moe_split = BF16_BYTES * (factor * scope.get("moe_width", 0) + 2.0 * 2.0 * (
-        0 if scope.get("fused", True) else model_spec.num_experts_per_tok) * model_spec.hidden_size)
-    rows, tp, cc = scope["rows"], scope["tp"], scope["cc"]
-    pieces = LayerPieces(
-        dense=kinds["dense"], moe=kinds["moe"],
-        attention=(scope["attention"], scope["attention_bwd"]),
-        dense_mlp=(scope["dense_mlp"], scope["dense_mlp_bwd"]),
-        gemms=lambda params: scope["two_gemms"](params, rows, tp), cast=scope["cast"],
-        gemm_inputs=scope["gemm_inputs"], rows=rows, tp=tp,
-        sequence_split=scope["sequence_split"], head_bytes=scope["head_bytes"],
-        mlp_split_bytes={"dense": BF16_BYTES * factor * model_spec.intermediate_size,
-                         "moe": moe_split},
-        gpu=scope["gpu"], compute=cc,
-        attention_backward_ratio=scope["constants"].attention_backward_ratio)
-    return {**kinds, **{f"kind{k}": estimate_kind_compute_parts(model_spec, job.seq_len, k, pieces)
+    layer_pieces = LayerPieces(dense=kinds["dense"], moe=kinds["moe"],
+                               mlp_split_bytes=mlp_split_bytes, **pieces)
+    return {**kinds, **{f"kind{k}": estimate_kind_compute_parts(model_spec, job.seq_len, k,
+                                                                layer_pieces)
                         for k in hybrid_kinds(model_spec)}}
 
 
