@@ -237,7 +237,7 @@ class ModelSpec(InputSpec):
     def has_block_kinds(self) -> bool:
         """Whether some layer is of a kind beyond full attention + dense or MoE MLP (the cost
         model then takes the block pattern's paths; otherwise the plain ones, unchanged)."""
-        return len(self.block_kinds) > 2
+        return self.is_hybrid and len(self.block_kinds) > 2
 
     @property
     def layer_mixers(self) -> tuple[str, ...]:
