@@ -220,6 +220,38 @@ def test_misaligned_unfused_attention_runs_on_the_cuda_cores() -> None:
                                      flash=False) == pytest.approx(slow)
 
 
+def test_unfused_attention_streams_its_score_matrix() -> None:
+    """layer_compute.UNFUSED_SCORE_BYTES: unfused attention (Megatron / Transformer Engine
+    UnfusedDotProductAttention: baddbmm -> FusedScaleMaskSoftmax -> bmm) writes and reads the
+    bf16 s x s scores, 8 B per score forward (S written, S read and P written, P read) and 14 B
+    backward (dP written, P read for dV, P and dP read and dS written, dS read twice), and its
+    backward runs the forward's two batched GEMMs twice over (nothing recomputed). BLOOM-176B
+    at tp 8 on an A100 80 GB, mb 1, s 2048: 14 heads x 2048^2 = 58.7M scores per GPU, 470 MB
+    forward at 0.8 x 2039 GB/s = 0.29 ms."""
+    from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
+    from solver.cost.flops import estimate_attention_core_flops
+    from solver.cost.layer_compute import _attention_core
+    from solver.cost.time_constants import TimeConstants
+
+    model = load_model_spec("bloom-176b")
+    cluster = load_cluster_spec("dgx-a100-80gb")
+    job = JobSpec(seq_len=2048)
+    d = {n: np.array([v]) for n, v in dict(tp=8, cp=1, micro_batch=1).items()}
+    constants = TimeConstants(flash_attention=False)
+    forward, backward, measured = _attention_core(model, cluster, job, d, constants)
+    assert not measured
+    flops = 2048 * estimate_attention_core_flops(model, 2048) / 8
+    gemms = estimate_attention_core_s(cluster.gpu, "bf16", flops, ComputeConstants(),
+                                      head_dims=(model.qk_head_dim, model.value_head_dim),
+                                      flash=False)
+    scores = 112 / 8 * 2048**2
+    bandwidth = 0.8 * cluster.gpu.hbm_gb_per_s * 1e9
+    assert float(forward[0]) == pytest.approx(float(gemms) + 8 * scores / bandwidth)
+    assert float(backward[0]) == pytest.approx(2 * float(gemms) + 14 * scores / bandwidth)
+    assert 8 * scores / bandwidth == pytest.approx(0.29e-3, abs=0.01e-3)
+    assert model.num_attention_heads == 112
+
+
 def test_misaligned_head_dim_without_an_fp32_peak_is_an_input_error() -> None:
     from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
     from solver.errors import InputError

@@ -80,7 +80,7 @@ class ComputeConstants(BaseModel):
     # (eager launches, training kernels, other streams on the SMs and HBM; the kernel
     # README's caveat 1: "expect kernel times inside a training step to be at or above these
     # numbers"). Fitted with elementwise_traffic_factor by benchmarks/fit_time.py.
-    table_rate_fraction: float = Field(default=0.90, gt=0, le=1)  # fitted
+    table_rate_fraction: float = Field(default=0.91, gt=0, le=1)  # fitted
     # Forward non-GEMM kernels per layer, counted in a Megatron/PyTorch block: 2 norms,
     # rotary, 2 residual adds, the MLP activation, 2 casts or bias adds; each pays t_kernel.
     elementwise_kernels_per_layer: int = Field(default=8, ge=0)
@@ -189,7 +189,9 @@ def estimate_attention_core_s(
     value) whose rows are not a multiple of 16 bytes (8 bf16 elements) cuBLAS cannot use its
     tensor-core kernels (Tensor Core requirements, NVIDIA Matrix Multiplication Background
     guide §2.2) and the GEMMs run on the CUDA cores, at the GPU's FP32 peak x its matmul
-    fraction (`misaligned_fraction`).
+    fraction (`misaligned_fraction`). These are the batched GEMMs alone: the score matrix
+    they and the softmax stream through HBM, and the backward's GEMMs, are
+    solver.cost.layer_compute's (UNFUSED_SCORE_BYTES).
 
     Worked number: BLOOM's 02-20 prototypes (h 14400, 64 heads: head dim 225) on an A100
     (19.5 TFLOP/s FP32, MAMF fraction 0.869) run their scores at 16.9 TFLOP/s, twice as many

@@ -11,7 +11,9 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         in the recipe's dtype (permutation included), else per-expert GEMMs;
                         backward twice the forward (dgrad and wgrad grouped GEMMs)
   core, core_bwd        the attention core (measured kernel and FlashAttention-3's backward
-                        ratio, or the datasheet fraction and TimeConstants' FLOP ratio)
+                        ratio, or the datasheet fraction and TimeConstants' FLOP ratio;
+                        unfused attention: its batched GEMMs, twice over backward, and the
+                        score matrix streamed through HBM, UNFUSED_SCORE_BYTES)
   elementwise           norms, residual adds, rotary, MLP activation, MoE permutation
                         (backward twice)
   cast                  the precision recipe's quantization outside the timed kernels
@@ -41,6 +43,13 @@ from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 
 BF16_BYTES = 2.0
+# Unfused attention (Megatron's and TE's baddbmm -> FusedScaleMaskSoftmax -> bmm) materialises
+# the s x s scores in bf16, bytes per score moved: forward 8 (Q K^T writes S, the softmax reads
+# S and writes P, P V reads P), backward 14 (dP = dO V^T writes dP, dV = P^T dO reads P, the
+# softmax backward reads P and dP and writes dS, dQ = dS K and dK = dS^T Q read dS); its
+# backward runs twice the forward's batched GEMMs (nothing is recomputed).
+UNFUSED_SCORE_BYTES = (8.0, 14.0)
+UNFUSED_BACKWARD_GEMMS = 2.0
 LAYER_PARTS = ("gemm", "gemm_bwd", "routed", "routed_bwd", "core", "core_bwd", "elementwise",
                "cast")
 
@@ -191,7 +200,13 @@ def _attention_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                                                 model_spec.value_head_dim),
                                      flash=constants.flash_attention,
                                      native=constants.native_attention_kernels)
-    return core, constants.attention_backward_ratio * core, False
+    if constants.flash_attention:
+        return core, constants.attention_backward_ratio * core, False
+    scores = d["micro_batch"] * (model_spec.num_attention_heads / tp) * (job.seq_len / cp) ** 2
+    forward_bytes, backward_bytes = UNFUSED_SCORE_BYTES
+    return (core + estimate_streaming_s(gpu, forward_bytes * scores, constants.compute),
+            UNFUSED_BACKWARD_GEMMS * core
+            + estimate_streaming_s(gpu, backward_bytes * scores, constants.compute), False)
 
 
 def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
@@ -261,7 +276,7 @@ def in_step(seconds: np.ndarray, constants: ComputeConstants, measured: bool) ->
     """A kernel's seconds inside a training step: a measured kernel (timed alone) runs at
     ComputeConstants.table_rate_fraction of its measured rate; the datasheet path's
     fractions describe training kernels already. Worked number: an H100 bf16 8192^3 GEMM
-    measured at 1.40 ms takes 1.40 / 0.90 = 1.56 ms in a step."""
+    measured at 1.40 ms takes 1.40 / 0.91 = 1.54 ms in a step."""
     return seconds / constants.table_rate_fraction if measured else seconds
 
 
