@@ -358,3 +358,10 @@ def test_estimate_splits_time_and_memory_by_block_kind() -> None:
     plain = CliRunner().invoke(cli, ["estimate", "--model", "llama3.1-8b", "--cluster",
                                      "dgx-h100", "--gpus", "8", "--json"])
     assert "block_kinds" not in json.loads(plain.output)
+
+
+def test_olmoe_normalises_whole_q_and_k_projections() -> None:
+    """transformers OlmoeAttention: q_norm = RMSNorm(hidden_size), k_norm =
+    RMSNorm(head_dim x num_key_value_heads), on top of four 2048 x 2048 projections."""
+    spec = hf("olmoe-1b-7b")
+    assert spec.attention_params_per_layer == 4 * 2048 * 2048 + 2048 + 2048

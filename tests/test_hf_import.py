@@ -120,6 +120,14 @@ PUBLISHED: dict[str, Published] = {
         active_without_embedding=True,
     ),
     # Block patterns (solver.spec.blocks): hybrid Mamba, linear attention, windows, MTP.
+    "phi-3-mini-4k": Published(
+        "3.8B", None, "arXiv:2404.14219 (Phi-3 report) abstract: phi-3-mini, 3.8 billion "
+        "parameters; https://huggingface.co/microsoft/Phi-3-mini-4k-instruct config.json",
+    ),
+    "olmoe-1b-7b": Published(
+        "7B", "1B", "arXiv:2409.02060 (OLMoE) abstract: 7 billion parameters, 1B per input "
+        "token; https://huggingface.co/allenai/OLMoE-1B-7B-0924 config.json",
+    ),
     "nemotron-h-8b": Published(
         "8B", None, "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K model card "
         "(config.json transcribed from Megatron-Bridge's NemotronH bridge test fixture)",
@@ -192,7 +200,7 @@ def import_config(name: str) -> ModelSpec:
 def test_every_supported_model_type_has_a_real_config() -> None:
     types = {load_config(name)["model_type"] for name in CONFIG_NAMES}
     assert types == set(SUPPORTED_MODEL_TYPES)
-    assert len(SUPPORTED_MODEL_TYPES) == 21
+    assert len(SUPPORTED_MODEL_TYPES) == 23
     assert sorted(p.stem for p in CONFIG_DIR.glob("*.json")) == CONFIG_NAMES
 
 
@@ -277,6 +285,10 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
                     "qkv_bias": True, "o_bias": True, "num_experts": 32,
                     "num_experts_per_tok": 4, "head_dim": 64, "sliding_window": 128,
                     "layer_types": ("sliding_attention", "full_attention") * 12},
+    "phi-3-mini-4k": {"qkv_bias": False, "mlp_bias": False, "num_key_value_heads": 32,
+                      "sliding_window": 2047, "layer_types": ("sliding_attention",) * 32},
+    "olmoe-1b-7b": {"qk_norm": True, "qk_norm_over": "projection", "num_experts": 64,
+                    "num_experts_per_tok": 8, "num_shared_experts": 0, "num_moe_layers": 16},
     "nemotron-h-8b": {"norms_per_layer": 1, "mlp_type": "plain", "head_dim": 128,
                       "mamba_num_heads": 128, "n_groups": 8, "ssm_state_size": 128,
                       "use_conv_bias": True, "mamba_proj_bias": False,
@@ -320,7 +332,7 @@ ZOO_TWINS = {
     "mixtral-8x7b-v0.1": "mixtral-8x7b", "qwen2.5-7b": "qwen2.5-7b", "qwen3-8b": "qwen3-8b",
     "qwen3-30b-a3b": "qwen3-30b-a3b", "deepseek-v2-lite": "deepseek-v2-lite",
     "deepseek-v3": "deepseek-v3", "gemma-2-9b": "gemma2-9b", "falcon-180b": "falcon-180b",
-    "gpt-oss-20b": "gpt-oss-20b",
+    "gpt-oss-20b": "gpt-oss-20b", "phi-3-mini-4k": "phi3-mini",
 }
 
 

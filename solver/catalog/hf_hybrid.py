@@ -317,3 +317,36 @@ def map_glm4_moe(cfg: Config, source: str) -> Fields:
         if shared:
             fields.update(num_shared_experts=1, shared_expert_intermediate_size=shared * width)
     return fields
+
+
+def map_phi3(cfg: Config, source: str) -> Fields:
+    """Phi3Attention (transformers models/phi3): a fused qkv_proj and o_proj without biases;
+    Phi3MLP: a fused gate_up_proj and down_proj without biases (the counts of separate
+    matrices); two RMSNorms; every layer attends within `sliding_window` when set
+    (Phi-3-mini-4k: 2047; null, Phi3Config's default: full attention)."""
+    fields = {
+        **read_body(cfg, source, max_positions=4096, tied=False),
+        **read_attention(cfg, source, kv_default=None, head_dim_default=None),
+        "intermediate_size": read_int(cfg, source, "intermediate_size"),
+    }
+    return with_windows(fields, cfg, source, None)
+
+
+def map_olmoe(cfg: Config, source: str) -> Fields:
+    """OlmoeDecoderLayer (transformers models/olmoe): q/k/v/o biases follow attention_bias
+    (clip_qkv has no parameters); q_norm and k_norm are RMSNorms over the whole q projection
+    (hidden) and k projection (kv heads x head_dim); every layer is OlmoeSparseMoeBlock: a
+    bias-free router and num_experts SwiGLU experts of intermediate_size, no shared expert."""
+    attention_bias = read_bool(cfg, source, "attention_bias", False)
+    width = read_int(cfg, source, "intermediate_size")
+    return {
+        "qkv_bias": attention_bias,
+        "o_bias": attention_bias,
+        **read_body(cfg, source, max_positions=4096, tied=False),
+        **read_attention(cfg, source, kv_default=None, head_dim_default=None),
+        "intermediate_size": width,
+        **read_routed_experts(cfg, source, experts_key="num_experts",
+                              top_k_key="num_experts_per_tok", width=width),
+        "qk_norm": True,
+        "qk_norm_over": "projection",
+    }

@@ -60,6 +60,9 @@ class ModelSpec(InputSpec):
     norm_bias: bool = True  # LayerNorm's additive bias; MPT and DBRX use LayerNorm without one
     norms_per_layer: int = Field(default=2, ge=0)
     qk_norm: bool = False
+    # What the q/k norms normalise: each head (Qwen3, Gemma 3) or the whole q and k
+    # projections (OLMoE: RMSNorm(hidden) and RMSNorm(kv heads x head_dim)).
+    qk_norm_over: Literal["head", "projection"] = "head"
     embedding_norm: bool = False
     position_embedding_type: Literal["rope", "learned", "alibi"] = "rope"
     qkv_bias: bool = False
@@ -306,7 +309,9 @@ class ModelSpec(InputSpec):
             params += q_width + 2 * kv_width
         if self.o_bias:
             params += h
-        if self.qk_norm:
+        if self.qk_norm and self.qk_norm_over == "projection":
+            params += self._norm_params(q_width) + self._norm_params(kv_width)
+        elif self.qk_norm:
             params += 2 * self._norm_params(d)
         if self.attention_sinks:
             params += heads
