@@ -123,7 +123,7 @@ def test_impossible_slo_names_the_slo_and_the_reachable_value() -> None:
     (("--context", "8k", "--input-len", "8000", "--output-len", "500"), "--input-len"),
     (("--context", "8k", "--input-len", "9000"), "--input-len"),
     (("--context", "8k", "--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization"),
-    (("--context", "8k", "--precision", "fp4"), "--precision"),
+    (("--context", "8k", "--precision", "fp2"), "--precision"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
     result = serve("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", *args)

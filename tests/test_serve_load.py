@@ -145,3 +145,23 @@ def test_one_round_model_gives_the_closed_batch_and_the_load_numbers() -> None:
     for i in range(len(c)):
         parts = sum(closed.decode.parts_ms(i).values()) * 1e-3
         assert parts == pytest.approx(float(closed.decode.total_s[i]))
+
+
+def test_fp4_weights_are_nvfp4_bytes_and_faster_decode() -> None:
+    """fp4 weights: 0.5 + one E4M3 scale per 16 = 0.5625 bytes (NVFP4, the nvfp4 recipe of
+    solver.cost.precision); a decode round streams them, so idle TPOT drops below fp8's on a
+    B200 (FP4 tensor cores) and on an H100 (weight-only, vLLM's Marlin kernels)."""
+    from solver.cost.serve_step import gemm_precision
+    from solver.serve import ServeConstants
+
+    assert ServeConstants().weight_bytes("fp4") == pytest.approx(0.5625)
+    for cluster, fp4_gemm in (("dgx-b200", "nvfp4"), ("dgx-h100", None)):
+        idle = {}
+        for precision in ("fp8", "fp4"):
+            problem = problem_of("llama3.1-70b", 8, cluster=cluster)
+            problem = problem.model_copy(update={"job": problem.job.model_copy(
+                update={"precision": precision})})
+            assert gemm_precision(problem.cluster.gpu, "fp4") == fp4_gemm
+            c = ServeCandidates(tp=8, pp=1, dp=1, ep=1, replicas=1)
+            idle[precision] = float(estimate_serving_load(problem, c).tpot_idle_s[0])
+        assert idle["fp4"] < idle["fp8"]

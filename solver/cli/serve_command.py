@@ -111,8 +111,9 @@ def _longest(lengths: Any) -> str:
                    "the best aggregated plan.")
 @click.option("--pareto", is_flag=True,
               help="Also list the tokens/s/user vs tokens/s/GPU front (SLO-feasible marked).")
-@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
-              show_default=True, help="Weights (fp8: --quantization fp8; int4: AWQ/GPTQ).")
+@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4", "fp4"]), default="bf16",
+              show_default=True,
+              help="Weights (fp8: --quantization fp8; int4: AWQ/GPTQ; fp4: an NVFP4 checkpoint).")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto",
               show_default=True, help="KV-cache dtype (vLLM --kv-cache-dtype).")
 @click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True),

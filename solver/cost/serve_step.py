@@ -82,8 +82,12 @@ class StepCompute:
 
 
 def gemm_precision(gpu: GpuSpec, weights: str) -> str | None:
-    """The GEMM recipe of `weights` (bf16, fp8, int4) on `gpu`: fp8 where the GPU has fp8,
-    None for weight-only int4 (datasheet roofline at its weight bytes)."""
+    """The GEMM recipe of `weights` (bf16, fp8, int4, fp4) on `gpu`: fp8 where the GPU has
+    fp8, NVFP4 GEMMs where it has block-scaled FP4 tensor cores (Blackwell), None for
+    weight-only int4 and for fp4 elsewhere (vLLM's Marlin kernels: the datasheet roofline at
+    the weight bytes)."""
+    if weights == "fp4":
+        return "nvfp4" if "nvfp4" in gpu.block_scaled_formats else None
     if weights == "int4":
         return None
     return "fp8" if weights == "fp8" and gpu.peak_tflops_fp8 else "bf16"

@@ -22,7 +22,7 @@ from solver.spec.strict import MAX_SEQ_LEN, GpuCount, InputSpec
 
 SeqLen = Annotated[int, MAX_SEQ_LEN]
 
-WeightPrecision = Literal["bf16", "fp8", "int4"]
+WeightPrecision = Literal["bf16", "fp8", "int4", "fp4"]
 KvCacheDtype = Literal["auto", "fp8"]
 ServeObjective = Literal["throughput", "latency", "gpus"]
 
@@ -114,7 +114,12 @@ class ServeConstants(BaseModel):
 
     def weight_bytes(self, precision: WeightPrecision) -> float:
         """Bytes per quantized weight: bf16 2, fp8 1, int4 0.5 + (2 + 0.5) / group (scale and
-        zero point): 0.5195 with groups of 128."""
+        zero point): 0.5195 with groups of 128; fp4 (NVFP4) 0.5 + one E4M3 scale per 16:
+        0.5625 (solver.cost.precision's nvfp4 recipe)."""
+        if precision == "fp4":
+            from solver.cost.precision import load_recipe
+
+            return load_recipe("nvfp4").element_bytes
         if precision == "int4":
             return 0.5 + 2.5 / self.int4_group_size
         return {"bf16": 2.0, "fp8": 1.0}[precision]

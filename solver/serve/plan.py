@@ -156,6 +156,12 @@ def vllm_notes(problem: ServeProblem, row: dict[str, int]) -> list[str]:
     if row["replicas"] > 1:
         notes.append(f"run {row['replicas']} copies of this engine ({engine} GPUs each) "
                      "behind a load balancer")
+    if problem.job.precision == "fp4":
+        fp4_cores = "nvfp4" in problem.cluster.gpu.block_scaled_formats
+        notes.append("fp4: serve an NVFP4 checkpoint of the model (ModelOpt FP4; vLLM reads its "
+                     "quantization from the checkpoint)" + ("" if fp4_cores else
+                     "; this GPU has no FP4 tensor cores, so vLLM runs it weight-only "
+                     "(Marlin), as the plan assumes"))
     if problem.job.precision == "int4":
         notes.append("int4: serve an AWQ or GPTQ 4-bit checkpoint of the model (vLLM reads "
                      "its quantization from the checkpoint)")
