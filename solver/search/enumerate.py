@@ -344,7 +344,11 @@ def any_feasible(problem: Problem) -> bool:
     enumeration, then memory on the leanest schedules of each mesh (leanest_schedules: if
     none of them fits, nothing does) in chunks that grow fourfold, the most sharded
     candidates (last in the enumeration order) first, stopping at the first that fits."""
-    candidates = enumerate_feasible(problem, rules_but_memory(problem))
+    return any_even_split_fits(problem, enumerate_feasible(problem, rules_but_memory(problem)))
+
+
+def any_even_split_fits(problem: Problem, candidates: Candidates) -> bool:
+    """Whether the even split of some of `candidates` fits (any_feasible's memory check)."""
     candidates = candidates.take(leanest_schedules(candidates))
     capacity = memory_capacity_bytes(problem)
     end, chunk = len(candidates), FEASIBILITY_CHUNK

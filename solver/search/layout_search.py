@@ -35,6 +35,7 @@ from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
     LayoutCoefficients,
     estimate_layout_coefficients,
+    estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
     estimate_stage_memory_coefficients,
     take_times,
@@ -45,10 +46,12 @@ from solver.cost.steptime import TimeTerms, estimate_layout_step_time, estimate_
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import (
     Ranked,
+    any_even_split_fits,
     enumerate_feasible,
     fastest_that_fit,
     may_enter_top,
     fold_twins,
+    leanest_schedules,
     rules_but_memory,
     solve_by_enumeration,
 )
@@ -91,7 +94,12 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if len(candidates) == 0:
         return None, True
     num_candidates = len(candidates)
-    candidates = candidates.take(may_enter_top(problem, candidates, top))
+    kept = may_enter_top(problem, candidates, top)
+    # The first pass keeps every row where none of the rows of least bound fits: a problem
+    # so tight that perhaps nothing fits. Ask that first (cheaper than costing every row).
+    if len(kept) == num_candidates and not any_layout_fits(problem, candidates):
+        return None, True
+    candidates = candidates.take(kept)
     model_spec = problem.model_spec
     terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
                                 problem.time_constants)
@@ -181,6 +189,21 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if not best:
         return None, proven
     return _ranked(problem, candidates, best, top, num_candidates), proven
+
+
+def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:
+    """Whether some candidate may fit under some layout: an even split that fits ends it
+    (any_even_split_fits); else the layout relaxation of _memory_bounds (its `fits`: never
+    False for a candidate with a layout that fits) on the leanest schedules, whose memory no
+    other schedule of their mesh undercuts (leanest_schedules; the relaxation's stage
+    coefficients, like the even split's memory, never rise with the recompute level and never
+    fall with the micro-batch)."""
+    if any_even_split_fits(problem, candidates):
+        return True
+    lean = candidates.take(leanest_schedules(candidates))
+    times = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
+                                             lean, problem.time_constants)
+    return bool(_memory_bounds(problem, lean, times)[0].any())
 
 
 def program_key(co: LayoutCoefficients) -> tuple:
