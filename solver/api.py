@@ -103,13 +103,21 @@ def _stage_memory(breakdown: MemoryBreakdown, row: int) -> StageMemory:
     )
 
 
+def estimate_train_days(token_budget: float, tokens_per_second: float, num_gpus: int
+                        ) -> tuple[float, float]:
+    """Days and GPU-hours to train on `token_budget` tokens at `tokens_per_second` (the whole
+    job's rate) on `num_gpus` GPUs: 1e12 tokens at 1e6 tokens/s is 11.57 days, x 24 x GPUs."""
+    train_days = token_budget / tokens_per_second / 86400.0
+    return train_days, train_days * 24.0 * num_gpus
+
+
 def _plan_time(job: JobSpec, config: ParallelConfig, step, row: int) -> PlanTime:
     """Row `row` of a StepTime as the PlanTime of `config` (days and GPU-hours of the budget)."""
     tokens_per_second = float(step.tokens_per_s[row])
     train_days = gpu_hours = None
     if job.token_budget is not None:
-        train_days = job.token_budget / tokens_per_second / 86400.0
-        gpu_hours = train_days * 24.0 * config.num_gpus
+        train_days, gpu_hours = estimate_train_days(job.token_budget, tokens_per_second,
+                                                    config.num_gpus)
     return PlanTime(
         step_seconds=float(step.step_s[row]),
         tokens_per_second=tokens_per_second,

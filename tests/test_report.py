@@ -1,13 +1,19 @@
-"""parplan report: the summary table (CSV and Markdown) has one sorted row per problem, the
-HTML page shows the tables (and the plots when matplotlib is installed), the report does not
-depend on the order of the lines, and without matplotlib the tables are still written."""
+"""parplan report: the summary table (CSV and Markdown) has one sorted row per problem; the
+page is one self-contained file (its data as JSON, Plotly inline with the `report` extra, no
+request leaving it) whose problems, ranked plans, launch lines and Pareto fronts are those of
+the results file; the report does not depend on the order of the lines; without Plotly the
+tables and the page are still written. The page's behaviour in a browser is tested in
+test_report_browser.py."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
+import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -28,7 +34,7 @@ PROBLEMS = [
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report") / "results.jsonl"
-    lines = [solve_sweep_problem(p, SolveSettings(top=1)) for p in PROBLEMS]
+    lines = [solve_sweep_problem(p, SolveSettings(top=3)) for p in PROBLEMS]
     path.write_text("".join(json.dumps(line) + "\n" for line in reversed(lines)))
     return path
 
@@ -56,9 +62,14 @@ def test_tables_have_one_sorted_row_per_problem(results: Path, tmp_path: Path) -
     assert "| llama3.2-1b | dgx-h100 | 16 | 4096 | 1024 | bf16 | optimal | tp " in markdown
     assert "## Configuration chosen at each scale" in markdown
     assert "| GPUs | dgx-h100 | mi300x |" in markdown
-    html = (tmp_path / "report" / "index.html").read_text()
-    assert html.count("<tr>") == 1 + 5 + (1 + 1) + (1 + 2) + (1 + 1)  # summary, 3 pivots
-    assert "<img" not in html
+    data = page_data(tmp_path / "report" / "index.html")
+    assert [(p["model"], p["cluster"], p["gpus"], p["status"]) for p in data["problems"]] == [
+        (r["model"], r["cluster"], int(r["gpus"]), r["status"]) for r in rows]
+
+
+def page_data(path: Path) -> dict[str, Any]:
+    """The JSON the page's script reads."""
+    return page_data_text(path.read_text(encoding="utf-8"))
 
 
 def test_the_report_does_not_depend_on_line_order(results: Path, tmp_path: Path) -> None:
@@ -71,27 +82,103 @@ def test_the_report_does_not_depend_on_line_order(results: Path, tmp_path: Path)
         assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
 
 
-def test_without_matplotlib_the_tables_are_written(results: Path, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises
+def test_without_plotly_the_page_has_tables_and_says_why(results: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly raises
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)
     output = run_report(results, tmp_path / "report")
-    assert output.splitlines()[-1] == ("plots skipped: matplotlib is not installed "
-                                       "(pip install 'parplan[report]')")
-    assert (tmp_path / "report" / "summary.csv").exists()
-    assert not (tmp_path / "report" / "plots").exists()
-
-
-def test_plots_are_drawn_and_shown(results: Path, tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
-    output = run_report(results, tmp_path / "report")
-    assert "plots skipped" not in output
-    plots = sorted(p.name for p in (tmp_path / "report" / "plots").iterdir())
-    # Only groups with a solved problem have plots (70B on 8 GPUs and fp8 on A100 have none).
-    assert plots == ["memory-llama3.2-1b-4096-1024-bf16-megatron-time.png",
-                     "scaling-llama3.2-1b-4096-1024-bf16-megatron-time.png"]
-    assert all((tmp_path / "report" / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in plots)
+    assert output.splitlines()[-1] == ("no charts: charts need plotly (pip install "
+                                       "'parplan[report]'); the tables are complete")
     html = (tmp_path / "report" / "index.html").read_text()
-    assert html.count("<img") == 2 and 'src="plots/scaling-llama3.2-1b' in html
+    assert "plotly.js v" not in html and len(html) < 500_000
+    assert page_data(tmp_path / "report" / "index.html")["charts_missing"].startswith(
+        "charts need plotly")
+
+
+def test_the_page_is_self_contained(results: Path, tmp_path: Path) -> None:
+    """Plotly's bundle inline, and nothing the page would fetch: no src or href to another
+    host, no stylesheet link, no import."""
+    offline = pytest.importorskip("plotly.offline")
+    run_report(results, tmp_path / "report")
+    html = (tmp_path / "report" / "index.html").read_text()
+    bundle = offline.get_plotlyjs()
+    assert f"<script>{bundle}</script>" in html
+    html = html.replace(bundle, "")  # its own links (plotly.com in the mode bar) stay
+    assert not re.search(r"<script[^>]* src=|<link |@import|<iframe", html)
+    assert re.findall(r'href="([^"]*)"', html) == ["summary.csv", "summary.md"]
+
+
+def test_each_plan_carries_its_launch_line_and_it_runs(results: Path, tmp_path: Path) -> None:
+    """The copyable line of every ranked plan is a `parplan launch` command with the plan's
+    degrees and layout; run as it is, it writes the framework's settings."""
+    run_report(results, tmp_path / "report", "--no-charts")
+    data = page_data(tmp_path / "report" / "index.html")
+    solved = [p for p in data["problems"] if p["status"] == "optimal"]
+    assert solved and all(1 <= len(p["plans"]) <= 3 for p in solved)
+    for problem in solved:
+        for plan in problem["plans"]:
+            words = shlex.split(plan["launch"])
+            assert words[:2] == ["parplan", "launch"]
+            assert words[words.index("--tp") + 1] == str(plan["tp"])
+            assert words[words.index("--gpus") + 1] == str(problem["gpus"])
+            result = CliRunner().invoke(cli, words[1:])
+            assert result.exit_code == 0, (plan["launch"], result.output)
+            assert "--tensor-model-parallel-size" in result.output
+
+
+def test_days_and_gpu_hours_are_those_of_the_token_budget(results: Path, tmp_path: Path
+                                                          ) -> None:
+    run_report(results, tmp_path / "report", "--no-charts", "--token-budget", "2T")
+    data = page_data(tmp_path / "report" / "index.html")
+    assert data["token_budget"] == 2e12 and data["token_budget_label"] == "2T"
+    for problem in data["problems"]:
+        for plan in problem["plans"]:
+            assert plan["days"] * 86400 * plan["rate"] == pytest.approx(2e12, rel=1e-9)
+            assert plan["gpu_hours"] == pytest.approx(plan["days"] * 24 * problem["gpus"])
+
+
+def test_constant_job_fields_are_named_once(results: Path, tmp_path: Path) -> None:
+    """Every fixture problem has seq 4096, batch 1024, megatron, objective time; precision
+    varies (bf16, fp8), so it stays a column."""
+    run_report(results, tmp_path / "report", "--no-charts")
+    data = page_data(tmp_path / "report" / "index.html")
+    assert data["constant"] == {"seq_len": 4096, "global_batch": 1024, "framework": "megatron",
+                                "objective": "time"}
+    assert "every problem: seq len 4096, global batch 1024, framework megatron, objective time" \
+        in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_each_group_with_a_solved_problem_has_its_two_fronts(results: Path, tmp_path: Path
+                                                            ) -> None:
+    run_report(results, tmp_path / "report", "--no-charts")
+    data = page_data(tmp_path / "report" / "index.html")
+    fronts = data["fronts"]
+    # Only llama3.2-1b in bf16 has solved problems (3: dgx-h100 8 and 16, mi300x 8).
+    assert [(f["group"], f["x_label"], f["y_label"]) for f in fronts] == [
+        ("llama3.2-1b-4096-1024-bf16-megatron-time", "GPUs", "tokens/s (whole job)"),
+        ("llama3.2-1b-4096-1024-bf16-megatron-time", "days for 1T tokens", "GPU-hours")]
+    problems = data["problems"]
+    for front in fronts:
+        assert len(front["points"]) == 3
+        for series, x, y, label, index in front["points"]:
+            assert problems[index]["cluster"] == series and label.startswith(series)
+    rate = fronts[0]
+    assert sorted(p[1] for p in rate["points"]) == [8, 8, 16]
+
+
+def test_a_name_cannot_end_the_data_script() -> None:
+    from solver.sweep.report_html import render_page
+
+    data = {"counts": {}, "constant": {}, "problems": [{"model": "</script><script>x()"}]}
+    html = render_page(data, None)
+    assert "</script><script>x()" not in html
+    assert page_data_text(html)["problems"][0]["model"] == "</script><script>x()"
+
+
+def page_data_text(html: str) -> dict[str, Any]:
+    match = re.search(r'id="report-data">(.*?)</script>', html, re.S)
+    assert match is not None
+    return json.loads(match[1])
 
 
 def test_a_torn_last_line_is_skipped_and_said(results: Path, tmp_path: Path) -> None:

@@ -32,6 +32,8 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tables = {n for n in names if n.startswith("solver/catalog/kernels/")}
     assert {f"solver/catalog/kernels/{p.name}"
             for p in (ROOT / "solver" / "catalog" / "kernels").iterdir()} == tables
+    # The report page's script and style, read at run time (solver.sweep.report_html).
+    assert {"solver/sweep/report_page.js", "solver/sweep/report_page.css"} <= set(names)
     target = out / "site"
     zipfile.ZipFile(wheel).extractall(target)
     return target

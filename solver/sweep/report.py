@@ -1,9 +1,11 @@
-"""`parplan report`: a sweep's results as tables (CSV, Markdown), plots and one HTML page.
+"""`parplan report`: a sweep's results as tables (CSV, Markdown) and one interactive HTML page.
 
 Rows are sorted by the problem key, so the report of a file does not depend on the order in
 which the sweep finished its problems. A **group** is one model under one job (seq_len,
 global_batch, precision, framework, objective): its pivot table gives the configuration
-chosen on each cluster at each GPU count, its plots the scaling and the memory of the winners.
+chosen on each cluster at each GPU count, its Pareto fronts the trade-offs between clusters
+and scales (solver.sweep.report_data, report_fronts). The page (solver.sweep.report_html) is
+one self-contained file: tables, filters, ranked plans, launch lines, charts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from solver.errors import InputError
+from solver.sweep.report_fronts import Front
 from solver.sweep.tables import (
     MARKDOWN_COLUMNS,
     SUMMARY_COLUMNS,
@@ -52,20 +55,28 @@ def write_markdown(rows: Sequence[dict[str, Any]], groups: Sequence[Group], path
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
+DEFAULT_TOKEN_BUDGET = 1e12
+
+
 @dataclass(frozen=True)
 class Report:
-    """What `write_report` wrote: the directory, the files, the status counts, and why plots
-    were skipped (None when they were drawn)."""
+    """What `write_report` wrote: the directory, the files, the status counts, and why the
+    page has no charts (None when it has them)."""
 
     directory: Path
     files: tuple[Path, ...]
     status_counts: dict[str, int]
-    plots_skipped: str | None
+    charts_skipped: str | None
 
 
-def write_report(lines: Sequence[dict[str, Any]], directory: str | Path,
-                 plots: bool = True) -> Report:
-    """summary.csv, summary.md, plots/*.png (with matplotlib) and index.html in `directory`."""
+def write_report(lines: Sequence[dict[str, Any]], directory: str | Path, charts: bool = True,
+                 token_budget: float = DEFAULT_TOKEN_BUDGET,
+                 fronts: Sequence[Front] = ()) -> Report:
+    """summary.csv, summary.md and index.html (the interactive page, with Plotly's charts when
+    the `report` extra is installed and `charts`) in `directory`. `fronts`: Pareto fronts
+    to draw besides each group's two (solver.sweep.report_fronts)."""
+    from solver.sweep.plots import load_chart_library
+    from solver.sweep.report_data import build_page_data
     from solver.sweep.report_html import write_html
 
     directory = Path(directory)
@@ -79,16 +90,10 @@ def write_report(lines: Sequence[dict[str, Any]], directory: str | Path,
     files = [directory / "summary.csv", directory / "summary.md"]
     write_csv(rows, files[0])
     write_markdown(rows, groups, files[1])
-    figures: dict[str, list[Path]] = {}
-    skipped: str | None = "not asked for (--no-plots)"
-    if plots:
-        from solver.sweep.plots import draw_group_plots, matplotlib_missing
-
-        skipped = matplotlib_missing()
-        if skipped is None:
-            figures = {g.slug: draw_group_plots(g, directory / "plots") for g in groups}
-            files += [p for paths in figures.values() for p in paths]
-    files.append(write_html(rows, groups, figures, directory))
+    library, skipped = (None, "not asked for (--no-charts)")
+    if charts:
+        library, skipped = load_chart_library()
+    data = build_page_data(lines, groups, token_budget, fronts)
+    data["charts_missing"] = skipped or ""
+    files.append(write_html(data, library, directory))
     return Report(directory, tuple(files), count_statuses(rows), skipped)
-
-

@@ -1,68 +1,71 @@
-"""The one-page HTML of a sweep report: the summary table, then per group the configuration
-chosen at each scale and its plots. Plain HTML written here, every value escaped."""
+"""The interactive page of a sweep report: one self-contained HTML file that works offline.
+
+The page holds its data (solver.sweep.report_data) as JSON in a `<script type=
+"application/json">` element, its script (report_page.js) and style (report_page.css), and,
+with the `report` extra, Plotly's JavaScript bundle inline (solver.sweep.plots): no request
+leaves the page. Without Plotly the page keeps its tables and says how to get the charts.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
 from html import escape
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from solver.sweep.tables import (
-    MARKDOWN_COLUMNS,
-    Group,
-    build_markdown_row,
-    build_pivot,
-    count_statuses,
-)
-
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
-th { background: #f2f2f2; }
-td.infeasible, td.error { color: #a33; }
-img { max-width: 100%; display: block; margin: 0.5em 0; }
-"""
+TITLE = "parplan sweep report"
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]],
-           row_classes: Sequence[str] | None = None) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = []
-    for i, row in enumerate(rows):
-        css = f' class="{escape(row_classes[i])}"' if row_classes else ""
-        body.append("<tr>" + "".join(f"<td{css}>{escape(v)}</td>" for v in row) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+def _asset(name: str) -> str:
+    return resources.files("solver.sweep").joinpath(name).read_text(encoding="utf-8")
 
 
-def render_html(rows: Sequence[dict[str, Any]], groups: Sequence[Group],
-                figures: dict[str, list[Path]], directory: Path) -> str:
-    """The page; image paths are relative to `directory`."""
-    shown = ", ".join(f"{n} {status}" for status, n in count_statuses(rows).items())
+def _json_for_script(data: dict[str, Any]) -> str:
+    """JSON safe inside a <script> element: `<` escaped, so no `</script>` or `<!--` in a
+    name can end it."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def _filter(key: str, label: str) -> str:
+    return (f'<label>{escape(label)} <select id="filter-{key}"><option value="">all</option>'
+            "</select></label>")
+
+
+def render_page(data: dict[str, Any], chart_library: str | None) -> str:
+    """The page: header, filters, the problem table (filled by the script), the details."""
+    counts = ", ".join(f"{n} {status}" for status, n in data["counts"].items())
+    total = sum(data["counts"].values())
+    shared = ", ".join(f"{name.replace('_', ' ')} {value}"
+                       for name, value in data["constant"].items())
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        "<title>parplan sweep report</title>", f"<style>{STYLE}</style></head><body>",
-        "<h1>parplan sweep report</h1>",
-        f"<p>{len(rows)} problems ({escape(shown)}). Tables: "
-        '<a href="summary.csv">summary.csv</a>, <a href="summary.md">summary.md</a>.</p>',
-        "<h2>Summary</h2>",
-        _table(MARKDOWN_COLUMNS, [build_markdown_row(r) for r in rows],
-               [str(r["status"]) for r in rows]),
-        "<h2>Configuration chosen at each scale</h2>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(TITLE)}</title>", f"<style>{_asset('report_page.css')}</style>",
+        "</head><body>",
+        f"<h1>{escape(TITLE)}</h1>",
+        f'<p class="note">{total} problems ({escape(counts or "none")})'
+        + (f"; every problem: {escape(shared)}" if shared else "")
+        + '. Tables: <a href="summary.csv">summary.csv</a>, <a href="summary.md">summary.md</a>.'
+        " Click a row for its ranked plans, memory, step time, launch lines and Pareto fronts;"
+        " click a column to sort.</p>",
+        '<div id="filters"><label>search <input id="filter-text" type="search" '
+        'placeholder="model, cluster, plan..."></label>',
+        _filter("model", "model"), _filter("cluster", "cluster"), _filter("gpus", "GPUs"),
+        _filter("status", "status"), '<span id="row-count"></span></div>',
+        '<div class="table-box"><table id="problems"><thead><tr></tr></thead><tbody></tbody>'
+        "</table></div>",
+        '<section id="details" hidden></section>',
+        f'<script type="application/json" id="report-data">{_json_for_script(data)}</script>',
     ]
-    for group in groups:
-        parts.append(f'<h3 id="{escape(group.slug)}">{escape(group.title)}</h3>')
-        parts.append(_table(*build_pivot(group)))
-        for path in figures.get(group.slug, []):
-            src = path.relative_to(directory).as_posix()
-            parts.append(f'<img src="{escape(src)}" alt="{escape(path.stem)}">')
-    parts.append("</body></html>")
+    if chart_library is not None:
+        parts.append(f"<script>{chart_library}</script>")
+    parts += [f"<script>{_asset('report_page.js')}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
 
 
-def write_html(rows: Sequence[dict[str, Any]], groups: Sequence[Group],
-               figures: dict[str, list[Path]], directory: Path) -> Path:
+def write_html(data: dict[str, Any], chart_library: str | None, directory: Path) -> Path:
     path = directory / "index.html"
-    path.write_text(render_html(rows, groups, figures, directory), encoding="utf-8")
+    path.write_text(render_page(data, chart_library), encoding="utf-8")
     return path

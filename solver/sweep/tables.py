@@ -35,8 +35,13 @@ class Group:
 
     @property
     def slug(self) -> str:
-        text = "-".join([self.model] + [str(self.job[name]) for name in JOB_FIELDS])
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.")
+        return group_slug(self.model, self.job)
+
+
+def group_slug(model: str, job: dict[str, Any]) -> str:
+    """A group's name in file names and page anchors: `llama3.2-1b-4096-1024-bf16-megatron-time`."""
+    text = "-".join([model] + [str(job[name]) for name in JOB_FIELDS])
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.")
 
 
 def render_config(row: dict[str, Any]) -> str:
@@ -49,16 +54,20 @@ def render_config(row: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def build_summary_rows(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per problem (the first line of a key), sorted by the key: the best plan's
-    degrees and metrics, or the conflicts and fixes (infeasible) or the message (error)."""
+def select_problem_lines(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first line of each problem key, sorted by the key (the order of a report)."""
     first: dict[tuple[Any, ...], dict[str, Any]] = {}
     for line in lines:
         first.setdefault(key_of_line(line), line)
+    return [first[key] for key in sorted(first)]
+
+
+def build_summary_rows(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per problem (the first line of a key), sorted by the key: the best plan's
+    degrees and metrics, or the conflicts and fixes (infeasible) or the message (error)."""
     rows = []
-    for key in sorted(first):
-        line = first[key]
-        row: dict[str, Any] = dict(zip(KEY_FIELDS, key))
+    for line in select_problem_lines(lines):
+        row: dict[str, Any] = dict(zip(KEY_FIELDS, key_of_line(line)))
         row["status"] = line.get("status", "")
         plans = line.get("plans") or []
         best = plans[0] if plans else {}

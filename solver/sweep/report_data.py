@@ -1,0 +1,148 @@
+"""What the interactive page of a report shows, as one JSON object (the page's script reads it):
+every problem with its ranked plans, the launch line of each plan, the groups, and the Pareto
+fronts of each group.
+
+Per problem: the key, the status, the GPU's memory (and what plans may use of it), the conflicts
+and fixes of an infeasible problem, the error of a failed one, the explanation of a solved one.
+Per plan: the degrees, the worst stage's memory by item, the step time by part, tokens/s, MFU,
+the days and GPU-hours for the report's token budget, the settings that do not matter (twins),
+and the `parplan launch` command that writes its framework settings.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from solver.api import estimate_train_days
+from solver.spec.plan_json import DEGREES
+from solver.sweep.report_fronts import Front, FrontPoint, build_front
+from solver.sweep.tables import JOB_FIELDS, Group, count_statuses, group_slug, render_config, \
+    select_problem_lines
+
+MEMORY_ITEMS = ("weights", "grads", "optimizer", "activations", "other")
+TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
+# `parplan launch --format` of each framework (generic: torch.distributed's process groups).
+LAUNCH_FORMATS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+SOLVED = ("optimal", "feasible")
+
+
+def render_tokens(tokens: float) -> str:
+    """2e12 -> "2T", 3e11 -> "300B", 1.5e12 -> "1.5T" (the --token-budget spelling)."""
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= scale:
+            return f"{tokens / scale:g}{suffix}"
+    return f"{tokens:g}"
+
+
+def render_launch_line(line: dict[str, Any], plan: dict[str, Any]) -> str:
+    """The `parplan launch` command of a plan: its problem, degrees and pipeline layout, in the
+    framework's format; shell-quoted, so a copied line runs as it is."""
+    words = ["parplan", "launch", "--model", line["model"], "--cluster", line["cluster"],
+             "--gpus", str(line["gpus"]), "--seq-len", str(line["seq_len"]),
+             "--global-batch", str(line["global_batch"]), "--precision", line["precision"]]
+    for name in DEGREES:  # dp is the rest of the GPUs; cp, ep, etp and vpp default to 1
+        if name != "dp" and not (name in ("cp", "ep", "etp", "vpp") and plan[name] == 1):
+            words += ["--" + name.replace("_", "-"), str(plan[name])]
+    layout = plan.get("layout")
+    if isinstance(layout, dict) and layout.get("syntax"):
+        words += ["--layout", str(layout["syntax"])]
+    words += ["--format", LAUNCH_FORMATS.get(str(line.get("framework")), "torch")]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
+               ) -> dict[str, Any]:
+    rate = float(plan["tokens_per_second"])
+    days, gpu_hours = (estimate_train_days(token_budget, rate, int(line["gpus"])) if rate > 0
+                       else (None, None))
+    equivalent = plan.get("equivalent") or []
+    return {
+        "config": render_config({**plan, "status": "optimal"}),
+        **{name: plan[name] for name in DEGREES},
+        "memory": {name: float(plan["memory_gb"].get(name, 0.0))
+                   for name in (*MEMORY_ITEMS, "total")},
+        "time": {name: float((plan.get("time_seconds") or {}).get(name, 0.0))
+                 for name in TIME_PARTS},
+        "step": float(plan["step_seconds"]),
+        "rate": rate,
+        "rate_per_gpu": float(plan["tokens_per_second_per_gpu"]),
+        "mfu": float(plan["mfu"]),
+        "days": days,
+        "gpu_hours": gpu_hours,
+        "twins": ", ".join(f"{e.get('recompute')} = {plan['recompute']}" for e in equivalent
+                           if isinstance(e, dict)),
+        "layout": (plan.get("layout") or {}).get("syntax") or "",
+        "launch": render_launch_line(line, plan),
+    }
+
+
+def _problem_data(line: dict[str, Any], token_budget: float) -> dict[str, Any]:
+    plans = line.get("plans") or []
+    best = plans[0] if plans else {}
+    job = {name: line[name] for name in JOB_FIELDS}
+    return {
+        "model": line["model"], "cluster": line["cluster"], "gpus": line["gpus"],
+        **job,
+        "group": group_slug(line["model"], job),
+        "status": line["status"],
+        "gpu_memory_gb": best.get("gpu_memory_gb"),
+        "usable_memory_gb": best.get("usable_memory_gb", best.get("gpu_memory_gb")),
+        "headroom": line.get("memory_headroom") or "",
+        "why": [str(x) for x in line.get("why") or []],
+        "conflicts": [str(x) for x in line.get("conflicts") or []],
+        "rules": {str(k): str(v) for k, v in (line.get("rules") or {}).items()},
+        "fixes": [str(x) for x in line.get("fixes") or []],
+        "error": str(line.get("error", "")),
+        "plans": [_plan_data(line, plan, token_budget) for plan in plans],
+    }
+
+
+def build_group_fronts(group: Group, problems: Sequence[dict[str, Any]], budget_label: str
+                       ) -> list[Front]:
+    """A group's two fronts over its solved problems' best plans: tokens/s against GPUs, and
+    GPU-hours against days for the token budget."""
+    rate: list[FrontPoint] = []
+    cost: list[FrontPoint] = []
+    for index, problem in enumerate(problems):
+        if problem["group"] != group.slug or problem["status"] not in SOLVED:
+            continue
+        best = problem["plans"][0]
+        label = f"{problem['cluster']}, {problem['gpus']} GPUs: {best['config']}"
+        rate.append(FrontPoint(problem["cluster"], problem["gpus"], best["rate"], label, index))
+        if best["days"] is not None:
+            cost.append(FrontPoint(problem["cluster"], best["days"], best["gpu_hours"], label,
+                                   index))
+    if not rate:
+        return []
+    return [build_front("tokens/s against GPUs", "GPUs", "tokens/s (whole job)", "lower",
+                        "higher", rate, group.slug, x_log=True, y_log=True),
+            build_front(f"GPU-hours against days for {budget_label} tokens",
+                        f"days for {budget_label} tokens", "GPU-hours", "lower", "lower", cost,
+                        group.slug, x_log=True)]
+
+
+def build_page_data(lines: Sequence[dict[str, Any]], groups: Sequence[Group],
+                    token_budget: float, fronts: Sequence[Front] = ()) -> dict[str, Any]:
+    """The page's JSON: `problems` in report order, `constant` (the job fields every problem
+    shares: the page names them once instead of repeating a column), `groups` (slug -> title),
+    `fronts` (each group's two, then `fronts` given by the caller), the status counts and the
+    token budget."""
+    problems = [_problem_data(line, token_budget) for line in select_problem_lines(lines)]
+    budget_label = render_tokens(token_budget)
+    all_fronts = [f for g in groups for f in build_group_fronts(g, problems, budget_label)]
+    all_fronts += list(fronts)
+    constant = {name: problems[0][name] for name in JOB_FIELDS
+                if problems and len({p[name] for p in problems}) == 1}
+    return {
+        "problems": problems,
+        "constant": constant,
+        "groups": {g.slug: g.title for g in groups},
+        "fronts": [f.as_json() for f in all_fronts],
+        "counts": count_statuses(problems),
+        "token_budget": token_budget,
+        "token_budget_label": budget_label,
+        "memory_items": list(MEMORY_ITEMS),
+        "time_parts": list(TIME_PARTS),
+    }

@@ -1,0 +1,410 @@
+// parplan report: the page's script. Reads the JSON in #report-data (solver.sweep.report_data),
+// draws the problem table (sortable, filterable), the selected problem's ranked plans with their
+// launch lines, memory and step-time charts, and its group's Pareto fronts. Charts use Plotly
+// when the page embeds it; without it the page keeps its tables.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+  var problems = data.problems;
+  var charts = typeof window.Plotly !== "undefined";
+  var SOLVED = { optimal: true, feasible: true };
+  var TIME_WORDS = { compute: "compute", recompute: "recompute", tp: "TP traffic",
+    cp: "CP traffic", ep: "EP traffic", dp: "DP traffic", pp: "PP traffic",
+    bubble: "pipeline bubble", optimizer: "optimizer step" };
+  var PLOT_CONFIG = { displaylogo: false, responsive: true };
+
+  // Numbers to three significant figures, thousands separated (solver.spec.figures).
+  function fmt(value) {
+    if (value === null || value === undefined || value === "") return "";
+    if (!isFinite(value)) return String(value);
+    if (value === 0) return "0";
+    var rounded = Number(value.toPrecision(3));
+    var decimals = Math.max(0, 2 - Math.floor(Math.log10(Math.abs(rounded))));
+    var shown = decimals === 0 ? Math.round(value) : rounded;
+    return shown.toLocaleString("en-US", { minimumFractionDigits: decimals,
+      maximumFractionDigits: decimals, useGrouping: Math.abs(shown) >= 1e4 });
+  }
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (name) {
+      if (name === "text") node.textContent = attrs[name];
+      else if (name === "className") node.className = attrs[name];
+      else node.setAttribute(name, attrs[name]);
+    });
+    (children || []).forEach(function (child) {
+      node.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
+    });
+    return node;
+  }
+
+  function best(problem) { return problem.plans.length ? problem.plans[0] : null; }
+  function fromBest(pick) {
+    return function (problem) { var plan = best(problem); return plan ? pick(plan) : null; };
+  }
+
+  var COLUMNS = [
+    { key: "model", label: "model" },
+    { key: "cluster", label: "cluster" },
+    { key: "gpus", label: "GPUs", num: true, count: true },
+    { key: "seq_len", label: "seq len", num: true, count: true },
+    { key: "global_batch", label: "global batch", num: true, count: true },
+    { key: "precision", label: "precision" },
+    { key: "framework", label: "framework" },
+    { key: "objective", label: "objective" },
+    { key: "status", label: "status" },
+    { key: "config", label: "best plan", get: function (p) {
+      var plan = best(p);
+      if (plan) return plan.config;
+      return p.status === "error" ? p.error : "conflicts: " + p.conflicts.join(", ");
+    } },
+    { key: "memory", label: "GB per GPU", num: true, get: fromBest(function (q) { return q.memory.total; }) },
+    { key: "step", label: "step s", num: true, get: fromBest(function (q) { return q.step; }) },
+    { key: "rate", label: "tokens/s", num: true, get: fromBest(function (q) { return q.rate; }) },
+    { key: "mfu", label: "MFU %", num: true, get: fromBest(function (q) { return 100 * q.mfu; }) },
+    { key: "days", label: "days", num: true, get: fromBest(function (q) { return q.days; }) },
+    { key: "gpu_hours", label: "GPU-hours", num: true, get: fromBest(function (q) { return q.gpu_hours; }) }
+  ].filter(function (column) { return data.constant[column.key] === undefined; });
+
+  function value(problem, column) {
+    return column.get ? column.get(problem) : problem[column.key];
+  }
+
+  // ---- the problem table ----
+  var table = document.getElementById("problems");
+  var tbody = table.querySelector("tbody");
+  var rows = [];
+  var headRow = table.querySelector("thead tr");
+  COLUMNS.forEach(function (column, c) {
+    var th = el("th", { scope: "col", tabindex: "0", "data-key": column.key,
+      className: column.num ? "num" : "" }, [column.label]);
+    th.addEventListener("click", function () { sortBy(c); });
+    th.addEventListener("keydown", function (e) { if (e.key === "Enter") sortBy(c); });
+    headRow.appendChild(th);
+  });
+  problems.forEach(function (problem, index) {
+    var tr = el("tr", { tabindex: "0", "data-index": String(index),
+      className: "status-" + problem.status });
+    COLUMNS.forEach(function (column) {
+      var v = value(problem, column);
+      var text = column.num && !column.count ? fmt(v) : (v === null || v === undefined ? "" : String(v));
+      var td = el("td", { className: column.num ? "num" : "" }, [text]);
+      if (column.key === "memory" && v !== null) td.title = "of " + fmt(problem.usable_memory_gb) + " GB usable";
+      if (column.key === "config") td.className = "config";
+      tr.appendChild(td);
+    });
+    tr.addEventListener("click", function () { select(index); });
+    tr.addEventListener("keydown", function (e) { if (e.key === "Enter") select(index); });
+    tbody.appendChild(tr);
+    rows.push(tr);
+  });
+
+  var sortState = { column: -1, ascending: true };
+  function sortBy(c) {
+    sortState.ascending = sortState.column === c ? !sortState.ascending : true;
+    sortState.column = c;
+    var column = COLUMNS[c];
+    var sign = sortState.ascending ? 1 : -1;
+    var order = problems.map(function (_, i) { return i; });
+    order.sort(function (a, b) {
+      var x = value(problems[a], column), y = value(problems[b], column);
+      var xm = x === null || x === undefined || x === "", ym = y === null || y === undefined || y === "";
+      if (xm || ym) return xm === ym ? a - b : (xm ? 1 : -1);  // missing values last
+      if (x < y) return -sign;
+      if (x > y) return sign;
+      return a - b;
+    });
+    order.forEach(function (i) { tbody.appendChild(rows[i]); });
+    headRow.querySelectorAll("th").forEach(function (th, i) {
+      th.setAttribute("aria-sort", i === c ? (sortState.ascending ? "ascending" : "descending") : "none");
+    });
+  }
+
+  // ---- filters ----
+  var filters = { text: document.getElementById("filter-text") };
+  ["model", "cluster", "gpus", "status"].forEach(function (key) {
+    var select = document.getElementById("filter-" + key);
+    var seen = {};
+    problems.forEach(function (p) { seen[p[key]] = true; });
+    Object.keys(seen).sort(function (a, b) {
+      return key === "gpus" ? Number(a) - Number(b) : a.localeCompare(b);
+    }).forEach(function (option) { select.appendChild(el("option", { value: option }, [option])); });
+    select.addEventListener("change", applyFilters);
+    filters[key] = select;
+  });
+  filters.text.addEventListener("input", applyFilters);
+
+  function applyFilters() {
+    var words = filters.text.value.toLowerCase().split(/\s+/).filter(Boolean);
+    var shown = 0;
+    problems.forEach(function (problem, i) {
+      var keep = ["model", "cluster", "gpus", "status"].every(function (key) {
+        var wanted = filters[key].value;
+        return wanted === "" || String(problem[key]) === wanted;
+      });
+      if (keep && words.length) {
+        var text = rows[i].textContent.toLowerCase();
+        keep = words.every(function (word) { return text.indexOf(word) >= 0; });
+      }
+      rows[i].hidden = !keep;
+      if (keep) shown += 1;
+    });
+    document.getElementById("row-count").textContent =
+      shown + " of " + problems.length + " problems shown";
+  }
+
+  // ---- the selected problem ----
+  var selected = -1;
+  function select(index) {
+    if (selected >= 0) rows[selected].classList.remove("selected");
+    selected = index;
+    rows[index].classList.add("selected");
+    if (window.location.hash !== "#problem-" + index) {
+      window.history.replaceState(null, "", "#problem-" + index);
+    }
+    renderDetails(problems[index], index);
+  }
+
+  function copyText(text, button) {
+    function done(ok) {
+      button.textContent = ok ? "copied" : "select and copy";
+      setTimeout(function () { button.textContent = "copy"; }, 1500);
+    }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(fallback()); });
+    } else {
+      done(fallback());
+    }
+    function fallback() {
+      var area = el("textarea", {}, []);
+      area.value = text;
+      document.body.appendChild(area);
+      area.select();
+      var ok = false;
+      try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+      document.body.removeChild(area);
+      return ok;
+    }
+  }
+
+  function renderDetails(problem, index) {
+    var box = document.getElementById("details");
+    box.hidden = false;
+    box.replaceChildren();
+    box.appendChild(el("h2", { id: "details-title" }, [problem.model + " on " + problem.cluster +
+      ", " + problem.gpus + " GPUs"]));
+    box.appendChild(el("p", { className: "job" }, ["seq len " + problem.seq_len + ", global batch " +
+      problem.global_batch + ", " + problem.precision + ", " + problem.framework + ", objective " +
+      problem.objective + (problem.headroom ? ", memory headroom " + problem.headroom : "")]));
+    var status = el("p", { className: "status status-" + problem.status }, ["status: " + problem.status]);
+    box.appendChild(status);
+    if (problem.status === "error") {
+      box.appendChild(el("p", { className: "error" }, [problem.error]));
+    }
+    if (problem.status === "infeasible") {
+      box.appendChild(el("h3", {}, ["Why nothing fits"]));
+      box.appendChild(el("ul", {}, problem.conflicts.map(function (name) {
+        return el("li", {}, [el("code", {}, [name]), ": " + (problem.rules[name] || "")]);
+      })));
+      if (problem.fixes.length) {
+        box.appendChild(el("h3", {}, ["What would fix it"]));
+        box.appendChild(el("ul", {}, problem.fixes.map(function (fix) { return el("li", {}, [fix]); })));
+      }
+    }
+    if (problem.plans.length) renderPlans(box, problem);
+    if (problem.why.length) {
+      box.appendChild(el("h3", {}, ["Why the best plan"]));
+      box.appendChild(el("ol", { className: "why" }, problem.why.map(function (line) {
+        return el("li", {}, [line.replace(/^\d+\.\s*/, "")]);
+      })));
+    }
+    renderFronts(box, problem, index);
+  }
+
+  function renderPlans(box, problem) {
+    box.appendChild(el("h3", {}, ["Ranked plans"]));
+    var first = problem.plans[0];
+    var head = ["#", "plan", "step s", "vs best", "tokens/s", "MFU %", "GB per GPU",
+      "days", "GPU-hours", "launch", ""].map(function (h) { return el("th", {}, [h]); });
+    var body = el("tbody", {}, []);
+    problem.plans.forEach(function (plan, rank) {
+      var gap = rank === 0 ? "best" : "+" + fmt(100 * (plan.step - first.step) / first.step) + "%";
+      var copy = el("button", { type: "button", className: "copy" }, ["copy"]);
+      copy.addEventListener("click", function (e) { e.stopPropagation(); copyText(plan.launch, copy); });
+      var more = el("button", { type: "button", className: "more", "aria-expanded": "false" }, ["details"]);
+      var tr = el("tr", { className: "plan" }, [
+        el("td", {}, [String(rank + 1)]),
+        el("td", { className: "config" }, [plan.config + (plan.twins ? " (" + plan.twins + ")" : "")]),
+        el("td", { className: "num" }, [fmt(plan.step)]),
+        el("td", { className: "num" }, [gap]),
+        el("td", { className: "num" }, [fmt(plan.rate)]),
+        el("td", { className: "num" }, [fmt(100 * plan.mfu)]),
+        el("td", { className: "num" }, [fmt(plan.memory.total) + " of " + fmt(problem.usable_memory_gb)]),
+        el("td", { className: "num" }, [fmt(plan.days)]),
+        el("td", { className: "num" }, [fmt(plan.gpu_hours)]),
+        el("td", { className: "launch" }, [el("code", {}, [plan.launch]), copy]),
+        el("td", {}, [more])
+      ]);
+      var extra = el("tr", { className: "plan-details", hidden: "" }, [
+        el("td", { colspan: "11" }, [planDetails(plan)])]);
+      more.addEventListener("click", function () {
+        extra.hidden = !extra.hidden;
+        more.setAttribute("aria-expanded", String(!extra.hidden));
+      });
+      body.appendChild(tr);
+      body.appendChild(extra);
+    });
+    box.appendChild(el("table", { className: "plans" }, [el("thead", {}, [el("tr", {}, head)]), body]));
+    box.appendChild(el("p", { className: "note" }, ["Days and GPU-hours to train on " +
+      data.token_budget_label + " tokens (parplan report --token-budget). The launch line writes " +
+      "the plan's framework settings."]));
+    var chartsBox = el("div", { className: "charts" }, []);
+    box.appendChild(chartsBox);
+    if (!charts) {
+      chartsBox.appendChild(el("p", { className: "note" }, [data.charts_missing]));
+      return;
+    }
+    var memoryDiv = el("div", { className: "chart", id: "chart-memory" }, []);
+    var timeDiv = el("div", { className: "chart", id: "chart-time" }, []);
+    chartsBox.appendChild(memoryDiv);
+    chartsBox.appendChild(timeDiv);
+    drawMemory(memoryDiv, problem);
+    drawTime(timeDiv, problem);
+  }
+
+  function planDetails(plan) {
+    var memory = data.memory_items.map(function (item) {
+      return item + " " + fmt(plan.memory[item]) + " GB";
+    }).join(", ");
+    var time = data.time_parts.filter(function (part) { return plan.time[part] > 0; })
+      .map(function (part) { return TIME_WORDS[part] + " " + fmt(plan.time[part]) + " s"; }).join(", ");
+    var items = [
+      el("dt", {}, ["memory (worst stage)"]), el("dd", {}, [memory]),
+      el("dt", {}, ["step time"]), el("dd", {}, [time]),
+      el("dt", {}, ["tokens/s per GPU"]), el("dd", {}, [fmt(plan.rate_per_gpu)])
+    ];
+    if (plan.layout) items.push(el("dt", {}, ["pipeline layout"]), el("dd", {}, [el("code", {}, [plan.layout])]));
+    if (plan.twins) items.push(el("dt", {}, ["equivalent"]), el("dd", {}, [plan.twins]));
+    return el("dl", {}, items);
+  }
+
+  function planLabels(problem) {
+    return problem.plans.map(function (_, rank) { return "#" + (rank + 1); });
+  }
+
+  function drawMemory(div, problem) {
+    var labels = planLabels(problem);
+    var traces = data.memory_items.map(function (item) {
+      return { type: "bar", name: item, x: labels,
+        y: problem.plans.map(function (plan) { return plan.memory[item]; }),
+        hovertemplate: "%{x} " + item + ": %{y:.3g} GB<extra></extra>" };
+    });
+    var lines = [{ y: problem.gpu_memory_gb, text: "GPU memory " + fmt(problem.gpu_memory_gb) + " GB", dash: "solid" }];
+    if (problem.usable_memory_gb !== problem.gpu_memory_gb) {
+      lines.push({ y: problem.usable_memory_gb, text: "usable " + fmt(problem.usable_memory_gb) + " GB", dash: "dash" });
+    }
+    window.Plotly.newPlot(div, traces, {
+      title: { text: "Memory per GPU (worst stage) against capacity" }, barmode: "stack",
+      xaxis: { type: "category" }, yaxis: { title: { text: "GB" }, rangemode: "tozero" },
+      height: 360, margin: { t: 50, r: 10, b: 40, l: 60 }, legend: { orientation: "h", y: -0.15 },
+      shapes: lines.map(function (line) {
+        return { type: "line", xref: "paper", x0: 0, x1: 1, y0: line.y, y1: line.y,
+          line: { color: "#b00", dash: line.dash, width: 2 } };
+      }),
+      annotations: lines.map(function (line) {
+        return { xref: "paper", x: 1, y: line.y, text: line.text, showarrow: false,
+          xanchor: "right", yanchor: "bottom", font: { color: "#b00", size: 11 } };
+      })
+    }, PLOT_CONFIG);
+  }
+
+  function drawTime(div, problem) {
+    var labels = planLabels(problem);
+    var traces = data.time_parts.filter(function (part) {
+      return problem.plans.some(function (plan) { return plan.time[part] > 0; });
+    }).map(function (part) {
+      return { type: "bar", orientation: "h", name: TIME_WORDS[part], y: labels,
+        x: problem.plans.map(function (plan) { return plan.time[part]; }),
+        hovertemplate: "%{y} " + TIME_WORDS[part] + ": %{x:.3g} s<extra></extra>" };
+    });
+    window.Plotly.newPlot(div, traces, {
+      title: { text: "Step time by part (exposed)" }, barmode: "stack", height: 360,
+      xaxis: { title: { text: "seconds per step" } },
+      yaxis: { autorange: "reversed", type: "category" },
+      margin: { t: 50, r: 10, b: 40, l: 50 }, legend: { orientation: "h", y: -0.25 }
+    }, PLOT_CONFIG);
+  }
+
+  // ---- Pareto fronts ----
+  function renderFronts(box, problem, index) {
+    var mine = data.fronts.filter(function (front) { return front.group === problem.group; });
+    if (!mine.length) return;
+    box.appendChild(el("h3", {}, ["Pareto fronts: " + data.groups[problem.group]]));
+    box.appendChild(el("p", { className: "note" }, ["Each point is the best plan of one cluster " +
+      "at one GPU count; the line joins the points no other point beats on both axes. " +
+      "Click a point to open its problem."]));
+    if (!charts) { box.appendChild(el("p", { className: "note" }, [data.charts_missing])); return; }
+    var row = el("div", { className: "charts" }, []);
+    box.appendChild(row);
+    // Every chart is in place before the first is drawn, so each is sized to its own share.
+    var divs = mine.map(function (front, f) {
+      return row.appendChild(el("div", { className: "chart front", id: "front-" + f }, []));
+    });
+    mine.forEach(function (front, f) { drawFront(divs[f], front, index); });
+  }
+
+  // A log axis labelled at its few integer values (GPU counts), else at 1, 2 and 5 per decade.
+  function axis(label, log, values) {
+    var spec = { title: { text: label }, type: log ? "log" : "linear", tickformat: "~s" };
+    if (!log) return spec;
+    var distinct = values.filter(function (v, i) { return values.indexOf(v) === i; });
+    if (distinct.length <= 12 && distinct.every(function (v) { return Number.isInteger(v); })) {
+      spec.tickvals = distinct.sort(function (a, b) { return a - b; });
+      spec.tickformat = "";
+    } else {
+      spec.dtick = "D2";
+    }
+    return spec;
+  }
+
+  function drawFront(div, front, index) {
+    var series = {};
+    front.points.forEach(function (point) {
+      var s = series[point[0]] || (series[point[0]] = { x: [], y: [], text: [], customdata: [] });
+      s.x.push(point[1]); s.y.push(point[2]); s.text.push(point[3]); s.customdata.push(point[4]);
+    });
+    var traces = Object.keys(series).map(function (name) {
+      var s = series[name];
+      return { type: "scatter", mode: "markers", name: name, x: s.x, y: s.y, text: s.text,
+        customdata: s.customdata, marker: { size: 9 },
+        hovertemplate: "%{text}<br>%{x:.3g}, %{y:.3g}<extra></extra>" };
+    });
+    var onFront = front.on_front.map(function (i) { return front.points[i]; });
+    traces.push({ type: "scatter", mode: "lines", name: "Pareto front", hoverinfo: "skip",
+      x: onFront.map(function (p) { return p[1]; }), y: onFront.map(function (p) { return p[2]; }),
+      line: { color: "#333", dash: "dot", shape: "hv" } });
+    var here = front.points.filter(function (p) { return p[4] === index; });
+    if (here.length) {
+      traces.push({ type: "scatter", mode: "markers", name: "this problem", hoverinfo: "skip",
+        x: [here[0][1]], y: [here[0][2]],
+        marker: { size: 18, color: "rgba(0,0,0,0)", line: { color: "#d00", width: 3 } } });
+    }
+    window.Plotly.newPlot(div, traces, {
+      title: { text: front.title }, height: 360, margin: { t: 50, r: 10, b: 50, l: 70 },
+      xaxis: axis(front.x_label, front.x_log, front.points.map(function (p) { return p[1]; })),
+      yaxis: axis(front.y_label, front.y_log, front.points.map(function (p) { return p[2]; })),
+      legend: { orientation: "h", y: -0.25 }
+    }, PLOT_CONFIG);
+    div.on("plotly_click", function (event) {
+      var target = event.points.length ? event.points[0].customdata : null;
+      if (target !== null && target !== undefined) select(target);
+    });
+  }
+
+  // ---- start ----
+  applyFilters();
+  var fromHash = /^#problem-(\d+)$/.exec(window.location.hash);
+  var start = fromHash ? Number(fromHash[1]) : problems.findIndex(function (p) { return SOLVED[p.status]; });
+  if (start >= 0 && start < problems.length) select(start);
+  document.body.setAttribute("data-ready", "true");
+})();

@@ -1,0 +1,172 @@
+"""The report page in a real browser: Debian's Chromium driven by Playwright, headless and
+offline. The page loads without console errors and without a request leaving it; filtering
+changes the rows; sorting orders them; a problem opens its ranked plans and charts; a plan
+opens its details; a screenshot goes to the test log (tests/artifacts/report.png).
+
+Without Chromium (/usr/bin/chromium) or the playwright package the tests skip, except where
+PARPLAN_BROWSER_TESTS=required (set by .ci/run): there a missing browser fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from solver.sweep.outcome import SolveSettings, solve_sweep_problem
+from solver.sweep.problems import SweepProblem
+from solver.sweep.report import write_report
+
+CHROMIUM = "/usr/bin/chromium"
+# Playwright's own browser download cannot reach the internet: Debian's Chromium instead, with
+# nothing in the background that would.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+PROBLEMS = [
+    SweepProblem("llama3.2-1b", "dgx-h100", 8, 4096, 1024, "bf16"),
+    SweepProblem("llama3.2-1b", "dgx-h100", 16, 4096, 1024, "bf16"),
+    SweepProblem("llama3.2-1b", "mi300x", 8, 4096, 1024, "bf16"),
+    SweepProblem("llama3.2-1b", "mi300x", 16, 4096, 1024, "bf16"),
+    SweepProblem("llama3.1-8b", "dgx-h100", 16, 4096, 1024, "bf16"),
+    SweepProblem("llama3.1-70b", "dgx-h100", 8, 4096, 1024, "bf16"),  # infeasible
+]
+
+
+def _browser_missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed"
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        return "plotly (the report extra) is not installed"
+    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+        return f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def page_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    missing = _browser_missing()
+    if missing is not None:
+        if os.environ.get("PARPLAN_BROWSER_TESTS") == "required":
+            pytest.fail(f"browser tests required here, but {missing}")
+        pytest.skip(missing)
+    directory = tmp_path_factory.mktemp("report-page")
+    lines = [solve_sweep_problem(p, SolveSettings(top=3)) for p in PROBLEMS]
+    write_report(lines, directory)
+    return directory / "index.html"
+
+
+@pytest.fixture(scope="module")
+def browser(page_path: Path) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, page_path: Path) -> Iterator[Any]:
+    """The report opened; `page.problems` are the errors and requests it made."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    errors: list[str] = []
+    requests: list[str] = []
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.on("request", lambda r: requests.append(r.url) if not r.url.startswith(
+        ("file://", "data:", "blob:", "about:")) else None)
+    tab.goto(page_path.as_uri())
+    tab.wait_for_selector("body[data-ready=true]", timeout=30_000)
+    tab.errors, tab.requests = errors, requests
+    yield tab
+    context.close()
+
+
+def _visible_rows(page: Any) -> list[list[str]]:
+    return page.eval_on_selector_all(
+        "#problems tbody tr:not([hidden])",
+        "rows => rows.map(r => Array.from(r.cells, c => c.textContent))")
+
+
+def _column(page: Any, label: str) -> int:
+    labels = page.eval_on_selector_all("#problems thead th", "ths => ths.map(t => t.textContent)")
+    return labels.index(label)
+
+
+def test_loads_without_errors_or_requests(page: Any) -> None:
+    assert page.errors == []
+    assert page.requests == []
+    assert len(_visible_rows(page)) == len(PROBLEMS)
+    assert page.inner_text("#row-count") == f"{len(PROBLEMS)} of {len(PROBLEMS)} problems shown"
+    # The first solved problem in key order is open, with its charts drawn by Plotly.
+    assert page.inner_text("#details-title") == "llama3.1-8b on dgx-h100, 16 GPUs"
+    assert page.locator("#details .js-plotly-plot").count() == 4
+
+
+def test_filtering_changes_the_rows(page: Any) -> None:
+    page.select_option("#filter-cluster", "mi300x")
+    rows = _visible_rows(page)
+    cluster = _column(page, "cluster")
+    assert len(rows) == 2 and {r[cluster] for r in rows} == {"mi300x"}
+    page.select_option("#filter-cluster", "")
+    page.fill("#filter-text", "infeasible")
+    rows = _visible_rows(page)
+    assert len(rows) == 1 and "memory_fits_hbm" in " ".join(rows[0])
+    assert page.inner_text("#row-count") == f"1 of {len(PROBLEMS)} problems shown"
+    page.fill("#filter-text", "")
+    page.select_option("#filter-gpus", "16")
+    assert {r[_column(page, "GPUs")] for r in _visible_rows(page)} == {"16"}
+
+
+def test_sorting_orders_the_rows(page: Any) -> None:
+    page.click("#problems thead th:text-is('tokens/s')")
+    rate = _column(page, "tokens/s")
+    values = [r[rate] for r in _visible_rows(page)]
+    numbers = [float(v.replace(",", "")) for v in values if v]
+    assert numbers == sorted(numbers) and values[-1] == ""  # the infeasible one last
+    page.click("#problems thead th:text-is('tokens/s')")
+    numbers = [float(v.replace(",", "")) for v in (r[rate] for r in _visible_rows(page)) if v]
+    assert numbers == sorted(numbers, reverse=True)
+
+
+def test_a_problem_and_a_plan_open_their_details(page: Any, page_path: Path) -> None:
+    page.locator("#problems tbody tr", has_text="mi300x").first.click()
+    assert page.inner_text("#details-title") == "llama3.2-1b on mi300x, 8 GPUs"
+    row = page.locator("#problems tbody tr", has_text="llama3.1-8b")
+    row.click()
+    assert page.inner_text("#details-title") == "llama3.1-8b on dgx-h100, 16 GPUs"
+    assert row.get_attribute("class").endswith("selected")
+    plans = page.locator("#details table.plans tr.plan")
+    assert 1 <= plans.count() <= 3
+    launch = plans.first.locator("td.launch code").inner_text()
+    assert launch.startswith("parplan launch --model llama3.1-8b --cluster dgx-h100 --gpus 16")
+    # Memory, step time and the two fronts are drawn.
+    assert page.locator("#chart-memory .main-svg").count() >= 1
+    assert page.locator("#chart-time .main-svg").count() >= 1
+    assert page.locator("#details .front .main-svg").count() >= 2
+    details = page.locator("#details tr.plan-details").first
+    assert details.is_hidden()
+    plans.first.locator("button.more").click()
+    assert details.is_visible()
+    assert "memory (worst stage)" in details.inner_text()
+    assert "weights" in details.inner_text() and "compute" in details.inner_text()
+    page.locator("#problems tbody tr", has_text="infeasible").click()
+    assert "Why nothing fits" in page.inner_text("#details")
+    assert "memory_fits_hbm" in page.inner_text("#details")
+    assert page.errors == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#problems tbody tr", has_text="llama3.2-1b").first.click()
+    page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+    print(f"screenshot: {ARTIFACTS / 'report.png'}")
+    assert json.loads(page.evaluate("JSON.stringify(location.hash)")).startswith("#problem-")
