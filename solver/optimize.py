@@ -100,8 +100,9 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     best plans found, not proved). "even" costs every candidate with its even split of layers
     only (the exhaustive oracle, solver.search.enumerate).
 
-    `compare`: the explanation compares the winner with the best plan without its most
-    surprising choice (explain_choice), which may take a second search."""
+    `compare`: where no listed plan goes without the winner's most surprising choice, the
+    explanation finds the best plan that does with a second search (explain_choice); without
+    it (sweeps) the explanation compares with the listed plans only."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     start = time.perf_counter()
@@ -125,9 +126,8 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
                               conflicts=conflicts, rules=rules,
                               fixes=tuple(suggest_fixes(problem, conflicts)))
     plans = _plans(problem, ranked)
-    why = list(explain_choice(problem, ranked, lambda pinned: _solve_top(pinned, engine,
-                                                                         time_limit_s),
-                              compare=compare))
+    solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) if compare else None
+    why = list(explain_choice(problem, ranked, solve_pinned))
     # After the fit check: the memory savers the winner turns on to fit.
     return OptimizeResult(problem=problem, status=status, engine=engine,
                           solve_seconds=seconds, num_feasible=ranked.num_feasible,

@@ -8,6 +8,7 @@ do not depend on the presets; models come from the zoo or from TOML files writte
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,8 @@ def test_table_shows_the_memory_verification_of_the_worst_stage(cluster_file: st
                   "logits + cross-entropy", "ZeRO-3 gathered layers", "CUDA context",
                   "NCCL buffers", "allocator fragmentation", "total", "GPU capacity", "fits"):
         assert label in result.stdout, label
-    assert "43.62" in result.stdout  # seed 003 example 1 under our model (tests/test_memory.py)
+    # 43.62 GB: seed 003 example 1 under our model (tests/test_memory.py), to 3 figures.
+    assert re.search(r"│ total +│ +43\.6 │", result.stdout)
     assert "step time" in result.stdout and "MFU" in result.stdout
     assert "yes" in result.stdout
 
@@ -132,8 +134,9 @@ def test_per_stage_lists_every_stage(cluster_file: str) -> None:
                      "--per-stage")
     assert result.exit_code == 0, result.output
     stage_table = result.stdout.split("step time")[0]
-    rows = [line for line in stage_table.splitlines() if line.startswith("│")]
-    assert [row.split("│")[1].strip() for row in rows] == ["0", "1", "2", "3"]
+    # Off a terminal the wide stage table is compact: space-separated, no rules.
+    rows = [line.split() for line in stage_table.splitlines() if re.match(r" +\d+ ", line)]
+    assert [row[0] for row in rows] == ["0", "1", "2", "3"]
 
 
 def test_moe_model_file_with_expert_parallelism(cluster_file: str, tmp_path: Path) -> None:

@@ -15,27 +15,86 @@ def echo_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False))
 
 
-def echo_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A rich table; numbers right-aligned, width fixed when not a terminal (stable output)."""
-    from rich.console import Console
-    from rich.table import Table
+# Off a terminal (a file, a pipe, CI logs) a table is printed at its natural width, nothing
+# cut or wrapped, so the output is stable; a table wider than this that has short labels
+# (the per-stage memory) prints them instead, compact.
+PLAIN_WIDTH = 100
+# A table cell or a line that says a plan cannot run: red on a terminal, plain elsewhere.
+ALERT_STYLE = "bold red"
 
-    table = Table(title=title, title_justify="left", show_lines=False)
+
+def make_console(err: bool = False, width: int = PLAIN_WIDTH) -> Any:
+    """A rich Console on stdout (stderr): the terminal's width and colours on a terminal;
+    off one, `width` columns and no colour (NO_COLOR is honoured by rich as well)."""
+    from rich.console import Console
+
+    stream = sys.stderr if err else sys.stdout
+    return Console(file=stream, width=None if stream.isatty() else width, highlight=False)
+
+
+def _natural_width(table: Any) -> int:
+    from rich.console import Console
+
+    console = Console(width=10_000)
+    return int(console.measure(table).maximum)
+
+
+def _build_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                 compact: bool = False) -> Any:
+    """The rich table; `compact`: no vertical rules and one space between columns."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    if compact:
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0))
+    else:
+        table = Table(title=title, title_justify="left", show_lines=False)
     for i, name in enumerate(columns):
         numeric = rows and all(isinstance(r[i], (int, float)) for r in rows)
         table.add_column(name, justify="right" if numeric else "left", no_wrap=i == 0)
     for row in rows:
-        table.add_row(*(format_number(v) for v in row))
-    stream = sys.stdout
-    console = Console(file=stream, width=None if stream.isatty() else 200, highlight=False)
+        table.add_row(*(Text("no", style=ALERT_STYLE) if v is False else format_number(v)
+                        for v in row))
+    return table
+
+
+def echo_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+               short_columns: Sequence[str] | None = None) -> None:
+    """A rich table; numbers right-aligned to the precision they carry, `False` cells (does
+    not fit) as a red "no". `short_columns`: labels for when the table is wider than the
+    console (a file: PLAIN_WIDTH), in a compact table followed by a line spelling out the
+    shortened ones."""
+    table = _build_table(title, columns, rows)
+    natural = _natural_width(table)
+    console = make_console(width=natural)
+    limit = console.width if console.is_terminal else PLAIN_WIDTH
+    if short_columns is not None and natural > limit:
+        table = _build_table(title, short_columns, rows, compact=True)
+        console = make_console(width=max(PLAIN_WIDTH, _natural_width(table)))
+        console.print(table)
+        console.print("; ".join(f"{short}: {full}" for short, full in zip(short_columns, columns)
+                                if short != full))
+        return
     console.print(table)
 
 
+def echo_alert(text: str, err: bool = False) -> None:
+    """A line that says something cannot run (does not fit, infeasible): red on a terminal."""
+    from rich.text import Text
+
+    make_console(err).print(Text(text, style=ALERT_STYLE), soft_wrap=True)
+
+
 def format_number(value: Any) -> str:
+    """yes/no, integers with thousands separators, floats to three significant figures
+    (solver.spec.figures: 80.0, not 80.00)."""
+    from solver.spec.figures import format_significant
+
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:,.2f}"
+        return format_significant(value)
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
@@ -52,7 +111,7 @@ def format_params(count: int) -> str:
 
 def echo_infeasible(result: Any, what_to_change: str) -> None:
     """The clashing constraints with their rules, then the fixes (or what to change)."""
-    click.echo(f"infeasible ({result.solve_seconds:.2f} s): these constraints cannot hold "
+    echo_alert(f"infeasible ({result.solve_seconds:.2f} s): these constraints cannot hold "
                "together:")
     for name in result.conflicts:
         click.echo(f"  {name}: {result.rules.get(name, '')}")

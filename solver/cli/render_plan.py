@@ -1,5 +1,5 @@
-"""Rendering plans: the memory and time tables of the seeds. The JSON of DESIGN.md
-("Interfaces") is built by solver.spec.plan_json (shared with the sweep).
+"""Rendering plans: the memory and time tables. The JSON of a plan is built by
+solver.spec.plan_json (shared with the sweep).
 
 Memory is shown in decimal GB (1e9 bytes).
 """
@@ -10,13 +10,24 @@ from typing import Any
 
 import click
 
-from solver.cli.render import echo_table
+from solver.cli.render import echo_alert, echo_table
 from solver.spec.layout import VirtualStage
 from solver.spec.layout_syntax import render_pipeline_layout
 from solver.spec.plan import Plan, StageMemory
+from solver.spec.figures import format_significant
 from solver.spec.plan_json import MAIN
 from solver.spec.plan_json import to_gb as _gb
 
+# Labels of the per-stage table when the full ones do not fit the width.
+SHORT_LABELS = {
+    "optimizer state": "optimizer",
+    "logits + cross-entropy": "logits",
+    "ZeRO-3 gathered layers": "gathered",
+    "communication buckets": "buckets",
+    "CUDA context": "CUDA",
+    "NCCL buffers": "NCCL",
+    "allocator fragmentation": "frag",
+}
 LABELS = {
     "weights": "weights",
     "grads": "gradients",
@@ -37,10 +48,10 @@ def echo_time_table(plan: Plan) -> None:
         return
     t = plan.time
     rows: list[tuple[str, Any, Any]] = [
-        (LABELS_TIME[name], round(value, 4), f"{100 * value / t.step_seconds:.1f}%")
+        (LABELS_TIME[name], value, f"{format_significant(100 * value / t.step_seconds)}%")
         for name, value in t.time_seconds.items()
     ]
-    rows.append(("step", round(t.step_seconds, 4), "100.0%"))
+    rows.append(("step", t.step_seconds, "100%"))
     echo_table("step time, slowest pipeline stage", ["part", "seconds", "share"], rows)
     line = (f"{t.tokens_per_second:,.0f} tokens/s ({t.tokens_per_second_per_gpu:,.0f} per GPU), "
             f"{t.tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {100 * t.mfu:.1f}%")
@@ -75,7 +86,8 @@ def _rows(stage: StageMemory) -> list[tuple[str, float]]:
 
 
 def echo_memory_table(plan: Plan, heading: str) -> None:
-    """The seeds' "memory verification" table for the worst stage."""
+    """The memory table of the worst stage: each item, the total, the capacity, whether it
+    fits."""
     worst = plan.worst_stage
     rows: list[tuple[str, Any]] = list(_rows(worst))
     rows += [("total", _gb(worst.total_bytes)), ("GPU capacity", _gb(plan.gpu_memory_bytes))]
@@ -90,25 +102,30 @@ def echo_memory_table(plan: Plan, heading: str) -> None:
 
 
 def echo_stage_table(plan: Plan, heading: str) -> None:
-    """One row per pipeline stage, one column per item (GB)."""
+    """One row per pipeline stage, one column per item (GB) that some stage holds: an item
+    every stage leaves at zero (ZeRO-3's gathered layers without ZeRO 3) is no column."""
     names = [label for label, _ in _rows(plan.stages[0])]
+    values = [[value for _, value in _rows(s)] for s in plan.stages]
+    kept = [i for i in range(len(names)) if any(v[i] for v in values)]
+    names = [names[i] for i in kept]
     rows = [
-        (s.stage, *(value for _, value in _rows(s)), _gb(s.total_bytes),
+        (s.stage, *(v[i] for i in kept), _gb(s.total_bytes),
          s.total_bytes <= plan.usable_memory_bytes)
-        for s in plan.stages
+        for s, v in zip(plan.stages, values)
     ]
     click.echo(heading)
     click.echo(render_config(plan))
     capacity = plan.memory_headroom.describe(plan.gpu_memory_bytes)
-    echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity {capacity})",
-               ["stage", *names, "total", "fits"], rows)
+    columns = ["stage", *names, "total", "fits"]
+    echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity {capacity})", columns,
+               rows, short_columns=[SHORT_LABELS.get(name, name) for name in columns])
 
 
 def echo_fixes(fixes: tuple[str, ...]) -> None:
     if fixes:
-        click.echo("does not fit; single changes that fit: " + ", ".join(fixes))
+        echo_alert("does not fit; single changes that fit: " + ", ".join(fixes))
     else:
-        click.echo("does not fit; no single change of zero, recompute, micro-batch, tp or pp "
+        echo_alert("does not fit; no single change of zero, recompute, micro-batch, tp or pp "
                    "fits: add GPUs or use GPUs with more memory")
 
 

@@ -32,6 +32,7 @@ from solver.search.constraints import (
 from solver.search.enumerate import Ranked, enumerate_feasible
 from solver.search.space import VARIABLES, Problem
 from solver.spec.figures import format_significant
+from solver.spec.job import ParallelConfig
 
 SOFT_PREFIXES = ("pin_", "megatron_", "torchtitan_", "deepspeed_")
 SOFT_NAMES = ("tp_within_nvlink", "etp_within_nvlink", MEMORY_CONSTRAINT)
@@ -97,12 +98,11 @@ def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
 
 
 def explain_choice(problem: Problem, ranked: Ranked,
-                   solve_pinned: Callable[[Problem], Ranked | None] | None = None,
-                   compare: bool = True) -> list[str]:
-    """The six steps of the classic decision process for this problem, the runner-up, and
-    (with `compare`) the best plan without the winner's most surprising choice
-    (`compare_without_surprise`; `solve_pinned` solves a problem with one more pin, with the
-    engine that ranked `ranked`: often a second search)."""
+                   solve_pinned: Callable[[Problem], Ranked | None] | None = None) -> list[str]:
+    """The six steps of the classic decision process for this problem, the runner-up, and the
+    best plan without the winner's most surprising choice (`compare_without_surprise`;
+    `solve_pinned`, if given, solves a problem with one more pin, with the engine that ranked
+    `ranked`)."""
     m, gpu = problem.model_spec, problem.cluster.gpu
     capacity = problem.cluster.usable_memory_bytes
     params = m.total_params
@@ -111,16 +111,15 @@ def explain_choice(problem: Problem, ranked: Ranked,
     options = problem.memory_options
     state_bytes = estimate_sharded_state_bytes_per_param(options)
     per_param = sum(state_bytes)
-    static = per_param * params
+    static = model_state_bytes(problem)
     lines.append(
         f"1. fit check: {params / 1e9:.1f}B parameters need {static / GB:.0f} GB of weights, "
         f"gradients and optimizer state ({per_param:g} bytes each: "
         f"{' + '.join(f'{b:g}' for b in state_bytes)}) "
-        f"against {capacity / GB:.0f} GB per GPU: "
+        f"against {format_significant(capacity / GB)} GB per GPU: "
         + ("fits one GPU" if static < capacity else
            f"shard over at least {math.ceil(static / capacity)} GPUs"))
-    weights = 2 * params
-    min_tp = max(1, math.ceil(weights / (0.7 * capacity)))
+    min_tp = minimum_tp(problem)
     lines.append(
         f"2. minimum TP (bf16 weights in 70% of a GPU): {min_tp}; chosen tp = {best.tp} "
         f"(NVLink domain {problem.cluster.scale_up_gpus}), with ZeRO {best.zero} sharding "
@@ -135,7 +134,8 @@ def explain_choice(problem: Problem, ranked: Ranked,
     step = float(ranked.step_time.step_s[0])
     comm = sum(time[k] for k in ("tp", "cp", "ep", "dp", "pp"))
     lines.append(
-        f"5. communication budget: {100 * comm / step:.1f}% of the {step:.2f} s step is exposed "
+        f"5. communication budget: {100 * comm / step:.1f}% of the "
+        f"{format_significant(step)} s step is exposed "
         f"communication, {100 * time['bubble'] / step:.1f}% pipeline bubble"
         + _dp_overlap_note(problem, best))
     if m.is_moe:
@@ -145,11 +145,22 @@ def explain_choice(problem: Problem, ranked: Ranked,
         lines.append("6. experts: dense model, no EP")
     if len(ranked.candidates) > 1:
         lines.append(_runner_up(ranked))
-    surprise = compare_without_surprise(problem, ranked, solve_pinned or _solve_even) \
-        if compare else None
+    surprise = compare_without_surprise(problem, ranked, solve_pinned)
     if surprise is not None:
         lines.append(surprise)
     return lines
+
+
+def model_state_bytes(problem: Problem) -> float:
+    """Weights, gradients and optimizer state of the whole model, unsharded (the fit check)."""
+    per_param = sum(estimate_sharded_state_bytes_per_param(problem.memory_options))
+    return per_param * problem.model_spec.total_params
+
+
+def minimum_tp(problem: Problem) -> int:
+    """The rule of thumb's smallest TP: bf16 weights in 70% of a GPU."""
+    weights = 2 * problem.model_spec.total_params
+    return max(1, math.ceil(weights / (0.7 * problem.cluster.usable_memory_bytes)))
 
 
 def _dp_overlap_note(problem: Problem, best) -> str:
@@ -189,53 +200,57 @@ def _runner_up(ranked: Ranked) -> str:
     if gap <= 1e-9 * float(ranked.step_time.step_s[0]):
         return (f"runner-up #{index + 1} ({described}) ties with the winner under the model; "
                 "the order between them is by memory, then by the degrees")
-    return (f"runner-up #{index + 1} ({described}) is {gap:.3f} s slower per step; it loses "
-            f"most on "
-            f"{worst} ({second[worst] - first[worst]:+.3f} s)")
+    return (f"runner-up #{index + 1} ({described}) is {format_significant(gap)} s slower per "
+            f"step; it loses most on {TIME_WORDS[worst]} "
+            f"({_signed_seconds(second[worst] - first[worst])})")
 
 
 @dataclass(frozen=True)
 class Choice:
-    """A choice a reader questions: the winner's `name` outside `usual`, the values the rule
-    of thumb would take."""
+    """A choice a reader questions: `questioned(problem, best)` says whether the winner made
+    it against the rule of thumb; `usual` are the values the rule of thumb would take."""
 
     name: str
     usual: tuple[int, ...]
     words: str
+    questioned: Callable[[Problem, ParallelConfig], bool]
 
 
-# Most surprising first: CP is meant for long sequences; PP and TP for models that do not fit
-# on fewer GPUs; ZeRO 3 (sharded weights, gathered every step) trades traffic for memory.
+# Most surprising first, each against the rule of thumb of the steps above: CP is meant for
+# long sequences; pipeline stages for weights that TP over one NVLink domain cannot hold; TP
+# for weights that do not fit one GPU; ZeRO 3 (weights gathered every step) trades traffic for
+# memory. A choice the rule of thumb expects (pp 8 for a 405B model) is not questioned.
 SURPRISES = (
-    Choice("cp", (1,), "context parallelism"),
-    Choice("pp", (1,), "pipeline parallelism"),
-    Choice("tp", (1,), "tensor parallelism"),
-    Choice("zero", (0, 1, 2), "ZeRO 3"),
+    Choice("cp", (1,), "context parallelism", lambda p, best: best.cp > 1),
+    Choice("pp", (1,), "pipeline parallelism", lambda p, best: best.pp > 1 and
+           minimum_tp(p) <= p.cluster.scale_up_gpus),
+    Choice("tp", (1,), "tensor parallelism", lambda p, best: best.tp > 1 and
+           minimum_tp(p) == 1),
+    Choice("zero", (0, 1, 2), "ZeRO 3", lambda p, best: best.zero == 3),
 )
 TIME_WORDS = {"compute": "compute", "recompute": "recompute", "tp": "TP traffic",
               "cp": "CP traffic", "ep": "EP traffic", "dp": "DP traffic", "pp": "PP traffic",
               "bubble": "pipeline bubble", "optimizer": "optimizer step"}
 
 
-def _solve_even(problem: Problem) -> Ranked | None:
-    return solve_by_enumeration(problem, top=1)
-
-
 def find_surprise(problem: Problem, ranked: Ranked) -> Choice | None:
     """The winner's most surprising choice (SURPRISES order), skipping any the user pinned."""
     best = ranked.candidates.config(0)
     for choice in SURPRISES:
-        if getattr(best, choice.name) not in choice.usual and choice.name not in problem.pins:
+        if choice.questioned(problem, best) and choice.name not in problem.pins:
             return choice
     return None
 
 
 def compare_without_surprise(problem: Problem, ranked: Ranked,
-                             solve_pinned: Callable[[Problem], Ranked | None]) -> str | None:
+                             solve_pinned: Callable[[Problem], Ranked | None] | None
+                             ) -> str | None:
     """The best plan without the winner's most surprising choice, and what the difference
     costs: step time (with its three largest changes) and memory.
     The best such plan is the first of the ranking that has it (the ranking is in objective
-    order), else the answer to the problem with the usual values pinned."""
+    order), else the answer to the problem with the usual values pinned: `solve_pinned` (a
+    solve per questioned problem, about 0.1-0.4 s; the optimize command asks for it, sweeps
+    do not), or without it the pin that would show it."""
     choice = find_surprise(problem, ranked)
     if choice is None:
         return None
@@ -246,6 +261,11 @@ def compare_without_surprise(problem: Problem, ranked: Ranked,
     listed = np.flatnonzero(np.isin(getattr(ranked.candidates, choice.name), choice.usual))
     if len(listed):
         other, index, where = ranked, int(listed[0]), f" (#{int(listed[0]) + 1} listed)"
+    elif solve_pinned is None:
+        flag = f"--{choice.name} {choice.usual[-1]}" if len(choice.usual) == 1 else \
+            f"--{choice.name} {choice.usual[0]}-{choice.usual[-1]}"
+        return (f"{head} none of the {len(ranked.candidates)} listed plans goes without it "
+                f"(parplan optimize {flag} shows the best that does)")
     else:
         pinned = problem.model_copy(update={"pins": {**problem.pins, choice.name: choice.usual}})
         found = solve_pinned(pinned)
