@@ -49,8 +49,8 @@ BASE_ARGS = {
               "-q"],
     "calibrate nccl-tests": [str(NCCL_LOG), "--cluster", "dgx-h100"],
     "calibrate run": ["--cluster", "dgx-h100"],
-    # A bad flag value stops click before the file is read or the folder made.
-    "report": ["results.jsonl", "-o", "report"],
+    # A bad flag value stops click before the file is read (-o is added where it is used).
+    "report": ["results.jsonl"],
 }
 
 

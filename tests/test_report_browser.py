@@ -21,6 +21,7 @@ import pytest
 from solver.sweep.outcome import SolveSettings, solve_sweep_problem
 from solver.sweep.problems import SweepProblem
 from solver.sweep.report import write_report
+from solver.sweep.report_fronts import FrontPoint, build_front
 
 CHROMIUM = "/usr/bin/chromium"
 # Playwright's own browser download cannot reach the internet: Debian's Chromium instead, with
@@ -36,6 +37,14 @@ PROBLEMS = [
     SweepProblem("llama3.1-8b", "dgx-h100", 16, 4096, 1024, "bf16"),
     SweepProblem("llama3.1-70b", "dgx-h100", 8, 4096, 1024, "bf16"),  # infeasible
 ]
+
+
+# A front of no group, as another planner (serving) would pass it: its own section.
+EXTRA_FRONT = build_front("tokens/s against time per output token", "ms per output token",
+                          "tokens/s", "lower", "higher",
+                          [FrontPoint("tp 1", 9.0, 1200.0, "tp 1"),
+                           FrontPoint("tp 2", 6.0, 2000.0, "tp 2"),
+                           FrontPoint("tp 2", 7.0, 1500.0, "tp 2, more copies")])
 
 
 def _browser_missing() -> str | None:
@@ -61,7 +70,7 @@ def page_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(missing)
     directory = tmp_path_factory.mktemp("report-page")
     lines = [solve_sweep_problem(p, SolveSettings(top=3)) for p in PROBLEMS]
-    write_report(lines, directory)
+    write_report(lines, directory, fronts=[EXTRA_FRONT])
     return directory / "index.html"
 
 
@@ -112,6 +121,10 @@ def test_loads_without_errors_or_requests(page: Any) -> None:
     # The first solved problem in key order is open, with its charts drawn by Plotly.
     assert page.inner_text("#details-title") == "llama3.1-8b on dgx-h100, 16 GPUs"
     assert page.locator("#details .js-plotly-plot").count() == 4
+    # The extra front has a section of its own.
+    assert page.inner_text("#fronts h2") == "Pareto fronts"
+    assert page.locator("#fronts .main-svg").count() >= 1
+    assert "tokens/s against time per output token" in page.inner_text("#fronts")
 
 
 def test_filtering_changes_the_rows(page: Any) -> None:

@@ -5,8 +5,8 @@ fronts of each group.
 Per problem: the key, the status, the GPU's memory (and what plans may use of it), the conflicts
 and fixes of an infeasible problem, the error of a failed one, the explanation of a solved one.
 Per plan: the degrees, the worst stage's memory by item, the step time by part, tokens/s, MFU,
-the days and GPU-hours for the report's token budget, the settings that do not matter (twins),
-and the `parplan launch` command that writes its framework settings.
+the days and GPU-hours for the report's token budget, the recompute settings of the same step
+time (twins), and the `parplan launch` command that writes its framework settings.
 """
 
 from __future__ import annotations
@@ -71,8 +71,7 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         "mfu": float(plan["mfu"]),
         "days": days,
         "gpu_hours": gpu_hours,
-        "twins": ", ".join(f"{e.get('recompute')} = {plan['recompute']}" for e in equivalent
-                           if isinstance(e, dict)),
+        "twins": " or ".join(str(e.get("recompute")) for e in equivalent if isinstance(e, dict)),
         "layout": (plan.get("layout") or {}).get("syntax") or "",
         "launch": render_launch_line(line, plan),
     }

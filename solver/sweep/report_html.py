@@ -56,7 +56,7 @@ def render_page(data: dict[str, Any], chart_library: str | None) -> str:
         _filter("status", "status"), '<span id="row-count"></span></div>',
         '<div class="table-box"><table id="problems"><thead><tr></tr></thead><tbody></tbody>'
         "</table></div>",
-        '<section id="details" hidden></section>',
+        '<section id="details" hidden></section>', '<section id="fronts" hidden></section>',
         f'<script type="application/json" id="report-data">{_json_for_script(data)}</script>',
     ]
     if chart_library is not None:

@@ -234,7 +234,8 @@
       var more = el("button", { type: "button", className: "more", "aria-expanded": "false" }, ["details"]);
       var tr = el("tr", { className: "plan" }, [
         el("td", {}, [String(rank + 1)]),
-        el("td", { className: "config" }, [plan.config + (plan.twins ? " (" + plan.twins + ")" : "")]),
+        el("td", { className: "config" }, [plan.config +
+          (plan.twins ? " (same step time with recompute " + plan.twins + ")" : "")]),
         el("td", { className: "num" }, [fmt(plan.step)]),
         el("td", { className: "num" }, [gap]),
         el("td", { className: "num" }, [fmt(plan.rate)]),
@@ -284,7 +285,7 @@
       el("dt", {}, ["tokens/s per GPU"]), el("dd", {}, [fmt(plan.rate_per_gpu)])
     ];
     if (plan.layout) items.push(el("dt", {}, ["pipeline layout"]), el("dd", {}, [el("code", {}, [plan.layout])]));
-    if (plan.twins) items.push(el("dt", {}, ["equivalent"]), el("dd", {}, [plan.twins]));
+    if (plan.twins) items.push(el("dt", {}, ["same step time with"]), el("dd", {}, ["recompute " + plan.twins]));
     return el("dl", {}, items);
   }
 
@@ -401,8 +402,24 @@
     });
   }
 
+  // Fronts of no group (given by another planner, e.g. serving): their own section, drawn once.
+  function renderLooseFronts() {
+    var loose = data.fronts.filter(function (front) { return !front.group; });
+    if (!loose.length) return;
+    var box = document.getElementById("fronts");
+    box.hidden = false;
+    box.appendChild(el("h2", {}, ["Pareto fronts"]));
+    if (!charts) { box.appendChild(el("p", { className: "note" }, [data.charts_missing])); return; }
+    var row = box.appendChild(el("div", { className: "charts" }, []));
+    var divs = loose.map(function (front, f) {
+      return row.appendChild(el("div", { className: "chart front", id: "loose-front-" + f }, []));
+    });
+    loose.forEach(function (front, f) { drawFront(divs[f], front, -1); });
+  }
+
   // ---- start ----
   applyFilters();
+  renderLooseFronts();
   var fromHash = /^#problem-(\d+)$/.exec(window.location.hash);
   var start = fromHash ? Number(fromHash[1]) : problems.findIndex(function (p) { return SOLVED[p.status]; });
   if (start >= 0 && start < problems.length) select(start);
