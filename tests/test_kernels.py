@@ -227,3 +227,30 @@ def test_held_out_moe_shapes_are_closer_with_the_gemm_correction() -> None:
     assert len(plain) == len(fixed) > 1000
     assert np.all(np.isfinite(fixed)) and np.all(fixed < 10.0)
     assert np.median(fixed) < np.median(plain)
+
+
+def test_routed_expert_backward_is_the_gemm_tables_dgrad_and_wgrad() -> None:
+    """solver.cost.kernels.estimate_expert_backward_ratio: the fused MoE forward's backward
+    takes the ratio the GEMM table gives one expert's FC1 and FC2 (kernel README caveat 2:
+    dgrad is the table's (m, k, n), wgrad its (n, k, m)), as dense GEMMs do. H100 fp8:
+    Qwen3-30B-A3B's experts (h 2048, i 768, gated) at 1024 rows 2.08, DeepSeek-V3's (7168,
+    2048) at 2048 rows 2.22; a dtype without GEMMs keeps 2."""
+    from solver.cost.kernels import estimate_expert_backward_ratio
+
+    table = load_kernel_table("h100_sxm")
+    m, h, i = 1024.0, 2048, 768
+    forward = (estimate_table_gemm_s(table, "fp8", m, 2 * i, h)
+               + estimate_table_gemm_s(table, "fp8", m, h, i))
+    backward = (estimate_table_gemm_s(table, "fp8", m, h, 2 * i)
+                + estimate_table_gemm_s(table, "fp8", m, i, h)
+                + estimate_table_gemm_s(table, "fp8", 2 * i, h, m)
+                + estimate_table_gemm_s(table, "fp8", h, i, m))
+    ratio = estimate_expert_backward_ratio(table, "fp8", rows=m, hidden=h, inter=i, etp=1.0,
+                                           gated=True)
+    assert float(ratio) == pytest.approx(float(backward / forward), rel=1e-12)
+    assert float(ratio) == pytest.approx(2.08, abs=0.01)
+    deepseek = estimate_expert_backward_ratio(table, "fp8", rows=2048.0, hidden=7168,
+                                              inter=2048, etp=1.0, gated=True)
+    assert float(deepseek) == pytest.approx(2.22, abs=0.01)
+    assert float(estimate_expert_backward_ratio(table, "nvfp4", rows=m, hidden=h, inter=i,
+                                                etp=1.0, gated=True)) == 2.0

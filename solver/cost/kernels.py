@@ -310,3 +310,25 @@ def _expert_gemm_rate(table: KernelTable, dtype: str, rows, hidden: int, inter: 
     seconds = (estimate_table_gemm_s(table, dtype, rows, up, hidden)
                + estimate_table_gemm_s(table, dtype, rows, hidden, width))
     return (gemm_flop(rows, up, hidden) + gemm_flop(rows, hidden, width)) / seconds
+
+
+def estimate_expert_backward_ratio(table: KernelTable, dtype: str, *, rows, hidden: int,
+                                   inter: int, etp, gated: bool) -> np.ndarray:
+    """Backward over forward seconds of one expert's FC1 and FC2 at `rows` tokens, from the
+    table's plain GEMMs: dgrad dx[m,k] = dy[m,n] W[n,k] is the table's (m, k, n), wgrad
+    dW[n,k] = dy^T[n,m] x[m,k] its (n, k, m) (kernel README caveat 2), as the dense GEMMs'
+    backward is (solver.cost.efficiency.estimate_gemm_backward_s); 2 where the table has no
+    GEMMs in `dtype`. The wgrad's reduction over the expert's few rows is what lifts it above
+    2: H100 fp8, Qwen3-30B-A3B's experts (h 2048, i 768) at 1024 rows: 2.08; DeepSeek-V3's
+    (7168, 2048) at 2048 rows: 2.22."""
+    if not table.has(f"gemm.{dtype}"):
+        return np.full(np.shape(rows), 2.0)
+    width = np.asarray(inter, dtype=float) / np.asarray(etp, dtype=float)
+    up = (2.0 if gated else 1.0) * width
+    forward = (estimate_table_gemm_s(table, dtype, rows, up, hidden)
+               + estimate_table_gemm_s(table, dtype, rows, hidden, width))
+    dgrad = (estimate_table_gemm_s(table, dtype, rows, hidden, up)
+             + estimate_table_gemm_s(table, dtype, rows, width, hidden))
+    wgrad = (estimate_table_gemm_s(table, dtype, up, hidden, rows)
+             + estimate_table_gemm_s(table, dtype, hidden, width, rows))
+    return (dgrad + wgrad) / forward

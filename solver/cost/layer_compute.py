@@ -37,7 +37,11 @@ from solver.cost.efficiency import (
     gemm_table,
 )
 from solver.cost.flops import estimate_attention_core_flops
-from solver.cost.kernels import estimate_table_moe_s, load_kernel_table
+from solver.cost.kernels import (
+    estimate_expert_backward_ratio,
+    estimate_table_moe_s,
+    load_kernel_table,
+)
 from solver.cost.precision import BF16, load_recipe
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
@@ -215,7 +219,9 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     """(forward, backward, fused) seconds of the routed experts. The GPU's EP group routes
     ep*etp*rows/tp tokens over all experts; each GPU computes its experts/ep experts (split
     etp ways) for tokens*k/experts rows each, which is the table's MoE row at that token
-    count. Without such rows: experts/ep per-expert GEMM pairs of that many rows."""
+    count; its backward is that forward times the GEMM table's dgrad + wgrad over forward
+    time for one expert's two GEMMs (solver.cost.kernels.estimate_expert_backward_ratio).
+    Without such rows: experts/ep per-expert GEMM pairs of that many rows."""
     gpu, cc, h = cluster.gpu, constants.compute, model_spec.hidden_size
     tp, ep, etp = d["tp"], d["ep"], d["etp"]
     k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
@@ -233,7 +239,11 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         low, high = fused(recipe.table_dtype), fused(BF16.table_dtype)
         if low is not None and (high is not None or bf16_share == 0.0):
             forward = low if bf16_share == 0.0 else (1.0 - bf16_share) * low + bf16_share * high
-            return forward, 2.0 * forward, True
+            ratio = estimate_expert_backward_ratio(
+                table, recipe.table_dtype, rows=rows / tp * ep * etp * k / experts, hidden=h,
+                inter=model_spec.moe_intermediate_size, etp=etp,
+                gated=model_spec.mlp_type == "gated")
+            return forward, ratio * forward, True
     expert_rows = rows * k * ep * etp / (experts * tp)
     width = model_spec.expert_params / (2.0 * h * etp)
     local = experts / ep
