@@ -321,14 +321,28 @@ def estimate_expert_backward_ratio(table: KernelTable, dtype: str, *, rows, hidd
     GEMMs in `dtype`. The wgrad's reduction over the expert's few rows is what lifts it above
     2: H100 fp8, Qwen3-30B-A3B's experts (h 2048, i 768) at 1024 rows: 2.08; DeepSeek-V3's
     (7168, 2048) at 2048 rows: 2.22."""
+    rows, etp = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(etp, dtype=float))
     if not table.has(f"gemm.{dtype}"):
-        return np.full(np.shape(rows), 2.0)
-    width = np.asarray(inter, dtype=float) / np.asarray(etp, dtype=float)
+        return np.full(rows.shape, 2.0)
+    # A few distinct (rows, etp) among the candidates, the same ones call after call in a
+    # search: look each set up once.
+    pairs, back = np.unique(np.stack([rows.ravel(), etp.ravel()], axis=1), axis=0,
+                            return_inverse=True)
+    ratios = _expert_backward_ratios(table.name, dtype, pairs.tobytes(), hidden, inter, gated)
+    return np.asarray(ratios)[back.ravel()].reshape(rows.shape)
+
+
+@functools.lru_cache(maxsize=1024)
+def _expert_backward_ratios(table_name: str, dtype: str, pairs_bytes: bytes, hidden: int,
+                            inter: int, gated: bool) -> tuple[float, ...]:
+    table = load_kernel_table(table_name)
+    pairs = np.frombuffer(pairs_bytes).reshape(-1, 2)
+    m, width = pairs[:, 0], inter / pairs[:, 1]
     up = (2.0 if gated else 1.0) * width
-    forward = (estimate_table_gemm_s(table, dtype, rows, up, hidden)
-               + estimate_table_gemm_s(table, dtype, rows, hidden, width))
-    dgrad = (estimate_table_gemm_s(table, dtype, rows, hidden, up)
-             + estimate_table_gemm_s(table, dtype, rows, width, hidden))
-    wgrad = (estimate_table_gemm_s(table, dtype, up, hidden, rows)
-             + estimate_table_gemm_s(table, dtype, hidden, width, rows))
-    return (dgrad + wgrad) / forward
+    forward = (estimate_table_gemm_s(table, dtype, m, up, hidden)
+               + estimate_table_gemm_s(table, dtype, m, hidden, width))
+    dgrad = (estimate_table_gemm_s(table, dtype, m, hidden, up)
+             + estimate_table_gemm_s(table, dtype, m, width, hidden))
+    wgrad = (estimate_table_gemm_s(table, dtype, up, hidden, m)
+             + estimate_table_gemm_s(table, dtype, hidden, width, m))
+    return tuple(float(r) for r in (dgrad + wgrad) / forward)
