@@ -102,7 +102,7 @@ def test_the_page_is_self_contained(results: Path, tmp_path: Path) -> None:
     run_report(results, tmp_path / "report")
     html = (tmp_path / "report" / "index.html").read_text()
     bundle = offline.get_plotlyjs()
-    assert f"<script>{bundle}</script>" in html
+    assert f'<script type="text/plain" id="chart-library">{bundle}</script>' in html
     html = html.replace(bundle, "")  # its own links (plotly.com in the mode bar) stay
     assert not re.search(r"<script[^>]* src=|<link |@import|<iframe", html)
     assert re.findall(r'href="([^"]*)"', html) == ["summary.csv", "summary.md"]

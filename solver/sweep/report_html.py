@@ -2,8 +2,8 @@
 
 The page holds its data (solver.sweep.report_data) as JSON in a `<script type=
 "application/json">` element, its script (report_page.js) and style (report_page.css), and,
-with the `report` extra, Plotly's JavaScript bundle inline (solver.sweep.plots): no request
-leaves the page. Without Plotly the page keeps its tables and says how to get the charts.
+with the `report` extra, Plotly's JavaScript bundle inline as text that the script runs once
+the table is painted (solver.sweep.plots): no request leaves the page. Without Plotly the page keeps its tables and says how to get the charts.
 """
 
 from __future__ import annotations
@@ -60,7 +60,11 @@ def render_page(data: dict[str, Any], chart_library: str | None) -> str:
         f'<script type="application/json" id="report-data">{_json_for_script(data)}</script>',
     ]
     if chart_library is not None:
-        parts.append(f"<script>{chart_library}</script>")
+        # Kept as text and run by the page's script once the table is painted (a bundle
+        # of megabytes would otherwise hold the first paint for seconds).
+        if "</script" in chart_library.lower():
+            raise ValueError("the chart library cannot be embedded: it contains </script")
+        parts.append(f'<script type="text/plain" id="chart-library">{chart_library}</script>')
     parts += [f"<script>{_asset('report_page.js')}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
 

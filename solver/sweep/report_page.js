@@ -1,12 +1,15 @@
 // parplan report: the page's script. Reads the JSON in #report-data (solver.sweep.report_data),
 // draws the problem table (sortable, filterable), the selected problem's ranked plans with their
 // launch lines, memory and step-time charts, and its group's Pareto fronts. Charts use Plotly
-// when the page embeds it; without it the page keeps its tables.
+// when the page embeds it (as text in #chart-library, run after the table is drawn, so the
+// table answers at once); without it the page keeps its tables.
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("report-data").textContent);
   var problems = data.problems;
-  var charts = typeof window.Plotly !== "undefined";
+  var library = document.getElementById("chart-library");
+  var charts = false;  // Plotly is running (after startCharts)
+  var chartsNote = library ? "charts are loading" : data.charts_missing;
   var SOLVED = { optimal: true, feasible: true };
   var TIME_WORDS = { compute: "compute", recompute: "recompute", tp: "TP traffic",
     cp: "CP traffic", ep: "EP traffic", dp: "DP traffic", pp: "PP traffic",
@@ -82,6 +85,7 @@
     th.addEventListener("keydown", function (e) { if (e.key === "Enter") sortBy(c); });
     headRow.appendChild(th);
   });
+  var fragment = document.createDocumentFragment();
   problems.forEach(function (problem, index) {
     var tr = el("tr", { tabindex: "0", "data-index": String(index),
       className: "status-" + problem.status });
@@ -95,9 +99,11 @@
     });
     tr.addEventListener("click", function () { select(index); });
     tr.addEventListener("keydown", function (e) { if (e.key === "Enter") select(index); });
-    tbody.appendChild(tr);
+    fragment.appendChild(tr);
     rows.push(tr);
   });
+  tbody.appendChild(fragment);
+  var rowText = rows.map(function (tr) { return tr.textContent.toLowerCase(); });
 
   var sortState = { column: -1, ascending: true };
   function sortBy(c) {
@@ -105,16 +111,19 @@
     sortState.column = c;
     var column = COLUMNS[c];
     var sign = sortState.ascending ? 1 : -1;
+    var keys = problems.map(function (problem) { return value(problem, column); });
     var order = problems.map(function (_, i) { return i; });
     order.sort(function (a, b) {
-      var x = value(problems[a], column), y = value(problems[b], column);
+      var x = keys[a], y = keys[b];
       var xm = x === null || x === undefined || x === "", ym = y === null || y === undefined || y === "";
       if (xm || ym) return xm === ym ? a - b : (xm ? 1 : -1);  // missing values last
       if (x < y) return -sign;
       if (x > y) return sign;
       return a - b;
     });
-    order.forEach(function (i) { tbody.appendChild(rows[i]); });
+    var sorted = document.createDocumentFragment();
+    order.forEach(function (i) { sorted.appendChild(rows[i]); });
+    tbody.appendChild(sorted);
     headRow.querySelectorAll("th").forEach(function (th, i) {
       th.setAttribute("aria-sort", i === c ? (sortState.ascending ? "ascending" : "descending") : "none");
     });
@@ -143,8 +152,7 @@
         return wanted === "" || String(problem[key]) === wanted;
       });
       if (keep && words.length) {
-        var text = rows[i].textContent.toLowerCase();
-        keep = words.every(function (word) { return text.indexOf(word) >= 0; });
+        keep = words.every(function (word) { return rowText[i].indexOf(word) >= 0; });
       }
       rows[i].hidden = !keep;
       if (keep) shown += 1;
@@ -262,7 +270,7 @@
     var chartsBox = el("div", { className: "charts" }, []);
     box.appendChild(chartsBox);
     if (!charts) {
-      chartsBox.appendChild(el("p", { className: "note" }, [data.charts_missing]));
+      chartsBox.appendChild(el("p", { className: "note" }, [chartsNote]));
       return;
     }
     var memoryDiv = el("div", { className: "chart", id: "chart-memory" }, []);
@@ -344,7 +352,7 @@
     box.appendChild(el("p", { className: "note" }, ["Each point is the best plan of one cluster " +
       "at one GPU count; the line joins the points no other point beats on both axes. " +
       "Click a point to open its problem."]));
-    if (!charts) { box.appendChild(el("p", { className: "note" }, [data.charts_missing])); return; }
+    if (!charts) { box.appendChild(el("p", { className: "note" }, [chartsNote])); return; }
     var row = el("div", { className: "charts" }, []);
     box.appendChild(row);
     // Every chart is in place before the first is drawn, so each is sized to its own share.
@@ -408,8 +416,8 @@
     if (!loose.length) return;
     var box = document.getElementById("fronts");
     box.hidden = false;
-    box.appendChild(el("h2", {}, ["Pareto fronts"]));
-    if (!charts) { box.appendChild(el("p", { className: "note" }, [data.charts_missing])); return; }
+    box.replaceChildren(el("h2", {}, ["Pareto fronts"]));
+    if (!charts) { box.appendChild(el("p", { className: "note" }, [chartsNote])); return; }
     var row = box.appendChild(el("div", { className: "charts" }, []));
     var divs = loose.map(function (front, f) {
       return row.appendChild(el("div", { className: "chart front", id: "loose-front-" + f }, []));
@@ -423,5 +431,26 @@
   var fromHash = /^#problem-(\d+)$/.exec(window.location.hash);
   var start = fromHash ? Number(fromHash[1]) : problems.findIndex(function (p) { return SOLVED[p.status]; });
   if (start >= 0 && start < problems.length) select(start);
-  document.body.setAttribute("data-ready", "true");
+  document.body.setAttribute("data-table-ready", "true");
+  performance.mark("table-ready");
+
+  // Plotly's bundle (megabytes) loads once the table has been painted, from a blob of the
+  // page's own text (the browser compiles it off the main thread); then the charts.
+  function drawCharts() {
+    charts = typeof window.Plotly !== "undefined";
+    chartsNote = data.charts_missing;
+    renderLooseFronts();
+    if (selected >= 0) renderDetails(problems[selected], selected);
+    document.body.setAttribute("data-ready", "true");
+    performance.mark("charts-ready");
+  }
+  function startCharts() {
+    if (!library) { drawCharts(); return; }
+    var script = document.createElement("script");
+    script.src = URL.createObjectURL(new Blob([library.textContent], { type: "text/javascript" }));
+    script.onload = function () { URL.revokeObjectURL(script.src); drawCharts(); };
+    script.onerror = drawCharts;
+    document.head.appendChild(script);
+  }
+  window.requestAnimationFrame(function () { setTimeout(startCharts, 0); });
 })();
