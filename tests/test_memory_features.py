@@ -453,3 +453,35 @@ def test_launch_emits_the_plan_savers(tmp_path) -> None:
     refused = CliRunner().invoke(cli, launch)
     assert refused.exit_code == 2
     assert "plans.0.memory_savers" in refused.output and "cpu_offload" in refused.output
+
+
+def test_torchtitan_keeps_a_pipeline_stage_gathered() -> None:
+    """torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "For PP, by
+    default do not reshard after forward" (returns `not pp_enabled`); torch/distributed/
+    pipelining/stage.py backward_maybe_with_nosync sets set_reshard_after_backward(False) and
+    set_requires_gradient_sync(False) until the last micro-batch; FSDPParam.
+    to_accumulated_grad_if_needed accumulates the unsharded gradient in the reduce dtype (fp32
+    in torchtitan). Llama-3.1-405B, tp 8, pp 8, dp 8, ZeRO-3: a stage holds 405.9e9 / 64 = 6.34e9
+    parameters per GPU, gathered in bf16 (12.7 GB) with fp32 gradients (25.4 GB), on top of the
+    16 B / 8 shard; Megatron-FSDP reshards (no such term). The state at pp 1 is unchanged: the
+    one documented case where memory rises with a sharding degree (pp 1 -> 2)."""
+    spec = load_model_spec("llama3.1-405b")
+    titan = build_framework_profile("torchtitan").memory_options()
+    assert titan.fsdp_unsharded_under_pp
+    assert not build_framework_profile("megatron").memory_options().fsdp_unsharded_under_pp
+
+    def items(options: MemoryOptions, **degrees: int) -> dict[str, float]:
+        config = ParallelConfig(tp=8, zero=3, micro_batch=1, recompute="full", **degrees)
+        breakdown = estimate_memory(spec, JobSpec(seq_len=8192, global_batch=64),
+                                    Candidates.from_configs([config]), options)
+        return {k: float(v[0]) / 1e9 for k, v in breakdown.items.items()}
+
+    resharded = titan.model_copy(update={"fsdp_unsharded_under_pp": False})
+    kept, plain = items(titan, pp=8, dp=8), items(resharded, pp=8, dp=8)
+    stage = spec.total_params / 64 / 1e9  # ~6.34e9 per GPU; the worst stage holds the head
+    assert kept["weights"] - plain["weights"] == pytest.approx(2 * stage, rel=0.05)
+    assert kept["grads"] - plain["grads"] == pytest.approx(4 * stage, rel=0.05)
+    assert kept["zero3_gather"] == 0.0 < plain["zero3_gather"]  # nothing gathered apart
+    assert items(titan, pp=1, dp=64) == items(resharded, pp=1, dp=64)
+    total = {pp: sum(items(titan, pp=pp, dp=64 // pp).values()) for pp in (1, 2)}
+    assert total[1] < total[2]

@@ -16,6 +16,9 @@ Two physical exceptions are excluded by the strategies, each for a stated reason
   powers of two, so every split is even); and under interleaving the first stage holds
   L (1 + (p - 1)/(p v)) layers' activations (Korthikanti et al. 2022 §4.2.3), which grows
   with p: the pp property is checked for 1F1B (vpp = 1), where it is L for every p.
+The properties run under the default MemoryOptions. Under torchtitan's
+fsdp_unsharded_under_pp, ZeRO-3 memory rises from pp 1 to pp 2 (FSDP2 keeps a pipeline stage
+gathered with its unsharded gradients): tests/test_memory_features.py pins that case.
 """
 
 from __future__ import annotations

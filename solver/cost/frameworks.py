@@ -135,7 +135,8 @@ class FrameworkProfile(BaseModel):
         update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
                                   "fp8_weight_copies": constants.fp8_weight_copies,
                                   "recompute_modules": constants.recompute_modules,
-                                  "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS}
+                                  "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS,
+                                  "fsdp_unsharded_under_pp": self.name == "torchtitan"}
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)

@@ -44,6 +44,18 @@ class MemoryOptions(BaseModel):
                            and the bf16 weights exist only gathered (the ZeRO-3 gather buffer):
                            16 B per parameter / d, not 18 (ZeRO-0..2 hold the same bytes either
                            way). solver.cost.frameworks sets it for torchtitan and generic.
+      fsdp_unsharded_under_pp False
+                           torchtitan under pipeline parallelism: FSDP2 does not reshard after
+                           forward ("for PP, by default do not reshard after forward to avoid
+                           per-microbatch all-gathers", torchtitan/distributed/fsdp.py
+                           get_fsdp_reshard_after_forward_policy) and the pipeline schedule turns
+                           off resharding after backward and gradient sync until the last
+                           micro-batch (torch/distributed/pipelining/stage.py
+                           backward_maybe_with_nosync), so a ZeRO-3 stage also holds its
+                           parameters gathered (param_bytes) and their unsharded gradients, which
+                           FSDP2 accumulates in the reduce dtype (FSDPParam.
+                           to_accumulated_grad_if_needed: grad_bytes). solver.cost.frameworks
+                           sets it for torchtitan. Under it memory can rise with pp (1 -> 2).
     Activations (§3.2):
       sequence_parallel    Megatron shards norms, dropout and GEMM inputs over TP (on whenever
                            tp > 1, DESIGN.md); False reproduces frameworks without it
@@ -104,6 +116,7 @@ class MemoryOptions(BaseModel):
     optimizer_bytes: float = Field(default=12.0, ge=0)
     fp8_weight_copies: Fp8WeightCopies = "transformer_engine"
     fp32_sharded_params: bool = False
+    fsdp_unsharded_under_pp: bool = False
     sequence_parallel: bool = True
     flash_attention: bool = True
     dropout: bool = False

@@ -26,7 +26,10 @@ def estimate_zero3_gather_bytes(candidates: Candidates, largest_layer_params: np
     """
     gathered = ((1 + options.zero3_prefetch_layers) * (options.param_bytes + fp8_copy_bytes)
                 + options.grad_bytes)
-    return np.where(candidates.zero >= 3, largest_layer_params * gathered, 0.0)
+    # Where the whole stage stays gathered (fsdp_unsharded_under_pp, counted in the states)
+    # no layer is gathered apart.
+    kept = (candidates.pp > 1) & options.fsdp_unsharded_under_pp
+    return np.where((candidates.zero >= 3) & ~kept, largest_layer_params * gathered, 0.0)
 
 
 def estimate_fixed_bytes(candidates: Candidates, options: MemoryOptions) -> dict[str, np.ndarray]:

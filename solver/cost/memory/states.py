@@ -146,7 +146,9 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     Sources: ZeRO paper §5.1 (16 Psi, 4 Psi + 12 Psi/d, 2 Psi + 14 Psi/d, 16 Psi/d with
     2-byte gradients); Megatron dist_optimizer.md (18 B/param, 6 + 12/d with fp32 gradients).
     PyTorch FSDP (fp32_sharded_params): weights 4/d, optimizer (optimizer_bytes - 4)/d at
-    ZeRO-3, the fp32 shard being the master copy (16 B / d with fp32 gradients).
+    ZeRO-3, the fp32 shard being the master copy (16 B / d with fp32 gradients); torchtitan
+    under PP (fsdp_unsharded_under_pp) adds P * (param_bytes + grad_bytes), the stage kept
+    gathered with its unsharded gradients.
     Worked number: Llama-3.1-8B (8.03e9 params), dp = 8, ZeRO-1, defaults:
     weights + optimizer = 8.03e9 * (2 + 12/8) = 28.1 GB, plus 32.1 GB of fp32 gradients =
     60.2 GB, the "weights and optimizer" Megatron-Bridge logs for this run (notes §3.2).
@@ -172,8 +174,13 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     # fp32_sharded_params): its 4 B move from the optimizer state to the weights.
     sharded_param, _, sharded_optimizer = estimate_sharded_state_bytes_per_param(options)
     full = zero >= 3
+    # torchtitan's FSDP2 under PP keeps the stage gathered with its unsharded gradients
+    # (MemoryOptions.fsdp_unsharded_under_pp).
+    kept = np.where(full & (candidates.pp > 1) & options.fsdp_unsharded_under_pp,
+                    sum((counts[k] for k in PARAM_GROUPS), np.zeros(len(candidates))), 0.0)
     return {
-        "weights": shard(np.where(full, sharded_param, options.param_bytes), 3) + copies,
-        "grads": shard(options.grad_bytes, 2),
+        "weights": shard(np.where(full, sharded_param, options.param_bytes), 3) + copies
+        + kept * options.param_bytes,
+        "grads": shard(options.grad_bytes, 2) + kept * options.grad_bytes,
         "optimizer": shard(np.where(full, sharded_optimizer, options.optimizer_bytes), 1),
     }
