@@ -485,3 +485,17 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered() -> None:
     assert items(titan, pp=1, dp=64) == items(resharded, pp=1, dp=64)
     total = {pp: sum(items(titan, pp=pp, dp=64 // pp).values()) for pp in (1, 2)}
     assert total[1] < total[2]
+
+
+def test_report_launch_line_carries_the_plan_savers() -> None:
+    """The report page's copyable launch line turns on what the plan needs to fit."""
+    from solver.optimize import build_problem, render_result_json, solve
+    from solver.sweep.report_data import render_launch_line
+
+    answer = render_result_json(solve(build_problem("llama3.1-8b", "dgx-h100", 8), top=2,
+                                      engine="even", compare=False))
+    line = {**answer, "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 8}
+    plan = answer["plans"][0]
+    assert plan["memory_savers"]
+    launch = render_launch_line(line, plan)
+    assert all("--" + name.replace("_", "-") in launch.split() for name in plan["memory_savers"])

@@ -48,6 +48,8 @@ def render_launch_line(line: dict[str, Any], plan: dict[str, Any]) -> str:
     layout = plan.get("layout")
     if isinstance(layout, dict) and layout.get("syntax"):
         words += ["--layout", str(layout["syntax"])]
+    # The memory savers the plan turned on to fit (Plan.memory_savers), as their flags.
+    words += ["--" + str(name).replace("_", "-") for name in plan.get("memory_savers") or []]
     words += ["--format", LAUNCH_FORMATS.get(str(line.get("framework")), "torch")]
     return " ".join(shlex.quote(word) for word in words)
 
