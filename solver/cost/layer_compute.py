@@ -9,7 +9,9 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         backward = the dgrad and wgrad lookups, or twice the forward)
   routed, routed_bwd    the routed experts: the table's fused MoE kernel where it has MoE rows
                         in the recipe's dtype (permutation included), else per-expert GEMMs;
-                        backward twice the forward (dgrad and wgrad grouped GEMMs)
+                        backward: the GEMM table's dgrad + wgrad over forward ratio for the
+                        expert GEMMs (else twice); plus the all-to-all dispatcher's sort of
+                        the received copies by local expert and back (_chunk_sort_s)
   core, core_bwd        the attention core (measured kernel and FlashAttention-3's backward
                         ratio, or the datasheet fraction and TimeConstants' FLOP ratio;
                         unfused attention: its batched GEMMs, twice over backward, and the
