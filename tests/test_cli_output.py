@@ -88,3 +88,11 @@ def test_infeasible_is_red_on_a_terminal_only() -> None:
     coloured = run(args, FORCE_COLOR="1")
     line = next(line for line in coloured.splitlines() if "cannot hold together" in line)
     assert line.startswith(RED + "infeasible")
+
+
+def test_no_color_turns_the_red_off() -> None:
+    args = ["estimate", "--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--tp", "8"]
+    output = run(args, FORCE_COLOR="1", NO_COLOR="1")
+    line = next(line for line in output.splitlines() if "does not fit" in line)
+    assert "31m" not in line
