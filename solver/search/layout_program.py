@@ -223,6 +223,10 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
+    # Probing (presolve that tries fixing each variable) costs more than it saves on these
+    # programs: Gemma 3 27B on 8 H100s, 18 programs: 29.8 s -> 8.2 s, hard ones 4-5 s ->
+    # 0.2 s; the zoo's other problems about 4% less time. Answers unchanged (it only prunes).
+    solver.parameters.cp_model_probing_level = 0
     solver.parameters.max_time_in_seconds = time_limit_s
     status = solver.solve(program)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
