@@ -433,3 +433,39 @@ def test_a_plan_layout_is_checked_against_the_model() -> None:
     with pytest.raises(InputError, match="a layout of pp 4 x vpp 1, but the plan has pp 2"):
         check_pipeline_layout(even, target.model_spec, target.config.model_copy(
             update={"pp": 2, "dp": target.config.dp * 2}), "plan")
+
+
+def test_deepspeed_expert_parallelism_is_autoep() -> None:
+    """DeepSpeed 0.19's AutoEP (deepspeed/module_inject/auto_ep_config.py parse_autoep_config:
+    expert_parallel.enabled / autoep_size / preset_model; presets in auto_ep_presets/*.py)."""
+    emitted = render_deepspeed(make_target("mixtral-8x7b", 16, tp=2, ep=8, etp=1))
+    assert emitted.settings["expert_parallel"] == {"enabled": True, "autoep_size": 8,
+                                                   "preset_model": "mixtral"}
+    assert not emitted.warnings
+    folded = render_deepspeed(make_target("mixtral-8x7b", 16, tp=2, pp=2, ep=4, etp=2))
+    assert any("no expert tensor parallelism" in w for w in folded.warnings)
+    assert any("only without pipeline parallelism" in w for w in folded.warnings)
+    dense = render_deepspeed(make_target(num_gpus=8))
+    assert "expert_parallel" not in dense.settings
+
+
+def test_deepspeed_autoep_rules_are_named_search_constraints() -> None:
+    """auto_ep_folding.py validate_folding_global (DeepSpeed 0.19.8): "expert_tensor_parallel_
+    size={n} is reserved ... not supported yet" and "AutoEP+AutoTP folding currently supports
+    pp_size=1 only"; dense models and other frameworks do not get them."""
+    import numpy as np
+
+    from solver.optimize import build_problem
+    from solver.search.constraints import build_constraints
+
+    def rules(model: str, framework: str) -> dict:
+        problem = build_problem(model, "dgx-h100", 64, framework=framework)
+        return {c.name: c for c in build_constraints(problem)}
+
+    moe = rules("mixtral-8x7b", "deepspeed")
+    values = {"ep": np.array([8, 8, 8, 1]), "etp": np.array([1, 2, 1, 2]),
+              "tp": np.array([2, 1, 2, 2]), "pp": np.array([1, 1, 2, 2])}
+    assert list(moe["deepspeed_autoep_no_etp"].check(values)) == [True, False, True, True]
+    assert list(moe["deepspeed_autoep_tp_without_pp"].check(values)) == [True, True, False, True]
+    assert "deepspeed_autoep_no_etp" not in rules("llama3.1-8b", "deepspeed")
+    assert "deepspeed_autoep_no_etp" not in rules("mixtral-8x7b", "megatron")

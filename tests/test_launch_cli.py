@@ -217,3 +217,56 @@ def test_405b_layout_with_embedding_and_loss_stages() -> None:
     assert "--account-for-loss-in-pipeline-split" in result.stdout
     assert "--num-layers-per-virtual-pipeline-stage 1" in result.stdout
     assert "--pipeline-model-parallel-layout" not in result.stdout
+
+
+def test_plan_file_names_the_model_cluster_and_gpus(optimized: Path, tmp_path: Path) -> None:
+    """`launch --plan FILE` alone: the plan file's model, cluster and gpus fill the flags."""
+    alone = CliRunner().invoke(cli, ["launch", "--plan", str(optimized), "--format", "megatron"])
+    assert alone.exit_code == 0, alone.output
+    flagged = run("--gpus", "16", "--plan", str(optimized), "--format", "megatron")
+    assert alone.stdout == flagged.stdout
+    answer = json.loads(optimized.read_text())
+    del answer["cluster"]
+    nameless = tmp_path / "nameless.json"
+    nameless.write_text(json.dumps(answer), encoding="utf-8")
+    assert_bad_input(CliRunner().invoke(cli, ["launch", "--plan", str(nameless)]),
+                     "--cluster: required", "names no 'cluster'")
+    assert_bad_input(CliRunner().invoke(cli, ["launch", "--model", "llama3.1-8b"]),
+                     "--cluster: required", "--plan FILE")
+
+
+def test_an_imported_model_is_served_by_its_folder(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model imported from ./hf/config.json is `vllm serve ./hf` (the checkpoint's folder),
+    not `vllm serve hf`, which vLLM would look up on the Hugging Face Hub."""
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    source = Path(__file__).parent / "data" / "hf_configs" / "llama3.1-8b.json"
+    (folder / "config.json").write_text(source.read_text(), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["launch", "--model", "./hf/config.json", "--cluster",
+                                      "dgx-h100", "--gpus", "8", "--tp", "8", "--format", "vllm"])
+    assert result.exit_code == 0, result.output
+    assert " serve ./hf " in result.stdout
+    bare = CliRunner().invoke(cli, ["launch", "--model", "hf/config.json", "--cluster",
+                                    "dgx-h100", "--gpus", "8", "--tp", "8", "--format", "vllm"])
+    assert " serve ./hf " in bare.stdout
+    served = CliRunner().invoke(cli, ["serve", "--model", "hf/config.json", "--cluster",
+                                      "dgx-h100", "--gpus", "8", "--context", "8192", "--json"])
+    assert served.exit_code == 0, served.output
+    assert json.loads(served.stdout)["plans"][0]["vllm_command"].startswith("vllm serve ./hf ")
+    absolute = CliRunner().invoke(cli, ["launch", "--model", str(folder / "config.json"),
+                                        "--cluster", "dgx-h100", "--gpus", "8", "--tp", "8",
+                                        "--format", "vllm"])
+    assert f" serve {folder} " in absolute.stdout
+
+
+def test_target_picks_the_framework_version() -> None:
+    titan = run("--gpus", "8", "--tp", "2", "--target", "torchtitan@0.2")
+    assert titan.exit_code == 0, titan.output
+    assert "[parallelism]" in titan.stdout
+    assert_bad_input(run("--gpus", "8", "--target", "torchtitan@9.9"), "--target torchtitan@9.9",
+                     "versions: 0.3, 0.2")
+    assert_bad_input(run("--gpus", "8", "--target", "slurm@1"), "unknown framework 'slurm'")
+    assert_bad_input(run("--gpus", "8", "--target", "vllm@0.33", "--format", "megatron"),
+                     "give one framework")

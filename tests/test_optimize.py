@@ -59,6 +59,10 @@ def independent_violations(problem, config: ParallelConfig,
     if problem.framework == "deepspeed" and ((c.pp > 1 and c.zero > 1) or c.cp > 1
                                              or (c.tp > 1 and c.zero == 3) or c.vpp > 1):
         bad.append("deepspeed")
+    # DeepSpeed 0.19 AutoEP (auto_ep_folding.py validate_folding_global): etp 1, and AutoTP
+    # folding only without pipeline parallelism
+    if problem.framework == "deepspeed" and c.ep > 1 and (c.etp > 1 or (c.tp > 1 and c.pp > 1)):
+        bad.append("deepspeed autoep")
     codes = {"none": 0, "selective": 1, "full": 2}
     for name, allowed in problem.pins.items():
         value = codes[c.recompute] if name == "recompute" else getattr(c, name)

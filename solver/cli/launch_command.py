@@ -9,11 +9,11 @@ import click
 from solver.cli.options import (
     degree_options,
     framework_feature_options,
-    planning_options,
+    make_planning_options,
     pop_framework_features,
 )
 from solver.cli.params import MAX_TOP, BoundedInt
-from solver.emit import DEFAULT_ORDER, FORMATS
+from solver.emit import DEFAULT_ORDER, FORMATS, TARGETS
 from solver.spec.job import ParallelConfig
 
 # The degree flags of `degree_options` (dp is the rest of the GPUs).
@@ -61,8 +61,55 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
                              f"{stated[field]}, not {ours} (--{field})")
 
 
+def _problem_names(plan_file: Any, model: str | None, cluster: str | None,
+                   num_gpus: int | None) -> tuple[str, str, int]:
+    """--model, --cluster and --gpus, each from the plan file where the flag is not given."""
+    from solver.errors import InputError
+
+    stated = plan_file.problem if plan_file is not None else {}
+    values = {"model": model, "cluster": cluster, "gpus": num_gpus}
+    for field in values:
+        if values[field] is None:
+            if field not in stated:
+                where = (f"{plan_file.path} names no '{field}'" if plan_file is not None
+                         else "or a --plan FILE that names it")
+                raise InputError(f"--{field}: required ({where})")
+            values[field] = stated[field]
+    if not isinstance(values["gpus"], int) or isinstance(values["gpus"], bool):
+        raise InputError(f"{plan_file.path}: field 'gpus': must be a whole number, got "
+                         f"{values['gpus']!r}")
+    for field in ("model", "cluster"):
+        if not isinstance(values[field], str):
+            raise InputError(f"{plan_file.path}: field '{field}': must be a name, got "
+                             f"{values[field]!r}")
+    return values["model"], values["cluster"], values["gpus"]
+
+
+def _format_and_version(launch_format: str | None, target_text: str | None) -> tuple[str, str]:
+    """--format and --target FORMAT@VERSION as one format and the version it is written for
+    ("" for the formats of no framework)."""
+    from solver.errors import InputError
+
+    if target_text is None:
+        launch_format = launch_format or "groups"
+        return launch_format, TARGETS.get(launch_format, ("",))[0]
+    name, _, version = target_text.partition("@")
+    if name not in TARGETS:
+        raise InputError(f"--target {target_text}: unknown framework '{name}' (targets: "
+                         f"{', '.join(f'{n}@{v}' for n, vs in TARGETS.items() for v in vs)})")
+    if launch_format is not None and launch_format != name:
+        raise InputError(f"--target {target_text} with --format {launch_format}: give one "
+                         "framework")
+    versions = TARGETS[name]
+    version = version or versions[0]
+    if version not in versions:
+        raise InputError(f"--target {target_text}: {name} version '{version}' is not written "
+                         f"(versions: {', '.join(versions)}; the first is the default)")
+    return name, version
+
+
 @click.command()
-@planning_options
+@make_planning_options(gpus_required=False, model_required=False)
 @degree_options
 @click.option("--plan", "plan_path", metavar="FILE", default=None,
               help="Launch a plan of this `optimize --json` / `estimate --json` output.")
@@ -72,8 +119,12 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
               help="What each virtual pipeline stage holds, in Megatron's "
                    "--pipeline-model-parallel-layout syntax (e.g. 'E|(t|)*126,L'); replaces the "
                    "even split or the plan file's layout.")
-@click.option("--format", "launch_format", type=click.Choice(FORMATS), default="groups",
-              show_default=True, help="What to write.")
+@click.option("--format", "launch_format", type=click.Choice(FORMATS), default=None,
+              help="What to write (default: groups).")
+@click.option("--target", "target_text", metavar="FRAMEWORK@VERSION", default=None,
+              help="A framework's settings for that version: "
+                   + ", ".join(f"{n}@{v}" for n, vs in TARGETS.items() for v in vs)
+                   + " (--format FRAMEWORK: the first of its versions).")
 @click.option("--order", default=DEFAULT_ORDER, show_default=True,
               help="Rank order, innermost axis first (tp-cp-ep-pp-dp is Megatron's "
                    "--use-tp-pp-dp-mapping).")
@@ -81,14 +132,15 @@ def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
               help="Also run the framework's own checks on the settings, where installed.")
 @click.option("-o", "--output", metavar="FILE", default=None, help="Write to FILE.")
 @framework_feature_options
-def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
-           segment_gpus: int | None, seq_len: int,
+def launch(model: str | None, cluster: str | None, num_gpus: int | None,
+           gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
            global_batch: int, precision: str, token_budget: int | None,
            calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
-           layout_text: str | None, launch_format: str, order: str, validate: bool,
-           output: str | None, **degrees: Any) -> None:
+           layout_text: str | None, launch_format: str | None, target_text: str | None,
+           order: str, validate: bool, output: str | None, **degrees: Any) -> None:
     """Rank layout and process groups of a plan (--format groups), a runnable torch module
-    that builds them, or the settings of Megatron-LM, torchtitan, DeepSpeed or vLLM."""
+    that builds them, or the settings of Megatron-LM, torchtitan, DeepSpeed or vLLM (with
+    --plan FILE, --model, --cluster and --gpus default to the plan file's)."""
     from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
     from solver.cli.render_launch import echo_launch
     from solver.emit.formats import render_launch
@@ -98,6 +150,7 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     from solver.cost.frameworks import build_framework_profile
 
     ctx = click.get_current_context()
+    launch_format, version = _format_and_version(launch_format, target_text)
     # The settings of --format's framework (Megatron's for the others), with the flags'
     # features: what `estimate` and `optimize` cost under the same flags.
     framework = launch_format if launch_format in PROFILED_FORMATS else "megatron"
@@ -108,6 +161,7 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     savers = {name: True for name in (plan_file.memory_savers if plan_file else ())}
     features = {**savers, **pop_framework_features(degrees).given()}
     profile = build_framework_profile(framework, features)
+    model, cluster, num_gpus = _problem_names(plan_file, model, cluster, num_gpus)
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
         calibration=calibration, segment_gpus=segment_gpus, **job_values)
@@ -127,7 +181,7 @@ def launch(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     layout = build_rank_layout(config, model_spec.is_moe, order)
     target = LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
                           layout=layout, pipeline=pipeline,
-                          time_constants=profile.time_constants)
+                          time_constants=profile.time_constants, version=version)
     emitted = render_launch(launch_format, target)
     validation = None
     if validate:

@@ -133,20 +133,22 @@ def planning_options(command: F) -> F:
     return make_planning_options(gpus_required=True)(command)
 
 
-def make_planning_options(gpus_required: bool) -> Callable[[F], F]:
-    """The common planning options; `optimize --gpus-for-days` makes --gpus optional."""
-    return lambda command: _planning_options(command, gpus_required)
+def make_planning_options(gpus_required: bool, model_required: bool = True
+                          ) -> Callable[[F], F]:
+    """The common planning options; `optimize --gpus-for-days` makes --gpus optional,
+    `launch --plan FILE` also --model and --cluster (the plan file names them)."""
+    return lambda command: _planning_options(command, gpus_required, model_required)
 
 
-def _planning_options(command: F, gpus_required: bool) -> F:
+def _planning_options(command: F, gpus_required: bool, model_required: bool = True) -> F:
     """--model --cluster --gpus --gpus-per-node --segment-gpus --seq-len --global-batch
     --precision --token-budget --calibration --json (parameters model, cluster, num_gpus,
     gpus_per_node, segment_gpus, seq_len, global_batch, precision, token_budget, calibration,
     as_json)."""
     return _apply(command, [
-        click.option("--model", required=True, metavar="NAME|PATH",
+        click.option("--model", required=model_required, metavar="NAME|PATH",
                      help="Zoo name, zoo-format TOML or Hugging Face config.json."),
-        click.option("--cluster", required=True, metavar="NAME|PATH",
+        click.option("--cluster", required=model_required, metavar="NAME|PATH",
                      help="Cluster preset name or cluster TOML file."),
         click.option("--gpus", "num_gpus", required=gpus_required,
                      type=BoundedInt(1, MAX_GPUS), help="Number of GPUs of the job."),

@@ -6,10 +6,15 @@ ranks, zero_optimization.stage and .overlap_comm ("Attempts to overlap the reduc
 gradients with backward computation", off by default below ZeRO-3; the step-time model assumes
 it), bf16.enabled; tensor parallelism is AutoTP training,
 "tensor_parallel": {"autotp_size": tp}, which combines with ZeRO 0-2 (deepspeed.ai tutorial
-"Automatic Tensor Parallelism (Training)"). Pipeline and expert parallelism are set in the model
-code (deepspeed.pipe.PipelineModule(num_stages=pp), deepspeed.moe.layer.MoE(ep_size=ep)), and
-pipelining works with ZeRO 0/1 only; DeepSpeed has Ulysses sequence parallelism but no ring
-context parallelism.
+"Automatic Tensor Parallelism (Training)"). Expert parallelism is AutoEP (DeepSpeed 0.19:
+"expert_parallel": {"enabled": true, "autoep_size": ep, "preset_model": ...}, parsed by
+deepspeed/module_inject/auto_ep_config.py parse_autoep_config; its presets name the HF
+model_types whose MoE layers it replaces, e.g. "mixtral", "deepseek_v3", "qwen3_moe"), which
+takes no expert tensor parallelism and folds AutoTP only without pipeline parallelism
+(auto_ep_folding.py validate_folding_global; the search's deepspeed_autoep_* constraints).
+Pipeline parallelism is set in the model code (deepspeed.pipe.PipelineModule(num_stages=pp))
+and works with ZeRO 0/1 only; DeepSpeed has Ulysses sequence parallelism but no ring context
+parallelism.
 
 Pipeline partition (deepspeed/runtime/pipe/module.py PipelineModule._partition_layers, the
 tutorial "Pipeline Parallelism", "Load Balancing Pipeline Modules"): partition_method
@@ -31,6 +36,11 @@ import json
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
 
+VERSION = "0.19"
+# AutoEP's presets (deepspeed/module_inject/auto_ep_presets/*.py PRESET_NAME, hf_model_types),
+# by the Hugging Face model_type they match.
+AUTOEP_PRESETS = {"mixtral": "mixtral", "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3",
+                  "qwen3_moe": "qwen3_moe"}
 # Stand-ins for the user's layer class names in a partition_method regex.
 CLASS_NAMES = {"decoder": "DecoderLayer", "embedding": "Embedding", "loss": "LMHead"}
 
@@ -94,9 +104,8 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
     if c.cp > 1:
         warnings.append(f"DeepSpeed has no ring context parallelism (cp {c.cp}); its Ulysses "
                         "sequence parallelism splits heads instead")
-    if c.ep > 1:
-        notes.append(f"expert parallelism is set in the model: deepspeed.moe.layer.MoE("
-                     f"ep_size={c.ep})")
+    if target.model_spec.is_moe and c.ep > 1:
+        config["expert_parallel"] = _autoep_section(target, warnings, notes)
     counts = [stage.recompute_layers for stage in pipeline.stages]
     if any(counts) and counts != [stage.layers for stage in pipeline.stages]:
         notes.append(f"full recomputation of {sum(counts)} of {pipeline.num_layers} layers (the "
@@ -115,6 +124,27 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         warnings.append("DeepSpeed's ZeRO optimizer keeps fp32 Adam moments: no "
                         "precision-aware optimizer (planned with bf16 moments)")
     return config, warnings, notes
+
+
+def _autoep_section(target: LaunchTarget, warnings: list[str], notes: list[str]
+                    ) -> dict[str, object]:
+    """ds_config "expert_parallel" (AutoEP) for the plan's ep, with what it cannot do."""
+    c, model_type = target.config, target.model_spec.model_type
+    section: dict[str, object] = {"enabled": True, "autoep_size": c.ep}
+    preset = AUTOEP_PRESETS.get(model_type)
+    if preset is not None:
+        section["preset_model"] = preset
+    else:
+        notes.append(f"AutoEP has no preset for model_type {model_type}: set "
+                     "expert_parallel.moe_layer_pattern, router_pattern and expert_pattern to "
+                     "your MoE modules' names")
+    if c.etp > 1:
+        warnings.append(f"DeepSpeed AutoEP has no expert tensor parallelism (etp {c.etp}): "
+                        "expert_tensor_parallel_size > 1 is refused")
+    if c.tp > 1 and c.pp > 1:
+        warnings.append("DeepSpeed AutoEP folds AutoTP only without pipeline parallelism "
+                        f"(tp {c.tp}, pp {c.pp})")
+    return section
 
 
 def render_deepspeed(target: LaunchTarget) -> Emitted:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +11,7 @@ from solver.errors import InputError
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
 from solver.spec.layout import VirtualStage
 from solver.spec.layout_syntax import parse_pipeline_layout
-
-HF_REPO = re.compile(r"^https?://huggingface\.co/([\w.-]+/[\w.-]+)")
+from solver.spec.model_ref import render_model_reference
 
 
 @dataclass(frozen=True)
@@ -31,6 +29,9 @@ class LaunchTarget:
     # The framework profile's features the settings ask for (None: the format's own profile,
     # solver.cost.frameworks).
     time_constants: TimeConstants | None = None
+    # The framework version the settings are written for (solver.emit.TARGETS; "": the
+    # format's newest).
+    version: str = ""
 
     @property
     def num_micro_batches(self) -> int:
@@ -39,9 +40,9 @@ class LaunchTarget:
 
     @property
     def model_id(self) -> str:
-        """The Hugging Face repository of the model when its source names one, else its name."""
-        found = HF_REPO.match(self.model_spec.source)
-        return found.group(1) if found else self.model_spec.name
+        """What a loader takes: the Hugging Face repository of the model's source, the folder of
+        an imported config.json, else its name (solver.spec.model_ref)."""
+        return render_model_reference(self.model_spec)
 
     def layers_per_virtual_stage(self) -> list[int]:
         """Decoder layers of each of the pp x vpp virtual stages, in layer order: the

@@ -22,7 +22,15 @@ Framework rule sets (`--framework`), each from the framework's own documentation
               or 2)" (deepspeed.ai tutorial "Automatic Tensor Parallelism (Training)"); ring
               context parallelism is not DeepSpeed's (it has Ulysses sequence parallelism
               instead); its pipeline engine's schedule (TrainSchedule, 1F1B) has no
-              interleaved virtual stages.
+              interleaved virtual stages. Expert parallelism is DeepSpeed 0.19's AutoEP
+              (ds_config expert_parallel.autoep_size, what `launch --format deepspeed`
+              writes): deepspeed/module_inject/auto_ep_folding.py validate_folding_global
+              refuses expert tensor parallelism ("expert_tensor_parallel_size ... is not
+              supported yet") and AutoEP with AutoTP under pipeline parallelism ("AutoEP+AutoTP
+              folding currently supports pp_size=1 only"); its EP groups tile a stage's
+              tp x dp ranks (build_folding_spec), so the older deepspeed.moe path's rule that
+              ep divide dp (utils/groups.py _create_expert_data_and_model_parallel) does not
+              apply.
   generic     no framework rule.
 """
 
@@ -180,8 +188,24 @@ def _framework(problem: Problem) -> list[Constraint]:
             Constraint("deepspeed_tp_zero", ("tp", "zero"),
                        "DeepSpeed: tensor parallelism (AutoTP training) only with ZeRO 0, 1 or 2",
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
+            *_deepspeed_autoep(problem.model_spec),
         ]
     return []
+
+
+def _deepspeed_autoep(model_spec: ModelSpec) -> list[Constraint]:
+    """DeepSpeed 0.19 AutoEP's rules for a MoE model (module docstring)."""
+    if not model_spec.is_moe:
+        return []
+    return [
+        Constraint("deepspeed_autoep_no_etp", ("ep", "etp"),
+                   "DeepSpeed AutoEP: no expert tensor parallelism (etp = 1)",
+                   lambda v: (v["ep"] == 1) | (v["etp"] == 1)),
+        Constraint("deepspeed_autoep_tp_without_pp", ("ep", "tp", "pp"),
+                   "DeepSpeed AutoEP with tensor parallelism (AutoTP folding) only without "
+                   "pipeline parallelism (pp = 1)",
+                   lambda v: (v["ep"] == 1) | (v["tp"] == 1) | (v["pp"] == 1)),
+    ]
 
 
 def _pins(problem: Problem) -> list[Constraint]:

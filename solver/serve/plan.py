@@ -16,8 +16,7 @@ from typing import Any
 from solver.serve.enumerate import RankedServe, load_is_active
 from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.load import ServeLoad, estimate_max_num_seqs
-
-HF_PREFIX = "https://huggingface.co/"
+from solver.spec.model_ref import render_model_reference
 
 
 @dataclass(frozen=True)
@@ -106,11 +105,9 @@ def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, 
 
 
 def model_id(problem: ServeProblem) -> str:
-    """The Hugging Face repository of the model when its source names one, else its name."""
-    source = problem.model_spec.source
-    if source.startswith(HF_PREFIX):
-        return source.removeprefix(HF_PREFIX).strip("/")
-    return problem.model_spec.name
+    """The Hugging Face repository of the model's source, the folder of an imported
+    config.json (served by its path), else its name (solver.spec.model_ref)."""
+    return render_model_reference(problem.model_spec)
 
 
 def build_vllm_command(problem: ServeProblem, row: dict[str, int],
