@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
-import types
+from dataclasses import replace
 
 import pytest
 
@@ -29,7 +28,8 @@ from solver.errors import InputError
 from solver.spec import PipelineLayout, VirtualStage
 from solver.spec.layout_syntax import parse_layout_stages, parse_pipeline_layout
 
-# Flags of NVIDIA/Megatron-LM megatron/training/arguments.py (main, commit 000c4ac2, 2025):
+# Flags of NVIDIA/Megatron-LM megatron/training/arguments.py (core_v0.16.1; first listed from
+# main, commit 000c4ac2, 2025, and checked against the core_v0.16.1 parser):
 # _add_distributed_args, _add_training_args, _add_moe_args, _add_data_args,
 # _add_mixed_precision_args, _add_checkpointing_args, _add_transformer_engine_args.
 MEGATRON_LM_FLAGS = {
@@ -47,11 +47,22 @@ MEGATRON_LM_FLAGS = {
     # ArgumentGroupFactory(TransformerConfig) turns into flags.
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
-    # TransformerConfig / ModelParallelConfig fields (commit d98e8a64, 2026): the framework
-    # profile's features (solver.emit.megatron._feature_flags).
+    # TransformerConfig / ModelParallelConfig fields (core_v0.16.1): the framework profile's
+    # features (solver.emit.megatron._feature_flags).
     "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-grouped-gemm",
-    "--cuda-graph-impl", "--cuda-graph-modules", "--tp-comm-overlap",
+    "--cuda-graph-impl", "--cuda-graph-scope", "--tp-comm-overlap",
     "--overlap-moe-expert-parallel-comm",
+    # the architecture (core_v0.16.1 add_megatron_arguments: _add_network_size_args and the
+    # TransformerConfig / MLATransformerConfig fields ArgumentGroupFactory adds)
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+    "--group-query-attention", "--num-query-groups", "--kv-channels",
+    "--max-position-embeddings", "--vocab-size", "--normalization", "--position-embedding-type",
+    "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--add-qkv-bias", "--qk-layernorm", "--num-experts", "--moe-router-topk",
+    "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
+    "--moe-router-score-function", "--moe-router-enable-expert-bias",
+    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+    "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers",
 }
 # torchtitan/config/job_config.py (TOML releases): fields of Parallelism, Training,
 # ActivationCheckpoint.
@@ -72,18 +83,20 @@ TORCHTITAN_FIELDS = {
 
 def make_target(model: str = "llama3.1-8b", num_gpus: int = 8, order: str = DEFAULT_ORDER,
                 cluster: str = "dgx-h100", seq_len: int = 4096, global_batch: int = 1024,
-                precision: str = "bf16", **degrees: int | str) -> LaunchTarget:
+                precision: str = "bf16", version: str = "", **degrees: int | str
+                ) -> LaunchTarget:
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, seq_len=seq_len, global_batch=global_batch, precision=precision)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
     return LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
-                        layout=build_rank_layout(config, model_spec.is_moe, order))
+                        layout=build_rank_layout(config, model_spec.is_moe, order),
+                        version=version)
 
 
 def megatron_tokens(target: LaunchTarget) -> list[str]:
     text = render_megatron(target).text
-    return shlex.split(text.replace("\\\n", " "))
+    return shlex.split(text.replace("\\\n", " "), comments=True)
 
 
 PLANS = [
@@ -110,8 +123,35 @@ def test_megatron_seed_70b_example() -> None:
         "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "1",
         "--context-parallel-size", "1", "--sequence-parallel", "--use-distributed-optimizer",
         "--overlap-grad-reduce", "--overlap-param-gather", "--micro-batch-size", "1",
-        "--global-batch-size", "1024", "--seq-length", "4096",
+        "--global-batch-size", "1024",
+        # models/llama2-70b.toml (meta-llama/Llama-2-70b-hf config.json)
+        "--num-layers", "80", "--hidden-size", "8192", "--ffn-hidden-size", "28672",
+        "--num-attention-heads", "64", "--group-query-attention", "--num-query-groups", "8",
+        "--seq-length", "4096", "--max-position-embeddings", "4096", "--vocab-size", "32000",
+        "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--swiglu",
+        "--untie-embeddings-and-output-weights", "--disable-bias-linear",
         "--recompute-granularity", "selective", "--bf16"]
+
+
+def test_megatron_architecture_of_moe_and_mla_models() -> None:
+    """DeepSeek-V3 (models/deepseek-v3.toml): MLA widths, 256 experts top-8 of width 2048, one
+    shared expert, the first 3 layers dense (Megatron's --moe-layer-freq list expression, as in
+    its DeepSeek-V3 recipe "([0]*3+[1]*58)"), sigmoid routing with expert bias, one MTP layer."""
+    tokens = megatron_tokens(make_target("deepseek-v3", 256, tp=8, pp=2, ep=128))
+    for flag, value in (("--num-layers", "61"), ("--hidden-size", "7168"),
+                        ("--q-lora-rank", "1536"), ("--kv-lora-rank", "512"),
+                        ("--qk-head-dim", "128"), ("--qk-pos-emb-head-dim", "64"),
+                        ("--v-head-dim", "128"), ("--num-experts", "256"),
+                        ("--moe-router-topk", "8"), ("--moe-ffn-hidden-size", "2048"),
+                        ("--moe-shared-expert-intermediate-size", "2048"),
+                        ("--moe-layer-freq", "([0]*3+[1]*58)"),
+                        ("--moe-router-score-function", "sigmoid"), ("--mtp-num-layers", "1")):
+        assert value_of(tokens, flag) == value, flag
+    assert "--multi-latent-attention" in tokens and "--num-query-groups" not in tokens
+    mixtral = megatron_tokens(make_target("mixtral-8x7b", 16, tp=2, ep=8))
+    assert value_of(mixtral, "--num-experts") == "8"
+    assert value_of(mixtral, "--moe-router-topk") == "2"
+    assert "--moe-layer-freq" not in mixtral and "--moe-router-enable-expert-bias" not in mixtral
 
 
 def test_megatron_asks_for_the_dp_overlap_the_model_assumes() -> None:
@@ -159,7 +199,7 @@ def test_megatron_fsdp_moe_and_orders() -> None:
 
 def test_torchtitan_toml() -> None:
     target = make_target("mixtral-8x7b", 64, tp=2, pp=4, vpp=2, ep=4, etp=1, zero=1,
-                         recompute="selective")
+                         recompute="selective", version="0.2")
     emitted = render_torchtitan(target)
     parsed = tomllib.loads(emitted.text)
     assert parsed == emitted.settings
@@ -175,7 +215,8 @@ def test_torchtitan_toml() -> None:
     # with a pipeline, a data-parallel rank's batch is cut into micro-batches
     assert (t["local_batch_size"], t["global_batch_size"]) == (128, 1024)
     assert parsed["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    ddp = tomllib.loads(render_torchtitan(make_target(num_gpus=8, tp=2, zero=0)).text)
+    ddp = tomllib.loads(render_torchtitan(make_target(num_gpus=8, tp=2, zero=0,
+                                                     version="0.2")).text)
     assert (ddp["parallelism"]["data_parallel_replicate_degree"],
             ddp["parallelism"]["data_parallel_shard_degree"]) == (4, 1)
     assert ddp["training"]["local_batch_size"] == 1  # gradient accumulation over 256 steps
@@ -199,43 +240,62 @@ def test_deepspeed_config() -> None:
 
 
 def test_vllm_command_is_quoted_and_names_the_hf_repository() -> None:
-    emitted = render_vllm(make_target("mixtral-8x7b", 16, tp=4, ep=4, etp=1))
-    assert shlex.split(emitted.text) == [
+    emitted = render_vllm(make_target("mixtral-8x7b", 8, tp=4, ep=4, etp=1))
+    assert emitted.text.startswith("# parplan launch: mixtral-8x7b on 8 GPUs")
+    assert "# vLLM 0.33: " in emitted.text
+    assert shlex.split(emitted.text, comments=True) == emitted.settings == [
         "vllm", "serve", "mistralai/Mixtral-8x7B-v0.1", "--tensor-parallel-size", "4",
-        "--pipeline-parallel-size", "1", "--data-parallel-size", "4", "--enable-expert-parallel"]
-    assert any("tp x dp = 16" in w for w in emitted.warnings)
+        "--pipeline-parallel-size", "1", "--data-parallel-size", "2", "--enable-expert-parallel"]
+    assert any("tp x dp = 8" in w for w in emitted.warnings)
     target = make_target(num_gpus=8, tp=8)
     odd = LaunchTarget(model_spec=target.model_spec.model_copy(update={
         "name": "my model; rm -rf /", "source": ""}), cluster=target.cluster, job=target.job,
         config=target.config, layout=target.layout)
     text = render_vllm(odd).text
-    assert "'my model; rm -rf /'" in text and shlex.split(text)[2] == "my model; rm -rf /"
+    assert "'my model; rm -rf /'" in text
+    assert shlex.split(text, comments=True)[2] == "my model; rm -rf /"
 
 
 def test_every_format_has_a_renderer() -> None:
     assert tuple(RENDERERS) == FORMATS
 
 
-def test_validation_skips_missing_frameworks_and_reports_rejections(
+def test_validation_never_accepts_what_it_did_not_check(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A framework that is not installed, or installed at another version, is "not checked"
+    with the reason; a parser's usage error is the framework's rejection."""
+    import argparse
+
+    from solver.emit import validate
+
     target = make_target(num_gpus=16, tp=2, pp=2)
-    for launch_format in ("torchtitan", "deepspeed", "vllm"):
-        monkeypatch.setitem(sys.modules, launch_format, None)  # import fails
+    monkeypatch.setattr(validate, "installed_version", lambda distribution: None)
+    for launch_format in ("megatron", "torchtitan", "deepspeed", "vllm"):
         line = validate_emitted(launch_format, target, RENDERERS[launch_format](target))
-        assert line.startswith(f"{launch_format}: skipped (")
-    torch_line = validate_emitted("torch", target, RENDERERS["torch"](target))
-    assert torch_line == "torch: accepted: the module compiles"
-    # A Megatron-LM whose parser knows fewer flags than we emit: the unknown ones are named.
-    arguments = types.ModuleType("megatron.training.arguments")
-    arguments.add_megatron_arguments = lambda parser: parser.add_argument(
-        "--tensor-model-parallel-size")
-    for name, module in (("megatron", types.ModuleType("megatron")),
-                         ("megatron.training", types.ModuleType("megatron.training")),
-                         ("megatron.training.arguments", arguments)):
-        monkeypatch.setitem(sys.modules, name, module)
-    line = validate_emitted("megatron", target, render_megatron(target))
-    assert line.startswith("megatron: rejected: Megatron-LM's parser does not know "
-                           "--pipeline-model-parallel-size, --context-parallel-size, ")
+        assert line.startswith(f"{launch_format}@") and ": not checked: " in line, line
+        assert "accepted" not in line and "is not installed" in line
+    monkeypatch.setattr(validate, "installed_version", lambda distribution: "0.18.0")
+    line = validate_emitted("deepspeed", target, render_deepspeed(target))
+    assert line == ("deepspeed@0.19: not checked: the ds_config (deepspeed 0.18.0 is installed; "
+                    "the file is for 0.19)")
+    assert validate_emitted("torch", target, RENDERERS["torch"](target)) == \
+        "torch: accepted by Python's compile (the module compiles)"
+
+    def parse() -> None:
+        parser = argparse.ArgumentParser(prog="x")
+        parser.add_argument("--tensor-model-parallel-size", type=int)
+        parser.parse_args(["--tensor-model-parallel-size", "two"])
+
+    with pytest.raises(validate.Rejected) as refused:
+        validate.run_parser("the parser", parse)
+    assert refused.value.message == ("x: error: argument --tensor-model-parallel-size: "
+                                     "invalid int value: 'two'")
+    checked = validate.Validation("deepspeed@0.19", accepted=["DeepSpeedConfig"],
+                                  unchecked=["the model code (needs the model)"])
+    assert checked.render() == ("deepspeed@0.19: accepted by DeepSpeedConfig. not checked: the "
+                                "model code (needs the model)")
+    checked.rejected = refused.value
+    assert checked.render().startswith("deepspeed@0.19: rejected by the parser: x: error:")
 
 
 # --- pipeline layouts (LaunchTarget.pipeline) ---------------------------------------------
@@ -252,7 +312,8 @@ def with_pipeline(target: LaunchTarget, text: str, recompute: list[int] | None =
             stage.model_copy(update={"recompute_layers": r})
             for stage, r in zip(pipeline.stages, recompute)))
     return LaunchTarget(model_spec=model_spec, cluster=target.cluster, job=target.job,
-                        config=c, layout=target.layout, pipeline=pipeline)
+                        config=c, layout=target.layout, pipeline=pipeline,
+                        version=target.version)
 
 
 def llama_405b_target() -> LaunchTarget:
@@ -372,23 +433,26 @@ def test_torchtitan_split_follows_torchtitan() -> None:
 
 def test_torchtitan_pipeline_fields() -> None:
     # the even split: both weights 0 (their default is 1), layers_per_stage as before
-    even = tomllib.loads(render_torchtitan(make_target(num_gpus=8, pp=4, vpp=2)).text)
+    even = tomllib.loads(render_torchtitan(make_target(num_gpus=8, pp=4, vpp=2,
+                                                       version="0.2")).text)
     p = even["parallelism"]
     assert (p["pipeline_parallel_layers_per_stage"], p["pipeline_parallel_first_stage_less_layers"],
             p["pipeline_parallel_last_stage_less_layers"]) == (4, 0, 0)
     # 405B: one layer a virtual stage, the embedding and the loss one slot each
-    big = render_torchtitan(llama_405b_target()).settings["parallelism"]
+    big = render_torchtitan(replace(llama_405b_target(), version="0.2")).settings["parallelism"]
     assert (big["pipeline_parallel_layers_per_stage"], big["pipeline_parallel_first_stage_less_"
             "layers"], big["pipeline_parallel_last_stage_less_layers"]) == (1, 1, 1)
     # a split torchtitan does not make itself: module names per virtual stage
-    free = render_torchtitan(with_pipeline(make_target(num_gpus=4, pp=4), "Et*9|t*7|t*9|t*7,L"))
+    free = render_torchtitan(with_pipeline(make_target(num_gpus=4, pp=4, version="0.2"),
+                                           "Et*9|t*7|t*9|t*7,L"))
     parsed = tomllib.loads(free.text)
     assert parsed == free.settings
     parts = parsed["parallelism"]["module_fqns_per_model_part"]
     assert "pipeline_parallel_layers_per_stage" not in parsed["parallelism"]
     assert parts[0] == ["tok_embeddings"] + [f"layers.{i}" for i in range(9)]
     assert parts[3] == [f"layers.{i}" for i in range(25, 32)] + ["norm", "output"]
-    partial = render_torchtitan(with_pipeline(make_target(num_gpus=4, pp=4, recompute="none"),
+    partial = render_torchtitan(with_pipeline(make_target(num_gpus=4, pp=4, recompute="none",
+                                                          version="0.2"),
                                               "Et*8|t*8|t*8|t*8,L", [8, 4, 0, 0]))
     assert partial.settings["activation_checkpoint"] == {"mode": "full"}
     assert any("12 of 32 layers" in w for w in partial.warnings)

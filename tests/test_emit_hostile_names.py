@@ -9,6 +9,7 @@ import ast
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,14 +74,19 @@ def test_every_format_keeps_a_printable_hostile_name_inert(tmp_path: Path, name:
     assert module_shape(torch_module) == module_shape(benign_torch)
     assert name in ast.get_docstring(ast.parse(torch_module))
 
-    titan = launch(hostile, "torchtitan")
-    assert tomllib.loads(titan) == tomllib.loads(launch(benign, "torchtitan"))
+    titan = launch(hostile, "torchtitan", "--target", "torchtitan@0.2")
+    assert tomllib.loads(titan) == tomllib.loads(launch(benign, "torchtitan", "--target",
+                                                        "torchtitan@0.2"))
     assert titan.splitlines()[0].startswith("# parplan launch: ")
+    titan_cli = launch(hostile, "torchtitan")
+    assert shlex.split(titan_cli, comments=True) == shlex.split(launch(benign, "torchtitan"),
+                                                                comments=True)
+    assert titan_cli.splitlines()[0].startswith("# parplan launch: ")
 
     megatron = launch(hostile, "megatron")
-    assert shlex.split(megatron) == shlex.split(benign_megatron)
+    assert shlex.split(megatron, comments=True) == shlex.split(benign_megatron, comments=True)
 
-    vllm = shlex.split(launch(hostile, "vllm"))
+    vllm = shlex.split(launch(hostile, "vllm"), comments=True)
     assert vllm[:3] == ["vllm", "serve", name]
 
     assert json.loads(launch(hostile, "deepspeed")) == json.loads(launch(benign, "deepspeed"))
@@ -117,9 +123,14 @@ def test_the_writers_escape_names_a_spec_would_refuse(target: LaunchTarget, name
     compile(torch_module, "<launch --format torch>", "exec")
     assert module_shape(torch_module) == module_shape(render_launch("torch", target).text)
     assert ast.get_docstring(ast.parse(torch_module), clean=False).count(name) == 2
-    titan = render_launch("torchtitan", hostile).text
-    assert tomllib.loads(titan) == tomllib.loads(render_launch("torchtitan", target).text)
-    assert shlex.split(render_launch("vllm", hostile).text)[2] == name
+    old_titan = {"version": "0.2"}
+    titan = render_launch("torchtitan", replace(hostile, **old_titan)).text
+    assert tomllib.loads(titan) == tomllib.loads(render_launch("torchtitan", replace(
+        target, **old_titan)).text)
+    for launch_format in ("torchtitan", "megatron"):
+        assert shlex.split(render_launch(launch_format, hostile).text, comments=True) == \
+            shlex.split(render_launch(launch_format, target).text, comments=True)
+    assert shlex.split(render_launch("vllm", hostile).text, comments=True)[2] == name
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)

@@ -355,7 +355,8 @@ def test_optimize_and_launch_take_the_same_flags() -> None:
     text = launched.output
     assert "--moe-token-dispatcher-type flex" in text
     assert "--moe-flex-dispatcher-backend hybridep" in text
-    assert "--cuda-graph-modules attn mlp moe_router moe_preprocess" in text
+    # core_v0.16.1 TransformerConfig.cuda_graph_scope (renamed cuda_graph_modules on main)
+    assert "--cuda-graph-scope attn mlp moe_router moe_preprocess" in text
     assert "--tp-comm-overlap" in text
     default = invoke("launch", *MOE, "--ep", "16", "--format", "megatron").output
     assert "--moe-token-dispatcher-type alltoall" in default
@@ -380,12 +381,12 @@ def test_launch_torchtitan_writes_its_features() -> None:
     ("standard" | "deepep"); its trainer has no CUDA-graph path."""
     import tomllib
 
-    result = invoke("launch", *MOE, "--ep", "16", "--format", "torchtitan",
+    result = invoke("launch", *MOE, "--ep", "16", "--target", "torchtitan@0.2",
                     "--moe-dispatcher", "deepep", "--fused-elementwise")
     assert result.exit_code == 0, result.output
     parsed = tomllib.loads("\n".join(line for line in result.output.splitlines()
                                      if not line.startswith(("warning:", "note:"))))
     assert parsed["parallelism"]["expert_parallel_comm_backend"] == "deepep"
     assert parsed["compile"] == {"enable": True, "components": ["model", "loss"]}
-    eager = invoke("launch", *MOE, "--ep", "16", "--format", "torchtitan").output
+    eager = invoke("launch", *MOE, "--ep", "16", "--target", "torchtitan@0.2").output
     assert "[compile]" not in eager and "expert_parallel_comm_backend" not in eager

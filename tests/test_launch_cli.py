@@ -91,7 +91,7 @@ def test_output_file_and_json_envelope(tmp_path: Path) -> None:
     assert envelope["format"] == "megatron" and envelope["text"] == printed.stdout
     assert envelope["plan"]["tp"] == 2 and envelope["settings"][:2] == [
         "--tensor-model-parallel-size", "2"]
-    assert envelope["validation"].startswith("megatron: ")
+    assert envelope["validation"].startswith("megatron@core_v0.16: ")
     groups_file = tmp_path / "groups.json"
     assert run("--gpus", "8", "-o", str(groups_file)).exit_code == 0
     assert json.loads(groups_file.read_text())["world_size"] == 8
@@ -100,7 +100,8 @@ def test_output_file_and_json_envelope(tmp_path: Path) -> None:
 def test_validate_says_what_it_did() -> None:
     result = run("--gpus", "8", "--format", "torch", "--validate")
     assert result.exit_code == 0, result.output
-    assert "validation: torch: accepted: the module compiles" in result.stderr
+    assert "validation: torch: accepted by Python's compile (the module compiles)" in \
+        result.stderr
 
 
 def test_bad_input_is_one_line_and_exit_2(optimized: Path, tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_layout_option_reaches_the_framework_settings() -> None:
     assert "--recompute-method uniform" in full.stdout
     titan = run("--gpus", "8", "--pp", "4", "--layout", "Et*7|t*9|t*8|t*8,L",
                 "--format", "torchtitan")
-    assert "pipeline_parallel_first_stage_less_layers = 2" in titan.stdout
+    assert "--parallelism.pipeline_parallel_first_stage_less_layers 2 " in titan.stdout
     envelope = json.loads(run("--gpus", "8", "--pp", "4", "--layout", "Et*7|t*9|t*8|t*8,L",
                               "--format", "deepspeed", "--json").stdout)
     assert envelope["layout"]["syntax"] == "Et*7|t*9|t*8|t*8,L"

@@ -150,5 +150,7 @@ def _autoep_section(target: LaunchTarget, warnings: list[str], notes: list[str]
 def render_deepspeed(target: LaunchTarget) -> Emitted:
     """The ds_config as JSON."""
     config, warnings, notes = build_deepspeed_config(target)
+    # JSON has no comments: the version the file is for is a note
+    notes.insert(0, f"a ds_config for DeepSpeed {VERSION} (deepspeed --deepspeed_config FILE)")
     return Emitted(text=json.dumps(config, indent=2) + "\n", settings=config,
                    warnings=tuple(warnings), notes=tuple(notes))

@@ -1,6 +1,8 @@
 """`launch --format megatron`: Megatron-LM command-line arguments for a plan.
 
-Flag names are those of megatron/training/arguments.py (NVIDIA/Megatron-LM main, 2025):
+The target is Megatron-LM core_v0.16 (VERSION; `launch --validate` runs its parse_args and
+validate_args when a checkout is importable). Flag names are those of
+megatron/training/arguments.py (NVIDIA/Megatron-LM core_v0.16.1):
 _add_distributed_args (--tensor-model-parallel-size, --pipeline-model-parallel-size,
 --overlap-grad-reduce, --overlap-param-gather,
 --num-layers-per-virtual-pipeline-stage, --pipeline-model-parallel-layout,
@@ -14,8 +16,15 @@ _add_distributed_args (--tensor-model-parallel-size, --pipeline-model-parallel-s
 (--fp8-format {e4m3,hybrid}). There is no --virtual-pipeline-model-parallel-size any more.
 The framework profile's features (solver.cost.frameworks) go out as TransformerConfig flags
 (_feature_flags: --moe-token-dispatcher-type, --moe-flex-dispatcher-backend,
---moe-grouped-gemm, --cuda-graph-impl, --cuda-graph-modules, --tp-comm-overlap,
---overlap-moe-expert-parallel-comm).
+--moe-grouped-gemm, --cuda-graph-impl, --cuda-graph-scope, --tp-comm-overlap,
+--overlap-moe-expert-parallel-comm). The model's architecture goes out in full
+(_architecture_flags: layers, widths, heads and query groups, vocabulary, norm, position
+embedding, biases, MoE and MLA shapes, MTP layers), as TransformerConfig fields that
+ArgumentGroupFactory turns into flags (--num-layers, --hidden-size, --ffn-hidden-size,
+--num-attention-heads, --num-query-groups, --kv-channels, --normalization, --num-moe-experts
+as --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
+--moe-layer-freq, --multi-latent-attention, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
+--qk-pos-emb-head-dim, --v-head-dim, --mtp-num-layers) and _add_network_size_args flags.
 
 Mappings: ZeRO 1 is the distributed optimizer; ZeRO 2 and 3 are Megatron-FSDP with sharding
 strategy optim_grads / optim_grads_params, which validate_args requires to checkpoint as
@@ -55,6 +64,7 @@ from solver.errors import InputError
 from solver.spec import PipelineLayout
 from solver.spec.layout_syntax import render_pipeline_layout
 
+VERSION = "core_v0.16"
 # Megatron-LM builds its groups in one of two orders (parallel_state.initialize_model_parallel).
 MEGATRON_ORDERS = {"tp-cp-ep-dp-pp": (), "tp-cp-ep-pp-dp": ("--use-tp-pp-dp-mapping",)}
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
@@ -215,7 +225,7 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
         flags.append(("--moe-grouped-gemm",))
     if constants.cuda_graphs:
         modules = ("attn", "mlp") + (("moe_router", "moe_preprocess") if is_moe else ())
-        flags += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-modules", *modules)]
+        flags += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-scope", *modules)]
     if constants.tp_comm_overlap and c.tp > 1:
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
@@ -249,6 +259,82 @@ def _hybrid_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str
         warnings.append("Megatron's MambaModel splits the hybrid pattern over pipeline stages "
                         "itself: check its split against the planned layout")
     return flags, warnings
+
+
+def _architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The model's shape as Megatron flags (module docstring), and warnings for what Megatron
+    cannot build as the model has it."""
+    m = target.model_spec
+    flags: list[tuple[str, ...]] = [
+        ("--num-layers", str(m.num_hidden_layers)),
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(m.intermediate_size)),
+        ("--num-attention-heads", str(m.num_attention_heads)),
+    ]
+    warnings: list[str] = []
+    if m.is_mla:
+        flags.append(("--multi-latent-attention",))
+        if m.q_lora_rank is not None:
+            flags.append(("--q-lora-rank", str(m.q_lora_rank)))
+        flags += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_nope_head_dim)),
+                  ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
+                  ("--v-head-dim", str(m.v_head_dim))]
+    else:
+        if m.kv_heads != m.num_attention_heads:
+            flags += [("--group-query-attention",), ("--num-query-groups", str(m.kv_heads))]
+        if m.qk_head_dim * m.num_attention_heads != m.hidden_size:
+            flags.append(("--kv-channels", str(m.qk_head_dim)))
+    flags += [("--seq-length", str(target.job.seq_len)),
+              ("--max-position-embeddings", str(max(m.max_position_embeddings,
+                                                    target.job.seq_len))),
+              ("--vocab-size", str(m.vocab_size)),
+              ("--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm")]
+    position = {"rope": "rope", "learned": "learned_absolute"}.get(m.position_embedding_type)
+    if position is None:
+        warnings.append(f"Megatron has no {m.position_embedding_type} position embedding: the "
+                        "flags ask for rope")
+        position = "rope"
+    flags.append(("--position-embedding-type", position))
+    if m.mlp_type == "gated":
+        flags.append(("--swiglu",))
+    if not m.tie_word_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights",))
+    if not (m.qkv_bias or m.o_bias or m.mlp_bias):
+        flags.append(("--disable-bias-linear",))
+    elif m.qkv_bias and not (m.o_bias or m.mlp_bias):
+        flags += [("--disable-bias-linear",), ("--add-qkv-bias",)]
+    if m.qk_norm:
+        flags.append(("--qk-layernorm",))
+    if m.is_moe:
+        flags += [("--num-experts", str(m.num_experts)),
+                  ("--moe-router-topk", str(m.num_experts_per_tok)),
+                  ("--moe-ffn-hidden-size", str(m.moe_intermediate_size))]
+        if m.num_shared_experts:
+            width = m.shared_expert_intermediate_size or m.moe_intermediate_size
+            flags.append(("--moe-shared-expert-intermediate-size",
+                          str(width * m.num_shared_experts)))
+        if m.first_k_dense_layers or m.moe_layer_freq > 1:
+            # moe_freq_type: a Python list expression, 1 for a MoE layer (DeepSeek's rule)
+            pattern = [int(i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0)
+                       for i in range(m.num_hidden_layers)]
+            flags.append(("--moe-layer-freq", _render_pattern(pattern)))
+        if m.router_bias:  # aux-loss-free balancing: expert bias needs the sigmoid score
+            flags += [("--moe-router-score-function", "sigmoid"),
+                      ("--moe-router-enable-expert-bias",)]
+    if m.num_nextn_predict_layers:
+        flags.append(("--mtp-num-layers", str(m.num_nextn_predict_layers)))
+    return flags, warnings
+
+
+def _render_pattern(pattern: list[int]) -> str:
+    """A 0/1 list as the shortest run-length Python expression: "([0]*3+[1]*58)"."""
+    runs: list[tuple[int, int]] = []
+    for value in pattern:
+        if runs and runs[-1][0] == value:
+            runs[-1] = (value, runs[-1][1] + 1)
+        else:
+            runs.append((value, 1))
+    return "(" + "+".join(f"[{value}]*{count}" for value, count in runs) + ")"
 
 
 def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str],
@@ -295,8 +381,10 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
             warnings.append("Megatron-FSDP (ZeRO 2/3) does not combine with pipeline "
                             "parallelism")
     flags += [("--micro-batch-size", str(c.micro_batch)),
-              ("--global-batch-size", str(job.global_batch)),
-              ("--seq-length", str(job.seq_len))]
+              ("--global-batch-size", str(job.global_batch))]
+    architecture, architecture_warnings = _architecture_flags(target)
+    flags += architecture
+    warnings += architecture_warnings
     recompute_flags, recompute_warnings, recompute_notes = _recompute_flags(target, pipeline)
     flags += recompute_flags
     warnings += recompute_warnings
@@ -326,8 +414,13 @@ PRECISION_FLAGS: dict[str, list[tuple[str, ...]]] = {
 
 
 def render_megatron(target: LaunchTarget) -> Emitted:
-    """The arguments as a shell continuation, one flag per line, every token shell-quoted."""
+    """The arguments as a shell continuation, one flag per line, every token shell-quoted,
+    under a comment naming the plan and the Megatron-LM version."""
+    from solver.emit.torchtitan import render_header
+
     flags, warnings, notes = build_megatron_args(target)
     text = " \\\n".join(" ".join(shlex.quote(token) for token in flag) for flag in flags)
-    return Emitted(text=text + "\n", settings=[token for flag in flags for token in flag],
+    header = render_header(target, f"Megatron-LM {VERSION}: arguments of pretrain_gpt.py")
+    return Emitted(text=header + text + "\n",
+                   settings=[token for flag in flags for token in flag],
                    warnings=tuple(warnings), notes=tuple(notes))

@@ -72,20 +72,21 @@ def _layers_per_stage(slots: int, num_stages: int) -> int | None:
     return layers if math.ceil(slots / layers) == num_stages else None
 
 
-def _module_names(pipeline: PipelineLayout) -> list[list[str]]:
-    """module_fqns_per_model_part of a layout (torchtitan's TOML releases name the LM head
-    "output")."""
+def _module_names(pipeline: PipelineLayout, head: str) -> list[list[str]]:
+    """module_fqns_per_model_part of a layout (the LM head is "output" in torchtitan's TOML
+    releases, "lm_head" in 0.3)."""
     parts: list[list[str]] = []
     start = 0
     for stage in pipeline.stages:
         names = ["tok_embeddings"] if stage.embedding else []
         names += [f"layers.{i}" for i in range(start, start + stage.layers)]
-        parts.append(names + (["norm", "output"] if stage.loss else []))
+        parts.append(names + (["norm", head] if stage.loss else []))
         start += stage.layers
     return parts
 
 
-def _pipeline_fields(pipeline: PipelineLayout, vpp: int) -> dict[str, object]:
+def _pipeline_fields(pipeline: PipelineLayout, vpp: int, head: str = "output"
+                     ) -> dict[str, object]:
     """The fields that make torchtitan build `pipeline` (module docstring)."""
     layers = [stage.layers for stage in pipeline.stages]
     num_layers, num_stages = sum(layers), len(layers)
@@ -101,7 +102,7 @@ def _pipeline_fields(pipeline: PipelineLayout, vpp: int) -> dict[str, object]:
                 return {"pipeline_parallel_layers_per_stage": per_stage, **fields}
             if vpp <= 2:  # torchtitan's default: 1 stage a rank under 1F1B, 2 if interleaved
                 return fields
-    return {"module_fqns_per_model_part": _module_names(pipeline)}
+    return {"module_fqns_per_model_part": _module_names(pipeline, head)}
 
 
 def _checkpoint_section(target: LaunchTarget, pipeline: PipelineLayout
@@ -124,9 +125,10 @@ def _checkpoint_section(target: LaunchTarget, pipeline: PipelineLayout
         "than estimated"]
 
 
-def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, object]],
-                                                           list[str], list[str]]:
-    """The [parallelism], [training] and [activation_checkpoint] sections, warnings, notes."""
+def build_torchtitan_config(target: LaunchTarget, head: str = "output"
+                            ) -> tuple[dict[str, dict[str, object]], list[str], list[str]]:
+    """The [parallelism], [training] and [activation_checkpoint] sections, warnings, notes
+    (`head`: the LM head's module name)."""
     c, job = target.config, target.job
     warnings: list[str] = []
     notes: list[str] = []
@@ -145,7 +147,7 @@ def build_torchtitan_config(target: LaunchTarget) -> tuple[dict[str, dict[str, o
     if c.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if c.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = c.micro_batch
-        parallelism.update(_pipeline_fields(pipeline, c.vpp))
+        parallelism.update(_pipeline_fields(pipeline, c.vpp, head))
     mtp = pipeline.stages[-1].mtp_layers
     if mtp:
         warnings.append(f"torchtitan builds no multi-token prediction module: the plan's {mtp} "
@@ -221,13 +223,28 @@ def render_toml(sections: dict[str, dict[str, object]], header: str = "") -> str
     return "\n".join(lines) + "\n"
 
 
-def render_torchtitan(target: LaunchTarget) -> Emitted:
-    """The sections as TOML, headed by the plan they come from."""
-    sections, warnings, notes = build_torchtitan_config(target)
+def render_plan_line(target: LaunchTarget) -> str:
+    """The header line every emitted file starts with: the plan it comes from."""
     c = target.config
-    header = (f"parplan launch: {target.model_spec.name} on {c.num_gpus} GPUs "
-              f"({target.cluster.name}): tp {c.tp} pp {c.pp} dp {c.dp} cp {c.cp} ep {c.ep} "
-              f"etp {c.etp} vpp {c.vpp} zero {c.zero}\n"
-              "merge into your torchtitan job config (--job.config_file)")
+    return (f"parplan launch: {target.model_spec.name} on {c.num_gpus} GPUs "
+            f"({target.cluster.name}): tp {c.tp} pp {c.pp} dp {c.dp} cp {c.cp} ep {c.ep} "
+            f"etp {c.etp} vpp {c.vpp} zero {c.zero}")
+
+
+def render_header(target: LaunchTarget, what: str) -> str:
+    """Comment lines over an emitted shell text: the plan, and what the text is for whom."""
+    return "".join(f"# {render_comment_text(line)}\n" for line in (render_plan_line(target), what))
+
+
+def render_torchtitan(target: LaunchTarget) -> Emitted:
+    """torchtitan 0.3's command-line overrides (solver.emit.torchtitan_cli), or for 0.2 the
+    sections as TOML, headed by the plan they come from."""
+    if target.version != "0.2":
+        from solver.emit.torchtitan_cli import render_torchtitan_cli
+
+        return render_torchtitan_cli(target)
+    sections, warnings, notes = build_torchtitan_config(target)
+    header = (f"{render_plan_line(target)}\ntorchtitan 0.2: merge into your job config "
+              "(--job.config_file)")
     return Emitted(text=render_toml(sections, header), settings=sections,
                    warnings=tuple(warnings), notes=tuple(notes))

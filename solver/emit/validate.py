@@ -1,103 +1,182 @@
-"""Optional dry run: hand the emitted settings to the framework's own checks, where installed.
+"""`launch --validate`: hand the emitted file to the framework's own whole-file check.
 
-None of the frameworks is a dependency: each is imported here, lazily, and a missing one is
-reported as skipped. What each check runs:
-  megatron    Megatron-LM's own argument parser (megatron.training.arguments
-              add_megatron_arguments) must know every emitted flag, and Megatron-Core's
-              ModelParallelConfig must accept the degrees (its __post_init__ checks);
-  torchtitan  torchtitan.distributed.ParallelDims must accept the degrees and the world size;
-  deepspeed   deepspeed.runtime.zero.config.DeepSpeedZeroConfig must accept zero_optimization;
-  vllm        vllm.config.ParallelConfig must accept the parallel sizes;
+None of the frameworks is a dependency (the `frameworks` extra installs the versions of
+solver.emit.TARGETS): each is imported here, lazily, inside `quiet()` so that its logging does
+not reach the emitted text. A check says what it ran ("accepted by ...") and, separately, what
+it could not check and why; a file the framework refuses is "rejected" with the framework's own
+message. Nothing is "accepted" that no framework code looked at. What each check runs:
+  megatron    Megatron-LM's parse_args + validate_args + core_transformer_config_from_args
+              (TransformerConfig.__post_init__) when `megatron.training` is importable (a
+              Megatron-LM checkout on the path; it is not on PyPI), else megatron-core's
+              TransformerConfig / MLATransformerConfig built from the model and parallel flags
+              (solver.emit.check_megatron);
+  torchtitan  0.3: ConfigManager.parse_args on the whole command line (tyro, then
+              Trainer.Config.__post_init__), ParallelDims.build_mesh on a fake process group of
+              the plan's world size, the pipeline split (solver.emit.check_torchtitan);
+  deepspeed   DeepSpeedConfig on the whole ds_config with the plan's data-parallel size, then
+              AutoEP's validate_autoep_config (solver.emit.check_deepspeed);
+  vllm        `vllm serve`'s own parser (make_arg_parser, validate_parsed_serve_args), the
+              engine arguments, ParallelConfig and SchedulerConfig (solver.emit.check_vllm);
   torch       the module must compile (always available).
 """
 
 from __future__ import annotations
 
-import argparse
-import inspect
-from collections.abc import Callable
+import contextlib
+import io
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
 
+from solver.emit import TARGETS
 from solver.emit.target import Emitted, LaunchTarget
 
-
-def _check_megatron(target: LaunchTarget, emitted: Emitted) -> str:
-    from megatron.training.arguments import add_megatron_arguments
-
-    parser = argparse.ArgumentParser(allow_abbrev=False)
-    add_megatron_arguments(parser)
-    _, unknown = parser.parse_known_args(emitted.settings)
-    unknown_flags = [token for token in unknown if token.startswith("--")]
-    if unknown_flags:
-        return f"rejected: Megatron-LM's parser does not know {', '.join(unknown_flags)}"
-    import torch
-    from megatron.core import ModelParallelConfig
-
-    c = target.config
-    ModelParallelConfig(
-        tensor_model_parallel_size=c.tp, pipeline_model_parallel_size=c.pp,
-        virtual_pipeline_model_parallel_size=c.vpp if c.vpp > 1 else None,
-        sequence_parallel=c.sequence_parallel, context_parallel_size=c.cp,
-        expert_model_parallel_size=c.ep, expert_tensor_parallel_size=c.etp,
-        pipeline_dtype=torch.bfloat16)
-    return ("accepted: Megatron-LM's parser knows every flag and ModelParallelConfig takes the "
-            "degrees")
+INSTALL_HINT = "pip install 'parplan[frameworks]'"
 
 
-def _check_torchtitan(target: LaunchTarget, emitted: Emitted) -> str:
-    from torchtitan.distributed import ParallelDims
+class Rejected(Exception):
+    """The framework refused the file: `check` is what refused it, the message its own."""
 
-    p = emitted.settings["parallelism"]
-    values = {"dp_replicate": p["data_parallel_replicate_degree"],
-              "dp_shard": p["data_parallel_shard_degree"], "cp": p["context_parallel_degree"],
-              "tp": p["tensor_parallel_degree"], "pp": p["pipeline_parallel_degree"],
-              "ep": p.get("expert_parallel_degree", 1),
-              "etp": p.get("expert_tensor_parallel_degree", 1),
-              "world_size": target.config.num_gpus, "enable_loss_parallel": True}
-    known = inspect.signature(ParallelDims).parameters
-    ParallelDims(**{name: value for name, value in values.items() if name in known})
-    return "accepted: torchtitan's ParallelDims takes the degrees"
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+        self.message = " ".join(message.split()) or "no message"
 
 
-def _check_deepspeed(target: LaunchTarget, emitted: Emitted) -> str:
-    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+@dataclass
+class Validation:
+    """What a check ran and what it left unchecked (each "what (why)")."""
 
-    DeepSpeedZeroConfig(**emitted.settings["zero_optimization"])
-    return "accepted: DeepSpeedZeroConfig takes zero_optimization"
+    name: str
+    accepted: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    rejected: Rejected | None = None
+
+    def render(self) -> str:
+        """One line: rejected, accepted (and what was not checked), or only not checked."""
+        if self.rejected is not None:
+            return f"{self.name}: rejected by {self.rejected.check}: {self.rejected.message}"
+        parts = []
+        if self.accepted:
+            parts.append("accepted by " + "; ".join(self.accepted))
+        if self.unchecked:
+            parts.append("not checked: " + "; ".join(self.unchecked))
+        return f"{self.name}: " + ". ".join(parts)
 
 
-def _check_vllm(target: LaunchTarget, emitted: Emitted) -> str:
-    from vllm.config import ParallelConfig
-
-    c = target.config
-    ParallelConfig(tensor_parallel_size=c.tp, pipeline_parallel_size=c.pp,
-                   data_parallel_size=c.dp,
-                   enable_expert_parallel="--enable-expert-parallel" in emitted.settings)
-    return "accepted: vLLM's ParallelConfig takes the sizes"
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution (pip name), None when it is not installed."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
-def _check_torch(target: LaunchTarget, emitted: Emitted) -> str:
-    compile(emitted.text, "<parplan launch --format torch>", "exec")
-    return "accepted: the module compiles"
+def require_version(validation: Validation, distribution: str, wanted: str, what: str) -> bool:
+    """Whether `distribution` is installed at version `wanted` (a release prefix, "0.19" or
+    "core_v0.16" for 0.16.x); otherwise says so in `validation` as `what` left unchecked."""
+    found = installed_version(distribution)
+    prefix = wanted.removeprefix("core_v")
+    if found is None:
+        validation.unchecked.append(f"{what} ({distribution} is not installed: {INSTALL_HINT})")
+        return False
+    if found != prefix and not found.startswith(prefix + "."):
+        validation.unchecked.append(f"{what} ({distribution} {found} is installed; the file is "
+                                    f"for {prefix})")
+        return False
+    return True
 
 
-CHECKS: dict[str, tuple[str, Callable[[LaunchTarget, Emitted], str]]] = {
-    "megatron": ("megatron-core / Megatron-LM", _check_megatron),
-    "torchtitan": ("torchtitan", _check_torchtitan),
-    "deepspeed": ("deepspeed", _check_deepspeed),
-    "vllm": ("vllm", _check_vllm),
-    "torch": ("python", _check_torch),
-}
+@contextlib.contextmanager
+def quiet() -> Iterator[io.StringIO]:
+    """Run framework code with its prints and log lines caught (they would land in the
+    emitted text on stdout); yields what they wrote."""
+    caught = io.StringIO()
+    with contextlib.redirect_stdout(caught), contextlib.redirect_stderr(caught):
+        yield caught
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Environment variables set for the duration of a check, then restored."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_parser(check: str, parse: Callable[[], object]) -> object:
+    """Run an argparse / tyro parser: its usage error (SystemExit, message on stderr) becomes
+    Rejected with the message's error lines."""
+    with quiet() as caught:
+        try:
+            return parse()
+        except SystemExit as exc:
+            if exc.code in (0, None):
+                raise Rejected(check, "the parser exited without parsing") from None
+            raise Rejected(check, error_lines(caught.getvalue())) from None
+
+
+def run_check(check: str, run: Callable[[], object]) -> object:
+    """Run one framework check quietly: whatever it raises is its refusal (the framework's
+    own checks are asserts, ValueErrors, pydantic errors ...)."""
+    with quiet():
+        try:
+            return run()
+        except Rejected:
+            raise
+        except Exception as exc:  # the framework's own message is the answer
+            raise Rejected(check, str(exc) or exc.__class__.__name__) from None
+
+
+def error_lines(text: str) -> str:
+    """The lines of a parser's error output that say what is wrong (tyro draws boxes; usage
+    lines and help pointers are dropped)."""
+    kept = []
+    for line in text.splitlines():
+        line = line.strip(" │╭╮╰╯─┃━").strip()
+        if not line or line.startswith(("usage:", "For full helptext", "in ", "─", "-" * 5)):
+            continue
+        kept.append(line)
+    return " ".join(kept[:6])
+
+
+def _check_torch(target: LaunchTarget, emitted: Emitted, validation: Validation) -> None:
+    try:
+        compile(emitted.text, "<parplan launch --format torch>", "exec")
+    except SyntaxError as exc:
+        raise Rejected("Python's compile", str(exc)) from None
+    validation.accepted.append("Python's compile (the module compiles)")
+
+
+def _checks() -> dict[str, Callable[[LaunchTarget, Emitted, Validation], None]]:
+    from solver.emit.check_deepspeed import check_deepspeed
+    from solver.emit.check_megatron import check_megatron
+    from solver.emit.check_torchtitan import check_torchtitan
+    from solver.emit.check_vllm import check_vllm
+
+    return {"megatron": check_megatron, "torchtitan": check_torchtitan,
+            "deepspeed": check_deepspeed, "vllm": check_vllm, "torch": _check_torch}
 
 
 def validate_emitted(launch_format: str, target: LaunchTarget, emitted: Emitted) -> str:
-    """One line: what the framework's own checks said, or why they did not run."""
-    if launch_format not in CHECKS:
-        return f"{launch_format}: nothing to validate"
-    package, check = CHECKS[launch_format]
+    """One line: what the framework's own checks accepted or rejected, and what they could not
+    check and why."""
+    checks = _checks()
+    if launch_format not in checks:
+        return f"{launch_format}: not checked (no framework reads it)"
+    version = target.version or TARGETS.get(launch_format, ("",))[0]
+    name = f"{launch_format}@{version}" if version else launch_format
+    validation = Validation(name)
     try:
-        return f"{launch_format}: {check(target, emitted)}"
-    except ImportError:
-        return f"{launch_format}: skipped ({package} is not installed)"
-    except Exception as exc:  # the framework's own message is the answer
-        message = " ".join(str(exc).split()) or exc.__class__.__name__
-        return f"{launch_format}: rejected: {message}"
+        checks[launch_format](target, emitted, validation)
+    except Rejected as exc:
+        validation.rejected = exc
+    return validation.render()
