@@ -266,10 +266,14 @@ def test_torchtitan_and_deepspeed_launch_bf16_reduction() -> None:
 
     args = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
             "--grad-reduce-in-bf16", "--precision-aware-optimizer"]
-    titan = CliRunner().invoke(cli, [*args, "--format", "torchtitan"])
+    titan = CliRunner().invoke(cli, [*args, "--target", "torchtitan@0.2"])
     assert titan.exit_code == 0, titan.output
     assert 'mixed_precision_reduce = "bfloat16"' in titan.output
     assert "no precision-aware optimizer" in titan.output
+    # torchtitan 0.3: Training.mixed_precision_reduce takes "float32" only
+    newer = CliRunner().invoke(cli, [*args, "--format", "torchtitan"])
+    assert "mixed_precision_reduce" not in newer.stdout
+    assert "reduces gradients in float32 only" in newer.stderr
     deepspeed = CliRunner().invoke(cli, [*args, "--format", "deepspeed"])
     assert deepspeed.exit_code == 0, deepspeed.output
     assert '"communication_data_type": "bf16"' in deepspeed.output

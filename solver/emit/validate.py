@@ -137,8 +137,11 @@ def run_check(check: str, run: Callable[[], object]) -> object:
 
 
 def error_lines(text: str) -> str:
-    """The lines of a parser's error output that say what is wrong (tyro draws boxes; usage
-    lines and help pointers are dropped)."""
+    """The lines of a parser's error output that say what is wrong: argparse's "error:" line,
+    else the text of tyro's box without usage lines and help pointers."""
+    errors = [line.strip() for line in text.splitlines() if ": error: " in line]
+    if errors:
+        return " ".join(errors)
     kept = []
     for line in text.splitlines():
         line = line.strip(" │╭╮╰╯─┃━").strip()
