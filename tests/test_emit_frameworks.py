@@ -533,3 +533,27 @@ def test_deepspeed_autoep_rules_are_named_search_constraints() -> None:
     assert list(moe["deepspeed_autoep_tp_without_pp"].check(values)) == [True, True, False, True]
     assert "deepspeed_autoep_no_etp" not in rules("llama3.1-8b", "deepspeed")
     assert "deepspeed_autoep_no_etp" not in rules("mixtral-8x7b", "megatron")
+
+
+def test_per_node_launch_lines() -> None:
+    """torchrun's c10d rendezvous: one line for every node; DeepSpeed's launcher on the first
+    node with a "HOST slots=G" hostfile; vLLM's multi-node data parallelism: the first node
+    with --data-parallel-size-local and the address, node k --headless from rank k x local
+    (vLLM docs, "Data Parallel Deployment")."""
+    target = make_target("mixtral-8x7b", 32, tp=4, ep=8)
+    titan = render_torchtitan(target).text.splitlines()[2]
+    assert titan.startswith("torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d "
+                            "--rdzv-endpoint HOST:29500 -m torchtitan.train")
+    deepspeed = render_deepspeed(target).notes[0]
+    assert "deepspeed --hostfile hostfile --num_nodes 4 --num_gpus 8" in deepspeed
+    assert '"node-0 slots=8; node-1 slots=8; node-2 slots=8; node-3 slots=8"' in deepspeed
+    commands = [shlex.split(line) for line in render_vllm(target).text.splitlines()
+                if line.startswith("vllm ")]
+    assert len(commands) == 4  # dp 8 engines of tp 4, two a node
+    assert all(value_of(c, "--data-parallel-size-local") == "2" for c in commands)
+    assert "--headless" not in commands[0]
+    assert [value_of(c, "--data-parallel-start-rank") for c in commands[1:]] == ["2", "4", "6"]
+    one_node = render_vllm(make_target("mixtral-8x7b", 8, tp=4, ep=8))
+    assert "--data-parallel-size-local" not in one_node.text
+    wide = render_vllm(make_target("llama3.1-70b", 32, tp=8, pp=2))
+    assert any("Ray cluster" in note for note in wide.notes)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 
+from solver.emit.nodes import count_nodes, render_hostfile
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
 
@@ -147,10 +148,22 @@ def _autoep_section(target: LaunchTarget, warnings: list[str], notes: list[str]
     return section
 
 
+def render_launcher_line(target: LaunchTarget) -> str:
+    """DeepSpeed's launcher for the plan's nodes, run on the first one (solver.emit.nodes)."""
+    num_nodes = count_nodes(target)
+    per_node = min(target.cluster.gpus_per_node, target.config.num_gpus)
+    if num_nodes == 1:
+        return f"run: deepspeed --num_gpus {per_node} TRAIN.py --deepspeed_config ds_config.json"
+    hosts = render_hostfile(target).strip().replace("\n", "; ")
+    return (f"run on the first node: deepspeed --hostfile hostfile --num_nodes {num_nodes} "
+            f"--num_gpus {per_node} TRAIN.py --deepspeed_config ds_config.json, with hostfile "
+            f"lines \"{hosts}\" (your node names)")
+
+
 def render_deepspeed(target: LaunchTarget) -> Emitted:
     """The ds_config as JSON."""
     config, warnings, notes = build_deepspeed_config(target)
-    # JSON has no comments: the version the file is for is a note
-    notes.insert(0, f"a ds_config for DeepSpeed {VERSION} (deepspeed --deepspeed_config FILE)")
+    # JSON has no comments: the version the file is for is a note, and so is the launcher
+    notes.insert(0, f"a ds_config for DeepSpeed {VERSION}; {render_launcher_line(target)}")
     return Emitted(text=json.dumps(config, indent=2) + "\n", settings=config,
                    warnings=tuple(warnings), notes=tuple(notes))
