@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +118,30 @@ def test_torchtitan_02_toml_is_checked_by_02_only() -> None:
         assert line.startswith("torchtitan@0.2: accepted by "), line
     else:
         assert line.startswith("torchtitan@0.2: not checked: the TOML file ("), line
+
+
+@pytest.mark.parametrize("plan", ["llama70b-tp8-pp2", "mixtral-ep8", "deepseek-v3-ep128"])
+def test_torchtitan_02_accepts_the_toml(plan: str) -> None:
+    """torchtitan 0.2.2 from a folder of its own (PARPLAN_TORCHTITAN_02: .ci/run installs it
+    there with pip --target), ahead of 0.3 on the path of a `parplan launch --validate`."""
+    folder = os.environ.get("PARPLAN_TORCHTITAN_02")
+    if not folder:
+        message = "PARPLAN_TORCHTITAN_02 names no folder holding torchtitan 0.2.2 (see .ci/run)"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
+    p = PLANS[plan][1]
+    degrees = [x for name in ("tp", "pp", "ep", "zero") if name in p
+               for x in (f"--{name}", str(p[name]))]
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "solver", "launch", "--model", p["model"], "--cluster",
+         p["cluster"], "--gpus", str(p["num_gpus"]), *degrees, "--target", "torchtitan@0.2",
+         "--validate"], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([folder, str(root)])})
+    assert result.returncode == 0, result.stderr
+    assert "validation: torchtitan@0.2: accepted by ConfigManager.parse_args (the TOML file); " \
+           "ParallelDims.build_mesh" in result.stderr, result.stderr
 
 
 def test_deepspeed_refuses_the_deepseek_plan_and_so_does_the_search() -> None:

@@ -63,7 +63,7 @@ def _check_mesh(target: LaunchTarget, parallelism: object, validation: Validatio
         from torch.testing._internal.distributed.fake_pg import FakeStore
         from torchtitan.distributed import ParallelDims
 
-        dims = ParallelDims.from_config(parallelism, world)
+        dims = _parallel_dims(ParallelDims, parallelism, world)
         started = not dist.is_initialized()
         if started:
             dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
@@ -86,6 +86,18 @@ def _check_mesh(target: LaunchTarget, parallelism: object, validation: Validatio
 
         run_check("torchtitan's pipeline split", split)
         validation.accepted.append("the pipeline split (_get_pipeline_metadata)")
+
+
+def _parallel_dims(parallel_dims: type, parallelism: object, world: int) -> object:
+    """ParallelDims of the config: 0.3's from_config, or 0.2's constructor (with etp)."""
+    if hasattr(parallel_dims, "from_config"):
+        return parallel_dims.from_config(parallelism, world)
+    p = parallelism
+    return parallel_dims(dp_replicate=p.data_parallel_replicate_degree,
+                         dp_shard=p.data_parallel_shard_degree, cp=p.context_parallel_degree,
+                         tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                         ep=p.expert_parallel_degree, etp=p.expert_tensor_parallel_degree,
+                         world_size=world)
 
 
 def _check_toml(target: LaunchTarget, emitted: Emitted, validation: Validation) -> None:
