@@ -319,22 +319,31 @@ def _add_kind_counts(program: cp_model.CpModel, kinds: np.ndarray, present: list
         program.add_element(index, table, value)
         return value
 
+    # Every layer is of some kind, so sum_k D_k(x) = x: the most common kind's counts follow
+    # from the others' without lookups of their own (exact, fewer element constraints).
+    derived = max(present, key=lambda k: int((kinds == k).sum()))
+    looked_up = [kind for kind in present if kind != derived]
+    ends: dict[int, list] = {}
+    starts: dict[int, list] = {}  # D_k at each chunk's first layer past its recomputed ones
+    for kind in looked_up:
+        table = _prefix_counts(kinds, kind)
+        ends[kind] = [prefix(kind, table, boundary, v, f"d{kind}_{v}")
+                      for v, boundary in enumerate(bounds)]
+        starts[kind] = [None if isinstance(r[v], int) else
+                        prefix(kind, table, (bounds[v - 1] if v else 0) + r[v], max(v - 1, 0),
+                               f"q{kind}_{v}")
+                        for v in range(len(n))]
+    ends[derived] = [bounds[v] - sum(ends[k][v] for k in looked_up) for v in range(len(n))]
+    starts[derived] = [None if isinstance(r[v], int) else
+                       (bounds[v - 1] if v else 0) + r[v] - sum(starts[k][v] for k in looked_up)
+                       for v in range(len(n))]
     counts: dict[int, list] = {}
     recomputed: dict[int, list] = {}
     for kind in present:
-        table = _prefix_counts(kinds, kind)
-        ends = [prefix(kind, table, boundary, v, f"d{kind}_{v}")
-                for v, boundary in enumerate(bounds)]
-        counts[kind] = [ends[v] - (ends[v - 1] if v else 0) for v in range(len(n))]
-        recomputed[kind] = []
-        for v in range(len(n)):
-            if isinstance(r[v], int):
-                recomputed[kind].append(0)
-                continue
-            start = ends[v - 1] if v else 0
-            position = (bounds[v - 1] if v else 0) + r[v]
-            recomputed[kind].append(prefix(kind, table, position, max(v - 1, 0),
-                                           f"q{kind}_{v}") - start)
+        counts[kind] = [ends[kind][v] - (ends[kind][v - 1] if v else 0) for v in range(len(n))]
+        recomputed[kind] = [0 if starts[kind][v] is None
+                            else starts[kind][v] - (ends[kind][v - 1] if v else 0)
+                            for v in range(len(n))]
     return counts, recomputed
 
 
