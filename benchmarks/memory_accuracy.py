@@ -182,7 +182,11 @@ def predict_modern_bytes(row: dict[str, Any]) -> float:
                             recompute=row["recompute"])
     job = JobSpec(seq_len=row["seq_len"], global_batch=row["global_batch"],
                   precision=row["precision"])
-    options = build_framework_profile(row["framework"]).memory_options()
+    # What torch.compile changes in the memory model is the loss (torchtitan's eager
+    # cross-entropy, solver.cost.frameworks): the row says whether its release compiled it.
+    features = ({"fused_elementwise": bool(row["loss_compiled"])}
+                if row["framework"] == "torchtitan" else {})
+    options = build_framework_profile(row["framework"], features).memory_options()
     breakdown = estimate_memory(load_model_spec(row["model"]), job,
                                 Candidates.from_configs([config]), options)
     return float(sum(breakdown.items[name][0] for name in MEASURED_ITEMS[row["measured_kind"]]))

@@ -56,6 +56,15 @@ BF16_GRAD_BYTES = 2.0
 # keep a bf16 shard beside the fp32 one (18 B / d).
 FSDP_FP32_PARAM_FRAMEWORKS = ("torchtitan", "generic")
 
+# torchtitan's eager loss, F.cross_entropy(pred.float(), labels) (components/loss.py
+# cross_entropy_loss; train.py @9dec370), after `del pred` ("need to free to before bwd to avoid
+# peaking memory"): log_softmax keeps its fp32 output (4 B per logit) for backward, where
+# nll_loss's dense fp32 gradient (4 B) and log_softmax's (4 B) join it: 12 B per logit at the
+# start of the backward, when every activation is still held. With torch.compile the loss is
+# compiled too ([compile] components "model", "loss"), and MemoryOptions.logits_bytes' default
+# stays.
+EAGER_CROSS_ENTROPY_LOGITS_BYTES = 12.0
+
 # TimeConstants (flash_attention, native_attention_kernels) of each attention kernel.
 ATTENTION_SWITCHES = {"native": (True, True), "flash2": (True, False), "unfused": (False, False)}
 
@@ -127,7 +136,8 @@ class FrameworkProfile(BaseModel):
     def memory_options(self, base: MemoryOptions | None = None) -> MemoryOptions:
         """The memory model's options under this profile: what `selective` keeps, the fp8
         weight copies, whether the ZeRO-3 shard is the fp32 master (PyTorch FSDP,
-        FSDP_FP32_PARAM_FRAMEWORKS), and the smaller states of the precision-aware optimizer (Adam's m and
+        FSDP_FP32_PARAM_FRAMEWORKS), torchtitan's FSDP2 under PP and its eager cross-entropy
+        (EAGER_CROSS_ENTROPY_LOGITS_BYTES), and the smaller states of the precision-aware optimizer (Adam's m and
         v in bf16: 4 B per parameter less) and of bf16 gradient reduction (buckets of half the
         bytes; in Megatron a bf16 gradient buffer, 2 B)."""
         base = base or MemoryOptions()
@@ -137,6 +147,8 @@ class FrameworkProfile(BaseModel):
                                   "recompute_modules": constants.recompute_modules,
                                   "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS,
                                   "fsdp_unsharded_under_pp": self.name == "torchtitan"}
+        if self.name == "torchtitan" and not constants.fused_elementwise:
+            update["logits_bytes"] = EAGER_CROSS_ENTROPY_LOGITS_BYTES
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)
