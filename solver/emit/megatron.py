@@ -254,7 +254,8 @@ def _hybrid_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str
              ("--mamba-head-dim", str(m.mamba_head_dim)),
              ("--mamba-num-groups", str(m.n_groups)),
              ("--mamba-state-dim", str(m.ssm_state_size))]
-    warnings = []
+    warnings = ["Megatron builds a Mamba hybrid with pretrain_mamba.py (MambaModel), not "
+                "pretrain_gpt.py"]
     if target.config.pp > 1:
         warnings.append("Megatron's MambaModel splits the hybrid pattern over pipeline stages "
                         "itself: check its split against the planned layout")
