@@ -557,3 +557,21 @@ def test_per_node_launch_lines() -> None:
     assert "--data-parallel-size-local" not in one_node.text
     wide = render_vllm(make_target("llama3.1-70b", 32, tp=8, pp=2))
     assert any("Ray cluster" in note for note in wide.notes)
+
+
+def test_torchtitan_expert_rule_is_a_search_constraint() -> None:
+    """torchtitan 0.3 ParallelismConfig.expert_parallel_degree: "EP borrows ranks from FSDP and
+    TP: efsdp = dp_shard * cp * tp / ep"; no expert TP. Under ZeRO 0 (DDP) dp_shard is 1."""
+    import numpy as np
+
+    from solver.optimize import build_problem
+    from solver.search.constraints import build_constraints
+
+    problem = build_problem("mixtral-8x7b", "dgx-h100", 64, framework="torchtitan")
+    rule = {c.name: c for c in build_constraints(problem)}["torchtitan_ep_borrows_fsdp_tp"]
+    values = {"ep": np.array([8, 8, 8, 8, 1]), "etp": np.array([1, 1, 2, 1, 4]),
+              "dp": np.array([8, 8, 8, 4, 8]), "cp": np.array([1, 1, 1, 1, 1]),
+              "tp": np.array([1, 1, 1, 1, 4]), "zero": np.array([3, 0, 3, 0, 0])}
+    assert list(rule.check(values)) == [True, False, False, False, True]
+    dense = build_problem("llama3.1-8b", "dgx-h100", 8, framework="torchtitan")
+    assert "torchtitan_ep_borrows_fsdp_tp" not in {c.name for c in build_constraints(dense)}

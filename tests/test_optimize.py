@@ -56,6 +56,10 @@ def independent_violations(problem, config: ParallelConfig,
             bad.append("megatron interleave")
     if problem.framework == "torchtitan" and c.zero == 1:
         bad.append("torchtitan zero")
+    # torchtitan 0.3 ParallelDims.build_mesh: efsdp = dp_shard * cp * tp / ep, no expert TP
+    if problem.framework == "torchtitan" and c.ep > 1 and (
+            c.etp > 1 or ((c.dp if c.zero else 1) * c.cp * c.tp) % c.ep):
+        bad.append("torchtitan experts")
     if problem.framework == "deepspeed" and ((c.pp > 1 and c.zero > 1) or c.cp > 1
                                              or (c.tp > 1 and c.zero == 3) or c.vpp > 1):
         bad.append("deepspeed")

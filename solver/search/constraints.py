@@ -15,7 +15,10 @@ Framework rule sets (`--framework`), each from the framework's own documentation
               --num-layers-per-virtual-pipeline-stage).
   torchtitan  FSDP2 data parallelism: no ZeRO 1 (there is no optimizer-only sharding; ZeRO 2 is
               reshard_after_forward=False, ZeRO 3 the default; plain replication is DDP)
-              (torchtitan docs/fsdp.md, parallelize_llama).
+              (torchtitan docs/fsdp.md, parallelize_llama). For MoE models, torchtitan 0.3's
+              expert parallelism (ParallelismConfig.expert_parallel_degree: "EP borrows ranks
+              from FSDP and TP: efsdp = dp_shard * cp * tp / ep"; ParallelDims.build_mesh) has
+              no expert tensor parallelism.
   deepspeed   pipeline parallelism works with ZeRO 0/1 only ("ZeRO-2 and ZeRO-3 are
               incompatible with pipeline parallelism", DeepSpeed pipeline docs); tensor
               parallelism (AutoTP training) combines with "ZeRO Optimization ... (Stage 0, 1,
@@ -172,7 +175,8 @@ def _framework(problem: Problem) -> list[Constraint]:
     if problem.framework == "torchtitan":
         return [Constraint("torchtitan_zero_stage", ("zero",),
                            "torchtitan (FSDP2): ZeRO 0 (DDP), 2 or 3; no optimizer-only ZeRO 1",
-                           lambda v: v["zero"] != 1)]
+                           lambda v: v["zero"] != 1),
+                *_torchtitan_experts(problem.model_spec)]
     if problem.framework == "deepspeed":
         return [
             Constraint("deepspeed_zero_with_pp", ("zero", "pp"),
@@ -191,6 +195,18 @@ def _framework(problem: Problem) -> list[Constraint]:
             *_deepspeed_autoep(problem.model_spec),
         ]
     return []
+
+
+def _torchtitan_experts(model_spec: ModelSpec) -> list[Constraint]:
+    """torchtitan 0.3's expert parallelism for a MoE model (module docstring)."""
+    if not model_spec.is_moe:
+        return []
+    return [Constraint(
+        "torchtitan_ep_borrows_fsdp_tp", ("ep", "etp", "dp", "cp", "tp", "zero"),
+        "torchtitan 0.3: experts borrow FSDP and TP ranks, so ep must divide dp_shard x cp x tp "
+        "(dp_shard is dp under ZeRO 2/3, 1 under ZeRO 0), with no expert TP (etp = 1)",
+        lambda v: (v["ep"] == 1) | ((v["etp"] == 1) & (
+            (np.where(v["zero"] == 0, 1, v["dp"]) * v["cp"] * v["tp"]) % v["ep"] == 0)))]
 
 
 def _deepspeed_autoep(model_spec: ModelSpec) -> list[Constraint]:
