@@ -89,6 +89,13 @@ def _prefix_counts(kinds: np.ndarray, kind: int) -> list[int]:
     return [0] + np.cumsum(kinds == kind).astype(int).tolist()
 
 
+def _band(table: list[int]) -> tuple[int, int]:
+    """The least and most of L D(x) - D(L) x over x = 0..L for a prefix count table D."""
+    num_layers, total = len(table) - 1, table[-1]
+    gaps = [num_layers * value - total * x for x, value in enumerate(table)]
+    return min(gaps), max(gaps)
+
+
 @dataclass(frozen=True)
 class _Unit:
     """A run of layers the program sizes: one virtual stage, or all the tail chunks of one
@@ -317,6 +324,12 @@ def _add_kind_counts(program: cp_model.CpModel, kinds: np.ndarray, present: list
             index = program.new_int_var(0, num_layers, f"i_{name}")
             program.add(index == position)
         program.add_element(index, table, value)
+        # D_k stays within a band around the line through its ends: L D_k(x) - n_k x lies in
+        # [low, high] for every x (n_k = D_k(L)). Exact, and it gives the LP a slope where
+        # the element lookup gives none: interleaved kinds (hybrid models) then prove fast.
+        low, high = _band(table)
+        program.add(num_layers * value - table[-1] * index >= low)
+        program.add(num_layers * value - table[-1] * index <= high)
         return value
 
     # Every layer is of some kind, so sum_k D_k(x) = x: the most common kind's counts follow
