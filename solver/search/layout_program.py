@@ -154,10 +154,13 @@ class _Program(cp_model.CpModel):
 
 def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
                  capacity_bytes: float, rules: LayoutRules, below_s: float | None = None,
-                 time_limit_s: float = 10.0, hint: PipelineLayout | None = None
-                 ) -> tuple[LayoutAnswer | None, bool]:
+                 time_limit_s: float = 10.0, hint: PipelineLayout | None = None,
+                 work_limit: float | None = None) -> tuple[LayoutAnswer | None, bool]:
     """The best layout of `config` (module docstring), or None when no layout fits the memory
-    or, with `below_s`, none is as fast (to the time unit); and whether the answer is proven
+    or, with `below_s`, none is as fast (to the time unit); and whether the answer is proven.
+    `time_limit_s` bounds the wall time; `work_limit`, CP-SAT's deterministic time (its own
+    count of work, the same on a busy machine and an idle one), so that a program stopped by
+    it gives the same answer whatever the load
     (False when the time limit came first)."""
     co = coefficients
     pp, vpp = config.pp, config.vpp
@@ -235,6 +238,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     # 0.2 s; the zoo's other problems about 4% less time. Answers unchanged (it only prunes).
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.max_time_in_seconds = time_limit_s
+    if work_limit is not None:
+        solver.parameters.max_deterministic_time = work_limit
     status = solver.solve(program)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status == cp_model.INFEASIBLE
