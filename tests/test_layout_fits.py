@@ -64,3 +64,36 @@ def test_never_says_nothing_fits_when_a_layout_does(problem: Problem) -> None:
         answer, proven = solve_layout(config, coefficients, capacity,
                                       layout_rules(problem, config))
         assert answer is None and proven, config
+
+
+def test_replaying_twin_programs_gives_the_answers_of_solving_each() -> None:
+    """The search solves each distinct layout program once and replays it for twins
+    (solver.search.layout_search._replay): the ranked plans are those of solving every program
+    afresh. Llama-2-70B on 8 GB200s poses the same programs for ZeRO 0 and 1 at dp 1."""
+    import solver.search.layout_search as search
+    from solver.optimize import build_problem
+
+    problem = build_problem("llama2-70b", "gb200-nvl72", 8)
+    replayed, proven = search.solve_with_layouts(problem, top=5)
+    calls = []
+    original = search.solve_layout
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    real_replay = search._replay
+    search.solve_layout = counting
+    try:
+        search.solve_with_layouts(problem, top=5)
+        replays = len(calls)
+        calls.clear()
+        search._replay = lambda solved, co, below_s: (None, None)
+        afresh, proven_afresh = search.solve_with_layouts(problem, top=5)
+    finally:
+        search.solve_layout = original
+        search._replay = real_replay
+    assert proven and proven_afresh
+    assert replays < len(calls)  # the twins were replayed, not solved
+    assert replayed.candidates.to_configs() == afresh.candidates.to_configs()
+    assert np.allclose(replayed.step_time.step_s, afresh.step_time.step_s, rtol=1e-9)
