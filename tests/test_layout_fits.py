@@ -68,9 +68,10 @@ def test_never_says_nothing_fits_when_a_layout_does(problem: Problem) -> None:
 
 def test_replaying_twin_programs_gives_the_answers_of_solving_each() -> None:
     """The search solves each distinct layout program once and replays it for twins
-    (solver.search.layout_search._replay): the ranked plans are those of solving every program
+    (solver.search.program_memo): the ranked plans are those of solving every program
     afresh. Llama-2-70B on 8 GB200s poses the same programs for ZeRO 0 and 1 at dp 1."""
     import solver.search.layout_search as search
+    import solver.search.program_memo as memo
     from solver.optimize import build_problem
 
     problem = build_problem("llama2-70b", "gb200-nvl72", 8)
@@ -82,17 +83,17 @@ def test_replaying_twin_programs_gives_the_answers_of_solving_each() -> None:
         calls.append(args[0])
         return original(*args, **kwargs)
 
-    real_replay = search._replay
+    real_replay = memo.replay
     search.solve_layout = counting
     try:
         search.solve_with_layouts(problem, top=5)
         replays = len(calls)
         calls.clear()
-        search._replay = lambda solved, co, below_s: (None, None)
+        memo.replay = lambda runs, co, below_s: (None, None)
         afresh, proven_afresh = search.solve_with_layouts(problem, top=5)
     finally:
         search.solve_layout = original
-        search._replay = real_replay
+        memo.replay = real_replay
     assert proven and proven_afresh
     assert replays < len(calls)  # the twins were replayed, not solved
     assert replayed.candidates.to_configs() == afresh.candidates.to_configs()

@@ -33,7 +33,6 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
-    LayoutCoefficients,
     estimate_layout_coefficients,
     estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
@@ -55,12 +54,8 @@ from solver.search.enumerate import (
     rules_but_memory,
     solve_by_enumeration,
 )
-from solver.search.layout_program import (
-    LayoutAnswer,
-    LayoutRules,
-    objective_bound,
-    solve_layout,
-)
+from solver.search.layout_program import LayoutRules, solve_layout
+from solver.search.program_memo import SolvedPrograms
 from solver.search.space import VARIABLES, Problem
 from solver.search.twins import group_twins
 from solver.spec import ParallelConfig, PipelineLayout
@@ -143,7 +138,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     # Lowest bound first; of equal bounds, selective before none (see below).
     hopeful = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful], bound[hopeful]))]
     beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found nothing
-    programs: dict[tuple, list] = {}  # program -> [(below_s, answer, complete)] (_replay)
+    programs = SolvedPrograms()
     proven = True
     for row in hopeful:
         limit = bar()
@@ -168,15 +163,11 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         rules = layout_rules(problem, config)
         below_s = None if np.isinf(below) else below
         # Twins (e.g. ZeRO stages at dp 1) pose the same program: answer it once.
-        same = (config.pp, config.vpp, config.recompute, rules, program_key(coefficients))
-        solved = programs.setdefault(same, [])
-        answer, complete = _replay(solved, coefficients, below_s)
-        if complete is None:
-            answer, complete = solve_layout(
+        answer, complete = programs.answer(
+            config, rules, coefficients, below_s, lambda: solve_layout(
                 config, coefficients, capacity, rules, below_s=below_s,
                 time_limit_s=remaining, work_limit=PROGRAM_WORK_LIMIT,
-                hint=build_default_layout(model_spec, config, problem.memory_options))
-            solved.append((below_s, answer, complete))
+                hint=build_default_layout(model_spec, config, problem.memory_options)))
         proven = proven and complete
         if answer is None:
             if complete and config.recompute == "selective" and int(row) not in best:
@@ -207,35 +198,6 @@ def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:
     times = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
                                              lean, problem.time_constants)
     return bool(_memory_bounds(problem, lean, times)[0].any())
-
-
-def program_key(co: LayoutCoefficients) -> tuple:
-    """What defines a layout program besides its configuration's pp, vpp, recompute and rules
-    (the capacity and the model are the problem's): its coefficients, exactly."""
-    return (co.kinds.tobytes(), co.layer_s.tobytes(), co.recompute_s.tobytes(), co.stage_s,
-            co.last_s, co.num_micro, co.vpp, co.fixed_s, co.base_bytes.tobytes(),
-            co.layer_bytes.tobytes(), co.recompute_bytes.tobytes(), co.working_bytes.tobytes())
-
-
-def _replay(solved: list, co: LayoutCoefficients, below_s: float | None
-            ) -> tuple[LayoutAnswer | None, bool | None]:
-    """The answer of a program solved before (`solved`: its (below_s, answer, complete)
-    runs), asked again below `below_s`: the same run's answer for the same bar; from a proven
-    optimum, itself where it is at least as fast as the new bar (the program's objective in
-    its units) and a proven None where not; a proven None where one came for a bar at least
-    as high (a lower bar admits fewer layouts); else (None, None): solve it."""
-    bound = None if below_s is None else objective_bound(co, below_s)
-    for earlier_below, answer, complete in solved:
-        if earlier_below == below_s:
-            return answer, complete
-        if answer is not None and complete:
-            if below_s is None or (bound is not None and answer.objective <= bound):
-                return answer, True
-            return None, True
-        if answer is None and complete and (earlier_below is None or (
-                below_s is not None and below_s <= earlier_below)):
-            return None, True
-    return None, None
 
 
 def _distinct(best: dict[int, tuple[tuple, PipelineLayout | None]]) -> list[list[int]]:
