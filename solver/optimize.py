@@ -19,6 +19,7 @@ from solver.cost.frameworks import (
     with_memory_savers,
 )
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
+from solver.cost.steptime import StepTime
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.errors import InputError
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
@@ -196,9 +197,33 @@ def _plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
         if len(pending) == 0:
             break
     twins = ranked.twins or ((),) * len(plans)
-    return tuple(plan.model_copy(update={"equivalent": _equivalents(
-        problem, plan, folded, dict(levels)[plan.memory_savers])})
-        for plan, folded in zip(plans, twins) if plan is not None)
+    answer = []
+    for row, (plan, folded) in enumerate(zip(plans, twins)):
+        if plan is None:
+            continue
+        options = dict(levels)[plan.memory_savers]
+        answer.append(_leanest_first(problem, plan, _equivalents(problem, plan, folded, options),
+                                     options, ranked.step_time.take(np.array([row]))))
+    return tuple(answer)
+
+
+def _leanest_first(problem: Problem, plan: Plan, equivalents: tuple[Equivalent, ...],
+                   options: MemoryOptions, step: StepTime) -> Plan:
+    """The plan with its equivalent settings, shown as the one of them that needs the least
+    memory: re-costed under the plan's own savers and layout (_equivalents), a twin may need
+    less than the setting the search kept (it compared each under all savers and its own
+    layout); the twins take the same step time."""
+    leanest = min(equivalents, key=lambda e: e.total_bytes, default=None)
+    if leanest is None or leanest.total_bytes >= plan.worst_stage.total_bytes:
+        return plan.model_copy(update={"equivalent": equivalents})
+    config = plan.config.model_copy(update={"recompute": leanest.recompute})
+    swapped = estimate_plans(problem.model_spec, problem.cluster, problem.job, [config],
+                             options, problem.time_constants, [plan.layout], step)[0]
+    others = tuple(e for e in equivalents if e is not leanest) + (
+        Equivalent(recompute=plan.config.recompute, total_bytes=plan.worst_stage.total_bytes),)
+    return swapped.model_copy(update={"memory_savers": plan.memory_savers,
+                                      "equivalent": tuple(sorted(others,
+                                                                 key=lambda e: e.total_bytes))})
 
 
 def _equivalents(problem: Problem, plan: Plan, twins: tuple[tuple[int, float], ...],
