@@ -21,9 +21,9 @@ from solver.catalog.clusters import load_cluster_spec as load_cluster
 from solver.catalog.hf import model_spec_from_hf_config
 from solver.catalog.zoo import list_zoo_names, load_model_spec, load_zoo
 from solver.cli import cli
+from solver.cost.block_cache import estimate_layer_cache_bytes
 from solver.cost.blocks import (
     estimate_kind_params,
-    estimate_layer_cache_bytes,
     estimate_mixer_activation_bytes,
     estimate_mixer_core_flops,
 )

@@ -153,3 +153,14 @@ def with_moe(dense: Fields, moe: Fields, layout: Fields | None) -> Fields:
     """The MoE fields when some layer is MoE; otherwise the model is dense (HF builds only
     plain MLPs of intermediate_size)."""
     return {**dense, **moe, **layout} if layout is not None else dense
+
+
+def qwen_moe_layers(cfg: Config, source: str, num_layers: int, num_experts: int
+                     ) -> tuple[str, list[int]]:
+    """Qwen2Moe/Qwen3MoeDecoderLayer: layer i is sparse iff i is not in `mlp_only_layers` and
+    (i + 1) % decoder_sparse_step == 0. Returns the key to blame and the sparse layers."""
+    step = read_int(cfg, source, "decoder_sparse_step", 1, maximum=MAX_LAYERS)
+    dense_only = read_layer_indices(cfg, source, "mlp_only_layers", num_layers)
+    moe_layers = [i for i in range(num_layers)
+                  if num_experts > 0 and i not in dense_only and (i + 1) % step == 0]
+    return ("decoder_sparse_step" if step > 1 else "mlp_only_layers"), moe_layers

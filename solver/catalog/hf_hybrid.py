@@ -16,6 +16,7 @@ from solver.catalog.hf_fields import (
     Config,
     Fields,
     field_error,
+    qwen_moe_layers,
     read_attention,
     read_body,
     read_bool,
@@ -156,8 +157,6 @@ def map_qwen3_next(cfg: Config, source: str) -> Fields:
     Qwen3NextSparseMoeBlock (bias-free router, experts of moe_intermediate_size, one shared
     expert with a sigmoid gate) where num_experts > 0, i is not in mlp_only_layers and
     (i + 1) % decoder_sparse_step == 0, else Qwen3NextMLP; two RMSNorms per layer."""
-    from solver.catalog.hf import qwen_moe_layers  # the Qwen MoE rule, written once
-
     attention_bias = read_bool(cfg, source, "attention_bias", False)
     fields: Fields = {
         **read_body(cfg, source, max_positions=32768, tied=False),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost.blocks import estimate_cache_bytes_per_token, estimate_mixer_params_per_gpu
+from solver.cost.block_cache import estimate_cache_bytes_per_token, estimate_mixer_params_per_gpu
 from solver.cost.serve_step import attention_params_per_gpu
 from solver.serve.candidates import ServeCandidates
 from solver.serve.job import ServeProblem, vllm_batch_defaults

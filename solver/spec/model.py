@@ -23,9 +23,8 @@ from solver.spec.blocks import (
     Mixer,
     Mlp,
     estimate_context_tokens,
-    estimate_mixer_params,
-    estimate_mlp_params,
 )
+from solver.spec.model_params import ParameterCounts
 from solver.spec.strict import (
     MAX_EXPERTS,
     MAX_SEQ_LEN,
@@ -36,8 +35,9 @@ from solver.spec.strict import (
 )
 
 
-class ModelSpec(InputSpec):
-    """A decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA)."""
+class ModelSpec(InputSpec, ParameterCounts):
+    """A decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA); its parameter counts
+    come from ParameterCounts (solver.spec.model_params)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -274,198 +274,7 @@ class ModelSpec(InputSpec):
         """Layers with a softmax-attention mixer (full, sliding or chunked)."""
         return sum(1 for mixer in self.layer_mixers if mixer in ATTENTION_MIXERS)
 
-    def kind_params(self, kind: int, active: bool = False) -> int:
-        """Parameters of one layer of kind `kind` (norms included)."""
-        mixer, mlp = self.block_kinds[kind]
-        return (estimate_mixer_params(self, mixer) + estimate_mlp_params(self, mlp, active)
-                + self.norm_params_per_layer)
-
-    # ---- parameter counts (per layer kind) ---------------------------------------------------
-
-    def _norm_params(self, width: int) -> int:
-        return width * (2 if self.norm_type == "layernorm" and self.norm_bias else 1)
-
-    @property
-    def attention_params_per_layer(self) -> int:
-        """Attention projections (+biases, q/k norms, sinks) of one layer."""
-        h, heads, kv = self.hidden_size, self.num_attention_heads, self.kv_heads
-        if self.is_mla:
-            q_width = heads * self.qk_head_dim
-            if self.q_lora_rank:
-                q = h * self.q_lora_rank + self._norm_params(self.q_lora_rank)
-                q += self.q_lora_rank * q_width
-            else:
-                q = h * q_width
-            kv_rank = self.kv_lora_rank or 0
-            kv_down = h * (kv_rank + (self.qk_rope_head_dim or 0)) + self._norm_params(kv_rank)
-            kv_up = kv_rank * heads * ((self.qk_nope_head_dim or 0) + self.value_head_dim)
-            out = heads * self.value_head_dim * h
-            return q + kv_down + kv_up + out + (h if self.o_bias else 0)
-        d = self.qk_head_dim
-        q_width, kv_width = heads * d, kv * d
-        gate = q_width if self.attention_output_gate else 0
-        params = h * (q_width + gate + 2 * kv_width) + q_width * h
-        if self.qkv_bias:
-            params += q_width + 2 * kv_width
-        if self.o_bias:
-            params += h
-        if self.qk_norm and self.qk_norm_over == "projection":
-            params += self._norm_params(q_width) + self._norm_params(kv_width)
-        elif self.qk_norm:
-            params += 2 * self._norm_params(d)
-        if self.attention_sinks:
-            params += heads
-        return params
-
-    def _ffn_params(self, width: int) -> int:
-        """One feed-forward block h -> width -> h (gated: three matrices)."""
-        h = self.hidden_size
-        matrices = 3 if self.mlp_type == "gated" else 2
-        params = matrices * h * width
-        if self.mlp_bias:
-            params += (matrices - 1) * width + h
-        return params
-
-    @property
-    def dense_mlp_params_per_layer(self) -> int:
-        return self._ffn_params(self.intermediate_size)
-
-    @property
-    def expert_params(self) -> int:
-        """One routed expert."""
-        return self._ffn_params(self.moe_intermediate_size) if self.is_moe else 0
-
-    @property
-    def router_params_per_layer(self) -> int:
-        if not self.is_moe:
-            return 0
-        return self.num_experts * (self.hidden_size + (1 if self.router_bias else 0))
-
-    @property
-    def shared_expert_params_per_layer(self) -> int:
-        if not self.num_shared_experts:
-            return 0
-        width = self.shared_expert_intermediate_size or self.moe_intermediate_size
-        gate = self.hidden_size if self.shared_expert_gate else 0
-        return self.num_shared_experts * self._ffn_params(width) + gate  # type: ignore[arg-type]
-
-    @property
-    def norm_params_per_layer(self) -> int:
-        return self.norms_per_layer * self._norm_params(self.hidden_size)
-
-    @property
-    def dense_layer_params(self) -> int:
-        return (
-            self.attention_params_per_layer
-            + self.dense_mlp_params_per_layer
-            + self.norm_params_per_layer
-        )
-
-    @property
-    def moe_layer_params(self) -> int:
-        """All parameters of one MoE layer (every routed expert included)."""
-        if not self.is_moe:
-            return 0
-        return (
-            self.attention_params_per_layer
-            + self.router_params_per_layer
-            + self.num_experts * self.expert_params
-            + self.shared_expert_params_per_layer
-            + self.norm_params_per_layer
-        )
-
-    @property
-    def embedding_params(self) -> int:
-        """Input side: token embedding, learned positions, embedding norm."""
-        h = self.hidden_size
-        params = self.vocab_size * h
-        if self.position_embedding_type == "learned":
-            params += self.max_position_embeddings * h
-        if self.embedding_norm:
-            params += self._norm_params(h)
-        return params
-
-    @property
-    def lm_head_params(self) -> int:
-        """Output projection; 0 when tied to the token embedding."""
-        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-
-    @property
-    def final_norm_params(self) -> int:
-        return self._norm_params(self.hidden_size)
-
-    @property
-    def mtp_params(self) -> int:
-        """DeepSeek multi-token-prediction modules (not counted in total_params, as the model
-        cards count them apart: "671B main model weights and 14B MTP module weights")."""
-        if not self.num_nextn_predict_layers:
-            return 0
-        h = self.hidden_size
-        layer = self.moe_layer_params if self.is_moe else self.dense_layer_params
-        per_module = layer + 2 * h * h + 3 * self._norm_params(h)  # eh_proj + enorm/hnorm/head norm
-        return self.num_nextn_predict_layers * per_module
-
-    def _pattern_layer_params(self, active: bool) -> int:
-        """Every decoder layer's parameters summed over the block pattern."""
-        counts: dict[int, int] = {}
-        for kind in self.layer_kind_indices:
-            counts[kind] = counts.get(kind, 0) + 1
-        return sum(n * self.kind_params(kind, active) for kind, n in counts.items())
-
-    @property
-    def total_params(self) -> int:
-        if self.is_hybrid:
-            return (self.embedding_params + self._pattern_layer_params(active=False)
-                    + self.final_norm_params + self.lm_head_params)
-        return (
-            self.embedding_params
-            + self.num_dense_layers * self.dense_layer_params
-            + self.num_moe_layers * self.moe_layer_params
-            + self.final_norm_params
-            + self.lm_head_params
-        )
-
-    @property
-    def active_params(self) -> int:
-        """Parameters one token touches (routed experts: top-k of them)."""
-        if not self.is_moe:
-            return self.total_params
-        idle = self.num_experts - self.num_experts_per_tok
-        return self.total_params - self.num_moe_layers * idle * self.expert_params
-
-    def breakdown(self) -> dict[str, int]:
-        """Parameters by kind, summed over the model; the values add up to total_params."""
-        moe_layers = self.num_moe_layers
-        mixers = self.layer_mixers
-        parts = {
-            "embedding": self.embedding_params,
-            "attention": self.num_attention_layers * self.attention_params_per_layer,
-            "dense_mlp": self.num_dense_layers * self.dense_mlp_params_per_layer,
-            "router": moe_layers * self.router_params_per_layer,
-            "routed_experts": moe_layers * self.num_experts * self.expert_params,
-            "shared_experts": moe_layers * self.shared_expert_params_per_layer,
-            "norms": self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params,
-            "lm_head": self.lm_head_params,
-        }
-        mlps = self.layer_mlps
-        parts["dense_mlp"] = mlps.count("dense") * self.dense_mlp_params_per_layer
-        for mixer, key in (("mamba", "mamba"), ("linear_attention", "linear_attention")):
-            if mixer in mixers:
-                parts[key] = mixers.count(mixer) * estimate_mixer_params(self, mixer)
-        assert sum(parts.values()) == self.total_params
-        return parts
-
     # ---- FLOPs -------------------------------------------------------------------------------
-
-    @property
-    def matmul_params_active(self) -> int:
-        """Weights a token multiplies by in one forward pass: every projection it visits plus
-        the LM head (also when tied). Embeddings are a lookup and layer norms are not GEMMs, so
-        both are left out; biases (a few thousand per layer) stay in."""
-        h = self.hidden_size
-        norms = self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params
-        lm_head_gemm = self.vocab_size * h
-        return self.active_params - self.embedding_params - norms - self.lm_head_params + lm_head_gemm
 
     def attention_flops_per_token(self, seq_len: int, causal: bool = True) -> float:
         """Forward FLOPs of QK^T and AV for one token, all layers: 2 * ctx * heads *
