@@ -19,7 +19,8 @@ from solver.emit import DEFAULT_ORDER, FORMATS
 from solver.emit.deepspeed import render_deepspeed
 from solver.emit.formats import RENDERERS
 from solver.emit.layout import build_rank_layout
-from solver.emit.megatron import megatron_split, render_megatron
+from solver.emit.megatron import render_megatron
+from solver.emit.megatron_pipeline import megatron_split
 from solver.emit.target import LaunchTarget, check_pipeline_layout
 from solver.emit.torchtitan import render_torchtitan, torchtitan_split
 from solver.emit.validate import validate_emitted

@@ -1,0 +1,114 @@
+"""The model's shape as Megatron-LM flags (`launch --format megatron`, solver.emit.megatron).
+
+The architecture goes out in full (architecture_flags: layers, widths, heads and query groups,
+vocabulary, norm, position embedding, biases, MoE and MLA shapes, MTP layers), as
+TransformerConfig fields that ArgumentGroupFactory turns into flags (--num-layers,
+--hidden-size, --ffn-hidden-size, --num-attention-heads, --num-query-groups, --kv-channels,
+--normalization, --num-moe-experts as --num-experts, --moe-router-topk, --moe-ffn-hidden-size,
+--moe-shared-expert-intermediate-size, --moe-layer-freq, --multi-latent-attention,
+--q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim,
+--mtp-num-layers) and _add_network_size_args flags.
+A Mamba hybrid adds MambaModel's block pattern (hybrid_flags).
+"""
+
+from __future__ import annotations
+
+from solver.emit.target import LaunchTarget
+
+
+def hybrid_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
+    """A Mamba hybrid's block pattern for Megatron's MambaModel (pretrain_mamba.py;
+    megatron/training/arguments.py: --is-hybrid-model, --hybrid-override-pattern with M Mamba,
+    * attention, - MLP, E MoE, and the --mamba-* sizes), and what it cannot take."""
+    m = target.model_spec
+    if "mamba" not in m.layer_mixers:
+        return [], []
+    from solver.spec.blocks import render_pattern
+
+    flags = [("--is-hybrid-model",), ("--hybrid-override-pattern", render_pattern(m)),
+             ("--mamba-num-heads", str(m.mamba_num_heads)),
+             ("--mamba-head-dim", str(m.mamba_head_dim)),
+             ("--mamba-num-groups", str(m.n_groups)),
+             ("--mamba-state-dim", str(m.ssm_state_size))]
+    warnings = ["Megatron builds a Mamba hybrid with pretrain_mamba.py (MambaModel), not "
+                "pretrain_gpt.py"]
+    if target.config.pp > 1:
+        warnings.append("Megatron's MambaModel splits the hybrid pattern over pipeline stages "
+                        "itself: check its split against the planned layout")
+    return flags, warnings
+
+
+def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The model's shape as Megatron flags (module docstring), and warnings for what Megatron
+    cannot build as the model has it."""
+    m = target.model_spec
+    flags: list[tuple[str, ...]] = [
+        ("--num-layers", str(m.num_hidden_layers)),
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(m.intermediate_size)),
+        ("--num-attention-heads", str(m.num_attention_heads)),
+    ]
+    warnings: list[str] = []
+    if m.is_mla:
+        flags.append(("--multi-latent-attention",))
+        if m.q_lora_rank is not None:
+            flags.append(("--q-lora-rank", str(m.q_lora_rank)))
+        flags += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_nope_head_dim)),
+                  ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
+                  ("--v-head-dim", str(m.v_head_dim))]
+    else:
+        if m.kv_heads != m.num_attention_heads:
+            flags += [("--group-query-attention",), ("--num-query-groups", str(m.kv_heads))]
+        if m.qk_head_dim * m.num_attention_heads != m.hidden_size:
+            flags.append(("--kv-channels", str(m.qk_head_dim)))
+    flags += [("--seq-length", str(target.job.seq_len)),
+              ("--max-position-embeddings", str(max(m.max_position_embeddings,
+                                                    target.job.seq_len))),
+              ("--vocab-size", str(m.vocab_size)),
+              ("--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm")]
+    position = {"rope": "rope", "learned": "learned_absolute"}.get(m.position_embedding_type)
+    if position is None:
+        warnings.append(f"Megatron has no {m.position_embedding_type} position embedding: the "
+                        "flags ask for rope")
+        position = "rope"
+    flags.append(("--position-embedding-type", position))
+    if m.mlp_type == "gated":
+        flags.append(("--swiglu",))
+    if not m.tie_word_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights",))
+    if not (m.qkv_bias or m.o_bias or m.mlp_bias):
+        flags.append(("--disable-bias-linear",))
+    elif m.qkv_bias and not (m.o_bias or m.mlp_bias):
+        flags += [("--disable-bias-linear",), ("--add-qkv-bias",)]
+    if m.qk_norm:
+        flags.append(("--qk-layernorm",))
+    if m.is_moe:
+        flags += [("--num-experts", str(m.num_experts)),
+                  ("--moe-router-topk", str(m.num_experts_per_tok)),
+                  ("--moe-ffn-hidden-size", str(m.moe_intermediate_size))]
+        if m.num_shared_experts:
+            width = m.shared_expert_intermediate_size or m.moe_intermediate_size
+            flags.append(("--moe-shared-expert-intermediate-size",
+                          str(width * m.num_shared_experts)))
+        if m.first_k_dense_layers or m.moe_layer_freq > 1:
+            # moe_freq_type: a Python list expression, 1 for a MoE layer (DeepSeek's rule)
+            pattern = [int(i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0)
+                       for i in range(m.num_hidden_layers)]
+            flags.append(("--moe-layer-freq", _render_pattern(pattern)))
+        if m.router_bias:  # aux-loss-free balancing: expert bias needs the sigmoid score
+            flags += [("--moe-router-score-function", "sigmoid"),
+                      ("--moe-router-enable-expert-bias",)]
+    if m.num_nextn_predict_layers:
+        flags.append(("--mtp-num-layers", str(m.num_nextn_predict_layers)))
+    return flags, warnings
+
+
+def _render_pattern(pattern: list[int]) -> str:
+    """A 0/1 list as the shortest run-length Python expression: "([0]*3+[1]*58)"."""
+    runs: list[tuple[int, int]] = []
+    for value in pattern:
+        if runs and runs[-1][0] == value:
+            runs[-1] = (value, runs[-1][1] + 1)
+        else:
+            runs.append((value, 1))
+    return "(" + "+".join(f"[{value}]*{count}" for value, count in runs) + ")"
