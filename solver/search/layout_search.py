@@ -33,6 +33,7 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
+    LayoutCoefficients,
     estimate_layout_coefficients,
     estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
@@ -54,7 +55,8 @@ from solver.search.enumerate import (
     rules_but_memory,
     solve_by_enumeration,
 )
-from solver.search.layout_program import LayoutRules, solve_layout
+from solver.search.layout_program import LayoutAnswer, LayoutRules, solve_layout
+from solver.search.layout_two_stages import answers_two_stages, solve_two_stages
 from solver.search.program_memo import SolvedPrograms
 from solver.search.space import VARIABLES, Problem
 from solver.search.twins import group_twins
@@ -164,10 +166,9 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         below_s = None if np.isinf(below) else below
         # Twins (e.g. ZeRO stages at dp 1) pose the same program: answer it once.
         answer, complete = programs.answer(
-            config, rules, coefficients, below_s, lambda: solve_layout(
-                config, coefficients, capacity, rules, below_s=below_s,
-                time_limit_s=remaining, work_limit=PROGRAM_WORK_LIMIT,
-                hint=build_default_layout(model_spec, config, problem.memory_options)))
+            config, rules, coefficients, below_s, lambda: _solve_program(
+                config, coefficients, capacity, rules, below_s, remaining,
+                lambda: build_default_layout(model_spec, config, problem.memory_options)))
         proven = proven and complete
         if answer is None:
             if complete and config.recompute == "selective" and int(row) not in best:
@@ -183,6 +184,18 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if not best:
         return None, proven
     return _ranked(problem, candidates, best, top, num_candidates), proven
+
+
+def _solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capacity: float, rules: LayoutRules,
+                   below_s: float | None, remaining_s: float, hint
+                   ) -> tuple[LayoutAnswer | None, bool]:
+    """One layout program: two stages without recompute by dynamic programming
+    (solver.search.layout_two_stages, exact and fast), others by CP-SAT, hinted with the even
+    split (`hint()`)."""
+    if answers_two_stages(config, coefficients, rules):
+        return solve_two_stages(config, coefficients, capacity, rules, below_s), True
+    return solve_layout(config, coefficients, capacity, rules, below_s=below_s,
+                        time_limit_s=remaining_s, work_limit=PROGRAM_WORK_LIMIT, hint=hint())
 
 
 def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:
