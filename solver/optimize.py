@@ -21,7 +21,9 @@ from solver.cost.frameworks import (
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
 from solver.cost.steptime import StepTime
 from solver.catalog import list_gpu_names, load_gpu_spec
+from solver.cost.recompute_modules import recompute_module_sets
 from solver.errors import InputError
+from solver.search.module_variants import search_module_sets
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts
@@ -83,17 +85,25 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     # The memory savers no flag set are the search's to turn on where a plan needs them
     # (Problem.memory_savers): memory with all of them, time without.
     savers = memory_saver_ladder(framework, features)
+    # The recompute module sets the search tries (solver.search.module_variants): the first is the
+    # problem's own.
+    module_sets = recompute_module_sets(model_spec, framework, profile.time_constants, features)
+    if module_sets:
+        profile = profile.model_copy(update={"time_constants": profile.time_constants.model_copy(
+            update={"recompute_modules": module_sets[0]})})
     return Problem(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
                    framework=framework, objective=objective, pins=dict(pins or {}),
                    allow_tp_across_nodes=allow_tp_across_nodes,
                    time_constants=profile.time_constants,
                    memory_options=with_memory_savers(profile, savers).memory_options(),
-                   memory_savers=savers)
+                   memory_savers=savers, recompute_module_sets=module_sets)
 
 
 def solve(problem: Problem, top: int = 5, engine: str = "layout",
           time_limit_s: float = 10.0, compare: bool = True) -> OptimizeResult:
     """Rank the feasible configurations; explain the winner, or the infeasibility.
+    Each of the problem's recompute module sets beyond the first is searched apart and its
+    plans ranked with the others (solver.search.module_variants).
 
     Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
     and, where a pipeline layout can still beat the incumbents, the layout program
@@ -106,6 +116,14 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     it (sweeps) the explanation compares with the listed plans only."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
+    result = _solve_one(problem, top, engine, time_limit_s, compare)
+    return search_module_sets(problem, result, lambda variant: _solve_one(
+        variant, top, engine, time_limit_s, compare=False), top)
+
+
+def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,
+               compare: bool) -> OptimizeResult:
+    """solve() for the problem's own recompute modules."""
     start = time.perf_counter()
     status = "optimal"
     if engine == "layout":

@@ -19,10 +19,13 @@ from solver.spec.framework import FrameworkFeatures
 def place(model, cluster, gpus, seq, batch, seed: dict, framework="megatron"):
     """(our best plan, the seed config's step time, the constraints it breaks, its rank).
     The seeds keep their framework's fp32 gradients and Adam moments: the memory savers are
-    pinned off (tests/test_memory_features.py covers the search turning them on)."""
+    pinned off (tests/test_memory_features.py covers the search turning them on), and their
+    selective recompute is Megatron's default, the attention core (--recompute-modules
+    core_attn; tests/test_recompute_modules.py covers the search choosing modules)."""
     problem = build_problem(model, cluster, gpus, seq_len=seq, global_batch=batch,
                             framework=framework, features=FrameworkFeatures(
-                                grad_reduce_in_bf16=False, precision_aware_optimizer=False))
+                                grad_reduce_in_bf16=False, precision_aware_optimizer=False,
+                                recompute_modules=("core_attn",)))
     result = solve(problem, top=1)
     assert result.status == "optimal"
     config = ParallelConfig(**seed)

@@ -75,10 +75,12 @@ def test_optimize_deepseek_v3_on_256_gb200_keeps_ep_inside_a_segment() -> None:
     EP group (a block of ep x etp ranks) lies inside a 64-GPU segment, and now spreads the
     experts over more than one tray's worth of ranks (ep x etp above 8, the largest block that
     tiled the 72-GPU rack before)."""
-    # fp32 gradients and Adam moments (memory savers pinned off): with them a plan of ep 8
-    # fits and wins (tests/test_memory_features.py covers the savers)
+    # fp32 gradients and Adam moments (memory savers pinned off) and selective recompute of
+    # the attention core only: with the savers or the free moe_act and layernorm recompute a
+    # plan of ep 8 fits and wins (tests/test_memory_features.py, test_recompute_modules.py)
     result = solve(build_problem("deepseek-v3", "gb200-nvl72", 256, features=FrameworkFeatures(
-        grad_reduce_in_bf16=False, precision_aware_optimizer=False)), top=5)
+        grad_reduce_in_bf16=False, precision_aware_optimizer=False,
+        recompute_modules=("core_attn",))), top=5)
     assert result.status == "optimal" and result.plans
     segment = load_cluster_spec("gb200-nvl72").job_segment_gpus
     assert segment == 64

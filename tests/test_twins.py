@@ -79,20 +79,25 @@ def test_layout_engine_holds_as_many_distinct_plans_each_no_slower(problem) -> N
 def test_llama2_13b_top_5_lists_five_distinct_plans() -> None:
     """The issue's example: 16 H100, top 5 held three distinct plans (none and selective
     twice each); now five, with the twins named."""
-    # fp32 gradients and Adam moments, as when the issue was filed (memory savers pinned off)
+    # fp32 gradients and Adam moments, as when the issue was filed (memory savers pinned
+    # off), and Megatron's default selective recompute, the attention core (the search's own
+    # choice of modules makes selective costlier than none: tests/test_recompute_modules.py)
     problem = build_problem("llama2-13b", "dgx-h100", 16, features=FrameworkFeatures(
-        grad_reduce_in_bf16=False, precision_aware_optimizer=False))
+        grad_reduce_in_bf16=False, precision_aware_optimizer=False,
+        recompute_modules=("core_attn",)))
     result = solve(problem, top=5)
     assert len({distinct_key(p) for p in result.plans}) == 5
     assert any(p.equivalent for p in result.plans)
     answer = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",
                                       "dgx-h100", "--gpus", "16", "--top", "5", "--json",
                                       "--no-grad-reduce-in-bf16",
-                                      "--no-precision-aware-optimizer"])
+                                      "--no-precision-aware-optimizer",
+                                      "--recompute-modules", "core_attn"])
     plans = json.loads(answer.output)["plans"]
     assert plans[0]["equivalent"] == [{"recompute": "none", "memory_gb": 68.821}]
     table = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",
-                                     "dgx-h100", "--gpus", "16", "--top", "5"])
+                                     "dgx-h100", "--gpus", "16", "--top", "5",
+                                     "--recompute-modules", "core_attn"])
     assert "selective = none" in table.output and "the same step time" in table.output
 
 
@@ -103,7 +108,8 @@ def test_a_twin_recosted_under_the_plans_savers_never_needs_less_than_the_plan()
     needs, its selective twin needs 14 MB less, so the plan is shown as selective with none as
     its equivalent."""
     problem = build_problem("gemma2-9b", "l40s-pcie", 24, seq_len=2048, global_batch=96,
-                            framework="megatron")
+                            framework="megatron",
+                            features=FrameworkFeatures(recompute_modules=("core_attn",)))
     result = solve(problem, top=4, compare=False)
     for plan in result.plans:
         for twin in plan.equivalent:

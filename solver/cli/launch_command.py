@@ -158,7 +158,11 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
                                   "precision": precision}
     plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)
     # The memory savers the plan turned on to fit, unless a flag says otherwise.
-    savers = {name: True for name in (plan_file.memory_savers if plan_file else ())}
+    savers: dict[str, Any] = {name: True for name in (plan_file.memory_savers
+                                                      if plan_file else ())}
+    # ... and what its selective recompute recomputes where the search chose it.
+    if plan_file is not None and plan_file.recompute_modules and framework == "megatron":
+        savers["recompute_modules"] = plan_file.recompute_modules
     features = {**savers, **pop_framework_features(degrees).given()}
     profile = build_framework_profile(framework, features)
     model, cluster, num_gpus = _problem_names(plan_file, model, cluster, num_gpus)

@@ -47,7 +47,8 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         if budget:
             row.append(round(t.train_days or 0.0, 1))
         rows.append(row)
-    notes = [n for n in (_twins_note(result.plans), _savers_note(result.plans)) if n]
+    notes = [n for n in (_twins_note(result.plans), _savers_note(result.plans),
+                         _modules_note(result.plans)) if n]
     echo_ranked(result, columns, rows, "\n".join(notes) or None)
     best = result.plans[0]
     if best.config.pp > 1 or (best.config.recompute == "full"
@@ -72,3 +73,14 @@ def _savers_note(plans: Any) -> str | None:
     return "memory savers (on where a plan needs them to fit): " + "; ".join(
         f"#{i} " + ", ".join("--" + name.replace("_", "-") for name in savers)
         for i, savers in used)
+
+
+def _modules_note(plans: Any) -> str | None:
+    """What each selective plan recomputes where the search chose it (Plan.recompute_modules),
+    as the launch flag."""
+    used = [(i, p.recompute_modules) for i, p in enumerate(plans, start=1)
+            if p.recompute_modules]
+    if not used:
+        return None
+    return "selective recomputes: " + "; ".join(
+        f"#{i} --recompute-modules {' '.join(modules)}" for i, modules in used)

@@ -5,7 +5,8 @@ degrees `tp pp dp cp ep etp vpp zero micro_batch recompute`; the answer also nam
 `cluster`, `gpus`, `seq_len`, `global_batch` and `precision` it was made for. A plan may carry
 a `layout` (solver.spec.plan_json.render_layout_json): `pp`, `vpp`, the Megatron text `syntax`
 and per virtual stage `virtual_stage stage layers recompute_layers embedding loss mtp_layers`,
-and `memory_savers`: the framework features it turns on to fit (solver.spec.framework).
+and `memory_savers`: the framework features it turns on to fit (solver.spec.framework), and
+`recompute_modules`: what its selective recompute recomputes where the search chose it.
 Every problem is one line naming the file and the field.
 """
 
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 
 from solver.errors import InputError, format_validation_error
 from solver.spec import ParallelConfig, PipelineLayout
-from solver.spec.framework import MEMORY_SAVERS
+from solver.spec.framework import MEMORY_SAVERS, RECOMPUTE_MODULES
 from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
 from solver.spec.strict import describe_parse_error, read_input_file
 
@@ -40,6 +41,7 @@ class PlanFile:
     problem: dict[str, Any]
     layout: PipelineLayout | None = None
     memory_savers: tuple[str, ...] = ()
+    recompute_modules: tuple[str, ...] = ()
 
 
 def _read_json(path: str) -> Any:
@@ -94,19 +96,24 @@ def load_plan_file(path: str, rank: int = 1) -> PlanFile:
     layout = None
     if plan.get("layout") is not None:
         layout = _read_layout(plan["layout"], path, f"{where}.layout", config)
-    savers = _read_memory_savers(plan.get("memory_savers", []), path, f"{where}.memory_savers")
+    savers = _read_names(plan.get("memory_savers", []), path, f"{where}.memory_savers",
+                         MEMORY_SAVERS, "memory saver")
+    modules = _read_names(plan.get("recompute_modules", []), path,
+                          f"{where}.recompute_modules", RECOMPUTE_MODULES, "recompute module")
     return PlanFile(path=path, index=rank, config=config, problem=problem, layout=layout,
-                    memory_savers=savers)
+                    memory_savers=savers, recompute_modules=modules)
 
 
-def _read_memory_savers(value: Any, path: str, field: str) -> tuple[str, ...]:
-    """A plan's `memory_savers`: names of MEMORY_SAVERS (the features it turns on to fit)."""
+def _read_names(value: Any, path: str, field: str, known: tuple[str, ...], what: str
+                ) -> tuple[str, ...]:
+    """A plan's list of names from `known`: `memory_savers` (MEMORY_SAVERS, the features it
+    turns on to fit) or `recompute_modules` (RECOMPUTE_MODULES, what selective recomputes)."""
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise InputError(f"{path}: field '{field}': must be a list of feature names")
-    unknown = [name for name in value if name not in MEMORY_SAVERS]
+        raise InputError(f"{path}: field '{field}': must be a list of names")
+    unknown = [name for name in value if name not in known]
     if unknown:
-        raise InputError(f"{path}: field '{field}': unknown memory saver {unknown[0]!r} "
-                         f"(known: {', '.join(MEMORY_SAVERS)})")
+        raise InputError(f"{path}: field '{field}': unknown {what} {unknown[0]!r} "
+                         f"(known: {', '.join(known)})")
     return tuple(value)
 
 

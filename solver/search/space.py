@@ -47,6 +47,10 @@ class Problem(BaseModel):
     # time_constants has them off (an upper bound on the step time); solver.optimize gives each
     # plan the shortest prefix that fits.
     memory_savers: tuple[str, ...] = ()
+    # Megatron's selective recompute module sets the search tries, cheapest first
+    # (solver.cost.recompute_modules): time_constants and memory_options hold the first; each
+    # other is searched apart with recompute pinned to selective (solver.search.module_variants).
+    recompute_module_sets: tuple[tuple[str, ...], ...] = ()
 
 
 def divisors(n: int) -> tuple[int, ...]:

@@ -70,7 +70,8 @@ class Equivalent(BaseModel):
 class Plan(BaseModel):
     """A configuration, its per-stage memory, the GPU it must fit on, and what each virtual
     pipeline stage holds (`layout`); `equivalent`: the settings that give the same step time;
-    `memory_savers`: the framework features it needs on to fit."""
+    `memory_savers`: the framework features it needs on to fit; `recompute_modules`: the
+    modules it recomputes where the search chose them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -84,6 +85,9 @@ class Plan(BaseModel):
     # Framework features the plan turns on to fit (solver.cost.frameworks.MEMORY_SAVERS, e.g.
     # "grad_reduce_in_bf16"): `launch --plan` emits them.
     memory_savers: tuple[str, ...] = ()
+    # What `selective` recomputes where the search chose it (Megatron --recompute-modules,
+    # solver.cost.recompute_modules); empty: the framework's own choice.
+    recompute_modules: tuple[str, ...] = ()
 
     @property
     def worst_stage(self) -> StageMemory:

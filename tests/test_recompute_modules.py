@@ -1,0 +1,131 @@
+"""The search chooses Megatron's recompute modules (issue 17): which module sets it tries
+(solver.cost.recompute_modules), that their union is searched exactly (solver.search.
+module_variants), and that plans carry their modules to `launch`.
+
+Sources: Megatron-Core --recompute-modules (core_attn, moe_act, layernorm, mla_up_proj, mlp,
+moe, shared_experts; megatron/training/arguments.py); the Megatron-Bridge performance recipes
+that choose them per GPU (scripts/performance/configs/deepseek/
+deepseek_workload_base_configs.py @0426418: DeepSeek-V3 on H100 ["mla_up_proj", "mlp"], on
+B200 NVFP4 ["mla_up_proj", "layernorm", "moe_act"]).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from solver.catalog import load_model_spec
+from solver.cli import cli
+from solver.cost.candidates import Candidates
+from solver.cost.frameworks import build_framework_profile
+from solver.cost.memory import MemoryOptions
+from solver.cost.memory.activations import estimate_module_recompute_bytes
+from solver.cost.recompute_modules import recompute_module_sets
+from solver.optimize import build_problem, solve
+from solver.spec import JobSpec, ParallelConfig
+from solver.spec.framework import FrameworkFeatures
+
+DEEPSEEK_LIGHT = ("core_attn", "moe_act", "layernorm")
+DEEPSEEK_HEAVY = (*DEEPSEEK_LIGHT, "mla_up_proj", "mlp", "shared_experts")
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    # dense under FlashAttention: core_attn alone is recomputing nothing, mlp is the knob
+    ("llama3.1-8b", (("core_attn", "mlp"),)),
+    # DeepSeek-V3: MLA, 3 dense layers, a shared expert: one GEMM module more at a time
+    ("deepseek-v3", (DEEPSEEK_LIGHT, (*DEEPSEEK_LIGHT, "mla_up_proj"),
+                     (*DEEPSEEK_LIGHT, "mla_up_proj", "mlp"), DEEPSEEK_HEAVY)),
+    # Mixtral: no MLA, no dense or shared MLP: the light set only
+    ("mixtral-8x7b", (("core_attn", "moe_act", "layernorm"),)),
+])
+def test_module_sets_per_model(model: str, expected: tuple) -> None:
+    spec = load_model_spec(model)
+    constants = build_framework_profile("megatron").time_constants
+    assert recompute_module_sets(spec, "megatron", constants) == expected
+
+
+def test_module_sets_only_where_megatron_chooses_freely() -> None:
+    """torchtitan's selective is op level (no module list); a --recompute-modules flag fixes
+    the list; without FlashAttention the attention core is a module worth its own set."""
+    spec = load_model_spec("llama3.1-8b")
+    titan = build_framework_profile("torchtitan").time_constants
+    assert recompute_module_sets(spec, "torchtitan", titan) == ()
+    megatron = build_framework_profile("megatron").time_constants
+    pinned = FrameworkFeatures(recompute_modules=("core_attn",))
+    assert recompute_module_sets(spec, "megatron", megatron, pinned) == ()
+    unfused = build_framework_profile("megatron", {"attention_kernel": "unfused"}).time_constants
+    assert recompute_module_sets(spec, "megatron", unfused) == (("core_attn",),
+                                                                 ("core_attn", "mlp"))
+
+
+def test_mla_up_proj_saves_most_per_parameter_rerun() -> None:
+    """The ladder's order (solver.cost.recompute_modules): DeepSeek-V3's MLA up-projections
+    drop 128 x (2 x 192 + 128) x 2 B = 131,072 B per token for 54.5M parameters
+    (1536 x 128 x 192 + 512 x 128 x 256), 2.4e-3 B per token and parameter; a shared expert
+    drops 4F = 8,192 B for 3 x 7168 x 2048 = 44.0M parameters, 1.9e-4."""
+    spec = load_model_spec("deepseek-v3")
+    job = JobSpec(seq_len=4096, global_batch=1024)
+    one = Candidates.from_configs([ParallelConfig(tp=1, dp=1, recompute="selective")])
+
+    def dropped(modules: tuple[str, ...]) -> float:
+        split, replicated = estimate_module_recompute_bytes(
+            spec, job, one, MemoryOptions(recompute_modules=modules), moe=True)
+        return float(np.asarray(split).sum()) + replicated
+
+    mla, shared = dropped(("mla_up_proj",)), dropped(("shared_experts",))
+    assert mla == 131_072
+    assert shared == 4 * 2048
+    up_params = 1536 * 128 * 192 + 512 * 128 * 256
+    assert up_params == pytest.approx(54.5e6, rel=1e-3)
+    assert mla / up_params == pytest.approx(2.4e-3, rel=0.01)
+    assert shared / (3 * 7168 * 2048) == pytest.approx(1.86e-4, rel=0.01)
+
+
+def _problem(modules: tuple[str, ...] | None = None):
+    return build_problem("deepseek-v2-lite", "dgx-a100-40gb", 8, seq_len=8192, global_batch=256,
+                         features=FrameworkFeatures(recompute_modules=modules))
+
+
+def test_search_over_module_sets_equals_the_best_of_each_pinned() -> None:
+    """Oracle: the search over the module sets gives the step time of the best of the
+    searches with each set pinned by flag (the union is exact), and every plan fits and names
+    the modules it recomputes (none for none or full)."""
+    free = solve(_problem(), top=5, engine="even")
+    sets = free.problem.recompute_module_sets
+    assert len(sets) == 4
+    pinned = [solve(_problem(modules), top=5, engine="even") for modules in sets]
+    best = min(r.plans[0].time.step_seconds for r in pinned if r.plans)
+    assert free.plans[0].time.step_seconds == pytest.approx(best, rel=1e-12)
+    for plan in free.plans:
+        assert plan.fits
+        assert bool(plan.recompute_modules) == (plan.config.recompute == "selective")
+        assert plan.recompute_modules in ((), *sets)
+
+
+def test_launch_emits_the_plan_recompute_modules(tmp_path) -> None:
+    """`launch --plan` emits the modules a selective plan recomputes; an unknown module name
+    in the file is one line naming the field, exit 2."""
+    args = ["--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "256",
+            "--seq-len", "4096", "--global-batch", "1024"]
+    answer = CliRunner().invoke(cli, ["optimize", *args, "--engine", "even", "--json",
+                                      "--pp", "16", "--tp", "2", "--cp", "2", "--ep", "8"])
+    assert answer.exit_code == 0, answer.output
+    plans = json.loads(answer.stdout)["plans"]
+    assert plans[0]["recompute"] == "selective"
+    modules = plans[0]["recompute_modules"]
+    assert modules == [*DEEPSEEK_LIGHT, "mla_up_proj"]
+    path = tmp_path / "plans.json"
+    path.write_text(answer.stdout)
+    launch = ["launch", *args, "--plan", str(path), "--format", "megatron"]
+    emitted = CliRunner().invoke(cli, launch)
+    assert emitted.exit_code == 0, emitted.output
+    assert "--recompute-modules " + " ".join(modules) in emitted.output
+    bad = json.loads(answer.stdout)
+    bad["plans"][0]["recompute_modules"] = ["attention_everything"]
+    path.write_text(json.dumps(bad))
+    refused = CliRunner().invoke(cli, launch)
+    assert refused.exit_code == 2
+    assert "plans.0.recompute_modules" in refused.output
