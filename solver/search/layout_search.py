@@ -139,7 +139,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         np.maximum(full[hopeful], recomputed)))
     # Lowest bound first; of equal bounds, selective before none (see below).
     hopeful = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful], bound[hopeful]))]
-    beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found nothing
+    beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found no layout
     programs = SolvedPrograms()
     proven = True
     for row in hopeful:
@@ -155,7 +155,9 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         # The step time reads only whether a configuration recomputes in full (selective
         # recompute adds no time: FlashAttention keeps no scores to recompute), so a mesh
         # without recompute has its selective twin's times and no less memory: if no layout
-        # of the twin reached the bar, none of its own can (the bar only falls).
+        # of the twin reached the bar, none of its own can (the bar only falls). Where the
+        # twin's program stopped at its work limit without a layout, the twin's is skipped too:
+        # the search is unproven already, and the twin's program is the same one with less room.
         mesh = tuple(int(getattr(candidates, n)[row]) for n in VARIABLES if n != "recompute")
         if config.recompute == "none" and mesh in beaten:
             continue
@@ -171,7 +173,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
                 lambda: build_default_layout(model_spec, config, problem.memory_options)))
         proven = proven and complete
         if answer is None:
-            if complete and config.recompute == "selective" and int(row) not in best:
+            if config.recompute == "selective" and int(row) not in best:
                 beaten.add(mesh)
             continue
         order = key(int(row), answer.step_s, float(answer.memory_bytes.max()))
