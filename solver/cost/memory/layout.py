@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
-from solver.cost.distinct import distinct_inverse
+from solver.cost.distinct import distinct_inverse, distinct_rows
 from solver.cost.memory.options import MemoryOptions
 from solver.spec import JobSpec, ModelSpec, ParallelConfig, PipelineLayout, VirtualStage
 
@@ -207,6 +207,17 @@ def estimate_stage_kind_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.nd
     pp, vpp, stage = np.broadcast_arrays(np.asarray(pp, dtype=np.int64),
                                          np.asarray(vpp, dtype=np.int64),
                                          np.asarray(stage, dtype=np.int64))
+    # A few hundred distinct (pp, vpp, stage) among up to a million rows: count those.
+    first, back = distinct_rows({"pp": pp, "vpp": vpp, "stage": stage}, ("pp", "vpp", "stage"))
+    if len(first) < len(pp):
+        return _kind_layers(model_spec, pp[first], vpp[first], stage[first],
+                            embedding_slots)[back]
+    return _kind_layers(model_spec, pp, vpp, stage, embedding_slots)
+
+
+def _kind_layers(model_spec: ModelSpec, pp: np.ndarray, vpp: np.ndarray, stage: np.ndarray,
+                 embedding_slots: bool) -> np.ndarray:
+    """estimate_stage_kind_layers of a block pattern, row by row (arrays of one length)."""
     num_layers = model_spec.num_hidden_layers
     # D_k(x): layers of kind k among the first x, for x = 0..L.
     prefix = np.zeros((num_layers + 1, num_layer_kinds(model_spec)))
