@@ -16,7 +16,8 @@ from solver.cost.serve_step import StageShape, estimate_step_compute_s
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
-from solver.serve.load import estimate_load_curves, estimate_load_point, estimate_serving_load
+from solver.cost.serve_load import estimate_load_point
+from solver.serve.load import estimate_load_curves, estimate_serving_load
 from solver.serve.workload import LengthDistribution, ServeLoadSpec
 
 
@@ -65,11 +66,11 @@ def test_zero_load_is_the_idle_request() -> None:
     problem = problem_of("llama3.1-70b", 8)
     c = ServeCandidates(tp=np.array([4, 8]), pp=1, dp=np.array([2, 1]), ep=1, replicas=1)
     load = estimate_serving_load(problem, c)
-    point = estimate_load_point(problem, load.curves, np.zeros(2))
+    point = estimate_load_point(load.curves, np.zeros(2))
     assert np.allclose(point.ttft_mean_s, load.ttft_idle_s)
     assert np.allclose(point.tpot_mean_s, load.tpot_idle_s)
     # Under load both grow; at the most load within no SLO the plan is still stable.
-    loaded = estimate_load_point(problem, load.curves, load.max_rate_per_s / 2 / c.dp)
+    loaded = estimate_load_point(load.curves, load.max_rate_per_s / 2 / c.dp)
     assert np.all(loaded.ttft_mean_s > load.ttft_idle_s)
     assert np.all(loaded.tpot_mean_s > load.tpot_idle_s) and np.all(loaded.stable)
 

@@ -12,11 +12,9 @@ import random
 import numpy as np
 import pytest
 
-from solver.calibrate.profile import load_calibrated_cluster
-from solver.catalog import load_model_spec
-from solver.serve import ServeJob, ServeProblem
-from solver.serve.load import LoadCurves, estimate_load_point, largest_stable_rate
-from solver.serve.workload import ServeLoadSpec
+from solver.cost.queueing import estimate_tpot_variance_coefficients
+from solver.cost.serve_curves import LoadCurves
+from solver.cost.serve_load import estimate_load_point, largest_stable_rate
 
 FIXED_S, PER_DECODE_S, PER_PREFILL_TOKEN_S = 10e-3, 0.1e-3, 0.02e-3
 BUDGET, INPUT, OUTPUT = 2048, 512, 64
@@ -26,8 +24,9 @@ def round_s(decode, prefill):
     return FIXED_S + PER_DECODE_S * decode + PER_PREFILL_TOKEN_S * prefill
 
 
-def build_curves(d_max: float, points: int = 48) -> LoadCurves:
-    """The curves solver.serve.load.estimate_load_curves builds, from the linear round."""
+def build_curves(d_max: float, points: int = 48, quantile: float = 0.5) -> LoadCurves:
+    """The curves solver.cost.serve_curves.estimate_load_curves builds, from the linear
+    round."""
     d = np.concatenate([[0.0], (d_max + 1) ** np.linspace(0, 1, points - 1)])
     chunk = np.maximum(BUDGET - d, 1)
     rounds = round_s(d, np.minimum(np.maximum(d - 1, 0) * INPUT / OUTPUT,
@@ -39,11 +38,15 @@ def build_curves(d_max: float, points: int = 48) -> LoadCurves:
                       service_q_s=service[None], service_mean_s=service[None],
                       weights=np.array([1.0]), d_max=np.array([d_max]),
                       output_mean=float(OUTPUT), engines=np.array([1.0]),
-                      num_gpus=np.array([1.0]))
+                      num_gpus=np.array([1.0]), quantile=quantile,
+                      decode_round_s=round_s(d, 0.0)[None],
+                      prefill_token_s=np.full((1, points), PER_PREFILL_TOKEN_S),
+                      tpot_variance=estimate_tpot_variance_coefficients(
+                          [INPUT], [1.0], [OUTPUT], [1.0]))
 
 
-def simulate(rate: float, requests: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """(mean TTFT, mean TPOT) of the scheduler, the first fifth of the requests dropped."""
+def simulate(rate: float, requests: int = 4000, seed: int = 0) -> tuple[list, list]:
+    """(TTFT, TPOT) of every request, in the order they finish, the first fifth dropped."""
     rng = random.Random(seed)
     arrivals, t = [], 0.0
     for _ in range(requests):
@@ -82,19 +85,32 @@ def simulate(rate: float, requests: int = 4000, seed: int = 0) -> tuple[float, f
             ttft.append(now - request[0])
             running.append([now, OUTPUT - 1])
     warm = requests // 5
-    return float(np.mean(ttft[warm:])), float(np.mean(tpot[warm:]))
+    return ttft[warm:], tpot[warm:]
 
 
 @pytest.mark.parametrize("load", [0.2, 0.5, 0.8])
 def test_model_holds_the_simulated_means(load: float) -> None:
-    job = ServeJob(context=4096, input_len=INPUT, output_len=OUTPUT,
-                   load=ServeLoadSpec(slo_percentile=50))
-    problem = ServeProblem(model_spec=load_model_spec("llama3.1-8b"),
-                           cluster=load_calibrated_cluster("dgx-h100", None, None), num_gpus=1,
-                           job=job)
     curves = build_curves(200.0)
-    rate = load * float(largest_stable_rate(problem, curves)[0])
-    point = estimate_load_point(problem, curves, np.array([rate]))
+    rate = load * float(largest_stable_rate(curves)[0])
+    point = estimate_load_point(curves, np.array([rate]))
     ttft, tpot = simulate(rate)
-    assert float(point.tpot_mean_s[0]) == pytest.approx(tpot, rel=0.10)
-    assert float(point.ttft_mean_s[0]) == pytest.approx(ttft, rel=0.15)
+    assert float(point.tpot_mean_s[0]) == pytest.approx(np.mean(tpot), rel=0.10)
+    assert float(point.ttft_mean_s[0]) == pytest.approx(np.mean(ttft), rel=0.15)
+
+
+@pytest.mark.parametrize("load", [0.2, 0.5, 0.8])
+def test_p90_tpot_and_ttft_hold_the_simulated_percentiles(load: float) -> None:
+    """A request's TPOT averages its rounds: the model's p90 (Campbell's theorem over the
+    request's window, widened by the loop gain of slower rounds; solver.cost.queueing) is
+    within 6% of the simulated p90 over requests, its spread above the mean within 25%; the
+    p90 TTFT (residual + wait + service quantiles summed) within 12%. Measured here:
+    p90 TPOT -1.2%, -2.9%, -5.0%; p90 TTFT -11%, -6%, -7%: both percentiles run slightly
+    low, not high."""
+    curves = build_curves(200.0, quantile=0.9)
+    rate = load * float(largest_stable_rate(curves)[0])
+    point = estimate_load_point(curves, np.array([rate]))
+    ttft, tpot = simulate(rate, requests=8000)
+    assert float(point.tpot_s[0]) == pytest.approx(np.quantile(tpot, 0.9), rel=0.06)
+    spread = float(point.tpot_s[0] - point.tpot_mean_s[0])
+    assert spread == pytest.approx(np.quantile(tpot, 0.9) - np.mean(tpot), rel=0.25)
+    assert float(point.ttft_s[0]) == pytest.approx(np.quantile(ttft, 0.9), rel=0.12)

@@ -1,6 +1,8 @@
 """solver.cost.queueing pinned to closed forms of queueing theory (Kleinrock, Queueing Systems
 Vol. 1, 1975): M/M/1's mean wait rho / (mu - lam) and its exact waiting-time tail
-rho exp(-(mu - lam) t), M/D/1's mean wait rho s / (2 (1 - rho)), and Poisson quantiles."""
+rho exp(-(mu - lam) t), M/D/1's mean wait rho s / (2 (1 - rho)); the TPOT spread's window
+variance (Eick, Massey and Whitt 1993) and feedback ratio (van Kampen's linear noise
+approximation)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.cost.queueing import (
+    estimate_feedback_variance_ratio,
     estimate_mg1_wait_s,
-    estimate_poisson_quantile,
+    estimate_tpot_variance_coefficients,
     estimate_wait_quantile_s,
 )
 
@@ -49,7 +52,40 @@ def test_wait_quantile_worked_number() -> None:
     assert estimate_wait_quantile_s(4.0, 0.8, 0.9) == pytest.approx(5 * math.log(8))
 
 
-def test_poisson_quantile_normal_approximation() -> None:
-    assert estimate_poisson_quantile(100.0, 0.9) == pytest.approx(100 + 1.2815516 * 10, rel=1e-6)
-    assert estimate_poisson_quantile(100.0, 0.5) == pytest.approx(100.0)
-    assert estimate_poisson_quantile(0.0, 0.9) == 0.0
+def test_tpot_variance_coefficients_worked_numbers() -> None:
+    """solver.cost.queueing docstring: every request 512 + 64 tokens gives A = 64, B = 8 and
+    C = 2/3 (the window average of an M/G/inf occupancy whose every service equals the window:
+    Var = 2 lam T / 3)."""
+    a, b, c = estimate_tpot_variance_coefficients([512], [1.0], [64], [1.0])
+    assert (a, b, c) == pytest.approx((64.0, 8.0, 2.0 / 3.0))
+
+
+def test_window_variance_is_the_mginf_integral() -> None:
+    """C against the integral it closes: (2 / T^2) int_0^T (T - u) lam E[(S - u)+] du over
+    lam E[S] (Eick, Massey and Whitt 1993), numerically, for output lengths 10, 50, 200."""
+    lengths, weights = np.array([10.0, 50.0, 200.0]), np.array([0.5, 0.3, 0.2])
+    _, _, c = estimate_tpot_variance_coefficients([1], [1.0], lengths, weights)
+    expected = 0.0
+    for window, w in zip(lengths, weights):
+        u = np.linspace(0.0, window, 20001)
+        tail = sum(wk * np.maximum(lk - u, 0.0) for lk, wk in zip(lengths, weights))
+        integral = np.trapezoid((window - u) * tail, u)
+        expected += w * 2.0 * integral / (window ** 2 * np.dot(lengths, weights))
+    assert c == pytest.approx(expected, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 4000), min_size=1, max_size=6))
+def test_window_variance_lies_between_the_limits(lengths: list[int]) -> None:
+    """An average over a window never varies more than the occupancy at one instant: C stays
+    within (0, 1]."""
+    weights = np.full(len(lengths), 1.0 / len(lengths))
+    _, _, c = estimate_tpot_variance_coefficients([1], [1.0], lengths, weights)
+    assert 0.0 < c <= 1.0 + 1e-12
+
+
+def test_feedback_ratio_worked_number() -> None:
+    """R(0.5) = phi(0.5) / (0.5 phi(1)) with phi(x) = 2 (x - 1 + e^-x) / x^2 (the variance of
+    an Ornstein-Uhlenbeck process's average over x correlation times): 2.317; R(0) = 1."""
+    assert estimate_feedback_variance_ratio(0.0) == pytest.approx(1.0)
+    assert estimate_feedback_variance_ratio(0.5) == pytest.approx(2.3166, rel=1e-4)

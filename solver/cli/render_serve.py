@@ -213,7 +213,7 @@ def _echo_load(result: Any) -> None:
                 str(plan.scheduler["max_num_seqs"])]
         rows.append(row)
     click.echo("latency: idle = one request alone; under load = the offered load, queueing "
-               "model of solver/serve/load.py")
+               "model of solver/cost/serve_load.py")
     widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(head)]
     click.echo("  ".join(h.rjust(w) for h, w in zip(head, widths)))
     for row in rows:

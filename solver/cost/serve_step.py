@@ -1,6 +1,6 @@
 """Compute seconds of one vLLM engine step on one GPU of a pipeline stage: decode rows and
 prefill rows batched together (continuous batching with chunked prefill), vectorised over
-candidates. Communication is added by the caller (solver.serve.timing, with solver.cost.comm).
+candidates. Communication is added by the caller (solver.cost.serve_round, with solver.cost.comm).
 
 One step runs m = d + p tokens through the stage's layers: d decoding sequences (one token
 each, a KV context of `decode_context` tokens) and p prefill tokens of prompts of

@@ -4,7 +4,10 @@ activations, reserves), decode and prefill time, and the TP / PP / DP / EP that 
     job          ServeJob, ServeConstants (with sources), ServeProblem, vLLM's batch defaults
     candidates   ServeCandidates: degree arrays
     memory       per-GPU memory, KV bytes per token, KV capacity
-    timing       decode step, TTFT, TPOT, output rate (roofline + collectives of cost.comm)
+    timing       the candidates as engines the cost model times (solver.cost.serve_round)
+    load         the load model's inputs and per-plan load (solver.cost.serve_load)
+    disagg       prefill and decode pools against the best aggregated plan
+    pareto       the tokens/s/user against tokens/s/GPU front
     estimate     one evaluation: batch under the TPOT SLO, latency, throughput
     constraints  vLLM's rules and the targets as named Constraints
     enumerate    the exhaustive oracle (the engine: the space is divisor tuples of N)

@@ -152,7 +152,7 @@ def _idle_rules(problem: ServeProblem) -> list[Constraint]:
 
 def _load_rules(problem: ServeProblem) -> list[Constraint]:
     """With --request-rate or --concurrency: the load model's latency at that load, at the SLO
-    percentile (solver.serve.load)."""
+    percentile (solver.cost.serve_load)."""
     job = problem.job
     load = job.load
     offered = (f"{load.request_rate:g} requests/s" if load.request_rate is not None

@@ -7,11 +7,11 @@ Each pool is a number of copies of one engine (tp, pp, dp, ep as `parplan serve`
 them, dp ranks each serving their share). The load splits evenly over the copies' DP ranks:
 
   prefill  an M/G/1 queue of prompts with nothing decoding beside them
-           (solver.serve.load.estimate_prefill_queue);
+           (solver.cost.serve_load.estimate_prefill_queue);
   transfer the prompt's KV cache, each prefill GPU sending its own shard (its KV bytes per
            token x the prompt) over the tier that joins the pools: inside the NVLink domain
            when both pools fit in it, else the cluster's network (solver.cost.comm send_recv);
-  decode   continuous batching with no prefill rounds (solver.serve.load, phase "decode").
+  decode   continuous batching with no prefill rounds (solver.cost.serve_load, phase "decode").
 
 TTFT = prefill TTFT + transfer (the prefill engine returns the first token; the decode engine
 starts after the transfer), TPOT = the decode engine's. The SLO constraints separate: the
@@ -32,12 +32,10 @@ from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.job import ServeProblem
+from solver.cost.serve_load import estimate_load_point, estimate_prefill_queue, largest_rate
 from solver.serve.load import (
-    largest_rate,
     estimate_load_curves,
-    estimate_load_point,
     estimate_max_num_seqs,
-    estimate_prefill_queue,
     estimate_serving_load,
     meets_slo,
 )
@@ -143,23 +141,13 @@ def _aggregated(problem: ServeProblem) -> list[SplitPlan]:
     rate = float(load.max_rate_per_s[best])
     point = _operating_rate(problem, rate)
     curves = load.curves
-    at = estimate_load_point(problem, _take_one(curves, best), np.array(
+    at = estimate_load_point(curves.take(best), np.array(
         [point / float(curves.engines[best])]))
     return [SplitPlan(kind="aggregated", prefill=None,
                       decode=PoolPlan({k: row[k] for k in ENGINE_KEYS}, row["replicas"]),
                       num_gpus=int(candidates.num_gpus[best]), max_rate_per_s=rate,
                       ttft_s=float(at.ttft_s[0]), tpot_s=float(at.tpot_s[0]), transfer_s=0.0,
                       same_domain=True)]
-
-
-def _take_one(curves, i: int):
-    from dataclasses import replace
-
-    pick = slice(i, i + 1)
-    return replace(curves, d_grid=curves.d_grid[pick], round_s=curves.round_s[pick],
-                   service_s=curves.service_s[pick], service_q_s=curves.service_q_s[pick],
-                   service_mean_s=curves.service_mean_s[pick], d_max=curves.d_max[pick],
-                   engines=curves.engines[pick], num_gpus=curves.num_gpus[pick])
 
 
 def _operating_rate(problem: ServeProblem, most: float) -> float:
@@ -176,7 +164,7 @@ def _disaggregated(problem: ServeProblem, engines: ServeCandidates) -> list[Spli
     ranks = engines.dp.astype(float)
     # Per DP rank: what a decode rank carries within the TPOT limit, what a prefill rank
     # carries within the TTFT limit once the transfer is added (two placements).
-    decode_rate = largest_rate(problem, decode_curves,
+    decode_rate = largest_rate(decode_curves,
                                 lambda p: meets_slo(_without(problem, "ttft"), p))
     prefill_rate, transfer = {}, {}
     for same in (True, False):
@@ -221,7 +209,7 @@ def _largest_prefill_rate(problem: ServeProblem, curves, transfer_s: np.ndarray
     low = np.zeros_like(high)
     for _ in range(40):
         middle = (low + high) / 2.0
-        ttft, _, stable = estimate_prefill_queue(problem, curves, middle)
+        ttft, _, stable = estimate_prefill_queue(curves, middle)
         good = stable & ((limit is None) | (ttft + transfer_s <= (limit or 0) * 1e-3))
         low, high = np.where(good, middle, low), np.where(good, high, middle)
     return low
@@ -232,11 +220,11 @@ def _split_plan(problem: ServeProblem, engines: ServeCandidates, i: int, j: int,
                 decode_curves, transfer_s: float) -> SplitPlan:
     rate = _operating_rate(problem, carried)
     p_row, d_row = engines.row(i), engines.row(j)
-    ttft, _, _ = estimate_prefill_queue(problem, _take_one(prefill_curves, i),
+    ttft, _, _ = estimate_prefill_queue(prefill_curves.take(i),
                                         np.array([rate / (copies_p * p_row["dp"])]))
-    decode = estimate_load_point(problem, _take_one(decode_curves, j),
+    decode = estimate_load_point(decode_curves.take(j),
                                  np.array([rate / (copies_d * d_row["dp"])]))
-    seqs = int(estimate_max_num_seqs(problem, _take_one(decode_curves, j))[0])
+    seqs = int(estimate_max_num_seqs(problem, decode_curves.take(j))[0])
     prefill = PoolPlan({k: p_row[k] for k in ENGINE_KEYS}, copies_p)
     decode_pool = PoolPlan({k: d_row[k] for k in ENGINE_KEYS}, copies_d)
     return SplitPlan(kind="disaggregated", prefill=prefill, decode=decode_pool,

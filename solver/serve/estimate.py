@@ -1,7 +1,7 @@
 """One evaluation of serving candidates: memory, the batch each DP rank runs, latency and
 throughput, with the batch chosen as the largest the KV cache holds (at most vLLM's
 max_num_seqs) whose TPOT under load meets --max-tpot-ms. TPOT under load grows with the batch
-and throughput does too (solver.serve.timing), so a bisection over the batch finds it.
+and throughput does too (solver.cost.serve_round), so a bisection over the batch finds it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import numpy as np
 from solver.serve.candidates import ServeCandidates
 from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.memory import ServeMemory, estimate_serving_memory
+from solver.cost.serve_round import RoundParts, estimate_output_rate
 from solver.serve.timing import (
-    MixedStep,
+    build_engine,
     estimate_decode_round,
-    estimate_output_rate,
     estimate_tpot_s,
     estimate_ttft_s,
-    estimate_weights_and_links,
 )
 
 
@@ -42,7 +41,7 @@ class ServeEstimate:
     tpot_s: np.ndarray
     tokens_per_s: np.ndarray
     latency_s: np.ndarray
-    decode: MixedStep
+    decode: RoundParts
     num_gpus: np.ndarray
 
     @property
@@ -60,25 +59,24 @@ def estimate_serving(problem: ServeProblem, c: ServeCandidates) -> ServeEstimate
     the batch to 49: 2,448 tokens/s at 19.9 ms."""
     job = problem.job
     memory = estimate_serving_memory(problem, c)
-    weights, links = estimate_weights_and_links(problem, c)
-    per_token = memory.kv_bytes_per_token
-    ttft = estimate_ttft_s(problem, c, weights, links, per_token)
+    engine = build_engine(problem, c, memory.kv_bytes_per_token)
+    ttft = estimate_ttft_s(problem, engine)
     _, max_seqs = scheduler_limits(problem)
     cap = np.minimum(np.floor(memory.kv_tokens / (job.input_len + job.output_len)), max_seqs)
     cap = np.where(memory.fits, cap, 0.0)
 
     def loaded_tpot(batch: np.ndarray) -> np.ndarray:
-        tpot = estimate_tpot_s(problem, c, weights, links, per_token, batch)
-        return estimate_output_rate(problem, c, batch, tpot, ttft)[1]
+        tpot = estimate_tpot_s(problem, engine, batch)
+        return estimate_output_rate(batch, job.output_len, c.pp, tpot, ttft)[1]
 
     batch = cap
     if job.max_tpot_ms is not None:
         batch = _largest_batch(loaded_tpot, cap, job.max_tpot_ms * 1e-3)
     running = np.maximum(batch, 1.0)
-    tpot = estimate_tpot_s(problem, c, weights, links, per_token, running)
-    rate, tpot_loaded = estimate_output_rate(problem, c, running, tpot, ttft)
-    tpot_idle = estimate_tpot_s(problem, c, weights, links, per_token, np.ones(len(c)))
-    decode = estimate_decode_round(problem, c, weights, links, per_token, running)
+    tpot = estimate_tpot_s(problem, engine, running)
+    rate, tpot_loaded = estimate_output_rate(running, job.output_len, c.pp, tpot, ttft)
+    tpot_idle = estimate_tpot_s(problem, engine, np.ones(len(c)))
+    decode = estimate_decode_round(problem, engine, running)
     engines = c.dp * c.replicas
     return ServeEstimate(memory=memory, batch=batch, ttft_s=ttft, tpot_idle_s=tpot_idle,
                          tpot_s=tpot_loaded, tokens_per_s=np.where(batch > 0, rate * engines, 0.0),

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.block_cache import estimate_cache_bytes_per_token, estimate_mixer_params_per_gpu
+from solver.cost.serve_round import ACTIVATION_BYTES
 from solver.cost.serve_step import attention_params_per_gpu
 from solver.serve.candidates import ServeCandidates
 from solver.serve.job import ServeProblem, vllm_batch_defaults
 from solver.spec import ModelSpec
 
 GIB = 2**30
-ACTIVATION_BYTES = 2.0  # bf16 activations and all-reduce payloads
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The throughput-interactivity front: output tokens/s per user (1 / mean TPOT) against output
 tokens/s per GPU, over every plan that fits and every load up to the most it carries stably
-(solver.serve.load), as AIConfigurator and the InferenceMAX charts draw it. A point is on the
+(solver.cost.serve_load), as AIConfigurator and the InferenceMAX charts draw it. A point is on the
 front when no other point is at least as good on both axes and better on one; each point says
 whether it meets the SLO at its load.
 """
@@ -15,13 +15,8 @@ from solver.serve.candidates import SERVE_VARIABLES
 from solver.serve.constraints import build_serve_constraints
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.job import ServeProblem
-from solver.serve.load import (
-    PARETO_FRACTIONS,
-    estimate_load_curves,
-    estimate_load_point,
-    largest_stable_rate,
-    meets_slo,
-)
+from solver.cost.serve_load import estimate_load_point, largest_stable_rate
+from solver.serve.load import PARETO_FRACTIONS, estimate_load_curves, meets_slo
 
 LOAD_CONSTRAINTS = ("carries_load", "ttft_within_slo", "tpot_within_slo",
                     "throughput_meets_target")
@@ -50,10 +45,10 @@ def build_pareto_front(problem: ServeProblem) -> tuple[ParetoPoint, ...]:
     if len(candidates) == 0:
         return ()
     curves = estimate_load_curves(problem, candidates)
-    stable = largest_stable_rate(problem, curves)
+    stable = largest_stable_rate(curves)
     points = []
     for fraction in PARETO_FRACTIONS:
-        point = estimate_load_point(problem, curves, stable * fraction)
+        point = estimate_load_point(curves, stable * fraction)
         ok = meets_slo(problem, point) & point.stable & (stable > 0)
         points.append((point, ok))
     user = np.stack([p.tokens_per_s_per_user for p, _ in points], axis=1)
