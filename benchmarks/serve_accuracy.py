@@ -1,19 +1,24 @@
-"""Predicted serving latency and throughput under load against published vLLM measurements.
+"""Predicted serving latency and throughput under load against published vLLM and SGLang
+measurements.
 
     .venv/bin/python benchmarks/serve_accuracy.py [--json]
 
 Data: benchmarks/data/serve_published.jsonl, one measured number per row with its source
-(URL), the engine version, the quote it comes from and the stated load (concurrency, request
-lengths). Each row becomes a `parplan serve` problem on one engine of the row's degrees and is
-evaluated by the load model (solver/serve/load.py) at the stated closed-loop concurrency; no
-constant is fitted to these rows. Metrics:
+(URL), the engine and version, the quote it comes from, the stated load and request lengths
+(`lengths_assumed` says what the source leaves out and what stands in), and the engine's
+scheduler limits where its version's defaults differ from today's vLLM (`settings` cites
+them). Each row becomes a `parplan serve` problem on one engine of the row's degrees (tp, pp;
+the other GPUs are data-parallel ranks), evaluated by the load model of solver/cost
+(serve_round, serve_curves, serve_load) at the row's load; no constant is fitted to the rows.
 
-  tpot_mean_ms / tpot_p50_ms   the model's mean / median TPOT at the load;
-  throughput_gain_over_c1      output tokens/s at the row's concurrency over concurrency 1.
+Loads: `request_rate` (Poisson arrivals), `concurrency` (closed loop), `burst` (N prompts sent
+at once: the engine runs at its most requests/s, the model's largest stable rate) and `batch`
+(benchmark_latency.py: one prefill of the batch's prompts, then output - 1 decode steps).
 
-Rows with `lengths_assumed` give no request lengths in their source (a chat profile): they
-use 256 + 256 tokens, and only TPOT at concurrency 4 or less is taken from them, where a
-decode step streams the weights and barely depends on the lengths.
+Metrics: ttft_/tpot_ mean_ms or pXX_ms (the model at that SLO percentile),
+throughput_gain_over_c1 (output tokens/s at the row's concurrency over concurrency 1),
+max_request_rate (requests/s) and batch_latency_ms. Printed: every row, the error per source,
+the median and p90 of |error| and the worst rows.
 """
 
 from __future__ import annotations
@@ -27,66 +32,133 @@ import numpy as np
 
 from solver.calibrate.profile import load_calibrated_cluster
 from solver.catalog import load_model_spec
+from solver.cost.serve_load import largest_stable_rate
+from solver.cost.serve_round import estimate_round_s
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
-from solver.serve.load import estimate_serving_load
+from solver.serve.load import estimate_load_curves, estimate_serving_load
+from solver.serve.timing import build_engine
 from solver.serve.workload import ServeLoadSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "serve_published.jsonl"
+WORST = 6
 
 
 def load_rows(path: Path = DATA) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def predict_point(row: dict[str, Any], concurrency: int) -> Any:
-    """The load model's operating point of the row's engine at `concurrency` users."""
-    percentile = 50
+def _percentile(metric: str) -> int:
+    kind = metric.split("_")[1]
+    return int(kind[1:]) if kind.startswith("p") else 50
+
+
+def build_problem(row: dict[str, Any], load: dict[str, Any] | None = None
+                  ) -> tuple[ServeProblem, ServeCandidates]:
+    """The row's serving problem and its one engine (tp x pp GPUs per DP rank)."""
+    load = row["load"] if load is None else load
+    spec = ServeLoadSpec(request_rate=load.get("request_rate"),
+                         concurrency=load.get("concurrency"),
+                         slo_percentile=_percentile(row["metric"]))
     job = ServeJob(context=row["context"], input_len=row["input_len"],
-                   output_len=row["output_len"],
-                   load=ServeLoadSpec(concurrency=concurrency, slo_percentile=percentile))
+                   output_len=row["output_len"], load=spec,
+                   max_num_seqs=row.get("max_num_seqs"),
+                   max_num_batched_tokens=row.get("max_num_batched_tokens"))
     problem = ServeProblem(model_spec=load_model_spec(row["model"]),
                            cluster=load_calibrated_cluster(row["cluster"], None, None),
                            num_gpus=row["gpus"], job=job)
-    engine = ServeCandidates(tp=row["tp"], pp=1, dp=row["gpus"] // row["tp"], ep=1, replicas=1)
-    return estimate_serving_load(problem, engine).point
+    tp, pp = row["tp"], row.get("pp", 1)
+    engine = ServeCandidates(tp=tp, pp=pp, dp=row["gpus"] // (tp * pp), ep=1, replicas=1)
+    return problem, engine
+
+
+def _batch_latency_s(row: dict[str, Any]) -> float:
+    """benchmark_latency.py: the batch's prompts in one prefill step, then output - 1 decode
+    steps of the whole batch at the mean context of the decode."""
+    problem, candidates = build_problem(row, {})
+    engine = build_engine(problem, candidates)
+    batch, prompt, output = row["load"]["batch"], row["input_len"], row["output_len"]
+    prefill = estimate_round_s(engine, 0.0, 0.0, batch * prompt, prompt)
+    decode = estimate_round_s(engine, float(batch), prompt + output / 2.0, 0.0, prompt)
+    return float(prefill[0] + (output - 1) * decode[0])
 
 
 def predict(row: dict[str, Any]) -> float:
-    point = predict_point(row, row["concurrency"])
-    metric = row["metric"]
-    if metric == "tpot_mean_ms":
-        return float(point.tpot_mean_s[0]) * 1e3
-    if metric == "tpot_p50_ms":
-        return float(point.tpot_s[0]) * 1e3
+    """The model's number for the row's metric (module docstring)."""
+    metric, load = row["metric"], row["load"]
+    if metric == "batch_latency_ms":
+        return _batch_latency_s(row) * 1e3
+    if metric == "max_request_rate":
+        problem, engine = build_problem(row, {})
+        curves = estimate_load_curves(problem, engine)
+        return float(largest_stable_rate(curves)[0] * curves.engines[0])
+    problem, engine = build_problem(row)
+    point = estimate_serving_load(problem, engine).point
     if metric == "throughput_gain_over_c1":
-        alone = predict_point(row, 1)
-        return float(point.tokens_per_s[0] / alone.tokens_per_s[0])
-    raise ValueError(f"{row['id']}: unknown metric {metric!r}")
+        alone, _ = build_problem(row, {"concurrency": 1})
+        single = estimate_serving_load(alone, engine).point
+        return float(point.tokens_per_s[0] / single.tokens_per_s[0])
+    what, kind = metric.split("_")[:2]
+    if what not in ("ttft", "tpot") or not (kind == "mean" or kind.startswith("p")):
+        raise ValueError(f"{row['id']}: unknown metric {metric!r} (load {load})")
+    name = f"{what}_mean_s" if kind == "mean" else f"{what}_s"
+    return float(getattr(point, name)[0]) * 1e3
 
 
-def main() -> None:
-    rows = load_rows()
+def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     results = []
     for row in rows:
         predicted = predict(row)
-        error = predicted / row["measured"] - 1.0
         results.append({"id": row["id"], "source": row["source"], "engine": row["engine"],
                         "metric": row["metric"], "measured": row["measured"],
-                        "predicted": round(predicted, 3), "error": round(error, 4)})
+                        "predicted": round(predicted, 3),
+                        "error": round(predicted / row["measured"] - 1.0, 4)})
+    return results
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and p90 of |error| overall, per source and per metric kind, and the worst rows."""
+    def stats(rs: list[dict[str, Any]]) -> dict[str, float]:
+        errors = np.array([r["error"] for r in rs])
+        return {"rows": len(rs), "median_abs": float(np.median(np.abs(errors))),
+                "p90_abs": float(np.quantile(np.abs(errors), 0.9)),
+                "median_signed": float(np.median(errors))}
+
+    by = {}
+    for key in ("source", "metric"):
+        groups: dict[str, list] = {}
+        for r in results:
+            name = r[key] if key == "source" else r[key].split("_")[0]
+            groups.setdefault(name, []).append(r)
+        by[key] = {name: stats(rs) for name, rs in sorted(groups.items())}
+    worst = sorted(results, key=lambda r: -abs(r["error"]))[:WORST]
+    return {"all": stats(results), "by_source": by["source"], "by_metric": by["metric"],
+            "worst": [r["id"] for r in worst]}
+
+
+def main() -> None:
+    results = evaluate(load_rows())
+    summary = summarize(results)
     if "--json" in sys.argv:
-        print(json.dumps(results, indent=1))
+        print(json.dumps({"rows": results, "summary": summary}, indent=1))
         return
-    print(f"{'row':32} {'engine':13} {'metric':24} {'measured':>9} {'predicted':>9} {'error':>7}")
+    print(f"{'row':44} {'metric':24} {'measured':>9} {'predicted':>9} {'error':>7}")
     for r in results:
-        print(f"{r['id']:32} {r['engine']:13} {r['metric']:24} {r['measured']:9.2f} "
-              f"{r['predicted']:9.2f} {100 * r['error']:+6.1f}%")
-    errors = np.abs([r["error"] for r in results])
-    print(f"\n{len(results)} rows: median |error| {100 * np.median(errors):.1f}%, "
-          f"max {100 * errors.max():.1f}%")
-    print("sources:")
-    for source in sorted({r["source"] for r in results}):
-        print(f"  {source}")
+        print(f"{r['id']:44} {r['metric']:24} {r['measured']:9.2f} {r['predicted']:9.2f} "
+              f"{100 * r['error']:+6.1f}%")
+
+    def line(name: str, s: dict[str, float]) -> str:
+        return (f"  {name:72} {s['rows']:3d} rows  median |error| {100 * s['median_abs']:5.1f}%"
+                f"  p90 {100 * s['p90_abs']:5.1f}%  median signed {100 * s['median_signed']:+6.1f}%")
+
+    print("\nby source:")
+    for name, s in summary["by_source"].items():
+        print(line(name, s))
+    print("by metric:")
+    for name, s in summary["by_metric"].items():
+        print(line(name, s))
+    print(line("all", summary["all"]))
+    print("worst rows: " + ", ".join(summary["worst"]))
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ BASE = ("serve", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8
     (("--request-rate", "nan"), "--request-rate"),
     (("--request-rate", "2", "--concurrency", "8"), "give one load, not both"),
     (("--concurrency", "0"), "--concurrency"),
-    (("--slo-percentile", "p99"), "--slo-percentile"),
+    (("--slo-percentile", "p75"), "--slo-percentile"),
     (("--input-len", "@/nonexistent/lengths.txt"), "cannot read the file"),
 ])
 def test_cli_bad_workload_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:

@@ -99,7 +99,7 @@ def _longest(lengths: Any) -> str:
               help="Load: requests per second of the deployment (Poisson arrivals).")
 @click.option("--concurrency", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
               help="Load: concurrent users of the deployment (closed loop).")
-@click.option("--slo-percentile", type=click.Choice(["p50", "p90"]), default="p90",
+@click.option("--slo-percentile", type=click.Choice(["p50", "p90", "p95", "p99"]), default="p90",
               show_default=True, help="Percentile at which TTFT and TPOT meet their limits "
                                       "under a load.")
 @click.option("--max-num-seqs", type=BoundedInt(1, MAX_SEQ_LEN), default=None,

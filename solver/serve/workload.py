@@ -26,7 +26,7 @@ from solver.spec.strict import MAX_SEQ_LEN, InputSpec
 
 MAX_SUPPORT_POINTS = 64  # equal-probability bins of a long distribution
 MAX_LENGTHS_IN_FILE = 10_000_000
-SloPercentile = Literal[50, 90]
+SloPercentile = Literal[50, 90, 95, 99]
 
 
 class LengthDistribution(InputSpec):
