@@ -1,5 +1,7 @@
 """Disaggregated prefill and decode (solver.serve.disagg): the aggregated plan is one of the
-search's candidates, the KV transfer pinned to its bytes and the tier, launch lines."""
+search's candidates, more GPUs or a looser SLO never lower the winner, the KV transfer pinned
+to its bytes and the tier (also between engines of different TP), the prefill pool's KV
+cache, the pairs on the Pareto front, launch lines."""
 
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ from solver.cli import cli
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
-from solver.serve.disagg import estimate_transfer_s, search_disaggregated
+from solver.cost.kv_transfer import estimate_kv_transfer_bytes, estimate_prefill_kv_tokens
+from solver.cost.serve_load import estimate_prefill_queue
+from solver.serve.disagg import _largest_prefill_rate, estimate_transfer_s, search_disaggregated
 from solver.serve.enumerate import enumerate_serving
-from solver.serve.load import estimate_serving_load
+from solver.serve.load import estimate_load_curves, estimate_serving_load
+from solver.serve.pareto import build_pareto_front
 from solver.serve.workload import ServeLoadSpec
 
 
@@ -88,3 +93,76 @@ def test_cli_disaggregated_answer_and_launch_lines() -> None:
     p, dd, router = d["sglang_commands"]
     assert "--disaggregation-mode prefill" in p and "--disaggregation-mode decode" in dd
     assert "--pd-disaggregation" in router
+
+
+def test_kv_transfer_with_mismatched_tp_worked_numbers() -> None:
+    """solver.cost.kv_transfer: NixlConnector's decode ranks each pull their heads from one
+    prefill rank, so prefill tp 4 feeding decode tp 8 sends 2 x 83.9 MB per prefill GPU for
+    Llama-3.1-70B's 2,048 tokens (40,960 B per token per decode GPU); equal tp: 83.9 MB."""
+    same = estimate_kv_transfer_bytes(2048.0, 40960.0, 8, 1, 8, 1)
+    wider = estimate_kv_transfer_bytes(2048.0, 40960.0, 4, 1, 8, 1)
+    assert float(same) == pytest.approx(83.886e6, rel=1e-4)
+    assert float(wider) == pytest.approx(2 * 83.886e6, rel=1e-4)
+    assert float(estimate_prefill_kv_tokens(10.0, 2000.0, 0.3, 0.002)) == pytest.approx(6040.0)
+
+
+def test_transfer_between_mismatched_engines_goes_through_cost_comm() -> None:
+    """A tp 2 prefill engine feeding a tp 8 decode engine: the busier side is the prefill
+    GPU's egress, 4 x the decode GPU's share of Llama-3.1-70B's KV, one send/recv."""
+    problem = problem_of("llama3.1-70b", 16, None, None)
+    prefill = ServeCandidates(tp=2, pp=1, dp=1, ep=1, replicas=1)
+    decode = ServeCandidates(tp=8, pp=1, dp=1, ep=1, replicas=1)
+    link = estimate_group_link(problem.cluster, np.array([1]), np.array([2]))
+    expected = estimate_collective_s("send_recv", 4 * 2048 * 40960.0, np.array([2]), link)
+    got = estimate_transfer_s(problem, prefill, True, 2048.0, decode)
+    assert got == pytest.approx(expected)
+
+
+def test_pairs_follow_nixl_and_mismatched_tp_can_win_a_split() -> None:
+    """Every disaggregated plan has a decode TP that is a multiple of its prefill TP
+    (nixl_decode_tp_multiple_of_prefill_tp), and long prompts on Llama-3.1-8B make a split
+    whose pools differ in TP (prefill tp 1 feeding decode tp 4)."""
+    job = ServeJob(context=8192, input_len=4096, output_len=256, max_ttft_ms=1000,
+                   max_tpot_ms=30, load=ServeLoadSpec(request_rate=20))
+    problem = ServeProblem(model_spec=load_model_spec("llama3.1-8b"),
+                           cluster=load_calibrated_cluster("dgx-h100", None, None), num_gpus=8,
+                           job=job)
+    result = search_disaggregated(problem)
+    assert result.candidates
+    for plan in result.candidates:
+        assert plan.decode.degrees["tp"] % plan.prefill.degrees["tp"] == 0
+    assert any(p.decode.degrees["tp"] != p.prefill.degrees["tp"] for p in result.candidates)
+    front = build_pareto_front(problem, result)
+    kinds = {p.kind for p in front}
+    assert kinds == {"aggregated", "disaggregated"}
+    user = np.array([p.tokens_per_s_per_user for p in front])
+    gpu = np.array([p.tokens_per_s_per_gpu for p in front])
+    assert np.all(np.diff(user) <= 0) and np.all(np.diff(gpu) > 0)  # a front: no point dominated
+
+
+def test_prefill_pool_kv_cache_bounds_its_rate() -> None:
+    """A prefill rank holds lam E[I] (time in the engine + transfer) KV tokens (Little's law):
+    with a cache of a few prompts its rate falls to what those prompts allow."""
+    problem = problem_of("llama3.1-8b", 8, None, None)
+    engines = ServeCandidates(tp=1, pp=1, dp=1, ep=1, replicas=1)
+    curves = estimate_load_curves(problem, engines, "prefill")
+    transfer = np.array([0.001])
+    free = _largest_prefill_rate(problem, curves, transfer, np.array([1e12]))
+    tight = _largest_prefill_rate(problem, curves, transfer, np.array([3 * 4096.0]))
+    assert 0 < tight[0] < free[0]
+    _, ttft_mean, _ = estimate_prefill_queue(curves, tight)
+    held = estimate_prefill_kv_tokens(tight, 4096.0, ttft_mean, transfer)
+    assert held[0] == pytest.approx(3 * 4096.0, rel=1e-3)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([2, 4]), st.sampled_from([300.0, 2000.0]), st.sampled_from([8.0, 30.0]))
+def test_more_gpus_or_a_looser_slo_never_lower_the_winner(gpus: int, ttft: float,
+                                                          tpot: float) -> None:
+    """The disaggregated search over more GPUs, or under a looser SLO, carries at least as
+    many requests/s: every plan of the smaller problem is still a candidate."""
+    base = search_disaggregated(problem_of("llama3.1-8b", gpus, ttft, tpot)).winner
+    more = search_disaggregated(problem_of("llama3.1-8b", 2 * gpus, ttft, tpot)).winner
+    looser = search_disaggregated(problem_of("llama3.1-8b", gpus, 2 * ttft, 2 * tpot)).winner
+    assert more.max_rate_per_s >= base.max_rate_per_s * (1 - 1e-6)
+    assert looser.max_rate_per_s >= base.max_rate_per_s * (1 - 1e-6)

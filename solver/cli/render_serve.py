@@ -79,7 +79,8 @@ def _load_json(load: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pareto_json(front: Any) -> list[dict[str, Any]]:
-    return [{**point.degrees, "gpus": point.num_gpus,
+    return [{**point.degrees, "gpus": point.num_gpus, "kind": point.kind,
+             **({"prefill": point.prefill} if point.prefill is not None else {}),
              "request_rate": round(point.request_rate, 4),
              "tokens_per_second_per_user": round(point.tokens_per_s_per_user, 3),
              "tokens_per_second_per_gpu": round(point.tokens_per_s_per_gpu, 3),
@@ -221,10 +222,18 @@ def _echo_load(result: Any) -> None:
 
 
 def _echo_pareto(front: Any) -> None:
-    click.echo("pareto front (tokens/s/user vs tokens/s/GPU; * meets the SLO):")
-    head = ["", "tp", "pp", "dp", "ep", "replicas", "GPUs", "req/s", "tok/s/user",
-            "tok/s/GPU", "TTFT ms", "TPOT ms"]
-    rows = [["*" if p.meets_slo else " ", *(str(p.degrees[n]) for n in
+    click.echo("pareto front (tokens/s/user vs tokens/s/GPU; * meets the SLO; a prefill pool "
+               "marks a disaggregated plan, its decode pool in the degree columns):")
+    head = ["", "prefill pool", "tp", "pp", "dp", "ep", "replicas", "GPUs", "req/s",
+            "tok/s/user", "tok/s/GPU", "TTFT ms", "TPOT ms"]
+
+    def pool(p: Any) -> str:
+        if p.prefill is None:
+            return "-"
+        d = p.prefill
+        return f"tp {d['tp']} pp {d['pp']} dp {d['dp']} x{d['copies']}"
+
+    rows = [["*" if p.meets_slo else " ", pool(p), *(str(p.degrees[n]) for n in
              ("tp", "pp", "dp", "ep", "replicas")), str(p.num_gpus), f"{p.request_rate:,.2f}",
              f"{p.tokens_per_s_per_user:,.1f}", f"{p.tokens_per_s_per_gpu:,.1f}",
              f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:,.1f}"] for p in front]

@@ -7,10 +7,14 @@ Each pool is a number of copies of one engine (tp, pp, dp, ep as `parplan serve`
 them, dp ranks each serving their share). The load splits evenly over the copies' DP ranks:
 
   prefill  an M/G/1 queue of prompts with nothing decoding beside them
-           (solver.cost.serve_load.estimate_prefill_queue);
-  transfer the prompt's KV cache, each prefill GPU sending its own shard (its KV bytes per
-           token x the prompt) over the tier that joins the pools: inside the NVLink domain
-           when both pools fit in it, else the cluster's network (solver.cost.comm send_recv);
+           (solver.cost.serve_load.estimate_prefill_queue); its KV cache holds every prompt
+           from its first chunk until the decode side has read it (Little's law,
+           solver.cost.kv_transfer), which bounds the rate a prefill rank takes;
+  transfer the prompt's KV cache over the tier that joins the pools: inside the NVLink domain
+           when both pools fit in it, else the cluster's network; the pools may differ in TP
+           (NixlConnector: the decode TP a multiple of the prefill TP,
+           nixl_decode_tp_multiple_of_prefill_tp), each prefill GPU then serving several
+           decode GPUs (solver.cost.kv_transfer, send_recv of solver.cost.comm);
   decode   continuous batching with no prefill rounds (solver.cost.serve_load, phase "decode").
 
 TTFT = prefill TTFT + transfer (the prefill engine returns the first token; the decode engine
@@ -28,10 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.cost.comm import estimate_group_link
+from solver.cost.kv_transfer import estimate_kv_transfer_s, estimate_prefill_kv_tokens
 from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.job import ServeProblem
+from solver.cost.serve_curves import LoadCurves
 from solver.cost.serve_load import estimate_load_point, estimate_prefill_queue, largest_rate
 from solver.serve.load import (
     estimate_load_curves,
@@ -39,7 +45,7 @@ from solver.serve.load import (
     estimate_serving_load,
     meets_slo,
 )
-from solver.serve.memory import estimate_kv_bytes_per_token
+from solver.serve.memory import estimate_kv_bytes_per_token, estimate_serving_memory
 
 ENGINE_KEYS = ("tp", "pp", "dp", "ep")
 
@@ -73,6 +79,8 @@ class SplitPlan:
     transfer_s: float
     same_domain: bool
     decode_max_num_seqs: int = 0
+    prefill_index: int = -1  # rows of DisaggResult.engines (disaggregated plans)
+    decode_index: int = -1
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,12 @@ class DisaggResult:
     plans: tuple[SplitPlan, ...]
     best_aggregated: SplitPlan | None
     best_disaggregated: SplitPlan | None
+    # Every disaggregated plan (one per prefill and decode engine pair), the engines and their
+    # prefill and decode curves: what the Pareto front samples (solver.serve.pareto).
+    candidates: tuple[SplitPlan, ...] = ()
+    engines: ServeCandidates | None = None
+    prefill_curves: LoadCurves | None = None
+    decode_curves: LoadCurves | None = None
 
     @property
     def winner(self) -> SplitPlan | None:
@@ -98,16 +112,28 @@ def _engines(problem: ServeProblem) -> ServeCandidates:
     return enumerate_serving(problem.model_copy(update={"job": lone}))
 
 
-def estimate_transfer_s(problem: ServeProblem, engines: ServeCandidates, same_domain: bool,
-                        prompt_tokens: float) -> np.ndarray:
-    """Seconds to send one prompt's KV cache from a prefill engine, each GPU its shard.
-    Llama-3.1-70B at tp 8, 2,048 tokens: 2,048 x 40,960 B = 83.9 MB per GPU; over a 40 GB/s
-    network that is about 2.1 ms, over 360 GB/s NVLink about 0.23 ms."""
+def estimate_transfer_s(problem: ServeProblem, prefill: ServeCandidates, same_domain: bool,
+                        prompt_tokens: float, decode: ServeCandidates | None = None
+                        ) -> np.ndarray:
+    """Seconds to move one prompt's KV cache from each prefill engine to its decode engine
+    (the same engines when `decode` is None): solver.cost.kv_transfer over NVLink when both
+    pools sit in one NVLink domain, else over the cluster's network. Llama-3.1-70B at tp 8,
+    2,048 tokens: 2,048 x 40,960 B = 83.9 MB per GPU; over a 40 GB/s network that is about
+    2.1 ms, over 360 GB/s NVLink about 0.23 ms."""
+    decode = prefill if decode is None else decode
     cluster = problem.cluster
-    per_gpu = prompt_tokens * estimate_kv_bytes_per_token(problem, engines.tp, engines.pp)
+    kv_decode = estimate_kv_bytes_per_token(problem, decode.tp, decode.pp)
     stride = 1 if same_domain else max(cluster.scale_up_gpus, cluster.gpus_per_node)
-    link = estimate_group_link(cluster, np.full(len(engines), stride), np.full(len(engines), 2))
-    return estimate_collective_s("send_recv", per_gpu, np.full(len(engines), 2), link)
+    link = estimate_group_link(cluster, np.full(len(prefill), stride), np.full(len(prefill), 2))
+    return estimate_kv_transfer_s(prompt_tokens, kv_decode, prefill.tp, prefill.pp, decode.tp,
+                                  decode.pp, link)
+
+
+def nixl_pairs(prefill: ServeCandidates, decode: ServeCandidates) -> np.ndarray:
+    """nixl_decode_tp_multiple_of_prefill_tp: NixlConnector pairs each decode TP rank with
+    the prefill rank tp_rank // (tp_decode / tp_prefill) (solver.cost.kv_transfer), so the
+    decode TP must be a multiple of the prefill TP (matrix over prefill x decode engines)."""
+    return (decode.tp[None, :] % prefill.tp[:, None]) == 0
 
 
 def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
@@ -115,14 +141,19 @@ def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
     job, n = problem.job, problem.num_gpus
     plans = _aggregated(problem)
     engines = _engines(problem)
+    split, curves = [], (None, None)
     if len(engines) and n >= 2:
-        plans += _disaggregated(problem, engines)
+        curves = (estimate_load_curves(problem, engines, "prefill"),
+                  estimate_load_curves(problem, engines, "decode"))
+        split = _disaggregated(problem, engines, *curves)
+    plans += split
     plans.sort(key=lambda p: (-p.max_rate_per_s, p.num_gpus, p.kind != "aggregated",
                               p.ttft_s + job.output_len * p.tpot_s))
     aggregated = next((p for p in plans if p.kind == "aggregated"), None)
-    split = next((p for p in plans if p.kind == "disaggregated"), None)
+    best_split = next((p for p in plans if p.kind == "disaggregated"), None)
     return DisaggResult(plans=tuple(plans[:top]), best_aggregated=aggregated,
-                        best_disaggregated=split)
+                        best_disaggregated=best_split, candidates=tuple(split),
+                        engines=engines, prefill_curves=curves[0], decode_curves=curves[1])
 
 
 def _aggregated(problem: ServeProblem) -> list[SplitPlan]:
@@ -156,42 +187,46 @@ def _operating_rate(problem: ServeProblem, most: float) -> float:
     return most if rate is None else rate
 
 
-def _disaggregated(problem: ServeProblem, engines: ServeCandidates) -> list[SplitPlan]:
+def _disaggregated(problem: ServeProblem, engines: ServeCandidates, prefill_curves: LoadCurves,
+                   decode_curves: LoadCurves) -> list[SplitPlan]:
     job, n = problem.job, problem.num_gpus
     q_len = job.input_distribution.quantile(job.load.quantile)
-    prefill_curves = estimate_load_curves(problem, engines, "prefill")
-    decode_curves = estimate_load_curves(problem, engines, "decode")
     ranks = engines.dp.astype(float)
-    # Per DP rank: what a decode rank carries within the TPOT limit, what a prefill rank
-    # carries within the TTFT limit once the transfer is added (two placements).
-    decode_rate = largest_rate(decode_curves,
-                                lambda p: meets_slo(_without(problem, "ttft"), p))
-    prefill_rate, transfer = {}, {}
-    for same in (True, False):
-        transfer[same] = estimate_transfer_s(problem, engines, same, q_len)
-        prefill_rate[same] = _largest_prefill_rate(problem, prefill_curves, transfer[same])
     gpus = engines.num_gpus
+    # Per DP rank: what a decode rank carries within the TPOT limit; per pair (prefill i,
+    # decode j) and placement, what a prefill rank carries within the TTFT limit once the
+    # transfer is added and while its KV cache holds the prompts it keeps (module docstring).
+    decode_rate = largest_rate(decode_curves,
+                               lambda p: meets_slo(_without(problem, "ttft"), p))
+    pair_i, pair_j = np.nonzero(nixl_pairs(engines, engines)
+                                & (gpus[:, None] + gpus[None, :] <= n))
+    if len(pair_i) == 0:
+        return []
+    prefill_kv = estimate_serving_memory(problem, engines).kv_tokens
+    curves = prefill_curves.take(pair_i)
+    transfer, prefill_rate = {}, {}
+    for same in (True, False):
+        transfer[same] = estimate_transfer_s(problem, engines.take(pair_i), same, q_len,
+                                             engines.take(pair_j))
+        prefill_rate[same] = _largest_prefill_rate(problem, curves, transfer[same],
+                                                   prefill_kv[pair_i])
     plans = []
     domain = problem.cluster.scale_up_gpus
-    for i in range(len(engines)):
-        for j in range(len(engines)):
-            if gpus[i] + gpus[j] > n:
-                continue
-            copies_p = np.arange(1, (n - gpus[j]) // gpus[i] + 1)
-            copies_d = (n - copies_p * gpus[i]) // gpus[j]
-            used = copies_p * gpus[i] + copies_d * gpus[j]
-            same = used <= domain
-            carried = np.minimum(
-                copies_p * ranks[i] * np.where(same, prefill_rate[True][i],
-                                               prefill_rate[False][i]),
-                copies_d * ranks[j] * decode_rate[j])
-            k = int(np.lexsort((used, -carried))[0])
-            if carried[k] <= 0:
-                continue
-            plans.append(_split_plan(problem, engines, i, j, int(copies_p[k]),
-                                     int(copies_d[k]), float(carried[k]), bool(same[k]),
-                                     prefill_curves, decode_curves,
-                                     float(transfer[bool(same[k])][i])))
+    for k, (i, j) in enumerate(zip(pair_i, pair_j)):
+        copies_p = np.arange(1, (n - gpus[j]) // gpus[i] + 1)
+        copies_d = (n - copies_p * gpus[i]) // gpus[j]
+        used = copies_p * gpus[i] + copies_d * gpus[j]
+        same = used <= domain
+        carried = np.minimum(
+            copies_p * ranks[i] * np.where(same, prefill_rate[True][k], prefill_rate[False][k]),
+            copies_d * ranks[j] * decode_rate[j])
+        best = int(np.lexsort((used, -carried))[0])
+        if carried[best] <= 0:
+            continue
+        placed = bool(same[best])
+        plans.append(_split_plan(problem, engines, int(i), int(j), int(copies_p[best]),
+                                 int(copies_d[best]), float(carried[best]), placed,
+                                 prefill_curves, decode_curves, float(transfer[placed][k])))
     return plans
 
 
@@ -200,17 +235,24 @@ def _without(problem: ServeProblem, limit: str) -> ServeProblem:
     return problem.model_copy(update={"job": job})
 
 
-def _largest_prefill_rate(problem: ServeProblem, curves, transfer_s: np.ndarray
-                          ) -> np.ndarray:
-    """Most requests/s per prefill DP rank with TTFT + transfer within the limit (bisection)."""
+def _largest_prefill_rate(problem: ServeProblem, curves, transfer_s: np.ndarray,
+                          kv_tokens: np.ndarray) -> np.ndarray:
+    """Most requests/s per prefill DP rank with TTFT + transfer within the limit and the KV
+    the rank holds (solver.cost.kv_transfer.estimate_prefill_kv_tokens) within its cache
+    (bisection)."""
     limit = problem.job.max_ttft_ms
+    prompt = problem.job.input_distribution.mean
     service = curves.service_s[:, 0, :] @ curves.weights
     high = np.where(service > 0, 1.0 / np.maximum(service, 1e-300), 0.0)
     low = np.zeros_like(high)
     for _ in range(40):
         middle = (low + high) / 2.0
-        ttft, _, stable = estimate_prefill_queue(curves, middle)
-        good = stable & ((limit is None) | (ttft + transfer_s <= (limit or 0) * 1e-3))
+        ttft, ttft_mean, stable = estimate_prefill_queue(curves, middle)
+        held = estimate_prefill_kv_tokens(middle, prompt, np.where(stable, ttft_mean, 0.0),
+                                          transfer_s)
+        good = stable & (held <= kv_tokens)
+        if limit is not None:
+            good &= ttft + transfer_s <= limit * 1e-3
         low, high = np.where(good, middle, low), np.where(good, high, middle)
     return low
 
@@ -230,7 +272,8 @@ def _split_plan(problem: ServeProblem, engines: ServeCandidates, i: int, j: int,
     return SplitPlan(kind="disaggregated", prefill=prefill, decode=decode_pool,
                      num_gpus=prefill.num_gpus + decode_pool.num_gpus, max_rate_per_s=carried,
                      ttft_s=float(ttft[0]) + transfer_s, tpot_s=float(decode.tpot_s[0]),
-                     transfer_s=transfer_s, same_domain=same, decode_max_num_seqs=seqs)
+                     transfer_s=transfer_s, same_domain=same, decode_max_num_seqs=seqs,
+                     prefill_index=i, decode_index=j)
 
 
 def describe_pool(pool: PoolPlan) -> str:

@@ -44,9 +44,9 @@ def solve_serving(problem: ServeProblem, top: int = 5,
     """Rank the feasible serving plans and explain the winner, or the infeasibility.
     `other_gpus` (the GPU catalog) lets a fix propose a GPU with more memory; `pareto` adds
     the tokens/s/user vs tokens/s/GPU front (solver.serve.pareto), `disaggregated` the
-    search over prefill and decode pools (solver.serve.disagg)."""
-    front = build_pareto_front(problem) if pareto else None
+    search over prefill and decode pools (solver.serve.disagg), whose plans then join the front."""
     split = search_disaggregated(problem, top) if disaggregated else None
+    front = build_pareto_front(problem, split) if pareto else None
     start = time.perf_counter()
     candidates = enumerate_serving(problem)
     ranked = rank_serving(problem, candidates, top) if len(candidates) else None
