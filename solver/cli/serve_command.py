@@ -114,8 +114,8 @@ def _longest(lengths: Any) -> str:
 @click.option("--precision", type=click.Choice(["bf16", "fp8", "int4", "fp4"]), default="bf16",
               show_default=True,
               help="Weights (fp8: --quantization fp8; int4: AWQ/GPTQ; fp4: an NVFP4 checkpoint).")
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto",
-              show_default=True, help="KV-cache dtype (vLLM --kv-cache-dtype).")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8", "fp4"]), default="auto",
+              show_default=True, help="KV-cache dtype (vLLM --kv-cache-dtype; fp4 is nvfp4).")
 @click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True),
               default=0.9, show_default=True, help="vLLM's share of each GPU's memory.")
 @click.option("--max-ttft-ms", type=FiniteFloat(min=0, min_open=True), default=None,

@@ -58,8 +58,8 @@ def build_sglang_args(engine: SglangEngine, mode: str | None = None,
              "--mem-fraction-static", f"{round(e.memory_share, 4):g}"]
     if e.precision == "fp8":
         args += ["--quantization", "fp8"]
-    if e.kv_cache_dtype == "fp8":
-        args += ["--kv-cache-dtype", "fp8_e4m3"]
+    if e.kv_cache_dtype in ("fp8", "fp4"):  # server_args.py --kv-cache-dtype choices
+        args += ["--kv-cache-dtype", {"fp8": "fp8_e4m3", "fp4": "fp4_e2m1"}[e.kv_cache_dtype]]
     if e.max_running_requests is not None:
         args += ["--max-running-requests", str(e.max_running_requests)]
     if e.chunked_prefill_size is not None:

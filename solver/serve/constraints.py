@@ -20,6 +20,8 @@ Rules, each from vLLM's code:
   moe_tp_divides_expert_width without expert parallel, FusedMoEConfig asserts that the
                               flattened tp x dp divides moe_intermediate_size.
   dense_model_has_no_ep       --enable-expert-parallel needs experts.
+  nvfp4_kv_cache_supported    --kv-cache-dtype fp4 (nvfp4) only where vLLM's attention keeps
+                              it (_kv_cache_rules).
 Placement (seed 002 and vLLM's distributed-serving guide, "tensor parallel size = GPUs per
 node, pipeline parallel size = nodes"):
   tp_within_nvlink            TP's per-token all-reduces stay inside the NVLink domain (inside a
@@ -43,6 +45,7 @@ from solver.serve.job import ServeProblem
 from solver.serve.load import estimate_serving_load
 
 HARD = ("tp_divides_heads", "tp_kv_heads_compatible", "pp_at_most_layers", "ep_is_tp_x_dp",
+        "nvfp4_kv_cache_supported",
         "ep_divides_experts", "moe_tp_divides_expert_width", "dense_model_has_no_ep")
 
 
@@ -83,6 +86,31 @@ def _model_rules(problem: ServeProblem) -> list[Constraint]:
                    lambda v: (v["ep"] > 1) | (width % (v["tp"] * v["dp"]) == 0)),
     ]
     return rules
+
+
+def _kv_cache_rules(problem: ServeProblem) -> list[Constraint]:
+    """nvfp4_kv_cache_supported: vLLM 0.33.0 keeps an nvfp4 KV cache only in FlashInfer's
+    GQA/MHA attention on NVIDIA GPUs (v1/attention/backends/flashinfer.py
+    supports_kv_cache_dtype: SM 8x/9x/12x through FA2, SM 10x through TRT-LLM's kernels);
+    its MLA backends take no nvfp4 (nvfp4_ds_mla is DeepSeek-V3.2's sparse MLA on SM 100
+    only), and FA2's prefill misreads an nvfp4 cache at head size 64 (supports_combination).
+    The rule reads no degree: it refuses every plan, naming why."""
+    if problem.job.kv_cache_dtype != "fp4":
+        return []
+    m, gpu = problem.model_spec, problem.cluster.gpu
+    blackwell = "nvfp4" in gpu.block_scaled_formats and gpu.vendor == "nvidia"
+    why = None
+    if m.is_mla:
+        why = f"{m.name} uses MLA, whose vLLM attention backends keep no nvfp4 KV cache"
+    elif gpu.vendor != "nvidia":
+        why = f"vLLM's nvfp4 KV cache runs on NVIDIA GPUs only, not {gpu.name}"
+    elif m.qk_head_dim == 64 and not blackwell:
+        why = (f"head size 64 on {gpu.name}: FlashAttention-2's prefill misreads an nvfp4 KV "
+               "cache (vLLM's FlashInfer backend refuses it below Blackwell)")
+    ok = why is None
+    return [Constraint("nvfp4_kv_cache_supported", ("tp",),
+                       why or "--kv-cache-dtype fp4 (vLLM's nvfp4): GQA/MHA attention on an "
+                              "NVIDIA GPU", lambda v: np.full(np.shape(v["tp"]), ok))]
 
 
 def _placement_rules(problem: ServeProblem) -> list[Constraint]:
@@ -183,7 +211,8 @@ def _load_rules(problem: ServeProblem) -> list[Constraint]:
 
 def build_serve_constraints(problem: ServeProblem) -> tuple[Constraint, ...]:
     """Every constraint: the model's rules, placement, then the targets (costly, last)."""
-    return tuple(_model_rules(problem) + _placement_rules(problem) + _target_rules(problem))
+    return tuple(_model_rules(problem) + _kv_cache_rules(problem) + _placement_rules(problem)
+                 + _target_rules(problem))
 
 
 def is_hard(constraint: Constraint) -> bool:

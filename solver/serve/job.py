@@ -23,8 +23,9 @@ from solver.spec.strict import MAX_SEQ_LEN, GpuCount, InputSpec
 SeqLen = Annotated[int, MAX_SEQ_LEN]
 
 WeightPrecision = Literal["bf16", "fp8", "int4", "fp4"]
-KvCacheDtype = Literal["auto", "fp8"]
+KvCacheDtype = Literal["auto", "fp8", "fp4"]
 ServeObjective = Literal["throughput", "latency", "gpus"]
+NVFP4_KV_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0  # fp4 data + one fp8 scale per 16 (ServeJob)
 
 
 class ServeJob(InputSpec):
@@ -74,8 +75,11 @@ class ServeJob(InputSpec):
 
     @property
     def kv_bytes_per_element(self) -> float:
-        """KV-cache bytes per element: "auto" keeps the model's bf16, fp8 halves it."""
-        return 1.0 if self.kv_cache_dtype == "fp8" else 2.0
+        """KV-cache bytes per element: "auto" keeps the model's bf16, fp8 halves it, fp4 is
+        vLLM's nvfp4 (its only 4-bit KV layout for GQA/MHA): per head of K or V, head / 2
+        bytes of fp4 data and head / 16 of fp8 block scales (vllm 0.33.0
+        utils/torch_utils.py nvfp4_kv_cache_full_dim), 9/16 B per element."""
+        return {"fp8": 1.0, "fp4": NVFP4_KV_BYTES_PER_ELEMENT}.get(self.kv_cache_dtype, 2.0)
 
 
 class ServeConstants(BaseModel):

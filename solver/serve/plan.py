@@ -131,8 +131,8 @@ def build_vllm_command(problem: ServeProblem, row: dict[str, int],
              "--gpu-memory-utilization", f"{round(share, 4):g}"]
     if job.precision == "fp8":
         args += ["--quantization", "fp8"]
-    if job.kv_cache_dtype == "fp8":
-        args += ["--kv-cache-dtype", "fp8"]
+    if job.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", {"fp8": "fp8", "fp4": "nvfp4"}[job.kv_cache_dtype]]
     explicit = job.max_num_seqs is not None or job.max_num_batched_tokens is not None
     if scheduler is not None and (load_is_active(problem) or explicit):
         args += ["--max-num-seqs", str(scheduler["max_num_seqs"]),
