@@ -313,3 +313,34 @@ def _echo_disagg(result: Any) -> None:
         click.echo("  disaggregated pair, sglang:")
         for line in sglang:
             click.echo(f"    {line}")
+
+
+def write_serve_report(result: Any, directory: str) -> None:
+    """The Pareto front of `parplan serve --pareto` as a chart of the report page
+    (solver.sweep.report: DIR/index.html): tokens/s per GPU against tokens/s per user, one
+    series per kind of plan and whether it meets the SLO, each point's plan and load in its
+    label."""
+    from solver.errors import InputError
+    from solver.sweep.report import write_report
+    from solver.sweep.report_fronts import FrontPoint, build_front
+
+    def label(p: Any) -> str:
+        d = p.degrees
+        plan = f"tp {d['tp']} pp {d['pp']} dp {d['dp']} ep {d['ep']} x{d['replicas']}"
+        if p.prefill is not None:
+            q = p.prefill
+            plan = f"prefill tp {q['tp']} pp {q['pp']} dp {q['dp']} x{q['copies']} + decode {plan}"
+        return (f"{plan}, {p.num_gpus} GPUs, {p.request_rate:,.2f} req/s, TTFT "
+                f"{_fmt(_finite(p.ttft_s), 1e3)} ms, TPOT {_fmt(_finite(p.tpot_s), 1e3)} ms")
+
+    points = [FrontPoint(f"{p.kind}{', meets the SLO' if p.meets_slo else ''}",
+                         p.tokens_per_s_per_user, p.tokens_per_s_per_gpu, label(p))
+              for p in result.pareto]
+    problem = result.problem
+    front = build_front(f"Serving {problem.model_spec.name} on {problem.num_gpus} "
+                        f"{problem.cluster.gpu.name}", "output tokens/s per user",
+                        "output tokens/s per GPU", "higher", "higher", points)
+    try:
+        write_report([], directory, fronts=[front])
+    except InputError as exc:  # the report's own message names its -o flag
+        raise InputError(str(exc).replace(f"-o {directory}", f"--report {directory}", 1)) from None

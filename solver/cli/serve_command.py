@@ -111,6 +111,8 @@ def _longest(lengths: Any) -> str:
                    "the best aggregated plan.")
 @click.option("--pareto", is_flag=True,
               help="Also list the tokens/s/user vs tokens/s/GPU front (SLO-feasible marked).")
+@click.option("--report", "report_dir", metavar="DIR", default=None,
+              help="With --pareto: also draw the front on a report page (DIR/index.html).")
 @click.option("--precision", type=click.Choice(["bf16", "fp8", "int4", "fp4"]), default="bf16",
               show_default=True,
               help="Weights (fp8: --quantization fp8; int4: AWQ/GPTQ; fp4: an NVFP4 checkpoint).")
@@ -140,7 +142,7 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
           input_len: Any, output_len: Any, request_rate: float | None,
           concurrency: int | None, slo_percentile: str, max_num_seqs: int | None,
           max_num_batched_tokens: int | None, disaggregated: bool, pareto: bool,
-          precision: str,
+          report_dir: str | None, precision: str,
           kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
           max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
           calibration: str | None, as_json: bool, memory_headroom: Any,
@@ -151,13 +153,15 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     from solver.calibrate.profile import load_calibrated_cluster
     from solver.catalog import list_gpu_names, load_gpu_spec, load_model_spec
     from solver.cli.render import echo_json
-    from solver.cli.render_serve import echo_serve_result, render_serve_json
+    from solver.cli.render_serve import echo_serve_result, render_serve_json, write_serve_report
     from solver.errors import InputError, format_validation_error
     from solver.serve import ServeJob, ServeProblem, solve_serving
     from solver.serve.workload import ServeLoadSpec
 
     if request_rate is not None and concurrency is not None:
         raise InputError("--request-rate and --concurrency: give one load, not both")
+    if report_dir is not None and not pareto:
+        raise InputError(f"--report {report_dir}: the page draws the Pareto front; add --pareto")
     inputs, outputs = input_len, output_len
     longest_in = inputs.maximum if inputs is not None else None
     longest_out = outputs.maximum if outputs is not None else None
@@ -198,6 +202,8 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
     result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto,
                            disaggregated=disaggregated)
+    if report_dir is not None:
+        write_serve_report(result, report_dir)
     if as_json:
         echo_json(render_serve_json(result))
     else:
