@@ -80,3 +80,10 @@ def test_head_size_64_keeps_fp4_kv_on_blackwell() -> None:
                    "--kv-cache-dtype", "fp4")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "optimal"
+
+
+def test_a_refused_fp4_kv_cache_proposes_fp8() -> None:
+    answer = json.loads(serve("--model", "deepseek-v2-lite", "--cluster", "dgx-b200", "--gpus",
+                              "1", "--kv-cache-dtype", "fp4").stdout)
+    assert answer["conflicts"] == ["nvfp4_kv_cache_supported"]
+    assert "--kv-cache-dtype fp8" in answer["fixes"]

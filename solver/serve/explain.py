@@ -213,8 +213,8 @@ def _runner_up(problem: ServeProblem, ranked: RankedServe) -> str:
 
 def suggest_serve_fixes(problem: ServeProblem, conflicts: Sequence[str],
                         other_gpus: Sequence[GpuSpec] = ()) -> list[str]:
-    """Changes that make the problem feasible, cheapest first: an fp8 KV cache, lighter
-    weights, a shorter context, more GPUs, a GPU with more memory, a looser SLO."""
+    """Changes that make the problem feasible, cheapest first: an fp8 (or nvfp4) KV cache,
+    lighter weights, a shorter context, more GPUs, a GPU with more memory, a looser SLO."""
     job = problem.job
     fixes = []
 
@@ -226,7 +226,13 @@ def suggest_serve_fixes(problem: ServeProblem, conflicts: Sequence[str],
         return {"job": job.model_copy(update=update)}
 
     memory = MEMORY_CONSTRAINT in conflicts
-    if memory and job.kv_cache_dtype != "fp8" and works(**with_job(kv_cache_dtype="fp8")):
+    dtypes = ("auto", "fp8", "fp4")
+    for dtype in dtypes[1:]:  # the lightest KV cache first that works, fp8 before nvfp4
+        lighter = dtypes.index(dtype) > dtypes.index(job.kv_cache_dtype)
+        if memory and lighter and works(**with_job(kv_cache_dtype=dtype)):
+            fixes.append(f"--kv-cache-dtype {dtype}")
+            break
+    if "nvfp4_kv_cache_supported" in conflicts and works(**with_job(kv_cache_dtype="fp8")):
         fixes.append("--kv-cache-dtype fp8")
     for precision in ("fp8", "int4"):
         weaker = ("bf16", "fp8", "int4").index(precision) > ("bf16", "fp8", "int4").index(
