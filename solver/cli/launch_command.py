@@ -13,7 +13,7 @@ from solver.cli.options import (
     pop_framework_features,
 )
 from solver.cli.params import MAX_TOP, BoundedInt
-from solver.emit import DEFAULT_ORDER, FORMATS, TARGETS
+from solver.emit import DEFAULT_ORDER, FORMAT_ALIASES, FORMATS, TARGETS
 from solver.spec.job import ParallelConfig
 
 # The degree flags of `degree_options` (dp is the rest of the GPUs).
@@ -90,10 +90,13 @@ def _format_and_version(launch_format: str | None, target_text: str | None) -> t
     ("" for the formats of no framework)."""
     from solver.errors import InputError
 
+    if launch_format is not None:
+        launch_format = FORMAT_ALIASES.get(launch_format, launch_format)
     if target_text is None:
         launch_format = launch_format or "groups"
         return launch_format, TARGETS.get(launch_format, ("",))[0]
     name, _, version = target_text.partition("@")
+    name = FORMAT_ALIASES.get(name, name)
     if name not in TARGETS:
         raise InputError(f"--target {target_text}: unknown framework '{name}' (targets: "
                          f"{', '.join(f'{n}@{v}' for n, vs in TARGETS.items() for v in vs)})")
@@ -119,7 +122,8 @@ def _format_and_version(launch_format: str | None, target_text: str | None) -> t
               help="What each virtual pipeline stage holds, in Megatron's "
                    "--pipeline-model-parallel-layout syntax (e.g. 'E|(t|)*126,L'); replaces the "
                    "even split or the plan file's layout.")
-@click.option("--format", "launch_format", type=click.Choice(FORMATS), default=None,
+@click.option("--format", "launch_format", type=click.Choice((*FORMATS, *FORMAT_ALIASES)),
+              default=None,
               help="What to write (default: groups).")
 @click.option("--target", "target_text", metavar="FRAMEWORK@VERSION", default=None,
               help="A framework's settings for that version: "
@@ -139,7 +143,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
            layout_text: str | None, launch_format: str | None, target_text: str | None,
            order: str, validate: bool, output: str | None, **degrees: Any) -> None:
     """Rank layout and process groups of a plan (--format groups), a runnable torch module
-    that builds them, or the settings of Megatron-LM, torchtitan, DeepSpeed or vLLM (with
+    that builds them, or the settings of Megatron-LM, Megatron-Bridge, torchtitan, DeepSpeed or
+    vLLM (with
     --plan FILE, --model, --cluster and --gpus default to the plan file's)."""
     from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
     from solver.cli.render_launch import echo_launch

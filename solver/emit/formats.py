@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from solver.emit.bridge import render_bridge
 from solver.emit.deepspeed import render_deepspeed
 from solver.emit.groups import render_groups
 from solver.emit.megatron import render_megatron
@@ -17,6 +18,7 @@ RENDERERS: dict[str, Callable[[LaunchTarget], Emitted]] = {
     "groups": render_groups,
     "torch": render_torch_module,
     "megatron": render_megatron,
+    "megatron-bridge": render_bridge,
     "torchtitan": render_torchtitan,
     "deepspeed": render_deepspeed,
     "vllm": render_vllm,

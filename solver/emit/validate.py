@@ -10,6 +10,9 @@ message. Nothing is "accepted" that no framework code looked at. What each check
               Megatron-LM checkout on the path; it is not on PyPI), else megatron-core's
               TransformerConfig / MLATransformerConfig built from the model and parallel flags
               (solver.emit.check_megatron);
+  megatron-bridge  Megatron-Bridge's process_config_with_overrides (Hydra, struct mode) and
+              ConfigContainer.validate() with the plan's world size, on Bridge's recipe base
+              (solver.emit.check_bridge);
   torchtitan  0.3: ConfigManager.parse_args on the whole command line (tyro, then
               Trainer.Config.__post_init__), ParallelDims.build_mesh on a fake process group of
               the plan's world size, the pipeline split (solver.emit.check_torchtitan);
@@ -160,12 +163,13 @@ def _check_torch(target: LaunchTarget, emitted: Emitted, validation: Validation)
 
 
 def _checks() -> dict[str, Callable[[LaunchTarget, Emitted, Validation], None]]:
+    from solver.emit.check_bridge import check_bridge
     from solver.emit.check_deepspeed import check_deepspeed
     from solver.emit.check_megatron import check_megatron
     from solver.emit.check_torchtitan import check_torchtitan
     from solver.emit.check_vllm import check_vllm
 
-    return {"megatron": check_megatron, "torchtitan": check_torchtitan,
+    return {"megatron": check_megatron, "megatron-bridge": check_bridge, "torchtitan": check_torchtitan,
             "deepspeed": check_deepspeed, "vllm": check_vllm, "torch": _check_torch}
 
 

@@ -1,0 +1,209 @@
+"""`launch --format megatron-bridge`: Megatron-Bridge recipe overrides for a plan.
+
+The target is Megatron-Bridge 0.3 (VERSION): its scripts/training/run_recipe.py (v0.3.1) loads a
+recipe (`--recipe NAME`, a function of megatron.bridge.recipes returning a ConfigContainer) and
+applies Hydra overrides `section.field=value` with
+training/utils/omegaconf_utils.py process_config_with_overrides, in struct mode, so a key the
+ConfigContainer lacks is an error. `launch --validate` runs that function and
+ConfigContainer.validate() (solver.emit.check_bridge).
+
+The overrides are the Megatron-LM flags of the same plan (solver.emit.megatron) in Bridge's
+names: a model flag is the TransformerConfig field `model.<flag>` (Bridge's model providers are
+TransformerConfig dataclasses); the others are mapped in FLAG_KEYS. Every setting the plan
+relies on is written out, also where it is the Megatron default (EXPLICIT), since the recipe
+carries its own values. What an override cannot set: the activation function (a callable, which
+process_config_with_overrides restores from the recipe) and the provider class (MLA or not), so
+the recipe is the model's own where Bridge 0.3.1 has one (RECIPES), else one of the same
+activation and attention.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from solver.emit.megatron import build_megatron_args
+from solver.emit.nodes import render_torchrun_prefix
+from solver.emit.target import Emitted, LaunchTarget
+
+VERSION = "0.3"
+SCRIPT = "scripts/training/run_recipe.py"
+# Bridge 0.3.1's pretraining recipes for the zoo's models (megatron/bridge/recipes/*/*.py).
+RECIPES = {
+    "llama2-7b": "llama2_7b_pretrain_config",
+    "llama3.1-8b": "llama31_8b_pretrain_config",
+    "llama3.1-70b": "llama31_70b_pretrain_config",
+    "llama3.1-405b": "llama31_405b_pretrain_config",
+    "llama3.2-1b": "llama32_1b_pretrain_config",
+    "llama3.2-3b": "llama32_3b_pretrain_config",
+    "qwen2.5-7b": "qwen25_7b_pretrain_config",
+    "qwen2.5-14b": "qwen25_14b_pretrain_config",
+    "qwen2.5-32b": "qwen25_32b_pretrain_config",
+    "qwen2.5-72b": "qwen25_72b_pretrain_config",
+    "qwen3-8b": "qwen3_8b_pretrain_config",
+    "qwen3-32b": "qwen3_32b_pretrain_config",
+    "qwen3-30b-a3b": "qwen3_30b_a3b_pretrain_config",
+    "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_config",
+    "gemma2-9b": "gemma2_9b_pretrain_config",
+    "gemma2-27b": "gemma2_27b_pretrain_config",
+    "deepseek-v2-lite": "deepseek_v2_lite_pretrain_config",
+    "deepseek-v2": "deepseek_v2_pretrain_config",
+    "deepseek-v3": "deepseek_v3_pretrain_config",
+    "gpt3-175b": "gpt3_175b_pretrain_config",
+    "gpt-oss-20b": "gpt_oss_20b_pretrain_config",
+    "gpt-oss-120b": "gpt_oss_120b_pretrain_config",
+    "glm-4.5": "glm45_355b_pretrain_config",
+}
+# Without its own recipe: one whose provider has the model's attention and activation (MLA:
+# DeepSeek-V3's; a gated MLP: Llama 3.1's SwiGLU; else GPT-3's GeLU).
+FALLBACK_RECIPES = {"mla": "deepseek_v3_pretrain_config", "gated": "llama31_8b_pretrain_config",
+                    "plain": "gpt3_175b_pretrain_config"}
+# The precision recipes (solver.cost.precision) as Bridge's mixed-precision presets
+# (training/mixed_precision.py: bf16_mixed, bf16_with_fp8_delayed_scaling_mixed, ...), which
+# set what Megatron's --bf16 / --fp8-* / --fp4-* flags set.
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+                   "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+                   "mxfp8": "bf16_with_mxfp8_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
+# Megatron flags that are not `model.<flag>`: their ConfigContainer keys (several: all are set)
+# and, for a switch, the value it sets.
+FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
+    "--num-experts": (("model.num_moe_experts",), None),
+    "--swiglu": (("model.gated_linear_unit",), True),
+    "--disable-bias-linear": (("model.add_bias_linear",), False),
+    "--untie-embeddings-and-output-weights": (("model.share_embeddings_and_output_weights",),
+                                              False),
+    "--no-gradient-accumulation-fusion": (("model.gradient_accumulation_fusion",), False),
+    "--decoder-first-pipeline-num-layers": (("model.num_layers_in_first_pipeline_stage",), None),
+    "--decoder-last-pipeline-num-layers": (("model.num_layers_in_last_pipeline_stage",), None),
+    "--seq-length": (("model.seq_length", "dataset.sequence_length"), None),
+    "--micro-batch-size": (("train.micro_batch_size",), None),
+    "--global-batch-size": (("train.global_batch_size",), None),
+    "--use-distributed-optimizer": (("ddp.use_distributed_optimizer",
+                                     "optimizer.use_distributed_optimizer"), True),
+    "--overlap-grad-reduce": (("ddp.overlap_grad_reduce",), True),
+    "--overlap-param-gather": (("ddp.overlap_param_gather",), True),
+    "--use-megatron-fsdp": (("ddp.use_megatron_fsdp",), True),
+    "--data-parallel-sharding-strategy": (("ddp.data_parallel_sharding_strategy",), None),
+    "--grad-reduce-in-bf16": (("ddp.grad_reduce_in_fp32",), False),
+    "--ckpt-format": (("checkpoint.ckpt_format",), None),
+    "--use-tp-pp-dp-mapping": (("dist.use_tp_pp_dp_mapping",), True),
+    "--use-precision-aware-optimizer": (("optimizer.use_precision_aware_optimizer",), True),
+    "--main-grads-dtype": (("optimizer.main_grads_dtype",), None),
+    "--exp-avg-dtype": (("optimizer.exp_avg_dtype",), None),
+    "--exp-avg-sq-dtype": (("optimizer.exp_avg_sq_dtype",), None),
+}
+# Megatron flags with no key of their own: the provider class says MLA, num_query_groups says
+# GQA, a RoPE model has no position table, the precision is MIXED_PRECISION's preset, and vpp is
+# model.virtual_pipeline_model_parallel_size.
+DROPPED = {"--multi-latent-attention", "--group-query-attention", "--max-position-embeddings",
+           "--bf16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
+           "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}
+# Megatron's defaults for what the flags leave out, written out over the recipe's values.
+EXPLICIT: dict[str, object] = {
+    "model.sequence_parallel": False, "model.gated_linear_unit": False,
+    "model.add_bias_linear": True, "model.add_qkv_bias": False, "model.qk_layernorm": False,
+    "model.share_embeddings_and_output_weights": True,
+    "model.virtual_pipeline_model_parallel_size": None,
+    "model.pipeline_model_parallel_layout": None,
+    "model.num_layers_in_first_pipeline_stage": None,
+    "model.num_layers_in_last_pipeline_stage": None,
+    "model.account_for_embedding_in_pipeline_split": False,
+    "model.account_for_loss_in_pipeline_split": False,
+    "model.recompute_granularity": None, "model.cuda_graph_impl": "none",
+    "model.tp_comm_overlap": False, "model.mtp_num_layers": None,
+    "ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False,
+    "ddp.overlap_grad_reduce": False, "ddp.overlap_param_gather": False,
+    "ddp.use_megatron_fsdp": False, "ddp.data_parallel_sharding_strategy": "no_shard",
+    "ddp.grad_reduce_in_fp32": True, "dist.use_tp_pp_dp_mapping": False,
+}
+
+
+def pick_recipe(target: LaunchTarget) -> tuple[str, bool]:
+    """The Bridge recipe the overrides go on, and whether it is the model's own."""
+    m = target.model_spec
+    if m.name in RECIPES:
+        return RECIPES[m.name], True
+    kind = "mla" if m.is_mla else "gated" if m.mlp_type == "gated" else "plain"
+    return FALLBACK_RECIPES[kind], False
+
+
+def _value(values: list[str]) -> object:
+    """A flag's values as one override value: a whole number, a word, or a list of them."""
+    typed: list[object] = [int(v) if re.fullmatch(r"-?\d+", v) else v for v in values]
+    return typed[0] if len(typed) == 1 else typed
+
+
+def _layer_freq(expression: str) -> list[int]:
+    """Megatron's run-length `--moe-layer-freq` expression ("([0]*3+[1]*58)") as the list."""
+    return [int(value) for value, count in re.findall(r"\[(\d)\]\*(\d+)", expression)
+            for _ in range(int(count))]
+
+
+def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], list[str],
+                                                         list[str]]:
+    """The overrides (key -> value, None for null), warnings and notes."""
+    flags, warnings, notes = build_megatron_args(target)
+    overrides: dict[str, object] = {}
+    for flag, *values in flags:
+        if flag in DROPPED:
+            continue
+        if flag == "--is-hybrid-model":
+            warnings.append("Megatron-Bridge builds a Mamba hybrid from a MambaModelProvider "
+                            "recipe (nemotronh_*); these overrides are for a GPT provider")
+        keys, switch = FLAG_KEYS.get(flag, (("model." + flag[2:].replace("-", "_"),), None))
+        value: object = switch if not values and switch is not None else (
+            True if not values else _value(values))
+        if flag == "--moe-layer-freq":
+            value = _layer_freq(values[0])
+        for key in keys:
+            overrides[key] = value
+    if target.config.vpp > 1:
+        overrides["model.virtual_pipeline_model_parallel_size"] = target.config.vpp
+    if target.config.pp > 1:  # TransformerConfig requires it under pp (recipes set it)
+        overrides["model.pipeline_dtype"] = "bfloat16"
+    overrides["mixed_precision"] = MIXED_PRECISION[target.job.precision]
+    for key, value in EXPLICIT.items():
+        overrides.setdefault(key, value)
+    recipe, own = pick_recipe(target)
+    if not own:
+        notes.append(f"Megatron-Bridge {VERSION} has no recipe for {target.model_spec.name}: "
+                     f"the overrides set its whole architecture on {recipe}'s provider (same "
+                     "attention and activation); check the rest (e.g. RoPE base) against the "
+                     "model")
+    return overrides, warnings, notes
+
+
+def render_override(key: str, value: object) -> str:
+    """One Hydra override `key=value`: null, true / false, numbers and plain words bare,
+    other text in single quotes, lists in brackets."""
+    return f"{key}={_render_value(value)}"
+
+
+def _render_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ",".join(_render_value(item) for item in value) + "]"
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z0-9_.\-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def render_bridge(target: LaunchTarget) -> Emitted:
+    """torchrun, run_recipe.py, the recipe and one override a line, every token shell-quoted,
+    under a comment naming the plan and the Megatron-Bridge version."""
+    from solver.emit.torchtitan import render_header
+
+    overrides, warnings, notes = build_bridge_overrides(target)
+    recipe, _ = pick_recipe(target)
+    tokens = [render_override(key, value) for key, value in overrides.items()]
+    launcher = " ".join(shlex.quote(token) for token in
+                        render_torchrun_prefix(target) + [SCRIPT, "--recipe", recipe])
+    text = " \\\n  ".join([launcher, *(shlex.quote(token) for token in tokens)])
+    header = render_header(target, f"Megatron-Bridge {VERSION}: a recipe and Hydra overrides "
+                                   f"for {SCRIPT} of a Megatron-Bridge checkout")
+    return Emitted(text=header + text + "\n", settings={"recipe": recipe, "overrides": tokens},
+                   warnings=tuple(warnings), notes=tuple(notes))
