@@ -257,6 +257,32 @@ def test_vllm_command_is_quoted_and_names_the_hf_repository() -> None:
     assert shlex.split(text, comments=True)[2] == "my model; rm -rf /"
 
 
+def test_torchtitan_python_config_sets_what_the_command_line_sets() -> None:
+    """The config module (torchtitan 0.3 --module / --config) and the tyro overrides carry the
+    same fields; the module compiles and names the registry function it starts from."""
+    from solver.emit.torchtitan_cli import build_torchtitan_args
+    from solver.emit.torchtitan_python import render_torchtitan_python
+
+    target = make_target("llama3.1-70b", 64, version="0.3", tp=8, pp=2)
+    emitted = render_torchtitan_python(target)
+    compile(emitted.text, "parplan_plan.py", "exec")
+    assert emitted.settings["function"] == "parplan_llama3_1_70b_tp8_pp2_dp4"
+    assert "from torchtitan.models.llama3.config_registry import llama3_70b" in emitted.text
+    assert "--module parplan_plan --config parplan_llama3_1_70b_tp8_pp2_dp4" in emitted.text
+    tokens = build_torchtitan_args(target)[0]
+    for index, token in enumerate(tokens):
+        if token.startswith("--") and token not in ("--module", "--config"):
+            section, name = token[2:].split(".")
+            if name.startswith("no_"):
+                assert f"config.{section}.{name[3:]} = False" in emitted.text
+            elif index + 1 == len(tokens) or tokens[index + 1].startswith(("--", "activ")):
+                assert f"config.{section}.{name} = True" in emitted.text
+            else:
+                assert f"config.{section}.{name} = " in emitted.text
+    assert tokens[-1] == "activation-checkpoint:selective"
+    assert "config.activation_checkpoint = SelectiveAC.Config()" in emitted.text
+
+
 def test_every_format_has_a_renderer() -> None:
     assert tuple(RENDERERS) == FORMATS
 
@@ -271,7 +297,8 @@ def test_validation_never_accepts_what_it_did_not_check(
 
     target = make_target(num_gpus=16, tp=2, pp=2)
     monkeypatch.setattr(validate, "installed_version", lambda distribution: None)
-    for launch_format in ("megatron", "torchtitan", "deepspeed", "vllm"):
+    for launch_format in ("megatron", "megatron-bridge", "torchtitan", "torchtitan-python",
+                          "deepspeed", "vllm"):
         line = validate_emitted(launch_format, target, RENDERERS[launch_format](target))
         assert line.startswith(f"{launch_format}@") and ": not checked: " in line, line
         assert "accepted" not in line and "is not installed" in line

@@ -60,15 +60,19 @@ def test_moe_layer_freq_expression_becomes_the_list() -> None:
 
 def test_the_recipe_is_the_models_own_else_one_of_its_kind() -> None:
     """Bridge 0.3.1 has llama31_70b_pretrain_config and deepseek_v3_pretrain_config
-    (recipes/llama/llama3.py, recipes/deepseek/deepseek_v3.py), none for Mixtral."""
+    (recipes/llama/llama3.py, recipes/deepseek/deepseek_v3.py), none for Mixtral, whose SwiGLU
+    experts go on Qwen3-30B-A3B's MoE recipe."""
     assert pick_recipe(make_target(**PLANS["llama70b-tp8-pp2"][1])) == \
         ("llama31_70b_pretrain_config", True)
     assert pick_recipe(make_target(**PLANS["deepseek-v3-ep128"][1])) == \
         ("deepseek_v3_pretrain_config", True)
     mixtral = make_target(**PLANS["mixtral-ep8"][1])
-    assert pick_recipe(mixtral) == ("llama31_8b_pretrain_config", False)
+    assert pick_recipe(mixtral) == ("qwen3_30b_a3b_pretrain_config", False)
     assert any("no recipe for mixtral-8x7b" in n for n in build_bridge_overrides(mixtral)[2])
     assert all(name.endswith("_pretrain_config") for name in RECIPES.values())
+    models = Path(__file__).resolve().parent.parent / "models"
+    zoo = {path.stem for path in models.glob("*.toml")}
+    assert set(RECIPES) <= zoo
 
 
 @pytest.mark.parametrize("plan", BRIDGE_PLANS)
@@ -132,6 +136,13 @@ for name in json.loads(sys.argv[2]):
     target = make_target(**PLANS[name][1], version="0.3")
     emitted = render_launch("megatron-bridge", target)
     print(json.dumps([name, validate_emitted("megatron-bridge", target, emitted)]), flush=True)
+import importlib.util, pathlib, re
+from solver.emit.bridge import FALLBACK_RECIPES, RECIPES
+folder = pathlib.Path(importlib.util.find_spec("megatron.bridge").submodule_search_locations[0])
+defined = {name for path in (folder / "recipes").rglob("*.py")
+           for name in re.findall(r"^def (\\w+)\\(", path.read_text(), re.M)}
+wanted = set(RECIPES.values()) | set(FALLBACK_RECIPES.values())
+print(json.dumps(["recipes-missing", json.dumps(sorted(wanted - defined))]), flush=True)
 target = make_target(**PLANS["llama70b-tp8-pp2"][1], version="0.3")
 emitted = render_launch("megatron-bridge", target)
 tokens = emitted.settings["overrides"]
@@ -170,6 +181,11 @@ def test_megatron_bridge_accepts_the_overrides(bridge_lines: dict[str, str], pla
     assert line.startswith("megatron-bridge@0.3: accepted by Megatron-Bridge 0.3.1's "
                            "process_config_with_overrides and ConfigContainer.validate() ("), line
     assert "not checked: the values of recipe" in line
+
+
+def test_the_recipes_named_are_bridges(bridge_lines: dict[str, str]) -> None:
+    """Every recipe the file may name is a function of the installed Bridge's recipes."""
+    assert json.loads(bridge_lines["recipes-missing"]) == []
 
 
 def test_broken_overrides_are_rejected(bridge_lines: dict[str, str]) -> None:

@@ -30,7 +30,7 @@ from solver.emit.validate import installed_version, validate_emitted
 
 REQUIRED = os.environ.get("PARPLAN_REQUIRE_FRAMEWORKS") == "1"
 DISTRIBUTIONS = {"megatron": "megatron-core", "torchtitan": "torchtitan",
-                 "deepspeed": "deepspeed", "vllm": "vllm"}
+                 "torchtitan-python": "torchtitan", "deepspeed": "deepspeed", "vllm": "vllm"}
 
 
 def need(launch_format: str, version: str) -> None:
@@ -94,8 +94,11 @@ PLANS = {
         model="llama3.1-8b", cluster="dgx-h100", num_gpus=16, tp=2, cp=2,
         precision="fp8")),
 }
+# torchtitan 0.3's Python config module takes every plan its command line takes.
 CASES = [pytest.param(launch_format, version, plan, id=f"{launch_format}@{version}-{name}")
-         for name, (formats, plan) in PLANS.items() for launch_format in formats
+         for name, (formats, plan) in PLANS.items()
+         for launch_format in formats + (("torchtitan-python",) if "torchtitan" in formats
+                                         else ())
          for version in TARGETS[launch_format] if not (launch_format, version) == (
              "torchtitan", "0.2")]
 
@@ -187,6 +190,26 @@ def test_a_broken_torchtitan_command_line_is_rejected() -> None:
         t for t in tokens if t != "--training.disable_cuda_graphs"]))
     assert "CUDA graphs do not support pipeline parallelism" in graphs, graphs
     assert graphs.startswith("torchtitan@0.3: rejected by ")
+
+
+def test_a_broken_torchtitan_config_module_is_rejected() -> None:
+    """The Python config sets what it is given: a field 0.3 dropped fails on the slotted
+    ParallelismConfig, and a pipeline micro-batch that does not divide the local batch fails
+    Trainer.Config.__post_init__ when ConfigManager rebuilds the config."""
+    need("torchtitan-python", "0.3")
+    target = make_target(**PLANS["llama70b-tp8-pp2"][1])
+    emitted = render_launch("torchtitan-python", target)
+    dropped = emitted.text.replace(
+        "    return config", "    config.parallelism.expert_tensor_parallel_degree = 1\n"
+        "    return config")
+    line = validate_emitted("torchtitan-python", target, broken(emitted, text=dropped))
+    assert line.startswith("torchtitan-python@0.3: rejected by torchtitan's ConfigManager"), line
+    assert "expert_tensor_parallel_degree" in line
+    micro = emitted.text.replace("pipeline_parallel_microbatch_size = 1",
+                                 "pipeline_parallel_microbatch_size = 3")
+    line = validate_emitted("torchtitan-python", target, broken(emitted, text=micro))
+    assert line.startswith("torchtitan-python@0.3: rejected by "), line
+    assert "must be divisible by" in line or "local_batch_size" in line, line
 
 
 def test_a_broken_ds_config_is_rejected() -> None:

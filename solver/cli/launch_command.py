@@ -20,6 +20,8 @@ from solver.spec.job import ParallelConfig
 DEGREE_NAMES = tuple(name for name in ParallelConfig.model_fields if name != "dp")
 # Formats that are a framework with a profile (solver.cost.frameworks).
 PROFILED_FORMATS = ("megatron", "torchtitan", "deepspeed")
+# Formats that write another form of a profiled framework's settings.
+PROFILES_OF = {"torchtitan-python": "torchtitan", "megatron-bridge": "megatron"}
 # Job options a plan file fills in when they are left at their defaults.
 JOB_OPTIONS = ("seq_len", "global_batch", "precision")
 
@@ -158,7 +160,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     launch_format, version = _format_and_version(launch_format, target_text)
     # The settings of --format's framework (Megatron's for the others), with the flags'
     # features: what `estimate` and `optimize` cost under the same flags.
-    framework = launch_format if launch_format in PROFILED_FORMATS else "megatron"
+    framework = PROFILES_OF.get(launch_format, launch_format)
+    framework = framework if framework in PROFILED_FORMATS else "megatron"
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
     plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)

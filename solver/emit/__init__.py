@@ -9,7 +9,8 @@ another. tests/test_launch_frameworks.py feeds the files to these very versions 
 `frameworks` extra installs them; CI runs it).
 """
 
-FORMATS = ("groups", "torch", "megatron", "megatron-bridge", "torchtitan", "deepspeed", "vllm")
+FORMATS = ("groups", "torch", "megatron", "megatron-bridge", "torchtitan", "torchtitan-python",
+           "deepspeed", "vllm")
 # Other names a user may give for a format (--format, --target).
 FORMAT_ALIASES = {"bridge": "megatron-bridge"}
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
@@ -17,6 +18,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "megatron": ("core_v0.16",),
     "megatron-bridge": ("0.3",),
     "torchtitan": ("0.3", "0.2"),
+    "torchtitan-python": ("0.3",),
     "deepspeed": ("0.19",),
     "vllm": ("0.33",),
 }

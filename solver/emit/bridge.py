@@ -54,10 +54,12 @@ RECIPES = {
     "gpt-oss-120b": "gpt_oss_120b_pretrain_config",
     "glm-4.5": "glm45_355b_pretrain_config",
 }
-# Without its own recipe: one whose provider has the model's attention and activation (MLA:
-# DeepSeek-V3's; a gated MLP: Llama 3.1's SwiGLU; else GPT-3's GeLU).
-FALLBACK_RECIPES = {"mla": "deepseek_v3_pretrain_config", "gated": "llama31_8b_pretrain_config",
-                    "plain": "gpt3_175b_pretrain_config"}
+# Without its own recipe: one whose provider has the model's attention and activation and
+# plain RoPE (MLA: DeepSeek-V3's; a gated MoE: Qwen3-30B-A3B's SwiGLU experts; a gated dense
+# MLP: Llama 2's SwiGLU, RoPE base 10000 without Llama 3.1's scaling; else GPT-3's GeLU).
+FALLBACK_RECIPES = {"mla": "deepseek_v3_pretrain_config",
+                    "gated-moe": "qwen3_30b_a3b_pretrain_config",
+                    "gated": "llama2_7b_pretrain_config", "plain": "gpt3_175b_pretrain_config"}
 # The precision recipes (solver.cost.precision) as Bridge's mixed-precision presets
 # (training/mixed_precision.py: bf16_mixed, bf16_with_fp8_delayed_scaling_mixed, ...), which
 # set what Megatron's --bf16 / --fp8-* / --fp4-* flags set.
@@ -123,7 +125,8 @@ def pick_recipe(target: LaunchTarget) -> tuple[str, bool]:
     m = target.model_spec
     if m.name in RECIPES:
         return RECIPES[m.name], True
-    kind = "mla" if m.is_mla else "gated" if m.mlp_type == "gated" else "plain"
+    kind = ("mla" if m.is_mla else "plain" if m.mlp_type != "gated" else
+            "gated-moe" if m.is_moe else "gated")
     return FALLBACK_RECIPES[kind], False
 
 
@@ -168,8 +171,8 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
     if not own:
         notes.append(f"Megatron-Bridge {VERSION} has no recipe for {target.model_spec.name}: "
                      f"the overrides set its whole architecture on {recipe}'s provider (same "
-                     "attention and activation); check the rest (e.g. RoPE base) against the "
-                     "model")
+                     "attention and activation); its RoPE base and scaling stay the recipe's: "
+                     "check them against the model")
     return overrides, warnings, notes
 
 

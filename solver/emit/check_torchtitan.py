@@ -9,15 +9,18 @@ that does not tile dp_shard x cp x tp; with pipeline parallelism and torchtitan'
 _get_pipeline_metadata checks the stages against the schedule. A model torchtitan does not ship
 is checked with a registry model of the same kind as a stand-in, and said so.
 torchtitan 0.2 (TOML): its ConfigManager reads the file with --job.config_file.
+torchtitan 0.3's Python config (solver.emit.torchtitan_python): the file is saved as
+parplan_plan.py in a temporary folder put on sys.path, and ConfigManager.parse_args runs
+`--module parplan_plan --config FUNCTION` as torchtitan.train would, then the same mesh checks.
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
 from solver.emit.target import Emitted, LaunchTarget
-from solver.emit.torchtitan_cli import REGISTRY
 from solver.emit.validate import Validation, require_version, run_check, run_parser
 
 # Registry models standing in for a model torchtitan 0.3 does not ship (dense, MoE).
@@ -48,6 +51,38 @@ def check_torchtitan(target: LaunchTarget, emitted: Emitted, validation: Validat
         "torchtitan's ConfigManager.parse_args", parse))
     validation.accepted.append("ConfigManager.parse_args (the whole command line and "
                                "Trainer.Config's checks)")
+    _check_mesh(target, config.parallelism, validation, config)
+    validation.unchecked.append("the trainer's start-up on GPUs (model build, checkpoint, "
+                                "data)")
+
+
+def check_torchtitan_python(target: LaunchTarget, emitted: Emitted,
+                            validation: Validation) -> None:
+    """ConfigManager on the config module, then the mesh (module docstring)."""
+    if not require_version(validation, "torchtitan", "0.3", "the config module"):
+        return
+    function = emitted.settings["function"]
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "parplan_plan.py").write_text(emitted.text, encoding="utf-8")
+
+        def parse() -> object:
+            from torchtitan.config.manager import ConfigManager
+
+            sys.path.insert(0, folder)
+            try:
+                return ConfigManager().parse_args(["--module", "parplan_plan",
+                                                   "--config", function])
+            finally:
+                sys.path.remove(folder)
+                sys.modules.pop("parplan_plan", None)
+
+        config = run_check("torchtitan's ConfigManager", lambda: run_parser(
+            "torchtitan's ConfigManager.parse_args", parse))
+    validation.accepted.append(f"ConfigManager.parse_args (--module parplan_plan --config "
+                               f"{function}, and Trainer.Config's checks)")
+    if any("ships no" in warning for warning in emitted.warnings):
+        validation.unchecked.append(f"the model (torchtitan 0.3 ships no "
+                                    f"{target.model_spec.name}; the file calls a stand-in)")
     _check_mesh(target, config.parallelism, validation, config)
     validation.unchecked.append("the trainer's start-up on GPUs (model build, checkpoint, "
                                 "data)")

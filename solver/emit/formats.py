@@ -12,6 +12,7 @@ from solver.emit.megatron import render_megatron
 from solver.emit.target import Emitted, LaunchTarget
 from solver.emit.torch_script import render_torch_module
 from solver.emit.torchtitan import render_torchtitan
+from solver.emit.torchtitan_python import render_torchtitan_python
 from solver.emit.vllm import render_vllm
 
 RENDERERS: dict[str, Callable[[LaunchTarget], Emitted]] = {
@@ -20,6 +21,7 @@ RENDERERS: dict[str, Callable[[LaunchTarget], Emitted]] = {
     "megatron": render_megatron,
     "megatron-bridge": render_bridge,
     "torchtitan": render_torchtitan,
+    "torchtitan-python": render_torchtitan_python,
     "deepspeed": render_deepspeed,
     "vllm": render_vllm,
 }

@@ -60,18 +60,17 @@ def _value_tokens(value: object) -> list[str]:
     return [str(value)]
 
 
-def build_torchtitan_args(target: LaunchTarget) -> tuple[list[str], list[str], list[str]]:
-    """The override tokens (registry choice first, the activation-checkpoint subcommand last),
-    warnings and notes."""
+def build_torchtitan_overrides(target: LaunchTarget) -> tuple[
+        tuple[str, str] | None, dict[str, dict[str, object]], str, list[str], list[str]]:
+    """What torchtitan 0.3 is told on top of its registry config: the registry's (module,
+    config function), None for a model it does not ship; the fields by section (without
+    DROPPED); the activation-checkpoint mode (none, selective, full); warnings and notes."""
     sections, warnings, notes = build_torchtitan_config(target, head="lm_head")
     c, model_spec = target.config, target.model_spec
-    tokens: list[str] = []
     registry = REGISTRY.get(model_spec.name)
     if registry is None:
         notes.append(f"torchtitan 0.3 ships no {model_spec.name}: put your model's "
                      "--module M --config C first (a config_registry function of yours)")
-    else:
-        tokens += ["--module", registry[0], "--config", registry[1]]
     if c.etp > 1:
         warnings.append(f"torchtitan 0.3 has no expert tensor parallelism: its experts borrow "
                         f"ranks from FSDP and TP, not etp {c.etp}")
@@ -85,23 +84,33 @@ def build_torchtitan_args(target: LaunchTarget) -> tuple[list[str], list[str], l
                         "command line: use a *_deepep / *_hybridep config of its registry")
     if c.pp > 1 or (model_spec.is_moe and c.ep > 1):
         training["disable_cuda_graphs"] = True
-    for section, fields in sections.items():
-        if section == "activation_checkpoint":
-            continue
-        for name, value in fields.items():
-            if (section, name) in DROPPED:
-                continue
+    mode = str(sections.pop("activation_checkpoint")["mode"])
+    fields = {section: {name: value for name, value in values.items()
+                        if (section, name) not in DROPPED}
+              for section, values in sections.items()}
+    if target.job.precision != "bf16":
+        notes[:] = [n for n in notes if not n.startswith("fp8:")]
+        notes.append(f"{target.job.precision}: torchtitan 0.3 quantises through the model "
+                     "config's converters (e.g. llama3_8b_mxfp8, deepseek_v3_671b_float8 in its "
+                     "registry), which the overrides do not set")
+    return registry, fields, mode, warnings, notes
+
+
+def build_torchtitan_args(target: LaunchTarget) -> tuple[list[str], list[str], list[str]]:
+    """The override tokens (registry choice first, the activation-checkpoint subcommand last),
+    warnings and notes."""
+    registry, fields, mode, warnings, notes = build_torchtitan_overrides(target)
+    tokens: list[str] = []
+    if registry is not None:
+        tokens += ["--module", registry[0], "--config", registry[1]]
+    for section, values in fields.items():
+        for name, value in values.items():
             flag = f"--{section}.{name}"
             if isinstance(value, bool):
                 tokens.append(flag if value else f"--{section}.no_{name}")
             else:
                 tokens += [flag, *_value_tokens(value)]
-    tokens.append(f"activation-checkpoint:{sections['activation_checkpoint']['mode']}")
-    if target.job.precision != "bf16":
-        notes[:] = [n for n in notes if not n.startswith("fp8:")]
-        notes.append(f"{target.job.precision}: torchtitan 0.3 quantises through the model "
-                     "config's converters (e.g. llama3_8b_mxfp8, deepseek_v3_671b_float8 in its "
-                     "registry), which the command line does not set")
+    tokens.append(f"activation-checkpoint:{mode}")
     return tokens, warnings, notes
 
 

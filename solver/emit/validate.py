@@ -16,6 +16,8 @@ message. Nothing is "accepted" that no framework code looked at. What each check
   torchtitan  0.3: ConfigManager.parse_args on the whole command line (tyro, then
               Trainer.Config.__post_init__), ParallelDims.build_mesh on a fake process group of
               the plan's world size, the pipeline split (solver.emit.check_torchtitan);
+  torchtitan-python  0.3: the same on the config module, loaded as torchtitan.train loads it
+              (--module, --config);
   deepspeed   DeepSpeedConfig on the whole ds_config with the plan's data-parallel size, then
               AutoEP's validate_autoep_config (solver.emit.check_deepspeed);
   vllm        `vllm serve`'s own parser (make_arg_parser, validate_parsed_serve_args), the
@@ -166,10 +168,11 @@ def _checks() -> dict[str, Callable[[LaunchTarget, Emitted, Validation], None]]:
     from solver.emit.check_bridge import check_bridge
     from solver.emit.check_deepspeed import check_deepspeed
     from solver.emit.check_megatron import check_megatron
-    from solver.emit.check_torchtitan import check_torchtitan
+    from solver.emit.check_torchtitan import check_torchtitan, check_torchtitan_python
     from solver.emit.check_vllm import check_vllm
 
     return {"megatron": check_megatron, "megatron-bridge": check_bridge, "torchtitan": check_torchtitan,
+            "torchtitan-python": check_torchtitan_python,
             "deepspeed": check_deepspeed, "vllm": check_vllm, "torch": _check_torch}
 
 
