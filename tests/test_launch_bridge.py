@@ -181,6 +181,7 @@ def test_megatron_bridge_accepts_the_overrides(bridge_lines: dict[str, str], pla
     assert line.startswith("megatron-bridge@0.3: accepted by Megatron-Bridge 0.3.1's "
                            "process_config_with_overrides and ConfigContainer.validate() ("), line
     assert "not checked: the values of recipe" in line
+    assert "Bridge's LoRA modules (they import Transformer Engine" in line
 
 
 def test_the_recipes_named_are_bridges(bridge_lines: dict[str, str]) -> None:

@@ -168,3 +168,7 @@ def check_bridge(target: LaunchTarget, emitted: Emitted, validation: Validation)
         f"the values of recipe {recipe} that the overrides leave as they are (the recipe reads "
         f"the model's config from the Hugging Face Hub; the overrides were applied to Bridge's "
         f"_pretrain_common base with a {provider})")
+    if isinstance(sys.modules.get(TE_ONLY_MODULES[0]), _StandIn):
+        validation.unchecked.append("Bridge's LoRA modules (they import Transformer Engine, "
+                                    "absent here: empty stand-ins were imported; the file sets "
+                                    "no LoRA)")
