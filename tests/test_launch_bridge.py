@@ -69,6 +69,11 @@ def test_the_recipe_is_the_models_own_else_one_of_its_kind() -> None:
     mixtral = make_target(**PLANS["mixtral-ep8"][1])
     assert pick_recipe(mixtral) == ("qwen3_30b_a3b_pretrain_config", False)
     assert any("no recipe for mixtral-8x7b" in n for n in build_bridge_overrides(mixtral)[2])
+    hybrid = make_target("nemotron-h-8b", "dgx-h100", 8, tp=2)
+    assert pick_recipe(hybrid) == ("nemotronh_8b_pretrain_config", True)
+    overrides = build_bridge_overrides(hybrid)[0]
+    assert "model.is_hybrid_model" not in overrides  # the provider class says it
+    assert overrides["model.hybrid_override_pattern"].count("M") > 0
     assert all(name.endswith("_pretrain_config") for name in RECIPES.values())
     models = Path(__file__).resolve().parent.parent / "models"
     zoo = {path.stem for path in models.glob("*.toml")}

@@ -53,11 +53,18 @@ RECIPES = {
     "gpt-oss-20b": "gpt_oss_20b_pretrain_config",
     "gpt-oss-120b": "gpt_oss_120b_pretrain_config",
     "glm-4.5": "glm45_355b_pretrain_config",
+    "nemotron-h-8b": "nemotronh_8b_pretrain_config",
+    "nemotron-h-47b": "nemotronh_47b_pretrain_config",
+    "nemotron-h-56b": "nemotronh_56b_pretrain_config",
+    "nemotron-nano-9b-v2": "nemotron_nano_9b_v2_pretrain_config",
+    "nemotron-3-nano-30b-a3b": "nemotron_3_nano_pretrain_config",
 }
 # Without its own recipe: one whose provider has the model's attention and activation and
 # plain RoPE (MLA: DeepSeek-V3's; a gated MoE: Qwen3-30B-A3B's SwiGLU experts; a gated dense
-# MLP: Llama 2's SwiGLU, RoPE base 10000 without Llama 3.1's scaling; else GPT-3's GeLU).
-FALLBACK_RECIPES = {"mla": "deepseek_v3_pretrain_config",
+# MLP: Llama 2's SwiGLU, RoPE base 10000 without Llama 3.1's scaling; else GPT-3's GeLU); a
+# Mamba hybrid: Nemotron-H 8B's MambaModelProvider.
+FALLBACK_RECIPES = {"hybrid": "nemotronh_8b_pretrain_config",
+                    "mla": "deepseek_v3_pretrain_config",
                     "gated-moe": "qwen3_30b_a3b_pretrain_config",
                     "gated": "llama2_7b_pretrain_config", "plain": "gpt3_175b_pretrain_config"}
 # The precision recipes (solver.cost.precision) as Bridge's mixed-precision presets
@@ -94,10 +101,11 @@ FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
     "--exp-avg-dtype": (("optimizer.exp_avg_dtype",), None),
     "--exp-avg-sq-dtype": (("optimizer.exp_avg_sq_dtype",), None),
 }
-# Megatron flags with no key of their own: the provider class says MLA, num_query_groups says
-# GQA, a RoPE model has no position table, the precision is MIXED_PRECISION's preset, and vpp is
-# model.virtual_pipeline_model_parallel_size.
-DROPPED = {"--multi-latent-attention", "--group-query-attention", "--max-position-embeddings",
+# Megatron flags with no key of their own: the provider class says MLA or a Mamba hybrid,
+# num_query_groups says GQA, a RoPE model has no position table, the precision is
+# MIXED_PRECISION's preset, and vpp is model.virtual_pipeline_model_parallel_size.
+DROPPED = {"--multi-latent-attention", "--is-hybrid-model", "--group-query-attention",
+           "--max-position-embeddings",
            "--bf16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}
 # Megatron's defaults for what the flags leave out, written out over the recipe's values.
@@ -125,7 +133,8 @@ def pick_recipe(target: LaunchTarget) -> tuple[str, bool]:
     m = target.model_spec
     if m.name in RECIPES:
         return RECIPES[m.name], True
-    kind = ("mla" if m.is_mla else "plain" if m.mlp_type != "gated" else
+    kind = ("hybrid" if "mamba" in m.layer_mixers else "mla" if m.is_mla else
+            "plain" if m.mlp_type != "gated" else
             "gated-moe" if m.is_moe else "gated")
     return FALLBACK_RECIPES[kind], False
 
@@ -146,13 +155,12 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
                                                          list[str]]:
     """The overrides (key -> value, None for null), warnings and notes."""
     flags, warnings, notes = build_megatron_args(target)
+    # Megatron-LM's words for its own scripts (pretrain_mamba.py): Bridge's recipe says it.
+    warnings = [w for w in warnings if "pretrain_mamba.py" not in w]
     overrides: dict[str, object] = {}
     for flag, *values in flags:
         if flag in DROPPED:
             continue
-        if flag == "--is-hybrid-model":
-            warnings.append("Megatron-Bridge builds a Mamba hybrid from a MambaModelProvider "
-                            "recipe (nemotronh_*); these overrides are for a GPT provider")
         keys, switch = FLAG_KEYS.get(flag, (("model." + flag[2:].replace("-", "_"),), None))
         value: object = switch if not values and switch is not None else (
             True if not values else _value(values))

@@ -11,8 +11,8 @@ compute capability (answered with the plan's GPU where there is none, as for Meg
 
 What it cannot run: the recipe itself, which reads the model's config.json from the Hugging Face
 Hub. The overrides go instead on Bridge's own recipe base (recipes/common.py _pretrain_common)
-with the provider class the recipe builds (MLAModelProvider, or GPTModelProvider with the
-recipe's activation); the line says so. Bridge 0.3.1 imports Transformer Engine, a CUDA build,
+with the provider class the recipe builds (MambaModelProvider, MLAModelProvider, or
+GPTModelProvider with the recipe's activation); the line says so. Bridge 0.3.1 imports Transformer Engine, a CUDA build,
 in its LoRA modules (peft/lora.py, peft/lora_layers.py) on the way to its config; on a machine
 without it those two modules are stood in for by empty ones (no LoRA runs here), and the
 recipes package's __init__, which imports every recipe (the VLM ones need megatron-energon), is
@@ -102,7 +102,11 @@ def _base_config(target: LaunchTarget) -> tuple[object, str]:
     from megatron.bridge.recipes.common import _pretrain_common
 
     config = _pretrain_common()
-    if target.model_spec.is_mla:
+    if "mamba" in target.model_spec.layer_mixers:
+        from megatron.bridge.models.mamba.mamba_provider import MambaModelProvider
+
+        config.model, name = MambaModelProvider(), "MambaModelProvider"
+    elif target.model_spec.is_mla:
         config.model, name = MLAModelProvider(), "MLAModelProvider"
     elif target.model_spec.mlp_type == "gated":
         config.model = GPTModelProvider(activation_func=F.silu, gated_linear_unit=True)
