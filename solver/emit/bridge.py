@@ -125,6 +125,10 @@ EXPLICIT: dict[str, object] = {
     "ddp.overlap_grad_reduce": False, "ddp.overlap_param_gather": False,
     "ddp.use_megatron_fsdp": False, "ddp.data_parallel_sharding_strategy": "no_shard",
     "ddp.grad_reduce_in_fp32": True, "dist.use_tp_pp_dp_mapping": False,
+    # A recipe's CommOverlapConfig rewrites the model's, DDP's and optimizer's overlap settings
+    # at setup, after the overrides (training/comm_overlap.py CommOverlapConfig.setup); without
+    # it the flags above stand (model.tp_comm_overlap starts TE's default userbuffers).
+    "comm_overlap": None,
 }
 
 
