@@ -186,6 +186,9 @@ def test_megatron_bridge_accepts_the_overrides(bridge_lines: dict[str, str], pla
     assert line.startswith("megatron-bridge@0.3: accepted by Megatron-Bridge 0.3.1's "
                            "process_config_with_overrides and ConfigContainer.validate() ("), line
     assert "not checked: the values of recipe" in line
+    # Bridge's own data-parallel size (world / (tp x pp x cp)) is the plan's
+    target = make_target(**PLANS[plan][1])
+    assert f"data-parallel size {target.config.dp})" in line, line
     assert "Bridge's LoRA modules (they import Transformer Engine" in line
 
 
