@@ -235,7 +235,8 @@ def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = 
     except ValidationError as exc:
         raise InputError(format_validation_error("job", exc)) from None
     check_precision_supported(cluster_spec.gpu, job.precision)
-    return model_spec, cluster_spec, job
+    # Windows no shorter than the sequence are full attention (ModelSpec.at_length).
+    return model_spec.at_length(job.seq_len), cluster_spec, job
 
 
 def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | None = None,

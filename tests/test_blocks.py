@@ -40,7 +40,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "data" / "hf_configs"
 PLAIN_ZOO = [m.name for m in load_zoo() if not m.is_hybrid]
 HYBRID_ZOO = ["nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b", "nemotron-nano-9b-v2",
               "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b", "gemma3-27b", "llama4-maverick",
-              "glm-4.5"]
+              "glm-4.5", "llama4-scout", "kimi-k2"]
 
 
 def hf(name: str) -> ModelSpec:
@@ -253,7 +253,7 @@ def test_models_show_prints_the_block_pattern(name: str) -> None:
 @pytest.mark.parametrize("name", HYBRID_ZOO)
 def test_estimate_optimize_serve_and_launch_run(name: str) -> None:
     spec = load_model_spec(name)
-    gpus = "64" if spec.total_params > 100e9 else "16"
+    gpus = "512" if spec.total_params > 500e9 else "64" if spec.total_params > 100e9 else "16"
     common = ["--model", name, "--cluster", "dgx-h100", "--gpus", gpus]
     train = [*common, "--seq-len", "4096", "--global-batch", "256"]
     runner = CliRunner()

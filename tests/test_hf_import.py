@@ -181,6 +181,21 @@ PUBLISHED: dict[str, Published] = {
         "active); arXiv:2508.06471 Table 1",
         active_without_embedding=True,
     ),
+    "llama-4-scout-17b-16e": Published(
+        # The text model only: the checkpoint's 108,641,793,536 less the vision encoder
+        # (test_hybrid_zoo.py counts both from this config.json); the card's 109B is both.
+        "107,769,861,120", "17B",
+        "https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E config.json (shape keys "
+        "transcribed) and safetensors count 108,641,793,536; model card: 17B active",
+        exact_total=107_769_861_120,
+    ),
+    "kimi-k2-instruct": Published(
+        "1026.5B", "32B",
+        "https://huggingface.co/moonshotai/Kimi-K2-Instruct config.json (transcribed) and "
+        "safetensors count 1026.5B (with the FP8 scales, test_hybrid_zoo.py); model card: 1T "
+        "total, 32B activated",
+        active_without_embedding=True,
+    ),
 }
 
 CONFIG_NAMES = sorted(PUBLISHED)
@@ -200,7 +215,7 @@ def import_config(name: str) -> ModelSpec:
 def test_every_supported_model_type_has_a_real_config() -> None:
     types = {load_config(name)["model_type"] for name in CONFIG_NAMES}
     assert types == set(SUPPORTED_MODEL_TYPES)
-    assert len(SUPPORTED_MODEL_TYPES) == 23
+    assert len(SUPPORTED_MODEL_TYPES) == 24
     assert sorted(p.stem for p in CONFIG_DIR.glob("*.json")) == CONFIG_NAMES
 
 
@@ -314,6 +329,13 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
     "glm-4.5": {"qkv_bias": True, "o_bias": False, "qk_norm": True, "first_k_dense_layers": 3,
                 "router_bias": True, "num_nextn_predict_layers": 1,
                 "shared_expert_intermediate_size": 1536},
+    "llama-4-scout-17b-16e": {"num_moe_layers": 48, "num_experts": 16, "num_shared_experts": 1,
+                              "intermediate_size": 16384, "moe_intermediate_size": 8192,
+                              "attention_chunk_size": 8192, "num_attention_layers": 48},
+    "kimi-k2-instruct": {"model_type": "kimi_k2", "q_lora_rank": 1536, "num_experts": 384,
+                         "num_shared_experts": 1, "first_k_dense_layers": 1,
+                         "router_bias": True, "num_nextn_predict_layers": 0,
+                         "num_key_value_heads": 64},
 }
 
 
@@ -333,6 +355,12 @@ ZOO_TWINS = {
     "qwen3-30b-a3b": "qwen3-30b-a3b", "deepseek-v2-lite": "deepseek-v2-lite",
     "deepseek-v3": "deepseek-v3", "gemma-2-9b": "gemma2-9b", "falcon-180b": "falcon-180b",
     "gpt-oss-20b": "gpt-oss-20b", "phi-3-mini-4k": "phi3-mini",
+    "nemotron-h-8b": "nemotron-h-8b", "nemotron-h-47b": "nemotron-h-47b",
+    "nemotron-h-56b": "nemotron-h-56b", "nemotron-nano-9b-v2": "nemotron-nano-9b-v2",
+    "nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b",
+    "qwen3-next-80b-a3b": "qwen3-next-80b-a3b", "gemma-3-27b": "gemma3-27b",
+    "llama-4-maverick-17b-128e": "llama4-maverick", "llama-4-scout-17b-16e": "llama4-scout",
+    "glm-4.5": "glm-4.5", "kimi-k2-instruct": "kimi-k2",
 }
 
 
@@ -344,6 +372,10 @@ def test_import_agrees_with_the_hand_written_zoo_file(name: str) -> None:
     assert imported.breakdown() == zoo.breakdown()
     assert imported.active_params == zoo.active_params
     assert imported.mtp_params == zoo.mtp_params
+    # The block pattern too: every layer's mixer and MLP, and the windows they attend within.
+    assert (imported.layer_mixers, imported.layer_mlps) == (zoo.layer_mixers, zoo.layer_mlps)
+    assert (imported.sliding_window, imported.attention_chunk_size) == (
+        zoo.sliding_window, zoo.attention_chunk_size)
 
 
 # ---- HF defaults and layouts that still map exactly ---------------------------------------------

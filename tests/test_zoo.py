@@ -196,6 +196,19 @@ PUBLISHED: dict[str, Published] = {
         "355B", "32B", "https://huggingface.co/zai-org/GLM-4.5 model card; arXiv:2508.06471",
         active_without_embedding=True,
     ),
+    "llama4-scout": Published(
+        # The text model: the card's 109B (and the checkpoint's 108,641,793,536) count the
+        # vision encoder too; test_hybrid_zoo.py reproduces both from config.json.
+        "107,769,861,120", "17B",
+        "https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E safetensors count less the "
+        "vision encoder; model card: 17B active",
+    ),
+    "kimi-k2": Published(
+        "1026.5B", "32B",
+        "https://huggingface.co/moonshotai/Kimi-K2-Instruct safetensors count (the card "
+        "rounds to 1T total, 32B activated)",
+        active_without_embedding=True,
+    ),
 }
 
 ZOO_NAMES = list_zoo_names()

@@ -213,6 +213,9 @@ def _map_deepseek_v2(cfg: Config, source: str) -> Fields:
 
 
 def _map_deepseek_v3(cfg: Config, source: str) -> Fields:
+    """DeepSeek-V3, and Kimi K2 (model_type kimi_k2): Moonshot's checkpoints are
+    DeepseekV3ForCausalLM (config.json `architectures`, `auto_map` to DeepseekV3Config); the
+    distinct model_type only lets engines tell them apart (Kimi K2's deployment guide)."""
     return _map_deepseek(cfg, source, v3=True)
 
 
@@ -268,6 +271,7 @@ _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxy
     "gpt2": map_gpt2,
     "gpt_neox": map_gpt_neox,
     "gpt_oss": _map_gpt_oss,
+    "kimi_k2": _map_deepseek_v3,
     "llama": _map_llama,
     "llama4": map_llama4,
     "llama4_text": map_llama4_text,

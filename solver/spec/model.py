@@ -269,6 +269,28 @@ class ModelSpec(InputSpec, ParameterCounts):
         kinds = self.block_kinds
         return tuple(kinds.index(pair) for pair in zip(self.layer_mixers, self.layer_mlps))
 
+    def at_length(self, seq_len: int) -> ModelSpec:
+        """The model as it runs on sequences of at most `seq_len` tokens. A sliding window or
+        an attention chunk no shorter than the sequence masks nothing (every query sees every
+        earlier key: estimate_context_tokens gives full attention's context and the KV cache
+        keeps every token), so such layers are full-attention layers, and a pattern left all
+        plain is dropped. Every cost is unchanged (up to the order of float sums); the layout
+        program sees fewer kinds of layer (Gemma 2's 4096-token windows at seq_len 4096: a
+        plain model)."""
+        covered = {"sliding_attention": self.sliding_window,
+                   "chunked_attention": self.attention_chunk_size}
+        if self.layer_types is None or not any(
+                (covered.get(mixer) or 0) >= seq_len for mixer in self.layer_types):
+            return self
+        mixers = tuple("full_attention" if (covered.get(mixer) or 0) >= seq_len else mixer
+                       for mixer in self.layer_types)
+        update: dict[str, object] = {"layer_types": mixers}
+        plain_mlps = self.mlp_layer_types is None or self.mlp_layer_types == self.model_copy(
+            update={"mlp_layer_types": None}).layer_mlps
+        if set(mixers) == {"full_attention"} and plain_mlps:
+            update = {"layer_types": None, "mlp_layer_types": None}
+        return self.model_copy(update=update)
+
     @property
     def num_attention_layers(self) -> int:
         """Layers with a softmax-attention mixer (full, sliding or chunked)."""
