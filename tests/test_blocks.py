@@ -113,10 +113,12 @@ def test_windowed_attention_never_costs_more_memory_or_time(name: str, window: i
                                                             config: int) -> None:
     plain = load_model_spec(name)
     mixer = "chunked_attention" if chunked else "sliding_attention"
-    types = tuple(mixer if i in layers else "full_attention"
-                  for i in range(plain.num_hidden_layers))
-    windowed = with_pattern(plain, layer_types=types, sliding_window=window,
-                            attention_chunk_size=window)
+    # Full-attention layers windowed, and no window wider than before (Gemma 2 has its own).
+    types = tuple(mixer if i in layers and own == "full_attention" else own
+                  for i, own in enumerate(plain.layer_mixers))
+    windowed = with_pattern(plain, layer_types=types,
+                            sliding_window=min(window, plain.sliding_window or window),
+                            attention_chunk_size=min(window, plain.attention_chunk_size or window))
     cluster, job = load_cluster("dgx-h100"), JobSpec(seq_len=8192, global_batch=64)
     configs = some_configs(16, plain)
     candidates = Candidates.from_configs([configs[config % len(configs)]])
@@ -255,7 +257,7 @@ def test_estimate_optimize_serve_and_launch_run(name: str) -> None:
     spec = load_model_spec(name)
     gpus = "512" if spec.total_params > 500e9 else "64" if spec.total_params > 100e9 else "16"
     common = ["--model", name, "--cluster", "dgx-h100", "--gpus", gpus]
-    train = [*common, "--seq-len", "4096", "--global-batch", "256"]
+    train = [*common, "--seq-len", "4096", "--global-batch", str(max(256, int(gpus)))]
     runner = CliRunner()
     # The layout programs of a hybrid may run to their limit: bounded here (CI time).
     optimized = runner.invoke(cli, ["optimize", *train, "--top", "1", "--time-limit", "2",

@@ -20,8 +20,10 @@ groups over TP like attention splits its heads; gated DeltaNet splits its key an
 the same way (solver.search.constraints: tp_divides_mamba_groups, tp_divides_linear_heads).
 Context parallelism: Megatron's MambaMixer runs CP by all-to-all
 (megatron/core/ssm/mamba_context_parallel.py: sequence-sharded to head-sharded and back around
-the scan), priced by estimate_mixer_cp_s; gated DeltaNet is priced alike (flash-linear-
-attention's chunk CP, fla/ops/chunk_cp.py, passes chunk states between ranks instead).
+the scan), priced by estimate_mixer_cp_s; so does its gated DeltaNet from core_v0.18.0
+(gated_delta_net.py; before it, no CP: solver.search.constraints
+megatron_linear_attention_no_cp). Each CP rank needs whole heads (cp_splits_mamba_heads,
+cp_splits_linear_heads).
 """
 
 from __future__ import annotations
@@ -319,21 +321,26 @@ def estimate_kind_compute_parts(model_spec: ModelSpec, seq_len: int, kind: int,
 
 def estimate_mixer_cp_s(model_spec: ModelSpec, cluster, d: dict[str, np.ndarray], mixer: str,
                         rows: np.ndarray) -> np.ndarray:
-    """Forward seconds of a Mamba-2 or DeltaNet mixer's context-parallel traffic: Megatron's
-    MambaContextParallel (megatron/core/ssm/mamba_context_parallel.py) all-to-alls the conv
-    input x, B, C and dt from sequence-sharded to head-sharded before the conv and the scan,
-    and the scan output back: rows/tp x (d_inner + 2 G N + H + d_inner) x 2 B over the CP
-    group; 0 without CP. DeltaNet is priced the same way (q, k, v, gates in, o out)."""
+    """Forward seconds of a Mamba-2 or DeltaNet mixer's context-parallel traffic, 0 without CP:
+    rows/tp x width x 2 B all-to-all over the CP group, the mixer's inputs from sequence-
+    to head-sharded before the conv and the scan, and its output back:
+      mamba   z, x, B, C, dt in and y out: 3 d_inner + 2 G N + H (Megatron core_v0.16.1
+              megatron/core/ssm/mamba_context_parallel.py, pre_conv_ssm and post_conv_ssm)
+      linear  q, k, v, z, beta, alpha in and the gated norm's output out: 2 key_dim
+              + 3 value_dim + 2 H_v (core_v0.18.0 megatron/core/ssm/gated_delta_net.py,
+              tensor_a2a_cp2hp of qkvzba and tensor_a2a_hp2cp of norm_out)
+    Worked number: Nemotron-H-8B's Mamba moves 3 x 8192 + 2048 + 128 = 26,752 values a token."""
     from solver.cost.comm import estimate_collective_s, estimate_group_link
 
     m, tp, cp = model_spec, d["tp"], d["cp"]
     if mixer == "mamba":
         inner = (m.mamba_num_heads or 0) * (m.mamba_head_dim or 0)
-        width = 2 * inner + 2 * (m.n_groups or 0) * (m.ssm_state_size or 0) + (m.mamba_num_heads or 0)
+        width = (3 * inner + 2 * (m.n_groups or 0) * (m.ssm_state_size or 0)
+                 + (m.mamba_num_heads or 0))
     elif mixer == "linear_attention":
         key_dim = (m.linear_num_key_heads or 0) * (m.linear_key_head_dim or 0)
         value_dim = (m.linear_num_value_heads or 0) * (m.linear_value_head_dim or 0)
-        width = 2 * key_dim + 2 * value_dim + 2 * (m.linear_num_value_heads or 0)
+        width = 2 * key_dim + 3 * value_dim + 2 * (m.linear_num_value_heads or 0)
     else:
         return np.zeros(np.shape(cp))
     link = estimate_group_link(cluster, tp, cp, all_to_all=True)

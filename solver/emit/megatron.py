@@ -37,7 +37,8 @@ import numpy as np
 from solver.cost.time_constants import framework_time_constants
 from solver.emit.layout import build_rank_layout
 from solver.emit.target import Emitted, LaunchTarget
-from solver.emit.megatron_model import architecture_flags, hybrid_flags
+from solver.emit.megatron_hybrid import build_mamba_hybrid_flags
+from solver.emit.megatron_model import architecture_flags
 from solver.emit.megatron_pipeline import pipeline_flags, recompute_flags
 from solver.errors import InputError
 
@@ -116,11 +117,12 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
         flags += [("--expert-model-parallel-size", str(c.ep)),
                   ("--expert-tensor-parallel-size", str(c.etp))]
     flags += _feature_flags(target)
-    hybrid, hybrid_warnings = hybrid_flags(target)
-    flags += hybrid
-    warnings += hybrid_warnings
     pipeline = target.pipeline_layout()
-    split_flags, split_notes = pipeline_flags(target, pipeline)
+    if "mamba" in model_spec.layer_mixers:  # MambaModel: the pattern places the layers
+        split_flags, hybrid_warnings, split_notes = build_mamba_hybrid_flags(target, pipeline)
+        warnings += hybrid_warnings
+    else:
+        split_flags, split_notes = pipeline_flags(target, pipeline)
     flags += split_flags
     notes += split_notes
     if c.vpp > 1 and target.num_micro_batches % c.pp:

@@ -8,34 +8,13 @@ TransformerConfig fields that ArgumentGroupFactory turns into flags (--num-layer
 --moe-shared-expert-intermediate-size, --moe-layer-freq, --multi-latent-attention,
 --q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim,
 --mtp-num-layers) and _add_network_size_args flags.
-A Mamba hybrid adds MambaModel's block pattern (hybrid_flags).
+A block pattern adds its windows and gated DeltaNet layers (solver.emit.megatron_hybrid).
 """
 
 from __future__ import annotations
 
+from solver.emit.megatron_hybrid import build_block_flags, render_layer_pattern
 from solver.emit.target import LaunchTarget
-
-
-def hybrid_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
-    """A Mamba hybrid's block pattern for Megatron's MambaModel (pretrain_mamba.py;
-    megatron/training/arguments.py: --is-hybrid-model, --hybrid-override-pattern with M Mamba,
-    * attention, - MLP, E MoE, and the --mamba-* sizes), and what it cannot take."""
-    m = target.model_spec
-    if "mamba" not in m.layer_mixers:
-        return [], []
-    from solver.spec.blocks import render_pattern
-
-    flags = [("--is-hybrid-model",), ("--hybrid-override-pattern", render_pattern(m)),
-             ("--mamba-num-heads", str(m.mamba_num_heads)),
-             ("--mamba-head-dim", str(m.mamba_head_dim)),
-             ("--mamba-num-groups", str(m.n_groups)),
-             ("--mamba-state-dim", str(m.ssm_state_size))]
-    warnings = ["Megatron builds a Mamba hybrid with pretrain_mamba.py (MambaModel), not "
-                "pretrain_gpt.py"]
-    if target.config.pp > 1:
-        warnings.append("Megatron's MambaModel splits the hybrid pattern over pipeline stages "
-                        "itself: check its split against the planned layout")
-    return flags, warnings
 
 
 def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -90,25 +69,18 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
             width = m.shared_expert_intermediate_size or m.moe_intermediate_size
             flags.append(("--moe-shared-expert-intermediate-size",
                           str(width * m.num_shared_experts)))
-        if m.first_k_dense_layers or m.moe_layer_freq > 1:
-            # moe_freq_type: a Python list expression, 1 for a MoE layer (DeepSeek's rule)
-            pattern = [int(i >= m.first_k_dense_layers and i % m.moe_layer_freq == 0)
-                       for i in range(m.num_hidden_layers)]
-            flags.append(("--moe-layer-freq", _render_pattern(pattern)))
+        # moe_freq_type: a Python list expression, 1 for a MoE layer (DeepSeek's rule, or
+        # the block pattern's; a Mamba hybrid's pattern places its MoE layers itself)
+        pattern = [int(mlp == "moe") for mlp in m.layer_mlps]
+        if not all(pattern) and "mamba" not in m.layer_mixers:
+            flags.append(("--moe-layer-freq", render_layer_pattern(pattern)))
         if m.router_bias:  # aux-loss-free balancing: expert bias needs the sigmoid score
             flags += [("--moe-router-score-function", "sigmoid"),
                       ("--moe-router-enable-expert-bias",)]
     if m.num_nextn_predict_layers:
         flags.append(("--mtp-num-layers", str(m.num_nextn_predict_layers)))
+    if m.is_hybrid:  # windows, gated DeltaNet
+        block_flags, block_warnings = build_block_flags(m)
+        flags += block_flags
+        warnings += block_warnings
     return flags, warnings
-
-
-def _render_pattern(pattern: list[int]) -> str:
-    """A 0/1 list as the shortest run-length Python expression: "([0]*3+[1]*58)"."""
-    runs: list[tuple[int, int]] = []
-    for value in pattern:
-        if runs and runs[-1][0] == value:
-            runs[-1] = (value, runs[-1][1] + 1)
-        else:
-            runs.append((value, 1))
-    return "(" + "+".join(f"[{value}]*{count}" for value, count in runs) + ")"

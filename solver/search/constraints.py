@@ -12,7 +12,8 @@ Framework rule sets (`--framework`), each from the framework's own documentation
               validate_args; Megatron-Core FSDP docs). The interleaved schedule needs the
               micro-batches per step to be a multiple of pp (arguments.py: "number of
               microbatches ... divisible by pipeline-model-parallel-size" with
-              --num-layers-per-virtual-pipeline-stage).
+              --num-layers-per-virtual-pipeline-stage). Gated DeltaNet has no context
+              parallelism before core_v0.18.0 (_megatron_blocks).
   torchtitan  FSDP2 data parallelism: no ZeRO 1 (there is no optimizer-only sharding; ZeRO 2 is
               reshard_after_forward=False, ZeRO 3 the default; plain replication is DDP)
               (torchtitan docs/fsdp.md, parallelize_llama). For MoE models, torchtitan 0.3's
@@ -98,6 +99,38 @@ def block_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
     return rules
 
 
+def block_cp_constraints(model_spec: ModelSpec) -> list[Constraint]:
+    """Context parallelism of a pattern's recurrent mixers (solver.cost.blocks): the sequence
+    is split over CP, and around the scan an all-to-all regroups each mixer by heads, so each
+    CP rank needs whole heads. Megatron's MambaContextParallel asserts that cp divides the
+    heads per TP rank, and the groups per TP rank or cp them (core_v0.16.1
+    megatron/core/ssm/mamba_context_parallel.py); its gated DeltaNet splits the key and value
+    heads per TP rank by cp (core_v0.18.0 megatron/core/ssm/gated_delta_net.py,
+    tensor_a2a_cp2hp)."""
+    m, rules = model_spec, []
+    mixers = set(m.layer_mixers)
+    if "mamba" in mixers:
+        heads, groups = m.mamba_num_heads or 0, m.n_groups or 0
+
+        def mamba_split(v: Values) -> np.ndarray:
+            cp, local_groups = v["cp"], groups // v["tp"]
+            whole_groups = (local_groups % cp == 0) | (cp % np.maximum(local_groups, 1) == 0)
+            return (cp == 1) | (((heads // v["tp"]) % cp == 0) & whole_groups)
+
+        rules.append(Constraint("cp_splits_mamba_heads", ("tp", "cp"),
+                                f"with cp > 1, cp must divide mamba_num_heads ({heads}) / tp, "
+                                f"and n_groups ({groups}) / tp or cp the other",
+                                mamba_split))
+    if "linear_attention" in mixers:
+        key_heads = m.linear_num_key_heads or 0
+        rules.append(Constraint("cp_splits_linear_heads", ("tp", "cp"),
+                                f"with cp > 1, tp x cp must divide linear_num_key_heads "
+                                f"({key_heads})",
+                                lambda v: (v["cp"] == 1) | (key_heads % (v["tp"] * v["cp"])
+                                                            == 0)))
+    return rules
+
+
 def structural_constraints(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
                            nvlink_domain: int | None = None) -> list[Constraint]:
     """The rules every training plan obeys whatever the framework: the GPU split, the model's
@@ -110,6 +143,7 @@ def structural_constraints(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
                    f"tp x cp x pp x dp must equal the GPU count ({n})",
                    lambda v: v["tp"] * v["cp"] * v["pp"] * v["dp"] == n),
         *model_shape_constraints(m),
+        *block_cp_constraints(m),
         Constraint("vpp_needs_pp", ("pp", "vpp"),
                    "virtual pipeline stages (vpp > 1) need pp > 1",
                    lambda v: (v["vpp"] == 1) | (v["pp"] > 1)),
@@ -171,6 +205,7 @@ def _framework(problem: Problem) -> list[Constraint]:
                        "multiple of pp",
                        lambda v: (v["vpp"] == 1) | (
                            (job.global_batch // (v["dp"] * v["micro_batch"])) % v["pp"] == 0)),
+            *_megatron_blocks(problem.model_spec),
         ]
     if problem.framework == "torchtitan":
         return [Constraint("torchtitan_zero_stage", ("zero",),
@@ -195,6 +230,18 @@ def _framework(problem: Problem) -> list[Constraint]:
             *_deepspeed_autoep(problem.model_spec),
         ]
     return []
+
+
+def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
+    """Megatron-Core 0.16, the version `launch` writes for, runs gated DeltaNet without
+    context parallelism (megatron/core/ssm/gated_delta_net.py: "TODO: support CP"; core_v0.18.0
+    adds it)."""
+    if "linear_attention" not in model_spec.layer_mixers:
+        return []
+    return [Constraint("megatron_linear_attention_no_cp", ("cp",),
+                       "Megatron-Core 0.16 has no context parallelism for gated DeltaNet "
+                       "(it arrives in 0.18): cp = 1",
+                       lambda v: v["cp"] == 1)]
 
 
 def _torchtitan_experts(model_spec: ModelSpec) -> list[Constraint]:
