@@ -23,7 +23,7 @@ pattern over pipeline stages depends on the version:
               rank r holds num_layers // pp layers from r x that, or, with
               --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, those
               on the first / last rank and an equal share of the rest elsewhere (validate_args
-              and TransformerConfig check the division, as solver.emit.megatron.megatron_split
+              and TransformerConfig check the division, as megatron_pipeline.megatron_split
               does). It reads neither --pipeline-model-parallel-layout nor the embedding and
               loss slots.
   core_v0.17  megatron/core/ssm/mamba_hybrid_layer_allocation.py, select_pipeline_segment: `|`
