@@ -103,7 +103,8 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
           time_limit_s: float = 10.0, compare: bool = True) -> OptimizeResult:
     """Rank the feasible configurations; explain the winner, or the infeasibility.
     Each of the problem's recompute module sets beyond the first is searched apart and its
-    plans ranked with the others (solver.search.module_variants).
+    plans ranked with the others (solver.search.module_variants), within the same
+    `time_limit_s` as the first.
 
     Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
     and, where a pipeline layout can still beat the incumbents, the layout program
@@ -116,9 +117,12 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     it (sweeps) the explanation compares with the listed plans only."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
+    start = time.perf_counter()
     result = _solve_one(problem, top, engine, time_limit_s, compare)
+    # One time limit for the whole solve: each module set's search gets what is left.
     return search_module_sets(problem, result, lambda variant: _solve_one(
-        variant, top, engine, time_limit_s, compare=False), top)
+        variant, top, engine, max(time_limit_s - (time.perf_counter() - start), 0.0),
+        compare=False), top)
 
 
 def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,

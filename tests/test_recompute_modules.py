@@ -129,3 +129,21 @@ def test_launch_emits_the_plan_recompute_modules(tmp_path) -> None:
     refused = CliRunner().invoke(cli, launch)
     assert refused.exit_code == 2
     assert "plans.0.recompute_modules" in refused.output
+
+
+def test_module_sets_share_one_time_limit(monkeypatch) -> None:
+    """`solve(time_limit_s=T)` bounds the whole solve: each module set's search gets what the
+    earlier ones left, never T afresh (four sets once took 3 x the sweep's 10 s limit)."""
+    import solver.optimize as optimize
+
+    limits: list[float] = []
+    original = optimize._solve_one
+
+    def recording(problem, top, engine, time_limit_s, compare):
+        limits.append(time_limit_s)
+        return original(problem, top, engine, time_limit_s, compare)
+
+    monkeypatch.setattr(optimize, "_solve_one", recording)
+    solve(_problem(), top=3, engine="layout", time_limit_s=5.0)
+    assert len(limits) == 4 and limits[0] == 5.0
+    assert all(0.0 <= later < earlier for earlier, later in zip(limits, limits[1:]))
