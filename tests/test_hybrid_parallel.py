@@ -77,6 +77,10 @@ def test_interleaved_moe_and_chunked_attention() -> None:
     assert eval_pattern(flags["--moe-layer-freq"]) == [
         int(mlp == "moe") for mlp in spec.layer_mlps]
     assert "no chunked attention" in output
+    # Its top-1 router: a sigmoid score on the expert's input, which Megatron-Core's check
+    # for top-1 softmax routers lets through.
+    assert flags["--moe-router-score-function"] == "sigmoid"
+    assert "--moe-apply-probs-on-input" in flags
 
 
 # ---- Megatron's Mamba hybrid over pipeline stages ------------------------------------------------
@@ -281,6 +285,8 @@ BLOCK_FLAGS = {
     "--linear-num-value-heads", "--attention-output-gate", "--window-size",
     "--window-attn-skip-freq", "--linear-attention-freq", "--hybrid-override-pattern",
     "--hybrid-layer-pattern",
+    # top-1 routers (TransformerConfig moe_router_pre_softmax, moe_apply_probs_on_input)
+    "--moe-router-pre-softmax", "--moe-apply-probs-on-input",
 }
 
 
@@ -296,3 +302,26 @@ def test_block_flags_exist_in_megatron_lm(model: str, args: list[str]) -> None:
 
     flags, _ = launch_flags(*args, model=model, seq_len=8192)
     assert set(flags) <= MEGATRON_LM_FLAGS | BLOCK_FLAGS, set(flags) - MEGATRON_LM_FLAGS
+
+
+@pytest.mark.parametrize(("model", "degrees"), [
+    ("qwen3-next-80b-a3b", {"tp": 2, "ep": 8}),
+    ("gpt-oss-20b", {"tp": 2, "ep": 8}),
+    ("nemotron-h-8b", {"tp": 2, "pp": 2}),
+    ("nemotron-3-nano-30b-a3b", {"tp": 2, "ep": 8}),
+    ("llama4-maverick", {"tp": 8, "ep": 2}),
+    ("llama4-scout", {"tp": 8, "ep": 2}),
+])
+def test_megatron_core_accepts_the_block_flags(model: str, degrees: dict) -> None:
+    """The flags fed to megatron-core 0.16's TransformerConfig (solver.emit.validate; the
+    frameworks extra, which .ci/run installs): windows, gated DeltaNet, Mamba sizes and
+    Llama 4's top-1 router pass its __post_init__ checks."""
+    from test_launch_frameworks import make_target, need
+
+    from solver.emit.formats import render_launch
+    from solver.emit.validate import validate_emitted
+
+    need("megatron", "core_v0.16")
+    target = make_target(model, "dgx-h100", 16, global_batch=64, **degrees)
+    line = validate_emitted("megatron", target, render_launch("megatron", target))
+    assert line.startswith("megatron@core_v0.16: accepted by "), line

@@ -77,6 +77,14 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
         if m.router_bias:  # aux-loss-free balancing: expert bias needs the sigmoid score
             flags += [("--moe-router-score-function", "sigmoid"),
                       ("--moe-router-enable-expert-bias",)]
+        elif m.num_experts_per_tok == 1:  # top-1: a softmax over one score has no gradient
+            # (core_v0.16.1 transformer_config.py: "Please use --moe-router-pre-softmax when
+            # topk is 1"); Llama 4 scores its expert with a sigmoid and scales the expert's
+            # input by it (HF Llama4TextMoe), Megatron's sigmoid score applied on input.
+            flags += ([("--moe-router-score-function", "sigmoid"),
+                       ("--moe-apply-probs-on-input",)]
+                      if m.model_type in ("llama4", "llama4_text")
+                      else [("--moe-router-pre-softmax",)])
     if m.num_nextn_predict_layers:
         flags.append(("--mtp-num-layers", str(m.num_nextn_predict_layers)))
     if m.is_hybrid:  # windows, gated DeltaNet
