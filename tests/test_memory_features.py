@@ -387,7 +387,7 @@ def _solve(model: str, gpus: int, engine: str = "even", **features: bool):
 
 def _assert_shortest_prefix(result) -> None:
     """Every plan fits with its savers and not with one fewer (the shortest prefix)."""
-    from solver.optimize import saver_levels
+    from solver.ranked_plans import saver_levels
 
     levels = dict(saver_levels(result.problem))
     problem = result.problem

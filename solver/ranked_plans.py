@@ -1,0 +1,112 @@
+"""The plans of a ranking (solver.optimize): each costed by `estimate_plans` on its layout,
+with the shortest prefix of the problem's memory savers under which it fits and its equivalent
+settings (solver.search.twins), shown as the leanest of them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.api import estimate_plans
+from solver.cost.frameworks import FrameworkProfile, with_memory_savers
+from solver.cost.memory import MemoryOptions, estimate_layout_memory
+from solver.cost.steptime import StepTime
+from solver.search.enumerate import Ranked
+from solver.search.space import Problem
+from solver.spec import RECOMPUTE_LEVELS
+from solver.spec.plan import Equivalent, Plan
+
+
+def build_ranked_plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
+    """The ranked plans with their stages' memory, the memory savers each needs and its
+    equivalent settings; the step times are the ranking's.
+
+    Memory savers (Problem.memory_savers): each plan gets the shortest prefix of them under
+    which it fits (the search admitted it with all of them). They only shorten the step (less
+    DP traffic, a lighter optimizer step), so the ranking's time, costed without them, is an
+    upper bound; plans keep the ranking's order."""
+    configs = ranked.candidates.to_configs()
+    layouts = list(ranked.layouts or [None] * len(configs))
+    plans: list[Plan | None] = [None] * len(configs)
+    pending = np.arange(len(configs))
+    levels = saver_levels(problem)
+    for position, (savers, options) in enumerate(levels):
+        estimated = estimate_plans(problem.model_spec, problem.cluster, problem.job,
+                                   [configs[i] for i in pending], options,
+                                   problem.time_constants, [layouts[i] for i in pending],
+                                   ranked.step_time.take(pending))
+        last = position == len(levels) - 1
+        for row, plan in zip(pending, estimated):
+            if plan.fits or last:
+                plans[row] = plan.model_copy(update={"memory_savers": savers})
+        pending = np.array([row for row in pending if plans[row] is None], dtype=np.int64)
+        if len(pending) == 0:
+            break
+    twins = ranked.twins or ((),) * len(plans)
+    answer = []
+    for row, (plan, folded) in enumerate(zip(plans, twins)):
+        if plan is None:
+            continue
+        options = dict(levels)[plan.memory_savers]
+        answer.append(_leanest_first(problem, plan, _equivalents(problem, plan, folded, options),
+                                     options, ranked.step_time.take(np.array([row]))))
+    return tuple(answer)
+
+
+def _leanest_first(problem: Problem, plan: Plan, equivalents: tuple[Equivalent, ...],
+                   options: MemoryOptions, step: StepTime) -> Plan:
+    """The plan with its equivalent settings, shown as the one of them that needs the least
+    memory: re-costed under the plan's own savers and layout (_equivalents), a twin may need
+    less than the setting the search kept (it compared each under all savers and its own
+    layout); the twins take the same step time."""
+    leanest = min(equivalents, key=lambda e: e.total_bytes, default=None)
+    if leanest is None or leanest.total_bytes >= plan.worst_stage.total_bytes:
+        return plan.model_copy(update={"equivalent": equivalents})
+    config = plan.config.model_copy(update={"recompute": leanest.recompute})
+    swapped = estimate_plans(problem.model_spec, problem.cluster, problem.job, [config],
+                             options, problem.time_constants, [plan.layout], step)[0]
+    others = tuple(e for e in equivalents if e is not leanest) + (
+        Equivalent(recompute=plan.config.recompute, total_bytes=plan.worst_stage.total_bytes),)
+    return swapped.model_copy(update={"memory_savers": plan.memory_savers,
+                                      "equivalent": tuple(sorted(others,
+                                                                 key=lambda e: e.total_bytes))})
+
+
+def _equivalents(problem: Problem, plan: Plan, twins: tuple[tuple[int, float], ...],
+                 options: MemoryOptions) -> tuple[Equivalent, ...]:
+    """The plan's twins (recompute code, worst-stage bytes under the search's options) as
+    Equivalent settings under the plan's own savers: re-costed where the plan turns fewer on
+    than the search assumed, and kept where they fit with them."""
+    if options is problem.memory_options:
+        return tuple(Equivalent(recompute=RECOMPUTE_LEVELS[code], total_bytes=memory_bytes)
+                     for code, memory_bytes in twins)
+    assert plan.layout is not None  # estimate_plans gives every plan its layout
+    kept = []
+    for code, _ in twins:
+        config = plan.config.model_copy(update={"recompute": RECOMPUTE_LEVELS[code]})
+        total = float(estimate_layout_memory(problem.model_spec, problem.job, config,
+                                             plan.layout, options).total.max())
+        if total <= plan.usable_memory_bytes:
+            kept.append(Equivalent(recompute=config.recompute, total_bytes=total))
+    return tuple(kept)
+
+
+def explain_savers(problem: Problem, plan: Plan) -> list[str]:
+    """Why the winner turns memory savers on: its worst stage without them."""
+    if not plan.memory_savers:
+        return []
+    assert plan.layout is not None  # estimate_plans gives every plan its layout
+    without = estimate_layout_memory(problem.model_spec, problem.job, plan.config, plan.layout,
+                                     saver_levels(problem)[0][1]).total.max()
+    flags = " and ".join("--" + name.replace("_", "-") for name in plan.memory_savers)
+    return [f"memory savers: {flags} (without them the worst stage needs "
+            f"{without / 1e9:.1f} GB of the {plan.usable_memory_bytes / 1e9:.1f} GB usable; "
+            "they only shorten the step, which is costed without them)"]
+
+
+def saver_levels(problem: Problem) -> list[tuple[tuple[str, ...], MemoryOptions]]:
+    """(savers on, memory options) for each prefix of the problem's memory savers, none
+    first; the last is the problem's own options (all of them on)."""
+    profile = FrameworkProfile(name=problem.framework, time_constants=problem.time_constants)
+    savers = problem.memory_savers
+    return [(savers[:count], with_memory_savers(profile, savers[:count]).memory_options())
+            for count in range(len(savers))] + [(savers, problem.memory_options)]
