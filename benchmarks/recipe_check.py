@@ -18,6 +18,11 @@ performance recipe shares, applied to every row:
   fused cross-entropy       2 B per logit (known_to_run.MEGATRON_BRIDGE_LOGITS_BYTES)
   balanced MoE routing      capacity factor 1 (known_to_run.BALANCED_ROUTING_CAPACITY)
   no precision-aware optimizer (not set by the configs)
+  fp8 parameters            in fp8 (current scaling) and MXFP8 rows (--fp8-param-gather:
+                            megatron/bridge/training/mixed_precision.py
+                            bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set
+                            fp8_param_gather = True; scripts/performance/utils/precision.py
+                            @84fba28 takes them for fp8_cs and fp8_mx)
 
 Per recipe, with its degrees pinned (tp, pp, cp, ep, etp, vpp, ZeRO stage, micro-batch; dp is
 the rest), `optimize` is asked twice with the same engine (the layout program places the
@@ -57,6 +62,8 @@ from solver.spec.plan import Plan  # noqa: E402
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "recipes.jsonl"
 PINNED = ("tp", "pp", "cp", "ep", "etp", "vpp", "zero", "micro_batch")
+# The precisions whose Megatron-Bridge mixed-precision recipe keeps fp8 parameters.
+FP8_PARAM_PRECISIONS = ("fp8", "mxfp8")
 # The layout program's wall-time bound per search.
 TIME_LIMIT_S = 20.0
 
@@ -90,7 +97,8 @@ def recipe_problem(recipe: dict[str, Any], own: bool) -> Problem:
     """The recipe's problem with its degrees pinned; `own`: its recompute pinned too."""
     pins = {name: (int(recipe[name]),) for name in PINNED}
     features: dict[str, Any] = {**recipe["features"], **MEGATRON_BRIDGE_RECIPE_FEATURES,
-                                "precision_aware_optimizer": False}
+                                "precision_aware_optimizer": False,
+                                "fp8_param_gather": recipe["precision"] in FP8_PARAM_PRECISIONS}
     if own:
         pins["recompute"] = (RECOMPUTE_LEVELS.index(recipe["recompute"]),)
         if recipe["recompute"] == "selective":

@@ -102,6 +102,9 @@ def framework_feature_options(command: F) -> F:
                           "--use-precision-aware-optimizer)."),
         click.option("--grad-reduce-in-bf16/--no-grad-reduce-in-bf16", default=None,
                      help="Gradient buffer and DP reduction in bf16, not fp32."),
+        click.option("--fp8-param-gather/--no-fp8-param-gather", default=None,
+                     help="Below bf16, Transformer Engine's quantised weights are the "
+                          "parameters, with no bf16 copy (Megatron --fp8-param-gather)."),
         click.option("--recompute-modules", default=None, metavar="M,M,...",
                      callback=_split_modules,
                      help="Modules --recompute selective recomputes (Megatron): "

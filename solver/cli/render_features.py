@@ -14,6 +14,9 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
         copies = "none (bf16)"
     elif constants.fp8_weight_copies == "none":
         copies = "none (torchao float8 casts on the fly)"
+    elif constants.fp8_param_gather and profile.name == "megatron":
+        copies = ("the parameters themselves, no bf16 weights (Transformer Engine, "
+                  "--fp8-param-gather)")
     else:
         copies = "row- and column-wise, sharded like the weights (Transformer Engine)"
     options = profile.memory_options()

@@ -23,6 +23,8 @@ override:
                        (memory only: MemoryOptions.fp8_weight_copies)
   precision_aware_optimizer  Adam's moments in bf16 (memory, optimizer step)
   grad_reduce_in_bf16  a bf16 gradient buffer reduced in bf16 (memory, DP traffic)
+  fp8_param_gather     below bf16, TE's quantised weights are the parameters, no bf16 copy
+                       (memory: MemoryOptions.fp8_params)
   recompute_modules    Megatron's --recompute-modules under selective (memory, recompute time)
 and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
@@ -40,6 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from solver.cost.memory.options import MemoryOptions
+from solver.cost.precision import load_recipe
 from solver.cost.time_constants import KernelLaunches, TimeConstants
 from solver.errors import InputError, format_validation_error
 from solver.spec.framework import FEATURES, MEMORY_SAVERS, FrameworkFeatures
@@ -155,6 +158,9 @@ class FrameworkProfile(BaseModel):
         # Only Megatron stores the gradients in the reduction dtype (its grad buffer); FSDP2
         # (torchtitan) casts the reduced shard back to the fp32 parameter's dtype and DeepSpeed's
         # communication_data_type changes the traffic only.
+        # fp8 parameters: Megatron's TE parameters (MemoryOptions.fp8_params).
+        if constants.fp8_param_gather and self.name == "megatron":
+            update["fp8_params"] = True
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
@@ -257,14 +263,18 @@ def _flag(feature: str) -> str:
 MEMORY_SAVER_FRAMEWORKS = ("megatron",)
 
 
-def memory_saver_ladder(framework: str, overrides: FrameworkFeatures | None = None
-                        ) -> tuple[str, ...]:
+def memory_saver_ladder(framework: str, overrides: FrameworkFeatures | None = None,
+                        precision: str = "bf16") -> tuple[str, ...]:
     """The MEMORY_SAVERS the search may turn on: those of a framework where they save memory
-    that no flag set (on or off)."""
+    that no flag set (on or off); fp8 parameters only below bf16 with Transformer Engine's
+    weights (where they save anything)."""
     if framework not in MEMORY_SAVER_FRAMEWORKS:
         return ()
     given = overrides.given() if overrides is not None else {}
-    return tuple(name for name in MEMORY_SAVERS if name not in given)
+    low = load_recipe(precision).low_precision and given.get(
+        "fp8_weight_copies", "transformer_engine") == "transformer_engine"
+    return tuple(name for name in MEMORY_SAVERS
+                 if name not in given and (low or name != "fp8_param_gather"))
 
 
 def with_memory_savers(profile: FrameworkProfile, savers: tuple[str, ...]) -> FrameworkProfile:

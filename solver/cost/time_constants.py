@@ -141,6 +141,12 @@ class TimeConstants(BaseModel):
     # param_and_grad_buffer.py grad_dtype): 2 B per parameter replace grad_reduce_bytes and
     # zero3_grad_reduce_bytes, and the buffer halves (memory_options). Off by default.
     grad_reduce_in_bf16: bool = False
+    # Megatron --fp8-param-gather (arguments.py, store_true): below bf16 the GEMM weights are
+    # Transformer Engine quantised tensors, with no bf16 copy beside them (memory only,
+    # MemoryOptions.fp8_params; the fp8 parameter all-gather's smaller traffic is not costed,
+    # so the step time is an upper bound). Off by default; Megatron-Bridge's fp8 current-
+    # scaling and MXFP8 mixed-precision recipes turn it on.
+    fp8_param_gather: bool = False
     # Element-wise ops fused into one kernel each (Transformer Engine / apex fused norms, RoPE,
     # SwiGLU; torch.compile) or run eagerly, one ATen kernel per op: the eager element-wise
     # traffic is `eager_elementwise_traffic` times the fused one. 2.0 [B]: per token, eager

@@ -71,8 +71,8 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
     TE's grouped expert GEMMs (--moe-grouped-gemm), which the profile's kernel counts assume;
     CUDA graphs of attention and MLP, or of attention, router and preprocessing in dropless MoE
     layers (docs/user-guide/features/cuda_graph.md); TP and EP communication overlap; the
-    precision-aware optimizer with bf16 main gradients and moments, bf16 gradient reduction
-    (arguments.py)."""
+    precision-aware optimizer with bf16 main gradients and moments, bf16 gradient reduction,
+    fp8 parameters (arguments.py)."""
     constants = target.time_constants or framework_time_constants("megatron")
     c, is_moe = target.config, target.model_spec.is_moe
     flags: list[tuple[str, ...]] = []
@@ -96,6 +96,9 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
                   ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if constants.grad_reduce_in_bf16:
         flags.append(("--grad-reduce-in-bf16",))
+    # fp8 parameters: below bf16, with the distributed optimizer (arguments.py asserts it)
+    if constants.fp8_param_gather and c.zero >= 1 and target.job.precision != "bf16":
+        flags.append(("--fp8-param-gather",))
     if c.recompute == "selective" and constants.recompute_modules != ("core_attn",):
         flags.append(("--recompute-modules", *constants.recompute_modules))
     return flags

@@ -49,6 +49,7 @@ class FrameworkFeatures(BaseModel):
     fp8_weight_copies: Fp8WeightCopies | None = None
     precision_aware_optimizer: bool | None = None
     grad_reduce_in_bf16: bool | None = None
+    fp8_param_gather: bool | None = None
     recompute_modules: tuple[RecomputeModule, ...] | None = None
 
     def given(self) -> dict[str, object]:
@@ -59,7 +60,8 @@ class FrameworkFeatures(BaseModel):
 # Features that only lower memory and never add step time, in the order the search turns them
 # on where a plan needs them (solver.cost.frameworks.memory_saver_ladder); a plan names the
 # ones it uses (Plan.memory_savers) and `launch --plan` emits them.
-MEMORY_SAVERS: tuple[str, ...] = ("grad_reduce_in_bf16", "precision_aware_optimizer")
+MEMORY_SAVERS: tuple[str, ...] = ("grad_reduce_in_bf16", "precision_aware_optimizer",
+                                  "fp8_param_gather")
 
 # The features a flag may override, in FrameworkFeatures' order.
 FEATURES: tuple[str, ...] = tuple(FrameworkFeatures.model_fields)

@@ -36,6 +36,15 @@ class MemoryOptions(BaseModel):
                            "none": torchao float8 casts each weight on the fly in every forward
                            and keeps no copy (torchtitan). Embeddings, LM head, norms and router
                            stay bf16.
+      fp8_params False     Megatron --fp8-param-gather: below bf16 the GEMM weights are the quantised
+                           tensors themselves (Transformer Engine Float8Tensor / MXFP8Tensor
+                           parameters, row-wise data plus its column-wise copy), so they keep no
+                           bf16 copy: weights lose param_bytes per low-precision GEMM weight
+                           (states.estimate_fp8_param_saved_bytes_per_param). The fp32 master
+                           stays in the optimizer state. Megatron takes it with its distributed
+                           optimizer only (ZeRO >= 1). Megatron-Bridge's fp8 current-scaling
+                           and MXFP8 recipes set it (megatron/bridge/training/mixed_precision.py
+                           bf16_with_fp8_current_scaling_mixed: fp8_param_gather = True).
       fp32_sharded_params False
                            PyTorch FSDP's mixed precision (FSDP1 MixedPrecision, FSDP2
                            MixedPrecisionPolicy: param_dtype bf16) keeps each parameter's shard
@@ -115,6 +124,7 @@ class MemoryOptions(BaseModel):
     grad_bytes: float = Field(default=4.0, ge=0)
     optimizer_bytes: float = Field(default=12.0, ge=0)
     fp8_weight_copies: Fp8WeightCopies = "transformer_engine"
+    fp8_params: bool = False
     fp32_sharded_params: bool = False
     fsdp_unsharded_under_pp: bool = False
     sequence_parallel: bool = True

@@ -122,6 +122,30 @@ def estimate_fp8_copy_bytes_per_param(precision: str, options: MemoryOptions) ->
     return 2.0 * recipe.element_bytes * (1.0 - recipe.bf16_layer_share)
 
 
+def estimate_fp8_param_saved_bytes_per_param(precision: str, options: MemoryOptions) -> float:
+    """Bytes per GEMM weight that fp8 parameters (MemoryOptions.fp8_params, Megatron
+    --fp8-param-gather) save: the bf16 copy of every low-precision GEMM weight, whose quantised
+    tensors (estimate_fp8_copy_bytes_per_param) are then the parameters themselves.
+
+        param_bytes * (1 - bf16_layer_share)     below bf16 with Transformer Engine; else 0
+    Worked numbers: fp8 2.0 B (a GEMM weight keeps 2 B of row- and column-wise fp8 data
+    instead of 2 + 2); nvfp4 2 * 52/62 = 1.68 B (its BF16 layers keep their bf16 weights)."""
+    recipe = load_recipe(precision)
+    if (not options.fp8_params or not recipe.low_precision
+            or options.fp8_weight_copies == "none"):
+        return 0.0
+    return options.param_bytes * (1.0 - recipe.bf16_layer_share)
+
+
+def estimate_low_precision_weight_bytes_per_param(precision: str, options: MemoryOptions
+                                                  ) -> float:
+    """What a GEMM weight holds beyond param_bytes below bf16: its quantised copies less, with
+    fp8 parameters, the bf16 copy they replace (the two functions above). Worked numbers:
+    fp8 2.0 B with Transformer Engine's cache, 0.0 B with fp8 parameters."""
+    return (estimate_fp8_copy_bytes_per_param(precision, options)
+            - estimate_fp8_param_saved_bytes_per_param(precision, options))
+
+
 def estimate_sharded_state_bytes_per_param(options: MemoryOptions) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter once fully sharded (ZeRO-3): the
     options' own, with the fp32 master moved into the weights under PyTorch FSDP
@@ -138,7 +162,8 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     """Bytes of weights, gradients and optimizer state per GPU under ZeRO 0-3.
 
         weights   = (P * param_bytes + P_gemm * fp8_copy_bytes)  / d  if zero == 3
-                    (fp8_copy_bytes: estimate_fp8_copy_bytes_per_param)
+                    (fp8_copy_bytes: estimate_low_precision_weight_bytes_per_param, the
+                    copies less the bf16 weights fp8 parameters replace from ZeRO-1 on)
         grads     = P * grad_bytes                            / d  if zero >= 2
         optimizer = P * optimizer_bytes                       / d  if zero >= 1
     with d = dp*cp for dense parameters and tp*cp*dp/(ep*etp) for routed experts.
@@ -164,10 +189,14 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
         return sum((counts[k] * bytes_per_param / np.where(on, shards[k], 1.0) for k in PARAM_GROUPS),
                    np.zeros(len(candidates)))
 
-    # The copies of the weights a GPU holds: under ZeRO-3 its shard (the gathered layer's
-    # copies are a ZeRO-3 gather buffer, estimate_zero3_gather_bytes), as Megatron-FSDP keeps
-    # fp8 parameters sharded (--fp8-param-gather).
-    fp8_copy = estimate_fp8_copy_bytes_per_param(job.precision, options)
+    # The copies of the weights a GPU holds (less the bf16 weights fp8 parameters replace):
+    # under ZeRO-3 its shard (the gathered layer's copies are a ZeRO-3 gather buffer,
+    # estimate_zero3_gather_bytes), as Megatron-FSDP keeps fp8 parameters sharded
+    # (--fp8-param-gather).
+    # Megatron takes --fp8-param-gather only with its distributed optimizer (ZeRO >= 1).
+    fp8_copy = (estimate_fp8_copy_bytes_per_param(job.precision, options)
+                - np.where(zero >= 1, estimate_fp8_param_saved_bytes_per_param(
+                    job.precision, options), 0.0))
     copies = sum((gemm[k] * fp8_copy / np.where(zero >= 3, shards[k], 1.0) for k in PARAM_GROUPS),
                  np.zeros(len(candidates)))
     # PyTorch FSDP's ZeRO-3 shard is the fp32 parameter the optimizer steps (MemoryOptions.

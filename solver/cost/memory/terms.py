@@ -34,7 +34,7 @@ from solver.cost.blocks import hybrid_kinds
 from solver.cost.memory.states import (
     StageParams,
     estimate_kind_stage_params,
-    estimate_fp8_copy_bytes_per_param,
+    estimate_low_precision_weight_bytes_per_param,
     estimate_model_states,
     estimate_stage_params,
 )
@@ -150,7 +150,8 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
         largest = np.maximum.reduce([kind.largest_layer for index, kind in
                                      enumerate([dense, moe, *extra]) if index in present])
     gather = estimate_zero3_gather_bytes(
-        candidates, largest, options, estimate_fp8_copy_bytes_per_param(job.precision, options))
+        candidates, largest, options,
+        estimate_low_precision_weight_bytes_per_param(job.precision, options))
     activation = estimate_activation_terms(model_spec, job, candidates, options)
     logits = estimate_logits_bytes(model_spec, job, candidates, options)
 
