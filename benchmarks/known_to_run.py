@@ -105,7 +105,13 @@ KNOWN_MISSES = {
         "(configs/gpt_oss/workload_base_configs.py @da98070) runs MBS 1: 65.4 GB predicted "
         "without recompute, it fits",
     "bloom-0228-206B-19":
-        "BLOOM 206B OOM at 66.6 GB predicted: memory_accuracy's one missed OOM point",
+        "BLOOM 206B (h 14336, 82 layers, tp 4 pp 12 mb 2) OOM at 66.6 GB predicted, as its "
+        "neighbours that ran: 203B (h 13312, 94 layers, same degrees) predicted 66.7, measured "
+        "67 GB; 176B (h 14336, 70 layers) measured 60 GB, and one more layer on the first stage "
+        "adds 616.6M x 9.5 B = 5.9 GB of states and 12 x 117 MB = 1.4 GB of checkpointed "
+        "inputs: 67.3 GB. No steady-state item separates it from the 203B row; the source "
+        "records no memory (no snapshot), so the OOM came from something the steady state "
+        "does not hold (not fitted to this row)",
 }
 
 
