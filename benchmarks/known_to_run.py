@@ -88,6 +88,10 @@ LLM_FOUNDRY_LOGITS_BYTES = 4.0
 # in every perf config since the first perf scripts, #403, 2025-08-28, before the archive's
 # first release 25.09): Megatron's --grad-reduce-in-bf16.
 MEGATRON_BRIDGE_RECIPE_FEATURES = {"grad_reduce_in_bf16": True}
+# Their fp8 mixed-precision recipes keep fp8 parameters (--fp8-param-gather: megatron/bridge/
+# training/mixed_precision.py bf16_with_fp8_current_scaling_mixed, bf16_with_fp8_delayed_
+# scaling_mixed and bf16_with_mxfp8_mixed set fp8_param_gather = True), applied to low-precision
+# rows in run_memory_options.
 # ... and compute the loss with Transformer Engine's fused cross-entropy
 # (cross_entropy_fusion_impl "te": the 25.09 configs/*.yaml @ad151f3, _benchmark_common @067f987;
 # cross_entropy_loss_fusion defaults to True in GPTModelProvider), whose backward writes the
@@ -130,6 +134,7 @@ def run_memory_options(run: PublishedRun) -> MemoryOptions:
         # mla_up_proj and mlp under selective granularity).
         recipe = bridge_moe_recipe(run)
         features = {**MEGATRON_BRIDGE_RECIPE_FEATURES,
+                    "fp8_param_gather": run.precision != "bf16",
                     **({"recompute_modules": recipe["recompute_modules"]}
                        if "recompute_modules" in recipe else {})}
         base = MemoryOptions(logits_bytes=MEGATRON_BRIDGE_LOGITS_BYTES,
