@@ -60,7 +60,8 @@ def test_megatron_profile() -> None:
     "allgather" (the launch settings ask for alltoall, moe/README.md "Standard EP > 1 setups"),
     model_parallel_config.py tp_comm_overlap = False, overlap_moe_expert_parallel_comm = False;
     --recompute-granularity selective = core attention; TE fused norms, RoPE and SwiGLU;
-    arguments.py --use-precision-aware-optimizer and --grad-reduce-in-bf16 store_true (off);
+    arguments.py --use-precision-aware-optimizer, --grad-reduce-in-bf16 and --fp8-param-gather
+    store_true (off);
     transformer_config.py recompute_modules default ["core_attn"]."""
     profile = build_framework_profile("megatron")
     assert profile.features() == {
@@ -68,7 +69,8 @@ def test_megatron_profile() -> None:
         "moe_dispatcher": "alltoall", "tp_comm_overlap": False, "ep_comm_overlap": False,
         "dp_overlap": "always", "selective_recompute": "attention_core",
         "fp8_weight_copies": "transformer_engine", "precision_aware_optimizer": False,
-        "grad_reduce_in_bf16": False, "recompute_modules": ["core_attn"]}
+        "grad_reduce_in_bf16": False, "fp8_param_gather": False,
+        "recompute_modules": ["core_attn"]}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 
