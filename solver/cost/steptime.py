@@ -28,12 +28,11 @@ Group links follow Megatron's rank order tp-cp-ep-dp-pp (dense generator tp-cp-d
 generator etp-ep-edp-pp): TP has stride 1, CP stride tp, DP stride tp*cp, PP stride tp*cp*dp;
 EP stride etp, expert-DP stride etp*ep.
 
-A layer's own time, by kind and part, is solver.cost.layer_time's.
+A layer's own time, by kind and part, is solver.cost.layer_time's; what each stage holds,
+solver.cost.stage_content's.
 """
 
 from __future__ import annotations
-
-import functools
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -48,7 +47,7 @@ from solver.cost.data_parallel import (
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
-from solver.cost.distinct import distinct_inverse, distinct_rows
+from solver.cost.distinct import distinct_rows
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.layer_time import (
     BF16_BYTES,
@@ -58,11 +57,10 @@ from solver.cost.layer_time import (
     sm_contention,
     stack_parts,
 )
-from solver.cost.memory.layout import (
-    estimate_stage_kind_layers,
-    layer_kinds,
-    layout_layer_counts,
-    num_layer_kinds,
+from solver.cost.stage_content import (
+    StageTimeContent,
+    even_stage_time_content,
+    layout_stage_time_content,
 )
 # TimeConstants lives in solver.cost.time_constants; importing it from here keeps working.
 from solver.cost.time_constants import TimeConstants, dp_part_overlaps, dp_syncs_per_step
@@ -146,17 +144,6 @@ class TimeTerms:
         values = {name: getattr(self, name)[index] for name in self.__dataclass_fields__
                   if name not in scalars}
         return TimeTerms(tokens=self.tokens, peak_flop_per_s=self.peak_flop_per_s, **values)
-
-
-@dataclass(frozen=True)
-class StageTimeContent:
-    """What the stages of each candidate hold, for the step time: S stage rows per candidate,
-    `count` of them alike (0 pads). layers, recompute: (N, S, kinds); is_last, count: (N, S)."""
-
-    layers: np.ndarray
-    recompute: np.ndarray
-    is_last: np.ndarray
-    count: np.ndarray
 
 
 def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
@@ -351,54 +338,4 @@ def estimate_layout_step_time(model_spec: ModelSpec, cluster: ClusterSpec, job: 
     """Step time of each configuration whose stages hold its layout (one row each)."""
     candidates = Candidates.from_configs(configs)
     terms = estimate_time_terms(model_spec, cluster, job, candidates, constants)
-    kinds, num_kinds = layer_kinds(model_spec), num_layer_kinds(model_spec)
-    width = max(config.pp for config in configs)
-    layers = np.zeros((len(configs), width, num_kinds))
-    recompute = np.zeros((len(configs), width, num_kinds))
-    is_last = np.zeros((len(configs), width))
-    count = np.zeros((len(configs), width))
-    for row, (config, layout) in enumerate(zip(configs, layouts)):
-        assert (layout.pp, layout.vpp) == (config.pp, config.vpp)
-        layers[row, :config.pp], recompute[row, :config.pp] = layout_layer_counts(
-            kinds, layout, num_kinds)
-        is_last[row, config.pp - 1] = 1.0
-        count[row, :config.pp] = 1.0
-    return compose_step_time(terms, StageTimeContent(layers=layers, recompute=recompute,
-                                                     is_last=is_last, count=count))
-
-
-@functools.lru_cache(maxsize=4096)
-def _even_stages(model_spec: ModelSpec, pp: int, vpp: int, embedding_slots: bool
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct stages of the even split of pp x vpp (layers of each kind: dense, MoE and a
-    block pattern's others; whether last) and how many stages are alike; the search asks for
-    the same few splits many times."""
-    stage = np.arange(pp)
-    kinds = estimate_stage_kind_layers(model_spec, np.full(pp, pp), np.full(pp, vpp), stage,
-                                       embedding_slots)
-    seen = np.column_stack([kinds, stage == pp - 1])
-    distinct, counts = np.unique(seen, axis=0, return_counts=True)
-    distinct.flags.writeable = counts.flags.writeable = False
-    return distinct, counts
-
-
-def even_stage_time_content(model_spec: ModelSpec, d: dict[str, np.ndarray],
-                            embedding_slots: bool = False) -> StageTimeContent:
-    """The distinct stages of each candidate's even split (solver.cost.memory.layout) with how
-    many stages are alike; every layer recomputes where the candidate recomputes in full."""
-    pp, vpp = d["pp"], d["vpp"]
-    width = int(vpp.max(initial=1)) + 1
-    keys, pair_of = distinct_inverse(pp * width + vpp)
-    rows = [_even_stages(model_spec, int(key // width), int(key % width), embedding_slots)
-            for key in keys]
-    num_rows = max((len(counts) for _, counts in rows), default=1)
-    num_kinds = num_layer_kinds(model_spec)
-    table = np.zeros((len(keys), num_rows, num_kinds + 1))
-    count = np.zeros((len(keys), num_rows))
-    for index, (distinct, counts) in enumerate(rows):
-        table[index, :len(counts)] = distinct
-        count[index, :len(counts)] = counts
-    layers = table[pair_of, :, :num_kinds]
-    full = (d["recompute"] == RECOMPUTE_FULL)[:, None, None]
-    return StageTimeContent(layers=layers, recompute=np.where(full, layers, 0.0),
-                            is_last=table[pair_of, :, num_kinds], count=count[pair_of])
+    return compose_step_time(terms, layout_stage_time_content(model_spec, configs, layouts))
