@@ -15,7 +15,8 @@ GPUs without a table and unfused attention, and the only runs left on that path 
 (--with-attention refits both, for comparison).
 
 The fit uses the dense runs of benchmarks/data/published_runs.jsonl only; MoE runs are kept
-out as a check. Each source counts equally (LLM Foundry has 216 runs, Megatron-LM 9), and the
+out as a check. Every run is predicted as time_accuracy.py predicts it (its source's framework
+profile and stated switches), with only the compute constants varied. Each source counts equally (LLM Foundry has 216 runs, Megatron-LM 9), and the
 loss is the mean squared log ratio predicted/measured of tokens/s per GPU. No constant is per
 row, per source or per GPU. Rerun:
 
@@ -36,11 +37,10 @@ from published import load_published_runs  # noqa: E402
 from time_accuracy import evaluate  # noqa: E402
 
 from solver.cost.efficiency import ComputeConstants  # noqa: E402
-from solver.cost.steptime import TimeConstants  # noqa: E402
 
 
-def loss(runs, constants: TimeConstants) -> float:
-    results = evaluate(runs, constants)
+def loss(runs, compute: ComputeConstants) -> float:
+    results = evaluate(runs, compute=compute)
     by_source: dict[str, list[float]] = {}
     for run, predicted in results:
         by_source.setdefault(run.source_group, []).append(
@@ -48,11 +48,9 @@ def loss(runs, constants: TimeConstants) -> float:
     return float(np.mean([np.mean(v) for v in by_source.values()]))
 
 
-def constants_for(attention: float, traffic: float, fraction: float) -> TimeConstants:
-    compute = ComputeConstants(attention_peak_fraction=attention,
-                               elementwise_traffic_factor=traffic,
-                               table_rate_fraction=fraction)
-    return TimeConstants(compute=compute)
+def constants_for(attention: float, traffic: float, fraction: float) -> ComputeConstants:
+    return ComputeConstants(attention_peak_fraction=attention,
+                            elementwise_traffic_factor=traffic, table_rate_fraction=fraction)
 
 
 def grid_search(dense, attentions, traffics, fractions) -> tuple[float, float, float, float]:
@@ -89,7 +87,7 @@ def main() -> None:
     print(f"elementwise_traffic_factor = {traffic:.2f}")
     print(f"table_rate_fraction        = {fraction:.2f}")
     print(f"rms log error (dense, sources weighted equally) = {np.sqrt(value):.3f}")
-    fitted = evaluate(runs, constants_for(attention, traffic, fraction))
+    fitted = evaluate(runs, compute=constants_for(attention, traffic, fraction))
     for kind in ("dense", "moe"):
         errors = np.array([abs(p / r.tokens_per_sec_per_gpu - 1) for r, p in fitted
                            if r.arch_kind == kind])

@@ -27,6 +27,8 @@ from rich.table import Table
 
 from published import PublishedRun, load_published_runs
 from solver.cost.candidates import Candidates
+from solver.cost.efficiency import ComputeConstants
+from solver.cost.frameworks import ATTENTION_SWITCHES
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
 from solver.cost.time_constants import framework_time_constants
@@ -44,12 +46,13 @@ SOURCE_FRAMEWORKS = {"megatron-lm": "megatron", "megatron-bridge": "megatron",
                      "bloom": "deepspeed", "llm-foundry": "generic"}
 
 
-def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = None
-             ) -> list[tuple[PublishedRun, float]]:
+def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = None,
+             compute: ComputeConstants | None = None) -> list[tuple[PublishedRun, float]]:
     """(run, predicted tokens/s per GPU) in the order of `runs`; runs that share model, cluster
     and job go through estimate_step_time in one vectorised call. Each run starts from its
     source's framework profile (SOURCE_FRAMEWORKS), or from `constants` when given, with the
-    switches its source states (framework_switches)."""
+    switches its source states (framework_switches); `compute` replaces the compute constants
+    of whichever it starts from (what benchmarks/fit_time.py varies)."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for index, run in enumerate(runs):
         switches = tuple(sorted(framework_switches(run).items()))
@@ -58,7 +61,8 @@ def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = Non
     for (model_spec, cluster, job, group, switches), indices in groups.items():
         candidates = Candidates.from_configs([runs[i].parallel for i in indices])
         base = constants or framework_time_constants(SOURCE_FRAMEWORKS[group])
-        run_constants = base.model_copy(update=dict(switches))
+        update = dict(switches) if compute is None else {**dict(switches), "compute": compute}
+        run_constants = base.model_copy(update=update)
         estimate = estimate_step_time(model_spec, cluster, job, candidates, run_constants)
         predicted[indices] = estimate.tokens_per_s_per_gpu
     return [(run, float(p)) for run, p in zip(runs, predicted)]
@@ -98,9 +102,10 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         return {"tp_comm_overlap": True, "ep_comm_overlap": True, **bridge_moe_recipe(run)}
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
-    # LLM Foundry's tables (2023) ran FlashAttention-1/2 or Triton attention kernels, written
-    # for Ampere's mma.sync (the README: "our models use Flash Attention").
-    foundry = {"native_attention_kernels": False}
+    # LLM Foundry's tables (2023) ran FlashAttention in Triton: submit_benchmarks.py defaults
+    # --attn_impl to triton at every commit that wrote them (up to 5e85bd62, 2024-01; flash
+    # from 7f0fdae, 2024-03), and its yamls say `attn_impl: triton`.
+    foundry = dict(ATTENTION_SWITCHES["triton"])
     if run.mixed_precision_mode == "DEFAULT":
         # Composer's FSDP "DEFAULT" mixed precision (torch 1.13 era, the tables' own note):
         # bf16 parameters, gradients reduced in fp32 (mosaic_fsdp.get_mixed_precision).

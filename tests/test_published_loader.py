@@ -175,9 +175,10 @@ def test_fsdp_mixed_precision_mode_is_read_and_switched(loaded) -> None:
     assert all(r.mixed_precision_mode is None for r in runs if r.source_group != "llm-foundry")
     default = next(r for r in runs if r.mixed_precision_mode == "DEFAULT")
     pure = next(r for r in runs if r.mixed_precision_mode == "PURE")
-    assert framework_switches(default) == {"zero3_grad_reduce_bytes": 4.0,
-                                           "native_attention_kernels": False}
-    assert framework_switches(pure) == {"native_attention_kernels": False}
+    triton = {"flash_attention": True, "native_attention_kernels": False,
+              "triton_attention": True}
+    assert framework_switches(default) == {"zero3_grad_reduce_bytes": 4.0, **triton}
+    assert framework_switches(pure) == triton
 
 
 def test_bloom_0220_layer_counts_are_the_multiples_of_pp_the_sizes_imply(loaded, rows) -> None:

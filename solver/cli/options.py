@@ -74,7 +74,8 @@ def framework_feature_options(command: F) -> F:
     return _apply(command, [
         click.option("--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=None,
                      help="Attention kernels: native (FlashAttention-3 / cuDNN), flash2 "
-                          "(FlashAttention-2, Ampere instructions on Hopper) or unfused."),
+                          "(FlashAttention-2, Ampere instructions on Hopper), triton (2022 "
+                          "FlashAttention in Triton) or unfused."),
         click.option("--fused-elementwise/--eager-elementwise", default=None,
                      help="Fused norms, RoPE and SwiGLU (TE, torch.compile) or eager ops."),
         click.option("--cuda-graphs/--no-cuda-graphs", default=None,

@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.kernels import (
+    ATTENTION_BACKWARD_FLOP_RATIO,
     MLA_QK_HEAD_DIM,
     MLA_V_HEAD_DIM,
     KernelTable,
@@ -42,6 +43,7 @@ from solver.cost.kernels import (
     estimate_table_mla_rate,
     legacy_attention_factors,
     load_kernel_table,
+    triton_attention_rates,
 )
 from solver.cost.precision import load_recipe
 from solver.spec import GpuSpec
@@ -173,6 +175,17 @@ def estimate_table_attention_s(gpu: GpuSpec, flops: np.ndarray | float, *, batch
         slow_forward, slow_backward = legacy_attention_factors(seq)
         return forward / slow_forward, backward / slow_backward
     return forward, backward
+
+
+def estimate_triton_attention_s(gpu: GpuSpec, flops: np.ndarray | float, seq
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of FlashAttention in Triton doing `flops` (causal count)
+    at `seq` tokens per sequence (solver.cost.kernels.triton_attention_rates; published
+    standalone kernel rates, like the tables'): LLM Foundry's 2023 tables ran it."""
+    forward_rate, backward_rate = triton_attention_rates(
+        gpu.peak_flop_per_s("bf16"), gpu.legacy_mma_fraction is not None, seq)
+    forward = np.asarray(flops, dtype=float) / forward_rate
+    return forward, ATTENTION_BACKWARD_FLOP_RATIO * np.asarray(flops, dtype=float) / backward_rate
 
 
 def estimate_attention_core_s(

@@ -10,8 +10,10 @@ override:
 
   attention_kernel     native (FlashAttention-3 / cuDNN fused attention: the GPU's own
                        tensor-core instructions), flash2 (FlashAttention-2 kernels, Ampere's
-                       mma.sync: GpuSpec.legacy_mma_fraction of a Hopper peak) or unfused
-                       (TimeConstants.flash_attention, native_attention_kernels)
+                       mma.sync: GpuSpec.legacy_mma_fraction of a Hopper peak), triton
+                       (2022 FlashAttention in Triton) or unfused
+                       (TimeConstants.flash_attention, native_attention_kernels,
+                       triton_attention)
   fused_elementwise    fused norms / RoPE / SwiGLU (TE, apex, torch.compile) or eager ops
   cuda_graphs          captured kernels replay without host launches
   moe_dispatcher       alltoall | allgather | deepep | hybridep (EP traffic, its SMs)
@@ -68,8 +70,14 @@ FSDP_FP32_PARAM_FRAMEWORKS = ("torchtitan", "generic")
 # stays.
 EAGER_CROSS_ENTROPY_LOGITS_BYTES = 12.0
 
-# TimeConstants (flash_attention, native_attention_kernels) of each attention kernel.
-ATTENTION_SWITCHES = {"native": (True, True), "flash2": (True, False), "unfused": (False, False)}
+# The TimeConstants switches of each attention kernel.
+ATTENTION_SWITCHES = {
+    kernel: {"flash_attention": flash, "native_attention_kernels": native,
+             "triton_attention": triton}
+    for kernel, (flash, native, triton) in {"native": (True, True, False),
+                                            "flash2": (True, False, False),
+                                            "triton": (True, False, True),
+                                            "unfused": (False, False, False)}.items()}
 
 # Megatron-Core with Transformer Engine (megatron/core/transformer/transformer_layer.py
 # TransformerLayer.forward, attention.py, mlp.py, moe/moe_layer.py, moe/token_dispatcher.py
@@ -133,6 +141,7 @@ class FrameworkProfile(BaseModel):
                   for name in FEATURES if name != "attention_kernel"
                   for value in (getattr(constants, name),)}
         kernel = ("unfused" if not constants.flash_attention
+                  else "triton" if constants.triton_attention
                   else "native" if constants.native_attention_kernels else "flash2")
         return {"attention_kernel": kernel, **values}
 
@@ -311,7 +320,7 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
     update = features.given()
     kernel = update.pop("attention_kernel", None)
     if kernel is not None:
-        update["flash_attention"], update["native_attention_kernels"] = ATTENTION_SWITCHES[kernel]
+        update.update(ATTENTION_SWITCHES[kernel])
     if framework == "torchtitan" and "fused_elementwise" in update:
         update["launches"] = (TORCHTITAN_COMPILED_LAUNCHES if update["fused_elementwise"]
                               else TORCHTITAN_EAGER_LAUNCHES)

@@ -239,6 +239,46 @@ FA2_RATES_TFLOPS = ((512, 309.0, 214.0), (1024, 350.0, 260.0), (2048, 362.0, 291
                     (4096, 368.0, 310.0), (8192, 370.0, 318.0), (16384, 370.0, 322.0))
 
 
+# FlashAttention in Triton: HazyResearch's flash_attn_triton.py (Dec 2022, triton-pre-mlir),
+# LLM Foundry's attn_impl "triton" (llmfoundry/models/layers/attention.py
+# triton_flash_attn_fn). Its own header: "Overall Triton forward + backward is slightly slower
+# than CUDA forward + backward" of FlashAttention-1. FlashAttention-2 (Dao 2023, arXiv
+# 2307.08691) §4.1 on A100: FA2 is "around 1.3-1.5x faster than FlashAttention in Triton in
+# the forward pass and around 2x faster in the backward pass" (the middle of the range here);
+# §1: FlashAttention-1 "only reaches 30-50%" of the A100's peak forward (Fig. 5) and 25-35%
+# backward (Fig. 6), over the figures' 512 to 16K tokens (taken to rise with the sequence, as
+# the figures do). The two agree: FA2's best, 73% forward and 63% backward, over 1.4 and 2
+# give 52% and 32%.
+TRITON_SLOWDOWN_FROM_FA2 = (1.4, 2.0)
+FA1_PEAK_FRACTIONS = ((512, 0.30, 0.25), (16384, 0.50, 0.35))
+# The dense BF16 peak of the H100 SXM5 the FA3 figures (FA2_RATES_TFLOPS) were measured on.
+FA_FIGURES_PEAK_TFLOPS = 989.0
+
+
+def triton_attention_rates(peak_flop_per_s: float, hopper: bool, seq
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) FLOP/s of FlashAttention in Triton at `seq` tokens per sequence
+    (the backward counting ATTENTION_BACKWARD_FLOP_RATIO x the forward's FLOPs) on a GPU of
+    `peak_flop_per_s` (dense BF16): on Hopper (`hopper`: a GPU with a legacy_mma_fraction)
+    FlashAttention-2's measured Hopper rates scaled to the GPU's peak, over
+    TRITON_SLOWDOWN_FROM_FA2; elsewhere FlashAttention-1's share of the peak
+    (FA1_PEAK_FRACTIONS, log-linear in the sequence). Worked numbers: an A100 (312 TFLOP/s) at
+    2K tokens runs 0.38 x 312 = 119 forward and 0.29 x 312 = 91 backward; an H100 at 16K
+    370 / 1.4 = 264 and 322 / 2 = 161."""
+    x = np.log2(np.asarray(seq, dtype=float))
+    if hopper:
+        seqs = np.log2([s for s, _, _ in FA2_RATES_TFLOPS])
+        scale = peak_flop_per_s / (FA_FIGURES_PEAK_TFLOPS * 1e12) * 1e12
+        forward = np.interp(x, seqs, [f for _, f, _ in FA2_RATES_TFLOPS]) * scale
+        backward = np.interp(x, seqs, [b for _, _, b in FA2_RATES_TFLOPS]) * scale
+        slow_forward, slow_backward = TRITON_SLOWDOWN_FROM_FA2
+        return forward / slow_forward, backward / slow_backward
+    seqs = np.log2([s for s, _, _ in FA1_PEAK_FRACTIONS])
+    forward = np.interp(x, seqs, [f for _, f, _ in FA1_PEAK_FRACTIONS])
+    backward = np.interp(x, seqs, [b for _, _, b in FA1_PEAK_FRACTIONS])
+    return forward * peak_flop_per_s, backward * peak_flop_per_s
+
+
 def legacy_attention_factors(seq) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) rate of FlashAttention-2 over FlashAttention-3 on Hopper at `seq`
     (FA3 paper Fig. 5b/6b): what a 2023-era attention kernel runs at relative to a native one

@@ -36,6 +36,7 @@ from solver.cost.efficiency import (
     estimate_gemm_s,
     estimate_streaming_s,
     estimate_table_attention_s,
+    estimate_triton_attention_s,
     gemm_table,
 )
 from solver.cost.flops import estimate_attention_core_flops
@@ -186,12 +187,15 @@ def _with_block_kinds(model_spec: ModelSpec, job: JobSpec, kinds: dict[str, dict
 def _attention_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                     d: dict[str, np.ndarray], constants: TimeConstants
                     ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(forward, backward, from the kernel table) seconds of the attention core. The table
-    path needs fused attention (FlashAttention or its kind): unfused attention keeps the
-    datasheet path, which models its batched GEMMs."""
+    """(forward, backward, from measured kernel rates) seconds of the attention core. The
+    table path needs fused attention (FlashAttention or its kind): unfused attention keeps the
+    datasheet path, which models its batched GEMMs; FlashAttention in Triton
+    (TimeConstants.triton_attention) takes its published rates, not the tables'."""
     gpu, tp, cp = cluster.gpu, d["tp"], d["cp"]
     rows = d["micro_batch"] * job.seq_len / cp
     core_flops = rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
+    if constants.flash_attention and constants.triton_attention:
+        return (*estimate_triton_attention_s(gpu, core_flops, job.seq_len / cp), True)
     if constants.flash_attention:
         table = estimate_table_attention_s(
             gpu, core_flops, batch=d["micro_batch"], seq=job.seq_len / cp,

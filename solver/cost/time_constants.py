@@ -76,6 +76,10 @@ class TimeConstants(BaseModel):
     # cuDNN's fused attention on Hopper). 2023-era kernels (FlashAttention-1/2, Triton) use
     # Ampere's mma.sync and reach at most GpuSpec.legacy_mma_fraction of a Hopper peak.
     native_attention_kernels: bool = True
+    # FlashAttention in Triton (2022, HazyResearch's flash_attn_triton; LLM Foundry's
+    # attn_impl "triton" until 2024): FlashAttention-1's rates rather than the tables'
+    # (solver.cost.kernels.triton_attention_rates). Read with flash_attention on.
+    triton_attention: bool = False
     tp_comm_overlap: bool = False
     # Whether DP collectives overlap compute: "always" (Megatron --overlap-grad-reduce /
     # --overlap-param-gather, FSDP's prefetch, DeepSpeed ZeRO's overlap_comm), "never", or

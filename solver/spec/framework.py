@@ -12,8 +12,9 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 # native: FlashAttention-3 / cuDNN fused attention, written for the GPU's own tensor-core
-# instructions; flash2: FlashAttention-2 (Ampere's mma.sync); unfused: GEMMs around a softmax.
-AttentionKernel = Literal["native", "flash2", "unfused"]
+# instructions; flash2: FlashAttention-2 (Ampere's mma.sync); triton: FlashAttention in Triton
+# (2022, LLM Foundry's attn_impl triton); unfused: GEMMs around a softmax.
+AttentionKernel = Literal["native", "flash2", "triton", "unfused"]
 MoeDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 DpOverlap = Literal["always", "never", "without_pipeline"]
 # What `--recompute selective` recomputes: Megatron's attention core, torchtitan's op level.
