@@ -3,7 +3,7 @@ activations, reserves), decode and prefill time, and the TP / PP / DP / EP that 
 
     job          ServeJob, ServeConstants (with sources), ServeProblem, vLLM's batch defaults
     candidates   ServeCandidates: degree arrays
-    memory       per-GPU memory, KV bytes per token, KV capacity
+    memory       the problem's per-GPU memory and KV capacity (solver.cost.serve_memory)
     timing       the candidates as engines the cost model times (solver.cost.serve_round)
     load         the load model's inputs and per-plan load (solver.cost.serve_load)
     disagg       prefill and decode pools against the best aggregated plan
