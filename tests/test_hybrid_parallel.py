@@ -252,6 +252,10 @@ def test_megatron_refuses_context_parallel_gated_deltanet() -> None:
     assert "megatron_linear_attention_no_cp" in answer["conflicts"]
     generic = json.loads(CliRunner().invoke(cli, [*common, "--framework", "generic"]).output)
     assert generic["status"] != "infeasible"
+    # Launched anyway (pinned degrees), the Megatron file says which version it needs.
+    _, output = launch_flags("--tp", "2", "--cp", "2", "--ep", "4", model="qwen3-next-80b-a3b",
+                             seq_len=8192)
+    assert "without context parallelism" in output
 
 
 @pytest.mark.parametrize(("name", "mixer", "width"), [

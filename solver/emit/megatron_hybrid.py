@@ -128,9 +128,10 @@ def build_mamba_hybrid_flags(target: LaunchTarget, pipeline: PipelineLayout
             warnings, [note])
 
 
-def build_block_flags(model_spec: ModelSpec) -> tuple[list[tuple[str, ...]], list[str]]:
+def build_block_flags(model_spec: ModelSpec, cp: int = 1
+                      ) -> tuple[list[tuple[str, ...]], list[str]]:
     """The windows and gated DeltaNet layers as Megatron flags, and warnings for what it cannot
-    build (module docstring)."""
+    build (module docstring; `cp` the plan's context-parallel degree)."""
     m, flags, warnings = model_spec, [], []
     mixers = m.layer_mixers
     if "sliding_attention" in mixers:
@@ -151,6 +152,9 @@ def build_block_flags(model_spec: ModelSpec) -> tuple[list[tuple[str, ...]], lis
                   ("--linear-value-head-dim", str(m.linear_value_head_dim)),
                   ("--linear-num-key-heads", str(m.linear_num_key_heads)),
                   ("--linear-num-value-heads", str(m.linear_num_value_heads))]
+        if cp > 1:  # solver.search.constraints megatron_linear_attention_no_cp
+            warnings.append(f"Megatron-Core 0.16 runs gated DeltaNet without context "
+                            f"parallelism (core_v0.18.0 adds it): cp {cp} needs 0.18 or later")
     if m.attention_output_gate:
         flags.append(("--attention-output-gate",))
     return flags, warnings

@@ -88,7 +88,7 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
     if m.num_nextn_predict_layers:
         flags.append(("--mtp-num-layers", str(m.num_nextn_predict_layers)))
     if m.is_hybrid:  # windows, gated DeltaNet
-        block_flags, block_warnings = build_block_flags(m)
+        block_flags, block_warnings = build_block_flags(m, target.config.cp)
         flags += block_flags
         warnings += block_warnings
     return flags, warnings
