@@ -198,6 +198,8 @@ def _map_deepseek(cfg: Config, source: str, *, v3: bool) -> Fields:
         "num_shared_experts": read_int(cfg, source, "n_shared_experts", minimum=0,
                                    nullable=True) or 0,
         "router_bias": v3,
+        "n_group": read_int(cfg, source, "n_group", 1),
+        "topk_group": read_int(cfg, source, "topk_group", 1),
     }
     first_dense = read_int(cfg, source, "first_k_dense_replace", 3 if v3 else 0, minimum=0,
                        maximum=MAX_LAYERS)

@@ -11,6 +11,8 @@ traffic. Routing is taken as balanced, as in the vendor MoE benchmarks this is c
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solver.cost.blocks import estimate_mixer_cp_s, hybrid_kinds
@@ -90,19 +92,50 @@ def _framework_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
 
 
-def _domain_dedup(cluster: ClusterSpec, ep: np.ndarray, etp: np.ndarray,
-                  k: int) -> np.ndarray:
+def _domain_dedup(cluster: ClusterSpec, model_spec: ModelSpec, ep: np.ndarray,
+                  etp: np.ndarray) -> np.ndarray:
     """What DeepEP / HybridEP send across NVLink domains per byte the all-to-all sends: a
     token goes once to each other domain holding one of its k experts, forwarded inside it
     (DeepEP README, "forwarding data from NVLink domain to RDMA domain"). With balanced
-    routing over an EP group spanning D domains: D (1 - (1 - 1/D)^k) / k of the all-to-all's
-    k (D - 1) / D copies off the domain; k = 8, D = 2: 0.249; D = 8: 0.656; 1 within a domain."""
+    routing over an EP group spanning D domains: reached(D) / k of the all-to-all's
+    k (D - 1) / D copies off the domain (reached_domains); k = 8, D = 2: 0.249; D = 8: 0.656
+    (DeepSeek-V3's node-limited routing, 4 of 8 groups: 0.450); 1 within a domain."""
     # Ranks fill the job's segment of an NVLink domain in order (solver.spec.hardware); the
     # group's ep * etp ranks sit etp apart.
+    k = model_spec.num_experts_per_tok
     members = np.clip(cluster.job_segment_gpus // etp, 1, ep)
     domains = np.maximum(ep / members, 1.0)
-    reached = domains * (1.0 - (1.0 - 1.0 / domains) ** k)
+    reached = reached_domains(domains, k, model_spec.n_group, model_spec.topk_group)
     return np.where(domains > 1.0, reached / k, 1.0)
+
+
+def reached_domains(domains: np.ndarray, k: int, n_group: int = 1, topk_group: int = 1
+                    ) -> np.ndarray:
+    """Expected number of the D `domains` of an EP group (experts laid out in order, equal
+    shares) that one token's k routed copies reach, routing balanced. Without a group limit
+    each copy lands in any domain alike: D (1 - (1 - 1/D)^k). Group-limited routing (the
+    experts in n_group equal groups, a token's k from its topk_group chosen groups; DeepSeek-V3
+    §2.1.2) confines them: with at most one group per domain, to the m = topk_group D / n_group
+    domains the chosen groups cover, m (1 - (1 - 1/m)^k); with g = n_group / D groups per
+    domain, a domain holds j of the chosen groups with the hypergeometric probability of j
+    among g of the n_group, and is reached unless all k copies miss those j:
+    D sum_j P(j) (1 - (1 - j / topk_group)^k). Worked number (DeepSeek-V3, ep 64 on 8 nodes,
+    one group per node): 4 (1 - (3/4)^8) = 3.60 nodes, against 8 (1 - (7/8)^8) = 5.25."""
+    d = np.asarray(domains, dtype=float)
+    if n_group == 1:
+        return d * (1.0 - (1.0 - 1.0 / d) ** k)
+    per_domain = n_group / d
+    m = np.minimum(topk_group * d / n_group, d)
+    spread = m * (1.0 - (1.0 - 1.0 / np.maximum(m, 1.0)) ** k)
+    result = spread.copy()
+    for g in np.unique(np.round(per_domain[per_domain > 1.0])):
+        g = int(g)
+        chosen = range(0, min(g, topk_group) + 1)
+        total = math.comb(n_group, topk_group)
+        hit = sum(math.comb(g, j) * math.comb(n_group - g, topk_group - j) / total
+                  * (1.0 - (1.0 - j / topk_group) ** k) for j in chosen)
+        result = np.where((per_domain > 1.0) & (np.round(per_domain) == g), d * hit, result)
+    return result
 
 
 def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str, np.ndarray],
@@ -128,7 +161,7 @@ def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str,
         link = estimate_group_link(cluster, etp, ep, all_to_all=True)
         sent = dispatch_bytes
         if constants.moe_dispatcher in DISPATCHER_SMS:
-            sent = dispatch_bytes * _domain_dedup(cluster, ep, etp, k)
+            sent = dispatch_bytes * _domain_dedup(cluster, model_spec, ep, etp)
         moved = 2.0 * estimate_collective_s("all_to_all", sent, ep, link)
     etp_link = estimate_group_link(cluster, 1, etp)
     etp_bytes = dispatch_bytes * etp

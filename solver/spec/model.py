@@ -79,6 +79,11 @@ class ModelSpec(InputSpec, ParameterCounts):
     first_k_dense_layers: LayerCount = Field(default=0, ge=0)
     moe_layer_freq: LayerCount = Field(default=1, gt=0)
     router_bias: bool = False
+    # Group-limited routing (HF DeepSeek n_group, topk_group): the experts form n_group equal
+    # groups and a token's experts come from its topk_group best groups (DeepSeek-V3, arXiv
+    # 2412.19437 §2.1.2 node-limited routing, 8 groups, 4 chosen); 1 and 1: no limit.
+    n_group: Annotated[int, MAX_EXPERTS] = Field(default=1, gt=0)
+    topk_group: Annotated[int, MAX_EXPERTS] = Field(default=1, gt=0)
 
     q_lora_rank: Width | None = Field(default=None, gt=0)
     kv_lora_rank: Width | None = Field(default=None, gt=0)
@@ -130,6 +135,10 @@ class ModelSpec(InputSpec, ParameterCounts):
                 )
             if self.moe_intermediate_size is None:
                 raise ValueError("moe_intermediate_size is required when num_experts > 0")
+            if self.num_experts % self.n_group or self.topk_group > self.n_group:
+                raise ValueError(
+                    f"n_group ({self.n_group}) must divide num_experts ({self.num_experts}) "
+                    f"and be at least topk_group ({self.topk_group})")
             if self.num_moe_layers == 0:
                 raise ValueError(
                     f"first_k_dense_layers ({self.first_k_dense_layers}) leaves no MoE layer "
