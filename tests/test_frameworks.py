@@ -207,9 +207,9 @@ def test_launches_never_make_a_step_faster(launch_us, tp, recompute, framework, 
 
 def test_deepep_sends_a_token_once_per_domain() -> None:
     """_domain_dedup docstring: k = 8 over 2 domains 0.249, over 8 domains 0.656; 1 inside one
-    NVLink domain."""
+    NVLink domain (Qwen3-30B-A3B: top-8, no group limit)."""
     ep = np.array([8, 16, 64])
-    factor = _domain_dedup(H100, ep, np.ones(3, dtype=int), 8)
+    factor = _domain_dedup(H100, load_model_spec("qwen3-30b-a3b"), ep, np.ones(3, dtype=int))
     np.testing.assert_allclose(factor, [1.0, 2 * (1 - 0.5 ** 8) / 8, 8 * (1 - (7 / 8) ** 8) / 8])
     assert factor[1] == pytest.approx(0.249, abs=1e-3)
     assert factor[2] == pytest.approx(0.656, abs=1e-3)
