@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -138,6 +139,9 @@ def test_pairs_follow_nixl_and_mismatched_tp_can_win_a_split() -> None:
     user = np.array([p.tokens_per_s_per_user for p in front])
     gpu = np.array([p.tokens_per_s_per_gpu for p in front])
     assert np.all(np.diff(user) <= 0) and np.all(np.diff(gpu) > 0)  # a front: no point dominated
+    # Prefill ranks whose KV cache holds nothing keep no point on the front.
+    starved = replace(result, kv_tokens=np.zeros_like(result.kv_tokens))
+    assert {p.kind for p in build_pareto_front(problem, starved)} == {"aggregated"}
 
 
 def test_prefill_pool_kv_cache_bounds_its_rate() -> None:

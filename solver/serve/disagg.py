@@ -97,6 +97,7 @@ class DisaggResult:
     engines: ServeCandidates | None = None
     prefill_curves: LoadCurves | None = None
     decode_curves: LoadCurves | None = None
+    kv_tokens: np.ndarray | None = None  # each engine's KV cache per DP rank, tokens
 
     @property
     def winner(self) -> SplitPlan | None:
@@ -141,11 +142,12 @@ def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
     job, n = problem.job, problem.num_gpus
     plans = _aggregated(problem)
     engines = _engines(problem)
-    split, curves = [], (None, None)
+    split, curves, kv_tokens = [], (None, None), None
     if len(engines) and n >= 2:
         curves = (estimate_load_curves(problem, engines, "prefill"),
                   estimate_load_curves(problem, engines, "decode"))
-        split = _disaggregated(problem, engines, *curves)
+        kv_tokens = estimate_serving_memory(problem, engines).kv_tokens
+        split = _disaggregated(problem, engines, *curves, kv_tokens)
     plans += split
     plans.sort(key=lambda p: (-p.max_rate_per_s, p.num_gpus, p.kind != "aggregated",
                               p.ttft_s + job.output_len * p.tpot_s))
@@ -153,7 +155,8 @@ def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
     best_split = next((p for p in plans if p.kind == "disaggregated"), None)
     return DisaggResult(plans=tuple(plans[:top]), best_aggregated=aggregated,
                         best_disaggregated=best_split, candidates=tuple(split),
-                        engines=engines, prefill_curves=curves[0], decode_curves=curves[1])
+                        engines=engines, prefill_curves=curves[0], decode_curves=curves[1],
+                        kv_tokens=kv_tokens)
 
 
 def _aggregated(problem: ServeProblem) -> list[SplitPlan]:
@@ -188,7 +191,7 @@ def _operating_rate(problem: ServeProblem, most: float) -> float:
 
 
 def _disaggregated(problem: ServeProblem, engines: ServeCandidates, prefill_curves: LoadCurves,
-                   decode_curves: LoadCurves) -> list[SplitPlan]:
+                   decode_curves: LoadCurves, prefill_kv: np.ndarray) -> list[SplitPlan]:
     job, n = problem.job, problem.num_gpus
     q_len = job.input_distribution.quantile(job.load.quantile)
     ranks = engines.dp.astype(float)
@@ -202,7 +205,6 @@ def _disaggregated(problem: ServeProblem, engines: ServeCandidates, prefill_curv
                                 & (gpus[:, None] + gpus[None, :] <= n))
     if len(pair_i) == 0:
         return []
-    prefill_kv = estimate_serving_memory(problem, engines).kv_tokens
     curves = prefill_curves.take(pair_i)
     transfer, prefill_rate = {}, {}
     for same in (True, False):

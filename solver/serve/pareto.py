@@ -18,6 +18,7 @@ from solver.serve.candidates import SERVE_VARIABLES
 from solver.serve.constraints import build_serve_constraints
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.job import ServeProblem
+from solver.cost.kv_transfer import estimate_prefill_kv_tokens
 from solver.cost.serve_load import estimate_load_point, estimate_prefill_queue, largest_stable_rate
 from solver.serve.disagg import DisaggResult
 from solver.serve.load import PARETO_FRACTIONS, estimate_load_curves, meets_slo, slo_limits_s
@@ -87,7 +88,8 @@ def build_pareto_front(problem: ServeProblem, split: DisaggResult | None = None
 
 def _split_points(problem: ServeProblem, split: DisaggResult) -> list[ParetoPoint]:
     """The disaggregated plans at PARETO_FRACTIONS of the most each carries stably: the
-    smaller of its prefill pool's and its decode pool's stable rates."""
+    smaller of its prefill pool's and its decode pool's stable rates; a point whose prefill
+    ranks cannot hold the prompts they keep (solver.cost.kv_transfer) is left out."""
     plans = split.candidates
     engines = split.engines
     i = np.array([p.prefill_index for p in plans])
@@ -101,14 +103,17 @@ def _split_points(problem: ServeProblem, split: DisaggResult) -> list[ParetoPoin
                         ranks_d * largest_stable_rate(decode))
     transfer = np.array([p.transfer_s for p in plans])
     gpus = np.array([p.num_gpus for p in plans], dtype=float)
+    prompt = problem.job.input_distribution.mean
     limits = slo_limits_s(problem)
     out = []
     for fraction in PARETO_FRACTIONS:
         rate = stable * fraction
-        ttft, _, ok_prefill = estimate_prefill_queue(prefill, rate / ranks_p)
+        ttft, ttft_mean, ok_prefill = estimate_prefill_queue(prefill, rate / ranks_p)
         point = estimate_load_point(decode, rate / ranks_d)
+        held = estimate_prefill_kv_tokens(rate / ranks_p, prompt,
+                                          np.where(ok_prefill, ttft_mean, 0.0), transfer)
         ttft = ttft + transfer
-        ok = ok_prefill & point.stable & (stable > 0)
+        ok = ok_prefill & point.stable & (stable > 0) & (held <= split.kv_tokens[i])
         meets = ok & ((limits[0] is None) | (ttft <= (limits[0] or 0.0)))
         meets &= (limits[1] is None) | (point.tpot_s <= (limits[1] or 0.0))
         for k, plan in enumerate(plans):
