@@ -157,6 +157,7 @@ class FrameworkProfile(BaseModel):
         update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
                                   "fp8_weight_copies": constants.fp8_weight_copies,
                                   "recompute_modules": constants.recompute_modules,
+                                  "moe_dispatcher": constants.moe_dispatcher,
                                   "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS,
                                   "fsdp_unsharded_under_pp": self.name == "torchtitan"}
         if self.name == "torchtitan" and not constants.fused_elementwise:

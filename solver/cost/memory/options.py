@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from solver.spec.framework import Fp8WeightCopies, RecomputeModule, SelectiveRecompute
+from solver.spec.framework import (
+    Fp8WeightCopies,
+    MoeDispatcher,
+    RecomputeModule,
+    SelectiveRecompute,
+)
 
 GIB = 2**30
 
@@ -75,6 +80,9 @@ class MemoryOptions(BaseModel):
                            routed token copies on the busiest GPU over the average (§3.2 MoE:
                            "budget 1.0-1.25 with token dropping"; the upper end, since the
                            busiest GPU is the one that runs out of memory).
+      moe_dispatcher "alltoall"
+                           the profile's MoE token dispatcher: DeepEP's keeps buffers of its own
+                           (solver.cost.memory.dispatcher, the "dispatcher" item).
       logits_bytes 6       per logit on the last stage while the loss runs: the bf16 logits
                            plus the fp32 copy Megatron's vocab-parallel cross-entropy makes and
                            keeps for backward (theoretical_memory_usage counts the fp32 copy,
@@ -131,6 +139,7 @@ class MemoryOptions(BaseModel):
     flash_attention: bool = True
     dropout: bool = False
     moe_capacity_factor: float = Field(default=1.25, ge=1.0)
+    moe_dispatcher: MoeDispatcher = "alltoall"
     logits_bytes: float = Field(default=6.0, ge=0)
     zero3_prefetch_layers: int = Field(default=1, ge=0)
     comm_bucket_bytes: float = Field(default=2 * 40e6 * 4, ge=0)

@@ -28,6 +28,7 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.distinct import distinct_rows
 from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
+from solver.cost.memory.dispatcher import estimate_dispatcher_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
 from solver.cost.blocks import hybrid_kinds
@@ -45,7 +46,8 @@ KINDS = ("dense", "moe")
 # Longer candidate lists are reduced to their distinct degrees first.
 DISTINCT_ABOVE = 1024
 MAIN_ITEMS = ("weights", "grads", "optimizer", "activations")
-OTHER_ITEMS = ("logits", "zero3_gather", "comm_buckets", "cuda_context", "nccl", "fragmentation")
+OTHER_ITEMS = ("logits", "zero3_gather", "comm_buckets", "dispatcher", "cuda_context", "nccl",
+               "fragmentation")
 ITEMS = MAIN_ITEMS + OTHER_ITEMS
 # What PyTorch's caching allocator hands out (the fragmentation applies to these).
 ALLOCATED_ITEMS = MAIN_ITEMS + ("logits", "zero3_gather", "comm_buckets")
@@ -161,7 +163,8 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     num_kinds = activation["layer"].shape[1]
     per_kind = [activations(activation["layer"][:, k]) for k in range(num_kinds)]
     saved = [activations(activation["recompute"][:, k]) for k in range(num_kinds)]
-    fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options)}
+    fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options),
+             "dispatcher": estimate_dispatcher_bytes(model_spec, candidates, options)}
     terms = MemoryTerms(
         fixed=_item_matrix(n, fixed),
         per_layer=np.stack([states(dense), states(moe), *map(states, extra)], axis=1),
