@@ -147,3 +147,17 @@ def test_module_sets_share_one_time_limit(monkeypatch) -> None:
     solve(_problem(), top=3, engine="layout", time_limit_s=5.0)
     assert len(limits) == 4 and limits[0] == 5.0
     assert all(0.0 <= later < earlier for earlier, later in zip(limits, limits[1:]))
+
+
+def test_report_launch_line_carries_the_plan_modules() -> None:
+    """The report page's copyable launch line recomputes what the plan recomputes."""
+    from solver.optimize import render_result_json
+    from solver.sweep.report_data import render_launch_line
+
+    problem = build_problem("deepseek-v3", "dgx-h100", 256, seq_len=4096, global_batch=1024,
+                            pins={"tp": (2,), "cp": (2,), "pp": (16,), "ep": (8,)})
+    answer = render_result_json(solve(problem, top=1, engine="even", compare=False))
+    line = {**answer, "model": "deepseek-v3", "cluster": "dgx-h100", "gpus": 256}
+    plan = answer["plans"][0]
+    launch = render_launch_line(line, plan).split()
+    assert launch[launch.index("--recompute-modules") + 1] == ",".join(plan["recompute_modules"])

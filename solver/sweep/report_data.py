@@ -50,6 +50,9 @@ def render_launch_line(line: dict[str, Any], plan: dict[str, Any]) -> str:
         words += ["--layout", str(layout["syntax"])]
     # The memory savers the plan turned on to fit (Plan.memory_savers), as their flags.
     words += ["--" + str(name).replace("_", "-") for name in plan.get("memory_savers") or []]
+    # What its selective recompute recomputes where the search chose it (Plan.recompute_modules).
+    if plan.get("recompute_modules"):
+        words += ["--recompute-modules", ",".join(str(m) for m in plan["recompute_modules"])]
     words += ["--format", LAUNCH_FORMATS.get(str(line.get("framework")), "torch")]
     return " ".join(shlex.quote(word) for word in words)
 
