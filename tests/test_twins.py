@@ -57,8 +57,15 @@ def test_even_engine_top_k_is_the_oracles_distinct_top_k(problem) -> None:
         return
     oracle = fold_twins(rank(problem, feasible), 4)
     assert [p.config for p in result.plans] == oracle.candidates.to_configs()
-    assert [[e.recompute for e in p.equivalent] for p in result.plans] == [
-        [("none", "selective", "full")[code] for code, _ in twins] for twins in oracle.twins]
+    for plan, twins in zip(result.plans, oracle.twins):
+        expected = [("none", "selective", "full")[code] for code, _ in twins]
+        got = [e.recompute for e in plan.equivalent]
+        # Re-costed under the plan's own memory savers, a twin that needs more of them to fit
+        # is no equivalent (solver.ranked_plans._equivalents): with MoE layers the search's
+        # selective (moe_act, layernorm) needs less memory than none at the same step time.
+        assert set(got) <= set(expected)
+        if plan.memory_savers == problem.memory_savers:
+            assert got == expected
 
 
 @settings(max_examples=15, deadline=None)
