@@ -45,7 +45,6 @@ from solver.catalog.hf_hybrid import (
     map_glm4_moe,
     map_llama4,
     map_llama4_text,
-    map_nemotron_h,
     map_olmoe,
     map_phi3,
     map_qwen3_next,
@@ -54,6 +53,7 @@ from solver.catalog.hf_hybrid import (
     with_windows,
 )
 from solver.catalog.hf_layernorm import map_falcon, map_gpt2, map_gpt_neox
+from solver.catalog.hf_nemotron import map_nemotron_h
 from solver.catalog.tomlfile import validate_spec
 from solver.errors import InputError
 from solver.spec import ModelSpec

@@ -1,8 +1,8 @@
-"""Hugging Face `config.json` -> ModelSpec fields for models with a block pattern (hybrid
-Mamba, linear attention, sliding / chunked attention, interleaved MoE, MTP): one mapping per
-`model_type`, registered in solver.catalog.hf, following the rules stated there. Each mapping
-cites the modeling code that builds the layers; the pattern lands in ModelSpec's
-`layer_types` / `mlp_layer_types` (solver.spec.blocks).
+"""Hugging Face `config.json` -> ModelSpec fields for models with a block pattern (linear
+attention, sliding / chunked attention, interleaved MoE, MTP; the Mamba hybrids are in
+solver.catalog.hf_nemotron): one mapping per `model_type`, registered in solver.catalog.hf,
+following the rules stated there. Each mapping cites the modeling code that builds the layers;
+the pattern lands in ModelSpec's `layer_types` / `mlp_layer_types` (solver.spec.blocks).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from solver.catalog.hf_fields import (
 )
 from solver.errors import InputError
 
-NEMOTRON_LETTERS = {"M": ("mamba", "none"), "*": ("full_attention", "none"),
-                    "-": ("none", "dense"), "E": ("none", "moe")}
 LAYER_TYPE_NAMES = ("full_attention", "sliding_attention", "chunked_attention",
                     "linear_attention")
 
@@ -75,78 +73,6 @@ def with_windows(fields: Fields, cfg: Config, source: str, default_types: list[s
     types = read_layer_types(cfg, source, layers, ("full_attention", "sliding_attention"),
                              default_types or ["sliding_attention"] * layers)
     return {**fields, "sliding_window": window, "layer_types": tuple(types)}
-
-
-def _nemotron_pattern(cfg: Config, source: str, num_layers: int) -> list[tuple[str, str]]:
-    key = "hybrid_override_pattern"
-    pattern = cfg.get(key, ABSENT)
-    if not isinstance(pattern, str):
-        raise field_error(source, key, f"required string of M, *, - and E is "
-                                       f"{'missing' if pattern is ABSENT else show_value(pattern)}")
-    if len(pattern) != num_layers:
-        raise field_error(source, key, f"has {len(pattern)} letters but num_hidden_layers is "
-                                       f"{num_layers}")
-    bad = sorted(set(pattern) - set(NEMOTRON_LETTERS))
-    if bad:
-        raise field_error(source, key, f"letters must be M (Mamba-2), * (attention), - (MLP) "
-                                       f"or E (MoE); got {bad[0]!r}")
-    return [NEMOTRON_LETTERS[letter] for letter in pattern]
-
-
-def map_nemotron_h(cfg: Config, source: str) -> Fields:
-    """NemotronHForCausalLM (transformers models/nemotron_h): every layer is ONE block behind
-    one RMSNorm, chosen by `hybrid_override_pattern` (M NemotronHMamba2Mixer, * NemotronH
-    Attention without biases, - NemotronHMLP: up and down projections with squared ReLU, E
-    NemotronHMoE: a router with e_score_correction_bias, n_routed_experts NemotronHMLP experts
-    of moe_intermediate_size and a shared NemotronHMLP of
-    moe_shared_expert_intermediate_size). Mamba: mamba_num_heads x mamba_head_dim, n_groups,
-    ssm_state_size, conv_kernel (4), chunk_size (128), use_conv_bias (true), projections biased
-    by mamba_proj_bias (HF's `use_bias`)."""
-    num_layers = read_int(cfg, source, "num_hidden_layers", maximum=MAX_LAYERS)
-    blocks = _nemotron_pattern(cfg, source, num_layers)
-    if "head_dim" not in cfg and "attention_head_dim" in cfg:
-        cfg = {**cfg, "head_dim": cfg["attention_head_dim"]}
-    mixers = {mixer for mixer, _ in blocks}
-    mlps = {mlp for _, mlp in blocks}
-    bias_key = "mamba_proj_bias" if "mamba_proj_bias" in cfg else "use_bias"
-    fields: Fields = {
-        **read_body(cfg, source, max_positions=4096, tied=False),
-        **read_attention(cfg, source, kv_default=8, head_dim_default=128),
-        "intermediate_size": read_int(cfg, source, "intermediate_size"),
-        "mlp_type": "plain",
-        "mlp_bias": read_bool(cfg, source, "mlp_bias", False),
-        "norms_per_layer": 1,
-        "layer_types": tuple(mixer for mixer, _ in blocks),
-        "mlp_layer_types": tuple(mlp for _, mlp in blocks),
-    }
-    if read_bool(cfg, source, "attention_bias", False):
-        fields.update(qkv_bias=True, o_bias=True)
-    if "mamba" in mixers:
-        fields.update(
-            mamba_num_heads=read_int(cfg, source, "mamba_num_heads"),
-            mamba_head_dim=read_int(cfg, source, "mamba_head_dim"),
-            n_groups=read_int(cfg, source, "n_groups"),
-            ssm_state_size=read_int(cfg, source, "ssm_state_size"),
-            conv_kernel=read_int(cfg, source, "conv_kernel", 4),
-            chunk_size=read_int(cfg, source, "chunk_size", 128),
-            use_conv_bias=read_bool(cfg, source, "use_conv_bias", True),
-            mamba_proj_bias=read_bool(cfg, source, bias_key, False))
-        if fields["mamba_num_heads"] % fields["n_groups"]:
-            raise field_error(source, "n_groups", f"{fields['n_groups']} must divide "
-                                                  f"mamba_num_heads ({fields['mamba_num_heads']})")
-    if "moe" in mlps:
-        fields.update(
-            **read_routed_experts(cfg, source, experts_key="n_routed_experts",
-                                  top_k_key="num_experts_per_tok",
-                                  width=read_int(cfg, source, "moe_intermediate_size")),
-            router_bias=True)
-        shared = read_int(cfg, source, "n_shared_experts", 1, minimum=0)
-        if shared:
-            fields.update(num_shared_experts=1, shared_expert_intermediate_size=shared * read_int(
-                cfg, source, "moe_shared_expert_intermediate_size"))
-    fields["num_nextn_predict_layers"] = read_int(cfg, source, "num_nextn_predict_layers", 0,
-                                                  minimum=0, maximum=MAX_LAYERS)
-    return fields
 
 
 def map_qwen3_next(cfg: Config, source: str) -> Fields:
