@@ -4,16 +4,8 @@ projections. Registered in solver.catalog.hf, following the rules stated there."
 
 from __future__ import annotations
 
-from solver.catalog.hf_fields import (
-    MAX_LAYERS,
-    Config,
-    Fields,
-    field_error,
-    read_attention,
-    read_body,
-    read_bool,
-    read_int,
-)
+from solver.catalog.hf_fields import (MAX_LAYERS, Config, Fields, field_error, read_attention,
+    read_body, read_bool, read_int)
 
 
 def map_gpt2(cfg: Config, source: str) -> Fields:

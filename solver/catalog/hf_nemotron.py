@@ -6,19 +6,8 @@ stated there.
 
 from __future__ import annotations
 
-from solver.catalog.hf_fields import (
-    ABSENT,
-    MAX_LAYERS,
-    Config,
-    Fields,
-    field_error,
-    read_attention,
-    read_body,
-    read_bool,
-    read_int,
-    read_routed_experts,
-    show_value,
-)
+from solver.catalog.hf_fields import (ABSENT, MAX_LAYERS, Config, Fields, field_error,
+    read_attention, read_body, read_bool, read_int, read_routed_experts, show_value)
 
 NEMOTRON_LETTERS = {"M": ("mamba", "none"), "*": ("full_attention", "none"),
                     "-": ("none", "dense"), "E": ("none", "moe")}
