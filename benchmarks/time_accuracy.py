@@ -121,7 +121,9 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
 #                 (`A2A_1F1B`), recompute_modules ["mla_up_proj", "mlp"]
 #   qwen3-235b    25.09: tp_comm_overlap only (no overlap_moe_expert_parallel_comm); from 25.11
 #                 moe_a2a_overlap=True (the default above)
-#   qwen3-30b     25.09: tp_comm_overlap only; 25.11-26.02 (pp 2, vp 12) moe_a2a_overlap=True;
+#   qwen3-30b     25.09: tp_comm_overlap only; 25.11-26.02 (pp 2, vp 12) moe_a2a_overlap=True,
+#                 26.02 with the flex dispatcher's DeepEP backend (qwen3_workload_base_configs.py
+#                 QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: moe_flex_dispatcher_backend);
 #                 26.04-26.06 (ep 16, pp 1) moe_a2a_overlap=False with the flex dispatcher's
 #                 HybridEP backend (qwen3_llm_pretrain.py: moe_token_dispatcher_type = "flex")
 #   gpt-oss-120b  every release: no moe_a2a_overlap (GPT_OSS_120B_..._H100_BF16 sets pp 4 and
@@ -131,6 +133,7 @@ BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
                                "recompute_modules": ("mla_up_proj", "mlp")},
     ("qwen3-235b-a22b", "25.09"): {"ep_comm_overlap": False},
     ("qwen3-30b-a3b", "25.09"): {"ep_comm_overlap": False},
+    ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep"},
     ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
     ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
     **{("gpt-oss-120b", release): {"ep_comm_overlap": False}

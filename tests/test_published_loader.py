@@ -249,8 +249,10 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     25.09 (e4bb622 scripts/performance/run_script.py) ran DeepSeek-V3 with DeepEP
     (`enable_deepep = gpu in ["h100"]`), A2A overlap and recompute_modules ["mla_up_proj",
     "mlp"], and Qwen3 with tp_comm_overlap only; from 25.11 (v0.2.0 workload_base_configs.py)
-    Qwen3 sets moe_a2a_overlap=True, until Qwen3-30B moved to ep 16 with HybridEP and
-    moe_a2a_overlap=False (v0.4.0, v0.5.0); GPT-OSS 120B on H100 never sets moe_a2a_overlap."""
+    Qwen3 sets moe_a2a_overlap=True (Qwen3-30B in 26.02, v0.3.0, with the flex dispatcher's
+    DeepEP backend, which apply_flex_dispatcher_backend keeps on compute capability 9), until
+    Qwen3-30B moved to ep 16 with HybridEP and moe_a2a_overlap=False (v0.4.0, v0.5.0); GPT-OSS
+    120B on H100 never sets moe_a2a_overlap."""
     from time_accuracy import bridge_release, framework_switches
 
     base = {"tp_comm_overlap": True, "ep_comm_overlap": True}
@@ -259,7 +261,8 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
             {**base, "moe_dispatcher": "deepep", "recompute_modules": ("mla_up_proj", "mlp")},
         "mb-archive-25.09-H100-Qwen3_235B_a22B-FP8-256g-265": {**base, "ep_comm_overlap": False},
         "mb-archive-26.04-H100-Qwen3_235B_a22B-FP8-256g-123": base,
-        "mb-archive-26.02.01-H100-Qwen3_30B_a3B-FP8-16g-163": base,
+        "mb-archive-26.02.01-H100-Qwen3_30B_a3B-FP8-16g-163": {**base, "moe_dispatcher": "deepep"},
+        "mb-archive-25.11-H100-Qwen3_30B_a3B-FP8-CS-16g-236": base,
         "mb-archive-26.06-H100-Qwen3_30B_a3B-FP8-16g-32":
             {**base, "ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
         "mb-archive-26.04.01-H100-GPT_OSS_120B-BF16-64g-68": {**base, "ep_comm_overlap": False},
