@@ -73,7 +73,11 @@ def search_module_sets(problem: Problem, result: Any, solve_variant: Callable[[P
         return replace(result, plans=tuple(plan for plan, _ in plans), solve_seconds=seconds)
     key = _rank_key(problem.objective)
     ranked = sorted(plans, key=lambda pair: key(pair[0]))[:top]
-    # The winner's own search explains it.
+    # The winner's own search explains it; the counts are the problem's own search's (every
+    # recompute level), except the feasible ones, which no search counted over the union.
     winner = ranked[0][1]
     return replace(winner, problem=problem, plans=tuple(plan for plan, _ in ranked),
-                   solve_seconds=seconds, status="optimal" if proven else "feasible")
+                   solve_seconds=seconds, status="optimal" if proven else "feasible",
+                   num_feasible=None,
+                   num_candidates=result.num_candidates or winner.num_candidates,
+                   num_memory_checked=None)
