@@ -34,21 +34,21 @@ ISSUE_PROBLEMS = [("llama3.1-405b", "dgx-h100", 256), ("llama3.1-405b", "dgx-h10
 
 
 class ProgramCounter:
-    """Counts the layout programs solve_with_layouts runs (wraps its solve_layout)."""
+    """Counts the layout programs solve_with_layouts runs (wraps its solve_program)."""
 
     def __init__(self) -> None:
         self.count = 0
-        self.original = layout_search.solve_layout
+        self.original = layout_search.solve_program
 
     def __enter__(self) -> ProgramCounter:
         def counted(*args, **kwargs):
             self.count += 1
             return self.original(*args, **kwargs)
-        layout_search.solve_layout = counted
+        layout_search.solve_program = counted
         return self
 
     def __exit__(self, *exc) -> None:
-        layout_search.solve_layout = self.original
+        layout_search.solve_program = self.original
 
 
 def time_solve(problem: Problem, top: int, engine: str, repeat: int) -> dict:

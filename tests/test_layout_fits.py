@@ -77,14 +77,14 @@ def test_replaying_twin_programs_gives_the_answers_of_solving_each() -> None:
     problem = build_problem("llama2-70b", "gb200-nvl72", 8)
     replayed, proven = search.solve_with_layouts(problem, top=5)
     calls = []
-    original = search.solve_layout
+    original = search.solve_program
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return original(*args, **kwargs)
 
     real_replay = memo.replay
-    search.solve_layout = counting
+    search.solve_program = counting
     try:
         search.solve_with_layouts(problem, top=5)
         replays = len(calls)
@@ -92,7 +92,7 @@ def test_replaying_twin_programs_gives_the_answers_of_solving_each() -> None:
         memo.replay = lambda runs, co, below_s: (None, None)
         afresh, proven_afresh = search.solve_with_layouts(problem, top=5)
     finally:
-        search.solve_layout = original
+        search.solve_program = original
         memo.replay = real_replay
     assert proven and proven_afresh
     assert replays < len(calls)  # the twins were replayed, not solved

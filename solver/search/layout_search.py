@@ -33,7 +33,6 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.layout_terms import (
-    LayoutCoefficients,
     estimate_layout_coefficients,
     estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
@@ -55,21 +54,12 @@ from solver.search.enumerate import (
     rules_but_memory,
     solve_by_enumeration,
 )
-from solver.search.layout_program import LayoutAnswer, LayoutRules, solve_layout
-from solver.search.layout_two_stages import answers_two_stages, solve_two_stages
-from solver.search.program_memo import SolvedPrograms
+from solver.search.layout_program import LayoutRules
+from solver.search.program_memo import SolvedPrograms, solve_program
 from solver.search.space import VARIABLES, Problem
 from solver.search.twins import group_twins
 from solver.spec import ParallelConfig, PipelineLayout
 
-# The work one layout program may do, in CP-SAT's deterministic seconds (about 1.3 s of wall
-# time each on this project's 2-core machine: 2.0 took 2.35-2.77 s on Nemotron-H 8B's hardest
-# programs); past it the answer is the best layout found, not proven (the search's status is
-# then "feasible"). A count of work, not of seconds, so that the answer does not depend on how
-# busy the machine is; the search's own time limit still bounds the wall time. The hardest
-# program of the plain-transformer zoo (DeepSeek-V3 on 1,024 A100s, pp 2 x vpp 7, proving no
-# layout beats the bar) needs about 1.5 s.
-PROGRAM_WORK_LIMIT = 1.5
 # Frameworks that recompute one count of layers in every chunk (--recompute-num-layers).
 UNIFORM_RECOMPUTE_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
@@ -168,7 +158,7 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
         below_s = None if np.isinf(below) else below
         # Twins (e.g. ZeRO stages at dp 1) pose the same program: answer it once.
         answer, complete = programs.answer(
-            config, rules, coefficients, below_s, lambda: _solve_program(
+            config, rules, coefficients, below_s, lambda: solve_program(
                 config, coefficients, capacity, rules, below_s, remaining,
                 lambda: build_default_layout(model_spec, config, problem.memory_options)))
         proven = proven and complete
@@ -186,18 +176,6 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if not best:
         return None, proven
     return _ranked(problem, candidates, best, top, num_candidates), proven
-
-
-def _solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capacity: float, rules: LayoutRules,
-                   below_s: float | None, remaining_s: float, hint
-                   ) -> tuple[LayoutAnswer | None, bool]:
-    """One layout program: two stages without recompute by dynamic programming
-    (solver.search.layout_two_stages, exact and fast), others by CP-SAT, hinted with the even
-    split (`hint()`)."""
-    if answers_two_stages(config, coefficients, rules):
-        return solve_two_stages(config, coefficients, capacity, rules, below_s), True
-    return solve_layout(config, coefficients, capacity, rules, below_s=below_s,
-                        time_limit_s=remaining_s, work_limit=PROGRAM_WORK_LIMIT, hint=hint())
 
 
 def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:

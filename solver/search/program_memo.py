@@ -1,4 +1,5 @@
-"""The layout programs a search has solved, so that twins are answered once.
+"""The layout programs of a search: how each is solved (solve_program), and the memo of those
+solved, so that twins are answered once.
 
 Two configurations of one search pose the same layout program when their pp, vpp, recompute
 level, layout rules and coefficients are equal (e.g. ZeRO stages at dp 1): the capacity and the
@@ -11,8 +12,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from solver.cost.layout_terms import LayoutCoefficients
-from solver.search.layout_program import LayoutAnswer, LayoutRules, objective_bound
-from solver.spec import ParallelConfig
+from solver.search.layout_program import (
+    LayoutAnswer,
+    LayoutRules,
+    objective_bound,
+    solve_layout,
+)
+from solver.search.layout_relaxation import applies, no_layout_can
+from solver.search.layout_two_stages import answers_two_stages, solve_two_stages
+from solver.spec import ParallelConfig, PipelineLayout
+
+# The work one layout program may do, in CP-SAT's deterministic seconds (about 1.3 s of wall
+# time each on this project's 2-core machine: 2.0 took 2.35-2.77 s on Nemotron-H 8B's hardest
+# programs); past it the answer is the best layout found, not proven (the search's status is
+# then "feasible"). A count of work, not of seconds, so that the answer does not depend on how
+# busy the machine is; the search's own time limit still bounds the wall time. The hardest
+# program of the plain-transformer zoo (DeepSeek-V3 on 1,024 A100s, pp 2 x vpp 7, proving no
+# layout beats the bar) needs about 1.5 s.
+PROGRAM_WORK_LIMIT = 1.5
 
 Run = tuple[float | None, LayoutAnswer | None, bool]  # (below_s, answer, complete)
 
@@ -64,3 +81,20 @@ class SolvedPrograms:
             answer, complete = solve()
             runs.append((below_s, answer, complete))
         return answer, complete
+
+
+def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capacity: float,
+                  rules: LayoutRules, below_s: float | None, remaining_s: float,
+                  hint: Callable[[], PipelineLayout]) -> tuple[LayoutAnswer | None, bool]:
+    """One layout program below `below_s` (None: no bar), and whether its answer is proven:
+    two stages without recompute by dynamic programming (solver.search.layout_two_stages,
+    exact, milliseconds); others by CP-SAT within `remaining_s` and PROGRAM_WORK_LIMIT,
+    hinted with the even split (`hint()`), unless the relaxation of
+    solver.search.layout_relaxation proves first that no layout fits or beats the bar."""
+    if answers_two_stages(config, coefficients, rules):
+        return solve_two_stages(config, coefficients, capacity, rules, below_s), True
+    if applies(config, coefficients, rules) and no_layout_can(config, coefficients, capacity,
+                                                              below_s):
+        return None, True
+    return solve_layout(config, coefficients, capacity, rules, below_s=below_s,
+                        time_limit_s=remaining_s, work_limit=PROGRAM_WORK_LIMIT, hint=hint())

@@ -1,0 +1,153 @@
+"""A relaxation of the layout program that can prove, before CP-SAT runs, that no layout fits
+or beats the bar (programs without recompute; solver.search.layout_program).
+
+Without recompute the step time and every stage's memory depend on a layout only through the
+layers of each kind each stage holds, C_i (a count vector; solver.cost.layout_terms), and the
+sum of the stage times is the same for every layout, so a layout at least as fast as the bar
+keeps every stage's time under one M. Stage i's layers are its chunks', each chunk a run of
+consecutive layers, whose counts are D(y) - D(x) (D the prefix counts by kind). So for every
+layout
+
+    C_i  in  S^(chunks of stage i)   (S the set of run counts, S^j its j-fold sums)
+    a.C_i + stage_i <= M,  mem_i(C_i) <= capacity,  and  sum_i C_i = n (all the layers).
+
+Where no choice of such C_i adds up to n, no layout exists: a proof, without search, that
+CP-SAT took seconds to find or did not find at all. Interleaved block patterns (hybrid models)
+over four stages or more are where it matters: kinds in the proportions of the model can be
+spread in many ways, but runs of a 5:1 or alternating pattern cannot hold every mix, which is
+what CP-SAT's linear relaxation does not see (Nemotron Nano 9B v2 on 8 H100s, pp 4 x vpp 3: the
+bar was beaten by no mix of kinds; Nemotron-H 56B at pp 16 or 32: no mix fits the memory).
+
+The sets are boolean arrays over the lattice of count vectors (0..n_k per kind); sums of sets
+are boolean convolutions done by FFT on 0/1 arrays (counts stay below the lattice size, far
+inside float64's exact range, and every sum is thresholded back to 0/1).
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+
+from solver.cost.layout_terms import LayoutCoefficients
+from solver.search.layout_program import (
+    MEMORY_UNIT_BYTES,
+    TIME_UNIT_S,
+    LayoutRules,
+    objective_bound,
+    to_units,
+)
+from solver.spec import ParallelConfig
+
+# The largest lattice (count vectors) the relaxation builds; past it the program goes to
+# CP-SAT alone. Nemotron-H 56B (54, 54 and 10 layers of three kinds) needs 33,275.
+MAX_LATTICE = 400_000
+# The largest lattice whose sets are added up stage by stage (FFTs of about 8 x its size each);
+# larger ones are added up projected on fewer kinds only.
+MAX_CHAINED = 8_000
+
+
+def applies(config: ParallelConfig, coefficients: LayoutCoefficients, rules: LayoutRules) -> bool:
+    """Whether the relaxation speaks to this program: several stages, no recompute, layers of
+    more than one kind (with one kind CP-SAT's own bounds are exact), a small enough lattice."""
+    counts = np.bincount(coefficients.kinds)
+    counts = counts[counts > 0]
+    return (config.pp > 2 and not rules.recompute and len(counts) > 1
+            and float(np.prod(counts + 1)) <= MAX_LATTICE)
+
+
+def no_layout_can(config: ParallelConfig, coefficients: LayoutCoefficients,
+                  capacity_bytes: float, below_s: float | None = None) -> bool:
+    """True when the relaxation proves that no layout fits the memory or, with `below_s`, is
+    as fast as it (to the time unit). False says nothing."""
+    co = coefficients
+    present = [k for k in range(len(co.layer_s)) if (co.kinds == k).any()]
+    totals = np.array([(co.kinds == k).sum() for k in present], dtype=np.int64)
+    grid = np.indices(tuple(totals + 1)).reshape(len(present), -1).T  # every count vector
+    a = to_units(co.layer_s, TIME_UNIT_S, "nearest")[present]
+    layer_bytes = to_units(co.layer_bytes, MEMORY_UNIT_BYTES, "up")[:, present]
+    base = to_units(co.base_bytes, MEMORY_UNIT_BYTES, "up")
+    capacity = int(to_units(capacity_bytes, MEMORY_UNIT_BYTES, "down"))
+    stage = int(to_units(co.stage_s, TIME_UNIT_S, "nearest"))
+    last = int(to_units(co.last_s, TIME_UNIT_S, "nearest"))
+    pp = len(base)
+    slowest = np.inf
+    if below_s is not None:
+        bound = objective_bound(co, below_s)
+        if bound is None:
+            return True
+        # objective = (m vpp - 1) max_i T_i + sum_i T_i, the sum the same for every layout
+        total = int(a @ totals) + pp * stage + last
+        if total > bound:
+            return True
+        weight = int(round(co.num_micro)) * co.vpp - 1
+        slowest = (bound - total) // weight if weight > 0 else np.inf
+    kinds = tuple(int(k) for k in co.kinds)
+    time_s = grid @ a + stage
+    allowed = []
+    for i in range(pp):
+        chunks = sum(1 for v in range(pp * config.vpp) if v % pp == i)
+        held = _run_sums(kinds, tuple(present), chunks).reshape(-1)
+        fast = time_s + (last if i == pp - 1 else 0) <= slowest
+        allowed.append(held & fast & (base[i] + grid @ layer_bytes[i] <= capacity))
+    if not all(mask.any() for mask in allowed):
+        return True
+    shape = tuple(totals + 1)
+    allowed = [mask.reshape(shape) for mask in allowed]
+    # The total layer count's least and most first (cheapest), then the sums of the sets
+    # projected on fewer kinds (a projection of a relaxation is one), the whole lattice last
+    # where it is small enough.
+    sizes = grid.sum(axis=1)
+    least = sum(int(sizes[mask.reshape(-1)].min()) for mask in allowed)
+    most = sum(int(sizes[mask.reshape(-1)].max()) for mask in allowed)
+    if not least <= int(totals.sum()) <= most:
+        return True
+    axes = range(len(present))
+    for width in range(1, len(present) + 1):
+        for kept in itertools.combinations(axes, width):
+            if float(np.prod(totals[list(kept)] + 1)) > MAX_CHAINED:
+                continue
+            dropped = tuple(k for k in axes if k not in kept)
+            if not _sums_reach([mask.any(axis=dropped) for mask in allowed],
+                               tuple(totals[list(kept)])):
+                return True
+    return False
+
+
+def _sums_reach(sets: list[np.ndarray], target: tuple[int, ...]) -> bool:
+    """Whether one vector of each set adds up to `target` (sets over one lattice)."""
+    reached = np.zeros(sets[0].shape, dtype=bool)
+    reached[(0,) * reached.ndim] = True
+    for allowed in sets:
+        reached = _sum_sets(reached, allowed)
+        if not reached.any():
+            return False
+    return bool(reached[target])
+
+
+@lru_cache(maxsize=64)
+def _run_sums(kinds: tuple[int, ...], present: tuple[int, ...], parts: int) -> np.ndarray:
+    """S^parts: the count vectors that `parts` runs of consecutive layers (empty allowed) can
+    hold together, as a boolean array over the lattice."""
+    order = np.asarray(kinds)
+    prefix = np.zeros((len(order) + 1, len(present)), dtype=np.int64)
+    for j, kind in enumerate(present):
+        prefix[1:, j] = np.cumsum(order == kind)
+    shape = tuple(int(n) + 1 for n in prefix[-1])
+    starts, ends = np.triu_indices(len(order) + 1)
+    runs = np.zeros(shape, dtype=bool)
+    runs[tuple((prefix[ends] - prefix[starts]).T)] = True
+    held = runs
+    for _ in range(parts - 1):
+        held = _sum_sets(held, runs)
+    return held
+
+
+def _sum_sets(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """{x + y : x in first, y in second} within the lattice (boolean arrays of one shape)."""
+    shape = first.shape
+    size, axes = tuple(2 * n - 1 for n in shape), tuple(range(first.ndim))
+    product = np.fft.irfftn(np.fft.rfftn(first.astype(float), size, axes)
+                            * np.fft.rfftn(second.astype(float), size, axes), size, axes)
+    return product[tuple(slice(0, n) for n in shape)] > 0.5

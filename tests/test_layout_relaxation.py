@@ -1,0 +1,67 @@
+"""The layout relaxation (solver.search.layout_relaxation) is sound: it never says "no layout"
+where one exists (brute force over every layout of small patterned models, three and four
+stages, one and two chunks each), whatever the memory and the bar; and it does refute, in the
+examples where nothing fits or beats the bar, often enough to matter (hypothesis events)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume, event, given, settings
+from hypothesis import strategies as st
+from test_layout_program import CLUSTER, all_layouts
+from test_layout_two_stages import capacity_between, patterned
+
+from solver.cost.layout_terms import estimate_layout_coefficients
+from solver.cost.memory.layout import layout_layer_counts
+from solver.search.layout_program import LayoutRules, build_layout
+from solver.search.layout_relaxation import applies, no_layout_can
+from solver.spec import JobSpec, ParallelConfig
+
+
+@st.composite
+def staged_problems(draw):
+    num_layers = draw(st.integers(4, 10))
+    mixers = draw(st.lists(st.sampled_from(["full_attention", "sliding_attention"]),
+                           min_size=num_layers, max_size=num_layers))
+    mlps = draw(st.lists(st.sampled_from(["dense", "moe"]), min_size=num_layers,
+                         max_size=num_layers))
+    pp = draw(st.sampled_from([3, 4]))
+    vpp = draw(st.sampled_from([1, 2]))
+    assume(pp * vpp <= num_layers + 2)
+    micro = draw(st.sampled_from([1, 2]))
+    config = ParallelConfig(tp=2, pp=pp, vpp=vpp, dp=1, zero=1, micro_batch=micro,
+                            recompute=draw(st.sampled_from(["none", "selective"])))
+    job = JobSpec(seq_len=4096, global_batch=micro * pp * draw(st.integers(1, 3)))
+    return patterned(num_layers, mixers, mlps), job, config
+
+
+@settings(max_examples=120, deadline=None)
+@given(staged_problems(), st.floats(0.6, 1.2), st.floats(0.97, 1.1))
+def test_relaxation_never_refutes_a_layout_that_exists(problem, squeeze, bar) -> None:
+    model, job, config = problem
+    coefficients = estimate_layout_coefficients(model, CLUSTER, job, config)
+    rules = LayoutRules(recompute=False, uniform_recompute=True)
+    assume(applies(config, coefficients, rules))
+    capacity = capacity_between(model, config, coefficients, squeeze)
+    steps = []
+    for sizes in all_layouts(model.num_hidden_layers, config.pp * config.vpp):
+        layout = build_layout(config, list(sizes), [0] * len(sizes), 0)
+        layers, recomputed = layout_layer_counts(coefficients.kinds, layout,
+                                                 len(coefficients.layer_s))
+        if coefficients.memory_bytes(layers, recomputed).max() <= capacity:
+            steps.append(coefficients.step_s(layers, recomputed))
+    best = min(steps, default=np.inf)
+    if np.isinf(best):
+        event("no layout fits")
+        below_s = None
+    else:
+        # A bar around the optimum: above it some layout beats it, below it none may.
+        below_s = best * bar
+    refuted = no_layout_can(config, coefficients, capacity, below_s)
+    exists = any(step <= below_s for step in steps) if below_s is not None else bool(steps)
+    # Time is costed to 1 us in the relaxation, as in the program: a layout within that of the
+    # bar may go either way.
+    assume(below_s is None or all(abs(step - below_s) > 1e-5 * below_s for step in steps))
+    event(f"exists: {exists}, refuted: {refuted}")
+    if exists:
+        assert not refuted
