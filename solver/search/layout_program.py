@@ -39,6 +39,7 @@ layout.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,13 +156,17 @@ class _Program(cp_model.CpModel):
 def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
                  capacity_bytes: float, rules: LayoutRules, below_s: float | None = None,
                  time_limit_s: float = 10.0, hint: PipelineLayout | None = None,
-                 work_limit: float | None = None) -> tuple[LayoutAnswer | None, bool]:
+                 work_limit: float | None = None,
+                 none_below: Callable[[int], bool] | None = None
+                 ) -> tuple[LayoutAnswer | None, bool]:
     """The best layout of `config` (module docstring), or None when no layout fits the memory
     or, with `below_s`, none is as fast (to the time unit); and whether the answer is proven.
     `time_limit_s` bounds the wall time; `work_limit`, CP-SAT's deterministic time (its own
     count of work, the same on a busy machine and an idle one), so that a program stopped by
     it gives the same answer whatever the load
-    (False when the time limit came first)."""
+    (False when the time limit came first). `none_below(objective)`, a bound from outside the
+    program: True when no layout has a lower objective; a layout found at such an objective
+    ends the search, proven."""
     co = coefficients
     pp, vpp = config.pp, config.vpp
     num_virtual = pp * vpp
@@ -240,7 +245,10 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     solver.parameters.max_time_in_seconds = time_limit_s
     if work_limit is not None:
         solver.parameters.max_deterministic_time = work_limit
-    status = solver.solve(program)
+    watch = _Certifier(none_below)
+    status = solver.solve(program, watch if none_below is not None else None)
+    if status == cp_model.FEASIBLE and watch.certified:
+        status = cp_model.OPTIMAL
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status == cp_model.INFEASIBLE
     layers, recompute = [0] * num_virtual, [0] * num_virtual
@@ -262,6 +270,19 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
                           status="optimal" if status == cp_model.OPTIMAL else "feasible",
                           objective=int(round(solver.objective_value)))
     return answer, status == cp_model.OPTIMAL
+
+
+class _Certifier(cp_model.CpSolverSolutionCallback):
+    """Stops the search at a layout that `none_below` proves optimal (solve_layout)."""
+
+    def __init__(self, none_below: Callable[[int], bool] | None) -> None:
+        super().__init__()
+        self.none_below, self.certified = none_below, False
+
+    def on_solution_callback(self) -> None:
+        if self.none_below is not None and self.none_below(int(round(self.objective_value))):
+            self.certified = True
+            self.stop_search()
 
 
 def _add_recompute(program: cp_model.CpModel, n: list, units: list[_Unit], num_layers: int,

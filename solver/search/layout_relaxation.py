@@ -61,6 +61,16 @@ def no_layout_can(config: ParallelConfig, coefficients: LayoutCoefficients,
                   capacity_bytes: float, below_s: float | None = None) -> bool:
     """True when the relaxation proves that no layout fits the memory or, with `below_s`, is
     as fast as it (to the time unit). False says nothing."""
+    if below_s is None:
+        return no_layout_within(config, coefficients, capacity_bytes, None)
+    bound = objective_bound(coefficients, below_s)
+    return bound is None or no_layout_within(config, coefficients, capacity_bytes, bound)
+
+
+def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
+                     capacity_bytes: float, bound: int | None) -> bool:
+    """no_layout_can for a bar in the layout program's objective units: True when no layout
+    fits with an objective of at most `bound` (None: any)."""
     co = coefficients
     present = [k for k in range(len(co.layer_s)) if (co.kinds == k).any()]
     totals = np.array([(co.kinds == k).sum() for k in present], dtype=np.int64)
@@ -73,10 +83,7 @@ def no_layout_can(config: ParallelConfig, coefficients: LayoutCoefficients,
     last = int(to_units(co.last_s, TIME_UNIT_S, "nearest"))
     pp = len(base)
     slowest = np.inf
-    if below_s is not None:
-        bound = objective_bound(co, below_s)
-        if bound is None:
-            return True
+    if bound is not None:
         # objective = (m vpp - 1) max_i T_i + sum_i T_i, the sum the same for every layout
         total = int(a @ totals) + pp * stage + last
         if total > bound:

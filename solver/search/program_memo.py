@@ -18,7 +18,7 @@ from solver.search.layout_program import (
     objective_bound,
     solve_layout,
 )
-from solver.search.layout_relaxation import applies, no_layout_can
+from solver.search.layout_relaxation import applies, no_layout_can, no_layout_within
 from solver.search.layout_two_stages import answers_two_stages, solve_two_stages
 from solver.spec import ParallelConfig, PipelineLayout
 
@@ -90,11 +90,17 @@ def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capa
     two stages without recompute by dynamic programming (solver.search.layout_two_stages,
     exact, milliseconds); others by CP-SAT within `remaining_s` and PROGRAM_WORK_LIMIT,
     hinted with the even split (`hint()`), unless the relaxation of
-    solver.search.layout_relaxation proves first that no layout fits or beats the bar."""
+    solver.search.layout_relaxation proves first that no layout fits or beats the bar; the
+    relaxation also proves optimal a layout CP-SAT finds that no mix of kinds can beat."""
     if answers_two_stages(config, coefficients, rules):
         return solve_two_stages(config, coefficients, capacity, rules, below_s), True
-    if applies(config, coefficients, rules) and no_layout_can(config, coefficients, capacity,
-                                                              below_s):
-        return None, True
+    none_below = None
+    if applies(config, coefficients, rules):
+        if no_layout_can(config, coefficients, capacity, below_s):
+            return None, True
+        # The same relaxation below each layout CP-SAT finds: one it cannot beat is optimal.
+        def none_below(objective: int) -> bool:
+            return no_layout_within(config, coefficients, capacity, objective - 1)
     return solve_layout(config, coefficients, capacity, rules, below_s=below_s,
-                        time_limit_s=remaining_s, work_limit=PROGRAM_WORK_LIMIT, hint=hint())
+                        time_limit_s=remaining_s, work_limit=PROGRAM_WORK_LIMIT, hint=hint(),
+                        none_below=none_below)
