@@ -1,14 +1,15 @@
 """The layout relaxation (solver.search.layout_relaxation) is sound: it never says "no layout"
 where one exists (brute force over every layout of small patterned models, three and four
-stages, one and two chunks each), whatever the memory and the bar; and it does refute, in the
-examples where nothing fits or beats the bar, often enough to matter (hypothesis events)."""
+stages, one and two chunks each, with and without full recompute of one count of layers per
+chunk), whatever the memory and the bar; and it does refute, in the examples where nothing
+fits or beats the bar, often enough to matter (hypothesis events)."""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
-from test_layout_program import CLUSTER, all_layouts
+from test_layout_program import CLUSTER, all_layouts, all_recomputes
 from test_layout_two_stages import capacity_between, patterned
 
 from solver.cost.layout_terms import estimate_layout_coefficients
@@ -30,7 +31,7 @@ def staged_problems(draw):
     assume(pp * vpp <= num_layers + 2)
     micro = draw(st.sampled_from([1, 2]))
     config = ParallelConfig(tp=2, pp=pp, vpp=vpp, dp=1, zero=1, micro_batch=micro,
-                            recompute=draw(st.sampled_from(["none", "selective"])))
+                            recompute=draw(st.sampled_from(["none", "selective", "full"])))
     job = JobSpec(seq_len=4096, global_batch=micro * pp * draw(st.integers(1, 3)))
     return patterned(num_layers, mixers, mlps), job, config
 
@@ -40,16 +41,19 @@ def staged_problems(draw):
 def test_relaxation_never_refutes_a_layout_that_exists(problem, squeeze, bar) -> None:
     model, job, config = problem
     coefficients = estimate_layout_coefficients(model, CLUSTER, job, config)
-    rules = LayoutRules(recompute=False, uniform_recompute=True)
-    assume(applies(config, coefficients, rules))
+    full = config.recompute == "full"
+    rules = LayoutRules(recompute=full, uniform_recompute=True)
+    assume(applies(config, coefficients))
+    event(f"recompute {config.recompute}")
     capacity = capacity_between(model, config, coefficients, squeeze)
     steps = []
     for sizes in all_layouts(model.num_hidden_layers, config.pp * config.vpp):
-        layout = build_layout(config, list(sizes), [0] * len(sizes), 0)
-        layers, recomputed = layout_layer_counts(coefficients.kinds, layout,
-                                                 len(coefficients.layer_s))
-        if coefficients.memory_bytes(layers, recomputed).max() <= capacity:
-            steps.append(coefficients.step_s(layers, recomputed))
+        for recompute in all_recomputes(sizes, full, True):
+            layout = build_layout(config, list(sizes), list(recompute), 0)
+            layers, recomputed = layout_layer_counts(coefficients.kinds, layout,
+                                                     len(coefficients.layer_s))
+            if coefficients.memory_bytes(layers, recomputed).max() <= capacity:
+                steps.append(coefficients.step_s(layers, recomputed))
     best = min(steps, default=np.inf)
     if np.isinf(best):
         event("no layout fits")
@@ -57,7 +61,7 @@ def test_relaxation_never_refutes_a_layout_that_exists(problem, squeeze, bar) ->
     else:
         # A bar around the optimum: above it some layout beats it, below it none may.
         below_s = best * bar
-    refuted = no_layout_can(config, coefficients, capacity, below_s)
+    refuted = no_layout_can(config, coefficients, capacity, rules, below_s)
     exists = any(step <= below_s for step in steps) if below_s is not None else bool(steps)
     # Time is costed to 1 us in the relaxation, as in the program: a layout within that of the
     # bar may go either way.

@@ -43,32 +43,33 @@ from solver.spec import ParallelConfig
 # The largest lattice (count vectors) the relaxation builds; past it the program goes to
 # CP-SAT alone. Nemotron-H 56B (54, 54 and 10 layers of three kinds) needs 33,275.
 MAX_LATTICE = 400_000
-# The largest lattice whose sets are added up stage by stage (FFTs of about 8 x its size each);
-# larger ones are added up projected on fewer kinds only.
-MAX_CHAINED = 8_000
+# The most lattice cells times stages whose sets are added up stage by stage (three FFTs of
+# about 8 x the lattice each per stage: 100,000 is about 30 ms here); past it the sets are added
+# up projected on fewer kinds only.
+MAX_CHAINED = 100_000
 
 
-def applies(config: ParallelConfig, coefficients: LayoutCoefficients, rules: LayoutRules) -> bool:
-    """Whether the relaxation speaks to this program: several stages, no recompute, layers of
-    more than one kind (with one kind CP-SAT's own bounds are exact), a small enough lattice."""
+def applies(config: ParallelConfig, coefficients: LayoutCoefficients) -> bool:
+    """Whether the relaxation speaks to this program: three stages or more, layers of more
+    than one kind (with one kind CP-SAT's own bounds are exact), a small enough lattice."""
     counts = np.bincount(coefficients.kinds)
     counts = counts[counts > 0]
-    return (config.pp > 2 and not rules.recompute and len(counts) > 1
-            and float(np.prod(counts + 1)) <= MAX_LATTICE)
+    return config.pp > 2 and len(counts) > 1 and float(np.prod(counts + 1)) <= MAX_LATTICE
 
 
 def no_layout_can(config: ParallelConfig, coefficients: LayoutCoefficients,
-                  capacity_bytes: float, below_s: float | None = None) -> bool:
+                  capacity_bytes: float, rules: LayoutRules, below_s: float | None = None
+                  ) -> bool:
     """True when the relaxation proves that no layout fits the memory or, with `below_s`, is
     as fast as it (to the time unit). False says nothing."""
     if below_s is None:
-        return no_layout_within(config, coefficients, capacity_bytes, None)
+        return no_layout_within(config, coefficients, capacity_bytes, rules, None)
     bound = objective_bound(coefficients, below_s)
-    return bound is None or no_layout_within(config, coefficients, capacity_bytes, bound)
+    return bound is None or no_layout_within(config, coefficients, capacity_bytes, rules, bound)
 
 
 def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
-                     capacity_bytes: float, bound: int | None) -> bool:
+                     capacity_bytes: float, rules: LayoutRules, bound: int | None) -> bool:
     """no_layout_can for a bar in the layout program's objective units: True when no layout
     fits with an objective of at most `bound` (None: any)."""
     co = coefficients
@@ -96,8 +97,12 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
     for i in range(pp):
         chunks = sum(1 for v in range(pp * config.vpp) if v % pp == i)
         held = _run_sums(kinds, tuple(present), chunks).reshape(-1)
-        fast = time_s + (last if i == pp - 1 else 0) <= slowest
-        allowed.append(held & fast & (base[i] + grid @ layer_bytes[i] <= capacity))
+        spare = slowest - (time_s + (last if i == pp - 1 else 0))
+        memory = base[i] + grid @ layer_bytes[i]
+        fits = memory <= capacity
+        if rules.recompute:
+            fits |= memory - _most_saved(co, present, i, grid, spare) <= capacity
+        allowed.append(held & (spare >= 0) & fits)
     if not all(mask.any() for mask in allowed):
         return True
     shape = tuple(totals + 1)
@@ -113,13 +118,32 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
     axes = range(len(present))
     for width in range(1, len(present) + 1):
         for kept in itertools.combinations(axes, width):
-            if float(np.prod(totals[list(kept)] + 1)) > MAX_CHAINED:
+            if pp * float(np.prod(totals[list(kept)] + 1)) > MAX_CHAINED:
                 continue
             dropped = tuple(k for k in axes if k not in kept)
             if not _sums_reach([mask.any(axis=dropped) for mask in allowed],
                                tuple(totals[list(kept)])):
                 return True
     return False
+
+
+def _most_saved(co: LayoutCoefficients, present: list[int], stage: int, grid: np.ndarray,
+                spare: np.ndarray) -> np.ndarray:
+    """The most memory stage `stage` can save by recomputing layers of its counts `grid`
+    within `spare` time units (any layers, fractions allowed: a relaxation of the program's
+    first-r-of-each-chunk rule), less the working memory recompute needs (the program's
+    units)."""
+    cost = to_units(co.recompute_s, TIME_UNIT_S, "nearest")[present].astype(float)
+    gain = -to_units(co.recompute_bytes[stage], MEMORY_UNIT_BYTES, "up")[present].astype(float)
+    working = float(to_units(max(co.working_bytes[stage], 0.0), MEMORY_UNIT_BYTES, "up"))
+    left = np.maximum(spare, 0).astype(float)
+    saved = np.zeros(len(grid))
+    # Fractional knapsack: the kinds that save most per unit of time first.
+    for k in sorted(np.flatnonzero(gain > 0), key=lambda k: -gain[k] / max(cost[k], 1e-9)):
+        layers = grid[:, k] if cost[k] <= 0 else np.minimum(grid[:, k], left / cost[k])
+        saved += layers * gain[k]
+        left = left - layers * max(cost[k], 0.0)
+    return np.where(saved > 0, saved - working, 0.0)
 
 
 def _sums_reach(sets: list[np.ndarray], target: tuple[int, ...]) -> bool:

@@ -95,12 +95,12 @@ def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capa
     if answers_two_stages(config, coefficients, rules):
         return solve_two_stages(config, coefficients, capacity, rules, below_s), True
     none_below = None
-    if applies(config, coefficients, rules):
-        if no_layout_can(config, coefficients, capacity, below_s):
+    if applies(config, coefficients):
+        if no_layout_can(config, coefficients, capacity, rules, below_s):
             return None, True
         # The same relaxation below each layout CP-SAT finds: one it cannot beat is optimal.
         def none_below(objective: int) -> bool:
-            return no_layout_within(config, coefficients, capacity, objective - 1)
+            return no_layout_within(config, coefficients, capacity, rules, objective - 1)
     return solve_layout(config, coefficients, capacity, rules, below_s=below_s,
                         time_limit_s=remaining_s, work_limit=PROGRAM_WORK_LIMIT, hint=hint(),
                         none_below=none_below)
