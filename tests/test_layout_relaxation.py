@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from test_layout_program import CLUSTER, all_layouts, all_recomputes
-from test_layout_two_stages import capacity_between, patterned
+from test_layout_two_stages import capacity_between, patterned_models
 
 from solver.cost.layout_terms import estimate_layout_coefficients
 from solver.cost.memory.layout import layout_layer_counts
@@ -21,19 +21,15 @@ from solver.spec import JobSpec, ParallelConfig
 
 @st.composite
 def staged_problems(draw):
-    num_layers = draw(st.integers(4, 10))
-    mixers = draw(st.lists(st.sampled_from(["full_attention", "sliding_attention"]),
-                           min_size=num_layers, max_size=num_layers))
-    mlps = draw(st.lists(st.sampled_from(["dense", "moe"]), min_size=num_layers,
-                         max_size=num_layers))
+    model = draw(patterned_models(4, 10))
     pp = draw(st.sampled_from([3, 4]))
     vpp = draw(st.sampled_from([1, 2]))
-    assume(pp * vpp <= num_layers + 2)
+    assume(pp * vpp <= model.num_hidden_layers + 2)
     micro = draw(st.sampled_from([1, 2]))
     config = ParallelConfig(tp=2, pp=pp, vpp=vpp, dp=1, zero=1, micro_batch=micro,
                             recompute=draw(st.sampled_from(["none", "selective", "full"])))
     job = JobSpec(seq_len=4096, global_batch=micro * pp * draw(st.integers(1, 3)))
-    return patterned(num_layers, mixers, mlps), job, config
+    return model, job, config
 
 
 @settings(max_examples=120, deadline=None)

@@ -38,19 +38,27 @@ def patterned(num_layers: int, mixers: list[str], mlps: list[str]) -> ModelSpec:
 
 
 @st.composite
-def two_stage_problems(draw):
-    num_layers = draw(st.integers(3, 11))
-    mixers = draw(st.lists(st.sampled_from(["full_attention", "sliding_attention"]),
-                           min_size=num_layers, max_size=num_layers))
+def patterned_models(draw, fewest: int, most: int) -> ModelSpec:
+    """A patterned() model of a random pattern."""
+    num_layers = draw(st.integers(fewest, most))
+    kinds = st.sampled_from(["full_attention", "sliding_attention"])
+    mixers = draw(st.lists(kinds, min_size=num_layers, max_size=num_layers))
     mlps = draw(st.lists(st.sampled_from(["dense", "moe"]), min_size=num_layers,
                          max_size=num_layers))
+    return patterned(num_layers, mixers, mlps)
+
+
+@st.composite
+def two_stage_problems(draw):
+    model = draw(patterned_models(3, 11))
+    num_layers = model.num_hidden_layers
     vpp = draw(st.sampled_from([1, 2, 3]))
     assume(2 * vpp <= num_layers + 2)
     micro = draw(st.sampled_from([1, 2]))
     config = ParallelConfig(tp=2, pp=2, vpp=vpp, dp=2, zero=1, micro_batch=micro,
                             recompute=draw(st.sampled_from(["none", "selective"])))
     job = JobSpec(seq_len=4096, global_batch=2 * micro * 2 * draw(st.integers(1, 4)))
-    return patterned(num_layers, mixers, mlps), job, config
+    return model, job, config
 
 
 def capacity_between(model, config, coefficients, squeeze: float) -> float:

@@ -38,6 +38,7 @@ from solver.search.layout_program import (
     objective_bound,
     to_units,
 )
+from solver.search.layout_units import KindTerms
 from solver.spec import ParallelConfig
 
 # The largest lattice (count vectors) the relaxation builds; past it the program goes to
@@ -73,24 +74,18 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
     """no_layout_can for a bar in the layout program's objective units: True when no layout
     fits with an objective of at most `bound` (None: any)."""
     co = coefficients
-    present = [k for k in range(len(co.layer_s)) if (co.kinds == k).any()]
-    totals = np.array([(co.kinds == k).sum() for k in present], dtype=np.int64)
+    terms = KindTerms.of(co, capacity_bytes)
+    present, totals, a = terms.present, terms.totals, terms.layer_s
     grid = np.indices(tuple(totals + 1)).reshape(len(present), -1).T  # every count vector
-    a = to_units(co.layer_s, TIME_UNIT_S, "nearest")[present]
-    layer_bytes = to_units(co.layer_bytes, MEMORY_UNIT_BYTES, "up")[:, present]
-    base = to_units(co.base_bytes, MEMORY_UNIT_BYTES, "up")
-    capacity = int(to_units(capacity_bytes, MEMORY_UNIT_BYTES, "down"))
-    stage = int(to_units(co.stage_s, TIME_UNIT_S, "nearest"))
-    last = int(to_units(co.last_s, TIME_UNIT_S, "nearest"))
-    pp = len(base)
+    pp, stage, last, capacity = len(terms.base), terms.stage, terms.last, terms.capacity
     slowest = np.inf
     if bound is not None:
-        # objective = (m vpp - 1) max_i T_i + sum_i T_i, the sum the same for every layout
+        # objective = weight x max_i T_i + sum_i T_i, the sum at least its value without
+        # recompute, the same for every layout
         total = int(a @ totals) + pp * stage + last
         if total > bound:
             return True
-        weight = int(round(co.num_micro)) * co.vpp - 1
-        slowest = (bound - total) // weight if weight > 0 else np.inf
+        slowest = (bound - total) // terms.weight if terms.weight > 0 else np.inf
     kinds = tuple(int(k) for k in co.kinds)
     time_s = grid @ a + stage
     allowed = []
@@ -98,7 +93,7 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
         chunks = sum(1 for v in range(pp * config.vpp) if v % pp == i)
         held = _run_sums(kinds, tuple(present), chunks).reshape(-1)
         spare = slowest - (time_s + (last if i == pp - 1 else 0))
-        memory = base[i] + grid @ layer_bytes[i]
+        memory = terms.base[i] + grid @ terms.layer_bytes[i]
         fits = memory <= capacity
         if rules.recompute:
             fits |= memory - _most_saved(co, present, i, grid, spare) <= capacity

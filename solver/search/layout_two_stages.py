@@ -31,14 +31,12 @@ import numpy as np
 from solver.cost.layout_terms import LayoutCoefficients
 from solver.cost.memory.layout import layout_layer_counts
 from solver.search.layout_program import (
-    MEMORY_UNIT_BYTES,
-    TIME_UNIT_S,
     LayoutAnswer,
     LayoutRules,
     build_layout,
     objective_bound,
-    to_units,
 )
+from solver.search.layout_units import KindTerms
 from solver.spec import ParallelConfig
 
 # The most booleans one chunk's sets may take ((L + 1) x the anchored lattice of counts); a
@@ -70,7 +68,7 @@ def solve_two_stages(config: ParallelConfig, coefficients: LayoutCoefficients,
         prefix[1:, j] = np.cumsum(co.kinds == kind)
     totals = prefix[-1]
     sets = _realisable(prefix, num_virtual)
-    chosen = _best_counts(co, present, totals, sets[-1][num_layers], capacity_bytes, below_s)
+    chosen = _best_counts(co, totals, sets[-1][num_layers], capacity_bytes, below_s)
     if chosen is None:
         return None
     counts, objective = chosen
@@ -117,24 +115,21 @@ def _window(totals: np.ndarray, at: np.ndarray) -> tuple[slice, ...]:
     return tuple(slice(int(n - d), int(2 * n - d + 1)) for n, d in zip(totals, at))
 
 
-def _best_counts(co: LayoutCoefficients, present: list[int], totals: np.ndarray,
-                 realisable: np.ndarray, capacity_bytes: float, below_s: float | None
+def _best_counts(co: LayoutCoefficients, totals: np.ndarray, realisable: np.ndarray,
+                 capacity_bytes: float, below_s: float | None
                  ) -> tuple[np.ndarray, int] | None:
     """The best realisable count vector of stage 0 and its objective (module docstring)."""
     counts = np.argwhere(realisable).astype(np.int64)  # lexicographic order
     if len(counts) == 0:
         return None
     rest = totals - counts
-    a = to_units(co.layer_s, TIME_UNIT_S, "nearest")[present]
-    layer_bytes = to_units(co.layer_bytes, MEMORY_UNIT_BYTES, "up")[:, present]
-    base = to_units(co.base_bytes, MEMORY_UNIT_BYTES, "up")
-    capacity = int(to_units(capacity_bytes, MEMORY_UNIT_BYTES, "down"))
-    stage = int(to_units(co.stage_s, TIME_UNIT_S, "nearest"))
-    last = int(to_units(co.last_s, TIME_UNIT_S, "nearest"))
-    first_s, second_s = counts @ a + stage, rest @ a + stage + last
-    first_b, second_b = base[0] + counts @ layer_bytes[0], base[1] + rest @ layer_bytes[1]
-    objective = ((int(round(co.num_micro)) * co.vpp - 1) * np.maximum(first_s, second_s)
-                 + first_s + second_s)
+    terms = KindTerms.of(co, capacity_bytes)
+    first_s = counts @ terms.layer_s + terms.stage
+    second_s = rest @ terms.layer_s + terms.stage + terms.last
+    first_b = terms.base[0] + counts @ terms.layer_bytes[0]
+    second_b = terms.base[1] + rest @ terms.layer_bytes[1]
+    objective = terms.weight * np.maximum(first_s, second_s) + first_s + second_s
+    capacity = terms.capacity
     allowed = (first_b <= capacity) & (second_b <= capacity)
     if below_s is not None:
         bound = objective_bound(co, below_s)
