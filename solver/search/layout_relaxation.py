@@ -1,5 +1,6 @@
 """A relaxation of the layout program that can prove, before CP-SAT runs, that no layout fits
-or beats the bar (programs without recompute; solver.search.layout_program).
+or beats the bar, and, below a layout CP-SAT found, that none beats it
+(solver.search.layout_program).
 
 Without recompute the step time and every stage's memory depend on a layout only through the
 layers of each kind each stage holds, C_i (a count vector; solver.cost.layout_terms), and the
@@ -17,6 +18,13 @@ over four stages or more are where it matters: kinds in the proportions of the m
 spread in many ways, but runs of a 5:1 or alternating pattern cannot hold every mix, which is
 what CP-SAT's linear relaxation does not see (Nemotron Nano 9B v2 on 8 H100s, pp 4 x vpp 3: the
 bar was beaten by no mix of kinds; Nemotron-H 56B at pp 16 or 32: no mix fits the memory).
+
+With full recompute a stage may also recompute some of its layers: its time may then grow
+by their recompute time (the sum of stage times only grows, so M stays a bound) and its memory
+shrink by what they save; the relaxation lets it recompute any of its layers, fractions
+allowed, the most memory saved per unit of time first (a fractional knapsack), plus the working
+memory recompute needs. Under one recompute count for every chunk (Megatron's
+--recompute-num-layers >= 1) every middle chunk recomputes a layer at least.
 
 The sets are boolean arrays over the lattice of count vectors (0..n_k per kind); sums of sets
 are boolean convolutions done by FFT on 0/1 arrays (counts stay below the lattice size, far
@@ -51,11 +59,12 @@ MAX_CHAINED = 100_000
 
 
 def applies(config: ParallelConfig, coefficients: LayoutCoefficients) -> bool:
-    """Whether the relaxation speaks to this program: three stages or more, layers of more
-    than one kind (with one kind CP-SAT's own bounds are exact), a small enough lattice."""
+    """Whether the relaxation speaks to this program: two stages or more (two without
+    recompute are solved exactly, solver.search.layout_two_stages), layers of more than one
+    kind (with one kind CP-SAT's own bounds are exact), a small enough lattice."""
     counts = np.bincount(coefficients.kinds)
     counts = counts[counts > 0]
-    return config.pp > 2 and len(counts) > 1 and float(np.prod(counts + 1)) <= MAX_LATTICE
+    return config.pp > 1 and len(counts) > 1 and float(np.prod(counts + 1)) <= MAX_LATTICE
 
 
 def no_layout_can(config: ParallelConfig, coefficients: LayoutCoefficients,
@@ -78,11 +87,16 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
     present, totals, a = terms.present, terms.totals, terms.layer_s
     grid = np.indices(tuple(totals + 1)).reshape(len(present), -1).T  # every count vector
     pp, stage, last, capacity = len(terms.base), terms.stage, terms.last, terms.capacity
+    num_virtual = pp * config.vpp
+    # Under one recompute count for every chunk (>= 1) each middle chunk recomputes a layer.
+    forced = rules.recompute and rules.uniform_recompute
+    least_recompute_s = int(to_units(co.recompute_s, TIME_UNIT_S, "nearest")[present].min()) \
+        if forced else 0
     slowest = np.inf
     if bound is not None:
         # objective = weight x max_i T_i + sum_i T_i, the sum at least its value without
         # recompute, the same for every layout
-        total = int(a @ totals) + pp * stage + last
+        total = int(a @ totals) + pp * stage + last + least_recompute_s * (num_virtual - 2)
         if total > bound:
             return True
         slowest = (bound - total) // terms.weight if terms.weight > 0 else np.inf
@@ -90,14 +104,16 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
     time_s = grid @ a + stage
     allowed = []
     for i in range(pp):
-        chunks = sum(1 for v in range(pp * config.vpp) if v % pp == i)
-        held = _run_sums(kinds, tuple(present), chunks).reshape(-1)
+        chunks = [v for v in range(num_virtual) if v % pp == i]
+        held = _run_sums(kinds, tuple(present), len(chunks)).reshape(-1)
+        middle = sum(1 for v in chunks if 0 < v < num_virtual - 1) if forced else 0
         spare = slowest - (time_s + (last if i == pp - 1 else 0))
         memory = terms.base[i] + grid @ terms.layer_bytes[i]
-        fits = memory <= capacity
+        fits = np.zeros(len(grid), dtype=bool) if middle else memory <= capacity
         if rules.recompute:
-            fits |= memory - _most_saved(co, present, i, grid, spare) <= capacity
-        allowed.append(held & (spare >= 0) & fits)
+            working = float(to_units(max(co.working_bytes[i], 0.0), MEMORY_UNIT_BYTES, "up"))
+            fits |= memory - _most_saved(co, present, i, grid, spare) + working <= capacity
+        allowed.append(held & (spare >= middle * least_recompute_s) & fits)
     if not all(mask.any() for mask in allowed):
         return True
     shape = tuple(totals + 1)
@@ -126,11 +142,10 @@ def _most_saved(co: LayoutCoefficients, present: list[int], stage: int, grid: np
                 spare: np.ndarray) -> np.ndarray:
     """The most memory stage `stage` can save by recomputing layers of its counts `grid`
     within `spare` time units (any layers, fractions allowed: a relaxation of the program's
-    first-r-of-each-chunk rule), less the working memory recompute needs (the program's
-    units)."""
+    first-r-of-each-chunk rule), in the program's units, before the working memory recompute
+    needs."""
     cost = to_units(co.recompute_s, TIME_UNIT_S, "nearest")[present].astype(float)
     gain = -to_units(co.recompute_bytes[stage], MEMORY_UNIT_BYTES, "up")[present].astype(float)
-    working = float(to_units(max(co.working_bytes[stage], 0.0), MEMORY_UNIT_BYTES, "up"))
     left = np.maximum(spare, 0).astype(float)
     saved = np.zeros(len(grid))
     # Fractional knapsack: the kinds that save most per unit of time first.
@@ -138,7 +153,7 @@ def _most_saved(co: LayoutCoefficients, present: list[int], stage: int, grid: np
         layers = grid[:, k] if cost[k] <= 0 else np.minimum(grid[:, k], left / cost[k])
         saved += layers * gain[k]
         left = left - layers * max(cost[k], 0.0)
-    return np.where(saved > 0, saved - working, 0.0)
+    return saved
 
 
 def _sums_reach(sets: list[np.ndarray], target: tuple[int, ...]) -> bool:
