@@ -283,6 +283,30 @@ def test_torchtitan_python_config_sets_what_the_command_line_sets() -> None:
     assert "config.activation_checkpoint = SelectiveAC.Config()" in emitted.text
 
 
+def test_megatron_cuda_graph_scope_follows_megatron_cores_rules() -> None:
+    """megatron-core 0.16.1 transformer_config.py __post_init__: no mlp graph in a model whose
+    every layer is MoE ("mlp cuda graph is only supported for dense layers"); graphed attention
+    whose core is recomputed needs attention dropout 0 (Megatron's default is 0.1)."""
+    from solver.cost.frameworks import build_framework_profile
+    from solver.emit.megatron import build_megatron_args
+
+    graphs = build_framework_profile("megatron", {"cuda_graphs": True}).time_constants
+
+    def flags_of(model: str, num_gpus: int, **degrees: int | str) -> dict[str, list[str]]:
+        target = replace(make_target(model, num_gpus, **degrees), time_constants=graphs)
+        return {flag: values for flag, *values in build_megatron_args(target)[0]}
+
+    all_moe = flags_of("qwen3-30b-a3b", 16, ep=16, recompute="none")
+    assert all_moe["--cuda-graph-scope"] == ["attn", "moe_router", "moe_preprocess"]
+    assert "--attention-dropout" not in all_moe
+    first_dense = flags_of("deepseek-v2-lite", 8, ep=8, recompute="selective")
+    assert first_dense["--cuda-graph-scope"] == ["attn", "mlp", "moe_router", "moe_preprocess"]
+    assert first_dense["--attention-dropout"] == ["0"]
+    dense = flags_of("llama3.1-8b", 8, tp=2, recompute="full")
+    assert dense["--cuda-graph-scope"] == ["attn", "mlp"]
+    assert "--attention-dropout" not in dense
+
+
 def test_every_format_has_a_renderer() -> None:
     assert tuple(RENDERERS) == FORMATS
 

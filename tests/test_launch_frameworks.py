@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
+from solver.cost.frameworks import build_framework_profile
 from solver.emit import TARGETS
 from solver.emit.formats import render_launch
 from solver.emit.layout import build_rank_layout
@@ -50,15 +51,19 @@ def need(launch_format: str, version: str) -> None:
 
 def make_target(model: str, cluster: str, num_gpus: int, version: str = "",
                 layout: str | None = None, precision: str = "bf16", global_batch: int = 1024,
-                **degrees: int | str) -> LaunchTarget:
+                features: dict | None = None, **degrees: int | str) -> LaunchTarget:
+    """A plan to launch; `features`: Megatron profile features the flags ask for
+    (solver.cost.frameworks, as `launch --cuda-graphs` ... give them)."""
     model_spec, cluster_spec, job = load_problem_specs(model, cluster, precision=precision,
                                                        global_batch=global_batch)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
     pipeline = parse_launch_pipeline(layout, model_spec, config) if layout else None
+    constants = (build_framework_profile("megatron", features).time_constants
+                 if features else None)
     return LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
                         layout=build_rank_layout(config, model_spec.is_moe), pipeline=pipeline,
-                        version=version)
+                        version=version, time_constants=constants)
 
 
 # The issue's three plans (Llama-3.1-70B / 64 H100, DeepSeek-V3 / 256 H800, Mixtral-8x7B /
@@ -90,6 +95,14 @@ PLANS = {
     "llama8b-uneven-vpp": (("megatron", "torchtitan"), dict(
         model="llama3.1-8b", cluster="dgx-h100", num_gpus=24, pp=3, vpp=3,
         recompute="full")),
+    # Megatron-Core's feature flags: CUDA graphs of attention (its core recomputed: dropout 0)
+    # and router, without mlp in an all-MoE model; DeepEP; EP overlap; bf16 optimizer states
+    "qwen3-moe-features": (("megatron",), dict(
+        model="qwen3-30b-a3b", cluster="dgx-h100", num_gpus=16, ep=16, features=dict(
+            cuda_graphs=True, moe_dispatcher="deepep", ep_comm_overlap=True))),
+    "deepseek-v3-cuda-graphs": (("megatron",), dict(
+        model="deepseek-v3", cluster="hgx-h800", num_gpus=256, tp=8, pp=2, ep=128,
+        features=dict(cuda_graphs=True, tp_comm_overlap=True))),
     "llama8b-fp8-cp2": (("megatron", "torchtitan", "vllm"), dict(
         model="llama3.1-8b", cluster="dgx-h100", num_gpus=16, tp=2, cp=2,
         precision="fp8")),

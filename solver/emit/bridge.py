@@ -93,7 +93,6 @@ FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
     "--overlap-param-gather": (("ddp.overlap_param_gather",), True),
     "--use-megatron-fsdp": (("ddp.use_megatron_fsdp",), True),
     "--data-parallel-sharding-strategy": (("ddp.data_parallel_sharding_strategy",), None),
-    "--grad-reduce-in-bf16": (("ddp.grad_reduce_in_fp32",), False),
     "--ckpt-format": (("checkpoint.ckpt_format",), None),
     "--use-tp-pp-dp-mapping": (("dist.use_tp_pp_dp_mapping",), True),
     "--use-precision-aware-optimizer": (("optimizer.use_precision_aware_optimizer",), True),
@@ -101,12 +100,18 @@ FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
     "--exp-avg-dtype": (("optimizer.exp_avg_dtype",), None),
     "--exp-avg-sq-dtype": (("optimizer.exp_avg_sq_dtype",), None),
 }
+# Megatron's dtype words as torch's names, which Bridge's overrides take (Megatron-LM
+# core_v0.16.1 megatron/training/arguments.py line 646: fp8 moments are torch.uint8).
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "uint8"}
+DTYPE_FLAGS = {"--main-grads-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"}
 # Megatron flags with no key of their own: the provider class says MLA or a Mamba hybrid,
 # num_query_groups says GQA, a RoPE model has no position table, the precision is
-# MIXED_PRECISION's preset, and vpp is model.virtual_pipeline_model_parallel_size.
+# MIXED_PRECISION's preset (which also sets the gradient-reduction dtype: below), and vpp is
+# model.virtual_pipeline_model_parallel_size.
 DROPPED = {"--multi-latent-attention", "--is-hybrid-model", "--group-query-attention",
            "--max-position-embeddings",
            "--bf16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
+           "--grad-reduce-in-bf16",
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}
 # Megatron's defaults for what the flags leave out, written out over the recipe's values.
 EXPLICIT: dict[str, object] = {
@@ -119,12 +124,18 @@ EXPLICIT: dict[str, object] = {
     "model.num_layers_in_last_pipeline_stage": None,
     "model.account_for_embedding_in_pipeline_split": False,
     "model.account_for_loss_in_pipeline_split": False,
-    "model.recompute_granularity": None, "model.cuda_graph_impl": "none",
+    "model.recompute_granularity": None, "model.recompute_method": None,
+    "model.recompute_num_layers": None, "model.recompute_modules": ["core_attn"],
+    "model.cuda_graph_impl": "none",
     "model.tp_comm_overlap": False, "model.mtp_num_layers": None,
     "ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False,
     "ddp.overlap_grad_reduce": False, "ddp.overlap_param_gather": False,
     "ddp.use_megatron_fsdp": False, "ddp.data_parallel_sharding_strategy": "no_shard",
-    "ddp.grad_reduce_in_fp32": True, "dist.use_tp_pp_dp_mapping": False,
+    "dist.use_tp_pp_dp_mapping": False,
+    # fp32 gradients and moments unless the profile asks otherwise (deepseek_v3.py's recipe
+    # keeps bf16 moments)
+    "optimizer.use_precision_aware_optimizer": False, "optimizer.main_grads_dtype": "float32",
+    "optimizer.exp_avg_dtype": "float32", "optimizer.exp_avg_sq_dtype": "float32",
     # A recipe's CommOverlapConfig rewrites the model's, DDP's and optimizer's overlap settings
     # at setup, after the overrides (training/comm_overlap.py CommOverlapConfig.setup); without
     # it the flags above stand (model.tp_comm_overlap starts TE's default userbuffers).
@@ -170,13 +181,22 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
             True if not values else _value(values))
         if flag == "--moe-layer-freq":
             value = _layer_freq(values[0])
+        elif flag in DTYPE_FLAGS:
+            value = DTYPES[values[0]]
         for key in keys:
             overrides[key] = value
     if target.config.vpp > 1:
         overrides["model.virtual_pipeline_model_parallel_size"] = target.config.vpp
-    if target.config.pp > 1:  # TransformerConfig requires it under pp (recipes set it)
-        overrides["model.pipeline_dtype"] = "bfloat16"
+    # The preset's setup writes its dtypes (pipeline_dtype among them, which TransformerConfig
+    # needs under pp) and ddp.grad_reduce_in_fp32 over the overrides (training/config.py
+    # runtime_config_update, mixed_precision.py MixedPrecisionConfig.setup); every bf16
+    # preset reduces in fp32.
     overrides["mixed_precision"] = MIXED_PRECISION[target.job.precision]
+    if any(flag == "--grad-reduce-in-bf16" for flag, *_ in flags):
+        warnings.append("Megatron-Bridge's mixed-precision presets reduce gradients in fp32 "
+                        "(ddp.grad_reduce_in_fp32, set by the preset after the overrides): the "
+                        "plan's bf16 reduction is not applied: its gradient reduction moves twice "
+                        "the bytes the estimate counts")
     for key, value in EXPLICIT.items():
         overrides.setdefault(key, value)
     recipe, own = pick_recipe(target)

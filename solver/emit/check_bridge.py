@@ -3,7 +3,10 @@
 What Bridge 0.3.1's scripts/training/run_recipe.py does before it trains, on the file's
 overrides: process_config_with_overrides (Hydra's parser in struct mode: a key the
 ConfigContainer lacks is an error; a value a field refuses is logged by _apply_overrides and
-counted here as a refusal), then ConfigContainer.validate() with the plan's WORLD_SIZE: each
+counted here as a refusal), then what pretrain() runs first, runtime_config_update
+(training/config.py) with the plan's WORLD_SIZE: the mixed-precision preset's setup, which
+writes its fields over the model's, optimizer's and DDP's (a setting of the file it changes is
+a refusal here: the file would not do what it says), then ConfigContainer.validate(): each
 sub-config's finalize (the model provider's is TransformerConfig.__post_init__), the
 data-parallel size, the distributed-optimizer, mixed-precision, FSDP, checkpoint, scheduler,
 context-parallel and sequence-length rules, and the flex-dispatcher check, which asks the GPU's
@@ -22,6 +25,7 @@ of its own (.ci/run), ahead on the path of the `parplan launch --validate` that 
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import logging
 import os
@@ -116,6 +120,27 @@ def _base_config(target: LaunchTarget) -> tuple[object, str]:
     return config, name
 
 
+def _read(config: object, key: str) -> object:
+    """The value at a dotted override key in the file's spelling (_spell)."""
+    value = config
+    for part in key.split("."):
+        value = getattr(value, part, None)
+    return _spell(value)
+
+
+def _spell(value: object) -> object:
+    """A value as the file writes it: torch dtypes and enums by name (Bridge's finalize turns
+    "attn" into CudaGraphScope.attn), lists item by item, other objects as text (a layout
+    string and the layout object Bridge parses it into)."""
+    if isinstance(value, (list, tuple)):
+        return [_spell(item) for item in value]
+    if isinstance(value, enum.Enum):
+        return value.name
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value).removeprefix("torch.")
+
+
 def check_bridge(target: LaunchTarget, emitted: Emitted, validation: Validation) -> None:
     """process_config_with_overrides and ConfigContainer.validate() (module docstring)."""
     found = installed_version("megatron-bridge")
@@ -151,23 +176,34 @@ def check_bridge(target: LaunchTarget, emitted: Emitted, validation: Validation)
 
     config, provider = run_check("Megatron-Bridge's process_config_with_overrides", apply)
 
+    # the preset's name becomes its config in the setup: not a change
+    keys = [key for key in (token.partition("=")[0] for token in overrides)
+            if key != "mixed_precision"]
+    asked = {key: _read(config, key) for key in keys}
+
     def validate() -> None:
+        from megatron.bridge.training.config import runtime_config_update
+
         with plan_gpu(target), environment(WORLD_SIZE=str(world), RANK="0"):
-            config.validate()
+            runtime_config_update(config)
+        changed = [f"{key} to {_read(config, key)!r} (the file: {asked[key]!r})"
+                   for key in keys if _read(config, key) != asked[key]]
+        if changed:
+            raise ValueError("its setup changes " + "; ".join(changed))
 
     try:
-        run_check("Megatron-Bridge's ConfigContainer.validate()", validate)
+        run_check("Megatron-Bridge's runtime_config_update", validate)
     except Rejected as exc:
         if not NEEDS_TE.search(exc.message):
             raise
         validation.accepted.append(f"Megatron-Bridge {found}'s process_config_with_overrides")
-        validation.unchecked.append(f"ConfigContainer.validate() (it needs Transformer Engine "
-                                    f"on this machine: {exc.message})")
+        validation.unchecked.append(f"runtime_config_update and ConfigContainer.validate() (they "
+                                    f"need Transformer Engine on this machine: {exc.message})")
         return
     validation.accepted.append(
-        f"Megatron-Bridge {found}'s process_config_with_overrides and "
-        f"ConfigContainer.validate() ({world} ranks, data-parallel size "
-        f"{config.data_parallel_size})")
+        f"Megatron-Bridge {found}'s process_config_with_overrides and runtime_config_update "
+        f"(the mixed-precision preset's setup, then ConfigContainer.validate(); {world} ranks, "
+        f"data-parallel size {config.data_parallel_size}; no setting of the file changed)")
     validation.unchecked.append(
         f"the values of recipe {recipe} that the overrides leave as they are (the recipe reads "
         f"the model's config from the Hugging Face Hub; the overrides were applied to Bridge's "

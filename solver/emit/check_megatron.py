@@ -42,7 +42,10 @@ GPU_ARCHES = (("A100", (8, 0)), ("A10", (8, 6)), ("L40", (8, 9)), ("L4", (8, 9))
               ("B300", (10, 3)))
 # Megatron-Core's refusals for want of Transformer Engine kernels on the checking machine (e.g.
 # "apply_rope_fusion is not available. Please install TE >= 1.4."): not a verdict on the file.
-NEEDS_TE = re.compile(r"install TE|Transformer ?Engine|transformer_engine")
+# Without TE, megatron-core's is_te_min_version compares None with a version (utils.py
+# get_te_version): "'>=' not supported between instances of 'NoneType' and 'Version'".
+NEEDS_TE = re.compile(r"install TE|Transformer ?Engine|transformer_engine|"
+                      r"'NoneType' and 'Version'")
 # Flags whose TransformerConfig field is named otherwise (ArgumentGroupFactory, arguments.py).
 FIELD_NAMES = {"num_experts": "num_moe_experts", "swiglu": "gated_linear_unit",
                "disable_bias_linear": "add_bias_linear", "fp8_format": "fp8",

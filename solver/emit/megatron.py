@@ -64,7 +64,7 @@ def _order_flags(target: LaunchTarget) -> tuple[list[str], list[str]]:
                 "from `--format groups`"]
 
 
-def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
+def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
     """The framework profile's features as Megatron-Core settings (TransformerConfig fields,
     flags by ArgumentGroupFactory): the MoE dispatcher (--moe-token-dispatcher-type
     alltoall | allgather | flex with --moe-flex-dispatcher-backend deepep | hybridep) and
@@ -72,10 +72,11 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
     CUDA graphs of attention and MLP, or of attention, router and preprocessing in dropless MoE
     layers (docs/user-guide/features/cuda_graph.md); TP and EP communication overlap; the
     precision-aware optimizer with bf16 main gradients and moments, bf16 gradient reduction,
-    fp8 parameters (arguments.py)."""
+    fp8 parameters (arguments.py). Returns the flags and notes."""
     constants = target.time_constants or framework_time_constants("megatron")
     c, is_moe = target.config, target.model_spec.is_moe
     flags: list[tuple[str, ...]] = []
+    notes: list[str] = []
     if is_moe:
         dispatcher = constants.moe_dispatcher
         if dispatcher in ("deepep", "hybridep"):
@@ -85,8 +86,21 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
             flags.append(("--moe-token-dispatcher-type", dispatcher))
         flags.append(("--moe-grouped-gemm",))
     if constants.cuda_graphs:
-        modules = ("attn", "mlp") + (("moe_router", "moe_preprocess") if is_moe else ())
+        # mlp only where the model has dense MLP layers (megatron-core 0.16.1
+        # transformer_config.py __post_init__: "mlp cuda graph is only supported for dense
+        # layers")
+        m = target.model_spec
+        dense = not is_moe or m.first_k_dense_layers > 0 or m.moe_layer_freq > 1
+        modules = ("attn",) + (("mlp",) if dense else ()) + (
+            ("moe_router", "moe_preprocess") if is_moe else ())
         flags += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-scope", *modules)]
+        if c.recompute == "selective" and "core_attn" in constants.recompute_modules:
+            # transformer_config.py __post_init__: "attention dropout is not supported with
+            # graphed attention recomputation" (Megatron's default dropout is 0.1)
+            flags.append(("--attention-dropout", "0"))
+            notes.append("graphed attention with its core recomputed needs attention dropout "
+                         "0 (Megatron-Core refuses it otherwise): the flags set it; take attn "
+                         "out of --cuda-graph-scope to train with attention dropout")
     if constants.tp_comm_overlap and c.tp > 1:
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
@@ -101,7 +115,7 @@ def _feature_flags(target: LaunchTarget) -> list[tuple[str, ...]]:
         flags.append(("--fp8-param-gather",))
     if c.recompute == "selective" and constants.recompute_modules != ("core_attn",):
         flags.append(("--recompute-modules", *constants.recompute_modules))
-    return flags
+    return flags, notes
 
 
 
@@ -115,11 +129,11 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
         ("--context-parallel-size", str(c.cp)),
     ]
     order_flags, warnings = _order_flags(target)
-    notes: list[str] = []
     if model_spec.is_moe:
         flags += [("--expert-model-parallel-size", str(c.ep)),
                   ("--expert-tensor-parallel-size", str(c.etp))]
-    flags += _feature_flags(target)
+    feature_flags, notes = _feature_flags(target)
+    flags += feature_flags
     pipeline = target.pipeline_layout()
     if "mamba" in model_spec.layer_mixers:  # MambaModel: the pattern places the layers
         split_flags, hybrid_warnings, split_notes = build_mamba_hybrid_flags(target, pipeline)
