@@ -154,7 +154,8 @@ tokens = emitted.settings["overrides"]
 for name, changed in (
         ("heads-60", [t if not t.startswith("model.num_attention_heads=") else
                       "model.num_attention_heads=60" for t in tokens]),
-        ("unknown-key", [*tokens, "model.num_experts=8"])):
+        ("unknown-key", [*tokens, "model.num_experts=8"]),
+        ("bf16-reduction", [*tokens, "ddp.grad_reduce_in_fp32=false"])):
     settings = dict(emitted.settings, overrides=changed)
     line = validate_emitted("megatron-bridge", target, replace(emitted, settings=settings))
     print(json.dumps([name, line]), flush=True)
@@ -184,11 +185,13 @@ def bridge_lines() -> dict[str, str]:
 def test_megatron_bridge_accepts_the_overrides(bridge_lines: dict[str, str], plan: str) -> None:
     line = bridge_lines[plan]
     assert line.startswith("megatron-bridge@0.3: accepted by Megatron-Bridge 0.3.1's "
-                           "process_config_with_overrides and ConfigContainer.validate() ("), line
+                           "process_config_with_overrides and runtime_config_update (the "
+                           "mixed-precision preset's setup, then ConfigContainer.validate(); "), line
+    assert "no setting of the file changed" in line
     assert "not checked: the values of recipe" in line
     # Bridge's own data-parallel size (world / (tp x pp x cp)) is the plan's
     target = make_target(**PLANS[plan][1])
-    assert f"data-parallel size {target.config.dp})" in line, line
+    assert f"data-parallel size {target.config.dp};" in line, line
     assert "Bridge's LoRA modules (they import Transformer Engine" in line
 
 
@@ -200,11 +203,16 @@ def test_the_recipes_named_are_bridges(bridge_lines: dict[str, str]) -> None:
 def test_broken_overrides_are_rejected(bridge_lines: dict[str, str]) -> None:
     """60 heads on tp 8 (TransformerConfig.__post_init__ through the provider's finalize); a
     key the model provider lacks (Hydra, struct mode: Megatron's --num-experts is Bridge's
-    num_moe_experts)."""
+    num_moe_experts); a setting the bf16_mixed preset writes over in its setup
+    (mixed_precision.py: grad_reduce_in_fp32=True)."""
     heads = bridge_lines["heads-60"]
     assert heads.startswith("megatron-bridge@0.3: rejected by Megatron-Bridge's "
-                            "ConfigContainer.validate(): num_attention_heads (60) must be a "
+                            "runtime_config_update: num_attention_heads (60) must be a "
                             "multiple of tensor_model_parallel_size (8)"), heads
+    rewritten = bridge_lines["bf16-reduction"]
+    assert rewritten.startswith("megatron-bridge@0.3: rejected by Megatron-Bridge's "
+                                "runtime_config_update: its setup changes "
+                                "ddp.grad_reduce_in_fp32 to True (the file: False)"), rewritten
     unknown = bridge_lines["unknown-key"]
     assert unknown.startswith("megatron-bridge@0.3: rejected by Megatron-Bridge's "
                               "process_config_with_overrides: "), unknown
