@@ -48,7 +48,8 @@ def test_hydra_values_are_rendered_as_hydra_reads_them() -> None:
     assert render_override("model.num_layers", 80) == "model.num_layers=80"
     assert render_override("model.normalization", "RMSNorm") == "model.normalization=RMSNorm"
     assert render_override("model.pipeline_model_parallel_layout", "Et*7|t*9,L") == \
-        "model.pipeline_model_parallel_layout='Et*7|t*9,L'"
+        'model.pipeline_model_parallel_layout="Et*7|t*9,L"'
+    assert render_override("model.x", 'a"b') == 'model.x="a\\"b"'
     assert render_override("model.cuda_graph_scope", ["attn", "mlp"]) == \
         "model.cuda_graph_scope=[attn,mlp]"
 
@@ -78,6 +79,24 @@ def test_the_recipe_is_the_models_own_else_one_of_its_kind() -> None:
     models = Path(__file__).resolve().parent.parent / "models"
     zoo = {path.stem for path in models.glob("*.toml")}
     assert set(RECIPES) <= zoo
+
+
+def test_what_the_mixed_precision_preset_decides_is_said() -> None:
+    """Bridge's presets write fp8_param_gather and grad_reduce_in_fp32 after the overrides
+    (mixed_precision.py: on in the delayed-scaling fp8 preset, off in the blockwise one; every
+    bf16 preset reduces in fp32): a plan asking otherwise gets a warning, not a key."""
+    def said(precision: str, **features: bool) -> str:
+        target = make_target("llama3.1-8b", "dgx-h100", 16, precision=precision, tp=2, zero=1,
+                             features=features)
+        overrides, warnings, notes = build_bridge_overrides(target)
+        assert "model.fp8_param_gather" not in overrides
+        assert "ddp.grad_reduce_in_fp32" not in overrides
+        return " ".join(warnings + notes)
+
+    assert "keeps bf16 parameters" in said("fp8-blockwise", fp8_param_gather=True)
+    assert "keeps the parameters in fp8" in said("fp8", fp8_param_gather=False)
+    assert "preset" not in said("fp8", fp8_param_gather=True)
+    assert "reduce gradients in fp32" in said("bf16", grad_reduce_in_bf16=True)
 
 
 @pytest.mark.parametrize("plan", BRIDGE_PLANS)

@@ -100,6 +100,11 @@ FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
     "--exp-avg-dtype": (("optimizer.exp_avg_dtype",), None),
     "--exp-avg-sq-dtype": (("optimizer.exp_avg_sq_dtype",), None),
 }
+# Whether each preset keeps the parameters in fp8 (fp8_param_gather: mixed_precision.py lines
+# 218, 251 and 371 / 402 of Bridge 0.3.1; bf16_mixed keeps the field's default, False). The
+# preset writes it over the overrides, so the plan's --fp8-param-gather cannot be set apart.
+PRESET_FP8_PARAMS = {"bf16": False, "fp8": True, "fp8-blockwise": False, "mxfp8": True,
+                     "nvfp4": False}
 # Megatron's dtype words as torch's names, which Bridge's overrides take (Megatron-LM
 # core_v0.16.1 megatron/training/arguments.py line 646: fp8 moments are torch.uint8).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "uint8"}
@@ -111,7 +116,7 @@ DTYPE_FLAGS = {"--main-grads-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"}
 DROPPED = {"--multi-latent-attention", "--is-hybrid-model", "--group-query-attention",
            "--max-position-embeddings",
            "--bf16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
-           "--grad-reduce-in-bf16",
+           "--grad-reduce-in-bf16", "--fp8-param-gather",
            "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}
 # Megatron's defaults for what the flags leave out, written out over the recipe's values.
 EXPLICIT: dict[str, object] = {
@@ -192,7 +197,17 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
     # runtime_config_update, mixed_precision.py MixedPrecisionConfig.setup); every bf16
     # preset reduces in fp32.
     overrides["mixed_precision"] = MIXED_PRECISION[target.job.precision]
-    if any(flag == "--grad-reduce-in-bf16" for flag, *_ in flags):
+    given = {flag for flag, *_ in flags}
+    fp8_params = "--fp8-param-gather" in given
+    preset = overrides["mixed_precision"]
+    if fp8_params and not PRESET_FP8_PARAMS[target.job.precision]:
+        warnings.append(f"Megatron-Bridge's {preset} preset keeps bf16 parameters "
+                        "(fp8_param_gather false, set after the overrides): the plan's fp8 "
+                        "parameters are not applied, so they take more memory than estimated")
+    elif not fp8_params and PRESET_FP8_PARAMS[target.job.precision]:
+        notes.append(f"Megatron-Bridge's {preset} preset keeps the parameters in fp8 "
+                     "(fp8_param_gather): less parameter memory and traffic than estimated")
+    if "--grad-reduce-in-bf16" in given:
         warnings.append("Megatron-Bridge's mixed-precision presets reduce gradients in fp32 "
                         "(ddp.grad_reduce_in_fp32, set by the preset after the overrides): the "
                         "plan's bf16 reduction is not applied: its gradient reduction moves twice "
@@ -210,7 +225,7 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
 
 def render_override(key: str, value: object) -> str:
     """One Hydra override `key=value`: null, true / false, numbers and plain words bare,
-    other text in single quotes, lists in brackets."""
+    other text in double quotes (Hydra's quoted string), lists in brackets."""
     return f"{key}={_render_value(value)}"
 
 
@@ -224,7 +239,7 @@ def _render_value(value: object) -> str:
     text = str(value)
     if re.fullmatch(r"[A-Za-z0-9_.\-]+", text):
         return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def render_bridge(target: LaunchTarget) -> Emitted:
