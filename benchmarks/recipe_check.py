@@ -6,7 +6,10 @@ configuration costs no more step time than the recipe's own choice.
 
 Data: benchmarks/data/recipes.jsonl, one recipe per line, each naming its source (repository,
 commit, file and config name): Megatron-Bridge's performance workload configs for
-DeepSeek-V3, Llama 3 8B/70B and Qwen3 30B-A3B/235B-A22B on H100, B200, B300, GB200 and GB300.
+DeepSeek-V3, Llama 3 8B/70B and Qwen3 30B-A3B/235B-A22B on H100, B200, B300, GB200 and GB300,
+and torchtitan's Llama 3 8B and 70B train configs ("a preset for 64 A100 GPUs"; batch_size
+is per data-parallel rank with no gradient accumulation, so it is the micro-batch; FSDP over
+every GPU the other degrees leave, ZeRO-3), costed under the torchtitan profile's defaults.
 A field the config leaves unset takes WorkloadBaseConfig's default (scripts/performance/utils/
 utils.py @01b2977: tp = pp = cp = ep = micro-batch 1, no virtual stages); recompute the config
 does not set is taken as none (the table marks it "unstated"). Settings every Megatron-Bridge
@@ -31,8 +34,8 @@ layers in both):
                     and its step time
   tool's cheapest   recompute left to the search (none, the module sets of
                     solver.cost.recompute_modules, full recompute per layer): its step time
-The check passes where the recipe's choice fits and the tool's step time is at most the
-recipe's (ratio <= 1). Settings the tool does not model (activation offload) are listed: the
+The settings above are Megatron-Bridge's; torchtitan rows take none of them. The check passes
+where the recipe's choice fits and the tool's step time is at most the recipe's (ratio <= 1). Settings the tool does not model (activation offload) are listed: the
 recipe is costed without them, which can only make it need more memory.
 """
 
@@ -96,17 +99,22 @@ def load_recipes(path: Path = DATA_PATH) -> list[dict[str, Any]]:
 def recipe_problem(recipe: dict[str, Any], own: bool) -> Problem:
     """The recipe's problem with its degrees pinned; `own`: its recompute pinned too."""
     pins = {name: (int(recipe[name]),) for name in PINNED}
-    features: dict[str, Any] = {**recipe["features"], **MEGATRON_BRIDGE_RECIPE_FEATURES,
-                                "precision_aware_optimizer": False,
-                                "fp8_param_gather": recipe["precision"] in FP8_PARAM_PRECISIONS}
+    framework = recipe.get("framework", "megatron")
+    bridge = framework == "megatron"
+    features: dict[str, Any] = dict(recipe["features"])
+    if bridge:
+        features.update(MEGATRON_BRIDGE_RECIPE_FEATURES, precision_aware_optimizer=False,
+                        fp8_param_gather=recipe["precision"] in FP8_PARAM_PRECISIONS)
     if own:
         pins["recompute"] = (RECOMPUTE_LEVELS.index(recipe["recompute"]),)
-        if recipe["recompute"] == "selective":
+        if recipe["recompute"] == "selective" and "recompute_modules" in recipe:
             features["recompute_modules"] = tuple(recipe["recompute_modules"])
     problem = build_problem(recipe["model"], recipe["cluster"], recipe["gpus"],
                             seq_len=recipe["seq_len"], global_batch=recipe["global_batch"],
-                            precision=recipe["precision"], framework="megatron", pins=pins,
+                            precision=recipe["precision"], framework=framework, pins=pins,
                             features=FrameworkFeatures(**features))
+    if not bridge:  # the framework's own defaults (torchtitan: solver.cost.frameworks)
+        return problem
     options = problem.memory_options.model_copy(update={
         "logits_bytes": MEGATRON_BRIDGE_LOGITS_BYTES,
         "moe_capacity_factor": BALANCED_ROUTING_CAPACITY})
@@ -146,6 +154,8 @@ def summarize(verdicts: list[RecipeVerdict]) -> dict[str, Any]:
         rows.append({
             "id": r["id"], "source": r["source"], "gpus": r["gpus"], "cluster": r["cluster"],
             "recipe_setting": _setting(r["recompute"], r.get("recompute_modules"))
+            + (" (op level)" if r.get("framework") == "torchtitan"
+               and r["recompute"] == "selective" else "")
             + ("" if r["recompute"] != "none" or r.get("recompute_modules") is not None
                else " (unstated)"),
             "not_modelled": r["not_modelled"],

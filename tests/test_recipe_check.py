@@ -3,7 +3,8 @@ tool under the memory features it states, and the tool's cheapest fit of its con
 no slower than the recipe's own choice. Rows (benchmarks/data/recipes.jsonl, each naming its
 Megatron-Bridge config): DeepSeek-V3 on 1024 H100s with --recompute-modules mla_up_proj mlp,
 on 256 B200s with mla_up_proj; Qwen3-30B-A3B on 8 B200s; Llama 3 8B on 8 H100s in fp8 with
-full recompute of some layers."""
+full recompute of some layers; torchtitan's Llama 3 8B train config (64 A100s, FSDP,
+op-level selective checkpointing)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from recipe_check import check_recipe, load_recipes, summarize  # noqa: E402
 
-ROWS = ("dsv3-h100", "dsv3-b200", "qwen3-30b-b200-bf16", "llama3-8b-h100-fp8")
+ROWS = ("dsv3-h100", "dsv3-b200", "qwen3-30b-b200-bf16", "llama3-8b-h100-fp8",
+        "torchtitan-llama3-8b")
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +29,12 @@ def verdicts() -> dict:
 
 def test_every_recipe_names_its_source() -> None:
     for recipe in load_recipes():
-        assert recipe["source"].startswith("NVIDIA-NeMo/Megatron-Bridge@")
-        assert "scripts/performance/configs/" in recipe["source"]
+        if recipe.get("framework") == "torchtitan":
+            assert recipe["source"].startswith("pytorch/torchtitan@")
+            assert "train_configs/" in recipe["source"]
+        else:
+            assert recipe["source"].startswith("NVIDIA-NeMo/Megatron-Bridge@")
+            assert "scripts/performance/configs/" in recipe["source"]
 
 
 @pytest.mark.parametrize("name", ROWS)
