@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from solver.api import load_problem_specs
 from solver.cost.frameworks import (
     FrameworkProfile,
@@ -117,22 +119,26 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     start = time.perf_counter()
     result = _solve_one(problem, top, engine, time_limit_s, compare)
     # One time limit for the whole solve: each module set's search gets what is left.
-    return search_module_sets(problem, result, lambda variant: _solve_one(
+    return search_module_sets(problem, result, lambda variant, cutoff_s: _solve_one(
         variant, top, engine, max(time_limit_s - (time.perf_counter() - start), 0.0),
-        compare=False), top)
+        compare=False, cutoff_s=cutoff_s), top)
 
 
 def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,
-               compare: bool) -> OptimizeResult:
-    """solve() for the problem's own recompute modules."""
+               compare: bool, cutoff_s: float = np.inf) -> OptimizeResult:
+    """solve() for the problem's own recompute modules; with `cutoff_s` (a module set's
+    search) only the plans at least as fast, and no explanation where there are none."""
     start = time.perf_counter()
     status = "optimal"
     if engine == "layout":
-        ranked, proven = solve_with_layouts(problem, top, time_limit_s)
+        ranked, proven = solve_with_layouts(problem, top, time_limit_s, cutoff_s)
         status = "optimal" if proven else "feasible"
     else:
         ranked = solve_by_enumeration(problem, top)
     seconds = time.perf_counter() - start
+    if (ranked is None or len(ranked.candidates) == 0) and np.isfinite(cutoff_s):
+        return OptimizeResult(problem=problem, status=status, engine=engine,
+                              solve_seconds=seconds, num_feasible=None, plans=())
     if ranked is None or len(ranked.candidates) == 0:
         found = find_conflicts(problem)
         conflicts = tuple(found.names)

@@ -284,12 +284,14 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
 FIRST_PASS = 2048
 
 
-def may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndarray:
+def may_enter_top(problem: Problem, candidates: Candidates, top: int,
+                  cutoff_s: float = np.inf) -> np.ndarray:
     """The rows of `candidates` that may be among the `top` (configuration, layout) pairs:
     those whose lower bound over every layout, from the layers' terms alone
     (estimate_time_terms with layers_only), is at most the step time of the top-th fastest
-    even split that fits among the rows of least bound. Any other row is slower, whatever its
-    layout, than `top` plans already known (ties kept)."""
+    even split that fits among the rows of least bound, and at most `cutoff_s` (plans known
+    from elsewhere). Any other row is slower, whatever its layout, than `top` plans already
+    known (ties kept)."""
     light = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
                                              candidates, problem.time_constants)
     full = (candidates.recompute == RECOMPUTE_FULL).astype(float)
@@ -304,11 +306,15 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int) -> np.ndar
         even = fastest_that_fit(problem, head, top)
         distinct = None if even is None else fold_twins(even, top)
         if distinct is not None and len(distinct.rows) >= top:
-            bar = float(distinct.step_time.step_s[top - 1])
+            bar = min(float(distinct.step_time.step_s[top - 1]), cutoff_s)
             low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
                                                 above_s=bar)
             return np.flatnonzero(low <= bar)
         size *= 8
+    if np.isfinite(cutoff_s):
+        low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
+                                            above_s=cutoff_s)
+        return np.flatnonzero(low <= cutoff_s)
     return np.arange(len(candidates))
 
 

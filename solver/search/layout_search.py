@@ -73,10 +73,12 @@ def layout_rules(problem: Problem, config: ParallelConfig) -> LayoutRules:
                        mtp_layers=mtp)
 
 
-def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0
-                       ) -> tuple[Ranked | None, bool]:
+def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
+                       cutoff_s: float = np.inf) -> tuple[Ranked | None, bool]:
     """The `top` best (configuration, layout) pairs, and whether they are proven (no layout
-    program stopped at the time limit). Module docstring."""
+    program stopped at the time limit). Module docstring. With `cutoff_s`, the step time of
+    plans known from elsewhere (solver.search.module_variants), only pairs at least as fast
+    are sought: the others may be left out, or kept."""
     start = time.perf_counter()
     if problem.objective != "time":
         return solve_by_enumeration(problem, top), True
@@ -84,10 +86,12 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     if len(candidates) == 0:
         return None, True
     num_candidates = len(candidates)
-    kept = may_enter_top(problem, candidates, top)
+    kept = may_enter_top(problem, candidates, top, cutoff_s)
     # The first pass keeps every row where none of the rows of least bound fits: a problem
     # so tight that perhaps nothing fits. Ask that first (cheaper than costing every row).
     if len(kept) == num_candidates and not any_layout_fits(problem, candidates):
+        return None, True
+    if len(kept) == 0:  # nothing can beat the cutoff
         return None, True
     candidates = candidates.take(kept)
     model_spec = problem.model_spec
@@ -107,8 +111,8 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     def bar() -> float:
         groups = _distinct(best)
         if len(groups) < top:
-            return np.inf
-        return best[groups[top - 1][0]][0][0]
+            return cutoff_s
+        return min(best[groups[top - 1][0]][0][0], cutoff_s)
 
     full = candidates.recompute == RECOMPUTE_FULL
     times = time_coefficients(terms)

@@ -48,22 +48,29 @@ def _rank_key(objective: str) -> Callable[[Plan], tuple[float, float]]:
     return key
 
 
-def search_module_sets(problem: Problem, result: Any, solve_variant: Callable[[Problem], Any],
-                       top: int) -> Any:
+def search_module_sets(problem: Problem, result: Any,
+                       solve_variant: Callable[[Problem, float], Any], top: int) -> Any:
     """`result` (an OptimizeResult of `problem`'s own search) with the plans of every other
     module set merged in, best `top` first by the objective (module docstring). `solve_variant`
-    solves one variant problem. The status is optimal only where every search proved its
+    solves one variant problem for the plans at least as fast as its second argument, in
+    seconds (inf: all); plans slower than the top-th found so far cannot enter the top. The status is optimal only where every search proved its
     answer; where only a variant finds plans, its answer (its explanation) stands."""
     sets = problem.recompute_module_sets
     if not sets:
         return result
     plans = [(plan, result) for plan in name_modules(result.plans, sets[0])]
     seconds, proven, searched = result.solve_seconds, result.status != "feasible", False
+    key = _rank_key(problem.objective)
     for modules in sets[1:]:
         variant = module_variant(problem, modules)
         if variant is None:
             continue
-        answer = solve_variant(variant)
+        # A plan slower than the top-th of those found so far cannot enter the top: the
+        # variant's search need not look for it (by time; memory ranks are searched whole).
+        found = sorted(key(plan) for plan, _ in plans)
+        cutoff = found[top - 1][0] if problem.objective == "time" and len(found) >= top \
+            else float("inf")
+        answer = solve_variant(variant, cutoff)
         seconds += answer.solve_seconds
         searched = True
         if answer.plans:
@@ -71,7 +78,6 @@ def search_module_sets(problem: Problem, result: Any, solve_variant: Callable[[P
             plans.extend((plan, answer) for plan in name_modules(answer.plans, modules))
     if not searched or not plans:
         return replace(result, plans=tuple(plan for plan, _ in plans), solve_seconds=seconds)
-    key = _rank_key(problem.objective)
     ranked = sorted(plans, key=lambda pair: key(pair[0]))[:top]
     # The winner's own search explains it; the counts are the problem's own search's (every
     # recompute level), except the feasible ones, which no search counted over the union.
