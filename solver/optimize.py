@@ -121,13 +121,15 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     # One time limit for the whole solve: each module set's search gets what is left.
     return search_module_sets(problem, result, lambda variant, cutoff_s: _solve_one(
         variant, top, engine, max(time_limit_s - (time.perf_counter() - start), 0.0),
-        compare=False, cutoff_s=cutoff_s), top)
+        compare=False, cutoff_s=cutoff_s, module_set=True), top)
 
 
 def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,
-               compare: bool, cutoff_s: float = np.inf) -> OptimizeResult:
-    """solve() for the problem's own recompute modules; with `cutoff_s` (a module set's
-    search) only the plans at least as fast, and no explanation where there are none."""
+               compare: bool, cutoff_s: float = np.inf, module_set: bool = False
+               ) -> OptimizeResult:
+    """solve() for the problem's own recompute modules; with `cutoff_s` only the plans at
+    least as fast. A further module set's search (`module_set`) explains no infeasibility:
+    where no set finds a plan, the first search's explanation stands."""
     start = time.perf_counter()
     status = "optimal"
     if engine == "layout":
@@ -136,7 +138,7 @@ def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,
     else:
         ranked = solve_by_enumeration(problem, top)
     seconds = time.perf_counter() - start
-    if (ranked is None or len(ranked.candidates) == 0) and np.isfinite(cutoff_s):
+    if (ranked is None or len(ranked.candidates) == 0) and module_set:
         return OptimizeResult(problem=problem, status=status, engine=engine,
                               solve_seconds=seconds, num_feasible=None, plans=())
     if ranked is None or len(ranked.candidates) == 0:

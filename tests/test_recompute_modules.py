@@ -182,3 +182,21 @@ def test_module_sets_searched_below_the_cutoff_give_the_same_plans(monkeypatch) 
     assert [p.config for p in cut.plans] == [p.config for p in full.plans]
     assert [p.time.step_seconds for p in cut.plans] == [p.time.step_seconds for p in full.plans]
     assert [p.recompute_modules for p in cut.plans] == [p.recompute_modules for p in full.plans]
+
+
+def test_an_infeasible_problem_is_explained_once(monkeypatch) -> None:
+    """Where no module set finds a plan, the first search's explanation stands: the conflicts
+    are looked for once, not once per set (DeepSeek-V2-Lite at 32K tokens on one A100 40 GB:
+    its weights and optimizer alone pass the memory)."""
+    import solver.optimize as optimize
+
+    calls = []
+    original = optimize.find_conflicts
+    monkeypatch.setattr(optimize, "find_conflicts",
+                        lambda problem: calls.append(problem) or original(problem))
+    problem = build_problem("deepseek-v2-lite", "dgx-a100-40gb", 1, seq_len=32768,
+                            global_batch=8)
+    assert len(problem.recompute_module_sets) > 1
+    result = solve(problem, top=3, compare=False)
+    assert result.status == "infeasible" and "memory_fits_hbm" in result.conflicts
+    assert len(calls) == 1
