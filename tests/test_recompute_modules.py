@@ -200,3 +200,22 @@ def test_an_infeasible_problem_is_explained_once(monkeypatch) -> None:
     result = solve(problem, top=3, compare=False)
     assert result.status == "infeasible" and "memory_fits_hbm" in result.conflicts
     assert len(calls) == 1
+
+
+def test_a_module_set_search_cut_short_leaves_the_answer_unproven() -> None:
+    """A further set's search that stopped at the time limit and found nothing under its
+    cutoff may have missed plans: the merged answer is `feasible`, not `optimal`."""
+    from dataclasses import replace
+
+    from solver.search.module_variants import search_module_sets
+
+    problem = _problem()
+    first = solve(problem.model_copy(update={"recompute_module_sets": ()}), top=3,
+                  engine="layout", compare=False)
+    assert first.status == "optimal"
+    cut_short = replace(first, plans=(), status="feasible")
+    merged = search_module_sets(problem, first, lambda variant, cutoff: cut_short, 3)
+    assert merged.status == "feasible"
+    done = replace(first, plans=(), status="optimal")
+    assert search_module_sets(problem, first, lambda variant, cutoff: done, 3).status == \
+        "optimal"

@@ -53,8 +53,9 @@ def search_module_sets(problem: Problem, result: Any,
     """`result` (an OptimizeResult of `problem`'s own search) with the plans of every other
     module set merged in, best `top` first by the objective (module docstring). `solve_variant`
     solves one variant problem for the plans at least as fast as its second argument, in
-    seconds (inf: all); plans slower than the top-th found so far cannot enter the top. The status is optimal only where every search proved its
-    answer; where only a variant finds plans, its answer (its explanation) stands."""
+    seconds (inf: all); plans slower than the top-th found so far cannot enter the top. The
+    status is optimal only where every search proved its answer (one that found nothing under
+    its cutoff too); where only a variant finds plans, its answer (its explanation) stands."""
     sets = problem.recompute_module_sets
     if not sets:
         return result
@@ -73,8 +74,9 @@ def search_module_sets(problem: Problem, result: Any,
         answer = solve_variant(variant, cutoff)
         seconds += answer.solve_seconds
         searched = True
+        # A search stopped by the time limit may have missed plans under its cutoff.
+        proven = proven and answer.status != "feasible"
         if answer.plans:
-            proven = proven and answer.status == "optimal"
             plans.extend((plan, answer) for plan in name_modules(answer.plans, modules))
     if not searched or not plans:
         return replace(result, plans=tuple(plan for plan, _ in plans), solve_seconds=seconds)

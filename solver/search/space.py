@@ -18,7 +18,8 @@ from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 from solver.spec.job import Framework
 
-# solver.spec.job.PARALLEL_FIELDS in the search's order (it breaks ties between equal plans in this order).
+# solver.spec.job.PARALLEL_FIELDS in the search's order (it breaks ties between equal plans in
+# this order).
 VARIABLES = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
 Objective = Literal["time", "memory"]
 
