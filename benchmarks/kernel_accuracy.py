@@ -18,9 +18,9 @@ median and 90th-percentile |predicted / measured - 1| of
                  the permutation traffic for MoE), at the same shapes.
 
 The table path itself returns every unadjusted grid point exactly (tests/test_kernels.py). Last,
-a sanity print (not a fit, not a test): end-to-end step time of the precision recipes on
-Blackwell next to what issue 16 reports measured (MXFP8 a few percent slower than tensor-wise
-FP8, NVFP4 1.2-1.6x faster than MXFP8).
+a sanity print (not a fit, not a test): the throughput ratio of two precision recipes run on
+one configuration by Megatron-Bridge on Blackwell (FP8 current scaling over MXFP8: measured
+1.04-1.06; NVFP4 over MXFP8: 1.49), predicted and measured.
 """
 
 from __future__ import annotations
@@ -192,26 +192,45 @@ def render_moe_shape_transfer(console: Console) -> None:
     console.print(table)
 
 
+# Megatron-Bridge runs of one configuration under two recipes (NVIDIA-NeMo/Megatron-Bridge
+# @067f987 docs/performance-summary-archive.md): (label, model, cluster, GPUs, seq, global
+# batch, degrees, {recipe: measured tokens/s per GPU}). 25.11: "FP8-CS (FP8-MX)" rows, the
+# parenthesis the MXFP8 run; 26.06: the GB200 Llama 3.1 405B MXFP8 and NVFP4 rows, the same
+# tp 4, pp 16, vp 8.
+RECIPE_PAIRS = (
+    ("25.11 Llama3 8B", "llama3.1-8b", "gb300-nvl72", 8, 8192, 128, dict(micro_batch=2),
+     {"fp8": 37556, "mxfp8": 36108}),
+    ("25.11 Llama3 8B", "llama3.1-8b", "gb200-nvl72", 8, 8192, 128, dict(micro_batch=2),
+     {"fp8": 31508, "mxfp8": 29789}),
+    ("25.11 Llama3 8B", "llama3.1-8b", "dgx-b200", 8, 8192, 128, dict(micro_batch=2),
+     {"fp8": 30624, "mxfp8": 29521}),
+    ("25.11 Llama3.1 405B", "llama3.1-405b", "dgx-b200", 128, 8192, 64,
+     dict(tp=4, pp=8, cp=2, vpp=8, micro_batch=1), {"fp8": 661, "mxfp8": 624}),
+    ("26.06 Llama3.1 405B", "llama3.1-405b", "gb200-nvl72", 256, 8192, 1536,
+     dict(tp=4, pp=16, vpp=8, micro_batch=1), {"mxfp8": 783, "nvfp4": 1166}),
+)
+
+
 def render_recipes(console: Console) -> None:
-    """End-to-end sanity print: recipes on Blackwell, predicted step time ratios."""
+    """Sanity print, not fitted: the throughput ratio of two recipes on one configuration,
+    predicted and measured (RECIPE_PAIRS)."""
     from solver.api import estimate
 
-    cases = [("llama3.1-70b", "dgx-b200", 64, dict(tp=4, pp=4, micro_batch=1)),
-             ("llama3.1-8b", "gb200-nvl72", 8, dict(tp=1, pp=1, micro_batch=2)),
-             ("qwen3-30b-a3b", "dgx-b200", 16, dict(tp=1, pp=1, ep=8, micro_batch=1))]
-    table = Table(title="Sanity print, not fitted: predicted step time by recipe (issue 16 "
-                        "reports measured: MXFP8 a few % slower than FP8, NVFP4 1.2-1.6x faster "
-                        "than MXFP8)")
-    for name in ("model", "cluster", "gpus"):
+    table = Table(title="Sanity print, not fitted: tokens/s of two precision recipes on one "
+                        "configuration, Megatron-Bridge runs (performance-summary-archive.md)")
+    for name in ("run", "cluster", "gpus", "recipes"):
         table.add_column(name)
-    for name in ("bf16 s", "fp8 s", "mxfp8 s", "nvfp4 s", "mxfp8 / fp8", "mxfp8 / nvfp4"):
+    for name in ("measured ratio", "predicted ratio", "predicted tok/s/GPU"):
         table.add_column(name, justify="right")
-    for model, cluster, gpus, degrees in cases:
-        seconds = {p: estimate(model, cluster, gpus, precision=p, **degrees).plan.time
-                   .step_seconds for p in ("bf16", "fp8", "mxfp8", "nvfp4")}
-        table.add_row(model, cluster, str(gpus), *(f"{seconds[p]:.2f}" for p in seconds),
-                      f"{seconds['mxfp8'] / seconds['fp8']:.2f}",
-                      f"{seconds['mxfp8'] / seconds['nvfp4']:.2f}")
+    for label, model, cluster, gpus, seq, batch, degrees, measured in RECIPE_PAIRS:
+        predicted = {p: estimate(model, cluster, gpus, seq_len=seq, global_batch=batch,
+                                 precision=p, **degrees).plan.time.tokens_per_second_per_gpu
+                     for p in measured}
+        first, second = measured
+        table.add_row(label, cluster, str(gpus), f"{first} / {second}",
+                      f"{measured[first] / measured[second]:.3f}",
+                      f"{predicted[first] / predicted[second]:.3f}",
+                      " / ".join(f"{predicted[p]:,.0f}" for p in measured))
     console.print(table)
 
 

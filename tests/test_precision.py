@@ -53,17 +53,19 @@ def test_cli_refuses_nvfp4_on_hopper_with_one_line() -> None:
 
 
 def test_recipes_map_to_the_table_dtypes() -> None:
-    """fp8 = per-tensor scales; fp8-blockwise and mxfp8 = fp8_block (on SM100 DeepGEMM with
-    UE8M0 scales, MXFP8-like: kernel README "dtype names"); nvfp4 = nvfp4."""
+    """fp8 = per-tensor scales; fp8-blockwise = fp8_block; mxfp8 = fp8: Transformer Engine
+    runs MXFP8 and per-tensor FP8 through the same cuBLASLt GEMM (general_gemm) and
+    Blackwell's block-scaled FP8 MMA runs at the FP8 rate, while the tables' fp8_block rows on
+    SM100/103 are DeepGEMM (AIConfigurator collect_gemm.py, kernel_source "deepgemm"), which
+    TE does not run; nvfp4 = nvfp4."""
     dtypes = {name: recipe.table_dtype for name, recipe in RECIPES.items()}
     assert dtypes == {"bf16": "bfloat16", "fp8": "fp8", "fp8-blockwise": "fp8_block",
-                      "mxfp8": "fp8_block", "nvfp4": "nvfp4"}
+                      "mxfp8": "fp8", "nvfp4": "nvfp4"}
 
 
 def test_kernel_ratios_on_b200() -> None:
     """The tables' own ratios at m = n = k = 8192 on B200 (README peak table: bf16 1492, fp8
-    2335, fp8_block 2673, nvfp4 3864 TFLOP/s): an MXFP8-like GEMM is 1.14x the per-tensor
-    FP8 one (whose timing includes a dynamic per-tensor amax pass), NVFP4 1.45x MXFP8."""
+    2335, nvfp4 3864 TFLOP/s): MXFP8 GEMMs time as the per-tensor FP8 ones, NVFP4 1.65x them."""
     table = load_kernel_table("b200_sxm")
 
     def seconds(precision: str) -> float:
@@ -71,22 +73,37 @@ def test_kernel_ratios_on_b200() -> None:
                                            8192, 8192, 8192))
 
     assert seconds("bf16") / seconds("fp8") == pytest.approx(2335 / 1492, rel=0.01)
-    assert seconds("fp8") / seconds("mxfp8") == pytest.approx(2673 / 2335, rel=0.01)
-    assert seconds("mxfp8") / seconds("nvfp4") == pytest.approx(3864 / 2673, rel=0.01)
+    assert seconds("fp8") == seconds("mxfp8")
+    assert seconds("mxfp8") / seconds("nvfp4") == pytest.approx(3864 / 2335, rel=0.01)
 
 
-def test_nvfp4_keeps_first_and_last_layers_in_bf16() -> None:
-    """arXiv 2509.25149: the first two and the last eight of 62 blocks stay in BF16 (16%),
-    kept as a share; the 8-bit recipes quantise every decoder layer."""
-    assert load_recipe("nvfp4").bf16_layer_share == pytest.approx(10 / 62)
-    assert all(load_recipe(p).bf16_layer_share == 0.0
-               for p in ("bf16", "fp8", "fp8-blockwise", "mxfp8"))
+@pytest.mark.parametrize(("precision", "gpu", "expected"), [
+    # quantizer.cpp: with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()
+    ("fp8", "h100-sxm", 1.0), ("fp8", "b200", 0.0), ("fp8", "gb300", 0.0),
+    # the column-wise copy with its own scales (1x128 FP32 blocks; 32-element UE8M0 blocks)
+    ("fp8-blockwise", "h100-sxm", 1.0 + 4.0 / 128), ("mxfp8", "b200", 1.0 + 1.0 / 32),
+    # amax pass over x, the RHT column-wise cast (read x, write 0.5 + 1/16), amax pass over dy
+    ("nvfp4", "b200", 2.0 + 2.0 + 0.5625 + 2.0), ("bf16", "b200", 0.0),
+])
+def test_cast_bytes_per_gemm_input(precision: str, gpu: str, expected: float) -> None:
+    """Transformer Engine 2.9's quantizers (transformer_engine/pytorch/csrc/quantizer.cpp):
+    the bytes per GEMM input element that no table lookup times (precision.py, "Cast work")."""
+    recipe = load_recipe(precision)
+    assert recipe.cast_bytes_per_input(load_gpu_spec(gpu)) == pytest.approx(expected)
+
+
+def test_no_decoder_layer_stays_in_bf16_by_default() -> None:
+    """Megatron keeps the first and last layers in BF16 only under --first-last-layers-bf16
+    (megatron-core 0.16.1 transformer_config.py: first_last_layers_bf16 = False; fp4_utils.py
+    reads it for NVFP4), which parplan's launch files do not set, nor Megatron-Bridge's NVFP4
+    preset (bf16_with_nvfp4_mixed, v0.3.0)."""
+    assert all(recipe.bf16_layer_share == 0.0 for recipe in RECIPES.values())
 
 
 def test_low_precision_recipes_differ_only_by_their_weight_copies() -> None:
     """Transformer Engine's cached weight copies are 2 x the recipe's element bytes per GEMM
     weight (solver.cost.memory.states.estimate_fp8_copy_bytes_per_param): MXFP8 and
-    blockwise FP8 carry scales, NVFP4 is half a byte and keeps a BF16 share without copies."""
+    blockwise FP8 carry scales, NVFP4 is half a byte and a sixteenth."""
     from solver.api import estimate
 
     totals = {p: estimate("llama3.1-8b", "dgx-b200", 8, precision=p, tp=1, pp=1)

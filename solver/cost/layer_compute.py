@@ -113,9 +113,12 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         per_gpu = rows * (sequence_bytes / sequence_split + split_bytes / tp)
         return estimate_elementwise_s(gpu, per_gpu, cc)
 
+    cast_bytes = low_share * recipe.cast_bytes_per_input(gpu)
+
     def cast(input_elements: np.ndarray) -> np.ndarray:
-        # The transposed quantized copy of every low-precision GEMM input (precision.py).
-        return estimate_streaming_s(gpu, low_share * recipe.element_bytes * input_elements, cc)
+        # What no table lookup times of quantising every low-precision GEMM input and its
+        # gradient (solver.cost.precision, "Cast work").
+        return estimate_streaming_s(gpu, cast_bytes * input_elements, cc)
 
     dense_mlp, dense_mlp_bwd = two_gemms(model_spec.dense_mlp_params_per_layer, rows, tp)
     gemm_inputs = 2.0 * rows * h / tp  # two GEMMs per block, inputs sharded by SP

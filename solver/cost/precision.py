@@ -7,15 +7,24 @@ kernels time them, the cast work outside those kernels, and which GPUs have them
   fp8-blockwise  FP8 with 1x128 activation and 128x128 weight blocks, FP32 scales (DeepSeek-V3
                  §3.3.2; TE Float8BlockScaling): table dtype `fp8_block`.
   mxfp8          OCP MX FP8: one UE8M0 (power-of-two) scale per 32 elements (TE MXFP8BlockScaling),
-                 Blackwell only: table dtype `fp8_block`, which on SM100/103 runs DeepGEMM with
-                 UE8M0 scales, MXFP8-like (kernel README, dtype names).
+                 Blackwell only: table dtype `fp8`. Transformer Engine runs MXFP8 and per-tensor
+                 FP8 GEMMs through the same cuBLASLt call (general_gemm, the scaling mode an
+                 attribute of the operands), and Blackwell's tensor cores run block-scaled FP8
+                 (tcgen05.mma .kind::mxf8f6f4) at the FP8 rate: the GPU files' one FP8 peak. The
+                 tables' `fp8` rows are TRT-LLM's cuBLAS FP8 Linear; their `fp8_block` rows on
+                 SM100/103 are DeepGEMM (AIConfigurator collector/trtllm/collect_gemm.py,
+                 kernel_source "deepgemm"), a kernel Transformer Engine does not run.
   nvfp4          NVFP4: E2M1 values, one E4M3 scale per 16 elements and an FP32 tensor scale
                  (TE NVFP4BlockScaling), Blackwell only: table dtype `nvfp4`. NVIDIA's recipe
                  (Pretraining LLMs with NVFP4, arXiv 2509.25149 §4) runs fprop, dgrad and wgrad
                  in NVFP4 with 16x16 random Hadamard transforms on the wgrad inputs and
-                 stochastic rounding of gradients, and keeps some linear layers in BF16: the
-                 first two and the last eight blocks of its 62-block 12B model (16%), which
-                 is the share kept here for any depth.
+                 stochastic rounding of gradients. For accuracy the paper keeps the first two
+                 and the last eight blocks of its 62-block 12B model in BF16; Megatron does
+                 that only under --first-last-layers-bf16, off by default (megatron-core
+                 0.16.1 transformer_config.py first_last_layers_bf16 = False, read for FP4 in
+                 fp4_utils.py), and neither parplan's launch files nor Megatron-Bridge's NVFP4
+                 preset (bf16_with_nvfp4_mixed, v0.3.0) turn it on: every decoder layer runs
+                 in NVFP4 here, as in the runs parplan launches (`bf16_layer_share` 0).
 
 Every recipe keeps in BF16 what the frameworks keep there: attention's QK^T and PV (FP8
 attention is a separate, default-off switch in TE and Megatron), the router, the embedding and
@@ -24,11 +33,25 @@ module, so fp8_autocast does not reach it; the NVFP4 paper keeps the head in BF1
 
 Cast work. The forward tables time a Linear with its activation quantization inside; the
 backward lookups (dgrad (m, k, n), wgrad (n, k, m): solver.cost.efficiency) time the
-quantization of dy likewise. What no lookup times is the column-wise (transposed) quantized
-copy of each GEMM input x that the weight gradient reads: TE writes it in the forward's fused
-cast-transpose, `element_bytes` per element of x, once per micro-batch. Weight quantization
-happens once per optimizer step (TE caches the quantized weights across micro-batches) and is
-left out.
+quantization of dy likewise. What no lookup times, per element of a GEMM input x and once per
+micro-batch (`cast_bytes_per_input`, from Transformer Engine 2.9's quantizers,
+transformer_engine/pytorch/csrc/quantizer.cpp):
+  fp8            the transposed copy of x the weight gradient reads, 1 B written by the
+                 forward's fused cast-transpose, on Hopper only: from SM100 FP8 GEMMs take any
+                 layout and TE writes no transpose (`with_transpose = columnwise_usage &&
+                 !nvte_is_non_tn_fp8_gemm_supported()`; utils.is_non_tn_fp8_gemm_supported:
+                 compute capability 10.x and 11.x).
+  fp8-blockwise  the column-wise copy with its own 1x128 scales: 1 + 4/128 B.
+  mxfp8          the column-wise copy with its own scale per 32 elements down each column
+                 (MXFP8Quantizer::create_tensor allocates columnwise data and scales apart):
+                 1 + 1/32 B, written by the same fused kernel.
+  nvfp4          the global amax pass over x before quantizing (nvte_hadamard_transform_amax
+                 reads x for the row-wise and the Hadamard-transformed column-wise amax; the
+                 tables' NVFP4 input scale is computed outside their timing,
+                 collect_gemm.py), the column-wise RHT cast that reads x again and writes
+                 0.5 + 1/16 B, and the amax pass over dy (2 B): 2 + 2 + 0.5625 + 2 B.
+Weight quantization happens once per optimizer step (TE caches the quantized weights across
+micro-batches) and is left out.
 """
 
 from __future__ import annotations
@@ -47,31 +70,43 @@ class PrecisionRecipe:
     table_dtype: str  # the kernel tables' dtype of its low-precision GEMMs
     peak: str  # the GpuSpec peak its GEMMs run at on the datasheet path
     element_bytes: float  # bytes per quantized element, block scales included
-    # The share of decoder layers whose GEMMs stay in BF16 (their first and last ones)
+    # The share of decoder layers whose GEMMs stay in BF16 (their first and last ones; none
+    # under Megatron's defaults: module docstring, nvfp4)
     bf16_layer_share: float = 0.0
     block_scaled_format: str | None = None  # the GpuSpec.block_scaled_formats entry it needs
+    # Bytes per GEMM input element per micro-batch that no table lookup times (module
+    # docstring "Cast work"); `hopper_cast_bytes` where FP8 GEMMs need the TN layout.
+    cast_bytes: float = 0.0
+    hopper_cast_bytes: float | None = None
+
+    def cast_bytes_per_input(self, gpu: GpuSpec) -> float:
+        """Cast bytes per GEMM input element on `gpu` (module docstring): Blackwell (a GPU
+        with block-scaled tensor cores, SM100/103) takes FP8 GEMMs in any layout."""
+        if self.hopper_cast_bytes is not None and not gpu.block_scaled_formats:
+            return self.hopper_cast_bytes
+        return self.cast_bytes
 
     @property
     def low_precision(self) -> bool:
         return self.name != "bf16"
 
 
-# arXiv 2509.25149 §4: of the 12B model's 62 blocks the first two and the last eight run in BF16.
-NVFP4_BF16_BLOCKS, NVFP4_PAPER_BLOCKS = 2 + 8, 62
+BF16_READ_BYTES = 2.0  # one pass reading a BF16 tensor
 BF16 = PrecisionRecipe("bf16", "bfloat16", "bf16", 2.0)
 RECIPES: dict[str, PrecisionRecipe] = {
     recipe.name: recipe for recipe in (
         BF16,
-        PrecisionRecipe("fp8", "fp8", "fp8", 1.0),
+        PrecisionRecipe("fp8", "fp8", "fp8", 1.0, hopper_cast_bytes=1.0),
         # one FP32 scale per 128 activation elements
-        PrecisionRecipe("fp8-blockwise", "fp8_block", "fp8", 1.0 + 4.0 / 128),
+        PrecisionRecipe("fp8-blockwise", "fp8_block", "fp8", 1.0 + 4.0 / 128,
+                        cast_bytes=1.0 + 4.0 / 128),
         # one UE8M0 byte per 32 elements
-        PrecisionRecipe("mxfp8", "fp8_block", "fp8", 1.0 + 1.0 / 32, block_scaled_format="mxfp8"),
-        # half a byte per element and one E4M3 byte per 16; the paper's first two and last
-        # eight of 62 blocks in BF16, kept as that share of any model's layers
+        PrecisionRecipe("mxfp8", "fp8", "fp8", 1.0 + 1.0 / 32, block_scaled_format="mxfp8",
+                        cast_bytes=1.0 + 1.0 / 32),
+        # half a byte per element and one E4M3 byte per 16; no decoder layer in BF16
         PrecisionRecipe("nvfp4", "nvfp4", "nvfp4", 0.5 + 1.0 / 16,
-                        bf16_layer_share=NVFP4_BF16_BLOCKS / NVFP4_PAPER_BLOCKS,
-                        block_scaled_format="nvfp4"),
+                        block_scaled_format="nvfp4",
+                        cast_bytes=BF16_READ_BYTES * 3 + 0.5 + 1.0 / 16),
     )
 }
 assert tuple(RECIPES) == PRECISIONS, "spec.job.PRECISIONS and the recipes must list the same"
