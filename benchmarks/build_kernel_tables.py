@@ -11,6 +11,8 @@ relevant rows and puts them on regular grids (latency in ms, float64 as measured
   gemm.<dtype>            m x n x k; dtypes bfloat16, fp8, fp8_block, nvfp4; m multiples of 256
   attention.<mha|gqa>     batch x seq x heads x head_dim; bf16, causal, no window, TRT-LLM
                           backend; head_dim 64/128/256; gqa cells are the median over kv heads
+  window.<w>.<mha|gqa>    the same for sliding-window attention of w keys (the source's window
+                          rows: w = 128 at head_dim 64, gpt-oss's geometry, with its sinks)
   mla                     batch x seq x local heads (DeepSeek geometry), bf16 KV cache
   moe.<dtype>.<kernel>.<hidden>x<inter>x<topk>x<experts>   tokens x etp x ep, balanced routing
 
@@ -37,6 +39,7 @@ HEAD_DIMS = (64, 128, 256)
 GQA_HEADS = (2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 96)
 MHA_HEADS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 96)
 MOE_KERNELS = ("cutlass", "nongated", "deepgemm")
+WINDOWS = (128,)  # the windows the source measured at the kept head dims
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -51,6 +54,16 @@ def gemm_work(m, n, k):
 def attention_work(batch, seq, heads, head_dim):
     # causal QK^T and PV: 4 b h s^2 d / 2
     return 2.0 * batch * heads * seq * seq * head_dim
+
+
+def window_attention_work(window: int):
+    """Work of causal attention over a window of `window` keys: query i sees min(i + 1, w)
+    keys, w - w (w - 1) / (2 s) on average (solver.spec.blocks.estimate_context_tokens), QK^T
+    and PV at 2 flops per multiply-add: 4 b h s ctx d (causal full attention: ctx = s / 2)."""
+    def work(batch, seq, heads, head_dim):
+        context = np.minimum(seq / 2.0, window - window * (window - 1) / (2.0 * seq))
+        return 4.0 * batch * heads * seq * context * head_dim
+    return work
 
 
 def build_grid(points: dict[tuple, list[float]], axes: list[list[int]], work, monotone_axes
@@ -113,13 +126,14 @@ def build_gemm(rows, arrays: dict, stats: dict) -> None:
         stats[f"gemm.{dtype}"] = (len(points), latency.size, int(adjusted.sum()))
 
 
-def build_attention(rows, arrays: dict, stats: dict) -> None:
+def build_attention(rows, arrays: dict, stats: dict, window: int = 0) -> None:
+    """attention.<kind> (window 0: full causal attention) or window.<window>.<kind>."""
     for kind, heads in (("mha", MHA_HEADS), ("gqa", GQA_HEADS)):
         points: dict[tuple, list[float]] = defaultdict(list)
         for r in rows:
             h, kv = int(r["num_heads"]), int(r["num_kv_heads"])
             if (r["attn_dtype"], r["kv_cache_dtype"], r["backend"], r["window_size"]) != (
-                    "bfloat16", "bfloat16", "trtllm", "0"):
+                    "bfloat16", "bfloat16", "trtllm", str(window)):
                 continue
             if int(r["head_dim"]) not in HEAD_DIMS or h not in heads:
                 continue
@@ -127,11 +141,14 @@ def build_attention(rows, arrays: dict, stats: dict) -> None:
                 continue
             key = (int(r["batch_size"]), int(r["seq_len"]), h, int(r["head_dim"]))
             points[key].append(float(r["latency_ms"]))
+        if not points:
+            continue
         axes = [sorted({key[d] for key in points}) for d in range(4)]
-        latency, adjusted = build_grid(points, axes, attention_work, (0, 1, 2, 3))
-        add_grid(arrays, f"attention.{kind}", ("batch", "seq", "heads", "head_dim"), axes,
-                 latency, adjusted)
-        stats[f"attention.{kind}"] = (len(points), latency.size, int(adjusted.sum()))
+        work = window_attention_work(window) if window else attention_work
+        latency, adjusted = build_grid(points, axes, work, (0, 1, 2, 3))
+        name = f"window.{window}.{kind}" if window else f"attention.{kind}"
+        add_grid(arrays, name, ("batch", "seq", "heads", "head_dim"), axes, latency, adjusted)
+        stats[name] = (len(points), latency.size, int(adjusted.sum()))
 
 
 def build_mla(rows, arrays: dict, stats: dict) -> None:
@@ -185,7 +202,10 @@ def main() -> None:
         stats: dict[str, tuple[int, int, int]] = {}
         folder = args.source / gpu
         build_gemm(read_rows(folder / "gemm.csv"), arrays, stats)
-        build_attention(read_rows(folder / "context_attention.csv"), arrays, stats)
+        attention_rows = read_rows(folder / "context_attention.csv")
+        build_attention(attention_rows, arrays, stats)
+        for window in WINDOWS:
+            build_attention(attention_rows, arrays, stats, window)
         build_mla(read_rows(folder / "context_mla.csv"), arrays, stats)
         build_moe(read_rows(folder / "moe.csv"), arrays, stats)
         np.savez_compressed(OUT / f"{gpu}.npz", **arrays)

@@ -85,8 +85,10 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     engine all-reduces the whole fp32 gradient (_bf16_reduce_grads ->
     buffered_allreduce_fallback) before each rank updates its shard.
 
-    The Megatron-LM README runs state `--tp-comm-overlap`; Megatron-Bridge's H100 performance
-    recipes enable TP communication overlap whenever tp > 1, and EP all-to-all overlap for MoE
+    The Megatron-LM README runs state `--tp-comm-overlap`; Megatron-Bridge's performance
+    scripts reduce gradients in bf16 for every model (`cfg.ddp.grad_reduce_in_fp32 = False`:
+    25.09 e4bb622 configs/*/*.yaml, v0.2.0-v0.5.0 configs/<family>/*_llm_pretrain.py), and
+    its H100 recipes enable TP communication overlap whenever tp > 1, and EP all-to-all overlap for MoE
     models ("EP A2A communication overlap with computation in both 1F1B pipelining and
     non-pipelined training", changelog 0.1.0; the Megatron-MoE model zoo's H100 baselines run
     A2A_OVERLAP=1)."""
@@ -99,7 +101,8 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         return {**common, "grad_accumulation_bytes_per_param": 18.0, "grad_reduce_bytes": 4.0,
                 "zero1_grad_all_reduce": True}
     if run.source_group == "megatron-bridge":
-        return {"tp_comm_overlap": True, "ep_comm_overlap": True, **bridge_moe_recipe(run)}
+        return {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True,
+                **bridge_moe_recipe(run)}
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
     # LLM Foundry's tables (2023) ran FlashAttention in Triton: submit_benchmarks.py defaults

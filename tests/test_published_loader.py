@@ -252,10 +252,12 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     Qwen3 sets moe_a2a_overlap=True (Qwen3-30B in 26.02, v0.3.0, with the flex dispatcher's
     DeepEP backend, which apply_flex_dispatcher_backend keeps on compute capability 9), until
     Qwen3-30B moved to ep 16 with HybridEP and moe_a2a_overlap=False (v0.4.0, v0.5.0); GPT-OSS
-    120B on H100 never sets moe_a2a_overlap."""
+    120B on H100 never sets moe_a2a_overlap. Every release's performance scripts reduce
+    gradients in bf16 (cfg.ddp.grad_reduce_in_fp32 = False: 25.09 configs/*/*.yaml, v0.2.0-
+    v0.5.0 configs/<family>/*_llm_pretrain.py)."""
     from time_accuracy import bridge_release, framework_switches
 
-    base = {"tp_comm_overlap": True, "ep_comm_overlap": True}
+    base = {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True}
     expected = {
         "mb-archive-25.09-H100-DeepSeekV3-FP8-1024g-262":
             {**base, "moe_dispatcher": "deepep", "recompute_modules": ("mla_up_proj", "mlp")},
