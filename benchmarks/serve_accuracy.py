@@ -8,9 +8,12 @@ Data: benchmarks/data/serve_published.jsonl, one measured number per row with it
 (fixed at `input_len` / `output_len`, or `input_lengths` / `output_lengths` as `LO-HI`;
 `lengths_assumed` says what the source leaves out and what stands in), and the engine's
 scheduler limits where its version's defaults differ from today's vLLM (`settings` cites
-them). Each row becomes a `parplan serve` problem on one engine of the row's degrees (tp, pp;
-the other GPUs are data-parallel ranks), evaluated by the load model of solver/cost
-(serve_round, serve_curves, serve_load) at the row's load; no constant is fitted to the rows.
+them), and the engine generation whose host overhead times its steps (`engine_profile`, one
+of solver.cost.serve_overhead's, `engine_profile_why` saying why; `num_scheduler_steps` for
+vLLM 0.6's multi-step runs). Each row becomes a `parplan serve` problem on one engine of the
+row's degrees (tp, pp; the other GPUs are data-parallel ranks), evaluated by the load model of
+solver/cost (serve_round, serve_curves, serve_load, serve_overhead) at the row's load; no
+constant is fitted to the rows.
 Left out: runs that were offered more than they served (datacrunch's 8 and 16 requests/s of
 1,024 + 1,024 tokens delivered 3,515 and 4,288 of about 4,270 and 8,540 output tokens/s), whose
 numbers are those of a growing queue, not of a load.
@@ -71,7 +74,9 @@ def build_problem(row: dict[str, Any], load: dict[str, Any] | None = None
     job = ServeJob(context=row["context"], input_len=row["input_len"],
                    output_len=row["output_len"], load=spec, **lengths,
                    max_num_seqs=row.get("max_num_seqs"),
-                   max_num_batched_tokens=row.get("max_num_batched_tokens"))
+                   max_num_batched_tokens=row.get("max_num_batched_tokens"),
+                   engine=row["engine_profile"],
+                   num_scheduler_steps=row.get("num_scheduler_steps", 1))
     problem = ServeProblem(model_spec=load_model_spec(row["model"]),
                            cluster=load_calibrated_cluster(row["cluster"], None, None),
                            num_gpus=row["gpus"], job=job)

@@ -211,3 +211,16 @@ def test_a_higher_percentile_is_no_faster() -> None:
     assert p90["ttft_ms"] > p50["ttft_ms"] and p90["tpot_ms"] >= p50["tpot_ms"]
     assert p99["ttft_ms"] > p90["ttft_ms"] and p99["tpot_ms"] >= p90["tpot_ms"]
     assert p90["ttft_mean_ms"] == pytest.approx(p50["ttft_mean_ms"], rel=0.05)
+
+
+def test_engine_sets_the_host_time_of_a_step() -> None:
+    """--engine picks the host overhead (solver.cost.serve_overhead): vLLM V1's 160 us a step
+    shows in the decode step's parts, SGLang's overlap scheduler shows none."""
+    args = ("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "1", "--context", "8k")
+    vllm, sglang = (serve_json(*args, "--engine", engine)["plans"][0]
+                    for engine in ("vllm", "sglang"))
+    assert vllm["decode_step_ms"]["host"] == pytest.approx(0.16)
+    assert sglang["decode_step_ms"]["host"] == 0.0
+    assert sglang["tpot_idle_ms"] < vllm["tpot_idle_ms"]
+    result = serve(*args, "--engine", "trtllm")
+    assert result.exit_code == 2 and "--engine" in result.output

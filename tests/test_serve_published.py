@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from serve_accuracy import load_rows, predict, summarize  # noqa: E402
 
+from solver.cost.serve_overhead import ENGINE_NAMES  # noqa: E402
+
 
 def test_rows_are_sourced_and_predictable() -> None:
     rows = load_rows()
@@ -20,6 +22,8 @@ def test_rows_are_sourced_and_predictable() -> None:
     for row in rows:
         assert row["source"].startswith("https://") and row["quote"] and row["engine"]
         assert row["measured"] > 0
+        assert row["engine_profile"] in ENGINE_NAMES and row["engine_profile_why"]
+        assert (row.get("num_scheduler_steps", 1) == 1) or row["engine_profile"] == "vllm-v0"
         value = predict(row)
         assert math.isfinite(value) and value > 0
 

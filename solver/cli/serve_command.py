@@ -106,6 +106,10 @@ def _longest(lengths: Any) -> str:
               help="vLLM's scheduler: most running sequences [default: vLLM's].")
 @click.option("--max-num-batched-tokens", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
               help="vLLM's scheduler: token budget of one step [default: vLLM's].")
+@click.option("--engine", type=click.Choice(["vllm", "vllm-v0", "sglang", "sglang-v0.3"]),
+              default="vllm", show_default=True,
+              help="Engine generation whose host overhead times the steps (vllm: V1 with "
+                   "async scheduling; vllm-v0: 0.6-0.10; sglang: the overlap scheduler).")
 @click.option("--disaggregated", is_flag=True,
               help="Also search prefill and decode pools (KV transfer between them) against "
                    "the best aggregated plan.")
@@ -141,7 +145,7 @@ def _longest(lengths: Any) -> str:
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
           input_len: Any, output_len: Any, request_rate: float | None,
           concurrency: int | None, slo_percentile: str, max_num_seqs: int | None,
-          max_num_batched_tokens: int | None, disaggregated: bool, pareto: bool,
+          max_num_batched_tokens: int | None, engine: str, disaggregated: bool, pareto: bool,
           report_dir: str | None, precision: str,
           kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
           max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
@@ -194,7 +198,8 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
                        else None,
                        load=ServeLoadSpec(request_rate=request_rate, concurrency=concurrency,
                                           slo_percentile=int(slo_percentile[1:])),
-                       max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+                       max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                       engine=engine)
     except ValidationError as exc:
         raise InputError(format_validation_error("serve options", exc)) from None
     problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,

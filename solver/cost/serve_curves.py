@@ -20,7 +20,10 @@ beside its d / pp decodes and crosses the pp stages in turn. At d sequences deco
                   TPOT variance (solver.cost.queueing).
 
 A disaggregated decode engine (`phase` "decode") has no prefill beside its decodes and no
-prompt queue; a prefill engine is read at d = 0.
+prompt queue; a prefill engine is read at d = 0. Each round carries the engine's exposed host
+time (solver.cost.serve_overhead); under multi-step scheduling a prompt joins only when the
+engine's n rounds end (steps_per_schedule), and behind an overlapping scheduler's round
+already built (lag_rounds; both read by solver.cost.serve_load).
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class LoadCurves:
     prefill_token_s: np.ndarray | None = None  # (N, G) seconds a prefill token adds at d
     quantile: float = 0.5
     tpot_variance: tuple[float, float, float] = (0.0, 0.0, 1.0)  # A, B, C (cost.queueing)
+    steps_per_schedule: int = 1  # rounds between scheduler calls (vLLM V0 multi-step)
+    lag_rounds: int = 0  # rounds an overlapping scheduler has already built
 
     def take(self, index) -> LoadCurves:
         """The candidates at `index` (an int keeps one row as a batch of one)."""
@@ -156,5 +161,7 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
                       weights=weights, d_max=d_max, output_mean=output_mean,
                       engines=np.asarray(engines, dtype=float),
                       num_gpus=np.asarray(num_gpus, dtype=float), quantile=shape.quantile,
+                      steps_per_schedule=engine.overhead.steps_per_schedule,
+                      lag_rounds=engine.overhead.lag_rounds,
                       tpot_variance=estimate_tpot_variance_coefficients(
                           lengths, weights, shape.output_lengths, shape.output_weights))

@@ -16,7 +16,10 @@ server; a prompt's work is its share of a full round, its own latency S(I) whole
 Arrivals are Poisson (benchmark_serving.py --request-rate), so the wait is
 Pollaczek-Khinchine's with the exponential tail; before its first chunk an arrival also waits
 out the round in progress (a residual uniform over the round while the engine is busy:
-renewal theory's residual life of constant intervals). TTFT = residual + wait + S at the SLO
+renewal theory's residual life of constant intervals; under vLLM V0's multi-step scheduling
+the interval is the n rounds the scheduler commits at once, vllm/engine/llm_engine.py
+_has_remaining_steps), plus the round an overlapping scheduler has already built
+(solver.cost.serve_overhead). TTFT = residual + wait + S at the SLO
 percentile of each (summing quantiles: an upper bound), mean TTFT = tau / 2 + E[W] + S(E[I]).
 A discrete-event simulation of this scheduler (tests/test_serve_queue_sim.py) holds the means
 and the p90 TPOT.
@@ -130,9 +133,11 @@ def estimate_load_point(curves: LoadCurves, rate_per_engine: np.ndarray) -> Load
     in_system = lam * (interpolate_curve(curves, curves.service_mean_s, decoding)
                        + out * round_now)
     busy = 1.0 - np.exp(-in_system)
-    ttft = (busy * q * round_now + wait_q
+    window = curves.steps_per_schedule * round_now
+    built = curves.lag_rounds * round_now  # the round an overlapping scheduler has built
+    ttft = (busy * (q * window + built) + wait_q
             + interpolate_curve(curves, curves.service_q_s, decoding))
-    ttft_mean = (busy * round_now / 2.0 + wait
+    ttft_mean = (busy * (window / 2.0 + built) + wait
                  + interpolate_curve(curves, curves.service_mean_s, decoding))
     inf = np.inf
     rate = lam * curves.engines

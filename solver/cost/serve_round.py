@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from solver.cost.comm import GroupLink, estimate_collective_s
+from solver.cost.serve_overhead import EngineOverhead
 from solver.cost.serve_step import StageShape, estimate_step_compute_s
 from solver.spec import GpuSpec, ModelSpec
 
@@ -52,7 +53,8 @@ def _take_link(link: GroupLink, index: np.ndarray) -> GroupLink:
 class ServeEngine:
     """What times a round of each candidate engine (arrays over candidates): the model, the
     GPU, the weights' precision and bytes per element, the degrees, the worst stage's layers
-    and MoE layers, its KV bytes per token per GPU and the groups' links."""
+    and MoE layers, its KV bytes per token per GPU, the groups' links and the engine's host
+    overhead (solver.cost.serve_overhead)."""
 
     model_spec: ModelSpec
     gpu: GpuSpec
@@ -66,6 +68,7 @@ class ServeEngine:
     moe_layers: np.ndarray
     kv_bytes_per_token: np.ndarray
     links: Links
+    overhead: EngineOverhead = EngineOverhead()
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -83,7 +86,7 @@ class ServeEngine:
 class RoundParts:
     """Seconds of one scheduler round of a DP rank by cause (arrays): the stage's compute
     (linear layers, routed experts, attention, LM head) and its communication, times pp
-    stages."""
+    stages, and the engine's exposed host time."""
 
     linear_s: np.ndarray
     experts_s: np.ndarray
@@ -92,18 +95,24 @@ class RoundParts:
     tp_s: np.ndarray
     moe_s: np.ndarray
     hand_off_s: np.ndarray
+    host_s: np.ndarray
+
+    @property
+    def gpu_s(self) -> np.ndarray:
+        return (self.linear_s + self.experts_s + self.attention_s + self.head_s + self.tp_s
+                + self.moe_s + self.hand_off_s)
 
     @property
     def total_s(self) -> np.ndarray:
-        return (self.linear_s + self.experts_s + self.attention_s + self.head_s + self.tp_s
-                + self.moe_s + self.hand_off_s)
+        return self.gpu_s + self.host_s
 
     def parts_ms(self, i: int) -> dict[str, float]:
         return {"linear": float(self.linear_s[i]) * 1e3,
                 "experts": float(self.experts_s[i]) * 1e3,
                 "attention": float(self.attention_s[i]) * 1e3,
                 "lm_head": float(self.head_s[i]) * 1e3, "tp": float(self.tp_s[i]) * 1e3,
-                "ep": float(self.moe_s[i]) * 1e3, "pp": float(self.hand_off_s[i]) * 1e3}
+                "ep": float(self.moe_s[i]) * 1e3, "pp": float(self.hand_off_s[i]) * 1e3,
+                "host": float(self.host_s[i]) * 1e3}
 
 
 def _moe_comm_s(engine: ServeEngine, tokens: np.ndarray) -> np.ndarray:
@@ -126,7 +135,10 @@ def estimate_round_parts(engine: ServeEngine, decode_seqs, decode_context, prefi
     """One scheduler round of a DP rank: every running sequence advances one token and
     `prefill_tokens` prompt tokens are prefilled. The rows split over the pp micro-batches;
     each stage's step is the compute of solver.cost.serve_step plus the 2 TP all-reduces per
-    layer of its rows, the MoE dispatch and combine, and the hand-off to the next stage.
+    layer of its rows, the MoE dispatch and combine, and the hand-off to the next stage. The
+    engine's exposed host time (solver.cost.serve_overhead) is added once per round, for its
+    `decode_seqs` running sequences (the scheduler builds one round's batches; with pp
+    micro-batches in flight the others' GPU work hides the rest).
 
     Worked number: Llama-3.1-8B alone on an H100 (kernel table), one decode row: its GEMMs
     below the table's 256 rows stream the 13.96 GB of linear weights (5.21 ms + 64 x 8.5 us,
@@ -149,12 +161,14 @@ def estimate_round_parts(engine: ServeEngine, decode_seqs, decode_context, prefi
     moe_s = engine.moe_layers * _moe_comm_s(engine, rows)
     hand_off = estimate_collective_s("send_recv", activation, engine.pp, links.pp)
     zero = np.zeros(len(engine))
-    return RoundParts(linear_s=pp * compute.linear_s + zero,
-                      experts_s=pp * compute.experts_s + zero,
-                      attention_s=pp * (compute.decode_attention_s
-                                        + compute.prefill_attention_s),
-                      head_s=pp * compute.head_s + zero, tp_s=pp * tp_s, moe_s=pp * moe_s,
-                      hand_off_s=pp * hand_off + zero)
+    parts = RoundParts(linear_s=pp * compute.linear_s + zero,
+                       experts_s=pp * compute.experts_s + zero,
+                       attention_s=pp * (compute.decode_attention_s
+                                         + compute.prefill_attention_s),
+                       head_s=pp * compute.head_s + zero, tp_s=pp * tp_s, moe_s=pp * moe_s,
+                       hand_off_s=pp * hand_off + zero, host_s=zero)
+    host = engine.overhead.exposed_s(decode * pp, parts.gpu_s)
+    return replace(parts, host_s=host + zero)
 
 
 def estimate_round_s(engine: ServeEngine, decode_seqs, decode_context, prefill_tokens,

@@ -17,8 +17,13 @@ each, a KV context of `decode_context` tokens) and p prefill tokens of prompts o
                   token count (256) the latency at 256 scaled by the share of local experts
                   the tokens touch (1 - (1 - k/E)^tokens); without MoE rows two GEMMs per
                   touched local expert;
-  decode attention  streaming the d sequences' KV cache through HBM (the kernel tables hold no
-                  generation-phase timings: kernel README "Not available");
+  decode attention  one paged-attention kernel per layer: a fixed 11.5 us, then streaming the
+                  d sequences' KV cache through HBM. The fixed cost is AIConfigurator's
+                  generation-attention tables (commit 095f58a, systems/data/<gpu>/attention/
+                  vllm/<version>/generation_attention_perf.parquet; the shared kernel tables
+                  leave the generation phase out): batch 1, one token of context, head dim
+                  128, bf16 KV: 11.3 us (H200, vLLM 0.24.0, FA3), 11.5 us (H100, 0.24.0,
+                  FA3), 12.4 us (A100, 0.14.0, FA2): their median;
   prefill attention the p tokens' causal attention FLOPs against their prompt (2 ctx heads
                   (d_qk + d_v) per token, ctx = prefill_context / 2 on average), at the table's
                   context-attention rate (or the datasheet attention fraction).
@@ -47,6 +52,7 @@ from solver.cost.kernels import estimate_table_moe_s, load_kernel_table
 from solver.cost.precision import load_recipe
 from solver.spec import GpuSpec, ModelSpec
 
+DECODE_ATTENTION_KERNEL_S = 11.5e-6  # AIConfigurator generation attention (module docstring)
 MOE_TABLE_MIN_TOKENS = 256  # the smallest token count of the MoE grids (kernel tables)
 GEMM_TABLE_MIN_ROWS = 256  # the smallest m of the GEMM grids (kernel README: m < 256 dropped)
 
@@ -139,8 +145,10 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
     linear_s = (shape.layers * attention + dense_layers * dense_mlp + shape.moe_layers * shared)
     experts_s = shape.moe_layers * _routed_experts_s(m_, gpu, weights, shape, rows, constants)
     kv_per_layer = shape.kv_bytes_per_token / np.maximum(shape.layers, 1.0)
-    decode_attention_s = shape.layers * estimate_streaming_s(
+    kv_read_s = estimate_streaming_s(
         gpu, d * np.asarray(decode_context, dtype=float) * kv_per_layer, constants)
+    decode_attention_s = shape.layers * np.where(d > 0, DECODE_ATTENTION_KERNEL_S + kv_read_s,
+                                                 0.0)
     prefill_attention_s = shape.layers * _prefill_attention_s(
         m_, gpu, p, np.asarray(prefill_context, dtype=float), tp, constants)
     sampled = d + np.minimum(p, 1.0)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from solver.cost.efficiency import ComputeConstants
 from solver.cost.memory import MemoryOptions
+from solver.cost.serve_overhead import EngineName
 from solver.spec import ClusterSpec, ModelSpec
 from solver.serve.workload import LengthDistribution, ServeLoadSpec
 from solver.spec.strict import MAX_SEQ_LEN, GpuCount, InputSpec
@@ -52,9 +53,17 @@ class ServeJob(InputSpec):
     load: ServeLoadSpec = ServeLoadSpec()
     max_num_seqs: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
     max_num_batched_tokens: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
+    # The engine whose host overhead times the steps (solver.cost.serve_overhead) and vLLM
+    # V0's --num-scheduler-steps (multi-step scheduling, vLLM 0.6-0.10 only).
+    engine: EngineName = "vllm"
+    num_scheduler_steps: int = Field(default=1, ge=1, le=256)
 
     @model_validator(mode="after")
     def _check_lengths(self) -> ServeJob:
+        if self.num_scheduler_steps > 1 and self.engine != "vllm-v0":
+            raise ValueError(f"num_scheduler_steps ({self.num_scheduler_steps}) is vLLM V0's "
+                             f"multi-step scheduling: engine must be vllm-v0, not "
+                             f"{self.engine}")
         if self.input_len + self.output_len > self.context:
             raise ValueError(f"input_len ({self.input_len}) + output_len ({self.output_len}) "
                              f"must not exceed the context ({self.context})")

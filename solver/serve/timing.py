@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from solver.cost.comm import estimate_group_link
+from solver.cost.serve_overhead import engine_overhead
 from solver.cost.serve_round import (
     ACTIVATION_BYTES,
     Links,
@@ -44,7 +45,7 @@ def build_links(problem: ServeProblem, c: ServeCandidates) -> Links:
 def build_engine(problem: ServeProblem, c: ServeCandidates,
                  kv_bytes_per_token: np.ndarray | None = None) -> ServeEngine:
     """The candidates as solver.cost.serve_round times them (KV bytes per token: vLLM's, from
-    solver.serve.memory, unless given)."""
+    solver.serve.memory, unless given), with the job's engine overhead."""
     weights = estimate_stage_weights(problem, c)
     if kv_bytes_per_token is None:
         kv_bytes_per_token = estimate_kv_bytes_per_token(problem, c.tp, c.pp)
@@ -55,7 +56,9 @@ def build_engine(problem: ServeProblem, c: ServeCandidates,
                        tp=c.tp, pp=c.pp, dp=c.dp, ep=c.ep, layers=weights.layers,
                        moe_layers=weights.moe_layers,
                        kv_bytes_per_token=np.asarray(kv_bytes_per_token, dtype=float)
-                       * np.ones(len(c)), links=build_links(problem, c))
+                       * np.ones(len(c)), links=build_links(problem, c),
+                       overhead=engine_overhead(problem.job.engine,
+                                                problem.job.num_scheduler_steps))
 
 
 def estimate_decode_round(problem: ServeProblem, engine: ServeEngine, batch) -> RoundParts:

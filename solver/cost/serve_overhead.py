@@ -1,0 +1,92 @@
+"""Engine host overhead: the CPU time of a serving engine's step (scheduling, input
+preparation, sampling bookkeeping, detokenisation, output objects) that the GPU waits for, by
+engine generation. Each number is a profile published by the engine's authors or its
+contributors; none is fitted to the accuracy rows (benchmarks/serve_accuracy.py).
+
+Per scheduler round of d running sequences and GPU time t_gpu, the exposed host seconds are
+
+    h(d, t_gpu) = (step_s + per_seq_s x d + gpu_fraction x t_gpu) / steps_per_schedule
+
+  vllm              vLLM V1 with asynchronous scheduling (the scheduler runs one step ahead
+                    of the GPU, the NanoFlow design: vLLM PR #19970; the default since
+                    #27614): the gap left between two decode steps under CUDA graphs,
+                    150-170 us at batch 256 (vLLM PR #11133, its author's profile):
+                    step_s = 160 us.
+  vllm-v0           the V0 engine of vLLM 0.6-0.10 with the asynchronous output processor
+                    (RFC #6913): the gap between two decodes is 5-6 ms at batch 256 on
+                    Llama-2-7B / ShareGPT, the output processing of the batch contending for
+                    the GIL (vLLM issue #10634): per_seq_s = 5.5 ms / 256 = 21.5 us.
+                    With --num-scheduler-steps n (vLLM 0.6 multi-step scheduling, RFC #6854)
+                    the scheduler and the output processing run once per n steps: the ~4 ms
+                    GPU bubble of a decode step "only needs to be incurred once for every 8
+                    decode" steps (RFC #6854's profile, Llama 3 8B): step_s = 4 ms, paid
+                    once per n steps, and new prompts join only when the n steps end
+                    (vllm/engine/llm_engine.py _has_remaining_steps: every scheduled group
+                    runs the same remaining steps).
+  sglang            SGLang 0.4+ with its overlap scheduler: Nsight shows no idle time between
+                    decode batches (SGLang v0.4 blog, 2024-12-04, "Zero-Overhead Batch
+                    Scheduler"): nothing exposed.
+  sglang-v0.3       SGLang before the overlap scheduler: overlapping the CPU work raised
+                    throughput 1.1x (the same blog), so the CPU work that showed was a tenth
+                    of the GPU's: gpu_fraction = 0.1.
+
+An overlapping scheduler (vllm, sglang) builds round k + 1 while the GPU runs round k, so a
+prompt that arrives during round k joins round k + 2 at the earliest: one more round of wait
+before its first chunk (lag_rounds = 1; vLLM PR #19970: "the scheduler operate[s] one step
+ahead of the current execution"; TensorRT-LLM's overlap scheduler, the same design: "The
+optimization introduces one extra decoding step").
+
+Worked number: vLLM V0 at 64 sequences exposes 64 x 21.5 us = 1.38 ms a step; with
+--num-scheduler-steps 10, 4 ms / 10 = 0.4 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import numpy as np
+
+EngineName = Literal["vllm", "vllm-v0", "sglang", "sglang-v0.3"]
+ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
+
+VLLM_ASYNC_GAP_S = 160e-6  # vLLM PR #11133: 150-170 us between decodes, batch 256
+VLLM_V0_GAP_S = 5.5e-3  # vLLM issue #10634: 5-6 ms between decodes at batch 256
+VLLM_V0_GAP_BATCH = 256
+VLLM_V0_BUBBLE_S = 4e-3  # vLLM RFC #6854: ~4 ms GPU bubble per single-step decode
+SGLANG_OVERLAP_SPEEDUP = 1.1  # SGLang v0.4 blog: the overlap scheduler's throughput gain
+
+
+@dataclass(frozen=True)
+class EngineOverhead:
+    """Exposed host seconds of a scheduler round (module docstring)."""
+
+    step_s: float = 0.0
+    per_seq_s: float = 0.0
+    gpu_fraction: float = 0.0
+    steps_per_schedule: int = 1
+    lag_rounds: int = 0
+
+    def exposed_s(self, running_seqs, gpu_s) -> np.ndarray:
+        """h(d, t_gpu): the host seconds the GPU waits for in one round."""
+        d = np.asarray(running_seqs, dtype=float)
+        gpu = np.asarray(gpu_s, dtype=float)
+        host = (self.step_s + self.per_seq_s * d) / self.steps_per_schedule
+        return host + self.gpu_fraction * gpu
+
+
+def engine_overhead(engine: EngineName, num_scheduler_steps: int = 1) -> EngineOverhead:
+    """The host overhead of `engine` (module docstring); `num_scheduler_steps` is vLLM V0's
+    --num-scheduler-steps (1: single-step scheduling)."""
+    if engine == "vllm":
+        return EngineOverhead(step_s=VLLM_ASYNC_GAP_S, lag_rounds=1)
+    if engine == "vllm-v0":
+        if num_scheduler_steps > 1:
+            return EngineOverhead(step_s=VLLM_V0_BUBBLE_S,
+                                  steps_per_schedule=num_scheduler_steps)
+        return EngineOverhead(per_seq_s=VLLM_V0_GAP_S / VLLM_V0_GAP_BATCH)
+    if engine == "sglang":
+        return EngineOverhead(lag_rounds=1)
+    if engine == "sglang-v0.3":
+        return EngineOverhead(gpu_fraction=SGLANG_OVERLAP_SPEEDUP - 1.0)
+    raise ValueError(f"unknown engine {engine!r}")
