@@ -119,10 +119,28 @@ def test_transfer_between_mismatched_engines_goes_through_cost_comm() -> None:
     assert got == pytest.approx(expected)
 
 
+def test_nixl_pairs_follow_vllm_0_33() -> None:
+    """vLLM 0.33.0's NixlConnector (kv_connector/utils.py tp_ratio, v1/nixl/base_worker.py):
+    the larger TP a multiple of the smaller; prefill TP above decode TP refused where the
+    prefill engine replicates KV heads (Llama-3.1-8B has 8: tp 16 replicates), allowed for
+    MLA; a decode engine of one stage."""
+    from solver.serve.disagg import nixl_pairs
+
+    llama = load_model_spec("llama3.1-8b")
+    engines = ServeCandidates(tp=np.array([1, 2, 4, 8, 16, 3]), pp=1, dp=1, ep=1, replicas=1)
+    ok = nixl_pairs(engines, engines, llama)
+    assert ok[0, 3] and ok[3, 0] and ok[1, 2] and ok[2, 1]  # 1 -> 8, 8 -> 1, 2 <-> 4
+    assert not ok[1, 5] and not ok[5, 2]  # 2 and 3, 3 and 4 do not divide
+    assert ok[3, 4] and not ok[4, 3]  # 8 -> 16 reads split heads; 16 -> 8 replicated
+    assert nixl_pairs(engines, engines, load_model_spec("deepseek-v3"))[4, 3]  # MLA
+    staged = ServeCandidates(tp=np.array([4, 4]), pp=np.array([1, 2]), dp=1, ep=1, replicas=1)
+    pairs = nixl_pairs(staged, staged, llama)
+    assert pairs[1, 0] and not pairs[0, 1]  # prefill pp 2 feeds decode pp 1, not the reverse
+
+
 def test_pairs_follow_nixl_and_mismatched_tp_can_win_a_split() -> None:
-    """Every disaggregated plan has a decode TP that is a multiple of its prefill TP
-    (nixl_decode_tp_multiple_of_prefill_tp), and long prompts on Llama-3.1-8B make a split
-    whose pools differ in TP (prefill tp 1 feeding decode tp 4)."""
+    """Every disaggregated plan is a pair NixlConnector accepts (nixl_pairs), and long
+    prompts on Llama-3.1-8B make a split whose pools differ in TP."""
     job = ServeJob(context=8192, input_len=4096, output_len=256, max_ttft_ms=1000,
                    max_tpot_ms=30, load=ServeLoadSpec(request_rate=20))
     problem = ServeProblem(model_spec=load_model_spec("llama3.1-8b"),
@@ -131,7 +149,8 @@ def test_pairs_follow_nixl_and_mismatched_tp_can_win_a_split() -> None:
     result = search_disaggregated(problem)
     assert result.candidates
     for plan in result.candidates:
-        assert plan.decode.degrees["tp"] % plan.prefill.degrees["tp"] == 0
+        tps = sorted((plan.decode.degrees["tp"], plan.prefill.degrees["tp"]))
+        assert tps[1] % tps[0] == 0 and plan.decode.degrees["pp"] == 1
     assert any(p.decode.degrees["tp"] != p.prefill.degrees["tp"] for p in result.candidates)
     front = build_pareto_front(problem, result)
     kinds = {p.kind for p in front}

@@ -2,16 +2,18 @@
 serving), vectorised over engine pairs, and the KV it holds meanwhile.
 
 vLLM's NixlConnector lets the decode side pull: every decode TP rank reads its heads from the
-prefill rank tp_rank // (tp_decode / tp_prefill)
-(vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, _nixl_handshake:
-tp_ratio = local tp // remote tp), so the decode TP must be a multiple of the prefill TP and a
-prefill rank serves tp_decode / tp_prefill readers. Per prompt of I tokens:
+prefill rank tp_rank // (tp_decode / tp_prefill), a prefill rank serving tp_decode /
+tp_prefill readers, or, when the prefill TP is the larger (vLLM 0.33.0, PR #27274), from
+tp_prefill / tp_decode prefill ranks, each sending its share of the heads
+(vllm/distributed/kv_transfer/kv_connector/utils.py tp_ratio; the pairs it accepts:
+solver.serve.disagg.nixl_pairs). Per prompt of I tokens:
 
     ingress per decode GPU    I x kv_d             (its KV bytes per token, heads replicated
                                                    where tp exceeds the KV heads; MLA's
                                                    latent whole on every rank)
     egress per prefill GPU    I x kv_d x (tp_d pp_d) / (tp_p pp_p)
-                              (what all decode GPUs read, spread over the prefill GPUs)
+                              (what all decode GPUs read, spread over the prefill GPUs; under
+                              the ingress when the prefill TP is the larger)
 
 The transfer takes the busier side's bytes as one send/recv over the tier that joins the pools
 (solver.cost.comm). With equal degrees both sides carry I x kv: Llama-3.1-70B at tp 8,

@@ -12,9 +12,9 @@ them, dp ranks each serving their share). The load splits evenly over the copies
            solver.cost.kv_transfer), which bounds the rate a prefill rank takes;
   transfer the prompt's KV cache over the tier that joins the pools: inside the NVLink domain
            when both pools fit in it, else the cluster's network; the pools may differ in TP
-           (NixlConnector: the decode TP a multiple of the prefill TP,
-           nixl_decode_tp_multiple_of_prefill_tp), each prefill GPU then serving several
-           decode GPUs (solver.cost.kv_transfer, send_recv of solver.cost.comm);
+           (vLLM 0.33.0's NixlConnector: the larger TP a multiple of the smaller, nixl_pairs),
+           a prefill GPU then serving several decode GPUs or a decode GPU reading from several
+           prefill GPUs (solver.cost.kv_transfer, send_recv of solver.cost.comm);
   decode   continuous batching with no prefill rounds (solver.cost.serve_load, phase "decode").
 
 TTFT = prefill TTFT + transfer (the prefill engine returns the first token; the decode engine
@@ -38,6 +38,7 @@ from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.job import ServeProblem
 from solver.cost.serve_curves import LoadCurves
+from solver.spec import ModelSpec
 from solver.cost.serve_load import estimate_load_point, estimate_prefill_queue, largest_rate
 from solver.serve.load import (
     estimate_load_curves,
@@ -130,11 +131,29 @@ def estimate_transfer_s(problem: ServeProblem, prefill: ServeCandidates, same_do
                                   decode.pp, link)
 
 
-def nixl_pairs(prefill: ServeCandidates, decode: ServeCandidates) -> np.ndarray:
-    """nixl_decode_tp_multiple_of_prefill_tp: NixlConnector pairs each decode TP rank with
-    the prefill rank tp_rank // (tp_decode / tp_prefill) (solver.cost.kv_transfer), so the
-    decode TP must be a multiple of the prefill TP (matrix over prefill x decode engines)."""
-    return (decode.tp[None, :] % prefill.tp[:, None]) == 0
+def nixl_pairs(prefill: ServeCandidates, decode: ServeCandidates,
+               model_spec: ModelSpec) -> np.ndarray:
+    """The pairs vLLM 0.33.0's NixlConnector accepts (matrix over prefill x decode engines):
+
+    nixl_tp_sizes_divide      the larger TP a multiple of the smaller
+                              (vllm/distributed/kv_transfer/kv_connector/utils.py tp_ratio:
+                              a decode rank reads from one prefill rank, or from
+                              tp_prefill / tp_decode of them, PR #27274);
+    nixl_prefill_tp_above_decode_needs_unreplicated_kv
+                              a prefill TP above the decode TP only where the prefill engine
+                              does not replicate KV heads (tp <= num_key_value_heads) or the
+                              model has MLA (v1/nixl/base_worker.py, the assert on tp_ratio < 0
+                              and is_kv_replicated);
+    nixl_decode_pp_is_one     a decode engine of one pipeline stage (base_worker.py: a
+                              kv_consumer with pipeline_parallel_size > 1 raises
+                              NotImplementedError).
+
+    vLLM before PR #27274 (October 2025) asserted "Decode TP cannot be smaller than prefill
+    TP"."""
+    tp_p, tp_d = prefill.tp[:, None], decode.tp[None, :]
+    divide = (np.maximum(tp_p, tp_d) % np.minimum(tp_p, tp_d)) == 0
+    replicated = (tp_p > model_spec.kv_heads) & (not model_spec.is_mla)
+    return divide & ~((tp_p > tp_d) & replicated) & (decode.pp[None, :] == 1)
 
 
 def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
@@ -201,7 +220,7 @@ def _disaggregated(problem: ServeProblem, engines: ServeCandidates, prefill_curv
     # transfer is added and while its KV cache holds the prompts it keeps (module docstring).
     decode_rate = largest_rate(decode_curves,
                                lambda p: meets_slo(_without(problem, "ttft"), p))
-    pair_i, pair_j = np.nonzero(nixl_pairs(engines, engines)
+    pair_i, pair_j = np.nonzero(nixl_pairs(engines, engines, problem.model_spec)
                                 & (gpus[:, None] + gpus[None, :] <= n))
     if len(pair_i) == 0:
         return []
