@@ -112,14 +112,15 @@ def test_host_time_is_a_part_of_the_round() -> None:
 
 def test_multi_step_window_adds_to_the_wait_for_a_prompt() -> None:
     """Under multi-step scheduling a prompt joins when the n committed rounds end: the mean
-    TTFT under load grows by about (n - 1) / 2 rounds, the busy share times the residual."""
+    TTFT under load grows by up to (n - 1) / 2 rounds (the busy share times the residual),
+    plus the prompts that arrive over the longer window and ride in its round."""
     base = with_engine(problem_of("llama3.1-8b", 1, request_rate=4.0), engine="vllm-v0")
     multi = with_engine(base, num_scheduler_steps=10)
     one, ten = (estimate_serving_load(p, ONE).point for p in (base, multi))
     assert float(ten.ttft_mean_s[0]) > float(one.ttft_mean_s[0])
     extra = float(ten.ttft_mean_s[0] - one.ttft_mean_s[0])
     tau = float(ten.tpot_mean_s[0])
-    assert 0.5 * tau < extra < 10 * tau / 2.0
+    assert 0.5 * tau < extra < 10 * tau
 
 
 @settings(max_examples=20, deadline=None)
@@ -145,8 +146,8 @@ def test_load_spec_carries_the_engine() -> None:
 
 def test_an_overlapping_scheduler_adds_the_round_it_has_built() -> None:
     """vLLM PR #19970 / SGLang v0.4: the scheduler builds round k + 1 while round k runs, so a
-    prompt waits one more round when the engine is busy: TTFT (mean and quantile) grows by
-    busy x tau, TPOT not at all."""
+    prompt waits one more round when the engine is busy: the mean TTFT grows by busy x tau,
+    its quantile by at most tau, TPOT not at all."""
     from dataclasses import replace
 
     from solver.cost.serve_load import estimate_load_point, interpolate_curve
@@ -160,5 +161,5 @@ def test_an_overlapping_scheduler_adds_the_round_it_has_built() -> None:
     tau = interpolate_curve(curves, curves.round_s, lagged.decoding)
     extra = float(lagged.ttft_mean_s[0] - plain.ttft_mean_s[0])
     assert 0.0 < extra <= float(tau[0]) * (1 + 1e-9)
-    assert float(lagged.ttft_s[0] - plain.ttft_s[0]) == pytest.approx(extra)
+    assert 0.0 < float(lagged.ttft_s[0] - plain.ttft_s[0]) <= float(tau[0]) * (1 + 1e-6)
     assert float(lagged.tpot_s[0]) == float(plain.tpot_s[0])

@@ -83,6 +83,7 @@ class LoadCurves:
     tpot_variance: tuple[float, float, float] = (0.0, 0.0, 1.0)  # A, B, C (cost.queueing)
     steps_per_schedule: int = 1  # rounds between scheduler calls (vLLM V0 multi-step)
     lag_rounds: int = 0  # rounds an overlapping scheduler has already built
+    input_mean: float = 0.0  # E[I], the prompt tokens another prompt adds to a round
 
     def take(self, index) -> LoadCurves:
         """The candidates at `index` (an int keeps one row as a batch of one)."""
@@ -162,6 +163,6 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
                       engines=np.asarray(engines, dtype=float),
                       num_gpus=np.asarray(num_gpus, dtype=float), quantile=shape.quantile,
                       steps_per_schedule=engine.overhead.steps_per_schedule,
-                      lag_rounds=engine.overhead.lag_rounds,
+                      lag_rounds=engine.overhead.lag_rounds, input_mean=input_mean,
                       tpot_variance=estimate_tpot_variance_coefficients(
                           lengths, weights, shape.output_lengths, shape.output_weights))

@@ -19,8 +19,10 @@ out the round in progress (a residual uniform over the round while the engine is
 renewal theory's residual life of constant intervals; under vLLM V0's multi-step scheduling
 the interval is the n rounds the scheduler commits at once, vllm/engine/llm_engine.py
 _has_remaining_steps), plus the round an overlapping scheduler has already built
-(solver.cost.serve_overhead). TTFT = residual + wait + S at the SLO
-percentile of each (summing quantiles: an upper bound), mean TTFT = tau / 2 + E[W] + S(E[I]).
+(solver.cost.serve_overhead), plus the other prompts that arrive meanwhile and ride in its
+round (Poisson in number, each adding E[I] prefill tokens to it). The SLO percentile of TTFT
+is the quantile of that sum (solver.cost.ttft_quantile), the mean
+tau / 2 + E[W] + lam tau E[I] c_p + S(E[I]).
 A discrete-event simulation of this scheduler (tests/test_serve_queue_sim.py) holds the means
 and the p90 TPOT.
 
@@ -45,6 +47,7 @@ from solver.cost.queueing import (
     estimate_wait_quantile_s,
 )
 from solver.cost.serve_curves import LoadCurves
+from solver.cost.ttft_quantile import estimate_ttft_quantile_s
 
 BISECTION_STEPS = 40
 
@@ -125,7 +128,6 @@ def estimate_load_point(curves: LoadCurves, rate_per_engine: np.ndarray) -> Load
     second = (service ** 2) @ curves.weights
     rho = lam * mean_s
     wait = estimate_mg1_wait_s(lam, mean_s, second)
-    wait_q = estimate_wait_quantile_s(wait, rho, q)
     stable = stable & (rho < 1.0)
     # The round in progress: its residual is uniform over it, when the engine is busy at all
     # (1 - P(empty), the Poisson occupancy of the requests in the system).
@@ -135,9 +137,15 @@ def estimate_load_point(curves: LoadCurves, rate_per_engine: np.ndarray) -> Load
     busy = 1.0 - np.exp(-in_system)
     window = curves.steps_per_schedule * round_now
     built = curves.lag_rounds * round_now  # the round an overlapping scheduler has built
-    ttft = (busy * (q * window + built) + wait_q
-            + interpolate_curve(curves, curves.service_q_s, decoding))
-    ttft_mean = (busy * (window / 2.0 + built) + wait
+    # The prompts that arrive while the tagged one waits for the round ride in its round.
+    batched = busy * lam * window
+    token_s = (np.zeros_like(lam) if curves.prefill_token_s is None
+               else interpolate_curve(curves, curves.prefill_token_s, decoding))
+    batched_s = curves.input_mean * token_s
+    ttft = estimate_ttft_quantile_s(q, busy, window, built, rho, wait,
+                                    interpolate_curve(curves, curves.service_q_s, decoding),
+                                    batched, batched_s)
+    ttft_mean = (busy * (window / 2.0 + built) + wait + batched * batched_s
                  + interpolate_curve(curves, curves.service_mean_s, decoding))
     inf = np.inf
     rate = lam * curves.engines
