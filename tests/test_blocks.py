@@ -40,7 +40,8 @@ CONFIG_DIR = Path(__file__).resolve().parent / "data" / "hf_configs"
 PLAIN_ZOO = [m.name for m in load_zoo() if not m.is_hybrid]
 HYBRID_ZOO = ["nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b", "nemotron-nano-9b-v2",
               "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b", "gemma3-27b", "llama4-maverick",
-              "glm-4.5", "llama4-scout", "kimi-k2"]
+              "glm-4.5", "llama4-scout", "kimi-k2", "nemotron-3-super-120b-a12b",
+              "nemotron-3-ultra-550b-a55b"]
 
 
 def hf(name: str) -> ModelSpec:

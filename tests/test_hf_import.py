@@ -151,6 +151,20 @@ PUBLISHED: dict[str, Published] = {
         "(31.6B total, about 3.2B active without the embeddings)",
         active_without_embedding=True,
     ),
+    "nemotron-3-super-120b-a12b": Published(
+        "120B", "12B",
+        "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 model card "
+        "(120B total, 12B active); config.json as quoted by TensorRT-LLM's kSuperConfig and "
+        "Megatron-Bridge's NemotronHBridge tests",
+        active_without_embedding=True,
+    ),
+    "nemotron-3-ultra-550b-a55b": Published(
+        "550B", "55B",
+        "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16 model card "
+        "(550B total, 55B active); the layer pattern as in Megatron-LM's Ultra pretraining "
+        "script (--hybrid-layer-pattern, 48 M, 48 E, 12 *)",
+        active_without_embedding=True,
+    ),
     "qwen3-next-80b-a3b": Published(
         "80B", "3B", "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card "
         "(80B total, 3B activated; Qwen truncates)",
@@ -315,6 +329,12 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
     "nemotron-3-nano-30b-a3b": {"num_experts": 128, "num_experts_per_tok": 6,
                                 "shared_expert_intermediate_size": 3712, "router_bias": True,
                                 "num_moe_layers": 23, "num_attention_layers": 6},
+    "nemotron-3-super-120b-a12b": {"moe_latent_size": 1024, "moe_token_width": 1024,
+                                   "num_moe_layers": 40, "num_attention_layers": 8,
+                                   "num_nextn_predict_layers": 1},
+    "nemotron-3-ultra-550b-a55b": {"moe_latent_size": 2048, "num_hidden_layers": 108,
+                                   "num_moe_layers": 48, "num_attention_layers": 12,
+                                   "mamba_num_heads": 256},
     "qwen3-next-80b-a3b": {"attention_output_gate": True, "qk_norm": True, "head_dim": 256,
                            "num_attention_layers": 12, "shared_expert_gate": True,
                            "num_moe_layers": 48, "linear_num_value_heads": 32},
@@ -358,6 +378,8 @@ ZOO_TWINS = {
     "nemotron-h-8b": "nemotron-h-8b", "nemotron-h-47b": "nemotron-h-47b",
     "nemotron-h-56b": "nemotron-h-56b", "nemotron-nano-9b-v2": "nemotron-nano-9b-v2",
     "nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b",
+    "nemotron-3-super-120b-a12b": "nemotron-3-super-120b-a12b",
+    "nemotron-3-ultra-550b-a55b": "nemotron-3-ultra-550b-a55b",
     "qwen3-next-80b-a3b": "qwen3-next-80b-a3b", "gemma-3-27b": "gemma3-27b",
     "llama-4-maverick-17b-128e": "llama4-maverick", "llama-4-scout-17b-16e": "llama4-scout",
     "glm-4.5": "glm-4.5", "kimi-k2-instruct": "kimi-k2",

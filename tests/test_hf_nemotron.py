@@ -2,7 +2,7 @@
 (models/nemotron_h/configuration_nemotron_h.py): the list `layers_block_type` instead of
 `hybrid_override_pattern` (_pattern_to_list: M linear_attention, E moe, * full_attention,
 - mlp; remap_legacy_layer_types: mamba, attention), the depth taken from the list, and
-LatentMoE (`moe_latent_size`, Nemotron 3 Super and Ultra) refused with the reason."""
+LatentMoE (`moe_latent_size`, Nemotron 3 Super and Ultra) read as the experts' width."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_the_list_sets_the_depth() -> None:
 
 
 @pytest.mark.parametrize(("update", "problem"), [
-    ({"moe_latent_size": 1024}, "key 'moe_latent_size': LatentMoE"),
+    ({"moe_latent_size": 0}, "key 'moe_latent_size'"),
     ({"layers_block_type": ["mamba", "conv"]}, "key 'layers_block_type': entries must be"),
     ({"layers_block_type": []}, "key 'layers_block_type': must list at least one layer"),
 ])
@@ -54,3 +54,18 @@ def test_what_cannot_be_read_is_one_line_naming_the_key(update: dict, problem: s
 def test_a_null_latent_size_is_plain_moe() -> None:
     spec = model_spec_from_hf_config(as_block_list(NAMES, moe_latent_size=None), "l")
     assert spec.num_experts == 128
+    assert spec.moe_latent_size is None and spec.moe_token_width == spec.hidden_size
+
+
+def test_a_latent_size_moves_the_experts_to_it() -> None:
+    """transformers NemotronHMoE: with moe_latent_size the experts are NemotronHMLP(
+    hidden_size=moe_latent_size) between fc1_latent_proj (h -> latent) and fc2_latent_proj
+    (latent -> h); router and shared expert stay at h."""
+    plain = model_spec_from_hf_config(as_block_list(NAMES), "p")
+    latent = model_spec_from_hf_config(as_block_list(NAMES, moe_latent_size=512), "l")
+    h, width = plain.hidden_size, plain.moe_intermediate_size
+    assert plain.expert_params == 2 * h * width
+    assert latent.expert_params == 2 * 512 * width
+    assert latent.latent_projection_params_per_layer == 2 * h * 512
+    assert latent.router_params_per_layer == plain.router_params_per_layer
+    assert latent.shared_expert_params_per_layer == plain.shared_expert_params_per_layer

@@ -291,6 +291,9 @@ BLOCK_FLAGS = {
     "--hybrid-layer-pattern",
     # top-1 routers (TransformerConfig moe_router_pre_softmax, moe_apply_probs_on_input)
     "--moe-router-pre-softmax", "--moe-apply-probs-on-input",
+    # LatentMoE: TransformerConfig.moe_latent_size, a flag through arguments.py's
+    # ArgumentGroupFactory(TransformerConfig) (core_v0.16.1; asserted at arguments.py:1269)
+    "--moe-latent-size",
 }
 
 

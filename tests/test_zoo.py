@@ -181,6 +181,16 @@ PUBLISHED: dict[str, Published] = {
         "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 model card",
         active_without_embedding=True,
     ),
+    "nemotron-3-super-120b-a12b": Published(
+        "120B", "12B",
+        "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 model card",
+        active_without_embedding=True,
+    ),
+    "nemotron-3-ultra-550b-a55b": Published(
+        "550B", "55B",
+        "https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16 model card",
+        active_without_embedding=True,
+    ),
     "qwen3-next-80b-a3b": Published(
         "80B", "3B", "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card",
         active_without_embedding=True,

@@ -57,11 +57,9 @@ def map_nemotron_h(cfg: Config, source: str) -> Fields:
     of moe_intermediate_size and a shared NemotronHMLP of
     moe_shared_expert_intermediate_size). Mamba: mamba_num_heads x mamba_head_dim, n_groups,
     ssm_state_size, conv_kernel (4), chunk_size (128), use_conv_bias (true), projections biased
-    by mamba_proj_bias (HF's `use_bias`)."""
-    if read_int(cfg, source, "moe_latent_size", None, nullable=True) is not None:
-        raise field_error(source, "moe_latent_size", "LatentMoE (experts working in a latent "
-                                                     "width, Nemotron 3 Super and Ultra) is not "
-                                                     "modelled")
+    by mamba_proj_bias (HF's `use_bias`). LatentMoE (Nemotron 3 Super and Ultra):
+    `moe_latent_size` set, the experts work at that width between fc1_latent_proj and
+    fc2_latent_proj; null or absent, at hidden_size."""
     listed = "hybrid_override_pattern" not in cfg and isinstance(cfg.get("layers_block_type"),
                                                                   list)
     if listed:  # NemotronHConfig takes the depth from the list (num_hidden_layers deprecated)
@@ -106,6 +104,9 @@ def map_nemotron_h(cfg: Config, source: str) -> Fields:
                                   top_k_key="num_experts_per_tok",
                                   width=read_int(cfg, source, "moe_intermediate_size")),
             router_bias=True)
+        latent = read_int(cfg, source, "moe_latent_size", None, nullable=True)
+        if latent is not None:
+            fields["moe_latent_size"] = latent
         shared = read_int(cfg, source, "n_shared_experts", 1, minimum=0)
         if shared:
             fields.update(num_shared_experts=1, shared_expert_intermediate_size=shared * read_int(

@@ -111,6 +111,7 @@ def estimate_pattern_forward_flops(model_spec: ModelSpec, seq_len: int) -> float
             gemm += model_spec.dense_mlp_params_per_layer
         elif mlp == "moe":
             gemm += (model_spec.router_params_per_layer + model_spec.shared_expert_params_per_layer
+                     + model_spec.latent_projection_params_per_layer
                      + model_spec.num_experts_per_tok * model_spec.expert_params)
         total += 2.0 * gemm + estimate_mixer_core_flops(model_spec, mixer, seq_len)
     return total
@@ -136,23 +137,28 @@ def estimate_kind_params(model_spec: ModelSpec, tp: np.ndarray, ep: np.ndarray,
     """One layer of kind `kind` per GPU: its mixer, norms, dense MLP and shared experts split
     by tp, the router replicated (as for a plain MoE layer), the routed experts
     num_experts / ep each split by etp. Its GEMM weights (the fp8-cast ones) are taken as all
-    of its mixer's parameters (a Mamba's conv1d, A, D and norm are < 0.1% of them)."""
+    of its mixer's parameters (a Mamba's conv1d, A, D and norm are < 0.1% of them).
+    LatentMoE's projections are replicated over TP like the router (Megatron-Core
+    core_v0.16.1 moe_layer.py: TELinear parallel_mode="duplicated"; vLLM nemotron_h.py:
+    ReplicatedLinear) and are GEMM weights."""
     m = model_spec
     mixer, mlp = m.block_kinds[kind]
     split = float(estimate_mixer_params(m, mixer))
     gemm_split = split
     split += m.norm_params_per_layer
-    replicated, expert = 0.0, np.zeros(np.shape(tp))
+    replicated, replicated_gemm, expert = 0.0, 0.0, np.zeros(np.shape(tp))
     if mlp == "dense":
         split += m.dense_mlp_params_per_layer
         gemm_split += m.dense_mlp_params_per_layer
     elif mlp == "moe":
         split += m.shared_expert_params_per_layer
         gemm_split += m.shared_expert_params_per_layer
-        replicated = float(m.router_params_per_layer)
+        replicated_gemm = float(m.latent_projection_params_per_layer)
+        replicated = float(m.router_params_per_layer) + replicated_gemm
         expert = m.num_experts / ep * m.expert_params / etp
     dense = split / tp + replicated
-    return KindParams(dense=dense, expert=expert, gemm=gemm_split / tp + expert,
+    return KindParams(dense=dense, expert=expert,
+                      gemm=gemm_split / tp + replicated_gemm + expert,
                       largest_layer=dense + expert, gemm_expert=expert)
 
 

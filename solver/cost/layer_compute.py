@@ -107,8 +107,9 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
 
     def elementwise(mlp_width: float, permuted_copies: int = 0) -> np.ndarray:
         factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
-        # MoE token permutation and un-permutation each read and write k copies of h.
-        permute = 2.0 * 2.0 * permuted_copies * h
+        # MoE token permutation and un-permutation each read and write k copies of a token
+        # (moe_token_width: the latent width under LatentMoE).
+        permute = 2.0 * 2.0 * permuted_copies * model_spec.moe_token_width
         split_bytes = head_bytes + BF16_BYTES * (factor * mlp_width + permute)
         per_gpu = rows * (sequence_bytes / sequence_split + split_bytes / tp)
         return estimate_elementwise_s(gpu, per_gpu, cc)
@@ -146,6 +147,11 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     routed = in_step(routed, cc, measured_routed)
     routed_bwd = in_step(routed_bwd, cc, measured_routed)
     shared, shared_bwd = two_gemms(model_spec.shared_expert_params_per_layer, rows, tp)
+    # LatentMoE's projections, replicated over TP, each rank on its rows / tp tokens
+    # (solver.cost.blocks.estimate_kind_params).
+    latent_params = model_spec.latent_projection_params_per_layer
+    latent, latent_bwd = two_gemms(latent_params, rows / tp, 1) if latent_params else (0.0, 0.0)
+    shared, shared_bwd = shared + latent, shared_bwd + latent_bwd
     measured_bf16 = gemm_table(gpu, BF16.name) is not None
     router = in_step(estimate_gemm_s(gpu, BF16.name, rows / tp, h, experts, cc), cc,
                      measured_bf16)
@@ -158,8 +164,11 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     pairs = rows / tp * d["etp"] * k  # token copies a GPU's experts compute
     chunk_sort = _chunk_sort_s(model_spec, cluster, d, constants, pairs)
     routed, routed_bwd = routed + chunk_sort, routed_bwd + chunk_sort
-    routed_inputs = pairs * (h + model_spec.moe_intermediate_size / d["etp"])
+    token_width = model_spec.moe_token_width
+    routed_inputs = pairs * (token_width + model_spec.moe_intermediate_size / d["etp"])
     shared_inputs = gemm_inputs if model_spec.num_shared_experts else 0.0
+    if latent_params:
+        shared_inputs = shared_inputs + rows / tp * (h + token_width)
     moe = {
         "gemm": attention + shared + router, "gemm_bwd": attention_bwd + shared_bwd + router_bwd,
         "routed": routed, "routed_bwd": routed_bwd,
@@ -169,7 +178,7 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         "cast": cast(gemm_inputs + shared_inputs + routed_inputs),
     }
     # The MoE MLP's TP-split element-wise bytes, as elementwise() counts them above.
-    permute = 0 if fused else 2.0 * 2.0 * k * h
+    permute = 0 if fused else 2.0 * 2.0 * k * token_width
     return _with_block_kinds(model_spec, job, {"dense": dense, "moe": moe}, pieces,
                              {**mlp_bytes, "moe": BF16_BYTES * (factor * moe_width + permute)})
 
@@ -230,8 +239,9 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     etp ways) for tokens*k/experts rows each, which is the table's MoE row at that token
     count; its backward is that forward times the GEMM table's dgrad + wgrad over forward
     time for one expert's two GEMMs (solver.cost.kernels.estimate_expert_backward_ratio).
-    Without such rows: experts/ep per-expert GEMM pairs of that many rows."""
-    gpu, cc, h = cluster.gpu, constants.compute, model_spec.hidden_size
+    Without such rows: experts/ep per-expert GEMM pairs of that many rows. The experts'
+    tokens are moe_token_width wide (the latent width under LatentMoE)."""
+    gpu, cc, h = cluster.gpu, constants.compute, model_spec.moe_token_width
     tp, ep, etp = d["tp"], d["ep"], d["etp"]
     k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
     rows = d["micro_batch"] * job.seq_len / d["cp"]

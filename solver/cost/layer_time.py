@@ -147,9 +147,11 @@ def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str,
       allgather  every rank gathers the EP group's tokens and reduce-scatters its experts'
                  outputs (Megatron MoEAllGatherTokenDispatcher): rows/tp * h * ep each way
       deepep, hybridep  the all-to-all's bytes times _domain_dedup.
+    Tokens travel at moe_token_width: LatentMoE dispatches its latent tokens (Megatron-Core
+    MoELayer.preprocess projects before dispatch; Nemotron 3 Super: 1024 of 4096, a quarter).
     Worked number: ep 8 inside one node, k = 8: alltoall and allgather move the same bytes."""
     ep, etp, tp = d["ep"], d["etp"], d["tp"]
-    h, k = model_spec.hidden_size, model_spec.num_experts_per_tok
+    h, k = model_spec.moe_token_width, model_spec.num_experts_per_tok
     token_bytes = rows / tp * h * BF16_BYTES
     dispatch_bytes = token_bytes * k
     if constants.moe_dispatcher == "allgather":
@@ -211,9 +213,10 @@ def _estimate_selective_s(model_spec: ModelSpec, fwd: dict[str, np.ndarray],
     attention = float(m.attention_params_per_layer)
     if is_moe:
         shared, router = float(m.shared_expert_params_per_layer), float(m.router_params_per_layer)
-        gemm_params, redo_params = attention + shared + router, 0.0
+        latent = float(m.latent_projection_params_per_layer)
+        gemm_params, redo_params = attention + shared + router + latent, 0.0
         if "moe" in modules:
-            redo_params = shared + router
+            redo_params = shared + router + latent
         elif "shared_experts" in modules:
             redo_params = shared
     else:

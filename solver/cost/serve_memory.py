@@ -75,13 +75,15 @@ def estimate_stage_weights(model_spec: ModelSpec, weight_bytes_per_element: floa
     attention = estimate_attention_params_per_gpu(m, tp)
     norms = m.norm_params_per_layer
     dense_linear = attention + m.dense_mlp_params_per_layer / tp
-    moe_linear = attention + m.shared_expert_params_per_layer / tp
+    latent = m.latent_projection_params_per_layer  # replicated over TP (vLLM ReplicatedLinear)
+    moe_linear = attention + m.shared_expert_params_per_layer / tp + latent
     dense = (quant * (dense_layers * dense_linear + moe_layers * moe_linear)
              + 2.0 * (layers * norms + moe_layers * m.router_params_per_layer))
     if m.has_block_kinds:  # the average layer of the block pattern (cost.block_cache)
         linear = sum(estimate_mixer_params_per_gpu(m, mixer, tp, attention)
                      + {"dense": m.dense_mlp_params_per_layer,
                         "moe": m.shared_expert_params_per_layer}.get(mlp, 0) / tp
+                     + (latent if mlp == "moe" else 0)
                      for mixer, mlp in zip(m.layer_mixers, m.layer_mlps))
         dense = (quant * layers * linear / m.num_hidden_layers
                  + 2.0 * (layers * norms + moe_layers * m.router_params_per_layer))
@@ -157,7 +159,8 @@ def estimate_activation_bytes(model_spec: ModelSpec, tokens: int, sequences: int
     if m.num_dense_layers:
         width = 3.0 * m.intermediate_size / tp + 2.0 * m.hidden_size
     if m.is_moe:
-        experts = m.num_experts_per_tok * (3.0 * m.moe_intermediate_size + m.hidden_size) / tp
+        experts = (m.num_experts_per_tok * (3.0 * m.moe_intermediate_size + m.moe_token_width)
+                   / tp)
         width = np.maximum(width, experts)
     logits = sequences * m.vocab_size * logits_bytes
     return tokens * width * ACTIVATION_BYTES + logits

@@ -117,9 +117,10 @@ class RoundParts:
 
 def _moe_comm_s(engine: ServeEngine, tokens: np.ndarray) -> np.ndarray:
     """One MoE layer's extra traffic for `tokens` per DP rank (zero when dp = 1: the TP
-    all-reduce combines the experts' outputs, also under expert parallel)."""
+    all-reduce combines the experts' outputs, also under expert parallel). Tokens travel at
+    moe_token_width (LatentMoE dispatches latent tokens)."""
     m = engine.model_spec
-    h, group = m.hidden_size, engine.tp * engine.dp
+    h, group = m.moe_token_width, engine.tp * engine.dp
     if not m.is_moe:
         return np.zeros(len(engine))
     dispatch = tokens * m.num_experts_per_tok * h * ACTIVATION_BYTES

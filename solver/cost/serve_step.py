@@ -140,8 +140,11 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
 
     attention = linear(attention_params_per_gpu(m_, tp))
     dense_mlp = linear(m_.dense_mlp_params_per_layer / tp) if m_.num_dense_layers else 0.0
-    shared = (linear(m_.shared_expert_params_per_layer / tp)
-              if m_.is_moe and m_.shared_expert_params_per_layer else 0.0)
+    # LatentMoE's projections are replicated on every TP rank (vLLM nemotron_h.py
+    # ReplicatedLinear), read with the shared experts.
+    latent = m_.latent_projection_params_per_layer
+    shared = (linear(m_.shared_expert_params_per_layer / tp + latent)
+              if m_.is_moe and (m_.shared_expert_params_per_layer or latent) else 0.0)
     linear_s = (shape.layers * attention + dense_layers * dense_mlp + shape.moe_layers * shared)
     experts_s = shape.moe_layers * _routed_experts_s(m_, gpu, weights, shape, rows, constants)
     kv_per_layer = shape.kv_bytes_per_token / np.maximum(shape.layers, 1.0)
@@ -185,7 +188,8 @@ def _routed_experts_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str, shape: 
     m = model_spec
     if not m.is_moe:
         return np.zeros_like(rows)
-    h, k, experts = m.hidden_size, m.num_experts_per_tok, m.num_experts
+    # The experts' tokens are moe_token_width wide (the latent width under LatentMoE).
+    h, k, experts = m.moe_token_width, m.num_experts_per_tok, m.num_experts
     expert_parallel = shape.ep > 1
     ep = np.where(expert_parallel, shape.ep, 1).astype(float)
     etp = np.where(expert_parallel, 1, shape.tp * shape.dp).astype(float)

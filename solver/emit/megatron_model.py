@@ -69,6 +69,8 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
             width = m.shared_expert_intermediate_size or m.moe_intermediate_size
             flags.append(("--moe-shared-expert-intermediate-size",
                           str(width * m.num_shared_experts)))
+        if m.moe_latent_size:  # TransformerConfig.moe_latent_size (core_v0.16.1)
+            flags.append(("--moe-latent-size", str(m.moe_latent_size)))
         # moe_freq_type: a Python list expression, 1 for a MoE layer (DeepSeek's rule, or
         # the block pattern's; a Mamba hybrid's pattern places its MoE layers itself)
         pattern = [int(mlp == "moe") for mlp in m.layer_mlps]

@@ -89,7 +89,7 @@ def estimate_mlp_params(spec: ModelSpec, mlp: str, active: bool = False) -> int:
     if mlp == "moe":
         routed = spec.num_experts_per_tok if active else spec.num_experts
         return (spec.router_params_per_layer + routed * spec.expert_params
-                + spec.shared_expert_params_per_layer)
+                + spec.shared_expert_params_per_layer + spec.latent_projection_params_per_layer)
     return 0
 
 

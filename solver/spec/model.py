@@ -9,6 +9,9 @@ Vocabulary (used by every module):
                 `moe_intermediate_size` (each token visits `num_experts_per_tok`) and
                 `num_shared_experts` shared experts every token visits
   MLA           DeepSeek's multi-head latent attention (low-rank q and kv projections)
+  LatentMoE     routed experts working at `moe_latent_size` instead of hidden_size: a down
+                projection before dispatch and an up projection after combine (Nemotron 3
+                Super and Ultra; transformers NemotronHMoE fc1_latent_proj/fc2_latent_proj)
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ class ModelSpec(InputSpec, ParameterCounts):
     # 2412.19437 §2.1.2 node-limited routing, 8 groups, 4 chosen); 1 and 1: no limit.
     n_group: Annotated[int, MAX_EXPERTS] = Field(default=1, gt=0)
     topk_group: Annotated[int, MAX_EXPERTS] = Field(default=1, gt=0)
+    # LatentMoE (HF nemotron_h moe_latent_size, Megatron --moe-latent-size): the routed
+    # experts' input and output width; router and shared experts keep hidden_size.
+    moe_latent_size: Width | None = Field(default=None, gt=0)
 
     q_lora_rank: Width | None = Field(default=None, gt=0)
     kv_lora_rank: Width | None = Field(default=None, gt=0)
@@ -144,8 +150,9 @@ class ModelSpec(InputSpec, ParameterCounts):
                     f"first_k_dense_layers ({self.first_k_dense_layers}) leaves no MoE layer "
                     f"out of num_hidden_layers ({self.num_hidden_layers})"
                 )
-        elif self.num_experts_per_tok or self.num_shared_experts:
-            raise ValueError("num_experts_per_tok / num_shared_experts need num_experts > 0")
+        elif self.num_experts_per_tok or self.num_shared_experts or self.moe_latent_size:
+            raise ValueError("num_experts_per_tok / num_shared_experts / moe_latent_size need "
+                             "num_experts > 0")
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
         if any(v is not None for v in mla) and any(v is None for v in mla):
             raise ValueError(
@@ -220,6 +227,14 @@ class ModelSpec(InputSpec, ParameterCounts):
         if self.is_mla:
             return self.v_head_dim  # type: ignore[return-value]
         return self.qk_head_dim
+
+    @property
+    def moe_token_width(self) -> int:
+        """Width of the tokens the routed experts receive, dispatch and combine: the latent
+        width under LatentMoE (Megatron-Core MoELayer.preprocess applies fc1_latent_proj before
+        dispatch_preprocess; token_dispatcher hidden_dim = moe_latent_size or hidden_size),
+        else hidden_size."""
+        return self.moe_latent_size or self.hidden_size
 
     @property
     def num_moe_layers(self) -> int:

@@ -57,9 +57,10 @@ class ParameterCounts:
             params += heads
         return params
 
-    def _ffn_params(self, width: int) -> int:
-        """One feed-forward block h -> width -> h (gated: three matrices)."""
-        h = self.hidden_size
+    def _ffn_params(self, width: int, h: int | None = None) -> int:
+        """One feed-forward block h -> width -> h (gated: three matrices); h defaults to
+        hidden_size."""
+        h = h or self.hidden_size
         matrices = 3 if self.mlp_type == "gated" else 2
         params = matrices * h * width
         if self.mlp_bias:
@@ -72,8 +73,22 @@ class ParameterCounts:
 
     @property
     def expert_params(self) -> int:
-        """One routed expert."""
-        return self._ffn_params(self.moe_intermediate_size) if self.is_moe else 0
+        """One routed expert (at moe_token_width: the latent width under LatentMoE)."""
+        if not self.is_moe:
+            return 0
+        return self._ffn_params(self.moe_intermediate_size, self.moe_token_width)
+
+    @property
+    def latent_projection_params_per_layer(self) -> int:
+        """LatentMoE's fc1_latent_proj h -> latent and fc2_latent_proj latent -> h, biased
+        with mlp_bias (transformers NemotronHMoE; Megatron-Core core_v0.16.1
+        moe/moe_layer.py MoELayer.__init__). Nemotron 3 Super (h 4096, latent 1024):
+        8,388,608."""
+        latent = self.moe_latent_size
+        if not latent or not self.is_moe:
+            return 0
+        h = self.hidden_size
+        return 2 * h * latent + ((latent + h) if self.mlp_bias else 0)
 
     @property
     def router_params_per_layer(self) -> int:
@@ -111,6 +126,7 @@ class ParameterCounts:
             + self.router_params_per_layer
             + self.num_experts * self.expert_params
             + self.shared_expert_params_per_layer
+            + self.latent_projection_params_per_layer
             + self.norm_params_per_layer
         )
 
@@ -187,6 +203,8 @@ class ParameterCounts:
             "norms": self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params,
             "lm_head": self.lm_head_params,
         }
+        if self.moe_latent_size:
+            parts["latent_projections"] = moe_layers * self.latent_projection_params_per_layer
         mlps = self.layer_mlps
         parts["dense_mlp"] = mlps.count("dense") * self.dense_mlp_params_per_layer
         for mixer, key in (("mamba", "mamba"), ("linear_attention", "linear_attention")):

@@ -97,10 +97,15 @@ def _mlp_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     shared_width = m.num_shared_experts * (
         m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
     routed_copies = m.num_experts_per_tok * options.moe_capacity_factor
-    per_copy = candidates.etp * (lin + BF16_BYTES) * h + _mlp_interior_bytes(
+    # Routed copies travel at moe_token_width; LatentMoE's fc2_latent_proj (replicated over
+    # TP) keeps its latent input (fc1's input is the norm output, already counted).
+    width = m.moe_token_width
+    per_copy = candidates.etp * (lin + BF16_BYTES) * width + _mlp_interior_bytes(
         m.moe_intermediate_size or 0, job)
     split = _mlp_interior_bytes(shared_width, job) + routed_copies * per_copy
     replicated = 2 * BF16_BYTES * h + FP32_BYTES * m.num_experts + mask
+    if m.moe_latent_size:
+        replicated += lin * m.moe_latent_size
     return split, replicated
 
 
@@ -128,7 +133,8 @@ def _op_level_bytes(model_spec: ModelSpec, moe: bool) -> tuple[float, float]:
         columns += (2 if m.mlp_type == "gated" else 1) * width
         rows += h
     if moe:
-        all_to_all = 2 * BF16_BYTES * h * m.num_experts_per_tok  # dispatched and combined
+        # dispatched and combined, at the experts' token width
+        all_to_all = 2 * BF16_BYTES * m.moe_token_width * m.num_experts_per_tok
     split = (BF16_BYTES * (0.5 * columns + heads * m.value_head_dim) + FP32_BYTES * heads
              + all_to_all)
     return split, BF16_BYTES * (h + 0.5 * rows)

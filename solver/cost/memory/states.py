@@ -65,7 +65,10 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
     h = m.hidden_size
 
     moe_shared = m.attention_params_per_layer + m.shared_expert_params_per_layer
-    moe_dense_part = (moe_shared + m.norm_params_per_layer) / tp + m.router_params_per_layer
+    # The router and LatentMoE's projections are replicated over TP (solver.cost.blocks).
+    latent = m.latent_projection_params_per_layer
+    moe_dense_part = ((moe_shared + m.norm_params_per_layer) / tp + m.router_params_per_layer
+                      + latent)
     moe_expert_part = m.num_experts / ep * m.expert_params / etp
 
     # Megatron keeps a copy of a tied embedding on the last stage when pp > 1 (the embedding
@@ -81,7 +84,7 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
     expert = n_moe * moe_expert_part + last_expert
     gemm = (
         n_dense * (m.attention_params_per_layer + m.dense_mlp_params_per_layer) / tp
-        + n_moe * (moe_shared / tp + moe_expert_part)
+        + n_moe * (moe_shared / tp + latent + moe_expert_part)
     )
     largest = np.maximum(
         np.where(n_dense > 0, m.dense_layer_params / tp, 0.0),

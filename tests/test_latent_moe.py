@@ -1,0 +1,105 @@
+"""LatentMoE (Nemotron 3 Super and Ultra): the routed experts work at `moe_latent_size`
+between a down projection before dispatch and an up projection after combine; the router and
+the shared expert stay at the hidden width.
+
+Sources: transformers models/nemotron_h/modeling_nemotron_h.py NemotronHMoE (fc1_latent_proj,
+fc2_latent_proj, experts at moe_latent_size); Megatron-LM core_v0.16.1
+megatron/core/transformer/moe/moe_layer.py (TELinear parallel_mode="duplicated": replicated
+over TP; preprocess projects before dispatch_preprocess, postprocess after combine) and
+megatron/training/training.py moe_layer_flops; vLLM model_executor/models/nemotron_h.py
+(ReplicatedLinear). Counts: the model cards (Super 120B / 12B active, Ultra 550B / 55B) and
+the Hugging Face Hub's safetensors count of Ultra's checkpoint with its MTP layer, 561B.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solver.catalog.clusters import load_cluster_spec
+from solver.catalog.zoo import load_model_spec
+from solver.cost.blocks import estimate_kind_params
+from solver.cost.flops import estimate_moe_layer_flops
+from solver.cost.layer_time import estimate_layer_terms
+from solver.cost.time_constants import TimeConstants
+from solver.spec import JobSpec
+
+SUPER, ULTRA = "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b"
+H100 = load_cluster_spec("dgx-h100")
+
+
+def without_latent(name: str):
+    """The same model with plain experts at the hidden width (a Nemotron 3 Nano-like MoE)."""
+    return load_model_spec(name).model_copy(update={"moe_latent_size": None})
+
+
+def test_super_moe_layer_by_hand() -> None:
+    """h 4096, latent 1024, 512 experts of 2688 (squared ReLU: up and down), router with a
+    score-correction bias, shared expert of 5376, one RMSNorm:
+    4096 x 512 + 512 + 512 x 2 x 1024 x 2688 + 2 x 4096 x 5376 + 2 x 4096 x 1024 + 4096."""
+    spec = load_model_spec(SUPER)
+    assert spec.expert_params == 2 * 1024 * 2688
+    assert spec.latent_projection_params_per_layer == 8_388_608
+    assert spec.moe_layer_params - spec.attention_params_per_layer == (
+        4096 * 512 + 512 + 512 * 2 * 1024 * 2688 + 2 * 4096 * 5376 + 2 * 4096 * 1024 + 4096)
+    assert spec.total_params == 120_668_707_840
+
+
+def test_ultra_with_its_mtp_layer_is_the_hubs_561b() -> None:
+    """The Hub lists the BF16 checkpoint as 561B parameters: the 550B model and its MTP
+    layer (an attention and a LatentMoE block, eh_proj and norms)."""
+    spec = load_model_spec(ULTRA)
+    assert round((spec.total_params + spec.mtp_params) / 1e9) == 561
+
+
+@pytest.mark.parametrize("name", [SUPER, ULTRA])
+def test_moe_flops_follow_megatrons_formula(name: str) -> None:
+    """Megatron-LM core_v0.16.1 training.py moe_layer_flops (forward, per token, no SwiGLU):
+    4 latent F k + 4 h latent + 4 h F_shared; parplan's adds the router GEMM (2 h E), which
+    Megatron leaves out."""
+    spec = load_model_spec(name)
+    h, latent, k = spec.hidden_size, spec.moe_latent_size, spec.num_experts_per_tok
+    megatron = (4 * latent * spec.moe_intermediate_size * k + 4 * h * latent
+                + 4 * h * spec.shared_expert_intermediate_size)
+    router = 2 * spec.router_params_per_layer
+    assert estimate_moe_layer_flops(spec, 4096).mlp_gemm == megatron + router
+
+
+@pytest.mark.parametrize("name", [SUPER, ULTRA])
+def test_the_latent_width_saves_compute_and_traffic(name: str) -> None:
+    """Against the same experts at the hidden width: fewer FLOPs, a quarter of the dispatched
+    bytes (1024 of 4096, 2048 of 8192), so less EP time; at ep 16 over two nodes the
+    all-to-all is bandwidth-bound and its seconds fall to within a few percent of a quarter."""
+    latent, plain = load_model_spec(name), without_latent(name)
+    assert latent.moe_token_width * 4 == plain.moe_token_width
+    assert latent.flops_per_token(4096) < plain.flops_per_token(4096)
+    kind = latent.block_kinds.index(("none", "moe"))
+    d = {k: np.atleast_1d(v) for k, v in dict(tp=1, pp=1, dp=32, cp=1, ep=16, etp=1, vpp=1,
+                                              zero=1, micro_batch=1, recompute=0).items()}
+    job, constants = JobSpec(seq_len=8192), TimeConstants(moe_dispatcher="alltoall")
+    ep_s = [estimate_layer_terms(m, H100, job, d, constants)["per_layer"][0, kind, 4]
+            for m in (latent, plain)]
+    assert 0.25 <= ep_s[0] / ep_s[1] <= 0.3
+
+
+def test_latent_projections_are_replicated_over_tp() -> None:
+    """Megatron's duplicated TELinear and vLLM's ReplicatedLinear: every TP rank holds both
+    projections whole, like the router; the shared expert and the norm are split."""
+    spec = load_model_spec(SUPER)
+    kind = spec.block_kinds.index(("none", "moe"))
+    ones = np.ones(1)
+    per_gpu = {tp: estimate_kind_params(spec, tp * ones, ones, ones, kind).dense[0]
+               for tp in (1, 8)}
+    split = spec.shared_expert_params_per_layer + spec.norm_params_per_layer
+    whole = spec.router_params_per_layer + spec.latent_projection_params_per_layer
+    assert per_gpu[1] == pytest.approx(split + whole)
+    assert per_gpu[8] == pytest.approx(split / 8 + whole)
+
+
+@pytest.mark.parametrize("name", [SUPER, ULTRA])
+def test_launch_sets_megatrons_latent_size(name: str) -> None:
+    from test_hybrid_parallel import launch_flags
+
+    flags, _ = launch_flags("--tp", "2", "--ep", "8", model=name)
+    assert flags["--moe-latent-size"] == str(load_model_spec(name).moe_latent_size)
+    assert flags["--mtp-num-layers"] == "1"
