@@ -245,8 +245,9 @@ def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
 MORE_GPUS_FACTORS = tuple(2**k for k in range(1, 11))
 # Rules on how the GPU count splits into degrees: a nearby count may satisfy them.
 SPLIT_RULES = frozenset({"batch_divides", "cp_splits_sequence", "tp_divides_heads",
-                         "tp_divides_kv_heads", "ep_divides_experts", "expert_ranks_fit_stage",
-                         "pp_at_most_layers", "virtual_stages_fit_layers"})
+                         "tp_divides_kv_heads", "tp_kv_heads_compatible", "ep_divides_experts",
+                         "expert_ranks_fit_stage", "pp_at_most_layers",
+                         "virtual_stages_fit_layers"})
 # Round counts tried: whole nodes of the form 2^a or 3 x 2^a, within a factor of 2.
 NEARBY_TRIES = 6
 

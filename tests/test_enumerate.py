@@ -98,18 +98,23 @@ def test_depth_first_chunks_give_the_same_rows(model, cluster, num_gpus, options
 def test_conflicts_of_a_gpu_count_with_many_divisors_stay_small() -> None:
     """DBRX on 23,040 GPUs (2^9 x 3^2 x 5) with a global batch of 1,024: no split works. The
     deletion filter drops one rule at a time; without the depth-first chunks, dropping
-    `tp_divides_heads` let the product of 60 tp x 60 cp x 60 etp ... values grow to 24 GB. The
-    irreducible set: the odd factor 45 must go to tp or cp, and neither takes it; a nearby
-    round count is proposed."""
+    `tp_divides_heads` let the product of 60 tp x 60 cp x 60 etp ... values grow to 24 GB.
+    Under Megatron, tp may be a multiple of the 8 KV heads (tp_kv_heads_compatible), so tp 24
+    and pp 5 would split it: only the NVLink domain stands in the way. Where the framework
+    splits whole KV heads (DeepSpeed), the odd factor 45 must go to tp or cp, and neither
+    takes it; a nearby round count is proposed."""
     from solver.optimize import build_problem, solve
 
     result = solve(build_problem("dbrx", "dgx-h100", 23040))
     assert result.status == "infeasible"
-    assert set(result.conflicts) == {"cp_splits_sequence", "batch_divides",
-                                     "tp_divides_kv_heads"}
+    assert set(result.conflicts) == {"tp_within_nvlink"}
+    assert "--allow-tp-across-nodes" in result.fixes
+    result = solve(build_problem("dbrx", "dgx-h100", 23040, framework="deepspeed"))
+    assert result.status == "infeasible"
+    assert {"cp_splits_sequence", "batch_divides", "tp_divides_kv_heads"} <= set(
+        result.conflicts)
     # The fix: the nearest round count (3 x 2^13) that splits evenly.
     assert "--gpus 24576 (a count that splits evenly)" in result.fixes
-    assert "--global-batch 960" in result.fixes  # 15 x 2^6: dp 960 with tp 8, pp 3
 
 
 @pytest.mark.parametrize("model, cluster, num_gpus, options", CASES)

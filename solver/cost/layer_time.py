@@ -171,6 +171,23 @@ def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str,
         estimate_collective_s("reduce_scatter", etp_bytes, etp, etp_link))
 
 
+def _estimate_qkv_gather_s(model_spec: ModelSpec, tp: np.ndarray, rows: np.ndarray,
+                           tp_link) -> np.ndarray:
+    """Seconds per pass of Megatron's QKV sub-sharding where tp exceeds the KV heads
+    (core_v0.16.0, PR #2565; attention.py get_query_key_value_tensors): linear_qkv's output
+    (q, its output gate, k, v) is all-gathered over TP and each rank slices its own group; the
+    backward reduce-scatters the gradient alike. Zero where tp divides the KV heads, and for
+    MLA. Worked number: Qwen3-Next-80B at tp 8 (16 heads of 256 with a gate, 2 KV heads)
+    gathers (16 + 16 + 4) x 256 = 9,216 values a token."""
+    m = model_spec
+    if m.is_mla:
+        return np.zeros(np.shape(tp))
+    heads = m.num_attention_heads * (2 if m.attention_output_gate else 1)
+    width = heads * m.qk_head_dim + m.kv_heads * (m.qk_head_dim + m.value_head_dim)
+    gathered = estimate_collective_s("all_gather", rows * width * BF16_BYTES, tp, tp_link)
+    return np.where(tp > m.kv_heads, gathered, 0.0)
+
+
 def _estimate_host_s(model_spec: ModelSpec, d: dict[str, np.ndarray],
                      constants: TimeConstants, is_moe: bool) -> np.ndarray:
     """Host seconds to launch one layer's forward pass (the backward launches
@@ -250,6 +267,7 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     activation_bytes = rows * h * BF16_BYTES
     ag = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
     rs = estimate_collective_s("reduce_scatter", activation_bytes, tp, tp_link)
+    qkv = _estimate_qkv_gather_s(model_spec, tp, rows, tp_link)
 
     cp_link = estimate_group_link(cluster, tp, cp)
     kv_heads_per_rank = np.maximum(model_spec.kv_heads / tp, 1.0)
@@ -267,7 +285,8 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     selective = np.asarray(d["recompute"]) == RECOMPUTE_SELECTIVE
 
     def kind(fwd: dict[str, np.ndarray], is_moe: bool, sp_blocks: float | None = None,
-             mixer_cp_fwd: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+             mixer_cp_fwd: np.ndarray | None = None, attention: bool = True
+             ) -> tuple[np.ndarray, np.ndarray]:
         fwd_s, bwd_s = _forward_s(fwd), _backward_s(fwd, constants)
         gemm = fwd["gemm"] + fwd.get("routed", 0.0)
         # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out,
@@ -276,7 +295,7 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         # `mixer_cp_fwd`: its mixer's CP traffic when that mixer is no attention.
         pairs = sp_blocks if sp_blocks is not None else (1.0 if is_moe else 2.0)
         gathers = pairs * ag
-        tp_pass = pairs * (ag + rs)
+        tp_pass = pairs * (ag + rs) + (qkv if attention else 0.0)
         if constants.tp_comm_overlap:
             hidden_tp = np.minimum(tp_pass, gemm)
             tp_pass = tp_pass - hidden_tp + hidden_tp * tp_contention
@@ -330,7 +349,8 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         mixer_cp = (None if mixer in ATTENTION_MIXERS
                     else estimate_mixer_cp_s(model_spec, cluster, d, mixer, rows))
         terms.append(kind(layer[f"kind{index}"], mlp == "moe",
-                          float((mixer != "none") + (mlp == "dense")), mixer_cp))
+                          float((mixer != "none") + (mlp == "dense")), mixer_cp,
+                          mixer in ATTENTION_MIXERS))
     return (np.stack([per_layer for per_layer, _ in terms], axis=1),
             np.stack([full for _, full in terms], axis=1))
 

@@ -36,6 +36,17 @@ Framework rule sets (`--framework`), each from the framework's own documentation
               ep divide dp (utils/groups.py _create_expert_data_and_model_parallel) does not
               apply.
   generic     no framework rule.
+
+KV heads under TP (tp_kv_heads_compatible, every framework): tp divides num_key_value_heads,
+or is a multiple of it with each rank keeping one KV head, as Megatron-Core does from
+core_v0.16.0 (transformer_config.py: "num_query_groups ... must be a multiple or divisor of
+tensor_model_parallel_size"; attention.py all-gathers linear_qkv's output and slices the
+rank's group, PR #2565, priced by solver.cost.layer_time) and vLLM (QKVParallelLinear
+replicates KV heads: solver.serve.constraints). torchtitan and DeepSpeed split whole KV heads
+only (tp_divides_kv_heads): torchtitan 0.3's apply_tp shards wk and wv column-wise and views
+the local shard as heads (models/llama3/model/model.py Attention.forward), DeepSpeed's AutoTP
+gives each rank num_kv_heads / tp heads (module_inject/tp_shard.py get_shard_size); neither
+replicates.
 """
 
 from __future__ import annotations
@@ -162,10 +173,11 @@ def structural_constraints(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
                    "ep x etp must divide tp x cp x dp (expert layers reuse a stage's ranks)",
                    lambda v: (v["tp"] * v["cp"] * v["dp"]) % (v["ep"] * v["etp"]) == 0),
     ]
-    if not m.is_mla:
-        rules.append(Constraint("tp_divides_kv_heads", ("tp",),
-                                f"tp must divide num_key_value_heads ({kv})",
-                                lambda v: kv % v["tp"] == 0))
+    if not m.is_mla:  # the frameworks' stricter rule: tp_divides_kv_heads (_kv_head_split)
+        rules.append(Constraint("tp_kv_heads_compatible", ("tp",),
+                                f"tp must divide num_key_value_heads ({kv}) or be a multiple "
+                                "of it (each rank then keeps one KV head)",
+                                lambda v: (kv % v["tp"] == 0) | (v["tp"] % kv == 0)))
     if m.is_moe:
         rules.append(Constraint("ep_divides_experts", ("ep",),
                                 f"ep must divide num_experts ({m.num_experts})",
@@ -211,6 +223,7 @@ def _framework(problem: Problem) -> list[Constraint]:
         return [Constraint("torchtitan_zero_stage", ("zero",),
                            "torchtitan (FSDP2): ZeRO 0 (DDP), 2 or 3; no optimizer-only ZeRO 1",
                            lambda v: v["zero"] != 1),
+                *_kv_head_split(problem.model_spec, "torchtitan"),
                 *_torchtitan_experts(problem.model_spec)]
     if problem.framework == "deepspeed":
         return [
@@ -227,6 +240,7 @@ def _framework(problem: Problem) -> list[Constraint]:
             Constraint("deepspeed_tp_zero", ("tp", "zero"),
                        "DeepSpeed: tensor parallelism (AutoTP training) only with ZeRO 0, 1 or 2",
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
+            *_kv_head_split(problem.model_spec, "DeepSpeed"),
             *_deepspeed_autoep(problem.model_spec),
         ]
     return []
@@ -242,6 +256,17 @@ def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
                        "Megatron-Core 0.16 has no context parallelism for gated DeltaNet "
                        "(it arrives in 0.18): cp = 1",
                        lambda v: v["cp"] == 1)]
+
+
+def _kv_head_split(model_spec: ModelSpec, framework: str) -> list[Constraint]:
+    """tp_divides_kv_heads: frameworks that split whole KV heads only (module docstring)."""
+    if model_spec.is_mla:
+        return []
+    kv = model_spec.kv_heads
+    return [Constraint("tp_divides_kv_heads", ("tp",),
+                       f"{framework} splits whole KV heads over TP: tp must divide "
+                       f"num_key_value_heads ({kv})",
+                       lambda v: kv % v["tp"] == 0)]
 
 
 def _torchtitan_experts(model_spec: ModelSpec) -> list[Constraint]:

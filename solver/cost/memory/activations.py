@@ -61,11 +61,14 @@ def _mlp_interior_bytes(width: float, job: JobSpec) -> float:
 
 
 def _attention_bytes(model_spec: ModelSpec, job: JobSpec, recompute: np.ndarray,
-                     options: MemoryOptions) -> tuple[np.ndarray, float]:
-    """(divided by tp, replicated without SP) bytes per token of one attention block."""
+                     options: MemoryOptions, tp: np.ndarray | int = 1
+                     ) -> tuple[np.ndarray, float]:
+    """(divided by tp, replicated without SP) bytes per token of one attention block. With
+    tp above the KV heads each rank keeps one K and one V head (Megatron core_v0.16
+    attention.py: num_query_groups_per_partition = 1), so they count as tp heads."""
     m, lin = model_spec, _linear_input_bytes(job)
     h, heads = m.hidden_size, m.num_attention_heads
-    k_heads = heads if m.is_mla else m.kv_heads
+    k_heads = heads if m.is_mla else np.maximum(m.kv_heads, tp)
     q_width = heads * m.qk_head_dim
     k_width, v_width = k_heads * m.qk_head_dim, k_heads * m.value_head_dim
     mask = 1.0 * h if options.dropout else 0.0
@@ -206,7 +209,7 @@ def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candida
     dropout, no FlashAttention: 2048 * 12288 * (34 + 5*96*2048/12288) / 8 = 358.6 MB.
     """
     attention_split, attention_replicated = _attention_bytes(
-        model_spec, job, candidates.recompute, options)
+        model_spec, job, candidates.recompute, options, candidates.tp)
     mlp_split, mlp_replicated = _mlp_bytes(model_spec, job, candidates, options, moe)
     saved = _per_gpu(job, candidates, options, attention_split + mlp_split,
                      attention_replicated + mlp_replicated)
@@ -236,7 +239,8 @@ def estimate_kind_activation_bytes(model_spec: ModelSpec, job: JobSpec, candidat
 
     def mixer_bytes(mixer: str) -> tuple:
         if mixer in ATTENTION_MIXERS:
-            return _attention_bytes(model_spec, job, candidates.recompute, options)
+            return _attention_bytes(model_spec, job, candidates.recompute, options,
+                                    candidates.tp)
         return estimate_mixer_activation_bytes(model_spec, mixer, lin)
 
     def mlp_bytes(mlp: str) -> tuple:
