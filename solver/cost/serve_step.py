@@ -28,6 +28,11 @@ each, a KV context of `decode_context` tokens) and p prefill tokens of prompts o
                   (d_qk + d_v) per token, ctx = prefill_context / 2 on average), at the table's
                   context-attention rate (or the datasheet attention fraction).
 and on the last stage the LM head for the sampled rows (d, plus one per prefill that ends).
+A block pattern (solver.spec.blocks) takes its average layer: each mixer's linear weights
+(Mamba-2 and DeltaNet split by tp) and the dense MLP at their share of the layers; prefill
+attention times the pattern's attention share (windows cut it, recurrent layers have none:
+solver.cost.block_cache.estimate_prefill_core_share), plus the Mamba-2 and DeltaNet scans at
+solver.cost.blocks.SSD_SCAN_PEAK_FRACTION of the bf16 peak.
 
 Weight-only int4 has no table GEMM: it takes the datasheet roofline at its 0.52 bytes per
 weight. fp8 weights run fp8 GEMMs (W8A8) where the GPU has fp8, bf16 otherwise.
@@ -48,6 +53,12 @@ from solver.cost.efficiency import (
     estimate_table_attention_s,
     gemm_table,
 )
+from solver.cost.block_cache import (
+    estimate_mixer_params_per_gpu,
+    estimate_prefill_core_share,
+    estimate_prefill_scan_flops,
+)
+from solver.cost.blocks import SSD_SCAN_PEAK_FRACTION
 from solver.cost.kernels import estimate_table_moe_s, load_kernel_table
 from solver.cost.precision import load_recipe
 from solver.spec import GpuSpec, ModelSpec
@@ -139,6 +150,16 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
                         0.0)
 
     attention = linear(attention_params_per_gpu(m_, tp))
+    core_share, scan_s = 1.0, 0.0
+    if m_.has_block_kinds:  # the block pattern's average layer (module docstring)
+        layers = m_.num_hidden_layers
+        attention = sum(m_.layer_mixers.count(mixer) / layers * linear(
+            estimate_mixer_params_per_gpu(m_, mixer, tp, attention_params_per_gpu(m_, tp)))
+            for mixer in set(m_.layer_mixers) - {"none"})
+        dense_layers = shape.layers * m_.layer_mlps.count("dense") / layers
+        core_share = estimate_prefill_core_share(m_, np.asarray(prefill_context, dtype=float))
+        scan_s = (p * estimate_prefill_scan_flops(m_) / tp
+                  / (SSD_SCAN_PEAK_FRACTION * gpu.peak_flop_per_s("bf16")))
     dense_mlp = linear(m_.dense_mlp_params_per_layer / tp) if m_.num_dense_layers else 0.0
     # LatentMoE's projections are replicated on every TP rank (vLLM nemotron_h.py
     # ReplicatedLinear), read with the shared experts.
@@ -152,8 +173,8 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
         gpu, d * np.asarray(decode_context, dtype=float) * kv_per_layer, constants)
     decode_attention_s = shape.layers * np.where(d > 0, DECODE_ATTENTION_KERNEL_S + kv_read_s,
                                                  0.0)
-    prefill_attention_s = shape.layers * _prefill_attention_s(
-        m_, gpu, p, np.asarray(prefill_context, dtype=float), tp, constants)
+    prefill_attention_s = shape.layers * (core_share * _prefill_attention_s(
+        m_, gpu, p, np.asarray(prefill_context, dtype=float), tp, constants) + scan_s)
     sampled = d + np.minimum(p, 1.0)
     head_s = np.where(sampled > 0, _gemm_s(gpu, "bf16", np.maximum(sampled, 1.0), h,
                                            m_.vocab_size / tp, 2.0, constants), 0.0)

@@ -7,8 +7,12 @@ Windows and DeltaNet (Megatron-Core 0.16 TransformerConfig fields and arguments.
             Megatron-Bridge converts HF's sliding_window w (src/megatron/bridge/models/
             conversion/utils.py mcore_to_hf_window_size: window_size[0] + 1); with full layers
             too, --window-attn-skip-freq lists the layers, 1 sliding and 0 full
-  chunked   no Megatron-Core counterpart (Megatron-Bridge chunks Llama 4's packed sequences
-            itself, llama4_utils.chunkify_cu_seqlens): a warning
+  chunked   no Megatron-Core counterpart: no TransformerConfig field or arguments.py flag
+            from core_v0.16.1 to main (d98e8a6, 2026-08); the only "attention_chunk" is
+            attention.py's FlashAttention-3 inference call, fixed at 0. Megatron-Bridge
+            chunks Llama 4 in its own Llama4SelfAttention (llama4_utils.py: chunkify,
+            chunkify_cu_seqlens), on every layer, NoPE ones included, where Hugging Face
+            chunks the RoPE layers only. A warning
   linear    --experimental-attention-variant gated_delta_net, --linear-attention-freq (1 a
             DeltaNet layer, 0 softmax attention), the --linear-* head sizes and conv width;
             Qwen3-Next's output gate is --attention-output-gate
