@@ -294,6 +294,8 @@ BLOCK_FLAGS = {
     # LatentMoE: TransformerConfig.moe_latent_size, a flag through arguments.py's
     # ArgumentGroupFactory(TransformerConfig) (core_v0.16.1; asserted at arguments.py:1269)
     "--moe-latent-size",
+    # Nemotron-H's squared-ReLU MLPs (core_v0.16.1 arguments.py _add_network_size_args)
+    "--squared-relu",
 }
 
 

@@ -99,3 +99,14 @@ def test_each_rank_keeps_one_kv_head_above_the_kv_heads() -> None:
 
     assert saved(wide, 2) - saved(spec, 2) == pytest.approx(7 * head_bytes)
     assert saved(wide, 8) - saved(spec, 8) == pytest.approx(1 * head_bytes)
+
+
+def test_a_tp_neither_dividing_nor_a_multiple_of_the_kv_heads_is_one_line() -> None:
+    """Qwen2.5-7B (28 heads, 4 KV heads) at tp 14: the heads split, the KV heads neither split
+    nor replicate evenly."""
+    result = CliRunner().invoke(cli, ["estimate", "--model", "qwen2.5-7b", "--cluster",
+                                      "dgx-h100", "--gpus", "14", "--tp", "14"])
+    assert result.exit_code == 2, result.output
+    assert ("--tp 14: tp must divide num_key_value_heads (4) or be a multiple of it"
+            in result.stderr)
+    assert "[tp_kv_heads_compatible]" in result.stderr

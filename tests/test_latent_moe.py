@@ -103,3 +103,41 @@ def test_launch_sets_megatrons_latent_size(name: str) -> None:
     flags, _ = launch_flags("--tp", "2", "--ep", "8", model=name)
     assert flags["--moe-latent-size"] == str(load_model_spec(name).moe_latent_size)
     assert flags["--mtp-num-layers"] == "1"
+
+
+def test_a_mamba_hybrids_mtp_goes_after_the_pattern() -> None:
+    """Megatron-Core core_v0.17 parse_hybrid_pattern: "<main>/<mtp>" with one "*E" depth
+    (config.json mtp_hybrid_override_pattern); core_v0.16's MambaModel has no MTP, so the
+    note asks for 0.17. Nemotron-H's MLPs are squared ReLU and it has no position embedding."""
+    from test_hybrid_parallel import launch_flags
+
+    flags, output = launch_flags("--tp", "2", "--ep", "8", model=SUPER)
+    main, mtp = flags["--hybrid-layer-pattern"].split("/")
+    assert main == "".join(
+        {"mamba": "M", "full_attention": "*", "none": ""}[mixer] + {"moe": "E", "none": ""}[mlp]
+        for mixer, mlp in zip(load_model_spec(SUPER).layer_mixers,
+                              load_model_spec(SUPER).layer_mlps))
+    assert mtp == "*E" and "--hybrid-override-pattern" not in flags
+    assert "Megatron-Core 0.17 or later" in output
+    assert "--squared-relu" in flags and flags["--position-embedding-type"] == "none"
+
+
+def test_deepep_buffers_hold_latent_tokens() -> None:
+    """DeepEP's buffers are sized by the dispatched tensor's bytes per token (Megatron-Core
+    core_v0.16.1 moe/fused_a2a.py get_buffer(group, get_hidden_bytes(x))): 2 x 1024 for
+    Super's latent tokens against 2 x 4096 for the same experts at the hidden width."""
+    from solver.cost.candidates import Candidates
+    from solver.cost.memory.dispatcher import (
+        estimate_deepep_buffer_bytes,
+        estimate_dispatcher_bytes,
+    )
+    from solver.cost.memory.options import MemoryOptions
+    from solver.spec import ParallelConfig
+
+    config = ParallelConfig(tp=1, pp=1, dp=64, ep=64, micro_batch=1, recompute="none", zero=1)
+    candidates, options = Candidates.from_configs([config]), MemoryOptions(moe_dispatcher="deepep")
+    latent = estimate_dispatcher_bytes(load_model_spec(SUPER), candidates, options)[0]
+    plain = estimate_dispatcher_bytes(without_latent(SUPER), candidates, options)[0]
+    assert latent == estimate_deepep_buffer_bytes(2 * 1024, 64)
+    assert plain == estimate_deepep_buffer_bytes(2 * 4096, 64)
+    assert latent < plain

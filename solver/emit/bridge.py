@@ -117,7 +117,10 @@ DROPPED = {"--multi-latent-attention", "--is-hybrid-model", "--group-query-atten
            "--max-position-embeddings",
            "--bf16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
            "--grad-reduce-in-bf16", "--fp8-param-gather",
-           "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}
+           "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+           # Nemotron-H's providers set activation_func = squared_relu themselves
+           # (NemotronHModelProvider); a callable is no Hydra override
+           "--squared-relu"}
 # Megatron's defaults for what the flags leave out, written out over the recipe's values.
 EXPLICIT: dict[str, object] = {
     "model.sequence_parallel": False, "model.gated_linear_unit": False,

@@ -38,6 +38,13 @@ pattern over pipeline stages depends on the version:
 So the planned split goes out as core_v0.16 builds it where it can, else as a `|`-segmented
 pattern with a note that it needs Megatron-Core 0.17 or later: either way the launched model
 has exactly the planned stages.
+
+Multi-token prediction (Nemotron 3 Super and Ultra): core_v0.16's MambaModel has none; from
+core_v0.17 its MTP depths follow the main pattern after `/` (mamba_hybrid_layer_allocation.py
+parse_hybrid_pattern: "<main>/<mtp>/<mtp>"; arguments.py turns the older
+--mtp-hybrid-override-pattern into it). Each depth is an attention layer and the model's MLP
+or MoE layer, "*E" as Nemotron 3's config.json states (mtp_hybrid_override_pattern), which is
+the layer ModelSpec.mtp_params counts; such a model always goes out in the core_v0.17 form.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from solver.spec import ModelSpec, PipelineLayout
 from solver.spec.blocks import MIXER_LETTERS, MLP_LETTERS, render_pattern
 
 SEGMENT_SEPARATOR = "|"
+MTP_SEPARATOR = "/"
 
 
 def render_layer_pattern(pattern: list[int]) -> str:
@@ -122,13 +130,20 @@ def build_mamba_hybrid_flags(target: LaunchTarget, pipeline: PipelineLayout
                         "layer per symbol, so --num-layers must count the symbols")
     layers = [stage.layers for stage in pipeline.stages]
     split = mamba_stack_split_flags(layers, c.pp, c.vpp) if c.pp > 1 else []
-    if split is not None:
+    mtp = "".join(MTP_SEPARATOR + "*" + ("E" if m.is_moe else "-")
+                  for _ in range(m.num_nextn_predict_layers))
+    if split is not None and not mtp:
         return [*sizes, ("--hybrid-override-pattern", render_pattern(m)), *split], warnings, []
-    note = (f"--hybrid-layer-pattern cuts the pattern into the planned {c.pp * c.vpp} "
-            f"pipeline segments ({'/'.join(map(str, layers))} layers): Megatron-Core 0.17 or "
-            "later (select_pipeline_segment); core_v0.16's MambaStack builds no virtual "
-            "stages and only even or first/last-rank splits")
-    return ([*sizes, ("--hybrid-layer-pattern", render_segmented_pattern(m, layers))],
+    if split is not None and c.pp == 1:
+        note = (f"--hybrid-layer-pattern appends the {m.num_nextn_predict_layers} MTP "
+                "depth(s) after '/': Megatron-Core 0.17 or later (core_v0.16's MambaModel has "
+                "no multi-token prediction)")
+    else:
+        note = (f"--hybrid-layer-pattern cuts the pattern into the planned {c.pp * c.vpp} "
+                f"pipeline segments ({'/'.join(map(str, layers))} layers): Megatron-Core 0.17 "
+                "or later (select_pipeline_segment); core_v0.16's MambaStack builds no "
+                "virtual stages and only even or first/last-rank splits")
+    return ([*sizes, ("--hybrid-layer-pattern", render_segmented_pattern(m, layers) + mtp)],
             warnings, [note])
 
 

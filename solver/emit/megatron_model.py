@@ -46,6 +46,12 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
               ("--vocab-size", str(m.vocab_size)),
               ("--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm")]
     position = {"rope": "rope", "learned": "learned_absolute"}.get(m.position_embedding_type)
+    if m.model_type == "nemotron_h":
+        # Nemotron-H's MambaModel: no position embedding and squared-ReLU MLPs (Megatron-Bridge
+        # NemotronHModelProvider: activation_func squared_relu; MambaModel's default
+        # position_embedding_type "none"; core_v0.16.1 arguments.py --squared-relu).
+        position = "none"
+        flags.append(("--squared-relu",))
     if position is None:
         warnings.append(f"Megatron has no {m.position_embedding_type} position embedding: the "
                         "flags ask for rope")

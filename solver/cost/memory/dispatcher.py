@@ -77,7 +77,9 @@ def estimate_dispatcher_bytes(model_spec: ModelSpec, candidates: Candidates,
     dispatches with it (MemoryOptions.moe_dispatcher), else 0."""
     if options.moe_dispatcher != "deepep" or not model_spec.is_moe:
         return np.zeros(len(candidates))
-    hidden_bytes = 2 * model_spec.hidden_size
+    # DeepEP's buffers are sized by the dispatched tensor (core_v0.16.1 moe/fused_a2a.py:
+    # get_buffer(group, get_hidden_bytes(x))): latent tokens under LatentMoE.
+    hidden_bytes = 2 * model_spec.moe_token_width
     sizes = {int(ep): estimate_deepep_buffer_bytes(hidden_bytes, int(ep))
              for ep in np.unique(candidates.ep)}
     return np.array([sizes[int(ep)] for ep in candidates.ep], dtype=float)
