@@ -110,3 +110,15 @@ def test_a_tp_neither_dividing_nor_a_multiple_of_the_kv_heads_is_one_line() -> N
     assert ("--tp 14: tp must divide num_key_value_heads (4) or be a multiple of it"
             in result.stderr)
     assert "[tp_kv_heads_compatible]" in result.stderr
+
+
+@pytest.mark.parametrize(("fmt", "said"), [("torchtitan", "torchtitan splits whole KV heads"),
+                                           ("deepspeed", "DeepSpeed AutoTP splits whole KV")])
+def test_launch_for_a_whole_head_framework_warns(fmt: str, said: str) -> None:
+    """Qwen3-30B-A3B (4 KV heads) at tp 8: a Megatron plan, written for a framework that
+    cannot run it, says so."""
+    result = CliRunner().invoke(cli, ["launch", "--model", "qwen3-30b-a3b", "--cluster",
+                                      "dgx-h100", "--gpus", "16", "--seq-len", "4096",
+                                      "--global-batch", "64", "--tp", "8", "--format", fmt])
+    assert result.exit_code == 0, result.output
+    assert said in result.output and "num_key_value_heads (4)" in result.output

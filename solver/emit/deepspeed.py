@@ -91,6 +91,10 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         config["tensor_parallel"] = {"autotp_size": c.tp}
         if c.zero == 3:
             warnings.append("DeepSpeed AutoTP training combines with ZeRO 0-2, not ZeRO 3")
+        m = target.model_spec
+        if not m.is_mla and m.kv_heads % c.tp:  # solver.search.constraints
+            warnings.append(f"DeepSpeed AutoTP splits whole KV heads: tp {c.tp} must divide "
+                            f"num_key_value_heads ({m.kv_heads})")
     pipeline = target.pipeline_layout()
     if c.pp > 1:
         advice, partition_warning = _partition_advice(pipeline)

@@ -142,6 +142,10 @@ def build_torchtitan_config(target: LaunchTarget, head: str = "output"
         warnings.append("torchtitan has no optimizer-only ZeRO 1: FSDP2 without resharding "
                         "after forward (ZeRO 2) shards the gradients too")
     parallelism["tensor_parallel_degree"] = c.tp
+    m = target.model_spec
+    if not m.is_mla and m.kv_heads % c.tp:  # solver.search.constraints tp_divides_kv_heads
+        warnings.append(f"torchtitan splits whole KV heads over TP (wk and wv column-wise): "
+                        f"tp {c.tp} must divide num_key_value_heads ({m.kv_heads})")
     parallelism["pipeline_parallel_degree"] = c.pp
     pipeline = target.pipeline_layout()
     if c.pp > 1:
