@@ -6,6 +6,7 @@ contributors; none is fitted to the accuracy rows (benchmarks/serve_accuracy.py)
 Per scheduler round of d running sequences and GPU time t_gpu, the exposed host seconds are
 
     h(d, t_gpu) = (step_s + per_seq_s x d + gpu_fraction x t_gpu) / steps_per_schedule
+                  (+ sync_step_s + sync_per_seq_s x d with pipeline parallelism)
 
   vllm              vLLM V1 with asynchronous scheduling (the scheduler runs one step ahead
                     of the GPU, the NanoFlow design: vLLM PR #19970; the default since
@@ -22,7 +23,13 @@ Per scheduler round of d running sequences and GPU time t_gpu, the exposed host 
                     decode" steps (RFC #6854's profile, Llama 3 8B): step_s = 4 ms, paid
                     once per n steps, and new prompts join only when the n steps end
                     (vllm/engine/llm_engine.py _has_remaining_steps: every scheduled group
-                    runs the same remaining steps).
+                    runs the same remaining steps). With pipeline parallelism V0 turns the
+                    asynchronous output processor off ("Async output processing can not be
+                    enabled with pipeline parallel", vllm/config.py, 0.6-0.7), so the
+                    output processing of the batch shows as well: 0.2 ms at batch 1, 3.4 ms
+                    at batch 32 on Llama-3-70B, 4 x H100 (RFC #6913's profile of
+                    _process_model_outputs): sync_step_s = 0.1 ms, sync_per_seq_s = 3.2 ms
+                    / 31 = 103 us where pp > 1.
   sglang            SGLang 0.4+ with its overlap scheduler: Nsight shows no idle time between
                     decode batches (SGLang v0.4 blog, 2024-12-04, "Zero-Overhead Batch
                     Scheduler"): nothing exposed.
@@ -54,6 +61,8 @@ VLLM_ASYNC_GAP_S = 160e-6  # vLLM PR #11133: 150-170 us between decodes, batch 2
 VLLM_V0_GAP_S = 5.5e-3  # vLLM issue #10634: 5-6 ms between decodes at batch 256
 VLLM_V0_GAP_BATCH = 256
 VLLM_V0_BUBBLE_S = 4e-3  # vLLM RFC #6854: ~4 ms GPU bubble per single-step decode
+# vLLM RFC #6913: _process_model_outputs 0.2 ms at batch 1, 3.4 ms at batch 32
+VLLM_V0_OUTPUT_S = ((1, 0.2e-3), (32, 3.4e-3))
 SGLANG_OVERLAP_SPEEDUP = 1.1  # SGLang v0.4 blog: the overlap scheduler's throughput gain
 
 
@@ -66,13 +75,17 @@ class EngineOverhead:
     gpu_fraction: float = 0.0
     steps_per_schedule: int = 1
     lag_rounds: int = 0
+    sync_step_s: float = 0.0  # where pp > 1 (vLLM V0: no async output processing)
+    sync_per_seq_s: float = 0.0
 
-    def exposed_s(self, running_seqs, gpu_s) -> np.ndarray:
-        """h(d, t_gpu): the host seconds the GPU waits for in one round."""
+    def exposed_s(self, running_seqs, gpu_s, pp=1) -> np.ndarray:
+        """h(d, t_gpu): the host seconds the GPU waits for in one round of an engine of
+        `pp` pipeline stages."""
         d = np.asarray(running_seqs, dtype=float)
         gpu = np.asarray(gpu_s, dtype=float)
         host = (self.step_s + self.per_seq_s * d) / self.steps_per_schedule
-        return host + self.gpu_fraction * gpu
+        sync = np.where(np.asarray(pp) > 1, self.sync_step_s + self.sync_per_seq_s * d, 0.0)
+        return host + self.gpu_fraction * gpu + sync
 
 
 def engine_overhead(engine: EngineName, num_scheduler_steps: int = 1) -> EngineOverhead:
@@ -81,10 +94,13 @@ def engine_overhead(engine: EngineName, num_scheduler_steps: int = 1) -> EngineO
     if engine == "vllm":
         return EngineOverhead(step_s=VLLM_ASYNC_GAP_S, lag_rounds=1)
     if engine == "vllm-v0":
+        (batch_1, output_1), (batch_2, output_2) = VLLM_V0_OUTPUT_S
+        per_seq = (output_2 - output_1) / (batch_2 - batch_1)
+        sync = {"sync_step_s": output_1 - per_seq * batch_1, "sync_per_seq_s": per_seq}
         if num_scheduler_steps > 1:
             return EngineOverhead(step_s=VLLM_V0_BUBBLE_S,
-                                  steps_per_schedule=num_scheduler_steps)
-        return EngineOverhead(per_seq_s=VLLM_V0_GAP_S / VLLM_V0_GAP_BATCH)
+                                  steps_per_schedule=num_scheduler_steps, **sync)
+        return EngineOverhead(per_seq_s=VLLM_V0_GAP_S / VLLM_V0_GAP_BATCH, **sync)
     if engine == "sglang":
         return EngineOverhead(lag_rounds=1)
     if engine == "sglang-v0.3":

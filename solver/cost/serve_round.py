@@ -168,7 +168,7 @@ def estimate_round_parts(engine: ServeEngine, decode_seqs, decode_context, prefi
                                          + compute.prefill_attention_s),
                        head_s=pp * compute.head_s + zero, tp_s=pp * tp_s, moe_s=pp * moe_s,
                        hand_off_s=pp * hand_off + zero, host_s=zero)
-    host = engine.overhead.exposed_s(decode * pp, parts.gpu_s)
+    host = engine.overhead.exposed_s(decode * pp, parts.gpu_s, engine.pp)
     return replace(parts, host_s=host + zero)
 
 
