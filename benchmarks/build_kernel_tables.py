@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import itertools
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from solver.cost.kernels import window_attention_flop
 
 OUT = Path(__file__).resolve().parent.parent / "solver" / "catalog" / "kernels"
 GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300", "l40s")
@@ -54,16 +57,6 @@ def gemm_work(m, n, k):
 def attention_work(batch, seq, heads, head_dim):
     # causal QK^T and PV: 4 b h s^2 d / 2
     return 2.0 * batch * heads * seq * seq * head_dim
-
-
-def window_attention_work(window: int):
-    """Work of causal attention over a window of `window` keys: query i sees min(i + 1, w)
-    keys, w - w (w - 1) / (2 s) on average (solver.spec.blocks.estimate_context_tokens), QK^T
-    and PV at 2 flops per multiply-add: 4 b h s ctx d (causal full attention: ctx = s / 2)."""
-    def work(batch, seq, heads, head_dim):
-        context = np.minimum(seq / 2.0, window - window * (window - 1) / (2.0 * seq))
-        return 4.0 * batch * heads * seq * context * head_dim
-    return work
 
 
 def build_grid(points: dict[tuple, list[float]], axes: list[list[int]], work, monotone_axes
@@ -144,7 +137,8 @@ def build_attention(rows, arrays: dict, stats: dict, window: int = 0) -> None:
         if not points:
             continue
         axes = [sorted({key[d] for key in points}) for d in range(4)]
-        work = window_attention_work(window) if window else attention_work
+        work = (functools.partial(window_attention_flop, window=window) if window
+                else attention_work)
         latency, adjusted = build_grid(points, axes, work, (0, 1, 2, 3))
         name = f"window.{window}.{kind}" if window else f"attention.{kind}"
         add_grid(arrays, name, ("batch", "seq", "heads", "head_dim"), axes, latency, adjusted)

@@ -15,14 +15,16 @@ from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.efficiency import ComputeConstants, estimate_gemm_backward_s, estimate_gemm_s
 from solver.cost.kernels import (
     KERNEL_DIR,
-    attention_backward_ratio,
     attention_flop,
-    estimate_table_attention_rate,
     estimate_table_gemm_s,
     estimate_table_moe_s,
-    legacy_attention_factors,
     list_kernel_tables,
     load_kernel_table,
+)
+from solver.cost.kernels_attention import (
+    attention_backward_ratio,
+    estimate_table_attention_rate,
+    legacy_attention_factors,
 )
 from solver.errors import InputError
 

@@ -237,6 +237,9 @@ class LayerPieces:
     gpu: GpuSpec
     compute: ComputeConstants
     attention_backward_ratio: float
+    # A sliding-window core's (forward, backward) from the measured window kernel, where the
+    # GPU's table has the model's window (solver.cost.layer_compute._window_core)
+    window_core: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _core_ratio(model_spec: ModelSpec, mixer: str, seq_len: int) -> float:
@@ -284,8 +287,9 @@ def estimate_kind_compute_parts(model_spec: ModelSpec, seq_len: int, kind: int,
                                 p: LayerPieces) -> dict[str, np.ndarray]:
     """The parts (solver.cost.layer_compute.LAYER_PARTS) of one layer of kind `kind` (>= 2).
 
-    Windowed: the plain kind's parts with core and core_bwd times the window's share of the
-    context. Composed: GEMMs = the mixer's (attention's own, or a two-GEMM block of the mixer's
+    Windowed: the plain kind's parts with core and core_bwd the measured window kernel's
+    (LayerPieces.window_core) or, without one, full attention's times the window's share of
+    the context. Composed: GEMMs = the mixer's (attention's own, or a two-GEMM block of the mixer's
     parameters) + the MLP's (dense: the dense MLP's; MoE: the MoE layer's less attention, with
     its routed experts); core = attention's (windowed) or the scan; element-wise = per
     sublayer its norm and residual add (5 h bytes, as layer_compute counts 10 h for two) plus
@@ -293,12 +297,14 @@ def estimate_kind_compute_parts(model_spec: ModelSpec, seq_len: int, kind: int,
     mixer, mlp = model_spec.block_kinds[kind]
     base = p.moe if mlp == "moe" else p.dense
     ratio = _core_ratio(model_spec, mixer, seq_len) if mixer in ATTENTION_MIXERS else 0.0
+    measured = p.window_core if mixer == "sliding_attention" else None
     if is_windowed_kind(model_spec, kind):
-        return {**base, "core": base["core"] * ratio, "core_bwd": base["core_bwd"] * ratio}
+        core, core_bwd = measured or (base["core"] * ratio, base["core_bwd"] * ratio)
+        return {**base, "core": core, "core_bwd": core_bwd}
     zero = np.zeros_like(p.rows, dtype=float)
     if mixer in ATTENTION_MIXERS:
         gemm, gemm_bwd = p.attention
-        core, core_bwd = p.dense["core"] * ratio, p.dense["core_bwd"] * ratio
+        core, core_bwd = measured or (p.dense["core"] * ratio, p.dense["core_bwd"] * ratio)
     elif mixer != "none":
         gemm, gemm_bwd = p.gemms(float(estimate_mixer_params(model_spec, mixer)))
         core, core_bwd = _scan_s(model_spec, mixer, seq_len, p)

@@ -33,16 +33,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.kernels import (
-    ATTENTION_BACKWARD_FLOP_RATIO,
     MLA_QK_HEAD_DIM,
     MLA_V_HEAD_DIM,
     KernelTable,
+    estimate_table_gemm_s,
+    load_kernel_table,
+)
+from solver.cost.kernels_attention import (
+    ATTENTION_BACKWARD_FLOP_RATIO,
     attention_backward_ratio,
     estimate_table_attention_rate,
-    estimate_table_gemm_s,
     estimate_table_mla_rate,
+    estimate_table_window_rate,
     legacy_attention_factors,
-    load_kernel_table,
     triton_attention_rates,
 )
 from solver.cost.precision import load_recipe
@@ -178,10 +181,34 @@ def estimate_table_attention_s(gpu: GpuSpec, flops: np.ndarray | float, *, batch
     return forward, backward
 
 
+def estimate_table_window_attention_s(gpu: GpuSpec, flops: np.ndarray | float, *, window: int,
+                                      batch, seq, heads, kv_heads, head_dim: float,
+                                      native: bool = True
+                                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(forward, backward) seconds of sliding-window attention doing `flops` (its own work,
+    solver.cost.kernels.window_attention_flop) from the table's measured kernel for that
+    window, None where the GPU's table has none (the caller then scales full attention by the
+    work). Backward: forward x attention_backward_ratio at the keys a query sees, the window
+    (FlashAttention-3's ratio rises as the key loop shortens; a 128 window takes its shortest
+    measured, 512: 3.69). Not `native` on Hopper: as estimate_table_attention_s."""
+    if gpu.kernel_table is None:
+        return None
+    table = load_kernel_table(gpu.kernel_table)
+    rate = estimate_table_window_rate(table, window, batch, seq, heads, kv_heads, head_dim)
+    if rate is None:
+        return None
+    forward = np.asarray(flops, dtype=float) / rate
+    backward = forward * attention_backward_ratio(np.minimum(seq, window))
+    if not native and gpu.legacy_mma_fraction is not None:
+        slow_forward, slow_backward = legacy_attention_factors(window)
+        return forward / slow_forward, backward / slow_backward
+    return forward, backward
+
+
 def estimate_triton_attention_s(gpu: GpuSpec, flops: np.ndarray | float, seq
                                 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of FlashAttention in Triton doing `flops` (causal count)
-    at `seq` tokens per sequence (solver.cost.kernels.triton_attention_rates; published
+    at `seq` tokens per sequence (solver.cost.kernels_attention.triton_attention_rates; published
     standalone kernel rates, like the tables'): LLM Foundry's 2023 tables ran it."""
     forward_rate, backward_rate = triton_attention_rates(
         gpu.peak_flop_per_s("bf16"), gpu.legacy_mma_fraction is not None, seq)

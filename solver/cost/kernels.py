@@ -1,6 +1,7 @@
 """Measured kernel times: interpolation in the packaged kernel tables (solver/catalog/kernels/,
 AIConfigurator's TensorRT-LLM forward timings per GPU; what they hold and how they were built
-is in that folder's README and benchmarks/build_kernel_tables.py).
+is in that folder's README and benchmarks/build_kernel_tables.py). The attention lookups and
+the published attention rates are solver.cost.kernels_attention's.
 
 Each table is a set of regular grids of measured latencies. A lookup interpolates the
 logarithm of the throughput (work / latency) multilinearly in the logarithms of the sizes, and
@@ -16,6 +17,8 @@ divides the query's work by it, so that:
 Work per kernel (the grids' throughput unit; FLOPs, causal attention counts half the scores):
   GEMM       2 m n k                         y[m,n] = x[m,k] W[n,k]^T
   attention  2 b h s^2 d                     QK^T and PV, d the head dim, causal half
+  window     4 b h s ctx d                   the same over a sliding window (ctx keys per
+                                             query on average: window_attention_flop)
   MLA        b h s^2 (192 + 128)             DeepSeek geometry (q/k head dim 192, v 128)
   MoE        2 (T k / ep) h (i / etp) g      g = 3 gated (SwiGLU), 2 non-gated
 Tables load once per process (functools.lru_cache) and are read-only.
@@ -34,7 +37,6 @@ KERNEL_DIR = Path(__file__).resolve().parent.parent / "catalog" / "kernels"
 MS = 1e-3
 # The grids' head dims (benchmarks/build_kernel_tables.py) and MLA's fixed geometry.
 MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM = 192, 128
-GQA_GROUP = 4  # query heads per KV head from which the GQA grid applies alone
 
 
 def gemm_flop(m, n, k):
@@ -44,6 +46,16 @@ def gemm_flop(m, n, k):
 def attention_flop(batch, seq, heads, head_dim):
     seq = np.asarray(seq, dtype=float)
     return 2.0 * np.asarray(batch, dtype=float) * heads * seq * seq * head_dim
+
+
+def window_attention_flop(batch, seq, heads, head_dim, window):
+    """Causal attention over a sliding window of `window` keys: query i sees min(i + 1, w)
+    keys, w - w (w - 1) / (2 s) on average (solver.spec.blocks.estimate_context_tokens), at
+    4 flops per query-key-channel (QK^T and PV): 4 b h s ctx d, which is attention_flop's
+    2 b h s^2 d for a window of the whole sequence."""
+    seq = np.asarray(seq, dtype=float)
+    context = np.minimum(seq / 2.0, window - window * (window - 1) / (2.0 * seq))
+    return 4.0 * np.asarray(batch, dtype=float) * heads * seq * context * head_dim
 
 
 def mla_flop(batch, seq, heads):
@@ -165,11 +177,14 @@ def list_kernel_tables() -> list[str]:
 def _axis_names(grid: str) -> tuple[str, ...]:
     kind = grid.split(".")[0]
     return {"gemm": ("m", "n", "k"), "attention": ("batch", "seq", "heads", "head_dim"),
-            "mla": ("batch", "seq", "heads"), "moe": ("tokens", "etp", "ep")}[kind]
+            "window": ("batch", "seq", "heads", "head_dim"), "mla": ("batch", "seq", "heads"),
+            "moe": ("tokens", "etp", "ep")}[kind]
 
 
 def _work(grid: str):
     kind = grid.split(".")[0]
+    if kind == "window":  # window.<keys>.<mha|gqa>
+        return functools.partial(window_attention_flop, window=int(grid.split(".")[1]))
     if kind != "moe":
         return WORK[kind]
     _, _, gated, shape = grid.split(".")
@@ -194,108 +209,6 @@ def estimate_table_gemm_s(table: KernelTable, dtype: str, m, n, k) -> np.ndarray
                zip((m, n, k), grid.sizes)]
     rate = np.exp(grid.interpolate_log_rate(*floored))
     return np.where(gemm_flop(m, n, k) > 0, gemm_flop(*floored) / rate, 0.0)
-
-
-def estimate_table_attention_rate(table: KernelTable, batch, seq, heads, kv_heads, head_dim
-                                  ) -> np.ndarray:
-    """Causal attention FLOP/s (2 b h s^2 d counted) of the table's forward kernel for `batch`
-    sequences of `seq` tokens with `heads` query and `kv_heads` KV heads on the GPU: the MHA
-    grid at group size heads/kv_heads = 1, the GQA grid (the median over the measured KV
-    heads 1-8, groups of 4 and more) from group size 4, log-linear in the group size between.
-
-    The timings include what TRT-LLM's attention op fuses around the FMHA kernel: RoPE on q and
-    k and the write of K and V into the paged KV cache (README "Context attention"); between
-    a quarter and a half of the time at 4K tokens. The caller counts them as the RoPE and
-    q/k/v re-layout a training step does around its attention kernel, and charges no rotary
-    traffic of its own on this path."""
-    mha = table.grids["attention.mha"].interpolate_log_rate(batch, seq, heads, head_dim)
-    gqa = table.grids["attention.gqa"].interpolate_log_rate(batch, seq, heads, head_dim)
-    group = np.asarray(heads, dtype=float) / np.asarray(kv_heads, dtype=float)
-    weight = np.clip(np.log2(np.maximum(group, 1.0)) / np.log2(GQA_GROUP), 0.0, 1.0)
-    return np.exp((1.0 - weight) * mha + weight * gqa)
-
-
-def estimate_table_mla_rate(table: KernelTable, batch, seq, heads) -> np.ndarray:
-    """FLOP/s (b h s^2 (192 + 128) counted) of the table's MLA prefill kernel (DeepSeek
-    geometry: q/k head dim 192, v head dim 128) with `heads` local heads."""
-    return np.exp(table.grids["mla"].interpolate_log_rate(batch, seq, heads))
-
-
-# FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) §4.1, H100 SXM5, BF16, head dim 128,
-# no causal mask: forward TFLOP/s (Fig. 5b) and backward TFLOP/s (Fig. 6b) by sequence
-# length; the backward counts 2.5x the forward's FLOPs (five matmuls to two: the
-# flash-attention benchmark convention), so backward seconds / forward seconds
-# = 2.5 x forward rate / backward rate: 2.94 at 4K, 3.69 at 512. FlashAttention-2 on A100 gives
-# the same at long sequences: up to 73% of the peak forward, 63% backward (arXiv 2307.08691
-# §4.1): 2.5 x 73 / 63 = 2.90.
-FA3_RATES_TFLOPS = ((512, 467.0, 316.0), (1024, 565.0, 424.0), (2048, 625.0, 501.0),
-                    (4096, 638.0, 542.0), (8192, 646.0, 559.0), (16384, 648.0, 561.0))
-ATTENTION_BACKWARD_FLOP_RATIO = 2.5
-
-
-# The same figures' FlashAttention-2 rates on the same H100 (Fig. 5b forward, Fig. 6b backward):
-# what 2023-era kernels written for Ampere's mma.sync reach on Hopper, 0.57-0.68 of FA3's.
-FA2_RATES_TFLOPS = ((512, 309.0, 214.0), (1024, 350.0, 260.0), (2048, 362.0, 291.0),
-                    (4096, 368.0, 310.0), (8192, 370.0, 318.0), (16384, 370.0, 322.0))
-
-
-# FlashAttention in Triton: HazyResearch's flash_attn_triton.py (Dec 2022, triton-pre-mlir),
-# LLM Foundry's attn_impl "triton" (llmfoundry/models/layers/attention.py
-# triton_flash_attn_fn). Its own header: "Overall Triton forward + backward is slightly slower
-# than CUDA forward + backward" of FlashAttention-1. FlashAttention-2 (Dao 2023, arXiv
-# 2307.08691) §4.1 on A100: FA2 is "around 1.3-1.5x faster than FlashAttention in Triton in
-# the forward pass and around 2x faster in the backward pass" (the middle of the range here);
-# §1: FlashAttention-1 "only reaches 30-50%" of the A100's peak forward (Fig. 5) and 25-35%
-# backward (Fig. 6), over the figures' 512 to 16K tokens (taken to rise with the sequence, as
-# the figures do). The two agree: FA2's best, 73% forward and 63% backward, over 1.4 and 2
-# give 52% and 32%.
-TRITON_SLOWDOWN_FROM_FA2 = (1.4, 2.0)
-FA1_PEAK_FRACTIONS = ((512, 0.30, 0.25), (16384, 0.50, 0.35))
-# The dense BF16 peak of the H100 SXM5 the FA3 figures (FA2_RATES_TFLOPS) were measured on.
-FA_FIGURES_PEAK_TFLOPS = 989.0
-
-
-def triton_attention_rates(peak_flop_per_s: float, hopper: bool, seq
-                           ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) FLOP/s of FlashAttention in Triton at `seq` tokens per sequence
-    (the backward counting ATTENTION_BACKWARD_FLOP_RATIO x the forward's FLOPs) on a GPU of
-    `peak_flop_per_s` (dense BF16): on Hopper (`hopper`: a GPU with a legacy_mma_fraction)
-    FlashAttention-2's measured Hopper rates scaled to the GPU's peak, over
-    TRITON_SLOWDOWN_FROM_FA2; elsewhere FlashAttention-1's share of the peak
-    (FA1_PEAK_FRACTIONS, log-linear in the sequence). Worked numbers: an A100 (312 TFLOP/s) at
-    2K tokens runs 0.38 x 312 = 119 forward and 0.29 x 312 = 91 backward; an H100 at 16K
-    370 / 1.4 = 264 and 322 / 2 = 161."""
-    x = np.log2(np.asarray(seq, dtype=float))
-    if hopper:
-        seqs = np.log2([s for s, _, _ in FA2_RATES_TFLOPS])
-        scale = peak_flop_per_s / (FA_FIGURES_PEAK_TFLOPS * 1e12) * 1e12
-        forward = np.interp(x, seqs, [f for _, f, _ in FA2_RATES_TFLOPS]) * scale
-        backward = np.interp(x, seqs, [b for _, _, b in FA2_RATES_TFLOPS]) * scale
-        slow_forward, slow_backward = TRITON_SLOWDOWN_FROM_FA2
-        return forward / slow_forward, backward / slow_backward
-    seqs = np.log2([s for s, _, _ in FA1_PEAK_FRACTIONS])
-    forward = np.interp(x, seqs, [f for _, f, _ in FA1_PEAK_FRACTIONS])
-    backward = np.interp(x, seqs, [b for _, _, b in FA1_PEAK_FRACTIONS])
-    return forward * peak_flop_per_s, backward * peak_flop_per_s
-
-
-def legacy_attention_factors(seq) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) rate of FlashAttention-2 over FlashAttention-3 on Hopper at `seq`
-    (FA3 paper Fig. 5b/6b): what a 2023-era attention kernel runs at relative to a native one
-    (0.57 forward at 4K)."""
-    x = np.log2(np.asarray(seq, dtype=float))
-    seqs = np.log2([s for s, _, _ in FA3_RATES_TFLOPS])
-    forward = [f2 / f3 for (_, f3, _), (_, f2, _) in zip(FA3_RATES_TFLOPS, FA2_RATES_TFLOPS)]
-    backward = [b2 / b3 for (_, _, b3), (_, _, b2) in zip(FA3_RATES_TFLOPS, FA2_RATES_TFLOPS)]
-    return np.interp(x, seqs, forward), np.interp(x, seqs, backward)
-
-
-def attention_backward_ratio(seq) -> np.ndarray:
-    """Backward over forward seconds of fused attention at `seq` tokens per sequence (FA3's
-    measured rates above, interpolated in log2(seq), clamped at 512 and 16K)."""
-    seqs = np.log2([s for s, _, _ in FA3_RATES_TFLOPS])
-    ratios = [ATTENTION_BACKWARD_FLOP_RATIO * f / b for _, f, b in FA3_RATES_TFLOPS]
-    return np.interp(np.log2(np.asarray(seq, dtype=float)), seqs, ratios)
 
 
 def estimate_table_moe_s(table: KernelTable, dtype: str, *, hidden: int, inter: int, topk: int,

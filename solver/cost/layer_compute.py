@@ -36,6 +36,7 @@ from solver.cost.efficiency import (
     estimate_gemm_s,
     estimate_streaming_s,
     estimate_table_attention_s,
+    estimate_table_window_attention_s,
     estimate_triton_attention_s,
     gemm_table,
 )
@@ -48,6 +49,7 @@ from solver.cost.kernels import (
 from solver.cost.precision import BF16, load_recipe
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
+from solver.spec.blocks import estimate_context_tokens
 
 BF16_BYTES = 2.0
 # Unfused attention (Megatron's and TE's baddbmm -> FusedScaleMaskSoftmax -> bmm) materialises
@@ -135,7 +137,9 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
               "gemms": lambda params: two_gemms(params, rows, tp), "cast": cast,
               "gemm_inputs": gemm_inputs, "rows": rows, "tp": tp,
               "sequence_split": sequence_split, "head_bytes": head_bytes, "gpu": gpu,
-              "compute": cc, "attention_backward_ratio": constants.attention_backward_ratio}
+              "compute": cc, "attention_backward_ratio": constants.attention_backward_ratio,
+              "window_core": _window_core(model_spec, cluster, job, d, constants,
+                                          (core, core_bwd))}
     mlp_bytes = {"dense": BF16_BYTES * factor * model_spec.intermediate_size}
     if not model_spec.is_moe:
         return _with_block_kinds(model_spec, job, {"dense": dense, "moe": dense}, pieces,
@@ -229,6 +233,37 @@ def _attention_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     return (core + estimate_streaming_s(gpu, forward_bytes * scores, constants.compute),
             UNFUSED_BACKWARD_GEMMS * core
             + estimate_streaming_s(gpu, backward_bytes * scores, constants.compute), False)
+
+
+def _window_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                 d: dict[str, np.ndarray], constants: TimeConstants,
+                 full: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(forward, backward) in-step seconds of a sliding-window layer's attention core from the
+    table's measured window kernel (solver.cost.efficiency.estimate_table_window_attention_s),
+    never above the `full` attention core's (below the grids' 512 tokens the window kernel's
+    rate is extrapolated; a window never needs more than causal attention's work). None
+    where the GPU's table did not measure the model's window, the window spans the sequence,
+    or the core is not the tables' kernel (unfused, Triton): solver.cost.blocks then scales
+    full attention by the window's share of the work."""
+    window = model_spec.sliding_window
+    if not (window and window < job.seq_len and constants.flash_attention
+            and not constants.triton_attention):
+        return None
+    tp, cp = d["tp"], d["cp"]
+    share = (estimate_context_tokens(model_spec, "sliding_attention", job.seq_len)
+             / estimate_context_tokens(model_spec, "full_attention", job.seq_len))
+    rows = d["micro_batch"] * job.seq_len / cp
+    flops = share * rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
+    measured = estimate_table_window_attention_s(
+        cluster.gpu, flops, window=window, batch=d["micro_batch"], seq=job.seq_len / cp,
+        heads=model_spec.num_attention_heads / tp,
+        kv_heads=np.maximum(model_spec.kv_heads / tp, 1.0),
+        head_dim=(model_spec.qk_head_dim + model_spec.value_head_dim) / 2,
+        native=constants.native_attention_kernels)
+    if measured is None:
+        return None
+    forward, backward = (in_step(seconds, constants.compute, True) for seconds in measured)
+    return np.minimum(forward, full[0]), np.minimum(backward, full[1])
 
 
 def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,

@@ -78,7 +78,7 @@ class TimeConstants(BaseModel):
     native_attention_kernels: bool = True
     # FlashAttention in Triton (2022, HazyResearch's flash_attn_triton; LLM Foundry's
     # attn_impl "triton" until 2024): FlashAttention-1's rates rather than the tables'
-    # (solver.cost.kernels.triton_attention_rates). Read with flash_attention on.
+    # (solver.cost.kernels_attention.triton_attention_rates). Read with flash_attention on.
     triton_attention: bool = False
     tp_comm_overlap: bool = False
     # Whether DP collectives overlap compute: "always" (Megatron --overlap-grad-reduce /
