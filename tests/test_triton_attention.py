@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_gpu_spec
-from solver.cost.efficiency import estimate_triton_attention_s
+from solver.cost.efficiency import estimate_triton_attention_s, triton_padded_head_dim
 from solver.cost.frameworks import build_framework_profile
 from solver.cost.kernels_attention import (
     FA1_PEAK_FRACTIONS,
@@ -125,3 +125,18 @@ def test_estimate_takes_the_triton_kernel_and_long_sequences_pay_for_it() -> Non
     bad = CliRunner().invoke(cli, ["estimate", "--model", "llama3.1-8b", "--cluster",
                                    "dgx-a100-80gb", "--gpus", "8", "--attention-kernel", "trit"])
     assert bad.exit_code == 2 and "--attention-kernel" in bad.output
+
+
+@pytest.mark.parametrize(("head_dim", "padded"), [(64, 64), (112, 128), (128, 128), (96, 128),
+                                                  (8, 16), (160, 256)])
+def test_triton_tiles_span_the_head_dim_padded_to_a_power_of_two(head_dim: int,
+                                                                 padded: int) -> None:
+    """llm-foundry 5e85bd62 llmfoundry/models/layers/flash_attn_triton.py (lines 622, 665):
+    BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16); the padded columns are multiplied, so
+    the time grows by padded / d at the same FLOP count."""
+    gpu = load_gpu_spec("h100-sxm")
+    assert triton_padded_head_dim(head_dim) == padded
+    plain = estimate_triton_attention_s(gpu, 1e12, 4096, padded)
+    timed = estimate_triton_attention_s(gpu, 1e12, 4096, head_dim)
+    for a, b in zip(timed, plain):
+        assert float(a) == pytest.approx(float(b) * padded / head_dim)

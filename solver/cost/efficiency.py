@@ -205,15 +205,26 @@ def estimate_table_window_attention_s(gpu: GpuSpec, flops: np.ndarray | float, *
     return forward, backward
 
 
-def estimate_triton_attention_s(gpu: GpuSpec, flops: np.ndarray | float, seq
-                                ) -> tuple[np.ndarray, np.ndarray]:
+def estimate_triton_attention_s(gpu: GpuSpec, flops: np.ndarray | float, seq,
+                                head_dim: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of FlashAttention in Triton doing `flops` (causal count)
     at `seq` tokens per sequence (solver.cost.kernels_attention.triton_attention_rates; published
-    standalone kernel rates, like the tables'): LLM Foundry's 2023 tables ran it."""
+    standalone kernel rates, like the tables'): LLM Foundry's 2023 tables ran it. Its tiles
+    span the head dimension padded to a power of two (triton_padded_head_dim): MPT-30B's head
+    dim 112 computes 128 columns, 1.14x its FLOPs."""
     forward_rate, backward_rate = triton_attention_rates(
         gpu.peak_flop_per_s("bf16"), gpu.legacy_mma_fraction is not None, seq)
-    forward = np.asarray(flops, dtype=float) / forward_rate
-    return forward, ATTENTION_BACKWARD_FLOP_RATIO * np.asarray(flops, dtype=float) / backward_rate
+    work = np.asarray(flops, dtype=float) * triton_padded_head_dim(head_dim) / head_dim
+    return work / forward_rate, ATTENTION_BACKWARD_FLOP_RATIO * work / backward_rate
+
+
+def triton_padded_head_dim(head_dim: int) -> int:
+    """The head dimension FlashAttention in Triton computes: `BLOCK_HEADDIM =
+    max(triton.next_power_of_2(d), 16)`, the width of every Q, K, V and output tile, columns
+    beyond d masked to zero but multiplied (llm-foundry 5e85bd62
+    llmfoundry/models/layers/flash_attn_triton.py lines 622 and 665, forward and backward;
+    flash_attn/flash_attn_triton.py likewise)."""
+    return max(1 << (int(head_dim) - 1).bit_length(), 16)
 
 
 def estimate_attention_core_s(

@@ -211,7 +211,8 @@ def _attention_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     rows = d["micro_batch"] * job.seq_len / cp
     core_flops = rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
     if constants.flash_attention and constants.triton_attention:
-        return (*estimate_triton_attention_s(gpu, core_flops, job.seq_len / cp), True)
+        head_dim = max(model_spec.qk_head_dim, model_spec.value_head_dim)
+        return (*estimate_triton_attention_s(gpu, core_flops, job.seq_len / cp, head_dim), True)
     if constants.flash_attention:
         table = estimate_table_attention_s(
             gpu, core_flops, batch=d["micro_batch"], seq=job.seq_len / cp,
