@@ -49,6 +49,7 @@ GPU_OF_TABLE = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h2
 RECIPE_OF_DTYPE = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-blockwise",
                    "nvfp4": "nvfp4"}
 TRAINING = {"gemm": {"m": 1024, "n": 1024, "k": 1024}, "attention": {"seq": 1024},
+            "window": {"seq": 1024},
             "mla": {"seq": 1024}, "moe": {"tokens": 1024}}
 
 
@@ -89,7 +90,7 @@ def datasheet_errors(table_name: str, grid_name: str, grid: KernelGrid,
         recipe = RECIPE_OF_DTYPE[grid_name.split(".")[1]]
         m, n, k = values
         predicted = estimate_datasheet_gemm_s(gpu, recipe, m, k, n, cc)
-    elif kind in ("attention", "mla"):
+    elif kind in ("attention", "window", "mla"):
         work = np.exp(grid.log_rate[tuple(index.T)]) * measured
         predicted = work / (cc.attention_peak_fraction * gpu.peak_flop_per_s("bf16"))
     else:
@@ -107,7 +108,8 @@ def datasheet_errors(table_name: str, grid_name: str, grid: KernelGrid,
 
 def family(grid_name: str) -> str:
     parts = grid_name.split(".")
-    return {"gemm": f"gemm {parts[-1]}", "attention": f"attention {parts[-1]}", "mla": "mla",
+    return {"gemm": f"gemm {parts[-1]}", "attention": f"attention {parts[-1]}",
+            "window": f"window {parts[1:2] and parts[1]} {parts[-1]}", "mla": "mla",
             "moe": f"moe {parts[1] if len(parts) > 1 else ''}"}[parts[0]]
 
 
