@@ -104,10 +104,12 @@ def test_a_pattern_of_plain_layers_gives_exactly_todays_numbers(name: str) -> No
 
 
 @settings(max_examples=25, deadline=None)
-@given(name=st.sampled_from(["llama3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "gemma2-9b"]),
+@given(name=st.sampled_from(["llama3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "gemma2-9b",
+                              "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b",
+                              "nemotron-3-super-120b-a12b"]),
        window=st.integers(min_value=1, max_value=1 << 15),
        chunked=st.booleans(),
-       layers=st.sets(st.integers(min_value=0, max_value=31), min_size=1),
+       layers=st.sets(st.integers(min_value=0, max_value=87), min_size=1),
        config=st.integers(min_value=0, max_value=4))
 def test_windowed_attention_never_costs_more_memory_or_time(name: str, window: int,
                                                             chunked: bool, layers: set[int],

@@ -59,10 +59,11 @@ def test_an_all_attention_pattern_serves_exactly_as_today(name: str) -> None:
 
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(["llama3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b"]),
+@given(name=st.sampled_from(["llama3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b",
+                              "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b"]),
        window=st.integers(min_value=64, max_value=1 << 16),
        chunked=st.booleans(),
-       layers=st.sets(st.integers(min_value=0, max_value=47), min_size=1),
+       layers=st.sets(st.integers(min_value=0, max_value=63), min_size=1),
        context=st.sampled_from([4096, 32768]),
        tpot_ms=st.sampled_from([None, 50.0]))
 def test_windows_never_cost_more_to_serve(name: str, window: int, chunked: bool,
@@ -70,7 +71,8 @@ def test_windows_never_cost_more_to_serve(name: str, window: int, chunked: bool,
                                           tpot_ms: float | None) -> None:
     plain = load_model_spec(name)
     mixer = "chunked_attention" if chunked else "sliding_attention"
-    types = tuple(mixer if i in layers else own for i, own in enumerate(plain.layer_mixers))
+    types = tuple(mixer if i in layers and own == "full_attention" else own
+                  for i, own in enumerate(plain.layer_mixers))
     windowed = with_pattern(plain, layer_types=types, sliding_window=window,
                             attention_chunk_size=window)
     a, b = serve(windowed, context, tpot_ms), serve(plain, context, tpot_ms)
