@@ -141,3 +141,28 @@ def test_deepep_buffers_hold_latent_tokens() -> None:
     assert latent == estimate_deepep_buffer_bytes(2 * 1024, 64)
     assert plain == estimate_deepep_buffer_bytes(2 * 4096, 64)
     assert latent < plain
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    # Megatron-Bridge recipes/nemotronh/gb200/nemotron_3_super.py
+    # nemotron_3_super_pretrain_64gpu_gb200_bf16_config: tp 2, ep 64, sequence 8192 (its H100
+    # base), micro-batch 1, global batch 512, no recompute, HybridEP, fp32 optimizer state.
+    (SUPER, ["--gpus", "64", "--tp", "2", "--ep", "64", "--global-batch", "512",
+             "--moe-dispatcher", "hybridep"]),
+    # NVIDIA's Ultra pretraining script (Megatron-LM pretrain_hybrid.py flags): 1536 nodes of
+    # 4 GB200, tp 8, ep 64, micro-batch 2, global batch 3072, NVFP4, no recompute.
+    (ULTRA, ["--gpus", "6144", "--tp", "8", "--ep", "64", "--global-batch", "3072",
+             "--micro-batch", "2", "--precision", "nvfp4"]),
+])
+def test_the_published_gb200_runs_fit(name: str, args: list[str]) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    result = CliRunner().invoke(cli, ["estimate", "--model", name, "--cluster", "gb200-nvl72",
+                                      "--seq-len", "8192", "--recompute", "none", *args,
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["plans"][0]["fits"]
