@@ -18,6 +18,7 @@ from solver.catalog.clusters import load_cluster_spec
 from solver.catalog.zoo import load_model_spec
 from solver.cli import cli
 from solver.cost.candidates import Candidates
+from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.layer_time import estimate_layer_terms
 from solver.cost.memory.activations import estimate_layer_activation_bytes
 from solver.cost.memory.options import MemoryOptions
@@ -78,7 +79,10 @@ def test_the_qkv_gather_is_paid_only_above_the_kv_heads() -> None:
     plain = {tp: tp_s[tp][linear, 2] for tp in tp_s}  # the same SP pair, without attention
     assert tp_s[2][attention, 2] == pytest.approx(plain[2])
     for tp in (4, 8):
-        assert tp_s[tp][attention, 2] > 1.5 * plain[tp]
+        link = estimate_group_link(H100, 1, np.array([tp]))
+        gather = estimate_collective_s("all_gather", 4096 * 9_216 * 2.0, np.array([tp]), link)
+        # forward and backward: the all-gather and its reduce-scatter, one each
+        assert tp_s[tp][attention, 2] - plain[tp] == pytest.approx(2 * gather[0])
 
 
 def test_each_rank_keeps_one_kv_head_above_the_kv_heads() -> None:
