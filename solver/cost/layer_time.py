@@ -17,6 +17,7 @@ import numpy as np
 
 from solver.cost.blocks import estimate_mixer_cp_s, hybrid_kinds
 from solver.cost.candidates import RECOMPUTE_SELECTIVE
+from solver.cost.comm_ep import estimate_ep_exposed_s
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.layer_compute import (
     LAYER_PARTS,
@@ -306,11 +307,12 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
             cp_fwd, cp_bwd = mixer_cp_fwd, 2.0 * mixer_cp_fwd
 
         def ep_exposed(passes: float) -> np.ndarray:
-            ep_s = ep_fwd * passes if is_moe else np.zeros_like(fwd_s)
-            if is_moe and constants.ep_comm_overlap:
-                hidden_ep = np.minimum(ep_s, fwd_s + bwd_s)
-                ep_s = ep_s - hidden_ep + hidden_ep * ep_contention
-            return ep_s
+            if not is_moe:
+                return np.zeros_like(fwd_s)
+            routed, routed_bwd = fwd.get("routed", 0.0), fwd.get("routed_bwd", 0.0)
+            return estimate_ep_exposed_s(ep_fwd, passes, constants.ep_comm_overlap,
+                                         ep_contention, (fwd_s - routed, bwd_s - routed_bwd),
+                                         (routed, routed_bwd))
 
         host_fwd = _estimate_host_s(model_spec, d, constants, is_moe)
         host_bwd = constants.launches.backward_ratio * host_fwd
