@@ -178,3 +178,20 @@ def test_vllm_v0_with_pipeline_stages_processes_outputs_in_step() -> None:
         pytest.approx(0.2e-3)
     vllm = engine_overhead("vllm")
     assert float(vllm.exposed_s(32, 0.02, pp=2)) == float(vllm.exposed_s(32, 0.02, pp=1))
+
+
+def test_decode_attention_kernel_only_in_attention_layers() -> None:
+    """A block-pattern model pays the decode-attention kernel's fixed cost only in its
+    softmax-attention layers (Nemotron-H's Mamba-2 layers have none)."""
+    from solver.catalog import load_model_spec
+
+    model = load_model_spec("nemotron-h-8b")
+    assert 0 < model.num_attention_layers < model.num_hidden_layers
+    problem = problem_of("llama3.1-8b", 1)
+    layers = float(model.num_hidden_layers)
+    shape = StageShape(layers=np.array([layers]), moe_layers=np.array([0.0]), tp=np.array([1]),
+                       dp=np.array([1]), ep=np.array([1]), weight_bytes_per_element=2.0,
+                       kv_bytes_per_token=np.array([0.0]))
+    step = estimate_step_compute_s(model, problem.cluster.gpu, "bf16", shape, 1.0, 1.0, 0.0, 0.0)
+    assert float(step.decode_attention_s[0]) == pytest.approx(
+        model.num_attention_layers * DECODE_ATTENTION_KERNEL_S)

@@ -23,7 +23,8 @@ each, a KV context of `decode_context` tokens) and p prefill tokens of prompts o
                   vllm/<version>/generation_attention_perf.parquet; the shared kernel tables
                   leave the generation phase out): batch 1, one token of context, head dim
                   128, bf16 KV: 11.3 us (H200, vLLM 0.24.0, FA3), 11.5 us (H100, 0.24.0,
-                  FA3), 12.4 us (A100, 0.14.0, FA2): their median;
+                  FA3), 12.4 us (A100, 0.14.0, FA2): their median, in the layers that
+                  have softmax attention;
   prefill attention the p tokens' causal attention FLOPs against their prompt (2 ctx heads
                   (d_qk + d_v) per token, ctx = prefill_context / 2 on average), at the table's
                   context-attention rate (or the datasheet attention fraction).
@@ -171,8 +172,8 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
     kv_per_layer = shape.kv_bytes_per_token / np.maximum(shape.layers, 1.0)
     kv_read_s = estimate_streaming_s(
         gpu, d * np.asarray(decode_context, dtype=float) * kv_per_layer, constants)
-    decode_attention_s = shape.layers * np.where(d > 0, DECODE_ATTENTION_KERNEL_S + kv_read_s,
-                                                 0.0)
+    kernels = DECODE_ATTENTION_KERNEL_S * m_.num_attention_layers / m_.num_hidden_layers
+    decode_attention_s = shape.layers * np.where(d > 0, kernels + kv_read_s, 0.0)
     prefill_attention_s = shape.layers * (core_share * _prefill_attention_s(
         m_, gpu, p, np.asarray(prefill_context, dtype=float), tp, constants) + scan_s)
     sampled = d + np.minimum(p, 1.0)
