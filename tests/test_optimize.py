@@ -36,7 +36,12 @@ def independent_violations(problem, config: ParallelConfig,
     bad = []
     if c.tp * c.cp * c.pp * c.dp != problem.num_gpus:
         bad.append("product")
-    if m.num_attention_heads % c.tp or (not m.is_mla and m.kv_heads % c.tp):
+    # KV heads: split whole, or (Megatron-Core >= 0.16, generic) replicated when tp is a
+    # multiple of them; torchtitan and DeepSpeed split whole heads only.
+    whole_heads_only = problem.framework in ("torchtitan", "deepspeed")
+    kv_ok = m.is_mla or m.kv_heads % c.tp == 0 or (
+        not whole_heads_only and c.tp % m.kv_heads == 0)
+    if m.num_attention_heads % c.tp or not kv_ok:
         bad.append("heads")
     if not problem.allow_tp_across_nodes and (domain % c.tp or domain % c.etp):
         bad.append("nvlink")
