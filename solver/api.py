@@ -29,6 +29,7 @@ from solver.cost.memory.layout import build_default_layout
 from solver.cost.precision import check_precision_supported
 from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
 from solver.cost.frameworks import FrameworkProfile, build_framework_profile
+from solver.cost.offload import check_offload
 from solver.cost.time_constants import TimeConstants
 from solver.emit.target import parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
@@ -264,6 +265,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     options = profile.memory_options(options)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
+    check_offload(profile.time_constants, cluster_spec, framework, (config.recompute,),
+                  (config.zero,))
     pipeline = None
     if layout is not None or recompute_num_layers is not None:
         even = build_default_layout(model_spec, config, options or MemoryOptions())

@@ -16,8 +16,10 @@ from solver.cost.frameworks import (
     FrameworkProfile,
     build_framework_profile,
     memory_saver_ladder,
+    offload_ladder,
     with_memory_savers,
 )
+from solver.cost.offload import check_offload, offload_available
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.recompute_modules import recompute_module_sets
 from solver.errors import InputError
@@ -27,10 +29,11 @@ from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts
 from solver.search.layout_search import solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
-from solver.ranked_plans import build_ranked_plans, explain_savers
+from solver.ranked_plans import build_ranked_plans, explain_offloads, explain_savers
 from solver.spec import ClusterSpec
 from solver.spec.framework import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom
+from solver.spec.job import RECOMPUTE_LEVELS
 from solver.spec.plan import Plan
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
@@ -90,12 +93,26 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     if module_sets:
         profile = profile.model_copy(update={"time_constants": profile.time_constants.model_copy(
             update={"recompute_modules": module_sets[0]})})
+    # The offloads the search tries (solver.search.module_variants), where the catalog has the
+    # bandwidths; one a flag turned on holds for every plan, within its rules.
+    offloads = tuple(name for name in offload_ladder(framework, features, precision)
+                     if offload_available(cluster_spec, name))
+    pins = dict(pins or {})
+    constants = profile.time_constants
+    if constants.activation_offload:  # what is left, or the pin check_offload refuses
+        pins["recompute"] = tuple(code for code in pins.get("recompute", (0, 1, 2))
+                                  if code != 2) or (2,)
+    if constants.optimizer_offload and framework == "deepspeed":
+        pins["zero"] = tuple(stage for stage in pins.get("zero", (0, 1, 2, 3)) if stage) or (0,)
+    check_offload(constants, cluster_spec, framework,
+                  tuple(RECOMPUTE_LEVELS[code] for code in pins.get("recompute", (0,))),
+                  pins.get("zero", (1,)))
     return Problem(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
-                   framework=framework, objective=objective, pins=dict(pins or {}),
+                   framework=framework, objective=objective, pins=pins,
                    allow_tp_across_nodes=allow_tp_across_nodes,
                    time_constants=profile.time_constants,
                    memory_options=with_memory_savers(profile, savers).memory_options(),
-                   memory_savers=savers, recompute_module_sets=module_sets)
+                   memory_savers=savers, recompute_module_sets=module_sets, offloads=offloads)
 
 
 def solve(problem: Problem, top: int = 5, engine: str = "layout",
@@ -162,6 +179,7 @@ def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,
                           num_candidates=ranked.num_candidates,
                           num_memory_checked=ranked.num_memory_checked,
                           plans=plans, why=tuple(why[:1] + explain_savers(problem, plans[0])
+                                                 + explain_offloads(problem, plans[0])
                                                  + why[1:]))
 
 

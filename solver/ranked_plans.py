@@ -9,10 +9,12 @@ import numpy as np
 from solver.api import estimate_plans
 from solver.cost.frameworks import FrameworkProfile, with_memory_savers
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
-from solver.cost.steptime import StepTime
+from solver.cost.steptime import StepTime, estimate_layout_step_time
 from solver.search.enumerate import Ranked
 from solver.search.space import Problem
 from solver.spec import RECOMPUTE_LEVELS
+from solver.spec.figures import format_significant
+from solver.spec.framework import OFFLOADS
 from solver.spec.plan import Equivalent, Plan
 
 
@@ -101,6 +103,27 @@ def explain_savers(problem: Problem, plan: Plan) -> list[str]:
     return [f"memory savers: {flags} (without them the worst stage needs "
             f"{without / 1e9:.1f} GB of the {plan.usable_memory_bytes / 1e9:.1f} GB usable; "
             "they only shorten the step, which is costed without them)"]
+
+
+def explain_offloads(problem: Problem, plan: Plan) -> list[str]:
+    """Why the winner offloads to the host: its worst stage without the offloads, and the step
+    time they add (solver.cost.offload)."""
+    constants = problem.time_constants
+    offloads = tuple(name for name in OFFLOADS if getattr(constants, name))
+    if not offloads:
+        return []
+    assert plan.layout is not None and plan.time is not None
+    plain = {name: False for name in offloads}
+    options = problem.memory_options.model_copy(update=plain)
+    without = estimate_layout_memory(problem.model_spec, problem.job, plan.config, plan.layout,
+                                     options).total.max()
+    faster = estimate_layout_step_time(problem.model_spec, problem.cluster, problem.job,
+                                       [plan.config], [plan.layout],
+                                       constants.model_copy(update=plain)).step_s[0]
+    flags = " and ".join("--" + name.replace("_", "-") for name in offloads)
+    return [f"offloads: {flags} (without them the worst stage needs {without / 1e9:.1f} GB of "
+            f"the {plan.usable_memory_bytes / 1e9:.1f} GB usable; they add "
+            f"{format_significant(plan.time.step_seconds - faster)} s to the step)"]
 
 
 def saver_levels(problem: Problem) -> list[tuple[tuple[str, ...], MemoryOptions]]:

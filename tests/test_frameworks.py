@@ -61,8 +61,9 @@ def test_megatron_profile() -> None:
     model_parallel_config.py tp_comm_overlap = False, overlap_moe_expert_parallel_comm = False;
     --recompute-granularity selective = core attention; TE fused norms, RoPE and SwiGLU;
     arguments.py --use-precision-aware-optimizer, --grad-reduce-in-bf16 and --fp8-param-gather
-    store_true (off);
-    transformer_config.py recompute_modules default ["core_attn"]."""
+    store_true (off), --optimizer-cpu-offload store_true (off);
+    transformer_config.py recompute_modules default ["core_attn"],
+    fine_grained_activation_offloading = False."""
     profile = build_framework_profile("megatron")
     assert profile.features() == {
         "attention_kernel": "native", "fused_elementwise": True, "cuda_graphs": False,
@@ -70,7 +71,8 @@ def test_megatron_profile() -> None:
         "dp_overlap": "always", "selective_recompute": "attention_core",
         "fp8_weight_copies": "transformer_engine", "precision_aware_optimizer": False,
         "grad_reduce_in_bf16": False, "fp8_param_gather": False,
-        "recompute_modules": ["core_attn"]}
+        "recompute_modules": ["core_attn"], "optimizer_offload": False,
+        "activation_offload": False}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 

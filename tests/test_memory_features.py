@@ -411,7 +411,8 @@ def test_llama31_8b_turns_savers_on_only_where_a_plan_needs_them() -> None:
     savers pinned off the best plan is no faster (dominance: they only save memory and never
     add step time), and with them pinned on every plan is costed on the same memory."""
     free = _solve("llama3.1-8b", 8)
-    off = _solve("llama3.1-8b", 8, grad_reduce_in_bf16=False, precision_aware_optimizer=False)
+    off = _solve("llama3.1-8b", 8, grad_reduce_in_bf16=False, precision_aware_optimizer=False,
+                 optimizer_offload=False, activation_offload=False)
     assert free.problem.memory_savers == ("grad_reduce_in_bf16", "precision_aware_optimizer")
     assert off.problem.memory_savers == ()
     assert free.plans[0].memory_savers  # the winner needs one

@@ -21,6 +21,7 @@ from solver.cost.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
 from solver.search import enumerate as enumerate_module
 from solver.search.enumerate import enumerate_feasible, rank
+from solver.search.module_variants import offload_variant
 from solver.search.space import VARIABLES, variable_domains
 from solver.spec import ParallelConfig, PipelineLayout
 
@@ -97,7 +98,10 @@ CLUSTERS = ["dgx-h100", "dgx-a100-40gb", "l40s-pcie"]
 
 
 @st.composite
-def problems(draw):
+def problems(draw, with_offloads: bool = False):
+    """Planning problems over the zoo, the presets and the frameworks; the offloads to the host
+    left out (the oracles here do not enumerate them; tests/test_offload.py does) unless
+    `with_offloads`."""
     pins = {}
     if draw(st.booleans()):
         pins["tp"] = tuple(draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=2)))
@@ -105,20 +109,24 @@ def problems(draw):
         pins["zero"] = (draw(st.integers(0, 3)),)
     if draw(st.booleans()):
         pins["recompute"] = (draw(st.integers(0, 2)),)
-    return build_problem(
+    problem = build_problem(
         draw(st.sampled_from(MODELS)), draw(st.sampled_from(CLUSTERS)),
         draw(st.sampled_from([8, 16, 24, 32])), seq_len=draw(st.sampled_from([2048, 4096])),
         global_batch=draw(st.sampled_from([64, 96, 256])),
         framework=draw(st.sampled_from(["megatron", "torchtitan", "deepspeed", "generic"])),
         pins=pins)
+    return problem if with_offloads else problem.model_copy(update={"offloads": ()})
 
 
 @settings(max_examples=40, deadline=None)
-@given(problems())
+@given(problems(with_offloads=True))
 def test_every_plan_meets_every_rule_and_pins_hold(problem) -> None:
+    """Offloading plans are checked under their offloads (the memory they leave on the GPU)."""
     result = solve(problem, top=5)
     for plan in result.plans:
-        assert independent_violations(problem, plan.config, plan.layout) == []
+        checked = offload_variant(problem, plan.offloads) if plan.offloads else problem
+        assert checked is not None
+        assert independent_violations(checked, plan.config, plan.layout) == []
         assert plan.fits
 
 

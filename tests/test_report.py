@@ -26,7 +26,7 @@ PROBLEMS = [
     SweepProblem("llama3.2-1b", "dgx-h100", 8, 4096, 1024, "bf16"),
     SweepProblem("llama3.2-1b", "dgx-h100", 16, 4096, 1024, "bf16"),
     SweepProblem("llama3.2-1b", "mi300x", 8, 4096, 1024, "bf16"),
-    SweepProblem("llama3.1-70b", "dgx-h100", 8, 4096, 1024, "bf16"),  # infeasible
+    SweepProblem("llama3.1-405b", "dgx-h100", 8, 4096, 1024, "bf16"),  # infeasible
     SweepProblem("llama3.2-1b", "dgx-a100-80gb", 8, 4096, 1024, "fp8"),  # error: no fp8
 ]
 
@@ -51,7 +51,7 @@ def test_tables_have_one_sorted_row_per_problem(results: Path, tmp_path: Path) -
     with (tmp_path / "report" / "summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["model"], r["cluster"], r["gpus"]) for r in rows] == [
-        ("llama3.1-70b", "dgx-h100", "8"), ("llama3.2-1b", "dgx-a100-80gb", "8"),
+        ("llama3.1-405b", "dgx-h100", "8"), ("llama3.2-1b", "dgx-a100-80gb", "8"),
         ("llama3.2-1b", "dgx-h100", "8"), ("llama3.2-1b", "dgx-h100", "16"),
         ("llama3.2-1b", "mi300x", "8")]
     infeasible, error, best = rows[0], rows[1], rows[2]

@@ -35,7 +35,7 @@ PROBLEMS = [
     SweepProblem("llama3.2-1b", "mi300x", 8, 4096, 1024, "bf16"),
     SweepProblem("llama3.2-1b", "mi300x", 16, 4096, 1024, "bf16"),
     SweepProblem("llama3.1-8b", "dgx-h100", 16, 4096, 1024, "bf16"),
-    SweepProblem("llama3.1-70b", "dgx-h100", 8, 4096, 1024, "bf16"),  # infeasible
+    SweepProblem("llama3.1-405b", "dgx-h100", 8, 4096, 1024, "bf16"),  # infeasible
 ]
 
 

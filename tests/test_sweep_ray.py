@@ -14,7 +14,7 @@ from solver.sweep.results import read_results
 
 pytest.importorskip("ray")
 
-SWEEP = ["--models", "llama3.2-1b,llama3.1-70b", "--clusters", "dgx-h100,dgx-a100-80gb",
+SWEEP = ["--models", "llama3.2-1b,llama3.1-405b", "--clusters", "dgx-h100,dgx-a100-80gb",
          "--gpus", "8", "--precision", "bf16,fp8", "--top", "2"]
 
 

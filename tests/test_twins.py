@@ -88,10 +88,11 @@ def test_llama2_13b_top_5_lists_five_distinct_plans() -> None:
     twice each); now five, with the twins named."""
     # fp32 gradients and Adam moments, as when the issue was filed (memory savers pinned
     # off), and Megatron's default selective recompute, the attention core (the search's own
-    # choice of modules makes selective costlier than none: tests/test_recompute_modules.py)
+    # choice of modules makes selective costlier than none: tests/test_recompute_modules.py),
+    # no offload to the host (which the search did not have then)
     problem = build_problem("llama2-13b", "dgx-h100", 16, features=FrameworkFeatures(
         grad_reduce_in_bf16=False, precision_aware_optimizer=False,
-        recompute_modules=("core_attn",)))
+        recompute_modules=("core_attn",), optimizer_offload=False, activation_offload=False))
     result = solve(problem, top=5)
     assert len({distinct_key(p) for p in result.plans}) == 5
     assert any(p.equivalent for p in result.plans)
@@ -99,12 +100,14 @@ def test_llama2_13b_top_5_lists_five_distinct_plans() -> None:
                                       "dgx-h100", "--gpus", "16", "--top", "5", "--json",
                                       "--no-grad-reduce-in-bf16",
                                       "--no-precision-aware-optimizer",
-                                      "--recompute-modules", "core_attn"])
+                                      "--recompute-modules", "core_attn",
+                                      "--no-optimizer-offload", "--no-activation-offload"])
     plans = json.loads(answer.output)["plans"]
     assert plans[0]["equivalent"] == [{"recompute": "none", "memory_gb": 68.821}]
     table = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",
                                      "dgx-h100", "--gpus", "16", "--top", "5",
-                                     "--recompute-modules", "core_attn"])
+                                     "--recompute-modules", "core_attn",
+                                     "--no-optimizer-offload", "--no-activation-offload"])
     assert "selective = none" in table.output and "the same step time" in table.output
 
 
@@ -117,7 +120,9 @@ def test_a_twin_recosted_under_the_plans_savers_never_needs_less_than_the_plan()
     2.75): the example is about which twin is shown, not about the fitted rates."""
     problem = build_problem("gemma2-9b", "l40s-pcie", 24, seq_len=2048, global_batch=96,
                             framework="megatron",
-                            features=FrameworkFeatures(recompute_modules=("core_attn",)))
+                            features=FrameworkFeatures(recompute_modules=("core_attn",),
+                                                       optimizer_offload=False,
+                                                       activation_offload=False))
     found_under = problem.time_constants.compute.model_copy(
         update={"table_rate_fraction": 0.91, "elementwise_traffic_factor": 2.75})
     problem = problem.model_copy(update={"time_constants": problem.time_constants.model_copy(

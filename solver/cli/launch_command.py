@@ -166,7 +166,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
                                   "precision": precision}
     plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)
     # The memory savers the plan turned on to fit, unless a flag says otherwise.
-    savers: dict[str, Any] = {name: True for name in (plan_file.memory_savers
+    savers: dict[str, Any] = {name: True for name in ((plan_file.memory_savers
+                                                       + plan_file.offloads)
                                                       if plan_file else ())}
     # ... and what its selective recompute recomputes where the search chose it.
     if plan_file is not None and plan_file.recompute_modules and framework == "megatron":

@@ -106,6 +106,14 @@ def framework_feature_options(command: F) -> F:
         click.option("--fp8-param-gather/--no-fp8-param-gather", default=None,
                      help="Below bf16, Transformer Engine's quantised weights are the "
                           "parameters, with no bf16 copy (Megatron --fp8-param-gather)."),
+        click.option("--optimizer-offload/--no-optimizer-offload", default=None,
+                     help="Optimizer state in host memory, stepped on the CPU (Megatron "
+                          "--optimizer-cpu-offload, DeepSpeed ZeRO-Offload); default: the "
+                          "search's choice (optimize), off (estimate)."),
+        click.option("--activation-offload/--no-activation-offload", default=None,
+                     help="Attention and expert activations to host memory between forward "
+                          "and backward (Megatron --fine-grained-activation-offloading); "
+                          "default: the search's choice (optimize), off (estimate)."),
         click.option("--recompute-modules", default=None, metavar="M,M,...",
                      callback=_split_modules,
                      help="Modules --recompute selective recomputes (Megatron): "

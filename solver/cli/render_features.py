@@ -39,4 +39,25 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
             f"  fp8 weight copies: {copies}",
             f"  optimizer state: {optimizer}",
             f"  gradients: {gradients}",
-            f"  --recompute selective: {selective}"]
+            f"  --recompute selective: {selective}",
+            *render_offload_assumptions(profile)]
+
+
+def render_offload_assumptions(profile: FrameworkProfile) -> list[str]:
+    """The offload lines: what each offload keeps on the host and how its time is counted
+    (solver.cost.offload)."""
+    constants = profile.time_constants
+    optimizer = "off (--optimizer-offload)"
+    if constants.optimizer_offload:
+        overlap = ("gradients copied during the backward"
+                   if constants.offload_grads_during_backward
+                   else "copies pipelined with the CPU step")
+        optimizer = (f"on: fp32 master and Adam moments in host memory, the step on the CPU "
+                     f"({constants.host_optimizer_bytes_per_param:g} B per parameter through "
+                     f"host memory; {overlap})")
+    activations = "off (--activation-offload)"
+    if constants.activation_offload:
+        activations = ("on: core_attn, attn_proj, expert_fc1 and moe_act saved tensors in "
+                       "host memory, the last layer's kept; transfers hidden behind each "
+                       "layer's compute up to the host link's rate")
+    return [f"  optimizer offload: {optimizer}", f"  activation offload: {activations}"]

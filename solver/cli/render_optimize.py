@@ -48,7 +48,7 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
             row.append(round(t.train_days or 0.0, 1))
         rows.append(row)
     notes = [n for n in (_twins_note(result.plans), _savers_note(result.plans),
-                         _modules_note(result.plans)) if n]
+                         _modules_note(result.plans), _offloads_note(result.plans)) if n]
     echo_ranked(result, columns, rows, "\n".join(notes) or None)
     best = result.plans[0]
     if best.config.pp > 1 or (best.config.recompute == "full"
@@ -73,6 +73,16 @@ def _savers_note(plans: Any) -> str | None:
     return "memory savers (on where a plan needs them to fit): " + "; ".join(
         f"#{i} " + ", ".join("--" + name.replace("_", "-") for name in savers)
         for i, savers in used)
+
+
+def _offloads_note(plans: Any) -> str | None:
+    """The offloads to the host each plan uses (Plan.offloads), as launch flags."""
+    used = [(i, p.offloads) for i, p in enumerate(plans, start=1) if p.offloads]
+    if not used:
+        return None
+    return "offloads to the host: " + "; ".join(
+        f"#{i} " + ", ".join("--" + name.replace("_", "-") for name in offloads)
+        for i, offloads in used)
 
 
 def _modules_note(plans: Any) -> str | None:

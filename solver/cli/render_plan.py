@@ -68,6 +68,7 @@ LABELS_TIME = {
     "tp": "tensor-parallel comm (exposed)",
     "cp": "context-parallel comm (exposed)",
     "ep": "expert all-to-all (exposed)",
+    "offload": "activation offload to the host (exposed)",
     "dp": "data-parallel / ZeRO comm (exposed)",
     "pp": "pipeline send/recv",
     "bubble": "pipeline bubble",

@@ -110,11 +110,18 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
     per_param = constants.optimizer_bytes_per_param - (
         PRECISION_AWARE_SAVED_BYTES if constants.precision_aware_optimizer else 0.0)
     for kind in PARAM_KINDS:
-        local, ranks, _ = _shards(model_spec, cluster, candidates, kind)
-        updated = np.where(np.asarray(candidates.zero) >= 1, local / ranks, local)
+        updated = estimate_optimizer_shard_params(model_spec, cluster, candidates, kind)
         total = total + estimate_streaming_s(
             cluster.gpu, updated * per_param, constants.compute)
     return np.asarray(total, dtype=float)
+
+
+def estimate_optimizer_shard_params(model_spec: ModelSpec, cluster: ClusterSpec,
+                                    candidates: Any, kind: str) -> np.ndarray:
+    """Parameters of `kind` (PARAM_KINDS) a GPU's optimizer step updates: its shard of the
+    largest stage (ZeRO 0) or 1 / (its DP group) of it (ZeRO >= 1)."""
+    local, ranks, _ = _shards(model_spec, cluster, candidates, kind)
+    return np.where(np.asarray(candidates.zero) >= 1, local / ranks, local)
 
 
 def estimate_grad_accumulation_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,

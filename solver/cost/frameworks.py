@@ -47,7 +47,7 @@ from solver.cost.memory.options import MemoryOptions
 from solver.cost.precision import load_recipe
 from solver.cost.time_constants import KernelLaunches, TimeConstants
 from solver.errors import InputError, format_validation_error
-from solver.spec.framework import FEATURES, MEMORY_SAVERS, FrameworkFeatures
+from solver.spec.framework import FEATURES, MEMORY_SAVERS, OFFLOADS, FrameworkFeatures
 
 # Megatron --exp-avg-dtype / --exp-avg-sq-dtype bf16: two fp32 moments become bf16 (2 x 2 B).
 ADAM_MOMENTS_BF16_SAVED_BYTES = 2 * (4.0 - 2.0)
@@ -171,6 +171,9 @@ class FrameworkProfile(BaseModel):
         # fp8 parameters: Megatron's TE parameters (MemoryOptions.fp8_params).
         if constants.fp8_param_gather and self.name == "megatron":
             update["fp8_params"] = True
+        # Offload to the host (MemoryOptions.optimizer_offload, activation_offload).
+        update["optimizer_offload"] = constants.optimizer_offload
+        update["activation_offload"] = constants.activation_offload
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
@@ -241,10 +244,13 @@ def _deepspeed() -> TimeConstants:
     selective attention_core: Megatron-DeepSpeed keeps Megatron's
       --recompute-granularity selective; DeepSpeed's own checkpointing is per layer (full).
     fp8 weight copies transformer_engine: FP8 training in DeepSpeed runs Transformer Engine
-      modules (DeepSpeed's FP8 tutorial wraps the model in te.fp8_autocast)."""
+      modules (DeepSpeed's FP8 tutorial wraps the model in te.fp8_autocast).
+    optimizer offload (ZeRO-Offload): gradients copied to the host during the backward
+      (offload_grads_during_backward)."""
     return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                          zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
-                         native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES)
+                         native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES,
+                         offload_grads_during_backward=True)
 
 
 PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed,
@@ -252,10 +258,15 @@ PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deep
 # Feature values a framework does not offer: (feature, value) -> why (a flag asking for one is
 # an error naming the flag).
 UNSUPPORTED = {
-    "deepspeed": {("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
+    "deepspeed": {("activation_offload", True): "DeepSpeed offloads activation checkpoints "
+                  "(cpu_checkpointing), not Megatron's fine-grained groups",
+                  ("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
                   ("moe_dispatcher", "hybridep"): "DeepSpeed-MoE dispatches with all-to-all only",
                   ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only"},
-    "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher"},
+    "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher",
+                   ("optimizer_offload", True): "torchtitan offloads parameters, gradients and "
+                   "optimizer together (FSDP2 CPUOffloadPolicy), not the optimizer alone",
+                   ("activation_offload", True): "torchtitan has no activation offloading"},
 }
 
 
@@ -285,6 +296,26 @@ def memory_saver_ladder(framework: str, overrides: FrameworkFeatures | None = No
         "fp8_weight_copies", "transformer_engine") == "transformer_engine"
     return tuple(name for name in MEMORY_SAVERS
                  if name not in given and (low or name != "fp8_param_gather"))
+
+
+# The offloads (solver.spec.framework.OFFLOADS) each framework runs: Megatron both
+# (--optimizer-cpu-offload, --fine-grained-activation-offloading), DeepSpeed the optimizer's
+# (ZeRO-Offload); torchtitan and the generic profile none the search turns on.
+OFFLOAD_FRAMEWORKS = {"megatron": OFFLOADS, "deepspeed": ("optimizer_offload",)}
+# Megatron takes --optimizer-cpu-offload with --fp8-param-gather only under delayed scaling
+# (arguments.py), which is the fp8 recipe's (solver.emit.megatron PRECISION_FLAGS).
+OFFLOAD_FP8_PARAM_PRECISIONS = ("bf16", "fp8")
+
+
+def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,
+                   precision: str = "bf16") -> tuple[str, ...]:
+    """The OFFLOADS the search may turn on: those `framework` runs that no flag set, the
+    optimizer's not where Megatron's fp8 parameters may be on under a block-scaled recipe."""
+    given = overrides.given() if overrides is not None else {}
+    fp8_params = framework == "megatron" and precision not in OFFLOAD_FP8_PARAM_PRECISIONS \
+        and given.get("fp8_param_gather", True) is not False
+    return tuple(name for name in OFFLOAD_FRAMEWORKS.get(framework, ())
+                 if name not in given and not (fp8_params and name == "optimizer_offload"))
 
 
 def with_memory_savers(profile: FrameworkProfile, savers: tuple[str, ...]) -> FrameworkProfile:

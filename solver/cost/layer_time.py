@@ -61,7 +61,7 @@ def _forward_s(fwd: dict[str, np.ndarray]) -> np.ndarray:
 
 
 # The parts of a stage's time per micro-batch (TIME_PARTS of a plan, less the step-level ones).
-STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep")
+STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload")
 
 
 def stack_parts(**values: np.ndarray | float) -> np.ndarray:

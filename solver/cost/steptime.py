@@ -57,6 +57,7 @@ from solver.cost.layer_time import (
     sm_contention,
     stack_parts,
 )
+from solver.cost.offload import add_activation_offload_s, estimate_optimizer_offload_s
 from solver.cost.stage_content import (
     StageTimeContent,
     even_stage_time_content,
@@ -78,6 +79,7 @@ class StepTime:
     tp: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    offload: np.ndarray  # activation offload's exposed host transfers (solver.cost.offload)
     dp: np.ndarray
     pp: np.ndarray
     bubble: np.ndarray
@@ -90,7 +92,8 @@ class StepTime:
 
     def breakdown(self, index: int) -> dict[str, float]:
         """The DESIGN.md `time_seconds` object of one candidate."""
-        names = ("compute", "recompute", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
+        names = ("compute", "recompute", "tp", "cp", "ep", "offload", "dp", "pp", "bubble",
+                 "optimizer")
         return {name: float(getattr(self, name)[index]) for name in names}
 
     def row(self, index: int) -> dict[str, float]:
@@ -168,6 +171,8 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     layer = estimate_layer_terms(model_spec, cluster, job,
                               {n: d[n][first] for n in PARALLEL_FIELDS}, constants)
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
+    if constants.activation_offload:  # the exposed host transfers (solver.cost.offload)
+        per_layer = add_activation_offload_s(model_spec, cluster, job, d, constants, per_layer)
     head = layer["head"][back]
     # Each MTP module is one more layer (of the model's MoE kind) with its own head and loss,
     # recomputed as the configuration recomputes.
@@ -239,7 +244,8 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
         per_layer=per_layer, recompute=recompute_terms,
         per_stage=stack_parts(compute=grad_accumulation), last=head + mtp,
         num_micro=num_micro, vpp=vpp.astype(float), pp_s=pp_time, dp_s=dp_time,
-        optimizer_s=estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants),
+        optimizer_s=(estimate_optimizer_offload_s if constants.optimizer_offload
+                     else estimate_optimizer_s)(model_spec, cluster, _Degrees(d), constants),
         tokens=float(tokens), flop_per_gpu_per_step=flop_per_gpu, peak_flop_per_s=peak,
         num_gpus=num_gpus)
 

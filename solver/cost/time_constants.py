@@ -151,6 +151,22 @@ class TimeConstants(BaseModel):
     # so the step time is an upper bound). Off by default; Megatron-Bridge's fp8 current-
     # scaling and MXFP8 mixed-precision recipes turn it on.
     fp8_param_gather: bool = False
+    # Offload to the host (MemoryOptions.optimizer_offload / activation_offload say what
+    # moves; solver.cost.offload what it costs). Off by default; the search turns them on where
+    # they fit a plan faster than recompute.
+    optimizer_offload: bool = False
+    activation_offload: bool = False
+    # Bytes the host's optimizer step streams through host memory per parameter
+    # (solver.cost.offload.estimate_optimizer_offload_s): one fused pass that reads the fp32
+    # parameter, gradient and both moments and writes the parameter and the moments, 7 x 4 B.
+    # Megatron's CPU optimizer is torch.optim.AdamW(fused=True) (megatron/core/optimizer/
+    # __init__.py), torch's fused CPU Adam kernel; DeepSpeed's DeepSpeedCPUAdam is one SIMD
+    # pass as well.
+    host_optimizer_bytes_per_param: float = Field(default=7 * 4.0, gt=0)
+    # Whether the optimizer's device-to-host gradient copies run during the backward
+    # (DeepSpeed ZeRO-Offload) rather than pipelined with the CPU step and the parameter copies
+    # back (Megatron --overlap-cpu-optimizer-d2h-h2d).
+    offload_grads_during_backward: bool = False
     # Element-wise ops fused into one kernel each (Transformer Engine / apex fused norms, RoPE,
     # SwiGLU; torch.compile) or run eagerly, one ATen kernel per op: the eager element-wise
     # traffic is `eager_elementwise_traffic` times the fused one. 2.0 [B]: per token, eager

@@ -99,6 +99,9 @@ FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
     "--main-grads-dtype": (("optimizer.main_grads_dtype",), None),
     "--exp-avg-dtype": (("optimizer.exp_avg_dtype",), None),
     "--exp-avg-sq-dtype": (("optimizer.exp_avg_sq_dtype",), None),
+    "--optimizer-cpu-offload": (("optimizer.optimizer_cpu_offload",), True),
+    "--optimizer-offload-fraction": (("optimizer.optimizer_offload_fraction",), None),
+    "--overlap-cpu-optimizer-d2h-h2d": (("optimizer.overlap_cpu_optimizer_d2h_h2d",), True),
 }
 # Whether each preset keeps the parameters in fp8 (fp8_param_gather: mixed_precision.py lines
 # 218, 251 and 371 / 402 of Bridge 0.3.1; bf16_mixed keeps the field's default, False). The

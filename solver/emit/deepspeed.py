@@ -125,6 +125,12 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
     constants = target.time_constants
     if constants is not None and constants.grad_reduce_in_bf16:
         config["communication_data_type"] = "bf16"  # ds_config: gradients reduced in bf16
+    if constants is not None and constants.optimizer_offload:
+        # ZeRO-Offload (ds_config zero_optimization.offload_optimizer, ZeRO 1-3):
+        # DeepSpeedCPUAdam steps the fp32 partition in pinned host memory.
+        zero = config["zero_optimization"]
+        assert isinstance(zero, dict)
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if constants is not None and constants.precision_aware_optimizer:
         warnings.append("DeepSpeed's ZeRO optimizer keeps fp32 Adam moments: no "
                         "precision-aware optimizer (planned with bf16 moments)")

@@ -115,7 +115,30 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
         flags.append(("--fp8-param-gather",))
     if c.recompute == "selective" and constants.recompute_modules != ("core_attn",):
         flags.append(("--recompute-modules", *constants.recompute_modules))
+    flags += _offload_flags(target, notes)
     return flags, notes
+
+
+def _offload_flags(target: LaunchTarget, notes: list[str]) -> list[tuple[str, ...]]:
+    """Megatron's flags for the offloads the plan uses (solver.cost.offload): the optimizer on
+    the CPU with its copies overlapped (arguments.py asserts the precision-aware optimizer's
+    code path with it), activations of the modules the cost model moves."""
+    constants = target.time_constants
+    flags: list[tuple[str, ...]] = []
+    if constants is None:
+        return flags
+    if constants.optimizer_offload:
+        flags += [("--optimizer-cpu-offload",), ("--optimizer-offload-fraction", "1.0"),
+                  ("--overlap-cpu-optimizer-d2h-h2d",)]
+        if not constants.precision_aware_optimizer:
+            flags.append(("--use-precision-aware-optimizer",))
+    if constants.activation_offload:
+        modules = ("core_attn", "attn_proj") + (
+            ("expert_fc1", "moe_act") if target.model_spec.is_moe else ())
+        flags += [("--fine-grained-activation-offloading",), ("--offload-modules", *modules)]
+        notes.append("export NVTE_CPU_OFFLOAD_V1=1 (Megatron asserts it for fine-grained "
+                     "activation offloading with Transformer Engine 2.10 or later)")
+    return flags
 
 
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from solver.errors import InputError, format_validation_error
 from solver.spec import ParallelConfig, PipelineLayout
-from solver.spec.framework import MEMORY_SAVERS, RECOMPUTE_MODULES
+from solver.spec.framework import MEMORY_SAVERS, OFFLOADS, RECOMPUTE_MODULES
 from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
 from solver.spec.strict import describe_parse_error, read_input_file
 
@@ -42,6 +42,7 @@ class PlanFile:
     layout: PipelineLayout | None = None
     memory_savers: tuple[str, ...] = ()
     recompute_modules: tuple[str, ...] = ()
+    offloads: tuple[str, ...] = ()
 
 
 def _read_json(path: str) -> Any:
@@ -100,8 +101,10 @@ def load_plan_file(path: str, rank: int = 1) -> PlanFile:
                          MEMORY_SAVERS, "memory saver")
     modules = _read_names(plan.get("recompute_modules", []), path,
                           f"{where}.recompute_modules", RECOMPUTE_MODULES, "recompute module")
+    offloads = _read_names(plan.get("offloads", []), path, f"{where}.offloads", OFFLOADS,
+                           "offload")
     return PlanFile(path=path, index=rank, config=config, problem=problem, layout=layout,
-                    memory_savers=savers, recompute_modules=modules)
+                    memory_savers=savers, recompute_modules=modules, offloads=offloads)
 
 
 def _read_names(value: Any, path: str, field: str, known: tuple[str, ...], what: str

@@ -8,6 +8,14 @@ selectively names its modules (Plan.recompute_modules), which `launch --plan` em
 Exact: a selective plan's step time and memory depend on its module set only through the
 profile (the same cost model), so the union of the searches' top K holds the top K over every
 (configuration, module set) pair.
+
+Offloads to the host (Problem.offloads: optimizer, activations; solver.cost.offload) are
+searched the same way where they may be cheaper than recompute (needs_offload_search: no plan
+fits without them, or the best recomputes at a cost): each combination apart under the first
+module set, with the framework's rules on it as pins (activation offload with no full
+recompute, DeepSpeed's optimizer offload from ZeRO-1 on). A plan names the offloads it uses,
+which `launch --plan` turns on (Plan.offloads). Where they are searched, the answer is exact
+over them for the first module set.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from solver.cost.candidates import RECOMPUTE_SELECTIVE
+from itertools import combinations
+
+from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from solver.search.space import Problem, variable_domains
 from solver.spec.plan import Plan
 
@@ -34,18 +44,99 @@ def module_variant(problem: Problem, modules: tuple[str, ...]) -> Problem | None
         "time_constants": constants, "memory_options": options, "recompute_module_sets": ()})
 
 
+def offload_variant(problem: Problem, offloads: tuple[str, ...]) -> Problem | None:
+    """`problem` with `offloads` on (time and memory) and the framework's rules on them as
+    pins; None where the pins leave nothing."""
+    domains = variable_domains(problem)
+    pins = dict(problem.pins)
+    if "activation_offload" in offloads:
+        pins["recompute"] = tuple(level for level in pins.get("recompute", domains["recompute"])
+                                  if level != RECOMPUTE_FULL)
+    if "optimizer_offload" in offloads and problem.framework == "deepspeed":
+        pins["zero"] = tuple(stage for stage in pins.get("zero", domains["zero"]) if stage)
+    if any(not values for values in pins.values()):
+        return None
+    update = {name: True for name in offloads}
+    return problem.model_copy(update={
+        "pins": pins, "time_constants": problem.time_constants.model_copy(update=update),
+        "memory_options": problem.memory_options.model_copy(update=update),
+        "recompute_module_sets": (), "offloads": ()})
+
+
+def name_offloads(plans: tuple[Plan, ...], offloads: tuple[str, ...]) -> tuple[Plan, ...]:
+    """The plans, each naming `offloads` (Plan.offloads: what launch turns on)."""
+    return tuple(plan.model_copy(update={"offloads": offloads}) for plan in plans)
+
+
+Namer = Callable[[tuple[Plan, ...]], tuple[Plan, ...]]
+
+
+def _module_variants(problem: Problem) -> list[tuple[Problem, Namer]]:
+    """The searches of the other module sets, with how their plans are named."""
+    found = [(module_variant(problem, modules),
+              lambda plans, modules=modules: name_modules(plans, modules))
+             for modules in problem.recompute_module_sets[1:]]
+    return [(variant, namer) for variant, namer in found if variant is not None]
+
+
+def _offload_variants(problem: Problem) -> list[tuple[Problem, Namer]]:
+    """The searches of each combination of offloads under the first module set."""
+    sets = problem.recompute_module_sets
+    first = sets[0] if sets else ()
+    found = [(offload_variant(problem, offloads),
+              lambda plans, offloads=offloads: name_offloads(
+                  name_modules(plans, first) if first else plans, offloads))
+             for count in range(1, len(problem.offloads) + 1)
+             for offloads in combinations(problem.offloads, count)]
+    return [(variant, namer) for variant, namer in found if variant is not None]
+
+
+def needs_offload_search(problem: Problem, plans: list[Plan]) -> bool:
+    """Whether the offloads are searched: where no plan fits without them, or the best one
+    pays to recompute (in full, or a module set beyond the first, free one): an offload is
+    tried where it may be cheaper than recompute (issue 17). A best plan that recomputes
+    nothing costly can still lose to an offloading one that a smaller degree fits (not
+    searched: the answer is exact over offloads only where they are searched)."""
+    if not problem.offloads:
+        return False
+    if not plans:
+        return True
+    best = plans[0].config
+    sets = problem.recompute_module_sets
+    return best.recompute == "full" or (
+        best.recompute == "selective" and bool(sets) and plans[0].recompute_modules != sets[0])
+
+
 def name_modules(plans: tuple[Plan, ...], modules: tuple[str, ...]) -> tuple[Plan, ...]:
     """The plans, each selective one naming `modules` (what it recomputes)."""
     return tuple(plan.model_copy(update={"recompute_modules": modules})
                  if plan.config.recompute == "selective" else plan for plan in plans)
 
 
-def _rank_key(objective: str) -> Callable[[Plan], tuple[float, float]]:
-    def key(plan: Plan) -> tuple[float, float]:
+def _rank_key(objective: str) -> Callable[[Plan], tuple[float, float, float]]:
+    """By time (then fewer offloads: an offload that costs nothing still moves data, then
+    memory) or by memory."""
+    def key(plan: Plan) -> tuple[float, float, float]:
         seconds = plan.time.step_seconds if plan.time is not None else float("inf")
         memory = plan.worst_stage.total_bytes
-        return (seconds, memory) if objective == "time" else (memory, seconds)
+        offloads = len(plan.offloads)
+        return (seconds, offloads, memory) if objective == "time" else (memory, seconds, 0)
     return key
+
+
+def _without_offloaded_twins(plans: list[tuple[Plan, Any]]) -> list[tuple[Plan, Any]]:
+    """The ranked plans less those that offload where a plan ranked before has the same
+    configuration and layout (the offload buys nothing there)."""
+    seen: set[str] = set()
+    kept = []
+    for plan, answer in plans:
+        twin = plan.config.model_dump_json() + (plan.layout.model_dump_json()
+                                                if plan.layout is not None else "")
+        if twin in seen and plan.offloads:
+            continue
+        seen.add(twin)
+        kept.append((plan, answer))
+    return kept
 
 
 def search_module_sets(problem: Problem, result: Any,
@@ -57,15 +148,22 @@ def search_module_sets(problem: Problem, result: Any,
     status is optimal only where every search proved its answer (one that found nothing under
     its cutoff too); where only a variant finds plans, its answer (its explanation) stands."""
     sets = problem.recompute_module_sets
-    if not sets:
+    if not sets and not problem.offloads:
         return result
-    plans = [(plan, result) for plan in name_modules(result.plans, sets[0])]
+    plans = [(plan, result) for plan in (name_modules(result.plans, sets[0]) if sets
+                                         else result.plans)]
     seconds, proven, searched = result.solve_seconds, result.status != "feasible", False
     key = _rank_key(problem.objective)
-    for modules in sets[1:]:
-        variant = module_variant(problem, modules)
-        if variant is None:
+    variants = _module_variants(problem)
+    offloads_given = False
+    while variants or not offloads_given:
+        if not variants:  # the module sets are done: the offloads, where they may pay
+            offloads_given = True
+            best = sorted((plan for plan, _ in plans), key=key)
+            variants = _offload_variants(problem) if needs_offload_search(problem, best) \
+                else []
             continue
+        variant, namer = variants.pop(0)
         # A plan slower than the top-th of those found so far cannot enter the top: the
         # variant's search need not look for it (by time; memory ranks are searched whole).
         found = sorted(key(plan) for plan, _ in plans)
@@ -77,10 +175,10 @@ def search_module_sets(problem: Problem, result: Any,
         # A search stopped by the time limit may have missed plans under its cutoff.
         proven = proven and answer.status != "feasible"
         if answer.plans:
-            plans.extend((plan, answer) for plan in name_modules(answer.plans, modules))
+            plans.extend((plan, answer) for plan in namer(answer.plans))
     if not searched or not plans:
         return replace(result, plans=tuple(plan for plan, _ in plans), solve_seconds=seconds)
-    ranked = sorted(plans, key=lambda pair: key(pair[0]))[:top]
+    ranked = _without_offloaded_twins(sorted(plans, key=lambda pair: key(pair[0])))[:top]
     # The winner's own search explains it; the counts are the problem's own search's (every
     # recompute level), except the feasible ones, which no search counted over the union.
     winner = ranked[0][1]

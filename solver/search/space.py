@@ -52,6 +52,9 @@ class Problem(BaseModel):
     # (solver.cost.recompute_modules): time_constants and memory_options hold the first; each
     # other is searched apart with recompute pinned to selective (solver.search.module_variants).
     recompute_module_sets: tuple[tuple[str, ...], ...] = ()
+    # Offloads to the host (solver.spec.framework.OFFLOADS) the search may turn on: each
+    # combination is searched apart with the first module set (solver.search.module_variants).
+    offloads: tuple[str, ...] = ()
 
 
 def divisors(n: int) -> tuple[int, ...]:

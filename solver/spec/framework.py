@@ -52,6 +52,8 @@ class FrameworkFeatures(BaseModel):
     grad_reduce_in_bf16: bool | None = None
     fp8_param_gather: bool | None = None
     recompute_modules: tuple[RecomputeModule, ...] | None = None
+    optimizer_offload: bool | None = None
+    activation_offload: bool | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""
@@ -63,6 +65,11 @@ class FrameworkFeatures(BaseModel):
 # ones it uses (Plan.memory_savers) and `launch --plan` emits them.
 MEMORY_SAVERS: tuple[str, ...] = ("grad_reduce_in_bf16", "precision_aware_optimizer",
                                   "fp8_param_gather")
+
+# Features that lower memory at a cost in step time (host transfers, a CPU optimizer step): the
+# search tries them where it can (solver.cost.offload, solver.search.module_variants); a plan
+# names the ones it uses (Plan.offloads) and `launch --plan` emits them.
+OFFLOADS: tuple[str, ...] = ("optimizer_offload", "activation_offload")
 
 # The features a flag may override, in FrameworkFeatures' order.
 FEATURES: tuple[str, ...] = tuple(FrameworkFeatures.model_fields)

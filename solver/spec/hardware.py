@@ -68,6 +68,10 @@ class GpuSpec(InputSpec):
     # The packaged table of measured kernel times (solver/catalog/kernels/<name>.npz) the
     # compute model interpolates in; None: the datasheet path (peaks x fitted efficiencies).
     kernel_table: str | None = None
+    # The GPU's own link to its host CPU, per direction, GB/s, from the datasheet: PCIe x16
+    # (Gen4 32, Gen5 64, Gen6 128) or NVLink-C2C on Grace superchips; what activation and
+    # optimizer offload move over (solver.cost.offload). None: unknown (no offload planned).
+    host_link_gb_per_s: float | None = Field(default=None, gt=0)
     source: str = ""
 
     def peak_flop_per_s(self, precision: str) -> float:
@@ -126,6 +130,10 @@ class ClusterSpec(InputSpec):
     segment_gpus: GpuCount | None = Field(default=None, gt=0)
     # GPU memory every plan leaves free (solver.spec.headroom); `--memory-headroom` sets it.
     memory_headroom: MemoryHeadroom = MemoryHeadroom()
+    # The host CPUs' memory bandwidth per GPU of a node, GB/s (the sockets' channels x transfer
+    # rate over the GPUs per node, from the CPU datasheets): what an optimizer step on the host
+    # streams at (solver.cost.offload). None: unknown (no optimizer offload planned).
+    host_memory_gb_per_s: float | None = Field(default=None, gt=0)
     source: str = ""
 
     @field_validator("tiers")

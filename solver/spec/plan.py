@@ -38,7 +38,8 @@ class StageMemory(BaseModel):
                 + self.activations_bytes + self.other_total_bytes)
 
 
-TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
+TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "dp", "pp", "bubble",
+              "optimizer")
 
 
 class PlanTime(BaseModel):
@@ -88,6 +89,9 @@ class Plan(BaseModel):
     # What `selective` recomputes where the search chose it (Megatron --recompute-modules,
     # solver.cost.recompute_modules); empty: the framework's own choice.
     recompute_modules: tuple[str, ...] = ()
+    # Offloads to the host the plan uses where the search chose them (solver.spec.framework.
+    # OFFLOADS, solver.cost.offload): `launch --plan` turns them on.
+    offloads: tuple[str, ...] = ()
 
     @property
     def worst_stage(self) -> StageMemory:

@@ -68,8 +68,9 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
     """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage, and
     `layout` when the plan has one, and `equivalent`: the other settings of the same step time
     (solver.search.twins) with the worst-stage memory each needs, and `memory_savers` when the
-    plan needs framework features on to fit and `recompute_modules` when the search chose what
-    selective recomputes (both read back by `launch --plan`)."""
+    plan needs framework features on to fit, `recompute_modules` when the search chose what
+    selective recomputes and `offloads` when it offloads to the host (all read back by
+    `launch --plan`)."""
     worst = plan.worst_stage
     answer: dict[str, Any] = {
         **{name: getattr(plan.config, name) for name in DEGREES},
@@ -95,6 +96,8 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
         answer["memory_savers"] = list(plan.memory_savers)
     if plan.recompute_modules:
         answer["recompute_modules"] = list(plan.recompute_modules)
+    if plan.offloads:
+        answer["offloads"] = list(plan.offloads)
     return answer
 
 

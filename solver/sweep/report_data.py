@@ -22,7 +22,8 @@ from solver.sweep.tables import JOB_FIELDS, Group, count_statuses, group_slug, r
     select_problem_lines
 
 MEMORY_ITEMS = ("weights", "grads", "optimizer", "activations", "other")
-TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "dp", "pp", "bubble", "optimizer")
+TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "dp", "pp", "bubble",
+              "optimizer")
 # `parplan launch --format` of each framework (generic: torch.distributed's process groups).
 LAUNCH_FORMATS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 SOLVED = ("optimal", "feasible")
@@ -50,6 +51,7 @@ def render_launch_line(line: dict[str, Any], plan: dict[str, Any]) -> str:
         words += ["--layout", str(layout["syntax"])]
     # The memory savers the plan turned on to fit (Plan.memory_savers), as their flags.
     words += ["--" + str(name).replace("_", "-") for name in plan.get("memory_savers") or []]
+    words += ["--" + str(name).replace("_", "-") for name in plan.get("offloads") or []]
     # What its selective recompute recomputes where the search chose it (Plan.recompute_modules).
     if plan.get("recompute_modules"):
         words += ["--recompute-modules", ",".join(str(m) for m in plan["recompute_modules"])]

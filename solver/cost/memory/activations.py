@@ -188,6 +188,52 @@ def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candida
     return split, replicated
 
 
+def estimate_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                           options: MemoryOptions, moe: bool) -> np.ndarray:
+    """Bytes per GPU of one layer and micro-batch that Megatron's fine-grained activation
+    offloading moves to the host (MemoryOptions.activation_offload), at the candidates'
+    recompute level (none or selective): what the offloaded modules save for backward, each
+    module's autograd-saved tensors (fine_grained_activation_offload.py: saved_tensors_hooks
+    between group_start and group_offload):
+      core_attn   Q, K and V at their widths and the log-sum-exp (the attention core's
+                  saved tensors, less what --recompute-modules already drops)
+      attn_proj   the output projection's input
+      expert_fc1  the routed copies' fc1 input (h wide on each of the etp ranks)
+      moe_act     the routed experts' activation input (2 F_e per copy)
+    The dense MLP, the norms and the router stay (Megatron offers no module for the dense
+    MLP; attn_norm / mlp_norm are fused into TE's LayerNormLinear in dense layers).
+    Worked number: Llama-3.1-8B (h 4096, 32 heads of 128, 8 KV heads), bf16, s 8192, b 1,
+    tp 1: Q, K, V 2 x (4096 + 1024 + 1024) + the projection input 2 x 4096 + the LSE 4 x 32 =
+    20,608 B per token, 168.8 MB per layer."""
+    attention_split, _ = _attention_bytes(model_spec, job, candidates.recompute, options)
+    split = attention_split
+    if "mla_up_proj" in options.recompute_modules and model_spec.is_mla:
+        mla, _ = estimate_module_recompute_bytes(
+            model_spec, job, candidates, options.model_copy(
+                update={"recompute_modules": ("mla_up_proj",)}), moe)
+        split = split - mla
+    if moe:
+        m = model_spec
+        copies = m.num_experts_per_tok * options.moe_capacity_factor
+        split = split + copies * (candidates.etp * _linear_input_bytes(job) * m.hidden_size
+                                  + BF16_BYTES * (m.moe_intermediate_size or 0))
+    full = candidates.recompute == RECOMPUTE_FULL
+    return np.where(full, 0.0, _per_gpu(job, candidates, options, split, 0.0))
+
+
+def estimate_kind_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                                options: MemoryOptions) -> np.ndarray:
+    """(N, kinds): estimate_offload_bytes of a layer of each kind (dense, MoE, a block
+    pattern's others: a windowed kind its plain kind's, other mixers none)."""
+    dense = estimate_offload_bytes(model_spec, job, candidates, options, moe=False)
+    moe = (estimate_offload_bytes(model_spec, job, candidates, options, moe=True)
+           if model_spec.is_moe else dense)
+    plain = (dense, moe)
+    extra = [plain[base_kind(model_spec, kind)] if is_windowed_kind(model_spec, kind)
+             else np.zeros(len(candidates)) for kind in hybrid_kinds(model_spec)]
+    return np.stack([dense, moe, *extra], axis=1)
+
+
 def _per_gpu(job: JobSpec, candidates: Candidates, options: MemoryOptions,
              split: np.ndarray | float, replicated: np.ndarray | float) -> np.ndarray:
     """Bytes per GPU for one micro-batch from per-token bytes: (s*b/cp) tokens per rank."""
@@ -267,6 +313,8 @@ def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: C
                      on every stage but the last
         working      while a layer is recomputed, the working set of the model's largest layer
                      less its input (on a stage where some layer recomputes in full)
+        offload_margin  under activation offload, the largest layer's offloaded bytes, kept
+                     on every stage (the reload margin; layer[k] is net of what moves)
     Worked number: Llama-3.1-8B, s = 8192, b = 4, tp = pp = 1, none, FlashAttention:
     27.03 h bytes per token per layer = 3.63 GB per layer, 116.1 GB for 32 layers, plus
     0.54 GB of final-norm and LM-head inputs (notes §3.2: Megatron's s*b*h*(18 + 4F/h) is
@@ -304,14 +352,25 @@ def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: C
             *(replayed[kind] for kind in (0, 1) if kind in present),
             *(estimate_kind_activation_bytes(m, job, replay, options, kind, replayed)
               for kind in hybrid_kinds(m))])
+    layer = np.stack([dense, moe, *extra], axis=1)
+    margin = np.zeros(len(candidates))
+    if options.activation_offload:  # MemoryOptions.activation_offload: the rest stays
+        offloaded = estimate_kind_offload_bytes(m, job, base, options)
+        layer = layer - offloaded
+        # The reload margin: the last layer's groups are kept (its backward comes first).
+        present = sorted(set(m.layer_kind_indices)) if m.has_block_kinds else \
+            [k for k, held in ((0, m.num_dense_layers), (1, m.is_moe)) if held]
+        # (Under full recompute, which the offload does not run with, nothing is offloaded.)
+        margin = np.where(candidates.recompute == RECOMPUTE_FULL, 0.0,
+                          offloaded[:, present].max(axis=1))
     return {
-        "layer": np.stack([dense, moe, *extra], axis=1),
-        "recompute": np.stack([layer_input - dense, layer_input - moe,
-                               *(layer_input - kind for kind in extra)], axis=1),
+        "layer": layer,
+        "recompute": layer_input[:, None] - layer,
         "first": zeros + _per_gpu(job, candidates, options, 0.0, embedding),
         "last": zeros + head + mtp,
         "not_last": zeros + not_last,
         "working": np.maximum(largest - layer_input, 0.0),
+        "offload_margin": margin,
     }
 
 

@@ -116,6 +116,24 @@ class MemoryOptions(BaseModel):
                            under attention_core, the modules `selective` recomputes (Megatron
                            --recompute-modules, default core_attn; what each drops:
                            activations.estimate_module_recompute_bytes).
+    Offload to the host (solver.cost.offload has the step time they cost):
+      optimizer_offload False
+                           the optimizer state (fp32 master weights and Adam moments) lives in
+                           host memory and the optimizer steps on the CPU: Megatron
+                           --optimizer-cpu-offload --optimizer-offload-fraction 1.0
+                           (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py: the CPU
+                           optimizer's fp32 parameters and states are host tensors), DeepSpeed
+                           ZeRO-Offload (offload_optimizer.device "cpu": the fp32 partition and
+                           its gradients on the host). The GPU keeps its bf16 weights and its
+                           gradient buffer: "optimizer" is 0.
+      activation_offload False
+                           Megatron's fine-grained activation offloading
+                           (--fine-grained-activation-offloading --offload-modules core_attn
+                           attn_proj expert_fc1 moe_act, docs/user-guide/features/
+                           fine_grained_activation_offloading.md): what those modules save for
+                           backward goes to pinned host memory after their forward and comes
+                           back before their backward; the last layer's groups stay (the
+                           reload margin). activations.estimate_offload_bytes says what moves.
     Framework layouts, off by default (used to reproduce published runs):
       account_for_embedding_in_pipeline_split
                            the embedding and the LM head each take one layer slot of the
@@ -149,5 +167,7 @@ class MemoryOptions(BaseModel):
     include_mtp: bool = True
     selective_recompute: SelectiveRecompute = "attention_core"
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
+    optimizer_offload: bool = False
+    activation_offload: bool = False
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False

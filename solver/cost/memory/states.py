@@ -152,7 +152,10 @@ def estimate_low_precision_weight_bytes_per_param(precision: str, options: Memor
 def estimate_sharded_state_bytes_per_param(options: MemoryOptions) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter once fully sharded (ZeRO-3): the
     options' own, with the fp32 master moved into the weights under PyTorch FSDP
-    (fp32_sharded_params). Worked numbers: 2 + 4 + 12 by default; 4 + 4 + 8 under FSDP."""
+    (fp32_sharded_params), no optimizer state on the GPU where it is offloaded. Worked numbers:
+    2 + 4 + 12 by default; 4 + 4 + 8 under FSDP; 2 + 4 + 0 offloaded."""
+    if options.optimizer_offload:  # the optimizer state is host memory
+        return options.param_bytes, options.grad_bytes, 0.0
     if not options.fp32_sharded_params:
         return options.param_bytes, options.grad_bytes, options.optimizer_bytes
     master = min(MASTER_WEIGHT_BYTES, options.optimizer_bytes)
@@ -214,5 +217,7 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
         "weights": shard(np.where(full, sharded_param, options.param_bytes), 3) + copies
         + kept * options.param_bytes,
         "grads": shard(options.grad_bytes, 2) + kept * options.grad_bytes,
-        "optimizer": shard(np.where(full, sharded_optimizer, options.optimizer_bytes), 1),
+        # Offloaded, the optimizer state is host memory (MemoryOptions.optimizer_offload).
+        "optimizer": shard(np.where(full, sharded_optimizer, options.optimizer_bytes), 1)
+        * (0.0 if options.optimizer_offload else 1.0),
     }
