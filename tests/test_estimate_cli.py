@@ -113,8 +113,8 @@ def test_json_has_the_design_fields(cluster_file: str) -> None:
     for field in ("step_seconds", "tokens_per_second", "tokens_per_second_per_gpu",
                   "tflops_per_gpu", "mfu"):
         assert plan[field] > 0
-    assert set(plan["time_seconds"]) == {"compute", "recompute", "tp", "cp", "ep", "dp", "pp",
-                                         "bubble", "optimizer"}
+    assert set(plan["time_seconds"]) == {"compute", "recompute", "tp", "cp", "ep", "offload",
+                                         "dp", "pp", "bubble", "optimizer"}
     assert sum(plan["time_seconds"].values()) == pytest.approx(plan["step_seconds"], rel=1e-4)
 
 

@@ -23,10 +23,13 @@ CP_CASE = dict(model="llama3.1-405b", cluster="dgx-h100", num_gpus=512, seq_len=
 
 def _last_line(compare: bool = True, **kwargs: object) -> tuple[object, str]:
     args = dict(kwargs)
-    # fp32 gradients and Adam moments (memory savers pinned off): with them the scenarios
-    # change, and the comparison's memory is the search's (every saver on), not each plan's
+    # fp32 gradients and Adam moments (memory savers pinned off), and no offload to the host:
+    # with them the scenarios change, and the comparison's memory is the search's (every saver
+    # on), not each plan's
     args.setdefault("features", FrameworkFeatures(grad_reduce_in_bf16=False,
-                                                  precision_aware_optimizer=False))
+                                                  precision_aware_optimizer=False,
+                                                  optimizer_offload=False,
+                                                  activation_offload=False))
     problem = build_problem(args.pop("model"), args.pop("cluster"), args.pop("num_gpus"),
                             **args)
     result = solve(problem, top=5, compare=compare)

@@ -360,7 +360,9 @@ def test_fit_check_counts_the_problem_own_bytes_per_parameter() -> None:
     it 2 + 2 + 8, and so does a search free to turn them on where a plan needs them (the
     default: solver.cost.frameworks.memory_saver_ladder)."""
     runner = CliRunner()
-    base = ["optimize", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    # (No offload: an offloading winner holds no optimizer state on the GPU.)
+    base = ["optimize", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--no-optimizer-offload", "--no-activation-offload"]
     plain = runner.invoke(cli, [*base, "--no-precision-aware-optimizer",
                                 "--no-grad-reduce-in-bf16"])
     lean = runner.invoke(cli, [*base, "--precision-aware-optimizer", "--grad-reduce-in-bf16"])

@@ -85,8 +85,11 @@ def test_mla_up_proj_saves_most_per_parameter_rerun() -> None:
 
 
 def _problem(modules: tuple[str, ...] | None = None):
+    """(Offloads to the host pinned off: their searches are tests/test_offload.py's.)"""
     return build_problem("deepseek-v2-lite", "dgx-a100-40gb", 8, seq_len=8192, global_batch=256,
-                         features=FrameworkFeatures(recompute_modules=modules))
+                         features=FrameworkFeatures(recompute_modules=modules,
+                                                    optimizer_offload=False,
+                                                    activation_offload=False))
 
 
 def test_search_over_module_sets_equals_the_best_of_each_pinned() -> None:

@@ -10,12 +10,13 @@ profile (the same cost model), so the union of the searches' top K holds the top
 (configuration, module set) pair.
 
 Offloads to the host (Problem.offloads: optimizer, activations; solver.cost.offload) are
-searched the same way where they may be cheaper than recompute (needs_offload_search: no plan
-fits without them, or the best recomputes at a cost): each combination apart under the first
-module set, with the framework's rules on it as pins (activation offload with no full
-recompute, DeepSpeed's optimizer offload from ZeRO-1 on). A plan names the offloads it uses,
-which `launch --plan` turns on (Plan.offloads). Where they are searched, the answer is exact
-over them for the first module set.
+searched the same way: each combination apart under the first module set, with the framework's
+rules on it as pins (activation offload with no full recompute, DeepSpeed's optimizer offload
+from ZeRO-1 on), for the plans faster than the top-th found so far. An offload never shortens
+a configuration's step, so an offloading plan enters the top only where its configuration does
+not fit without it (at equal time the plan without offloads ranks first, and the same
+configuration offloading is dropped). A plan names the offloads it uses, which `launch --plan`
+turns on (Plan.offloads). Exact over the offloads for the first module set.
 """
 
 from __future__ import annotations
@@ -91,22 +92,6 @@ def _offload_variants(problem: Problem) -> list[tuple[Problem, Namer]]:
     return [(variant, namer) for variant, namer in found if variant is not None]
 
 
-def needs_offload_search(problem: Problem, plans: list[Plan]) -> bool:
-    """Whether the offloads are searched: where no plan fits without them, or the best one
-    pays to recompute (in full, or a module set beyond the first, free one): an offload is
-    tried where it may be cheaper than recompute (issue 17). A best plan that recomputes
-    nothing costly can still lose to an offloading one that a smaller degree fits (not
-    searched: the answer is exact over offloads only where they are searched)."""
-    if not problem.offloads:
-        return False
-    if not plans:
-        return True
-    best = plans[0].config
-    sets = problem.recompute_module_sets
-    return best.recompute == "full" or (
-        best.recompute == "selective" and bool(sets) and plans[0].recompute_modules != sets[0])
-
-
 def name_modules(plans: tuple[Plan, ...], modules: tuple[str, ...]) -> tuple[Plan, ...]:
     """The plans, each selective one naming `modules` (what it recomputes)."""
     return tuple(plan.model_copy(update={"recompute_modules": modules})
@@ -154,16 +139,7 @@ def search_module_sets(problem: Problem, result: Any,
                                          else result.plans)]
     seconds, proven, searched = result.solve_seconds, result.status != "feasible", False
     key = _rank_key(problem.objective)
-    variants = _module_variants(problem)
-    offloads_given = False
-    while variants or not offloads_given:
-        if not variants:  # the module sets are done: the offloads, where they may pay
-            offloads_given = True
-            best = sorted((plan for plan, _ in plans), key=key)
-            variants = _offload_variants(problem) if needs_offload_search(problem, best) \
-                else []
-            continue
-        variant, namer = variants.pop(0)
+    for variant, namer in _module_variants(problem) + _offload_variants(problem):
         # A plan slower than the top-th of those found so far cannot enter the top: the
         # variant's search need not look for it (by time; memory ranks are searched whole).
         found = sorted(key(plan) for plan, _ in plans)
