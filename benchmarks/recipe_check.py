@@ -33,7 +33,8 @@ layers in both):
   recipe's choice   its recompute level and modules pinned (--recompute-modules): does it fit,
                     and its step time
   tool's cheapest   recompute left to the search (none, the module sets of
-                    solver.cost.recompute_modules, full recompute per layer): its step time
+                    solver.cost.recompute_modules, full recompute per layer) and the offloads
+                    to the host (solver.cost.offload): its step time
 The settings above are Megatron-Bridge's; torchtitan rows take none of them. The check passes
 where the recipe's choice fits and the tool's step time is at most the recipe's (ratio <= 1). Settings the tool does not model (activation offload) are listed: the
 recipe is costed without them, which can only make it need more memory.
@@ -60,7 +61,7 @@ from known_to_run import (  # noqa: E402
 from solver.optimize import build_problem, solve  # noqa: E402
 from solver.search.space import Problem  # noqa: E402
 from solver.spec import RECOMPUTE_LEVELS  # noqa: E402
-from solver.spec.framework import FrameworkFeatures  # noqa: E402
+from solver.spec.framework import OFFLOADS, FrameworkFeatures  # noqa: E402
 from solver.spec.plan import Plan  # noqa: E402
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "recipes.jsonl"
@@ -105,8 +106,10 @@ def recipe_problem(recipe: dict[str, Any], own: bool) -> Problem:
     if bridge:
         features.update(MEGATRON_BRIDGE_RECIPE_FEATURES, precision_aware_optimizer=False,
                         fp8_param_gather=recipe["precision"] in FP8_PARAM_PRECISIONS)
-    if own:
+    if own:  # the recipe's memory features only: no offload it does not ask for
         pins["recompute"] = (RECOMPUTE_LEVELS.index(recipe["recompute"]),)
+        for name in OFFLOADS:
+            features.setdefault(name, False)
         if recipe["recompute"] == "selective" and "recompute_modules" in recipe:
             features["recompute_modules"] = tuple(recipe["recompute_modules"])
     problem = build_problem(recipe["model"], recipe["cluster"], recipe["gpus"],
@@ -144,6 +147,8 @@ def _plan_setting(plan: Plan | None) -> str:
     if plan.config.recompute == "full" and plan.layout is not None:
         recomputed = sum(s.recompute_layers for s in plan.layout.stages)
         label += f" ({recomputed} layers)"
+    if plan.offloads:
+        label += " + " + ", ".join(name.replace("_", " ") for name in plan.offloads)
     return label
 
 
