@@ -186,6 +186,10 @@ def predict_modern_bytes(row: dict[str, Any]) -> float:
     # cross-entropy, solver.cost.frameworks): the row says whether its release compiled it.
     features = ({"fused_elementwise": bool(row["loss_compiled"])}
                 if row["framework"] == "torchtitan" else {})
+    # A float8 FSDP all-gather the source states (--quantize.linear.float8.
+    # enable_fsdp_float8_all_gather in the trainy benchmark's command).
+    if row.get("fp8_all_gather"):
+        features["fp8_all_gather"] = True
     options = build_framework_profile(row["framework"], features).memory_options()
     breakdown = estimate_memory(load_model_spec(row["model"]), job,
                                 Candidates.from_configs([config]), options)

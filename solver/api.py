@@ -28,7 +28,11 @@ from solver.cost.memory import (
 from solver.cost.memory.layout import build_default_layout
 from solver.cost.precision import check_precision_supported
 from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
-from solver.cost.frameworks import FrameworkProfile, build_framework_profile
+from solver.cost.frameworks import (
+    FrameworkProfile,
+    build_framework_profile,
+    check_feature_precision,
+)
 from solver.cost.offload import check_offload
 from solver.cost.time_constants import TimeConstants
 from solver.emit.target import parse_launch_pipeline
@@ -267,6 +271,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     check_parallel_config(model_spec, job, num_gpus, config)
     check_offload(profile.time_constants, cluster_spec, framework, (config.recompute,),
                   (config.zero,))
+    check_feature_precision(profile.time_constants, job.precision)
     pipeline = None
     if layout is not None or recompute_num_layers is not None:
         even = build_default_layout(model_spec, config, options or MemoryOptions())

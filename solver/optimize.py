@@ -15,6 +15,7 @@ from solver.api import load_problem_specs
 from solver.cost.frameworks import (
     FrameworkProfile,
     build_framework_profile,
+    check_feature_precision,
     memory_saver_ladder,
     offload_ladder,
     with_memory_savers,
@@ -104,6 +105,7 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                                   if code != 2) or (2,)
     if constants.optimizer_offload and framework == "deepspeed":
         pins["zero"] = tuple(stage for stage in pins.get("zero", (0, 1, 2, 3)) if stage) or (0,)
+    check_feature_precision(constants, precision)
     check_offload(constants, cluster_spec, framework,
                   tuple(RECOMPUTE_LEVELS[code] for code in pins.get("recompute", (0,))),
                   pins.get("zero", (1,)))

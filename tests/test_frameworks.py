@@ -72,7 +72,7 @@ def test_megatron_profile() -> None:
         "fp8_weight_copies": "transformer_engine", "precision_aware_optimizer": False,
         "grad_reduce_in_bf16": False, "fp8_param_gather": False,
         "recompute_modules": ["core_attn"], "optimizer_offload": False,
-        "activation_offload": False}
+        "activation_offload": False, "fp8_all_gather": False}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 

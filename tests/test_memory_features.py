@@ -524,3 +524,70 @@ def test_torchtitan_eager_cross_entropy_holds_twelve_bytes_per_logit() -> None:
                                                                       global_batch=16),
                              Candidates.from_configs([config]), eager).items["logits"][0]
     assert logits / 1e9 == pytest.approx(2 * 8192 * 128256 * 12 / 1e9, rel=1e-6)
+
+
+# torchao float8 (tensorwise) with FSDP2's float8 all-gather: torchtitan v0.2.2
+# job_config.py Float8Linear.enable_fsdp_float8_all_gather (default False), docs/float8.md:
+# "cast Float8Linear.weight from high precision to float8 before FSDP all-gather".
+def _torchtitan_items(fp8_all_gather: bool, **degrees: int) -> dict[str, float]:
+    profile = build_framework_profile("torchtitan", {"fp8_all_gather": fp8_all_gather})
+    config = ParallelConfig(micro_batch=1, recompute="full", zero=3, **degrees)
+    job = JobSpec(seq_len=8192, global_batch=512, precision="fp8")
+    breakdown = estimate_memory(load_model_spec("llama3.1-70b"), job,
+                                Candidates.from_configs([config]), profile.memory_options())
+    return {name: float(value[0]) for name, value in breakdown.items.items()}
+
+
+def test_float8_all_gather_gathers_one_byte_per_weight() -> None:
+    """ZeRO-3 gather buffers: (1 + prefetch) gathered layers at 1 B instead of 2, plus the
+    layer's unsharded gradients (4 B): one layer of Llama-3.1-70B over tp 8 is 0.856e9 / 8
+    parameters, 2 x 107.0M x 1 B = 0.214 GB less."""
+    plain = _torchtitan_items(False, tp=8, dp=8)
+    fp8 = _torchtitan_items(True, tp=8, dp=8)
+    layer = load_model_spec("llama3.1-70b").dense_layer_params / 8
+    assert plain["zero3_gather"] - fp8["zero3_gather"] == pytest.approx(2 * layer * 1.0)
+    assert plain["weights"] == fp8["weights"]  # the fp32 shard is unchanged
+
+
+def test_float8_all_gather_keeps_a_pipelined_stage_gathered_in_float8() -> None:
+    """torchtitan under PP keeps the stage's parameters gathered (MemoryOptions.
+    fsdp_unsharded_under_pp): in float8 they are 1 B each, not 2."""
+    plain = _torchtitan_items(False, tp=8, pp=2, dp=4)
+    fp8 = _torchtitan_items(True, tp=8, pp=2, dp=4)
+    assert fp8["weights"] < plain["weights"]
+    assert plain["zero3_gather"] == fp8["zero3_gather"] == 0.0  # nothing gathered apart
+
+
+def test_float8_all_gather_is_refused_where_it_cannot_run() -> None:
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    base = ["estimate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--zero", "3", "--fp8-all-gather"]
+    for extra, message in (
+            (["--framework", "torchtitan", "--precision", "bf16"],
+             "--fp8-all-gather: torchao's float8 all-gather is for tensorwise float8"),
+            (["--precision", "fp8"], "--fp8-all-gather on: Megatron gathers fp8 weights")):
+        result = CliRunner().invoke(cli, base + extra)
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_float8_all_gather_in_torchtitan_launch() -> None:
+    """torchtitan 0.2.x's TOML takes [quantize.linear.float8] enable_fsdp_float8_all_gather
+    (with precompute_float8_dynamic_scale_for_fsdp, which docs/float8.md pairs with it);
+    torchtitan 0.3's float8 is rowwise with high-precision communication: a warning."""
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    base = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--zero", "3", "--precision", "fp8", "--format", "torchtitan", "--fp8-all-gather"]
+    toml = CliRunner().invoke(cli, base + ["--target", "torchtitan@0.2"])
+    assert toml.exit_code == 0, toml.output
+    assert "[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\n" \
+           "precompute_float8_dynamic_scale_for_fsdp = true" in toml.output
+    newer = CliRunner().invoke(cli, base)
+    assert newer.exit_code == 0 and "enable_fsdp_float8_all_gather" not in newer.output
+    assert "no float8 all-gather" in newer.output

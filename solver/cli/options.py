@@ -114,6 +114,9 @@ def framework_feature_options(command: F) -> F:
                      help="Attention and expert activations to host memory between forward "
                           "and backward (Megatron --fine-grained-activation-offloading); "
                           "default: the search's choice (optimize), off (estimate)."),
+        click.option("--fp8-all-gather/--no-fp8-all-gather", default=None,
+                     help="torchao float8: FSDP gathers the weights in float8 (torchtitan "
+                          "enable_fsdp_float8_all_gather; with --precision fp8)."),
         click.option("--recompute-modules", default=None, metavar="M,M,...",
                      callback=_split_modules,
                      help="Modules --recompute selective recomputes (Megatron): "

@@ -13,7 +13,9 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
     if precision == "bf16":
         copies = "none (bf16)"
     elif constants.fp8_weight_copies == "none":
-        copies = "none (torchao float8 casts on the fly)"
+        copies = "none (torchao float8 casts on the fly)" + (
+            "; ZeRO-3 gathers the weights in float8 (--fp8-all-gather)"
+            if constants.fp8_all_gather else "")
     elif constants.fp8_param_gather and profile.name == "megatron":
         copies = ("the parameters themselves, no bf16 weights (Transformer Engine, "
                   "--fp8-param-gather)")

@@ -28,6 +28,9 @@ override:
   fp8_param_gather     below bf16, TE's quantised weights are the parameters, no bf16 copy
                        (memory: MemoryOptions.fp8_params)
   recompute_modules    Megatron's --recompute-modules under selective (memory, recompute time)
+  optimizer_offload    the optimizer state and step on the host (solver.cost.offload)
+  activation_offload   Megatron's fine-grained activation offloading (solver.cost.offload)
+  fp8_all_gather       torchao float8's FSDP2 all-gather in float8 (torchtitan; memory only)
 and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
 bf16).
@@ -174,6 +177,7 @@ class FrameworkProfile(BaseModel):
         # Offload to the host (MemoryOptions.optimizer_offload, activation_offload).
         update["optimizer_offload"] = constants.optimizer_offload
         update["activation_offload"] = constants.activation_offload
+        update["fp8_all_gather"] = constants.fp8_all_gather
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
@@ -258,7 +262,11 @@ PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deep
 # Feature values a framework does not offer: (feature, value) -> why (a flag asking for one is
 # an error naming the flag).
 UNSUPPORTED = {
-    "deepspeed": {("activation_offload", True): "DeepSpeed offloads activation checkpoints "
+    "megatron": {("fp8_all_gather", True): "Megatron gathers fp8 weights with "
+                 "--fp8-param-gather (Transformer Engine), not torchao's float8 all-gather"},
+    "deepspeed": {("fp8_all_gather", True): "torchao's float8 all-gather is FSDP2's, not "
+                  "DeepSpeed ZeRO-3's",
+                  ("activation_offload", True): "DeepSpeed offloads activation checkpoints "
                   "(cpu_checkpointing), not Megatron's fine-grained groups",
                   ("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
                   ("moe_dispatcher", "hybridep"): "DeepSpeed-MoE dispatches with all-to-all only",
@@ -305,6 +313,15 @@ OFFLOAD_FRAMEWORKS = {"megatron": OFFLOADS, "deepspeed": ("optimizer_offload",)}
 # Megatron takes --optimizer-cpu-offload with --fp8-param-gather only under delayed scaling
 # (arguments.py), which is the fp8 recipe's (solver.emit.megatron PRECISION_FLAGS).
 OFFLOAD_FP8_PARAM_PRECISIONS = ("bf16", "fp8")
+
+
+def check_feature_precision(constants: TimeConstants, precision: str) -> None:
+    """An InputError where a feature asks for a precision the job does not train in: torchao's
+    float8 all-gather is for tensorwise float8 (torchtitan v0.2.2 float8.py: with a recipe name,
+    rowwise, "enable_fsdp_float8_all_gather ... is not supported")."""
+    if constants.fp8_all_gather and precision != "fp8":
+        raise InputError(f"--fp8-all-gather: torchao's float8 all-gather is for tensorwise "
+                         f"float8 (--precision fp8), not {precision}")
 
 
 def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,

@@ -156,6 +156,9 @@ class TimeConstants(BaseModel):
     # they fit a plan faster than recompute.
     optimizer_offload: bool = False
     activation_offload: bool = False
+    # torchao float8's FSDP all-gather in float8 (MemoryOptions.fp8_all_gather; memory only:
+    # the halved gather traffic is not costed, so the step time is an upper bound).
+    fp8_all_gather: bool = False
     # Bytes the host's optimizer step streams through host memory per parameter
     # (solver.cost.offload.estimate_optimizer_offload_s): one fused pass that reads the fp32
     # parameter, gradient and both moments and writes the parameter and the moments, 7 x 4 B.

@@ -207,10 +207,18 @@ def _feature_sections(target: LaunchTarget, parallelism: dict[str, object],
         training = {"mixed_precision_reduce": "bfloat16"}
     else:
         training = {}
+    if constants.fp8_all_gather and target.job.precision == "fp8":
+        # job_config.py Float8Linear (v0.2.x); docs/float8.md recommends both for tensorwise
+        sections_fp8 = {"enable_fsdp_float8_all_gather": True,
+                        "precompute_float8_dynamic_scale_for_fsdp": True}
+    else:
+        sections_fp8 = {}
     if constants.precision_aware_optimizer:
         warnings.append("torchtitan's optimizers keep their states in the parameters' fp32: no "
                         "precision-aware optimizer (planned with bf16 Adam moments)")
     sections: dict[str, dict[str, object]] = {"training": training} if training else {}
+    if sections_fp8:
+        sections["quantize.linear.float8"] = sections_fp8
     if constants.fused_elementwise:
         sections["compile"] = {"enable": True, "components": ["model", "loss"]}
     return sections

@@ -79,6 +79,10 @@ def build_torchtitan_overrides(target: LaunchTarget) -> tuple[
         del training["mixed_precision_reduce"]
         warnings.append("torchtitan 0.3 reduces gradients in float32 only "
                         "(training.mixed_precision_reduce)")
+    if sections.pop("quantize.linear.float8", None):
+        warnings.append("torchtitan 0.3's float8 is rowwise, with all communication in high "
+                        "precision (float8.md): no float8 all-gather (torchtitan 0.2's "
+                        "tensorwise float8 has it: --target torchtitan@0.2)")
     if sections["parallelism"].get("expert_parallel_comm_backend"):
         warnings.append("torchtitan 0.3 picks DeepEP / HybridEP in the model config, not on the "
                         "command line: use a *_deepep / *_hybridep config of its registry")

@@ -54,6 +54,7 @@ class FrameworkFeatures(BaseModel):
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     optimizer_offload: bool | None = None
     activation_offload: bool | None = None
+    fp8_all_gather: bool | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""

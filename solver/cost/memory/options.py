@@ -50,6 +50,14 @@ class MemoryOptions(BaseModel):
                            optimizer only (ZeRO >= 1). Megatron-Bridge's fp8 current-scaling
                            and MXFP8 recipes set it (megatron/bridge/training/mixed_precision.py
                            bf16_with_fp8_current_scaling_mixed: fp8_param_gather = True).
+      fp8_all_gather False torchao float8 (tensorwise) with FSDP2's float8 all-gather
+                           (torchtitan v0.2.2 job_config.py Float8Linear.
+                           enable_fsdp_float8_all_gather, default off; docs/float8.md: "cast
+                           Float8Linear.weight from high precision to float8 before FSDP
+                           all-gather"): under ZeRO-3 the gathered weights are float8, 1 B each
+                           instead of param_bytes (the gather buffers, and a stage kept
+                           gathered under PP); the fp32 shard is unchanged. The layer's norms,
+                           gathered in bf16, are counted in float8 too (under 0.01% of a layer).
       fp32_sharded_params False
                            PyTorch FSDP's mixed precision (FSDP1 MixedPrecision, FSDP2
                            MixedPrecisionPolicy: param_dtype bf16) keeps each parameter's shard
@@ -151,6 +159,7 @@ class MemoryOptions(BaseModel):
     optimizer_bytes: float = Field(default=12.0, ge=0)
     fp8_weight_copies: Fp8WeightCopies = "transformer_engine"
     fp8_params: bool = False
+    fp8_all_gather: bool = False
     fp32_sharded_params: bool = False
     fsdp_unsharded_under_pp: bool = False
     sequence_parallel: bool = True

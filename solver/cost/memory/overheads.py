@@ -8,6 +8,8 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory.options import GIB, MemoryOptions
 
+FLOAT8_BYTES = 1.0
+
 
 def estimate_zero3_gather_bytes(candidates: Candidates, largest_layer_params: np.ndarray,
                                 options: MemoryOptions, fp8_copy_bytes: float = 0.0
@@ -24,12 +26,18 @@ def estimate_zero3_gather_bytes(candidates: Candidates, largest_layer_params: np
     Worked number: Llama-3.1-405B layer 3.188e9 / tp 8 = 398.5e6 parameters:
     2 * 398.5e6 * 2 B + 398.5e6 * 4 B = 3.19 GB (the seed: "~0.8 GB").
     """
-    gathered = ((1 + options.zero3_prefetch_layers) * (options.param_bytes + fp8_copy_bytes)
-                + options.grad_bytes)
+    gathered = ((1 + options.zero3_prefetch_layers)
+                * (estimate_gathered_param_bytes(options) + fp8_copy_bytes) + options.grad_bytes)
     # Where the whole stage stays gathered (fsdp_unsharded_under_pp, counted in the states)
     # no layer is gathered apart.
     kept = (candidates.pp > 1) & options.fsdp_unsharded_under_pp
     return np.where((candidates.zero >= 3) & ~kept, largest_layer_params * gathered, 0.0)
+
+
+def estimate_gathered_param_bytes(options: MemoryOptions) -> float:
+    """Bytes of a parameter gathered by ZeRO-3: float8 under torchao's FSDP float8 all-gather
+    (MemoryOptions.fp8_all_gather), else param_bytes."""
+    return FLOAT8_BYTES if options.fp8_all_gather else options.param_bytes
 
 
 def estimate_fixed_bytes(candidates: Candidates, options: MemoryOptions) -> dict[str, np.ndarray]:

@@ -23,6 +23,7 @@ from solver.cost.blocks import estimate_kind_params
 from solver.cost.candidates import Candidates
 from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
+from solver.cost.memory.overheads import estimate_gathered_param_bytes
 from solver.cost.precision import load_recipe
 from solver.spec import JobSpec, ModelSpec
 
@@ -215,7 +216,7 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
                     sum((counts[k] for k in PARAM_GROUPS), np.zeros(len(candidates))), 0.0)
     return {
         "weights": shard(np.where(full, sharded_param, options.param_bytes), 3) + copies
-        + kept * options.param_bytes,
+        + kept * estimate_gathered_param_bytes(options),
         "grads": shard(options.grad_bytes, 2) + kept * options.grad_bytes,
         # Offloaded, the optimizer state is host memory (MemoryOptions.optimizer_offload).
         "optimizer": shard(np.where(full, sharded_optimizer, options.optimizer_bytes), 1)
