@@ -67,22 +67,22 @@ def _twins_note(plans: Any) -> str | None:
 
 def _savers_note(plans: Any) -> str | None:
     """The memory savers each plan turns on to fit (Plan.memory_savers), as launch flags."""
-    used = [(i, p.memory_savers) for i, p in enumerate(plans, start=1) if p.memory_savers]
-    if not used:
-        return None
-    return "memory savers (on where a plan needs them to fit): " + "; ".join(
-        f"#{i} " + ", ".join("--" + name.replace("_", "-") for name in savers)
-        for i, savers in used)
+    return _flags_note(plans, "memory_savers",
+                       "memory savers (on where a plan needs them to fit): ")
 
 
 def _offloads_note(plans: Any) -> str | None:
     """The offloads to the host each plan uses (Plan.offloads), as launch flags."""
-    used = [(i, p.offloads) for i, p in enumerate(plans, start=1) if p.offloads]
+    return _flags_note(plans, "offloads", "offloads to the host: ")
+
+
+def _flags_note(plans: Any, field: str, head: str) -> str | None:
+    """`head` and, per plan that sets any, the feature names of its `field` as flags."""
+    used = [(i, getattr(p, field)) for i, p in enumerate(plans, start=1) if getattr(p, field)]
     if not used:
         return None
-    return "offloads to the host: " + "; ".join(
-        f"#{i} " + ", ".join("--" + name.replace("_", "-") for name in offloads)
-        for i, offloads in used)
+    return head + "; ".join(f"#{i} " + ", ".join("--" + name.replace("_", "-") for name in names)
+                            for i, names in used)
 
 
 def _modules_note(plans: Any) -> str | None:
