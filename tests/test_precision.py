@@ -114,3 +114,36 @@ def test_low_precision_recipes_differ_only_by_their_weight_copies() -> None:
                  for p in ("fp8", "mxfp8")}
     assert untouched["fp8"] == untouched["mxfp8"]  # torchao float8 keeps no copies
     assert JobSpec(precision="nvfp4").precision == "nvfp4"
+
+
+@pytest.mark.parametrize(("precision", "expected"), [
+    ("bf16", 2.0), ("fp8", 1.0), ("fp8-blockwise", 1.0 + 4.0 / 128), ("mxfp8", 1.0 + 1.0 / 32),
+    ("nvfp4", 0.5 + 1.0 / 16)])
+def test_sequence_parallel_gathers_move_the_quantized_input(precision: str,
+                                                            expected: float) -> None:
+    """Transformer Engine 2.9 module/layernorm_linear.py quantizes the norm output before the
+    sequence-parallel all-gather (gather_along_first_dim(..., quantizer=...), or the
+    Userbuffers gather of the quantized tensor): the gather moves the recipe's bytes."""
+    assert load_recipe(precision).sp_gather_bytes == pytest.approx(expected)
+
+
+def test_tensor_parallel_time_falls_with_the_gathered_bytes() -> None:
+    """Llama 3.1 70B at tp 8 on a B200 node, TP traffic not overlapped: the exposed TP time
+    falls from BF16 to FP8 to NVFP4 (gathers shrink, reduce-scatters stay BF16), and stays
+    above half of BF16's."""
+    from solver.catalog import load_cluster_spec, load_model_spec
+    from solver.cost.candidates import Candidates
+    from solver.cost.steptime import estimate_step_time
+    from solver.cost.time_constants import framework_time_constants
+    from solver.spec import ParallelConfig
+
+    model_spec, cluster = load_model_spec("llama3.1-70b"), load_cluster_spec("dgx-b200")
+    candidates = Candidates.from_configs([ParallelConfig(tp=8, micro_batch=1)])
+    constants = framework_time_constants("megatron").model_copy(
+        update={"tp_comm_overlap": False})
+    tp = {p: float(estimate_step_time(model_spec, cluster, JobSpec(seq_len=8192,
+                                                                   global_batch=64,
+                                                                   precision=p),
+                                      candidates, constants).tp[0])
+          for p in ("bf16", "fp8", "nvfp4")}
+    assert tp["bf16"] > tp["fp8"] > tp["nvfp4"] > 0.5 * tp["bf16"]

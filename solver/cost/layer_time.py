@@ -26,6 +26,7 @@ from solver.cost.layer_compute import (
     estimate_head_compute_s,
 )
 from solver.cost.layer_compute import estimate_layer_compute_s as _layer_compute_s
+from solver.cost.precision import load_recipe
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 from solver.spec.blocks import ATTENTION_MIXERS
@@ -266,7 +267,8 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     rows = mb * s / cp
     tp_link = estimate_group_link(cluster, 1, tp)
     activation_bytes = rows * h * BF16_BYTES
-    ag = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
+    gathered_bytes = rows * h * load_recipe(job.precision).sp_gather_bytes
+    ag = estimate_collective_s("all_gather", gathered_bytes, tp, tp_link)
     rs = estimate_collective_s("reduce_scatter", activation_bytes, tp, tp_link)
     qkv = _estimate_qkv_gather_s(model_spec, tp, rows, tp_link)
 

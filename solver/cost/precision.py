@@ -90,6 +90,20 @@ class PrecisionRecipe:
     def low_precision(self) -> bool:
         return self.name != "bf16"
 
+    @property
+    def sp_gather_bytes(self) -> float:
+        """Bytes per element of a sequence-parallel all-gather of a GEMM input: below BF16 the
+        input is quantized before it is gathered (Transformer Engine 2.9
+        module/layernorm_linear.py: `ln_out = quantizer(ln_out)`, then
+        gather_along_first_dim(..., quantizer=quantizer) or the Userbuffers all-gather of
+        the quantized tensor; Linear's backward gathers the quantized dy likewise), so an FP8
+        gather moves 1 B, MXFP8 1 + 1/32, NVFP4 0.5 + 1/16; layers kept in BF16 gather 2 B.
+        Reduce-scatters carry GEMM outputs, BF16 under every recipe."""
+        if not self.low_precision:
+            return BF16.element_bytes
+        share = self.bf16_layer_share
+        return (1.0 - share) * self.element_bytes + share * BF16.element_bytes
+
 
 BF16_READ_BYTES = 2.0  # one pass reading a BF16 tensor
 BF16 = PrecisionRecipe("bf16", "bfloat16", "bf16", 2.0)
