@@ -591,3 +591,25 @@ def test_float8_all_gather_in_torchtitan_launch() -> None:
     newer = CliRunner().invoke(cli, base)
     assert newer.exit_code == 0 and "enable_fsdp_float8_all_gather" not in newer.output
     assert "no float8 all-gather" in newer.output
+
+
+def test_float8_all_gather_moves_one_byte_per_layer_weight() -> None:
+    """The parameter all-gather under torchao float8's FSDP all-gather: 1 B per layer weight,
+    bf16 for the embedding and LM head (Llama-3.1-8B: 1.05e9 of its 8.03e9 parameters), so
+    (1.05 x 2 + 6.98 x 1) / 8.03 = 1.13 B against 2."""
+    from solver.catalog.clusters import load_cluster_spec
+    from solver.cost.data_parallel import estimate_dp_collectives_s
+
+    model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
+    candidates = Candidates.from_configs([ParallelConfig(dp=8, zero=3)])
+    plain = build_framework_profile("torchtitan").time_constants
+    fp8 = build_framework_profile("torchtitan", {"fp8_all_gather": True}).time_constants
+    bf16_s = estimate_dp_collectives_s(model_spec, cluster, candidates, plain)
+    fp8_s = estimate_dp_collectives_s(model_spec, cluster, candidates, fp8)
+    ends = model_spec.embedding_params + model_spec.lm_head_params + model_spec.final_norm_params
+    per_param = (ends * 2 + (model_spec.total_params - ends) * 1) / model_spec.total_params
+    assert per_param == pytest.approx(1.13, abs=0.01)
+    assert fp8_s["params_all_gather"][0] < bf16_s["params_all_gather"][0]
+    assert fp8_s["params_all_gather"][0] == pytest.approx(
+        bf16_s["params_all_gather"][0] * per_param / 2, rel=0.02)
+    assert fp8_s["zero3_reduce_scatter"][0] == bf16_s["zero3_reduce_scatter"][0]

@@ -156,8 +156,8 @@ class TimeConstants(BaseModel):
     # they fit a plan faster than recompute.
     optimizer_offload: bool = False
     activation_offload: bool = False
-    # torchao float8's FSDP all-gather in float8 (MemoryOptions.fp8_all_gather; memory only:
-    # the halved gather traffic is not costed, so the step time is an upper bound).
+    # torchao float8's FSDP all-gather in float8 (MemoryOptions.fp8_all_gather): the layers'
+    # weights are gathered in 1 B (solver.cost.data_parallel).
     fp8_all_gather: bool = False
     # Bytes the host's optimizer step streams through host memory per parameter
     # (solver.cost.offload.estimate_optimizer_offload_s): one fused pass that reads the fp32
