@@ -49,10 +49,10 @@ from solver.cost.data_parallel import (
 )
 from solver.cost.distinct import distinct_rows
 from solver.cost.flops import estimate_model_flops_per_token
+from solver.cost.layer_memo import layer_terms
 from solver.cost.layer_time import (
     BF16_BYTES,
     STAGE_PARTS,
-    estimate_layer_terms,
     layer_degrees,
     sm_contention,
     stack_parts,
@@ -167,9 +167,10 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     num_micro = job.global_batch / (dp * mb)
     # The layer and head terms depend on (tp, cp, ep, etp, micro_batch) only: work them out
     # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
-    first, back = distinct_rows(d, layer_degrees(constants))
-    layer = estimate_layer_terms(model_spec, cluster, job,
-                              {n: d[n][first] for n in PARALLEL_FIELDS}, constants)
+    names = layer_degrees(constants)
+    first, back = distinct_rows(d, names)
+    layer = layer_terms(model_spec, cluster, job, {n: d[n][first] for n in PARALLEL_FIELDS},
+                        constants, names)
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
     if constants.activation_offload:  # the exposed host transfers (solver.cost.offload)
         per_layer = add_activation_offload_s(model_spec, cluster, job, d, constants, per_layer)
