@@ -23,6 +23,7 @@ from solver.cost.frameworks import (
 from solver.cost.offload import check_offload, offload_available
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.recompute_modules import recompute_module_sets
+from solver.cost.row_memo import forget_all
 from solver.errors import InputError
 from solver.search.module_variants import search_module_sets
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
@@ -135,6 +136,7 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     it (sweeps) the explanation compares with the listed plans only."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
+    forget_all()  # the answer depends on the problem alone (solver.cost.row_memo)
     start = time.perf_counter()
     result = _solve_one(problem, top, engine, time_limit_s, compare)
     # One time limit for the whole solve: each module set's search gets what is left.

@@ -27,6 +27,7 @@ from solver.cost.layer_compute import (
 )
 from solver.cost.layer_compute import estimate_layer_compute_s as _layer_compute_s
 from solver.cost.precision import load_recipe
+from solver.cost.row_memo import RowMemo
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 from solver.spec.blocks import ATTENTION_MIXERS
@@ -85,6 +86,26 @@ def _framework_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
     factor = constants.eager_elementwise_traffic
     return {kind: {**parts, "elementwise": factor * parts["elementwise"]}
             for kind, parts in layer.items()}
+
+
+# The layer compute of recent problems (solver.cost.row_memo): it reads neither what selective
+# recompute re-runs nor how, so the recompute module sets searched beside a problem share it.
+_COMPUTE = RowMemo(keep=4)
+
+
+def _kept_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                    d: dict[str, np.ndarray], constants: TimeConstants
+                    ) -> dict[str, dict[str, np.ndarray]]:
+    """_framework_compute_s of `d`, its rows taken from _COMPUTE where worked out before."""
+    key = constants.model_copy(update={"recompute_modules": (),
+                                       "selective_recompute": "attention_core"})
+    flat = _COMPUTE.rows((model_spec, cluster, job), key, d, LAYER_DEGREES, lambda rows: {
+        (kind, part): value for kind, parts in _framework_compute_s(
+            model_spec, cluster, job, rows, constants).items() for part, value in parts.items()})
+    layer: dict[str, dict[str, np.ndarray]] = {}
+    for (kind, part), value in flat.items():
+        layer.setdefault(kind, {})[part] = value
+    return layer
 
 
 # SMs a flex dispatcher's kernels hold while they overlap compute: DeepEP's historical default
@@ -379,7 +400,7 @@ def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
     """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), and
     the average layer's forward and backward seconds (the DP overlap window)."""
     # Both the layer terms and the average layer start from the same compute: work it once.
-    layer = _framework_compute_s(model_spec, cluster, job, d, constants)
+    layer = _kept_compute_s(model_spec, cluster, job, d, constants)
     per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants, layer)
     head = estimate_head_compute_s(model_spec, cluster, job, d, constants)
     fwd = _mixed_layer_s(layer, model_spec)

@@ -49,15 +49,16 @@ from solver.cost.data_parallel import (
 )
 from solver.cost.distinct import distinct_rows
 from solver.cost.flops import estimate_model_flops_per_token
-from solver.cost.layer_memo import layer_terms
 from solver.cost.layer_time import (
     BF16_BYTES,
     STAGE_PARTS,
+    estimate_layer_terms,
     layer_degrees,
     sm_contention,
     stack_parts,
 )
 from solver.cost.offload import add_activation_offload_s, estimate_optimizer_offload_s
+from solver.cost.row_memo import RowMemo
 from solver.cost.stage_content import (
     StageTimeContent,
     even_stage_time_content,
@@ -149,6 +150,11 @@ class TimeTerms:
         return TimeTerms(tokens=self.tokens, peak_flop_per_s=self.peak_flop_per_s, **values)
 
 
+# The layer terms of the last few problems (solver.cost.row_memo): the search asks for the
+# same degree tuples in every phase.
+_LAYER_TERMS = RowMemo(keep=6)
+
+
 def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                         candidates: Any, constants: TimeConstants | None = None,
                         layers_only: bool = False) -> TimeTerms:
@@ -169,8 +175,10 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
     names = layer_degrees(constants)
     first, back = distinct_rows(d, names)
-    layer = layer_terms(model_spec, cluster, job, {n: d[n][first] for n in PARALLEL_FIELDS},
-                        constants, names)
+    layer = _LAYER_TERMS.rows((model_spec, cluster, job), constants,
+                              {n: d[n][first] for n in PARALLEL_FIELDS}, names,
+                              lambda rows: estimate_layer_terms(model_spec, cluster, job, rows,
+                                                                constants))
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
     if constants.activation_offload:  # the exposed host transfers (solver.cost.offload)
         per_layer = add_activation_offload_s(model_spec, cluster, job, d, constants, per_layer)
