@@ -25,18 +25,49 @@ from typing import Any
 
 import numpy as np
 
+from solver.cost.distinct import distinct_inverse
+
+
+# Each name's values get codes 0, 1, ... in the order first seen; a row's key packs its codes
+# in RADIX digits (6 names x 10 bits fit an int64).
+RADIX = 1 << 10
+
 
 @dataclass
 class _Kept:
     specs: tuple[Any, ...]
     value: Any
     names: tuple[str, ...]
-    where: dict[tuple[int, ...], int] = field(default_factory=dict)
+    codes: list[dict[int, int]] = field(default_factory=list)
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted
+    at: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # their rows
     answers: dict[Any, np.ndarray] = field(default_factory=dict)
 
     def holds(self, specs: tuple[Any, ...], value: Any, names: tuple[str, ...]) -> bool:
         return (self.names == names and len(self.specs) == len(specs)
                 and all(a is b for a, b in zip(self.specs, specs)) and self.value == value)
+
+    def pack(self, rows: dict[str, np.ndarray]) -> np.ndarray:
+        """Each row's key: its values of `names` as codes, in RADIX digits."""
+        if not self.codes:
+            self.codes = [{} for _ in self.names]
+        key = np.zeros(len(rows[self.names[0]]), dtype=np.int64)
+        for name, code_of in zip(self.names, self.codes):
+            values, inverse = distinct_inverse(np.asarray(rows[name], dtype=np.int64))
+            codes = np.array([code_of.setdefault(int(v), len(code_of)) for v in values],
+                             dtype=np.int64)
+            if len(code_of) > RADIX:
+                raise ValueError(f"row memo: more than {RADIX} values of {name}")
+            key = key * RADIX + codes[inverse]
+        return key
+
+    def find(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each key is kept, where its sorted copy sits)."""
+        place = np.searchsorted(self.keys, key)
+        inside = np.minimum(place, max(len(self.keys) - 1, 0))
+        found = (place < len(self.keys)) & (self.keys[inside] == key) if len(self.keys) \
+            else np.zeros(len(key), dtype=bool)
+        return found, inside
 
 
 _MEMOS: list[RowMemo] = []
@@ -71,18 +102,20 @@ class RowMemo:
             kept = _Kept(specs, value, names)
             self.kept.insert(0, kept)
             del self.kept[self.keep:]
-        keys = list(zip(*(rows[n].tolist() for n in names)))
-        missing = {}
-        for i, key in enumerate(keys):
-            if key not in kept.where and key not in missing:
-                missing[key] = i
-        if missing:
-            index = list(missing.values())
+        key = kept.pack(rows)
+        found, _ = kept.find(key)
+        if not found.all():
+            missing = np.flatnonzero(~found)
+            new_keys, first = np.unique(key[missing], return_index=True)
+            index = missing[first]
             fresh = compute({n: v[index] for n, v in rows.items()})
-            start = len(kept.where)
-            for offset, key in enumerate(missing):
-                kept.where[key] = start + offset
+            start = len(kept.at)
             kept.answers = {name: np.concatenate([kept.answers[name], value])
                             if kept.answers else value for name, value in fresh.items()}
-        at = np.fromiter((kept.where[key] for key in keys), dtype=np.int64, count=len(keys))
+            keys = np.concatenate([kept.keys, new_keys])
+            at = np.concatenate([kept.at, start + np.arange(len(new_keys))])
+            order = np.argsort(keys, kind="stable")
+            kept.keys, kept.at = keys[order], at[order]
+        _, inside = kept.find(key)
+        at = kept.at[inside]
         return {name: value[at] for name, value in kept.answers.items()}
