@@ -222,3 +222,70 @@ def test_a_module_set_search_cut_short_leaves_the_answer_unproven() -> None:
     done = replace(first, plans=(), status="optimal")
     assert search_module_sets(problem, first, lambda variant, cutoff: done, 3).status == \
         "optimal"
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2-lite", "deepseek-v3", "glm-4.5"])
+def test_each_set_needs_no_more_memory_and_no_less_time(model: str) -> None:
+    """The sets are nested, cheapest first (solver.cost.recompute_modules): under selective
+    recompute, every configuration's memory never rises and its step time never falls from one
+    set to the next (what module_variants relies on to search the last set first where
+    nothing fits)."""
+    from solver.search.enumerate import enumerate_feasible, rules_but_memory
+    from solver.search.module_variants import module_variant
+
+    problem = build_problem(model, "dgx-h100", 64, seq_len=4096, global_batch=512)
+    sets = problem.recompute_module_sets
+    assert len(sets) >= 2
+    variants = [module_variant(problem, modules) for modules in sets]
+    candidates = enumerate_feasible(variants[0], rules_but_memory(variants[0]))
+    candidates = candidates.take(np.arange(0, len(candidates), max(len(candidates) // 400, 1)))
+    from solver.cost.memory import estimate_memory_total
+    from solver.cost.steptime import estimate_step_seconds
+
+    memory = [estimate_memory_total(v.model_spec, v.job, candidates, v.memory_options)[0]
+              for v in variants]
+    seconds = [estimate_step_seconds(v.model_spec, v.cluster, v.job, candidates,
+                                     v.time_constants) for v in variants]
+    for before, after in zip(memory, memory[1:]):
+        assert (after <= before * (1 + 1e-12)).all()
+    for before, after in zip(seconds, seconds[1:]):
+        assert (after >= before * (1 - 1e-12)).all()
+    assert (memory[-1] < memory[0]).any()
+
+
+def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
+    """Where the problem's own search finds nothing, the last (leanest) set is searched next;
+    where it finds nothing either, the sets between are not searched (they need more memory);
+    where it finds plans, they are."""
+    from dataclasses import replace
+
+    from solver.search.module_variants import search_module_sets
+
+    problem = _problem()
+    sets = problem.recompute_module_sets
+    assert len(sets) == 4
+    found = solve(problem.model_copy(update={"recompute_module_sets": ()}), top=3,
+                  engine="layout", compare=False)
+    nothing = replace(found, plans=(), status="infeasible")
+    asked = []
+
+    def none_fit(variant, cutoff):
+        asked.append(variant.time_constants.recompute_modules)
+        return replace(found, plans=(), status="optimal")
+
+    assert search_module_sets(problem, nothing, none_fit, 3).plans == ()
+    assert asked == [sets[-1]]
+    asked.clear()
+
+    def last_fits(variant, cutoff):
+        asked.append(variant.time_constants.recompute_modules)
+        return found if variant.time_constants.recompute_modules == sets[-1] else \
+            replace(found, plans=(), status="optimal")
+
+    merged = search_module_sets(problem, nothing, last_fits, 3)
+    assert asked == [sets[-1], *sets[1:-1]] and merged.plans
+    asked.clear()
+    # An unproven search of the last set proves nothing about the others.
+    assert search_module_sets(problem, nothing, lambda v, c: asked.append(1) or replace(
+        found, plans=(), status="feasible"), 3).plans == ()
+    assert len(asked) == len(sets) - 1

@@ -139,7 +139,15 @@ def search_module_sets(problem: Problem, result: Any,
                                          else result.plans)]
     seconds, proven, searched = result.solve_seconds, result.status != "feasible", False
     key = _rank_key(problem.objective)
-    for variant, namer in _module_variants(problem) + _offload_variants(problem):
+    modules = _module_variants(problem)
+    # Where nothing fits yet, the last set first: each set needs no more memory than the
+    # sets before it, so where none of its plans fits (proven), none of theirs does.
+    leanest_first = not plans and len(modules) > 1
+    if leanest_first:
+        modules = modules[-1:] + modules[:-1]
+    for position, (variant, namer) in enumerate(modules + _offload_variants(problem)):
+        if leanest_first and 0 < position < len(modules) and not plans and proven:
+            continue
         # A plan slower than the top-th of those found so far cannot enter the top: the
         # variant's search need not look for it (by time; memory ranks are searched whole).
         found = sorted(key(plan) for plan, _ in plans)
