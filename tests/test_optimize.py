@@ -9,6 +9,7 @@ import itertools
 import json
 from unittest import mock
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -222,6 +223,26 @@ def test_least_memory_is_that_of_the_leanest_plan_meeting_the_other_rules(pins) 
     assert found.least_memory_bytes == pytest.approx(float(least), rel=1e-12)
     assert found.names == ["memory_fits_hbm"]
     assert least > problem.cluster.gpu.memory_gib * 2**30
+
+
+@pytest.mark.parametrize(("model", "gpus", "pins"), [
+    ("llama3.1-405b", 8, {}), ("llama3.1-405b", 16, {"zero": (0,)}),
+    ("llama3.1-405b", 16, {"recompute": (0,)}), ("deepseek-v2-lite", 1, {"micro_batch": (4,)}),
+    ("kimi-k2", 64, {}), ("llama3.1-70b", 8, {"tp": (2,), "pp": (1,)})])
+def test_conflicts_over_the_leanest_schedules_equal_those_over_all(monkeypatch, model, gpus,
+                                                                   pins) -> None:
+    """find_conflicts costs only the leanest schedules (explain._leanest: along the micro-batch
+    and recompute level where no soft rule but memory reads them; Megatron's interleaving rule
+    reads the micro-batch, pins may read either): the same names and least memory as costing
+    every candidate."""
+    from solver.search import explain
+
+    problem = build_problem(model, "dgx-h100", gpus, pins=pins)
+    lean = explain.find_conflicts(problem)
+    monkeypatch.setattr(explain, "_leanest", lambda allowed, soft: np.arange(len(allowed)))
+    whole = explain.find_conflicts(problem)
+    assert lean.names == whole.names and lean.names
+    assert lean.least_memory_bytes == whole.least_memory_bytes
 
 
 def test_conflicting_pins_are_named() -> None:

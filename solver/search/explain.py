@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.cost.candidates import Candidates
+from solver.cost.distinct import distinct_rows
 from solver.cost.memory import estimate_memory_total
 from solver.cost.memory.states import estimate_sharded_state_bytes_per_param
 from solver.cost.time_constants import dp_part_overlaps
@@ -29,7 +31,7 @@ from solver.search.constraints import (
     build_constraints,
     memory_capacity_bytes,
 )
-from solver.search.enumerate import Ranked, enumerate_feasible
+from solver.search.enumerate import Ranked, enumerate_feasible, leanest_schedules
 from solver.search.space import VARIABLES, Problem
 from solver.spec.figures import format_significant
 from solver.spec.job import ParallelConfig
@@ -65,8 +67,9 @@ def find_conflicts(problem: Problem) -> Conflicts:
         names = deletion_filter(hard, lambda kept: len(enumerate_feasible(
             problem, kept, stop_at_first=True)) > 0)
         return Conflicts(names, None)
-    values = {name: getattr(allowed, name) for name in VARIABLES}
     soft = [c for c in constraints if is_soft(c)]
+    allowed = allowed.take(_leanest(allowed, soft))
+    values = {name: getattr(allowed, name) for name in VARIABLES}
     memory = estimate_memory_total(problem.model_spec, problem.job, allowed,
                              problem.memory_options)[0]
     masks = {c.name: np.broadcast_to(np.asarray(c.check(values), bool), allowed.tp.shape)
@@ -86,6 +89,29 @@ def find_conflicts(problem: Problem) -> Conflicts:
     return Conflicts(deletion_filter(soft, feasible), least)
 
 
+def _leanest(allowed: Candidates, soft: Sequence[Constraint]) -> np.ndarray:
+    """The rows that stand for all in find_conflicts: memory never rises with the recompute
+    level and never falls with the micro-batch (tests/test_memory_properties.py), so of the
+    rows that differ only in those of the two that no soft rule but memory reads, the leanest
+    meets every rule set any of them meets, with no more memory, and holds their least memory
+    (leanest_schedules where the rules read neither)."""
+    read = set().union(*(c.variables for c in soft if c.name != MEMORY_CONSTRAINT))
+    free = {"micro_batch", "recompute"} - read
+    if len(free) == 2:
+        return leanest_schedules(allowed)
+    if not free:
+        return np.arange(len(allowed))
+    (name,) = free
+    names = tuple(n for n in VARIABLES if n != name)
+    _, group = distinct_rows({n: getattr(allowed, n) for n in names}, names)
+    value = getattr(allowed, name)
+    # the highest recompute level, or the least micro-batch, of each group
+    sign = 1 if name == "recompute" else -1
+    best = np.full(int(group.max()) + 1, np.iinfo(np.int64).min)
+    np.maximum.at(best, group, sign * value)
+    return np.flatnonzero(sign * value == best[group])
+
+
 def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
     """Names of an irreducible subset of `constraints` that `feasible(kept)` (a function of a
     list of constraints) finds infeasible: drop one at a time, keep it only if needed."""
@@ -103,7 +129,7 @@ def explain_choice(problem: Problem, ranked: Ranked,
     best plan without the winner's most surprising choice (`compare_without_surprise`;
     `solve_pinned`, if given, solves a problem with one more pin, with the engine that ranked
     `ranked`)."""
-    m, gpu = problem.model_spec, problem.cluster.gpu
+    m = problem.model_spec
     capacity = problem.cluster.usable_memory_bytes
     params = m.total_params
     best = ranked.candidates.config(0)
