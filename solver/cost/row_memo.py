@@ -29,8 +29,8 @@ from solver.cost.distinct import distinct_inverse
 
 
 # Each name's values get codes 0, 1, ... in the order first seen; a row's key packs its codes
-# in RADIX digits (6 names x 10 bits fit an int64).
-RADIX = 1 << 10
+# in digits of 63 // len(names) bits (10 degrees: 6 bits, 64 values of each).
+KEY_BITS = 63
 
 
 @dataclass
@@ -47,18 +47,20 @@ class _Kept:
         return (self.names == names and len(self.specs) == len(specs)
                 and all(a is b for a, b in zip(self.specs, specs)) and self.value == value)
 
-    def pack(self, rows: dict[str, np.ndarray]) -> np.ndarray:
-        """Each row's key: its values of `names` as codes, in RADIX digits."""
+    def pack(self, rows: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Each row's key: its values of `names` as codes, one digit each; None where a name
+        has more values than a digit holds."""
         if not self.codes:
             self.codes = [{} for _ in self.names]
+        radix = 1 << (KEY_BITS // len(self.names))
         key = np.zeros(len(rows[self.names[0]]), dtype=np.int64)
         for name, code_of in zip(self.names, self.codes):
             values, inverse = distinct_inverse(np.asarray(rows[name], dtype=np.int64))
             codes = np.array([code_of.setdefault(int(v), len(code_of)) for v in values],
                              dtype=np.int64)
-            if len(code_of) > RADIX:
-                raise ValueError(f"row memo: more than {RADIX} values of {name}")
-            key = key * RADIX + codes[inverse]
+            if len(code_of) > radix:
+                return None
+            key = key * radix + codes[inverse]
         return key
 
     def find(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +104,9 @@ class RowMemo:
             kept = _Kept(specs, value, names)
             self.kept.insert(0, kept)
             del self.kept[self.keep:]
-        key = kept.pack(rows)
+        key = kept.pack(rows) if len(rows[names[0]]) else None
+        if key is None:  # no rows, or more values of a name than the keys hold: not kept
+            return compute(rows)
         found, _ = kept.find(key)
         if not found.all():
             missing = np.flatnonzero(~found)

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
-from solver.cost.distinct import distinct_rows
 from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
 from solver.cost.memory.dispatcher import estimate_dispatcher_bytes
 from solver.cost.memory.options import MemoryOptions
@@ -39,12 +38,14 @@ from solver.cost.memory.states import (
     estimate_model_states,
     estimate_stage_params,
 )
+from solver.cost.row_memo import RowMemo
 from solver.spec import JobSpec, ModelSpec
 from solver.spec.job import PARALLEL_FIELDS
 
 KINDS = ("dense", "moe")
-# Longer candidate lists are reduced to their distinct degrees first.
-DISTINCT_ABOVE = 1024
+# What the memory terms depend on: every degree but vpp.
+MEMORY_DEGREES = tuple(f for f in PARALLEL_FIELDS if f != "vpp")
+_TERMS = RowMemo(keep=6)
 MAIN_ITEMS = ("weights", "grads", "optimizer", "activations")
 OTHER_ITEMS = ("logits", "zero3_gather", "comm_buckets", "dispatcher", "cuda_context", "nccl",
                "fragmentation")
@@ -124,13 +125,24 @@ def estimate_memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     holding that one layer. ZeRO-3 gathers the model's largest layer (whichever stage).
     `totals`: MemoryTerms.totals() of the answer (summed before the rows are indexed)."""
     options = options or MemoryOptions()
+    # Nothing here reads vpp: worked out once per distinct other degrees, and kept for the
+    # search's later calls (solver.cost.row_memo).
+    arrays = {name: getattr(candidates, name) for name in PARALLEL_FIELDS}
+    kept = _TERMS.rows((model_spec, job), (options, totals), arrays, MEMORY_DEGREES,
+                       lambda rows: _as_arrays(_memory_terms(model_spec, job, Candidates(**rows),
+                                                             options, totals)))
+    return MemoryTerms(fragmentation=0.0 if totals else options.fragmentation, **kept)
+
+
+def _as_arrays(terms: MemoryTerms) -> dict[str, np.ndarray]:
+    return {name: getattr(terms, name) for name in terms.__dataclass_fields__
+            if name != "fragmentation"}
+
+
+def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
+                  options: MemoryOptions, totals: bool) -> MemoryTerms:
+    """estimate_memory_terms of distinct candidates."""
     n = len(candidates)
-    if n > DISTINCT_ABOVE:  # nothing here reads vpp: once per distinct other degrees
-        arrays = {name: getattr(candidates, name) for name in PARALLEL_FIELDS}
-        first, back = distinct_rows(arrays, tuple(f for f in PARALLEL_FIELDS if f != "vpp"))
-        if len(first) < n:
-            return estimate_memory_terms(model_spec, job, candidates.take(first),
-                                         options, totals).take(back)
 
     def params(dense: float = 0, moe: float = 0, first: bool = False, last: bool = False
                ) -> StageParams:
