@@ -25,10 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from solver.cost.distinct import distinct_inverse
 
-
-# Each name's values get codes 0, 1, ... in the order first seen; a row's key packs its codes
+# Each name's values get codes 0, 1, ... as they first appear; a row's key packs its codes
 # in digits of 63 // len(names) bits (10 degrees: 6 bits, 64 values of each).
 KEY_BITS = 63
 
@@ -38,7 +36,7 @@ class _Kept:
     specs: tuple[Any, ...]
     value: Any
     names: tuple[str, ...]
-    codes: list[dict[int, int]] = field(default_factory=list)
+    codes: list[np.ndarray] = field(default_factory=list)  # per name: value -> code
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted
     at: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # their rows
     answers: dict[Any, np.ndarray] = field(default_factory=dict)
@@ -49,18 +47,28 @@ class _Kept:
 
     def pack(self, rows: dict[str, np.ndarray]) -> np.ndarray | None:
         """Each row's key: its values of `names` as codes, one digit each; None where a name
-        has more values than a digit holds."""
+        has more values than a digit holds (or a value is negative)."""
         if not self.codes:
-            self.codes = [{} for _ in self.names]
+            self.codes = [np.zeros(0, dtype=np.int64) for _ in self.names]
         radix = 1 << (KEY_BITS // len(self.names))
         key = np.zeros(len(rows[self.names[0]]), dtype=np.int64)
-        for name, code_of in zip(self.names, self.codes):
-            values, inverse = distinct_inverse(np.asarray(rows[name], dtype=np.int64))
-            codes = np.array([code_of.setdefault(int(v), len(code_of)) for v in values],
-                             dtype=np.int64)
-            if len(code_of) > radix:
+        for position, name in enumerate(self.names):
+            column = np.asarray(rows[name], dtype=np.int64)
+            if column.min() < 0:
                 return None
-            key = key * radix + codes[inverse]
+            table = self.codes[position]  # value -> code, -1 where not seen yet
+            if column.max() >= len(table):
+                grown = np.full(int(column.max()) + 1, -1, dtype=np.int64)
+                grown[:len(table)] = table
+                self.codes[position] = table = grown
+            codes = table[column]
+            if (codes < 0).any():
+                new = np.unique(column[codes < 0])
+                table[new] = int(table.max(initial=-1)) + 1 + np.arange(len(new))
+                codes = table[column]
+            if int(table.max(initial=-1)) >= radix:
+                return None
+            key = key * radix + codes
         return key
 
     def find(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -108,14 +108,14 @@ def _apply_ready(values: dict[str, np.ndarray], pending: list[Constraint],
                  stop_at_first: bool) -> tuple[dict[str, np.ndarray], list[Constraint]]:
     bound = set(values)
     waiting = []
+    keep = np.ones(values["tp"].shape, dtype=bool)
     for constraint in pending:
         if not set(constraint.variables) <= bound:
             waiting.append(constraint)
             continue
-        if len(values["tp"]) == 0:
-            continue
-        keep = np.asarray(constraint.check(values), dtype=bool)
-        keep = np.broadcast_to(keep, values["tp"].shape)
+        # Every rule ready now reads the same rows; the rows are dropped once, at the end.
+        keep &= np.asarray(constraint.check(values), dtype=bool)
+    if not keep.all():
         values = {k: v[keep] for k, v in values.items()}
     if stop_at_first and not waiting and len(values["tp"]):
         values = {k: v[:1] for k, v in values.items()}
