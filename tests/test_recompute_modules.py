@@ -261,7 +261,7 @@ def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
 
     from solver.search.module_variants import search_module_sets
 
-    problem = _problem()
+    problem = _problem().model_copy(update={"offloads": ()})  # module sets only
     sets = problem.recompute_module_sets
     assert len(sets) == 4
     found = solve(problem.model_copy(update={"recompute_module_sets": ()}), top=3,
