@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.cost import layer_time, steptime
+from solver.cost import layer_compute_kept, steptime
 from solver.cost.distinct import distinct_rows
 from solver.cost.layer_time import estimate_layer_terms, layer_degrees
 from solver.cost.row_memo import RowMemo, forget_all
@@ -59,10 +59,10 @@ def test_kept_layer_terms_are_fresh_ones_read_alike(name, modules, data) -> None
         names = layer_degrees(constants)
         rows = distinct_degrees(problem, names)
         n = len(rows["tp"])
-        saved = list(layer_time._COMPUTE.kept)
-        layer_time._COMPUTE.clear()
+        saved = list(layer_compute_kept._COMPUTE.kept)
+        layer_compute_kept._COMPUTE.clear()
         whole = estimate_layer_terms(*specs, rows, constants)  # all rows, nothing kept
-        layer_time._COMPUTE.kept[:] = saved
+        layer_compute_kept._COMPUTE.kept[:] = saved
         batches = data.draw(st.lists(st.lists(st.integers(0, n - 1), min_size=1, max_size=n,
                                               unique=True), min_size=1, max_size=3))
         seen: dict[str, np.ndarray] = {}
@@ -78,7 +78,7 @@ def test_kept_layer_terms_are_fresh_ones_read_alike(name, modules, data) -> None
                 assert np.array_equal(value[~first], known[index][~first]), key
                 known[index] = value
     # One compute entry serves both module sets.
-    assert len(layer_time._COMPUTE.kept) == 1
+    assert len(layer_compute_kept._COMPUTE.kept) == 1
 
 
 def test_a_solve_does_not_depend_on_what_was_solved_before() -> None:
@@ -123,3 +123,29 @@ def test_entries_are_told_apart() -> None:
     twice = memo.rows((x,), 1, {"a": np.array([4, 4]), "b": np.array([0, 0])}, ("a", "b"),
                       compute)
     assert np.array_equal(twice["twice"], [8, 8]) and calls[-1] == 1
+
+
+def test_offloads_keep_their_layer_terms_exact() -> None:
+    """Activation offload's host transfers are worked out per distinct (layer degrees,
+    recompute) with the layer terms: the same as adding them to every row; optimizer offload
+    leaves the layers alone and shares the problem's kept terms."""
+    from solver.cost.offload import add_activation_offload_s
+    from solver.cost.steptime import estimate_time_terms
+
+    problem = PROBLEMS["llama3.1-8b"]
+    specs = (problem.model_spec, problem.cluster, problem.job)
+    candidates = enumerate_feasible(problem, rules_but_memory(problem))
+    candidates = candidates.take(np.flatnonzero(candidates.recompute != 2))  # no full
+    forget_all()
+    plain = estimate_time_terms(*specs, candidates, problem.time_constants)
+    active = problem.time_constants.model_copy(update={"activation_offload": True})
+    offloaded = estimate_time_terms(*specs, candidates, active)
+    d = {n: np.asarray(getattr(candidates, n), dtype=np.int64) for n in PARALLEL_FIELDS}
+    every_row = add_activation_offload_s(*specs, d, active, plain.per_layer)
+    assert np.allclose(offloaded.per_layer, every_row, rtol=1e-12, atol=0.0)
+    assert (offloaded.per_layer >= plain.per_layer).all()
+    entries = len(steptime._LAYER_TERMS.kept)
+    optimizer = problem.time_constants.model_copy(update={"optimizer_offload": True})
+    again = estimate_time_terms(*specs, candidates, optimizer)
+    assert len(steptime._LAYER_TERMS.kept) == entries  # served from the problem's entry
+    assert np.array_equal(again.per_layer, plain.per_layer)

@@ -25,9 +25,8 @@ from solver.cost.layer_compute import (
     estimate_forward_s,
     estimate_head_compute_s,
 )
-from solver.cost.layer_compute import estimate_layer_compute_s as _layer_compute_s
+from solver.cost.layer_compute_kept import LAYER_DEGREES, kept_compute_s
 from solver.cost.precision import load_recipe
-from solver.cost.row_memo import RowMemo
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 from solver.spec.blocks import ATTENTION_MIXERS
@@ -40,7 +39,7 @@ def _mixed_layer_s(layer: dict[str, dict[str, np.ndarray]], model_spec: ModelSpe
                    ) -> dict[str, np.ndarray]:
     """Forward seconds of the average layer (dense and MoE layers in the model's proportion),
     by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise,
-    from each kind's `layer` (_framework_compute_s). It sizes the DP overlap window (the layers
+    from each kind's `layer` (solver.cost.layer_compute_kept). It sizes the DP overlap window (the layers
     of the even split's largest stage)."""
     if model_spec.has_block_kinds:  # every kind in its share of the layers
         counts = np.bincount(model_spec.layer_kind_indices, minlength=len(model_spec.block_kinds))
@@ -73,39 +72,6 @@ def stack_parts(**values: np.ndarray | float) -> np.ndarray:
     for name, value in values.items():
         out[..., STAGE_PARTS.index(name)] = value
     return out
-
-
-def _framework_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                         d: dict[str, np.ndarray], constants: TimeConstants
-                         ) -> dict[str, dict[str, np.ndarray]]:
-    """_layer_compute_s under the framework's element-wise fusion: eager ATen ops move
-    TimeConstants.eager_elementwise_traffic times the fused kernels' traffic."""
-    layer = _layer_compute_s(model_spec, cluster, job, d, constants)
-    if constants.fused_elementwise:
-        return layer
-    factor = constants.eager_elementwise_traffic
-    return {kind: {**parts, "elementwise": factor * parts["elementwise"]}
-            for kind, parts in layer.items()}
-
-
-# The layer compute of recent problems (solver.cost.row_memo): it reads neither what selective
-# recompute re-runs nor how, so the recompute module sets searched beside a problem share it.
-_COMPUTE = RowMemo(keep=4)
-
-
-def _kept_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                    d: dict[str, np.ndarray], constants: TimeConstants
-                    ) -> dict[str, dict[str, np.ndarray]]:
-    """_framework_compute_s of `d`, its rows taken from _COMPUTE where worked out before."""
-    key = constants.model_copy(update={"recompute_modules": (),
-                                       "selective_recompute": "attention_core"})
-    flat = _COMPUTE.rows((model_spec, cluster, job), key, d, LAYER_DEGREES, lambda rows: {
-        (kind, part): value for kind, parts in _framework_compute_s(
-            model_spec, cluster, job, rows, constants).items() for part, value in parts.items()})
-    layer: dict[str, dict[str, np.ndarray]] = {}
-    for (kind, part), value in flat.items():
-        layer.setdefault(kind, {})[part] = value
-    return layer
 
 
 # SMs a flex dispatcher's kernels hold while they overlap compute: DeepEP's historical default
@@ -277,7 +243,7 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                  layer: dict[str, dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """(per layer, recompute) of TimeTerms: each layer kind at the candidate's own recompute
     level (none, or selective), and what recomputing it in full adds to the level none, from
-    each kind's compute `layer` (_framework_compute_s).
+    each kind's compute `layer` (solver.cost.layer_compute_kept).
 
     The host launches each pass's kernels ahead of the GPU, which waits only when the launches
     take longer than the pass's GPU work (compute and exposed communication): a pass costs
@@ -380,9 +346,6 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
             np.stack([full for _, full in terms], axis=1))
 
 
-# What a layer's time (and the LM head's) depends on; also the recompute level under op-level
-# selective recompute (layer_degrees).
-LAYER_DEGREES = ("tp", "cp", "ep", "etp", "micro_batch")
 
 
 def layer_degrees(constants: TimeConstants) -> tuple[str, ...]:
@@ -400,7 +363,7 @@ def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
     """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), and
     the average layer's forward and backward seconds (the DP overlap window)."""
     # Both the layer terms and the average layer start from the same compute: work it once.
-    layer = _kept_compute_s(model_spec, cluster, job, d, constants)
+    layer = kept_compute_s(model_spec, cluster, job, d, constants)
     per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants, layer)
     head = estimate_head_compute_s(model_spec, cluster, job, d, constants)
     fwd = _mixed_layer_s(layer, model_spec)

@@ -22,7 +22,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.distinct import distinct_rows
-from solver.cost.layer_time import LAYER_DEGREES
+from solver.cost.layer_compute_kept import LAYER_DEGREES
 from solver.cost.memory.layout import estimate_in_flight, layer_kinds, num_layer_kinds
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.terms import (

@@ -173,15 +173,25 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     num_micro = job.global_batch / (dp * mb)
     # The layer and head terms depend on (tp, cp, ep, etp, micro_batch) only: work them out
     # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
+    # Activation offload adds each layer's exposed host transfers (solver.cost.offload),
+    # which read the recompute level too. Optimizer offload leaves the layers alone: the
+    # kept terms of a problem serve its optimizer-offload search.
     names = layer_degrees(constants)
+    if constants.activation_offload and "recompute" not in names:
+        names = (*names, "recompute")
+
+    def layers(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        terms = estimate_layer_terms(model_spec, cluster, job, rows, constants)
+        if constants.activation_offload:
+            terms["per_layer"] = add_activation_offload_s(model_spec, cluster, job, rows,
+                                                          constants, terms["per_layer"])
+        return terms
+
     first, back = distinct_rows(d, names)
-    layer = _LAYER_TERMS.rows((model_spec, cluster, job), constants,
-                              {n: d[n][first] for n in PARALLEL_FIELDS}, names,
-                              lambda rows: estimate_layer_terms(model_spec, cluster, job, rows,
-                                                                constants))
+    layer = _LAYER_TERMS.rows((model_spec, cluster, job),
+                              constants.model_copy(update={"optimizer_offload": False}),
+                              {n: d[n][first] for n in PARALLEL_FIELDS}, names, layers)
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
-    if constants.activation_offload:  # the exposed host transfers (solver.cost.offload)
-        per_layer = add_activation_offload_s(model_spec, cluster, job, d, constants, per_layer)
     head = layer["head"][back]
     # Each MTP module is one more layer (of the model's MoE kind) with its own head and loss,
     # recomputed as the configuration recomputes.
