@@ -121,9 +121,10 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
 def solve(problem: Problem, top: int = 5, engine: str = "layout",
           time_limit_s: float = 10.0, compare: bool = True) -> OptimizeResult:
     """Rank the feasible configurations; explain the winner, or the infeasibility.
-    Each of the problem's recompute module sets beyond the first is searched apart and its
-    plans ranked with the others (solver.search.module_variants), within the same
-    `time_limit_s` as the first.
+    Each of the problem's recompute module sets beyond the first, and each of its offloads, is
+    searched apart and its plans ranked with the others (solver.search.module_variants),
+    within the same `time_limit_s` as the first: a search the limit leaves no time for is not
+    run, and the answer is `feasible` (not proved).
 
     Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
     and, where a pipeline layout can still beat the incumbents, the layout program
@@ -139,10 +140,18 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     forget_all()  # the answer depends on the problem alone (solver.cost.row_memo)
     start = time.perf_counter()
     result = _solve_one(problem, top, engine, time_limit_s, compare)
-    # One time limit for the whole solve: each module set's search gets what is left.
-    return search_module_sets(problem, result, lambda variant, cutoff_s: _solve_one(
-        variant, top, engine, max(time_limit_s - (time.perf_counter() - start), 0.0),
-        compare=False, cutoff_s=cutoff_s, module_set=True), top)
+
+    def solve_variant(variant: Problem, cutoff_s: float) -> OptimizeResult:
+        # One time limit for the whole solve: each further search gets what is left, and
+        # where nothing is left (layout engine) it is not run: the answer is unproven.
+        left = time_limit_s - (time.perf_counter() - start)
+        if left <= 0 and engine == "layout":
+            return OptimizeResult(problem=variant, status="feasible", engine=engine,
+                                  solve_seconds=0.0, num_feasible=None, plans=())
+        return _solve_one(variant, top, engine, max(left, 0.0), compare=False,
+                          cutoff_s=cutoff_s, module_set=True)
+
+    return search_module_sets(problem, result, solve_variant, top)
 
 
 def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,

@@ -289,3 +289,27 @@ def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
     assert search_module_sets(problem, nothing, lambda v, c: asked.append(1) or replace(
         found, plans=(), status="feasible"), 3).plans == ()
     assert len(asked) == len(sets) - 1
+
+
+def test_no_further_search_once_the_time_limit_is_spent(monkeypatch) -> None:
+    """The module-set and offload searches share the solve's time limit; one the limit leaves
+    no time for is not run (it would cost its first pass and even splits all the same), and
+    the answer says `feasible`, not proved."""
+    import solver.optimize as optimize
+
+    calls = []
+    original = optimize._solve_one
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("module_set", False))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(optimize, "_solve_one", counted)
+    problem = _problem()
+    assert len(problem.recompute_module_sets) > 1
+    spent = solve(problem, top=3, engine="layout", time_limit_s=1e-9, compare=False)
+    assert calls == [False] and spent.status == "feasible" and spent.plans
+    calls.clear()
+    whole = solve(problem, top=3, engine="layout", time_limit_s=60.0, compare=False)
+    assert calls.count(True) >= len(problem.recompute_module_sets) - 1
+    assert whole.status == "optimal"
