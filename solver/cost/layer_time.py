@@ -20,7 +20,6 @@ from solver.cost.candidates import RECOMPUTE_SELECTIVE
 from solver.cost.comm_ep import estimate_ep_exposed_s
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.layer_compute import (
-    LAYER_PARTS,
     estimate_backward_s,
     estimate_forward_s,
     estimate_head_compute_s,
@@ -35,22 +34,32 @@ BF16_BYTES = 2.0
 DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM count
 
 
-def _mixed_layer_s(layer: dict[str, dict[str, np.ndarray]], model_spec: ModelSpec
-                   ) -> dict[str, np.ndarray]:
-    """Forward seconds of the average layer (dense and MoE layers in the model's proportion),
-    by part: GEMMs ("gemm" without the routed experts, "routed"), attention core, element-wise,
-    from each kind's `layer` (solver.cost.layer_compute_kept). It sizes the DP overlap window (the layers
-    of the even split's largest stage)."""
+def _overlap_window_s(layer: dict[str, dict[str, np.ndarray]], model_spec: ModelSpec,
+                      d: dict[str, np.ndarray], constants: TimeConstants
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of the average layer (each kind in its share of the
+    layers), each kind's pass no shorter than the host takes to launch it (_estimate_host_s,
+    as its per-layer time): the wall time the DP traffic of the even split's largest stage
+    can hide behind. A layer that gets faster on the GPU while the host paces it hides no
+    less (a windowed layer never costs more time)."""
     if model_spec.has_block_kinds:  # every kind in its share of the layers
         counts = np.bincount(model_spec.layer_kind_indices, minlength=len(model_spec.block_kinds))
         names = ["dense", "moe", *(f"kind{k}" for k in hybrid_kinds(model_spec))]
-        return {part: sum(count / model_spec.num_hidden_layers * layer[name].get(part, 0.0)
-                          for name, count in zip(names, counts) if count)
-                for part in LAYER_PARTS}
-    moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
-    return {part: (1.0 - moe_share) * layer["dense"].get(part, 0.0)
-            + moe_share * layer["moe"].get(part, 0.0)
-            for part in LAYER_PARTS}
+        moe = [False, model_spec.is_moe, *(model_spec.block_kinds[k][1] == "moe"
+                                           for k in hybrid_kinds(model_spec))]
+        shares = [(name, count / model_spec.num_hidden_layers, is_moe)
+                  for name, count, is_moe in zip(names, counts, moe) if count]
+    else:
+        moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
+        shares = [(name, share, name == "moe") for name, share in
+                  (("dense", 1.0 - moe_share), ("moe", moe_share)) if share]
+    forward, backward = 0.0, 0.0
+    for name, share, is_moe in shares:
+        host = _estimate_host_s(model_spec, d, constants, is_moe)
+        forward = forward + share * np.maximum(_forward_s(layer[name]), host)
+        backward = backward + share * np.maximum(_backward_s(layer[name], constants),
+                                                 constants.launches.backward_ratio * host)
+    return np.asarray(forward), np.asarray(backward)
 
 
 def _backward_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
@@ -366,10 +375,10 @@ def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
     layer = kept_compute_s(model_spec, cluster, job, d, constants)
     per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants, layer)
     head = estimate_head_compute_s(model_spec, cluster, job, d, constants)
-    fwd = _mixed_layer_s(layer, model_spec)
+    window_fwd, window_bwd = _overlap_window_s(layer, model_spec, d, constants)
     return {"per_layer": per_layer, "recompute": recompute_terms,
-            "head": stack_parts(compute=head), "mixed_fwd": _forward_s(fwd),
-            "mixed_bwd": _backward_s(fwd, constants)}
+            "head": stack_parts(compute=head), "mixed_fwd": window_fwd,
+            "mixed_bwd": window_bwd}
 
 
 def sm_contention(cluster: ClusterSpec, constants: TimeConstants,
