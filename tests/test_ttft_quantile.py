@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from solver.cost.ttft_quantile import estimate_residual_wait_cdf, estimate_ttft_quantile_s
@@ -29,6 +29,7 @@ def test_residual_and_wait_limits() -> None:
 @given(st.floats(0.0, 1.0), st.floats(1e-3, 0.05), st.floats(0.0, 0.03), st.floats(0.0, 0.9),
        st.floats(1e-4, 0.1), st.floats(1e-3, 0.2), st.floats(0.0, 3.0), st.floats(0.0, 0.02),
        st.sampled_from([0.5, 0.9, 0.99]))
+@example(0.0, 0.03125, 0.0, 2.2250738585e-313, 0.0625, 0.125, 0.0, 0.0, 0.5)  # subnormal load
 def test_quantile_matches_sampling(busy: float, window: float, built: float, rho: float,
                                    wait: float, service: float, batched: float, step: float,
                                    q: float) -> None:

@@ -48,7 +48,8 @@ def estimate_residual_wait_cdf(x, busy, window_s, built_s, rho, mean_wait_s) -> 
     low = np.asarray(built_s, dtype=float)
     rho = np.asarray(rho, dtype=float)
     wait = np.asarray(mean_wait_s, dtype=float)
-    m = np.where(rho > 0, wait / np.where(rho > 0, rho, 1.0), 0.0)
+    # A queued request's mean wait; a load below 1e-300 (subnormal) would overflow it.
+    m = np.where(rho > 0, wait / np.where(rho > 0, np.maximum(rho, 1e-300), 1.0), 0.0)
     safe_m = np.where(m > 0, m, 1.0)
 
     def wait_cdf(y):
@@ -92,7 +93,7 @@ def estimate_ttft_quantile_s(q: float, busy, window_s, built_s, rho, mean_wait_s
                                                                         wait)))
         return (weights[:, None, :] * parts).sum(axis=-1)
 
-    m = np.where(r > 0, wait / np.where(r > 0, r, 1.0), 0.0)
+    m = np.where(r > 0, wait / np.where(r > 0, np.maximum(r, 1e-300), 1.0), 0.0)
     tail = m * np.log(np.maximum(r, 1e-300) / np.maximum(1.0 - q, 1e-12) * 4.0)
     high = (service + built + window + np.maximum(tail, 0.0)
             + (top + POISSON_TAIL_SIGMAS * np.sqrt(top) + POISSON_TAIL_SIGMAS) * step)
