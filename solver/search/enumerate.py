@@ -322,17 +322,29 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int,
 FEASIBILITY_CHUNK = 4096
 
 
-def leanest_schedules(candidates: Candidates) -> np.ndarray:
-    """The rows whose memory no other row of the same mesh and ZeRO stage undercuts for
-    certain: memory never rises with the recompute level and never falls with the
-    micro-batch (tests/test_memory_properties.py), so a row is dominated by one that
-    recomputes at least as much with a micro-batch at most as large. Per (mesh, zero) and
-    recompute level, the least micro-batch, kept where no higher level has one as small. The
-    least memory over these rows is the least over all rows."""
-    if len(candidates) == 0:
-        return np.zeros(0, dtype=np.int64)
-    names = tuple(n for n in VARIABLES if n not in ("micro_batch", "recompute"))
+LEAN_AXES = ("micro_batch", "recompute")
+
+
+def leanest_schedules(candidates: Candidates,
+                      along: tuple[str, ...] = LEAN_AXES) -> np.ndarray:
+    """The rows whose memory no other row undercuts for certain among those that differ only
+    in `along` (some of LEAN_AXES; default both: per mesh and ZeRO stage): memory never rises
+    with the recompute level and never falls with the micro-batch
+    (tests/test_memory_properties.py), so a row is dominated by one that recomputes at least
+    as much with a micro-batch at most as large. Along both: per group and recompute level,
+    the least micro-batch, kept where no higher level has one as small; along one: the highest
+    recompute level, or the least micro-batch, of each group. The least memory over these rows
+    is the least over all rows."""
+    if len(candidates) == 0 or not along:
+        return np.arange(len(candidates))
+    names = tuple(n for n in VARIABLES if n not in along)
     _, group = distinct_rows({n: getattr(candidates, n) for n in names}, names)
+    if len(along) == 1:
+        value = getattr(candidates, along[0])
+        sign = 1 if along[0] == "recompute" else -1
+        best = np.full(int(group.max()) + 1, np.iinfo(np.int64).min)
+        np.maximum.at(best, group, sign * value)
+        return np.flatnonzero(sign * value == best[group])
     levels = int(candidates.recompute.max()) + 1
     least = np.full((int(group.max()) + 1, levels), np.iinfo(np.int64).max)
     np.minimum.at(least, (group, candidates.recompute), candidates.micro_batch)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
-from solver.cost.distinct import distinct_rows
 from solver.cost.memory import estimate_memory_total
 from solver.cost.memory.states import estimate_sharded_state_bytes_per_param
 from solver.cost.time_constants import dp_part_overlaps
@@ -31,7 +30,7 @@ from solver.search.constraints import (
     build_constraints,
     memory_capacity_bytes,
 )
-from solver.search.enumerate import Ranked, enumerate_feasible, leanest_schedules
+from solver.search.enumerate import LEAN_AXES, Ranked, enumerate_feasible, leanest_schedules
 from solver.search.space import VARIABLES, Problem
 from solver.spec.figures import format_significant
 from solver.spec.job import ParallelConfig
@@ -90,26 +89,12 @@ def find_conflicts(problem: Problem) -> Conflicts:
 
 
 def _leanest(allowed: Candidates, soft: Sequence[Constraint]) -> np.ndarray:
-    """The rows that stand for all in find_conflicts: memory never rises with the recompute
-    level and never falls with the micro-batch (tests/test_memory_properties.py), so of the
-    rows that differ only in those of the two that no soft rule but memory reads, the leanest
-    meets every rule set any of them meets, with no more memory, and holds their least memory
-    (leanest_schedules where the rules read neither)."""
+    """The rows that stand for all in find_conflicts: the leanest schedules along the
+    micro-batch and recompute level where no soft rule but memory reads them (a rule set any
+    row meets, its leanest row meets too, with no more memory; the least memory is among them).
+    Megatron's interleaving rule reads the micro-batch; pins may read either."""
     read = set().union(*(c.variables for c in soft if c.name != MEMORY_CONSTRAINT))
-    free = {"micro_batch", "recompute"} - read
-    if len(free) == 2:
-        return leanest_schedules(allowed)
-    if not free:
-        return np.arange(len(allowed))
-    (name,) = free
-    names = tuple(n for n in VARIABLES if n != name)
-    _, group = distinct_rows({n: getattr(allowed, n) for n in names}, names)
-    value = getattr(allowed, name)
-    # the highest recompute level, or the least micro-batch, of each group
-    sign = 1 if name == "recompute" else -1
-    best = np.full(int(group.max()) + 1, np.iinfo(np.int64).min)
-    np.maximum.at(best, group, sign * value)
-    return np.flatnonzero(sign * value == best[group])
+    return leanest_schedules(allowed, tuple(a for a in LEAN_AXES if a not in read))
 
 
 def deletion_filter(constraints: Sequence[Constraint], feasible) -> list[str]:
