@@ -35,6 +35,7 @@ from solver.catalog.hf_fields import (
     read_body,
     read_bool,
     read_int,
+    read_mtp,
     read_routed_experts,
     show_value,
     with_moe,
@@ -186,8 +187,7 @@ def _map_deepseek(cfg: Config, source: str, *, v3: bool) -> Fields:
         "qk_nope_head_dim": read_int(cfg, source, "qk_nope_head_dim"),
         "qk_rope_head_dim": read_int(cfg, source, "qk_rope_head_dim"),
         "v_head_dim": read_int(cfg, source, "v_head_dim"),
-        "num_nextn_predict_layers": read_int(cfg, source, "num_nextn_predict_layers", 0, minimum=0,
-                                         maximum=MAX_LAYERS),
+        **read_mtp(cfg, source),
     }
     if not v3:  # DeepseekV2MLP is a LlamaMLP (mlp_bias); DeepseekV3MLP has no biases
         dense["mlp_bias"] = read_bool(cfg, source, "mlp_bias", False)

@@ -77,6 +77,44 @@ def read_bool(cfg: Config, source: str, key: str, default: bool) -> bool:
     return value
 
 
+# The keys a config.json states its MTP modules by (Megatron-Bridge auto_bridge.py
+# MTP_CONFIG_FIELDS: DeepSeek's, Qwen's and Megatron's names for one count).
+MTP_MODULE_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "mtp_num_layers")
+# Megatron-Core's MTP loss weight (transformer_config.py mtp_loss_scaling_factor = 0.1).
+MEGATRON_MTP_LOSS_SCALE = 0.1
+
+
+def read_mtp(cfg: Config, source: str, *, modules_default: int = 0, repeated: bool = False,
+             loss_scale: float = MEGATRON_MTP_LOSS_SCALE) -> Fields:
+    """The MTP fields of solver.spec.ModelSpec: the modules (the first MTP_MODULE_KEYS key the
+    file has, else `modules_default`), one depth per module as Megatron-Bridge converts them
+    (model_bridge.py: num_nextn_predict_layers -> mtp_num_layers), and the keys
+    `mtp_use_repeated_layer` and `mtp_loss_scaling_factor` (else the family's defaults,
+    `repeated` and `loss_scale`, as its Bridge states them)."""
+    key = next((k for k in MTP_MODULE_KEYS if k in cfg), MTP_MODULE_KEYS[0])
+    fields: Fields = {"num_nextn_predict_layers": read_int(cfg, source, key, modules_default,
+                                                           minimum=0, maximum=MAX_LAYERS)}
+    if fields["num_nextn_predict_layers"]:
+        fields["mtp_use_repeated_layer"] = read_bool(cfg, source, "mtp_use_repeated_layer",
+                                                     repeated)
+        fields["mtp_loss_scaling_factor"] = read_number(cfg, source, "mtp_loss_scaling_factor",
+                                                        loss_scale)
+    return fields
+
+
+def read_number(cfg: Config, source: str, key: str, default: float, *,
+                maximum: float = 1e3) -> float:
+    """A non-negative number key (a weight); absent: `default`."""
+    value = cfg.get(key, ABSENT)
+    if value is ABSENT:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 <= value <= maximum):
+        raise field_error(source, key, f"must be a number from 0 to {maximum:g}, got "
+                                       f"{show_value(value)}")
+    return float(value)
+
+
 def read_layer_indices(cfg: Config, source: str, key: str, num_layers: int) -> set[int]:
     """A list of layer indices (`mlp_only_layers`); absent or null is the empty list."""
     value = cfg.get(key)

@@ -22,6 +22,7 @@ from solver.catalog.hf_fields import (
     read_bool,
     read_int,
     read_layer_indices,
+    read_mtp,
     read_routed_experts,
     show_value,
 )
@@ -118,20 +119,13 @@ def map_qwen3_next(cfg: Config, source: str) -> Fields:
                                                      "shared_expert_intermediate_size"))
     fields["mlp_layer_types"] = tuple("moe" if i in moe_layers else "dense"
                                       for i in range(layers))
-    fields["num_nextn_predict_layers"] = _qwen_mtp_layers(cfg, source)
+    # One MTP module unless the file says (Qwen3.5: mtp_num_hidden_layers). HF's Qwen3Next
+    # builds none (it drops the checkpoint's mtp.* weights), but the released checkpoints
+    # carry one (mtp.layers.0: a full-attention MoE decoder layer behind fc 2h -> h and two
+    # RMSNorms) and vLLM's Qwen3NextMultiTokenPredictor (qwen3_next_mtp.py) reads
+    # getattr(config, "num_nextn_predict_layers", 1).
+    fields.update(read_mtp(cfg, source, modules_default=1))
     return fields
-
-
-def _qwen_mtp_layers(cfg: Config, source: str) -> int:
-    """Qwen3-Next's MTP depth: `num_nextn_predict_layers`, or Qwen's own `mtp_num_hidden_layers`
-    (the Qwen3.5 configs), else 1. HF's Qwen3Next model builds no MTP layer (it drops the
-    checkpoint's mtp.* weights), but the released checkpoints carry one (mtp.layers.0: a
-    full-attention MoE decoder layer behind fc 2h -> h and two RMSNorms) and vLLM's
-    Qwen3NextMultiTokenPredictor (vllm/model_executor/models/qwen3_next_mtp.py) reads
-    getattr(config, "num_nextn_predict_layers", 1)."""
-    key = "num_nextn_predict_layers" if "num_nextn_predict_layers" in cfg else (
-        "mtp_num_hidden_layers")
-    return read_int(cfg, source, key, 1, minimum=0, maximum=MAX_LAYERS)
 
 
 def read_gemma_layer(cfg: Config, source: str, *, max_positions: int) -> Fields:
@@ -239,8 +233,8 @@ def map_glm4_moe(cfg: Config, source: str) -> Fields:
         "intermediate_size": read_int(cfg, source, "intermediate_size"),
         "qkv_bias": attention_bias,
         "qk_norm": read_bool(cfg, source, "use_qk_norm", False),
-        "num_nextn_predict_layers": read_int(cfg, source, "num_nextn_predict_layers", 0,
-                                             minimum=0, maximum=MAX_LAYERS),
+        # Megatron-Bridge glm45_bridge.py: mtp_loss_scaling_factor 0.3
+        **read_mtp(cfg, source, loss_scale=0.3),
     }
     layers = fields["num_hidden_layers"]
     first_dense = read_int(cfg, source, "first_k_dense_replace", 1, minimum=0, maximum=MAX_LAYERS)

@@ -7,7 +7,8 @@ stated there.
 from __future__ import annotations
 
 from solver.catalog.hf_fields import (ABSENT, MAX_LAYERS, Config, Fields, field_error,
-    read_attention, read_body, read_bool, read_int, read_routed_experts, show_value)
+    read_attention, read_body, read_bool, read_int, read_mtp, read_routed_experts,
+    show_value)
 
 NEMOTRON_LETTERS = {"M": ("mamba", "none"), "*": ("full_attention", "none"),
                     "-": ("none", "dense"), "E": ("none", "moe")}
@@ -111,6 +112,7 @@ def map_nemotron_h(cfg: Config, source: str) -> Fields:
         if shared:
             fields.update(num_shared_experts=1, shared_expert_intermediate_size=shared * read_int(
                 cfg, source, "moe_shared_expert_intermediate_size"))
-    fields["num_nextn_predict_layers"] = read_int(cfg, source, "num_nextn_predict_layers", 0,
-                                                  minimum=0, maximum=MAX_LAYERS)
+    # Megatron-Bridge's defaults for a nemotron_h config.json without the keys
+    # (nemotron_h_bridge.py: mtp_use_repeated_layer True, mtp_loss_scaling_factor 0.3).
+    fields.update(read_mtp(cfg, source, repeated=True, loss_scale=0.3))
     return fields

@@ -193,11 +193,11 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
                               {n: d[n][first] for n in PARALLEL_FIELDS}, names, layers)
     per_layer, recompute_terms = layer["per_layer"][back], layer["recompute"][back]
     head = layer["head"][back]
-    # Each MTP module is one more layer (of the model's MoE kind) with its own head and loss,
-    # recomputed as the configuration recomputes.
+    # Each MTP depth is one more layer (of the model's MoE kind) with its own head and loss,
+    # recomputed as the configuration recomputes (a repeated module runs once per depth).
     mtp_kind = 1 if model_spec.is_moe else 0
     full = (recompute == RECOMPUTE_FULL)[:, None]
-    mtp = model_spec.num_nextn_predict_layers * (
+    mtp = model_spec.mtp_depths * (
         per_layer[:, mtp_kind] + np.where(full, recompute_terms[:, mtp_kind], 0.0) + head)
     num_gpus = tp * pp * dp * cp
     tokens = job.global_batch * s

@@ -131,11 +131,11 @@ def build_mamba_hybrid_flags(target: LaunchTarget, pipeline: PipelineLayout
     layers = [stage.layers for stage in pipeline.stages]
     split = mamba_stack_split_flags(layers, c.pp, c.vpp) if c.pp > 1 else []
     mtp = "".join(MTP_SEPARATOR + "*" + ("E" if m.is_moe else "-")
-                  for _ in range(m.num_nextn_predict_layers))
+                  for _ in range(m.mtp_depths))
     if split is not None and not mtp:
         return [*sizes, ("--hybrid-override-pattern", render_pattern(m)), *split], warnings, []
     if split is not None and c.pp == 1:
-        note = (f"--hybrid-layer-pattern appends the {m.num_nextn_predict_layers} MTP "
+        note = (f"--hybrid-layer-pattern appends the {m.mtp_depths} MTP "
                 "depth(s) after '/': Megatron-Core 0.17 or later (core_v0.16's MambaModel has "
                 "no multi-token prediction)")
     else:

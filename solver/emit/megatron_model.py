@@ -7,7 +7,8 @@ TransformerConfig fields that ArgumentGroupFactory turns into flags (--num-layer
 --normalization, --num-moe-experts as --num-experts, --moe-router-topk, --moe-ffn-hidden-size,
 --moe-shared-expert-intermediate-size, --moe-layer-freq, --multi-latent-attention,
 --q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim,
---mtp-num-layers) and _add_network_size_args flags.
+--mtp-num-layers, --mtp-use-repeated-layer, --mtp-loss-scaling-factor) and
+_add_network_size_args flags.
 A block pattern adds its windows and gated DeltaNet layers (solver.emit.megatron_hybrid).
 """
 
@@ -15,6 +16,11 @@ from __future__ import annotations
 
 from solver.emit.megatron_hybrid import build_block_flags, render_layer_pattern
 from solver.emit.target import LaunchTarget
+from solver.spec import ModelSpec
+
+# Megatron-Core's default MTP loss weight (transformer_config.py mtp_loss_scaling_factor = 0.1,
+# core_v0.16.1 through core_v0.20): the flag goes out only when the model's differs.
+MEGATRON_MTP_LOSS_SCALE = 0.1
 
 
 def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -93,10 +99,32 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
                        ("--moe-apply-probs-on-input",)]
                       if m.model_type in ("llama4", "llama4_text")
                       else [("--moe-router-pre-softmax",)])
-    if m.num_nextn_predict_layers:
-        flags.append(("--mtp-num-layers", str(m.num_nextn_predict_layers)))
+    mtp_flags, mtp_warnings = build_mtp_flags(m)
+    flags += mtp_flags
+    warnings += mtp_warnings
     if m.is_hybrid:  # windows, gated DeltaNet
         block_flags, block_warnings = build_block_flags(m, target.config.cp)
         flags += block_flags
         warnings += block_warnings
+    return flags, warnings
+
+
+def build_mtp_flags(m: ModelSpec) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The MTP depths (--mtp-num-layers: the depths a step runs, which Megatron places on the
+    last pipeline stage without a layout), one module repeated over them
+    (--mtp-use-repeated-layer, Megatron-Core 0.17 or later) and the loss weight when it is
+    not Megatron's 0.1 (Megatron-Bridge's Nemotron 3 recipes: 2 depths of one repeated "*E"
+    module, 0.3)."""
+    if not m.mtp_depths:
+        return [], []
+    flags: list[tuple[str, ...]] = [("--mtp-num-layers", str(m.mtp_depths))]
+    warnings: list[str] = []
+    if m.mtp_use_repeated_layer and m.mtp_depths > 1:
+        flags.append(("--mtp-use-repeated-layer",))
+    if m.mtp_use_repeated_layer and m.mtp_depths > 1 and "mamba" not in m.layer_mixers:
+        # (a Mamba hybrid's MTP pattern already goes out in the 0.17 form: megatron_hybrid)
+        warnings.append("--mtp-use-repeated-layer needs Megatron-Core 0.17 or later "
+                        "(core_v0.16 builds one MTP module per depth)")
+    if m.mtp_loss_scaling_factor != MEGATRON_MTP_LOSS_SCALE:
+        flags.append(("--mtp-loss-scaling-factor", f"{m.mtp_loss_scaling_factor:g}"))
     return flags, warnings

@@ -65,7 +65,7 @@ class LaunchTarget:
         return PipelineLayout(pp=self.config.pp, vpp=self.config.vpp, stages=tuple(
             VirtualStage(layers=n, recompute_layers=n if full else 0, embedding=v == 0,
                          loss=v == last,
-                         mtp_layers=self.model_spec.num_nextn_predict_layers if v == last else 0)
+                         mtp_layers=self.model_spec.mtp_depths if v == last else 0)
             for v, n in enumerate(layers)))
 
     @property
@@ -86,10 +86,10 @@ def check_pipeline_layout(pipeline: PipelineLayout, model_spec: ModelSpec,
         raise InputError(f"{source}: its virtual stages hold {pipeline.num_layers} decoder "
                          f"layers; {model_spec.name} has {model_spec.num_hidden_layers}")
     mtp = pipeline.stages[-1].mtp_layers
-    wanted = model_spec.num_nextn_predict_layers
+    wanted = model_spec.mtp_depths
     if mtp not in (0, wanted):
         raise InputError(f"{source}: its last virtual stage holds {mtp} MTP layers; "
-                         f"{model_spec.name} has {wanted}")
+                         f"{model_spec.name} runs {wanted} MTP depth(s)")
     if mtp == wanted:
         return pipeline
     last = pipeline.stages[-1].model_copy(update={"mtp_layers": wanted})
@@ -103,7 +103,7 @@ def parse_launch_pipeline(text: str, model_spec: ModelSpec, config: ParallelConf
     `recompute_num_layers` R, the first min(R, layers) of each virtual stage (Megatron's
     --recompute-method block --recompute-num-layers R)."""
     pipeline = parse_pipeline_layout(text, config.pp, config.vpp, model_spec.num_hidden_layers,
-                                     model_spec.num_nextn_predict_layers)
+                                     model_spec.mtp_depths)
     if recompute_num_layers is not None and config.recompute != "full":
         raise InputError(f"--recompute-num-layers {recompute_num_layers}: needs --recompute "
                          f"full (got {config.recompute})")

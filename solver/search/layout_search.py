@@ -66,7 +66,7 @@ UNIFORM_RECOMPUTE_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 def layout_rules(problem: Problem, config: ParallelConfig) -> LayoutRules:
     """What the layout of `config` may choose under the problem's framework."""
-    mtp = problem.model_spec.num_nextn_predict_layers if problem.memory_options.include_mtp \
+    mtp = problem.model_spec.mtp_depths if problem.memory_options.include_mtp \
         else 0
     return LayoutRules(recompute=config.recompute == "full",
                        uniform_recompute=problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS,

@@ -96,7 +96,19 @@ class ModelSpec(InputSpec, ParameterCounts):
     qk_nope_head_dim: Width | None = Field(default=None, gt=0)
     qk_rope_head_dim: Width | None = Field(default=None, gt=0)
     v_head_dim: Width | None = Field(default=None, gt=0)
+    # Multi-token prediction (DeepSeek-V3 arXiv 2412.19437 §2.2; Megatron-Core
+    # multi_token_prediction.py). num_nextn_predict_layers: the MTP modules config.json states
+    # (HF's key; Qwen's mtp_num_hidden_layers). mtp_num_layers: the depths a run trains
+    # (Megatron --mtp-num-layers); absent = one per module. mtp_use_repeated_layer: one module
+    # applied at every depth (Megatron-Core >= 0.17 mtp_use_repeated_layer: "only 1 layer is
+    # created and applied mtp_num_layers times"), so its parameters count once while its
+    # FLOPs and activations count per depth. mtp_loss_scaling_factor: the weight of the depths'
+    # mean loss (Megatron's default 0.1, transformer_config.py; each depth's loss is scaled
+    # by factor / depths, multi_token_prediction.py process_mtp_loss).
     num_nextn_predict_layers: LayerCount = Field(default=0, ge=0)
+    mtp_num_layers: LayerCount | None = Field(default=None, ge=0)
+    mtp_use_repeated_layer: bool = False
+    mtp_loss_scaling_factor: float = Field(default=0.1, ge=0.0, le=1e3)
 
     # The block pattern (solver.spec.blocks): per-layer mixer and MLP; absent = every layer
     # full attention, MLPs by first_k_dense_layers / moe_layer_freq.

@@ -151,15 +151,44 @@ class ParameterCounts:
         return self._norm_params(self.hidden_size)
 
     @property
-    def mtp_params(self) -> int:
-        """DeepSeek multi-token-prediction modules (not counted in total_params, as the model
-        cards count them apart: "671B main model weights and 14B MTP module weights")."""
-        if not self.num_nextn_predict_layers:
-            return 0
+    def mtp_depths(self) -> int:
+        """MTP depths a training step runs (Megatron --mtp-num-layers): each adds one MTP
+        layer's forward and backward, its activations and one more LM-head pass and loss."""
+        return (self.num_nextn_predict_layers if self.mtp_num_layers is None
+                else self.mtp_num_layers)
+
+    @property
+    def mtp_modules(self) -> int:
+        """MTP modules holding weights: one when the depths repeat one module, else one per
+        depth (Megatron-Core MultiTokenPredictionBlock._build_layers)."""
+        return min(self.mtp_depths, 1) if self.mtp_use_repeated_layer else self.mtp_depths
+
+    @property
+    def mtp_loss_scale_per_depth(self) -> float:
+        """Each depth's loss weight: mtp_loss_scaling_factor / depths (Megatron-Core
+        process_mtp_loss: `mtp_loss_scale = config.mtp_loss_scaling_factor /
+        config.mtp_num_layers`); 0 without MTP."""
+        depths = self.mtp_depths
+        return self.mtp_loss_scaling_factor / depths if depths else 0.0
+
+    @property
+    def mtp_module_params(self) -> int:
+        """One MTP module: its decoder layer (of the model's MoE kind), eh_proj (2h -> h) and
+        three norms (enorm, hnorm, the final norm before the shared LM head)."""
         h = self.hidden_size
         layer = self.moe_layer_params if self.is_moe else self.dense_layer_params
-        per_module = layer + 2 * h * h + 3 * self._norm_params(h)  # eh_proj + enorm/hnorm/head norm
-        return self.num_nextn_predict_layers * per_module
+        if "mamba" in self.layer_mixers:
+            # One block a layer: the depth's "*E" (or "*-") is two layers, each with its own
+            # pre-norm (mtp_hybrid_override_pattern; megatron_hybrid).
+            layer += self.norm_params_per_layer
+        return layer + 2 * h * h + 3 * self._norm_params(h)
+
+    @property
+    def mtp_params(self) -> int:
+        """Multi-token-prediction modules (not counted in total_params, as the model cards
+        count them apart: DeepSeek-V3's "671B main model weights and 14B MTP module
+        weights"); a repeated module counts once whatever the depths."""
+        return self.mtp_modules * self.mtp_module_params if self.mtp_modules else 0
 
     def _pattern_layer_params(self, active: bool) -> int:
         """Every decoder layer's parameters summed over the block pattern."""

@@ -330,9 +330,10 @@ def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: C
 
     embedding = (BF16_BYTES if m.embedding_norm else 0.0) * h + (h if options.dropout else 0.0)
     head = _per_gpu(job, candidates, options, 0.0, 2 * BF16_BYTES * h)
-    # The MTP modules recompute as the configuration does (full: their input only).
+    # The MTP depths recompute as the configuration does (full: their input only); a repeated
+    # module keeps one set of activations per depth.
     mtp_layer = estimate_layer_activation_bytes(m, job, candidates, options, moe=m.is_moe)
-    mtp = m.num_nextn_predict_layers * (mtp_layer + head) if options.include_mtp else 0.0
+    mtp = m.mtp_depths * (mtp_layer + head) if options.include_mtp else 0.0
     zeros = np.zeros(len(candidates))
     not_last = (_per_gpu(job, candidates, options, BF16_BYTES * h, 0.0)
                 if options.keep_stage_outputs else zeros)
@@ -378,10 +379,10 @@ def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candi
                           options: MemoryOptions) -> np.ndarray:
     """Logits and cross-entropy buffers (held by the last stage): s*b/cp tokens x V/tp vocabulary
     entries x logits_bytes (bf16 logits + the fp32 copy the loss keeps), once per output head
-    (the main head plus each MTP module).
+    (the main head plus each MTP depth).
 
     Worked number: Llama-3.1-8B, s = 8192, b = 4, tp = 1: 32768 * 128256 * 6 B = 25.2 GB.
     """
-    heads = 1 + (model_spec.num_nextn_predict_layers if options.include_mtp else 0)
+    heads = 1 + (model_spec.mtp_depths if options.include_mtp else 0)
     tokens = job.seq_len * candidates.micro_batch / candidates.cp
     return heads * tokens * model_spec.vocab_size / candidates.tp * options.logits_bytes

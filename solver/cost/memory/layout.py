@@ -263,4 +263,4 @@ def build_default_layout(model_spec: ModelSpec, config: ParallelConfig,
     return build_even_layout(
         model_spec, config.pp, config.vpp, config.recompute == "full",
         options.account_for_embedding_in_pipeline_split,
-        model_spec.num_nextn_predict_layers if options.include_mtp else 0)
+        model_spec.mtp_depths if options.include_mtp else 0)

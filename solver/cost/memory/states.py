@@ -46,10 +46,10 @@ class StageParams:
 
 def _mtp_split(model_spec: ModelSpec) -> tuple[int, int]:
     """(non-expert, routed-expert) parameters of the multi-token-prediction modules."""
-    if not model_spec.num_nextn_predict_layers:
+    if not model_spec.mtp_modules:
         return 0, 0
     per_module_experts = model_spec.num_experts * model_spec.expert_params
-    experts = model_spec.num_nextn_predict_layers * per_module_experts
+    experts = model_spec.mtp_modules * per_module_experts  # a repeated module counts once
     return model_spec.mtp_params - experts, experts
 
 
