@@ -210,3 +210,12 @@ def test_megatron_defaults_go_out_as_defaults() -> None:
     assert "model.mtp_num_layers=1" in overrides
     assert "model.mtp_use_repeated_layer=false" in overrides
     assert "model.mtp_loss_scaling_factor=0.1" in overrides
+
+
+def test_models_show_states_the_depths() -> None:
+    result = CliRunner().invoke(cli, ["models", "show", SUPER, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["mtp"] == {"depths": 2, "modules": 1,
+                                                "loss_scale_per_depth": pytest.approx(0.15)}
+    text = CliRunner().invoke(cli, ["models", "show", SUPER]).output
+    assert "1 module(s), trained at 2 depth(s) (one module repeated), loss weight 0.3" in text

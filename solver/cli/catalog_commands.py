@@ -78,6 +78,8 @@ def show(ref: str, as_json: bool) -> None:
     breakdown = model_spec.breakdown()
     summary["breakdown"] = breakdown
     summary["mtp_params"] = model_spec.mtp_params
+    summary["mtp"] = {"depths": model_spec.mtp_depths, "modules": model_spec.mtp_modules,
+                      "loss_scale_per_depth": model_spec.mtp_loss_scale_per_depth}
     summary["flops_per_token_4k"] = model_spec.flops_per_token(4096)
     summary["block_pattern"] = render_pattern(model_spec)
     summary["block_kinds"] = block_kind_counts(model_spec)
@@ -93,8 +95,12 @@ def show(ref: str, as_json: bool) -> None:
     echo_table(f"{model_spec.name} ({model_spec.model_type})", ["part", "params", "exact", "share"],
                rows)
     if model_spec.mtp_params:
-        click.echo(f"multi-token-prediction modules (not in total): "
-                   f"{format_params(model_spec.mtp_params)}")
+        depths, modules = model_spec.mtp_depths, model_spec.mtp_modules
+        click.echo(f"multi-token prediction (not in total): {format_params(model_spec.mtp_params)} "
+                   f"in {modules} module(s), trained at {depths} depth(s)"
+                   f"{' (one module repeated)' if modules < depths else ''}, loss weight "
+                   f"{model_spec.mtp_loss_scaling_factor:g} ({model_spec.mtp_loss_scale_per_depth:g}"
+                   f" a depth) on the last pipeline stage")
     if model_spec.is_hybrid:
         kinds = ", ".join(f"{n} x {kind}" for kind, n in summary["block_kinds"].items())
         click.echo(f"block pattern: {summary['block_pattern']}\n  (M Mamba-2, * attention, "
