@@ -175,9 +175,10 @@ def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candida
         return split, replicated
     shared_width = m.num_shared_experts * (
         m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
-    if "moe" in modules:
+    if "moe" in modules:  # LatentMoE's fc2_latent_proj input is inside the block too
         moe_split, _ = _mlp_bytes(m, job, candidates, options, moe=True)
-        return split + moe_split, BF16_BYTES * h + FP32_BYTES * m.num_experts
+        return split + moe_split, (BF16_BYTES * h + FP32_BYTES * m.num_experts
+                                   + lin * (m.moe_latent_size or 0))
     copies = m.num_experts_per_tok * options.moe_capacity_factor
     if "moe_act" in modules:
         split = split + copies * lin * (m.moe_intermediate_size or 0)
@@ -290,7 +291,16 @@ def estimate_kind_activation_bytes(model_spec: ModelSpec, job: JobSpec, candidat
         return estimate_mixer_activation_bytes(model_spec, mixer, lin)
 
     def mlp_bytes(mlp: str) -> tuple:
-        return _mlp_bytes(model_spec, job, candidates, options, moe=mlp == "moe")
+        # The MLP modules Megatron recomputes drop from a one-block MLP layer what they drop
+        # from a plain layer (estimate_module_recompute_bytes).
+        split, replicated = _mlp_bytes(model_spec, job, candidates, options, mlp == "moe")
+        if options.selective_recompute != "op_level":
+            selective = candidates.recompute == RECOMPUTE_SELECTIVE
+            dropped = estimate_module_recompute_bytes(model_spec, job, candidates, options,
+                                                      mlp == "moe")
+            split = split - np.where(selective, dropped[0], 0.0)
+            replicated = replicated - np.where(selective, dropped[1], 0.0)
+        return split, replicated
 
     split, replicated = compose_kind_activation_bytes(model_spec, kind, mixer_bytes, mlp_bytes)
     return _per_gpu(job, candidates, options, split, replicated) + np.zeros(len(candidates))
