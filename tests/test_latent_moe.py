@@ -143,8 +143,8 @@ def test_deepep_buffers_hold_latent_tokens() -> None:
 
     config = ParallelConfig(tp=1, pp=1, dp=64, ep=64, micro_batch=1, recompute="none", zero=1)
     candidates, options = Candidates.from_configs([config]), MemoryOptions(moe_dispatcher="deepep")
-    latent = estimate_dispatcher_bytes(load_model_spec(SUPER), candidates, options)[0]
-    plain = estimate_dispatcher_bytes(without_latent(SUPER), candidates, options)[0]
+    latent = estimate_dispatcher_bytes(load_model_spec(SUPER), JobSpec(), candidates, options)[0]
+    plain = estimate_dispatcher_bytes(without_latent(SUPER), JobSpec(), candidates, options)[0]
     assert latent == estimate_deepep_buffer_bytes(2 * 1024, 64)
     assert plain == estimate_deepep_buffer_bytes(2 * 4096, 64)
     assert latent < plain

@@ -18,7 +18,10 @@ Two physical exceptions are excluded by the strategies, each for a stated reason
   with p: the pp property is checked for 1F1B (vpp = 1), where it is L for every p.
 The properties run under the default MemoryOptions. Under torchtitan's
 fsdp_unsharded_under_pp, ZeRO-3 memory rises from pp 1 to pp 2 (FSDP2 keeps a pipeline stage
-gathered with its unsharded gradients): tests/test_memory_features.py pins that case.
+gathered with its unsharded gradients): tests/test_memory_features.py pins that case. Under
+the flex and all-gather dispatchers (DeepEP, HybridEP, allgather) the dispatcher's buffers are
+sized by the ETPxEP group (solver.cost.memory.dispatcher: HybridEP holds a slot for every
+token of the group), so memory may rise with ep; every other degree keeps the property there.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from solver.cost.memory import (
     estimate_memory,
     estimate_memory_total,
 )
+from solver.cost.memory.options import MemoryOptions
 from solver.errors import InputError
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig
 
@@ -115,6 +119,23 @@ def test_memory_never_rises_with_a_sharding_degree(problem, degree: str) -> None
     changed = config.model_copy(update={degree: 2 * getattr(config, degree)})
     assume(is_valid(model_spec, job, changed))
     assert_not_above(model_spec, job, config, changed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(models=[MOE_GQA, MOE_MLA]), st.sampled_from(["tp", "pp", "cp", "dp"]),
+       st.sampled_from(["deepep", "hybridep", "allgather"]))
+def test_memory_never_rises_with_a_non_expert_degree_under_any_dispatcher(
+        problem, degree: str, dispatcher: str) -> None:
+    model_spec, job, config = problem
+    if degree == "dp":
+        assume(config.zero >= 1)
+    if degree == "pp":
+        assume(config.vpp == 1)
+    changed = config.model_copy(update={degree: 2 * getattr(config, degree)})
+    assume(is_valid(model_spec, job, changed))
+    before, after = estimate_memory(model_spec, job, Candidates.from_configs([config, changed]),
+                                    MemoryOptions(moe_dispatcher=dispatcher)).total
+    assert after <= before * (1 + 1e-12), (config, changed, before, after)
 
 
 @settings(max_examples=150, deadline=None)

@@ -7,6 +7,15 @@ from __future__ import annotations
 from solver.cost.frameworks import FrameworkProfile
 
 
+# What each MoE dispatcher keeps of its own (solver.cost.memory.dispatcher).
+DISPATCHER_BUFFERS = {
+    "alltoall": "none of their own, all-to-all (the permuted copies are activations)",
+    "allgather": "the gathered tokens of the ETPxEP group (Megatron's global buffer)",
+    "deepep": "DeepEP's NVLink and RDMA buffers, from its configs' size hints",
+    "hybridep": "HybridEP's buffers, a slot for every token of the ETPxEP group",
+}
+
+
 def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list[str]:
     """One line per memory feature of `profile` for a job at `precision`."""
     constants = profile.time_constants
@@ -42,6 +51,7 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
             f"  optimizer state: {optimizer}",
             f"  gradients: {gradients}",
             f"  --recompute selective: {selective}",
+            f"  MoE dispatcher buffers: {DISPATCHER_BUFFERS[constants.moe_dispatcher]}",
             *render_offload_assumptions(profile)]
 
 

@@ -5,7 +5,7 @@
     states       weights, gradients, optimizer state under ZeRO 0-3
     activations  Korthikanti et al. 2022 per layer, adapted to GQA / MLA / gated MLP / MoE
     overheads    ZeRO-3 gathers, buckets, CUDA context, NCCL, fragmentation
-    dispatcher   the MoE dispatcher's own buffers (DeepEP)
+    dispatcher   the MoE dispatcher's own buffers (DeepEP, HybridEP, all-gather)
     terms        a stage's memory as an affine function of what it holds (one composition)
     estimate     one stage, the worst stage, every stage of one configuration
 """

@@ -2,14 +2,16 @@
 PyTorch's caching allocator (so not part of its fragmentation).
 
 DeepEP (Megatron's flex dispatcher with --moe-flex-dispatcher-backend deepep) allocates one
-`deep_ep.Buffer` for the EP group, sized by the larger of its dispatch and combine configs'
+`deep_ep.Buffer` for the ETPxEP group (token_dispatcher.py MoEFlexTokenDispatcher:
+tp_ep_group), sized by the larger of its dispatch and combine configs'
 hints (megatron/core/transformer/moe/fused_a2a.py get_buffer; deepseek-ai/DeepEP
 csrc/config.hpp Config.get_nvl_buffer_size_hint / get_rdma_buffer_size_hint, deep_ep/buffer.py
 get_dispatch_config / get_combine_config, Buffer.num_sms = 20):
 
   NVLink buffer  C N ((2R + 3) 4 + T_nvl (H + 2056))
   RDMA buffer    C R (144 + 2 T_rdma (H + 2072)) + 1 MiB, only when the group spans nodes
-with C = num_sms / 2 = 10 channels, N = min(ep, 8) NVLink ranks, R = max(ep / 8, 1) RDMA ranks,
+with C = num_sms / 2 = 10 channels, N = min(etp ep, 8) NVLink ranks, R = max(etp ep / 8, 1) RDMA
+ranks,
 H the hidden size in bytes (bf16: 2h), T the configs' receive-token counts (T_rdma rounded up
 to a multiple of the send chunk), and per received token its top-k indices and weights and
 its scales at their maxima (128 x 8, 128 x 4, 128 x 4 B) and an 8 B source record (+16 B per
@@ -17,8 +19,37 @@ RDMA slot). Worked number: DeepSeek-V3 (h 7168), ep 64: NVLink 10 x 8 x (76 + 28
 377.7 MB, RDMA 10 x 8 x (144 + 280 x 16,408) + 1 MiB = 368.6 MB: 0.746 GB per GPU.
 
 DeepEP's tables list EP sizes 2-160; another size takes the next listed one (the largest above
-160). HybridEP's buffers and the NCCL dispatchers' buffers (MemoryOptions.nccl_gib) are not
-counted here.
+160).
+
+HybridEP (--moe-flex-dispatcher-backend hybridep) allocates one `HybridEPBuffer` for the ETPxEP
+group on the first dispatch, sized for the worst case, every token of the group routed to this
+rank's experts (deepseek-ai/DeepEP branch hybrid-ep @94a9f8f: deep_ep/hybrid_ep_buffer.py,
+csrc/hybrid_ep/config.cuh Configurer, buffer/intranode.cu NVLCoordinator, buffer/
+internode_doca.cu RDMACoordinator, extension/allgather.cu; Megatron-Core fused_a2a.py
+init_hybrid_ep_buffer(group, hidden_dim, num_tokens = x.shape[-2], ...), dispatch and combine
+sharing one buffer, use_shared_buffer = True, bf16 tokens: fp8 dispatch is refused):
+
+  NVLink   T N (2H + 4 e n + 4 H/128)         tokens, probabilities, scaling factors
+  gather   T N E                              the routing map, one byte per expert
+  RDMA     T (2H + 4 e N + 4 H/128)           attention-side input, when the group spans
+           + T (m - 1) (6H + 12 e n + 4 H/128) domains: the dispatch group buffers, the combine
+                                               reduction and group buffers
+with T = max(tokens, 512) rounded up to the 64-token combine chunk, tokens = s b / (tp cp) the
+rank's sequence-parallel share, N = etp ep ranks, n = min(N, 8) ranks per NVLink domain, m =
+N / n domains, e = E / ep local experts, H the hidden size (elements, latent under LatentMoE).
+Flags and preprocessing scratch (under 1 MB) are left out. Worked number: DeepSeek-V3
+(H 7168, E 256), tokens 4,096, ep 64: NVLink 4,096 x 64 x (14,336 + 128 + 224) = 3,850.4 MB,
+gather 4,096 x 64 x 256 = 67.1 MB, RDMA 4,096 x (14,336 + 1,024 + 224) = 63.8 MB and
+7 x 4,096 x (43,008 + 384 + 224) = 1,250.6 MB: 5.232 GB per GPU.
+An NVLink domain wider than an 8-GPU node (GB200 NVL72) is counted as 8-GPU nodes: its single
+domain would hold no RDMA buffers and 4 e (N - 8) B more of probabilities per token slot.
+
+The all-gather dispatcher gathers the ETPxEP group's tokens into Megatron's global memory
+buffer (tensor_parallel/mappings.py _gather_along_first_dim(use_global_buffer=True),
+GlobalMemoryBuffer "mpu"), which stays allocated: 2 H bytes for each of tokens x N gathered
+tokens (a caching-allocator tensor, counted here without fragmentation). The all-to-all dispatcher keeps nothing of its own: its permuted and received copies are
+the MoE block's activations (activations._mlp_bytes). NCCL's own buffers are
+MemoryOptions.nccl_gib.
 """
 
 from __future__ import annotations
@@ -27,7 +58,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory.options import MemoryOptions
-from solver.spec import ModelSpec
+from solver.spec import JobSpec, ModelSpec
 
 # deep_ep/buffer.py: per EP size, (NVLink receive tokens, RDMA send chunk, RDMA receive tokens)
 # of the dispatch and of the combine config (Config(num_sms, nvl_send, nvl_recv, rdma_send,
@@ -71,15 +102,59 @@ def estimate_deepep_buffer_bytes(hidden_bytes: int, ep: int) -> int:
     return nvl + rdma
 
 
-def estimate_dispatcher_bytes(model_spec: ModelSpec, candidates: Candidates,
+# HybridEP (module docstring): tokens per rank are at least 512 and rounded up to the combine
+# API's chunk (config.cuh Configurer: NUM_OF_TOKENS_PER_CHUNK_COMBINE_API default 64); one scaling
+# factor (fp32) per 128 hidden elements; an NVLink domain of an 8-GPU node.
+HYBRIDEP_MIN_TOKENS = 512
+HYBRIDEP_CHUNK_TOKENS = 64
+HYBRIDEP_SCALE_BLOCK = 128
+HYBRIDEP_NVL_RANKS = 8
+TOKEN_BYTES, PROB_BYTES = 2, 4  # uint16 (bf16) tokens, fp32 probabilities and scales
+
+
+def estimate_hybridep_buffer_bytes(hidden: int, tokens: int, ranks: int, num_experts: int,
+                                   local_experts: int) -> int:
+    """One GPU's HybridEP buffer (module docstring) for `ranks` = etp x ep ranks, each
+    dispatching `tokens` tokens of `hidden` elements; 0 for a group of one."""
+    if ranks <= 1:
+        return 0
+    slots = _align(max(tokens, HYBRIDEP_MIN_TOKENS), HYBRIDEP_CHUNK_TOKENS)
+    nvl_ranks = min(ranks, HYBRIDEP_NVL_RANKS)
+    domains = -(-ranks // nvl_ranks)
+    scales = PROB_BYTES * (hidden // HYBRIDEP_SCALE_BLOCK)
+    probs = PROB_BYTES * local_experts * nvl_ranks
+    nvl = slots * ranks * (TOKEN_BYTES * hidden + probs + scales)
+    gather = slots * ranks * num_experts
+    rdma = 0
+    if domains > 1:
+        rdma = slots * (TOKEN_BYTES * hidden + PROB_BYTES * local_experts * ranks + scales)
+        rdma += slots * (domains - 1) * (3 * TOKEN_BYTES * hidden + 3 * probs + scales)
+    return nvl + gather + rdma
+
+
+def estimate_dispatcher_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                               options: MemoryOptions) -> np.ndarray:
-    """The dispatcher's buffers per GPU of each candidate: DeepEP's where the profile
-    dispatches with it (MemoryOptions.moe_dispatcher), else 0."""
-    if options.moe_dispatcher != "deepep" or not model_spec.is_moe:
-        return np.zeros(len(candidates))
-    # DeepEP's buffers are sized by the dispatched tensor (core_v0.16.1 moe/fused_a2a.py:
-    # get_buffer(group, get_hidden_bytes(x))): latent tokens under LatentMoE.
-    hidden_bytes = 2 * model_spec.moe_token_width
-    sizes = {int(ep): estimate_deepep_buffer_bytes(hidden_bytes, int(ep))
-             for ep in np.unique(candidates.ep)}
-    return np.array([sizes[int(ep)] for ep in candidates.ep], dtype=float)
+    """The dispatcher's buffers per GPU of each candidate, by the profile's dispatcher
+    (MemoryOptions.moe_dispatcher): DeepEP's and HybridEP's buffers, the all-gather
+    dispatcher's global buffer, nothing for the all-to-all dispatcher (module docstring)."""
+    n = len(candidates)
+    dispatcher = options.moe_dispatcher
+    if dispatcher == "alltoall" or not model_spec.is_moe:
+        return np.zeros(n)
+    # The dispatched tensor's width (core_v0.16.1 moe/fused_a2a.py: get_buffer(group,
+    # get_hidden_bytes(x)), HybridEP's hidden_dim = x.shape[-1]): latent under LatentMoE.
+    hidden = model_spec.moe_token_width
+    ranks = candidates.etp * candidates.ep
+    if dispatcher == "deepep":
+        sizes = {int(r): estimate_deepep_buffer_bytes(TOKEN_BYTES * hidden, int(r))
+                 for r in np.unique(ranks)}
+        return np.array([sizes[int(r)] for r in ranks], dtype=float)
+    tokens = job.seq_len * candidates.micro_batch // (candidates.tp * candidates.cp)
+    if dispatcher == "allgather":
+        return np.where(ranks > 1, TOKEN_BYTES * hidden * tokens * ranks, 0).astype(float)
+    experts = model_spec.num_experts
+    rows = {key: estimate_hybridep_buffer_bytes(hidden, key[0], key[1], experts,
+                                                experts // key[2])
+            for key in set(zip(tokens.tolist(), ranks.tolist(), candidates.ep.tolist()))}
+    return np.array([rows[key] for key in zip(tokens.tolist(), ranks.tolist(),
+                                              candidates.ep.tolist())], dtype=float)

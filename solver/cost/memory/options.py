@@ -89,8 +89,9 @@ class MemoryOptions(BaseModel):
                            "budget 1.0-1.25 with token dropping"; the upper end, since the
                            busiest GPU is the one that runs out of memory).
       moe_dispatcher "alltoall"
-                           the profile's MoE token dispatcher: DeepEP's keeps buffers of its own
-                           (solver.cost.memory.dispatcher, the "dispatcher" item).
+                           the profile's MoE token dispatcher: DeepEP, HybridEP and the
+                           all-gather dispatcher keep buffers of their own, sized by the ETPxEP
+                           group (solver.cost.memory.dispatcher, the "dispatcher" item).
       logits_bytes 6       per logit on the last stage while the loss runs: the bf16 logits
                            plus the fp32 copy Megatron's vocab-parallel cross-entropy makes and
                            keeps for backward (theoretical_memory_usage counts the fp32 copy,

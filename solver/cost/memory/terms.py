@@ -176,7 +176,7 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     per_kind = [activations(activation["layer"][:, k]) for k in range(num_kinds)]
     saved = [activations(activation["recompute"][:, k]) for k in range(num_kinds)]
     fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options),
-             "dispatcher": estimate_dispatcher_bytes(model_spec, candidates, options),
+             "dispatcher": estimate_dispatcher_bytes(model_spec, job, candidates, options),
              "activations": activation["offload_margin"]}
     terms = MemoryTerms(
         fixed=_item_matrix(n, fixed),
