@@ -36,8 +36,11 @@ layers in both):
                     solver.cost.recompute_modules, full recompute per layer) and the offloads
                     to the host (solver.cost.offload): its step time
 The settings above are Megatron-Bridge's; torchtitan rows take none of them. The check passes
-where the recipe's choice fits and the tool's step time is at most the recipe's (ratio <= 1). Settings the tool does not model (activation offload) are listed: the
-recipe is costed without them, which can only make it need more memory.
+where the recipe's choice fits and the tool's step time is at most the recipe's (ratio <= 1).
+A recipe's layer-level CPU offloading (Megatron --cpu-offloading-num-layers: Llama 3 70B on
+GB200 with Megatron-FSDP offloads 20 layers) is part of its choice, like its recompute: the
+tool's cheapest is searched without it. Settings the tool does not model are listed: the recipe
+is costed without them, which can only make it need more memory.
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ def recipe_problem(recipe: dict[str, Any], own: bool) -> Problem:
             features.setdefault(name, False)
         if recipe["recompute"] == "selective" and "recompute_modules" in recipe:
             features["recompute_modules"] = tuple(recipe["recompute_modules"])
+    else:  # layer-level CPU offloading is the recipe's memory choice, as its recompute is
+        features.pop("cpu_offloading_num_layers", None)
     problem = build_problem(recipe["model"], recipe["cluster"], recipe["gpus"],
                             seq_len=recipe["seq_len"], global_batch=recipe["global_batch"],
                             precision=recipe["precision"], framework=framework, pins=pins,
@@ -162,7 +167,9 @@ def summarize(verdicts: list[RecipeVerdict]) -> dict[str, Any]:
             + (" (op level)" if r.get("framework") == "torchtitan"
                and r["recompute"] == "selective" else "")
             + ("" if r["recompute"] != "none" or r.get("recompute_modules") is not None
-               else " (unstated)"),
+               else " (unstated)")
+            + (f" + {r['features']['cpu_offloading_num_layers']} layers CPU-offloaded"
+               if r["features"].get("cpu_offloading_num_layers") else ""),
             "not_modelled": r["not_modelled"],
             "recipe_fits": v.own is not None,
             "recipe_gb": None if v.own is None else v.own.worst_stage.total_bytes / 1e9,

@@ -33,7 +33,7 @@ from solver.cost.frameworks import (
     build_framework_profile,
     check_feature_precision,
 )
-from solver.cost.offload import check_offload
+from solver.cost.offload import check_layer_offload, check_offload
 from solver.cost.time_constants import TimeConstants
 from solver.emit.target import parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
@@ -271,6 +271,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     check_parallel_config(model_spec, job, num_gpus, config)
     check_offload(profile.time_constants, cluster_spec, framework, (config.recompute,),
                   (config.zero,))
+    check_layer_offload(profile.time_constants, model_spec, cluster_spec, (config.pp,),
+                        (config.recompute,))
     check_feature_precision(profile.time_constants, job.precision)
     pipeline = None
     if layout is not None or recompute_num_layers is not None:

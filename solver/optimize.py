@@ -20,7 +20,7 @@ from solver.cost.frameworks import (
     offload_ladder,
     with_memory_savers,
 )
-from solver.cost.offload import check_offload, offload_available
+from solver.cost.offload import check_layer_offload, check_offload, offload_available
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.recompute_modules import recompute_module_sets
 from solver.cost.row_memo import forget_all
@@ -106,6 +106,11 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                                   if code != 2) or (2,)
     if constants.optimizer_offload and framework == "deepspeed":
         pins["zero"] = tuple(stage for stage in pins.get("zero", (0, 1, 2, 3)) if stage) or (0,)
+    if constants.cpu_offloading_num_layers:  # Megatron runs it at pp 1 without recompute
+        pins.setdefault("pp", (1,))
+        pins.setdefault("recompute", (0,))
+        check_layer_offload(constants, model_spec, cluster_spec, pins["pp"],
+                            tuple(RECOMPUTE_LEVELS[code] for code in pins["recompute"]))
     check_feature_precision(constants, precision)
     check_offload(constants, cluster_spec, framework,
                   tuple(RECOMPUTE_LEVELS[code] for code in pins.get("recompute", (0,))),

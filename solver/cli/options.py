@@ -114,6 +114,10 @@ def framework_feature_options(command: F) -> F:
                      help="Attention and expert activations to host memory between forward "
                           "and backward (Megatron --fine-grained-activation-offloading); "
                           "default: the search's choice (optimize), off (estimate)."),
+        click.option("--cpu-offloading-num-layers", type=BoundedInt(0, MAX_LAYERS),
+                     default=None, metavar="N",
+                     help="The first N decoder layers' activations to host memory (Megatron "
+                          "layer-level CPU offloading; pp 1, no recompute; default 0)."),
         click.option("--fp8-all-gather/--no-fp8-all-gather", default=None,
                      help="torchao float8: FSDP gathers the weights in float8 (torchtitan "
                           "enable_fsdp_float8_all_gather; with --precision fp8)."),

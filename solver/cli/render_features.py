@@ -72,4 +72,10 @@ def render_offload_assumptions(profile: FrameworkProfile) -> list[str]:
         activations = ("on: core_attn, attn_proj, expert_fc1 and moe_act saved tensors in "
                        "host memory, the last layer's kept; transfers hidden behind each "
                        "layer's compute up to the host link's rate")
-    return [f"  optimizer offload: {optimizer}", f"  activation offload: {activations}"]
+    layers = constants.cpu_offloading_num_layers
+    layer_level = "off (--cpu-offloading-num-layers)" if not layers else (
+        f"the first {layers} layers' activations in host memory (Megatron "
+        f"--cpu-offloading-num-layers); copies hidden behind the other layers up to the host "
+        f"link's rate")
+    return [f"  optimizer offload: {optimizer}", f"  activation offload: {activations}",
+            f"  layer-level CPU offloading: {layer_level}"]

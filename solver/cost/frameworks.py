@@ -31,6 +31,8 @@ override:
   optimizer_offload    the optimizer state and step on the host (solver.cost.offload)
   activation_offload   Megatron's fine-grained activation offloading (solver.cost.offload)
   fp8_all_gather       torchao float8's FSDP2 all-gather in float8 (torchtitan; memory only)
+  cpu_offloading_num_layers  Megatron's layer-level CPU offloading of the first N layers'
+                       activations (solver.cost.memory.layer_offload, solver.cost.offload)
 and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
 bf16).
@@ -178,6 +180,7 @@ class FrameworkProfile(BaseModel):
         update["optimizer_offload"] = constants.optimizer_offload
         update["activation_offload"] = constants.activation_offload
         update["fp8_all_gather"] = constants.fp8_all_gather
+        update["cpu_offloading_num_layers"] = constants.cpu_offloading_num_layers
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
@@ -331,8 +334,13 @@ def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,
     given = overrides.given() if overrides is not None else {}
     fp8_params = framework == "megatron" and precision not in OFFLOAD_FP8_PARAM_PRECISIONS \
         and given.get("fp8_param_gather", True) is not False
+    # Megatron refuses fine-grained activation offloading with layer-level CPU offloading
+    # (transformer_config.py: "fine_grained_activation_offloading cannot be enabled with
+    # cpu_offloading").
+    layer_offload = bool(given.get("cpu_offloading_num_layers"))
     return tuple(name for name in OFFLOAD_FRAMEWORKS.get(framework, ())
-                 if name not in given and not (fp8_params and name == "optimizer_offload"))
+                 if name not in given and not (fp8_params and name == "optimizer_offload")
+                 and not (layer_offload and name == "activation_offload"))
 
 
 def with_memory_savers(profile: FrameworkProfile, savers: tuple[str, ...]) -> FrameworkProfile:
@@ -358,6 +366,8 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
         if feature not in FEATURES:
             raise InputError(f"{_flag(feature)}: not a framework feature ({', '.join(FEATURES)})")
         why = UNSUPPORTED.get(framework, {}).get((feature, value))
+        if feature == "cpu_offloading_num_layers" and value and framework != "megatron":
+            why = "layer-level CPU offloading is Megatron's (--cpu-offloading-num-layers)"
         if why:
             raise InputError(f"{_flag(feature)} {_render(value)}: {why} (--framework "
                              f"{framework})")

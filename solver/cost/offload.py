@@ -36,6 +36,26 @@ compute; what is left shows:
 with b its offloaded bytes (solver.cost.memory.activations.estimate_offload_bytes), forward
 one third of the layer's compute and backward two thirds (twice the forward's FLOPs,
 Narayanan et al. 2021 §3.1). Layers that recompute in full offload nothing.
+
+Layer-level CPU offloading (Megatron --cpu-offloading-num-layers N of L layers; Transformer
+Engine's default scheduling, docs/features/other_optimizations/cpu_offloading/
+cpu_offloading.rst @d0067d0): layer i's copy starts as the layer saves its first tensor
+("it does not wait for the layer's forward pass to complete"), ends no earlier than the layer,
+and the copies run one after another on one stream; layer i + L - N cannot start until copy i
+is done ("at most (model_layers - num_layers) sets of activations are on GPU at any time"), and
+the backward reloads the same way. With t a layer's transfer and c a layer's forward (or
+backward), copy i ends at max(i c, (i - 1) c + t, i t) while layer i + L - N would start at
+(i + L - N - 1) c, so what the window cannot hide is, per micro-batch and direction,
+
+    g(t, c) = max(0, t - (L - N) c, N t - (L - 1) c)
+(the first copy's lag and the serial copies' total). The documented cases: N = 2 of 5 hides
+copies up to t = 2c; N = L - 1 leaves one set on the GPU, and each layer waits for its copy's
+excess over its compute, g = N (t - c). t is the mean of the offloaded layers' bytes over the
+GPU's host link (per direction), c the mean layer's. Worked number: Llama-3.1-70B on GB200
+(s 8192, b 1, tp 1) offloads 1.78 GB a layer: 7.9 ms over GB200's C2C (225 GB/s) against a
+forward of about 12 ms, hidden for any N; 27.8 ms over an H100's PCIe (64 GB/s) against about
+26 ms: N = 60 of 80 hides it (60 x 27.8 < 79 x 26), N = 79 shows 79 x 1.8 = 142 ms of the
+forward a micro-batch.
 """
 
 from __future__ import annotations
@@ -47,7 +67,8 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.data_parallel import BF16_BYTES, PARAM_KINDS, estimate_optimizer_shard_params
 from solver.cost.layer_time import STAGE_PARTS
-from solver.cost.memory.activations import estimate_kind_offload_bytes
+from solver.cost.memory.activations import estimate_activation_terms, estimate_kind_offload_bytes
+from solver.cost.memory.layer_offload import estimate_offloaded_layer_counts
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.time_constants import TimeConstants
 from solver.errors import InputError
@@ -128,11 +149,7 @@ def add_activation_offload_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     the memory options the step-time switches imply (sequence parallel, FlashAttention, what
     selective recompute keeps)."""
     candidates = Candidates(**degrees)
-    options = MemoryOptions(sequence_parallel=constants.sequence_parallel,
-                            flash_attention=constants.flash_attention,
-                            selective_recompute=constants.selective_recompute,
-                            recompute_modules=constants.recompute_modules,
-                            activation_offload=True)
+    options = _memory_options(constants, activation_offload=True)
     offloaded = estimate_kind_offload_bytes(model_spec, job, candidates, options)
     assert offloaded.shape == per_layer.shape[:2], "memory and time kinds differ"
     compute = per_layer[:, :, STAGE_PARTS.index("compute")]
@@ -140,6 +157,79 @@ def add_activation_offload_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     out[:, :, STAGE_PARTS.index("offload")] += estimate_activation_offload_s(
         offloaded, compute, cluster)
     return out
+
+
+def _memory_options(constants: TimeConstants, **update: Any) -> MemoryOptions:
+    """The memory options the step-time switches imply (sequence parallel, FlashAttention,
+    what selective recompute keeps), with `update`."""
+    return MemoryOptions(sequence_parallel=constants.sequence_parallel,
+                         flash_attention=constants.flash_attention,
+                         selective_recompute=constants.selective_recompute,
+                         recompute_modules=constants.recompute_modules, **update)
+
+
+def estimate_layer_offload_s(transfer_s: np.ndarray, layer_s: np.ndarray, num_layers: int,
+                             num_offloaded: int) -> np.ndarray:
+    """Exposed seconds per micro-batch in one direction of layer-level CPU offloading: g(t, c)
+    of the module docstring, `transfer_s` t and `layer_s` c of the same shape."""
+    t, c = np.asarray(transfer_s, dtype=float), np.asarray(layer_s, dtype=float)
+    first = t - (num_layers - num_offloaded) * c
+    last = num_offloaded * t - (num_layers - 1) * c
+    return np.maximum(np.maximum(first, last), 0.0)
+
+
+def add_layer_offload_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                        degrees: dict[str, np.ndarray], constants: TimeConstants,
+                        per_layer: np.ndarray) -> np.ndarray:
+    """`per_layer` (N, kinds, STAGE_PARTS) with layer-level CPU offloading's exposed time per
+    micro-batch (forward and backward, module docstring) spread over the model's L layers in
+    each kind's "offload" part (the only stage holds all L: check_layer_offload). The bytes are
+    the memory model's layer activations."""
+    num_layers, offloaded = model_spec.num_hidden_layers, constants.cpu_offloading_num_layers
+    candidates = Candidates(**degrees)
+    layer_bytes = estimate_activation_terms(model_spec, job, candidates,
+                                            _memory_options(constants))["layer"]
+    moved = estimate_offloaded_layer_counts(model_spec, offloaded)
+    held = estimate_offloaded_layer_counts(model_spec, num_layers)
+    width = min(len(held), per_layer.shape[1])
+    transfer = (layer_bytes[:, :width] @ moved[:width]) / offloaded / host_link_bytes_per_s(
+        cluster)
+    compute = per_layer[:, :width, STAGE_PARTS.index("compute")] @ held[:width] / num_layers
+    backward = BACKWARD_SHARE * compute
+    exposed = (estimate_layer_offload_s(transfer, compute - backward, num_layers, offloaded)
+               + estimate_layer_offload_s(transfer, backward, num_layers, offloaded))
+    out = per_layer.copy()
+    out[:, :, STAGE_PARTS.index("offload")] += exposed[:, None] / num_layers
+    return out
+
+
+def check_layer_offload(constants: TimeConstants, model_spec: ModelSpec,
+                        cluster: ClusterSpec | None, pp_degrees: tuple[int, ...],
+                        recompute_levels: tuple[str, ...]) -> None:
+    """An InputError naming the flag where Megatron's layer-level CPU offloading cannot run
+    (transformer_config.py __post_init__): N not below the model's layers, with pipeline
+    parallelism, with recompute, with fine-grained activation offloading or CUDA graphs of
+    layers; or, given the `cluster` to cost it on, a GPU without a host link."""
+    offloaded = constants.cpu_offloading_num_layers
+    if not offloaded:
+        return
+    flag = f"--cpu-offloading-num-layers {offloaded}"
+    rules = (
+        (offloaded >= model_spec.num_hidden_layers,
+         f"Megatron offloads fewer layers than the model's {model_spec.num_hidden_layers}"),
+        (any(pp != 1 for pp in pp_degrees),
+         "Megatron's CPU offloading runs without pipeline parallelism (--pp 1)"),
+        (any(level != "none" for level in recompute_levels),
+         "Megatron's CPU offloading does not run with activation recompute (--recompute none)"),
+        (constants.activation_offload,
+         "Megatron refuses it with fine-grained activation offloading (--activation-offload)"),
+        (constants.cuda_graphs, "Megatron refuses it with per-layer CUDA graphs (--cuda-graphs)"),
+        (cluster is not None and cluster.gpu.host_link_gb_per_s is None,
+         f"gpu '{cluster.gpu.name if cluster else ''}' has no host_link_gb_per_s in its file, "
+         "so the offload cannot be costed"))
+    for broken, why in rules:
+        if broken:
+            raise InputError(f"{flag}: {why}")
 
 
 def check_offload(constants: TimeConstants, cluster: ClusterSpec, framework: str,

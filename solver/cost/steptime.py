@@ -57,7 +57,11 @@ from solver.cost.layer_time import (
     sm_contention,
     stack_parts,
 )
-from solver.cost.offload import add_activation_offload_s, estimate_optimizer_offload_s
+from solver.cost.offload import (
+    add_activation_offload_s,
+    add_layer_offload_s,
+    estimate_optimizer_offload_s,
+)
 from solver.cost.row_memo import RowMemo
 from solver.cost.stage_content import (
     StageTimeContent,
@@ -185,6 +189,9 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
         if constants.activation_offload:
             terms["per_layer"] = add_activation_offload_s(model_spec, cluster, job, rows,
                                                           constants, terms["per_layer"])
+        if constants.cpu_offloading_num_layers:  # Megatron's layer-level CPU offloading
+            terms["per_layer"] = add_layer_offload_s(model_spec, cluster, job, rows,
+                                                     constants, terms["per_layer"])
         return terms
 
     first, back = distinct_rows(d, names)

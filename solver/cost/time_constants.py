@@ -159,6 +159,11 @@ class TimeConstants(BaseModel):
     # torchao float8's FSDP all-gather in float8 (MemoryOptions.fp8_all_gather): the layers'
     # weights are gathered in 1 B (solver.cost.data_parallel).
     fp8_all_gather: bool = False
+    # Megatron --cpu-offloading-num-layers N: the first N decoder layers' activations go to
+    # the host during the forward and come back for the backward (Transformer Engine's
+    # get_cpu_offload_context; MemoryOptions.cpu_offloading_num_layers, solver.cost.offload
+    # estimate_layer_offload_s). 0: off, Megatron's default (model_parallel_config.py).
+    cpu_offloading_num_layers: int = Field(default=0, ge=0)
     # Bytes the host's optimizer step streams through host memory per parameter
     # (solver.cost.offload.estimate_optimizer_offload_s): one fused pass that reads the fp32
     # parameter, gradient and both moments and writes the parameter and the moments, 7 x 4 B.

@@ -138,6 +138,9 @@ def _offload_flags(target: LaunchTarget, notes: list[str]) -> list[tuple[str, ..
         flags += [("--fine-grained-activation-offloading",), ("--offload-modules", *modules)]
         notes.append("export NVTE_CPU_OFFLOAD_V1=1 (Megatron asserts it for fine-grained "
                      "activation offloading with Transformer Engine 2.10 or later)")
+    if constants.cpu_offloading_num_layers:
+        # arguments.py: cpu_offloading_num_layers > 0 turns cpu_offloading on (activations)
+        flags.append(("--cpu-offloading-num-layers", str(constants.cpu_offloading_num_layers)))
     return flags
 
 

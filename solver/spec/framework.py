@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 # native: FlashAttention-3 / cuDNN fused attention, written for the GPU's own tensor-core
 # instructions; flash2: FlashAttention-2 (Ampere's mma.sync); triton: FlashAttention in Triton
@@ -55,6 +55,9 @@ class FrameworkFeatures(BaseModel):
     optimizer_offload: bool | None = None
     activation_offload: bool | None = None
     fp8_all_gather: bool | None = None
+    # Megatron's layer-level CPU offloading: the first N decoder layers' activations go to
+    # the host (--cpu-offloading-num-layers; 0 is off).
+    cpu_offloading_num_layers: int | None = Field(default=None, ge=0)
 
     def given(self) -> dict[str, object]:
         """The features that are set."""

@@ -143,6 +143,16 @@ class MemoryOptions(BaseModel):
                            backward goes to pinned host memory after their forward and comes
                            back before their backward; the last layer's groups stay (the
                            reload margin). activations.estimate_offload_bytes says what moves.
+      cpu_offloading_num_layers 0
+                           Megatron's layer-level CPU offloading (--cpu-offloading-num-layers N,
+                           megatron/core/transformer/transformer_block.py: Transformer Engine's
+                           get_cpu_offload_context(num_layers = N, model_layers = num_layers)):
+                           every tensor the first N decoder layers save for backward goes to
+                           the host, and "at most (model_layers - num_layers) sets of activations
+                           are on GPU at any time" (TE docs/features/other_optimizations/
+                           cpu_offloading/cpu_offloading.rst, Default Offloading Scheduling).
+                           Megatron runs it without pipeline parallelism or recompute
+                           (transformer_config.py); solver.cost.memory.layer_offload.
     Framework layouts, off by default (used to reproduce published runs):
       account_for_embedding_in_pipeline_split
                            the embedding and the LM head each take one layer slot of the
@@ -179,5 +189,6 @@ class MemoryOptions(BaseModel):
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
     optimizer_offload: bool = False
     activation_offload: bool = False
+    cpu_offloading_num_layers: int = Field(default=0, ge=0)
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False

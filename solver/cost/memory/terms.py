@@ -28,6 +28,7 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
 from solver.cost.memory.dispatcher import estimate_dispatcher_bytes
+from solver.cost.memory.layer_offload import estimate_layer_offload_saved_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
 from solver.cost.blocks import hybrid_kinds
@@ -177,7 +178,10 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     saved = [activations(activation["recompute"][:, k]) for k in range(num_kinds)]
     fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options),
              "dispatcher": estimate_dispatcher_bytes(model_spec, job, candidates, options),
-             "activations": activation["offload_margin"]}
+             # Layer-level CPU offloading (one stage, one micro-batch: layer_offload).
+             "activations": activation["offload_margin"] - estimate_layer_offload_saved_bytes(
+                 model_spec, candidates, options.cpu_offloading_num_layers,
+                 activation["layer"])}
     terms = MemoryTerms(
         fixed=_item_matrix(n, fixed),
         per_layer=np.stack([states(dense), states(moe), *map(states, extra)], axis=1),
