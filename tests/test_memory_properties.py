@@ -22,6 +22,11 @@ gathered with its unsharded gradients): tests/test_memory_features.py pins that 
 the flex and all-gather dispatchers (DeepEP, HybridEP, allgather) the dispatcher's buffers are
 sized by the ETPxEP group (solver.cost.memory.dispatcher: HybridEP holds a slot for every
 token of the group), so memory may rise with ep; every other degree keeps the property there.
+Megatron's layer-level CPU offloading (MemoryOptions.cpu_offloading_num_layers) saves memory at
+pp 1 without recompute only, where Megatron runs it, so memory may rise from pp 1 to 2 or from
+no recompute to selective under it; every such configuration is refused (estimate, launch) or
+pinned out (optimize: solver.cost.offload.check_layer_offload), and tests/test_layer_offload.py
+checks that memory never rises with the number of layers offloaded.
 """
 
 from __future__ import annotations
