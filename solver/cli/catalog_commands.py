@@ -101,10 +101,10 @@ def show(ref: str, as_json: bool) -> None:
                    f"{' (one module repeated)' if modules < depths else ''}, loss weight "
                    f"{model_spec.mtp_loss_scaling_factor:g} ({model_spec.mtp_loss_scale_per_depth:g}"
                    f" a depth) on the last pipeline stage")
-    if model_spec.is_hybrid:
-        kinds = ", ".join(f"{n} x {kind}" for kind, n in summary["block_kinds"].items())
-        click.echo(f"block pattern: {summary['block_pattern']}\n  (M Mamba-2, * attention, "
-                   f"s sliding, c chunked, L linear attention, - MLP, E MoE): {kinds}")
+    # every model's pattern: a plain one's dense and MoE layers too
+    kinds = ", ".join(f"{n} x {kind}" for kind, n in summary["block_kinds"].items())
+    click.echo(f"block pattern: {summary['block_pattern']}\n  (M Mamba-2, * attention, "
+               f"s sliding, c chunked, L linear attention, - MLP, E MoE): {kinds}")
     click.echo(f"training FLOPs per token at 4096 tokens (causal): "
                f"{model_spec.flops_per_token(4096):.4g}")
 
