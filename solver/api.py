@@ -266,7 +266,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
         precision=precision, token_budget=token_budget, calibration=calibration,
         segment_gpus=segment_gpus, memory_headroom=memory_headroom)
     profile = build_framework_profile(framework, features)
-    options = profile.memory_options(options)
+    options = profile.memory_options(options, cluster_spec)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
     check_offload(profile.time_constants, cluster_spec, framework, (config.recompute,),

@@ -119,7 +119,8 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                    framework=framework, objective=objective, pins=pins,
                    allow_tp_across_nodes=allow_tp_across_nodes,
                    time_constants=profile.time_constants,
-                   memory_options=with_memory_savers(profile, savers).memory_options(),
+                   memory_options=with_memory_savers(profile, savers).memory_options(
+                       cluster=cluster_spec),
                    memory_savers=savers, recompute_module_sets=module_sets, offloads=offloads)
 
 

@@ -131,5 +131,6 @@ def saver_levels(problem: Problem) -> list[tuple[tuple[str, ...], MemoryOptions]
     first; the last is the problem's own options (all of them on)."""
     profile = FrameworkProfile(name=problem.framework, time_constants=problem.time_constants)
     savers = problem.memory_savers
-    return [(savers[:count], with_memory_savers(profile, savers[:count]).memory_options())
+    return [(savers[:count], with_memory_savers(profile, savers[:count]).memory_options(
+        cluster=problem.cluster))
             for count in range(len(savers))] + [(savers, problem.memory_options)]

@@ -140,3 +140,21 @@ def test_estimate_names_the_dispatcher_buffers_and_counts_them() -> None:
     assert refused.exit_code == 2
     assert refused.output.strip() == ("error: --moe-dispatcher hybridep: DeepSpeed-MoE dispatches "
                                       "with all-to-all only (--framework deepspeed)")
+
+
+def test_hybridep_in_one_nvlink_domain_keeps_no_rdma_buffers() -> None:
+    """HybridEPBuffer takes the ranks per domain from detect_accessible_ranks: on a GB200 NVL72
+    the job's 64-GPU segment holds the whole group (64 ranks, one domain), so the NVLink
+    buffers carry 4 x 4 x 64 B of probabilities a slot and there is no RDMA coordinator:
+    4,096 x 64 x (14,336 + 1,024 + 224) + 4,096 x 64 x 256 = 4.152 GB; on 8-GPU H100 nodes the
+    same group needs 5.232 GB (test_hybridep_deepseek_v3_at_ep_64)."""
+    from solver.api import estimate
+    from solver.spec.framework import FrameworkFeatures
+
+    one_domain = 4096 * 64 * (14_336 + 1024 + 224) + 4096 * 64 * 256
+    assert estimate_hybridep_buffer_bytes(7168, 4096, 64, 256, 4, 64) == one_domain == 4_152_360_960
+    hybrid = FrameworkFeatures(moe_dispatcher="hybridep")
+    for cluster, expected in (("gb200-nvl72", one_domain), ("dgx-h100", 5_231_869_952)):
+        plan = estimate("deepseek-v3", cluster, 256, seq_len=4096, global_batch=1024, pp=4,
+                        ep=64, zero=1, recompute="full", features=hybrid).plan
+        assert plan.worst_stage.other_bytes["dispatcher"] == expected

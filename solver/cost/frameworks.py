@@ -52,6 +52,7 @@ from solver.cost.memory.options import MemoryOptions
 from solver.cost.precision import load_recipe
 from solver.cost.time_constants import KernelLaunches, TimeConstants
 from solver.errors import InputError, format_validation_error
+from solver.spec import ClusterSpec
 from solver.spec.framework import FEATURES, MEMORY_SAVERS, OFFLOADS, FrameworkFeatures
 
 # Megatron --exp-avg-dtype / --exp-avg-sq-dtype bf16: two fp32 moments become bf16 (2 x 2 B).
@@ -150,13 +151,15 @@ class FrameworkProfile(BaseModel):
                   else "native" if constants.native_attention_kernels else "flash2")
         return {"attention_kernel": kernel, **values}
 
-    def memory_options(self, base: MemoryOptions | None = None) -> MemoryOptions:
+    def memory_options(self, base: MemoryOptions | None = None,
+                       cluster: ClusterSpec | None = None) -> MemoryOptions:
         """The memory model's options under this profile: what `selective` keeps, the fp8
         weight copies, whether the ZeRO-3 shard is the fp32 master (PyTorch FSDP,
         FSDP_FP32_PARAM_FRAMEWORKS), torchtitan's FSDP2 under PP and its eager cross-entropy
         (EAGER_CROSS_ENTROPY_LOGITS_BYTES), and the smaller states of the precision-aware optimizer (Adam's m and
         v in bf16: 4 B per parameter less) and of bf16 gradient reduction (buckets of half the
-        bytes; in Megatron a bf16 gradient buffer, 2 B)."""
+        bytes; in Megatron a bf16 gradient buffer, 2 B). On a `cluster`, the GPUs of the NVLink
+        domain the job fills (MemoryOptions.nvlink_domain_gpus)."""
         base = base or MemoryOptions()
         constants = self.time_constants
         update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
@@ -181,6 +184,8 @@ class FrameworkProfile(BaseModel):
         update["activation_offload"] = constants.activation_offload
         update["fp8_all_gather"] = constants.fp8_all_gather
         update["cpu_offloading_num_layers"] = constants.cpu_offloading_num_layers
+        if cluster is not None:
+            update["nvlink_domain_gpus"] = cluster.job_segment_gpus
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0

@@ -35,14 +35,14 @@ sharing one buffer, use_shared_buffer = True, bf16 tokens: fp8 dispatch is refus
            + T (m - 1) (6H + 12 e n + 4 H/128) domains: the dispatch group buffers, the combine
                                                reduction and group buffers
 with T = max(tokens, 512) rounded up to the 64-token combine chunk, tokens = s b / (tp cp) the
-rank's sequence-parallel share, N = etp ep ranks, n = min(N, 8) ranks per NVLink domain, m =
-N / n domains, e = E / ep local experts, H the hidden size (elements, latent under LatentMoE).
+rank's sequence-parallel share, N = etp ep ranks, n = min(N, G) ranks per NVLink domain (G the
+GPUs of the job's NVLink domain, MemoryOptions.nvlink_domain_gpus: 8 on HGX), m = N / n domains, e = E / ep local experts, H the hidden size (elements, latent under LatentMoE).
 Flags and preprocessing scratch (under 1 MB) are left out. Worked number: DeepSeek-V3
 (H 7168, E 256), tokens 4,096, ep 64: NVLink 4,096 x 64 x (14,336 + 128 + 224) = 3,850.4 MB,
 gather 4,096 x 64 x 256 = 67.1 MB, RDMA 4,096 x (14,336 + 1,024 + 224) = 63.8 MB and
-7 x 4,096 x (43,008 + 384 + 224) = 1,250.6 MB: 5.232 GB per GPU.
-An NVLink domain wider than an 8-GPU node (GB200 NVL72) is counted as 8-GPU nodes: its single
-domain would hold no RDMA buffers and 4 e (N - 8) B more of probabilities per token slot.
+7 x 4,096 x (43,008 + 384 + 224) = 1,250.6 MB: 5.232 GB per GPU on 8-GPU nodes; in one NVLink
+domain of 64 (GB200 NVL72) 4,096 x 64 x (14,336 + 1,024 + 224) = 4,085.3 MB and the 67.1 MB
+map: 4.152 GB, no RDMA buffers.
 
 The all-gather dispatcher gathers the ETPxEP group's tokens into Megatron's global memory
 buffer (tensor_parallel/mappings.py _gather_along_first_dim(use_global_buffer=True),
@@ -108,18 +108,18 @@ def estimate_deepep_buffer_bytes(hidden_bytes: int, ep: int) -> int:
 HYBRIDEP_MIN_TOKENS = 512
 HYBRIDEP_CHUNK_TOKENS = 64
 HYBRIDEP_SCALE_BLOCK = 128
-HYBRIDEP_NVL_RANKS = 8
 TOKEN_BYTES, PROB_BYTES = 2, 4  # uint16 (bf16) tokens, fp32 probabilities and scales
 
 
 def estimate_hybridep_buffer_bytes(hidden: int, tokens: int, ranks: int, num_experts: int,
-                                   local_experts: int) -> int:
+                                   local_experts: int, domain_gpus: int = 8) -> int:
     """One GPU's HybridEP buffer (module docstring) for `ranks` = etp x ep ranks, each
-    dispatching `tokens` tokens of `hidden` elements; 0 for a group of one."""
+    dispatching `tokens` tokens of `hidden` elements, in NVLink domains of `domain_gpus`;
+    0 for a group of one."""
     if ranks <= 1:
         return 0
     slots = _align(max(tokens, HYBRIDEP_MIN_TOKENS), HYBRIDEP_CHUNK_TOKENS)
-    nvl_ranks = min(ranks, HYBRIDEP_NVL_RANKS)
+    nvl_ranks = min(ranks, domain_gpus)
     domains = -(-ranks // nvl_ranks)
     scales = PROB_BYTES * (hidden // HYBRIDEP_SCALE_BLOCK)
     probs = PROB_BYTES * local_experts * nvl_ranks
@@ -154,7 +154,7 @@ def estimate_dispatcher_bytes(model_spec: ModelSpec, job: JobSpec, candidates: C
         return np.where(ranks > 1, TOKEN_BYTES * hidden * tokens * ranks, 0).astype(float)
     experts = model_spec.num_experts
     rows = {key: estimate_hybridep_buffer_bytes(hidden, key[0], key[1], experts,
-                                                experts // key[2])
+                                                experts // key[2], options.nvlink_domain_gpus)
             for key in set(zip(tokens.tolist(), ranks.tolist(), candidates.ep.tolist()))}
     return np.array([rows[key] for key in zip(tokens.tolist(), ranks.tolist(),
                                               candidates.ep.tolist())], dtype=float)

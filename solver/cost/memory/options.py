@@ -92,6 +92,11 @@ class MemoryOptions(BaseModel):
                            the profile's MoE token dispatcher: DeepEP, HybridEP and the
                            all-gather dispatcher keep buffers of their own, sized by the ETPxEP
                            group (solver.cost.memory.dispatcher, the "dispatcher" item).
+      nvlink_domain_gpus 8 the GPUs of one NVLink domain the job's ranks fill (ClusterSpec.
+                           job_segment_gpus, set from the cluster by FrameworkProfile.
+                           memory_options; 8 for an HGX node, 64 of a GB200 NVL72): the ranks per
+                           domain HybridEP detects (detect_accessible_ranks), which split its
+                           buffers between NVLink and RDMA.
       logits_bytes 6       per logit on the last stage while the loss runs: the bf16 logits
                            plus the fp32 copy Megatron's vocab-parallel cross-entropy makes and
                            keeps for backward (theoretical_memory_usage counts the fp32 copy,
@@ -178,6 +183,7 @@ class MemoryOptions(BaseModel):
     dropout: bool = False
     moe_capacity_factor: float = Field(default=1.25, ge=1.0)
     moe_dispatcher: MoeDispatcher = "alltoall"
+    nvlink_domain_gpus: int = Field(default=8, ge=1)
     logits_bytes: float = Field(default=6.0, ge=0)
     zero3_prefetch_layers: int = Field(default=1, ge=0)
     comm_bucket_bytes: float = Field(default=2 * 40e6 * 4, ge=0)
