@@ -12,7 +12,8 @@ median and 90th-percentile |predicted / measured - 1| of
                  was not measured), for every axis with a neighbour on both sides; only points
                  the build left as one measured row (not filled, lowered or a median) are
                  scored, so GQA cells count only where one KV-head count was measured (none
-                 on A100).
+                 on A100). Beside it, the median of the rule the table path used before
+                 (log throughput linear in log size; solver.cost.kernels says why it changed).
   datasheet      the path GPUs without a table take (peak x MAMF fraction roofline + t_kernel;
                  attention at attention_peak_fraction of the BF16 peak; per-expert GEMMs plus
                  the permutation traffic for MoE), at the same shapes.
@@ -53,15 +54,52 @@ TRAINING = {"gemm": {"m": 1024, "n": 1024, "k": 1024}, "attention": {"seq": 1024
             "mla": {"seq": 1024}, "moe": {"tokens": 1024}}
 
 
-def leave_one_out(grid: KernelGrid, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(relative errors, index of each scored point) of one-axis leave-one-out predictions."""
+def training_mask(grid: KernelGrid, kind: str) -> np.ndarray:
+    """The points scored: measured as one row (not adjusted) and of training size."""
     mask = ~grid.adjusted
     for axis, name in enumerate(grid.axis_names):
         if name in TRAINING[kind]:
             shape = [1] * grid.latency_s.ndim
             shape[axis] = -1
             mask = mask & (grid.sizes[axis] >= TRAINING[kind][name]).reshape(shape)
+    return mask
+
+
+def leave_one_out(grid: KernelGrid, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(relative errors, index of each scored point) of the table path with the point held
+    out: for every axis and every inner size on it, the grid without that size
+    (KernelGrid.interpolate_log_rate, the lookup the cost model makes) predicts the points at
+    that size."""
+    mask = training_mask(grid, kind)
     errors, points = [], []
+    for axis in range(grid.latency_s.ndim):
+        for j in range(1, len(grid.sizes[axis]) - 1):
+            keep = np.take(mask, j, axis=axis)
+            if not keep.any():
+                continue
+            index = np.argwhere(keep)
+            index = np.insert(index, axis, j, axis=1)
+            coords = [grid.sizes[a][index[:, a]] for a in range(grid.latency_s.ndim)]
+            held_out = KernelGrid(
+                grid.axis_names,
+                tuple(np.delete(s, j) if a == axis else s for a, s in enumerate(grid.sizes)),
+                np.delete(grid.latency_s, j, axis=axis), np.delete(grid.adjusted, j, axis=axis),
+                np.delete(grid.log_rate, j, axis=axis),
+                tuple(np.delete(f, j) if a == axis else f
+                      for a, f in enumerate(grid.log_factors)))
+            predicted = held_out.interpolate_log_rate(*coords)
+            errors.append(np.exp(grid.log_rate[tuple(index.T)] - predicted) - 1.0)
+            points.append(index)
+    if not errors:
+        return np.array([]), np.zeros((0, grid.latency_s.ndim), dtype=int)
+    return np.concatenate(errors), np.concatenate(points)
+
+
+def log_rate_chord_errors(grid: KernelGrid, kind: str) -> np.ndarray:
+    """The same held-out points predicted by the rule the table path used until 2026-12: the
+    log throughput linear in the log size between the two neighbours."""
+    mask = training_mask(grid, kind)
+    errors = []
     for axis in range(grid.latency_s.ndim):
         x = np.log2(grid.sizes[axis].astype(float))
         if len(x) < 3:
@@ -74,10 +112,7 @@ def leave_one_out(grid: KernelGrid, kind: str) -> tuple[np.ndarray, np.ndarray]:
         predicted = lo + (hi - lo) * t.reshape(shape)
         keep = np.take(mask, range(1, len(x) - 1), axis=axis)
         errors.append(np.exp(mid - predicted)[keep] - 1.0)  # predicted time / measured - 1
-        index = np.argwhere(keep)
-        index[:, axis] += 1
-        points.append(index)
-    return np.concatenate(errors), np.concatenate(points)
+    return np.concatenate(errors) if errors else np.array([])
 
 
 def datasheet_errors(table_name: str, grid_name: str, grid: KernelGrid,
@@ -118,26 +153,28 @@ def render_accuracy(console: Console) -> dict[str, list[float]]:
                         "measured - 1|")
     for name in ("gpu", "op"):
         table.add_column(name)
-    for name in ("points", "leave-one-out median", "p90", "datasheet median", "p90"):
+    for name in ("points", "leave-one-out median", "p90", "log-rate rule median",
+                 "datasheet median", "p90"):
         table.add_column(name, justify="right")
     medians: dict[str, list[float]] = {"loo": [], "datasheet": []}
     for table_name in list_kernel_tables():
         grids = load_kernel_table(table_name).grids
-        by_family: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        by_family: dict[str, list[tuple[np.ndarray, ...]]] = {}
         for grid_name, grid in sorted(grids.items()):
             kind = grid_name.split(".")[0]
             loo, index = leave_one_out(grid, kind)
             if not len(loo):
                 continue
             sheet = datasheet_errors(table_name, grid_name, grid, index)
-            by_family.setdefault(family(grid_name), []).append((loo, sheet))
+            chord = log_rate_chord_errors(grid, kind)
+            by_family.setdefault(family(grid_name), []).append((loo, sheet, chord))
         for op, parts in by_family.items():
-            loo = np.abs(np.concatenate([p[0] for p in parts]))
-            sheet = np.abs(np.concatenate([p[1] for p in parts]))
+            loo, sheet, chord = (np.abs(np.concatenate([p[i] for p in parts])) for i in range(3))
             medians["loo"].append(float(np.median(loo)))
             medians["datasheet"].append(float(np.median(sheet)))
             table.add_row(table_name, op, str(len(loo)), f"{np.median(loo):.1%}",
-                          f"{np.percentile(loo, 90):.1%}", f"{np.median(sheet):.1%}",
+                          f"{np.percentile(loo, 90):.1%}", f"{np.median(chord):.1%}",
+                          f"{np.median(sheet):.1%}",
                           f"{np.percentile(sheet, 90):.1%}")
         table.add_section()
     console.print(table)

@@ -3,12 +3,21 @@ AIConfigurator's TensorRT-LLM forward timings per GPU; what they hold and how th
 is in that folder's README and benchmarks/build_kernel_tables.py). The attention lookups and
 the published attention rates are solver.cost.kernels_attention's.
 
-Each table is a set of regular grids of measured latencies. A lookup interpolates the
-logarithm of the throughput (work / latency) multilinearly in the logarithms of the sizes, and
-divides the query's work by it, so that:
+Each table is a set of regular grids of measured latencies. Between two measured sizes a
+kernel's latency is taken as affine in its work (a fixed part, launch, prologue, the tail wave,
+plus work at a steady rate): a lookup interpolates the latency multilinearly in each axis' work
+factor (the grids' work is a product of one factor per axis: m, n and k; batch, seq^2, heads
+and head dim; ...), and returns the throughput there (work / latency), which the caller divides
+its own work by. So that:
   - a grid point gives back its measured latency (up to rounding);
-  - inside the grid time is monotone in every size (the grids are monotone, and work and
-    throughput are both log-linear in each log size within a cell);
+  - inside the grid time is monotone in every size the grid is monotone in (the weights are
+    monotone in each size, the latencies along each axis are);
+  - a kernel that does not fill the GPU, whose latency hardly grows with its work, is not
+    charged for the concave fall of its throughput below the larger measured size: the log of
+    the throughput interpolated in log sizes, this module's rule until 2026-12, overestimated
+    such midpoints by 3-8% (fused MoE below 4K tokens, GQA attention with 2 query heads, the
+    L40S windowed kernel; benchmarks/kernel_accuracy.py prints both rules' leave-one-out
+    errors);
   - beyond the grid the throughput stays that of the nearest edge (the coordinate is clamped):
     a GEMM with m = 65536 runs at the rate of m = 32768, attention at 32K tokens at the rate
     of 16K, i.e. the time grows with the work and no faster; below a GEMM grid's smallest size
@@ -71,25 +80,35 @@ def moe_flop(tokens, etp, ep, hidden: int, inter: int, topk: int, gated: bool):
 
 @dataclass(frozen=True, eq=False)
 class KernelGrid:
-    """One regular grid: its axes (sizes), measured latencies and which points the build
-    adjusted (filled or lowered to the monotone envelope)."""
+    """One regular grid: its axes (sizes), measured latencies, which points the build adjusted
+    (filled or lowered to the monotone envelope), ln(work / latency) at every point, and each
+    axis' ln work factor at its sizes (log_factors: the ln work of a grid point is the sum of
+    its axes' factors)."""
 
     axis_names: tuple[str, ...]
     sizes: tuple[np.ndarray, ...]
     latency_s: np.ndarray
     adjusted: np.ndarray
     log_rate: np.ndarray  # ln(work / latency_s)
+    log_factors: tuple[np.ndarray, ...]
 
     def interpolate_log_rate(self, *coords: np.ndarray | float) -> np.ndarray:
-        """ln(throughput) at `coords` (one array per axis, broadcast together): multilinear in
-        log2 of the sizes, each coordinate clamped to its axis' range."""
-        return interpolate_log_rate(self.sizes, self.log_rate, coords)
+        """ln(throughput) at `coords` (one array per axis, broadcast together): the latency
+        multilinear in each axis' work factor, the work's log summed from the factors, each
+        coordinate clamped to its axis' range."""
+        return interpolate_log_rate(self.sizes, self.latency_s, self.log_factors, coords)
 
 
-def interpolate_log_rate(sizes: tuple[np.ndarray, ...], log_rate: np.ndarray,
-                         coords: tuple) -> np.ndarray:
-    """Multilinear interpolation of `log_rate` (shape = the axes' lengths) in log2 sizes,
-    vectorised over the broadcast shape of `coords`; clamped beyond every edge.
+def interpolate_log_rate(sizes: tuple[np.ndarray, ...], latency_s: np.ndarray,
+                         log_factors: tuple[np.ndarray, ...], coords: tuple) -> np.ndarray:
+    """ln(work / latency) at `coords`, vectorised over their broadcast shape; clamped beyond
+    every edge. Within a cell [x0, x1] of axis a the work factor is a power of the size
+    (ln f linear in ln x, exact for every grid but the window's sequence axis), and the
+    latency's weight on the x1 side is (f(x) - f(x0)) / (f(x1) - f(x0)): latency affine in
+    the work along the axis. Worked number (one axis): latencies 10 and 40 us at work 1 and 4,
+    work 2 gives 20 us (rate 0.1 per us, as at both ends), where the log-rate rule gives the
+    same; latencies 10 and 16 us (a 6 us fixed part), work 2: 12 us (rate 0.167), where the
+    log-rate rule gives 12.6 us.
 
     The 2^axes cell corners are gathered in one indexing of the flattened table (corner c's
     offset from the cell's lower corner is the dot product of its bits with the table's
@@ -100,23 +119,30 @@ def interpolate_log_rate(sizes: tuple[np.ndarray, ...], log_rate: np.ndarray,
     n_axes = len(sizes)
     base = np.zeros(points[0].size, dtype=np.intp)
     weight = np.empty((n_axes, points[0].size))
+    log_work = np.zeros(points[0].size)
     steps = np.empty(n_axes, dtype=np.intp)
     stride = 1
     for a in range(n_axes - 1, -1, -1):  # C order: the last axis varies fastest
         grid = _log2_axis(sizes[a])
-        x = np.log2(np.maximum(points[a].reshape(-1), 1e-300))
+        factors = log_factors[a]
         if len(grid) == 1:
             weight[a], steps[a] = 0.0, 0
+            log_work += factors[0]
         else:
+            x = np.log2(np.maximum(points[a].reshape(-1), 1e-300))
             i = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
-            weight[a] = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
+            u = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
+            rise = factors[i + 1] - factors[i]  # never 0: the work changes with every size
+            weight[a] = np.expm1(u * rise) / np.expm1(rise)
+            log_work += factors[i] + u * rise
             base += i * stride
             steps[a] = stride
         stride *= len(grid)
     bits = _corner_bits(n_axes)  # (2^axes, axes), corner 0 = all lower
     w = np.where(bits[:, :, None], weight[None], 1.0 - weight[None]).prod(axis=1)
-    values = log_rate.reshape(-1)[base[None, :] + (bits @ steps)[:, None]]
-    return np.where(w > 0, w * values, 0.0).sum(axis=0).reshape(shape)
+    values = latency_s.reshape(-1)[base[None, :] + (bits @ steps)[:, None]]
+    latency = np.where(w > 0, w * values, 0.0).sum(axis=0)
+    return (log_work - np.log(latency)).reshape(shape)
 
 
 @functools.lru_cache(maxsize=None)
@@ -164,10 +190,23 @@ def load_kernel_table(name: str) -> KernelTable:
         axis_names = _axis_names(name_)
         sizes = tuple(arrays[f"{name_}.{a}"] for a in axis_names)
         mesh = np.meshgrid(*[s.astype(float) for s in sizes], indexing="ij")
-        work = _work(name_)(*mesh)
+        log_work = np.log(_work(name_)(*mesh))
         grids[name_] = KernelGrid(axis_names, sizes, latency_s, arrays[f"{name_}.adjusted"],
-                                  np.log(work) - np.log(latency_s))
+                                  log_work - np.log(latency_s), axis_log_factors(log_work))
     return KernelTable(name, grids)
+
+
+def axis_log_factors(log_work: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each axis' ln work factor at its sizes, from the ln work of every grid point: along the
+    axis through the grid's first point, less that point's (the first axis keeps it), so that
+    a point's factors sum to its ln work (the work formulas are products of one factor per
+    axis)."""
+    origin = float(log_work.reshape(-1)[0])
+    factors = []
+    for a in range(log_work.ndim):
+        line = log_work[tuple(slice(None) if b == a else 0 for b in range(log_work.ndim))]
+        factors.append(line - (origin if a else 0.0))
+    return tuple(factors)
 
 
 def list_kernel_tables() -> list[str]:
