@@ -130,7 +130,9 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
 #                 26.04-26.06 (ep 16, pp 1) moe_a2a_overlap=False with the flex dispatcher's
 #                 HybridEP backend (qwen3_llm_pretrain.py: moe_token_dispatcher_type = "flex")
 #   gpt-oss-120b  every release: no moe_a2a_overlap (GPT_OSS_120B_..._H100_BF16 sets pp 4 and
-#                 recompute_modules ["layernorm", "moe_act"] only; the field defaults to False)
+#                 recompute_modules ["layernorm", "moe_act"] only; the field defaults to False);
+#                 those recompute modules (v0.2.0 workload_base_configs.py, v0.3.0-v0.5.0
+#                 gpt_oss_workload_base_configs.py), which replace Megatron's default core_attn
 BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
     ("deepseek-v3", "25.09"): {"moe_dispatcher": "deepep",
                                "recompute_modules": ("mla_up_proj", "mlp")},
@@ -139,7 +141,8 @@ BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
     ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep"},
     ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
     ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
-    **{("gpt-oss-120b", release): {"ep_comm_overlap": False}
+    **{("gpt-oss-120b", release): {"ep_comm_overlap": False,
+                                   "recompute_modules": ("layernorm", "moe_act")}
        for release in ("25.11", "26.02", "26.04", "26.06")},
 }
 

@@ -311,7 +311,7 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
     "falcon-180b": {"num_key_value_heads": 8, "norms_per_layer": 2,
                     "intermediate_size": 4 * 14848, "position_embedding_type": "rope"},
     "gpt-oss-20b": {"attention_sinks": True, "router_bias": True, "mlp_bias": True,
-                    "qkv_bias": True, "o_bias": True, "num_experts": 32,
+                    "swiglu_limit": 7.0, "qkv_bias": True, "o_bias": True, "num_experts": 32,
                     "num_experts_per_tok": 4, "head_dim": 64, "sliding_window": 128,
                     "layer_types": ("sliding_attention", "full_attention") * 12},
     "phi-3-mini-4k": {"qkv_bias": False, "mlp_bias": False, "num_key_value_heads": 32,
@@ -514,6 +514,10 @@ BAD_CONFIGS: dict[str, tuple[object, str]] = {
                            "num_ln_in_parallel_attn"),
     "gpt-oss top-k keys disagree": ({**load_config("gpt-oss-20b"), "experts_per_token": 2},
                                     "experts_per_token"),
+    "gpt-oss negative swiglu limit": ({**load_config("gpt-oss-20b"), "swiglu_limit": -7.0},
+                                      "swiglu_limit"),
+    "gpt-oss swiglu limit as text": ({**load_config("gpt-oss-20b"), "swiglu_limit": "7"},
+                                     "swiglu_limit"),
 }
 
 

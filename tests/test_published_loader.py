@@ -258,6 +258,9 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     from time_accuracy import bridge_release, framework_switches
 
     base = {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True}
+    # GPT_OSS_120B_..._H100_BF16: recompute_modules ["layernorm", "moe_act"] (v0.2.0
+    # workload_base_configs.py, v0.4.0 gpt_oss_workload_base_configs.py)
+    gpt_oss = {**base, "ep_comm_overlap": False, "recompute_modules": ("layernorm", "moe_act")}
     expected = {
         "mb-archive-25.09-H100-DeepSeekV3-FP8-1024g-262":
             {**base, "moe_dispatcher": "deepep", "recompute_modules": ("mla_up_proj", "mlp")},
@@ -267,8 +270,8 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
         "mb-archive-25.11-H100-Qwen3_30B_a3B-FP8-CS-16g-236": base,
         "mb-archive-26.06-H100-Qwen3_30B_a3B-FP8-16g-32":
             {**base, "ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
-        "mb-archive-26.04.01-H100-GPT_OSS_120B-BF16-64g-68": {**base, "ep_comm_overlap": False},
-        "mb-archive-25.11-H100-GPT_OSS_120B-BF16-64g-235": {**base, "ep_comm_overlap": False},
+        "mb-archive-26.04.01-H100-GPT_OSS_120B-BF16-64g-68": gpt_oss,
+        "mb-archive-25.11-H100-GPT_OSS_120B-BF16-64g-235": gpt_oss,
     }
     for run_id, switches in expected.items():
         assert framework_switches(by_id[run_id]) == switches, run_id

@@ -232,11 +232,23 @@ def _map_gemma2(cfg: Config, source: str) -> Fields:
                         window_default=4096)
 
 
+def read_limit(cfg: Config, source: str, key: str) -> float | None:
+    """An optional positive number (absent or null: no limit)."""
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise field_error(source, key, f"must be a positive number or null, got "
+                                       f"{show_value(value)}")
+    return float(value)
+
+
 def _map_gpt_oss(cfg: Config, source: str) -> Fields:
     """GptOssAttention: q/k/v/o always biased (the config class forces attention_bias) and one
     learned sink logit per head; every layer is MoE: GptOssTopKRouter has weight and bias,
-    GptOssExperts are SwiGLU with biases on gate_up and down. The top-k is
-    `num_experts_per_tok`; OpenAI's original key `experts_per_token` is read when it is absent."""
+    GptOssExperts are SwiGLU with biases on gate_up and down, clamped at `swiglu_limit`. The
+    top-k is `num_experts_per_tok`; OpenAI's original key `experts_per_token` is read when it
+    is absent."""
     top_k_key = "num_experts_per_tok"
     if top_k_key not in cfg and "experts_per_token" in cfg:
         top_k_key = "experts_per_token"
@@ -256,6 +268,7 @@ def _map_gpt_oss(cfg: Config, source: str) -> Fields:
         "mlp_bias": True,
         "attention_sinks": True,
         "router_bias": True,
+        "swiglu_limit": read_limit(cfg, source, "swiglu_limit"),
     }
     # GptOssConfig: layers alternate sliding (window 128) and full attention, the first sliding.
     return with_windows(fields, cfg, source, sliding_pattern(fields["num_hidden_layers"], 2),

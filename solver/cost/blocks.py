@@ -314,7 +314,7 @@ def estimate_kind_compute_parts(model_spec: ModelSpec, seq_len: int, kind: int,
     sublayers = (mixer != "none") + (mlp != "none")
     split_bytes = _mixer_elementwise_bytes(model_spec, mixer, p)
     cast = p.cast(p.gemm_inputs) if mixer != "none" else zero
-    parts = {"routed": zero, "routed_bwd": zero}
+    parts = {"routed": zero, "routed_bwd": zero, "moe_act": zero}
     if mlp != "none":
         split_bytes += p.mlp_split_bytes[mlp]
     if mlp == "dense":
@@ -323,7 +323,7 @@ def estimate_kind_compute_parts(model_spec: ModelSpec, seq_len: int, kind: int,
     elif mlp == "moe":
         gemm = gemm + p.moe["gemm"] - p.attention[0]
         gemm_bwd = gemm_bwd + p.moe["gemm_bwd"] - p.attention[1]
-        parts = {"routed": p.moe["routed"], "routed_bwd": p.moe["routed_bwd"]}
+        parts = {name: p.moe.get(name, zero) for name in ("routed", "routed_bwd", "moe_act")}
         cast = cast + p.moe["cast"] - p.cast(p.gemm_inputs)
     elementwise = estimate_elementwise_s(p.gpu, p.rows * (
         BF16_BYTES * 5 * h * sublayers / p.sequence_split + split_bytes / p.tp), p.compute)

@@ -11,7 +11,9 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         in the recipe's dtype (permutation included), else per-expert GEMMs;
                         backward: the GEMM table's dgrad + wgrad over forward ratio for the
                         expert GEMMs (else twice); plus the all-to-all dispatcher's sort of
-                        the received copies by local expert and back (_chunk_sort_s)
+                        the received copies by local expert and back (_chunk_sort_s), and
+                        the framework's eager work around the grouped GEMMs (expert biases,
+                        a SwiGLU limit: solver.cost.moe_eager)
   core, core_bwd        the attention core (measured kernel and FlashAttention-3's backward
                         ratio, or the datasheet fraction and TimeConstants' FLOP ratio;
                         unfused attention: its batched GEMMs, twice over backward, and the
@@ -20,6 +22,8 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         (backward twice)
   cast                  the precision recipe's quantization outside the timed kernels
                         (solver.cost.precision; forward only)
+  moe_act               (MoE kinds; not in the layer's passes) the routed experts'
+                        activation, what --recompute-modules moe_act re-runs
 Routing is taken as balanced, as in the vendor MoE benchmarks this is checked against.
 """
 
@@ -46,6 +50,7 @@ from solver.cost.kernels import (
     estimate_table_moe_s,
     load_kernel_table,
 )
+from solver.cost.moe_eager import estimate_expert_eager_s
 from solver.cost.precision import BF16, load_recipe
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
@@ -167,7 +172,9 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     )
     pairs = rows / tp * d["etp"] * k  # token copies a GPU's experts compute
     chunk_sort = _chunk_sort_s(model_spec, cluster, d, constants, pairs)
-    routed, routed_bwd = routed + chunk_sort, routed_bwd + chunk_sort
+    eager, eager_bwd, moe_act = estimate_expert_eager_s(model_spec, gpu, cc, pairs,
+                                                        experts / d["ep"], d["etp"])
+    routed, routed_bwd = routed + chunk_sort + eager, routed_bwd + chunk_sort + eager_bwd
     token_width = model_spec.moe_token_width
     routed_inputs = pairs * (token_width + model_spec.moe_intermediate_size / d["etp"])
     shared_inputs = gemm_inputs if model_spec.num_shared_experts else 0.0
@@ -180,6 +187,7 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         # The fused MoE kernel permutes and un-permutes itself: no permutation traffic then.
         "elementwise": elementwise(moe_width, 0 if fused else k),
         "cast": cast(gemm_inputs + shared_inputs + routed_inputs),
+        "moe_act": moe_act,
     }
     # The MoE MLP's TP-split element-wise bytes, as elementwise() counts them above.
     permute = 0 if fused else 2.0 * 2.0 * k * token_width

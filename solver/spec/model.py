@@ -72,6 +72,9 @@ class ModelSpec(InputSpec, ParameterCounts):
     o_bias: bool = False
     mlp_bias: bool = False
     attention_sinks: bool = False
+    # A limited SwiGLU (HF gpt_oss `swiglu_limit`): the gate half clamped above and the linear
+    # half on both sides at this value before the GLU (GptOssExperts._apply_gate).
+    swiglu_limit: float | None = Field(default=None, gt=0)
 
     num_experts: Annotated[int, MAX_EXPERTS] = Field(default=0, ge=0)
     num_experts_per_tok: Annotated[int, MAX_EXPERTS] = Field(default=0, ge=0)
