@@ -18,7 +18,7 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         ratio, or the datasheet fraction and TimeConstants' FLOP ratio;
                         unfused attention: its batched GEMMs, twice over backward, and the
                         score matrix streamed through HBM, UNFUSED_SCORE_BYTES)
-  elementwise           norms, residual adds, rotary, MLP activation, MoE permutation
+  elementwise           norms, QK norms, residual adds, rotary, MLP activation, MoE permutation
                         (backward twice)
   cast                  the precision recipe's quantization outside the timed kernels
                         (solver.cost.precision; forward only)
@@ -107,9 +107,13 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     # Norms and residual adds work on the full hidden width: split over TP only under
     # sequence parallel; rotary and the MLP activation work on TP-split heads and widths.
     # The measured attention kernel applies RoPE itself (solver.cost.kernels): no rotary then.
+    # QK norms (Qwen3, OLMoE; Megatron's q_layernorm / k_layernorm, a TE norm kernel each
+    # outside the attention op) read and write q and k.
     sequence_bytes = BF16_BYTES * (4 * h + 6 * h)
     sequence_split = tp if constants.sequence_parallel else 1
     head_bytes = 0.0 if table_attention else BF16_BYTES * 2 * (q_width + kv_width)
+    if model_spec.qk_norm:
+        head_bytes += BF16_BYTES * 2 * (q_width + model_spec.kv_heads * model_spec.qk_head_dim)
     low_share = (1.0 - bf16_share) if recipe.low_precision else 0.0
 
     def elementwise(mlp_width: float, permuted_copies: int = 0) -> np.ndarray:
