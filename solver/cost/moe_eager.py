@@ -3,7 +3,8 @@ TEGroupedMLP runs outside the fused kernels, which the measured fused-MoE rows (
 kernels: one TensorRT-LLM kernel with the activation and biases inside) do not time.
 
 Read from Megatron-Core core_v0.17.0 (NeMo 26.04), megatron/core/transformer/moe/experts.py
-TEGroupedMLP and megatron/core/fusions/fused_bias_geglu.py:
+TEGroupedMLP and megatron/core/fusions/fused_bias_geglu.py, the same in core_v0.15.0 and
+core_v0.16.0 (NeMo 25.11-26.02):
 
   fc2 bias   linear_fc2 is built with skip_bias_add=True: its bias must be scaled by each
              token's routing probability, which no grouped-GEMM epilogue does, so _apply_bias
