@@ -4,7 +4,7 @@ skip_bias_add=True, _apply_bias's per-expert `t + b * p` and torch.cat) and
 megatron/core/fusions/fused_bias_geglu.py (weighted_bias_quick_geglu_impl: the clamp of both
 halves at activation_func_clamp_value and their torch.cat, outside the compiled activation),
 and its place in the step: gpt-oss pays it, a model without expert biases or a SwiGLU limit
-does not, and `--recompute-modules moe_act` re-runs the activation."""
+does not, and `--recompute-modules moe_act` re-runs the clamp path."""
 
 from __future__ import annotations
 
@@ -38,29 +38,27 @@ def test_gpt_oss_worked_number() -> None:
         (bias_bytes + clamp_fwd) / H100_STREAM_BYTES_PER_S + (33 + 3) * kernel, rel=1e-9)
     assert float(backward) == pytest.approx(
         (bias_bytes + clamp_bwd) / H100_STREAM_BYTES_PER_S + (64 + 2) * kernel, rel=1e-9)
-    # moe_act re-runs the clamp path and the GLU (read 2F, write F at the traffic factor)
-    activation = cc.elementwise_traffic_factor * 2 * 3 * 2880 * copies
-    assert float(redo) == pytest.approx(
-        (clamp_fwd + activation) / H100_STREAM_BYTES_PER_S + 4 * kernel, rel=1e-9)
+    # moe_act re-runs the clamp path (the fused activation's re-run is not charged)
+    assert float(redo) == pytest.approx(clamp_fwd / H100_STREAM_BYTES_PER_S + 3 * kernel,
+                                        rel=1e-9)
 
 
-def test_a_model_without_expert_biases_or_limit_pays_nothing_but_the_recompute() -> None:
+def test_a_model_without_expert_biases_or_limit_pays_nothing() -> None:
     spec, gpu, cc = load_model_spec("qwen3-30b-a3b"), load_gpu_spec("h100-sxm"), ComputeConstants()
     assert not spec.mlp_bias and spec.swiglu_limit is None
-    forward, backward, redo = estimate_expert_eager_s(spec, gpu, cc, np.array([1e4, 4e4]),
-                                                      16.0, 1.0)
-    assert np.all(forward == 0) and np.all(backward == 0)
-    assert np.all(redo > 0) and redo[1] > redo[0]
+    for seconds in estimate_expert_eager_s(spec, gpu, cc, np.array([1e4, 4e4]), 16.0, 1.0):
+        assert np.all(seconds == 0)
 
 
-def _parts(model: str, constants: TimeConstants) -> dict[str, np.ndarray]:
+def _parts(model: str, constants: TimeConstants, micro_batch: float = 1.0
+           ) -> dict[str, np.ndarray]:
     spec = load_model_spec(model)
     from solver.catalog import load_cluster_spec
 
     cluster = load_cluster_spec("dgx-h100")
     job = JobSpec(seq_len=4096, global_batch=1280)
     d = {k: np.array([v]) for k, v in dict(tp=1.0, cp=1.0, ep=8.0, etp=1.0,
-                                           micro_batch=1.0).items()}
+                                           micro_batch=micro_batch).items()}
     return estimate_layer_compute_s(spec, cluster, job, d, constants)
 
 
@@ -77,7 +75,9 @@ def test_gpt_oss_routed_parts_carry_it_in_every_layer_kind() -> None:
 
 def test_moe_act_recompute_is_charged_under_megatrons_module_list() -> None:
     """Megatron-Bridge's gpt-oss H100 recipe recomputes ["layernorm", "moe_act"]: the step pays
-    the activation again; with moe (the whole MoE layer) it is not paid twice."""
+    the clamp path again; with moe (the whole MoE layer) it is not paid twice. At micro-batch
+    2 the re-run (0.6 ms) outlasts the host's launches of a pass (0.32 ms), which would pace
+    it otherwise (solver.cost.layer_time)."""
     from solver.cost.layer_time import estimate_layer_terms
 
     spec = load_model_spec("gpt-oss-120b")
@@ -85,7 +85,7 @@ def test_moe_act_recompute_is_charged_under_megatrons_module_list() -> None:
 
     cluster = load_cluster_spec("dgx-h100")
     job = JobSpec(seq_len=4096, global_batch=1280)
-    d = {k: np.array([v]) for k, v in dict(tp=1, cp=1, ep=8, etp=1, micro_batch=1, pp=4, dp=16,
+    d = {k: np.array([v]) for k, v in dict(tp=1, cp=1, ep=8, etp=1, micro_batch=2, pp=4, dp=16,
                                            vpp=1, zero=1, recompute=1).items()}
 
     def recompute_s(modules: tuple[str, ...]) -> float:
@@ -93,7 +93,8 @@ def test_moe_act_recompute_is_charged_under_megatrons_module_list() -> None:
         terms = estimate_layer_terms(spec, cluster, job, d, constants)
         return float(terms["per_layer"][0, 1, 1])
 
-    act = float(_parts("gpt-oss-120b", TimeConstants())["moe"]["moe_act"][0])
+    act = float(_parts("gpt-oss-120b", TimeConstants(), 2.0)["moe"]["moe_act"][0])
+    assert act > 0.5e-3
     assert recompute_s(("layernorm", "moe_act")) == pytest.approx(
         recompute_s(("layernorm",)) + act, rel=1e-6)
     assert recompute_s(("moe", "moe_act")) == pytest.approx(recompute_s(("moe",)), rel=1e-9)

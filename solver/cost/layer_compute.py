@@ -22,8 +22,8 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         (backward twice)
   cast                  the precision recipe's quantization outside the timed kernels
                         (solver.cost.precision; forward only)
-  moe_act               (MoE kinds; not in the layer's passes) the routed experts'
-                        activation, what --recompute-modules moe_act re-runs
+  moe_act               (MoE kinds; not in the layer's passes) what --recompute-modules
+                        moe_act re-runs that the model charges (solver.cost.moe_eager)
 Routing is taken as balanced, as in the vendor MoE benchmarks this is checked against.
 """
 

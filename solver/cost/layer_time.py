@@ -220,9 +220,9 @@ def _estimate_selective_s(model_spec: ModelSpec, fwd: dict[str, np.ndarray],
     recomputed module, as its share of the layer's GEMM parameters (a token's GEMM FLOPs are
     2 x parameters; [B]: one GEMM efficiency for all of them): mlp the dense MLP, shared_experts
     the shared experts, moe the routed experts, shared experts and router (its all-to-alls:
-    _layer_terms), mla_up_proj MLA's up-projections, moe_act the routed experts' activation
-    (the layer's "moe_act" part: solver.cost.moe_eager). layernorm re-runs the norms only, a
-    few percent of a layer's forward, not charged."""
+    _layer_terms), mla_up_proj MLA's up-projections. layernorm and moe_act re-run element-wise
+    kernels only, a few percent of a layer's forward, not charged, save a SwiGLU limit's eager
+    clamp that moe_act re-runs (the layer's "moe_act" part: solver.cost.moe_eager)."""
     if constants.selective_recompute == "op_level":
         return 0.5 * fwd["gemm"] + fwd.get("routed", 0.0) + fwd["elementwise"]
     m, modules = model_spec, set(constants.recompute_modules)

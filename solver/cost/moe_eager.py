@@ -23,23 +23,24 @@ core_v0.16.0 (NeMo 25.11-26.02):
              views).
   moe_act    --recompute-modules moe_act checkpoints the whole activation function
   recompute  (CheckpointWithoutOutput around bias_act_func): the backward re-runs the clamp
-             path and the activation (read 2F, write F per copy, at the element-wise traffic
-             factor, as solver.cost.layer_compute counts the activation).
+             path and the compiled activation. The step-time model leaves the fused
+             element-wise re-runs of moe_act and layernorm uncharged (a few percent of a
+             layer; solver.cost.recompute_modules builds its module ladder on that), so only
+             the clamp path's forward is charged here.
 
 Every kernel also pays ComputeConstants.gemm_kernel_s, as the layer's element-wise kernels do.
 Worked number (gpt-oss-120b, H100, ep 8, one 4096-token sequence: 16,384 copies on 16 local
 experts, w = F = 2880): bias 566 MB each way, 0.211 ms + 33 and 64 kernels; clamp 755 MB
-forward (0.282 ms), 566 MB backward (0.211 ms).
+forward (0.282 ms, re-run under moe_act), 566 MB backward (0.211 ms).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from solver.cost.efficiency import ComputeConstants, estimate_elementwise_s, estimate_streaming_s
+from solver.cost.efficiency import ComputeConstants, estimate_streaming_s
 from solver.spec import GpuSpec, ModelSpec
 
-BF16_BYTES = 2.0
 BIAS_BYTES_PER_WIDTH = (12.0, 12.0)  # forward, backward; per token copy, times w
 BIAS_KERNELS_PER_EXPERT = (2.0, 4.0)  # forward (and one cat), backward
 CLAMP_BYTES_PER_WIDTH = (16.0, 12.0)  # forward, backward; per token copy, times F
@@ -51,8 +52,7 @@ def estimate_expert_eager_s(model_spec: ModelSpec, gpu: GpuSpec, constants: Comp
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward, backward, moe_act recompute) seconds of one MoE layer's eager expert work for
     `copies` token copies on a GPU holding `local_experts` experts split `etp` ways (module
-    docstring). Forward and backward are zero for a model without expert biases or a SwiGLU
-    limit; the recompute is at least the activation's own pass."""
+    docstring); zeros for a model without expert biases or a SwiGLU limit."""
     copies, local_experts, etp = np.broadcast_arrays(
         np.asarray(copies, dtype=float), np.asarray(local_experts, dtype=float),
         np.asarray(etp, dtype=float))
@@ -74,8 +74,4 @@ def estimate_expert_eager_s(model_spec: ModelSpec, gpu: GpuSpec, constants: Comp
         clamp = stream(CLAMP_BYTES_PER_WIDTH[0] * inter, CLAMP_KERNELS[0])
         forward = forward + clamp
         backward = backward + stream(CLAMP_BYTES_PER_WIDTH[1] * inter, CLAMP_KERNELS[1])
-    factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
-    activation = estimate_elementwise_s(
-        gpu, BF16_BYTES * factor * inter * copies,
-        constants.model_copy(update={"elementwise_kernels_per_layer": 1}))
-    return forward, backward, clamp + activation
+    return forward, backward, clamp

@@ -11,7 +11,8 @@ worth a search:
 
   light   core_attn, and for MoE layers moe_act and layernorm: element-wise re-runs only,
           which the step-time model does not charge (so the light set never loses to
-          core_attn alone, and replaces it)
+          core_attn alone, and replaces it), save a SwiGLU limit's eager clamp (gpt-oss:
+          solver.cost.moe_eager)
   then    the modules that re-run GEMMs, added one at a time, most bytes saved per GEMM
           parameter re-run first: mla_up_proj (MLA's per-head Q, K and V: DeepSeek-V3 drops
           128 x (2 x 192 + 128) x 2 B = 131,072 B per token for 54.5M up-projection
