@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
@@ -82,8 +82,7 @@ def test_equal_stages_give_the_textbook_bubble() -> None:
     terms = dataclasses.replace(terms, last=terms.last * 0, per_stage=terms.per_stage * 0)
     layers = np.zeros((2, 4, 2))
     layers[:, :, 0] = 20
-    content = StageTimeContent(layers=layers, recompute=layers * 0,
-                               is_last=np.zeros((2, 4)), count=np.ones((2, 4)))
+    content = StageTimeContent.of_stages(layers, layers * 0, np.zeros((2, 4)), np.full(2, 4))
     t = compose_step_time(terms, content)
     per_stage = 20 * terms.per_layer[:, 0].sum(axis=1)
     m = 128 / 4
@@ -91,7 +90,8 @@ def test_equal_stages_give_the_textbook_bubble() -> None:
     assert pipeline_work(t) == pytest.approx(m * per_stage)
     slow = layers.copy()
     slow[:, 2, 0] = 23
-    t = compose_step_time(terms, dataclasses.replace(content, layers=slow))
+    t = compose_step_time(terms, StageTimeContent.of_stages(
+        slow, slow * 0, np.zeros((2, 4)), np.full(2, 4)))
     slowest = 23 * terms.per_layer[:, 0].sum(axis=1)
     assert float(pipeline_work(t)[0] + t.bubble[0]) == pytest.approx(
         float(3 * per_stage[0] + slowest[0] + (m - 1) * slowest[0]))
@@ -397,3 +397,33 @@ def test_dp_overlap_window_is_no_shorter_than_the_host_pacing_the_layer() -> Non
     assert gpu[0] > 0.315e-3
     assert estimate_layer_terms(model, cluster, long, d, constants)["mixed_fwd"][0] == \
         pytest.approx(gpu[0], rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(model_name=st.sampled_from(["nemotron-h-56b", "qwen3-next-80b-a3b", "deepseek-v3",
+                                   "gemma3-27b", "llama3.1-70b", "nemotron-3-super-120b-a12b"]),
+       pp=st.sampled_from([1, 2, 3, 4, 6, 8, 16]), vpp=st.sampled_from([1, 2, 3]),
+       recompute=st.sampled_from(["none", "selective", "full"]), slots=st.booleans())
+def test_even_content_keeps_the_stages_that_may_be_slowest(model_name: str, pp: int, vpp: int,
+                                                           recompute: str, slots: bool) -> None:
+    """The even split's stage content keeps only the stages no other stage dominates
+    (solver.cost.stage_content): its step time is the one of the same even split given stage by
+    stage (estimate_layout_step_time, one row per pipeline rank), breakdown included."""
+    from solver.cost.candidates import Candidates
+    from solver.cost.memory import MemoryOptions
+    from solver.cost.memory.layout import build_default_layout
+    from solver.cost.steptime import estimate_layout_step_time
+    from solver.spec import ParallelConfig
+
+    model = load_model_spec(model_name)
+    assume(model.num_hidden_layers >= pp * vpp and (vpp == 1 or pp > 1))
+    cluster = load_cluster_spec("dgx-h100")
+    job = JobSpec(seq_len=4096, global_batch=256)
+    config = ParallelConfig(tp=8, pp=pp, vpp=vpp, dp=1, zero=1, recompute=recompute)
+    options = MemoryOptions(account_for_embedding_in_pipeline_split=slots)
+    even = estimate_step_time(model, cluster, job, Candidates.from_configs([config]),
+                              embedding_slots=slots)
+    staged = estimate_layout_step_time(model, cluster, job, [config],
+                                       [build_default_layout(model, config, options)])
+    for name in ("step_s", "bubble", "compute", "recompute", "tp", "ep"):
+        assert getattr(even, name)[0] == pytest.approx(getattr(staged, name)[0], rel=1e-12)

@@ -279,17 +279,30 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
 def _stage_seconds(terms: TimeTerms, content: StageTimeContent
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(which stage row is the slowest, its seconds per micro-batch, the bubble)."""
-    stage_s = (terms.per_stage.sum(axis=1)[:, None]
-               + content.is_last * terms.last.sum(axis=1)[:, None])
+    per_stage_s, last_s = terms.per_stage.sum(axis=1), terms.last.sum(axis=1)
     layer_s, recompute_s = terms.per_layer.sum(axis=2), terms.recompute.sum(axis=2)
-    for kind in range(layer_s.shape[1]):  # a few kinds: faster than einsum
-        stage_s = (stage_s + content.layers[:, :, kind] * layer_s[:, kind, None]
-                   + content.recompute[:, :, kind] * recompute_s[:, kind, None])
-    present = content.count > 0
-    slowest = np.argmax(np.where(present, stage_s, -np.inf), axis=1)
-    slowest_s = stage_s[np.arange(len(slowest)), slowest]
-    total_s = (content.count * stage_s).sum(axis=1)
-    return slowest, slowest_s, (total_s - slowest_s) / terms.vpp
+    # The content keeps only the stages that may be the slowest for times >= 0.
+    assert (layer_s >= 0).all() and (recompute_s >= 0).all() and (last_s >= 0).all()
+    table = content.table
+    total_s = (content.num_stages[table] * per_stage_s + last_s
+               + (content.total_layers[table] * layer_s).sum(axis=1)
+               + (content.total_recompute[table] * recompute_s).sum(axis=1))
+    slowest = np.zeros(len(table), dtype=np.int64)
+    slowest_s = np.zeros(len(table))
+    # Candidate by table row: (candidates x kinds) @ (kinds x stage rows).
+    order = np.argsort(table, kind="stable")
+    ends = np.cumsum(np.bincount(table, minlength=len(content.num_rows)))
+    for index, (begin, end) in enumerate(zip(ends - np.diff(ends, prepend=0), ends)):
+        if begin == end:
+            continue
+        rows, width = order[begin:end], int(content.num_rows[index])
+        stage_s = (per_stage_s[rows, None] + last_s[rows, None] * content.is_last[index, :width]
+                   + layer_s[rows] @ content.layers[index, :width].T
+                   + recompute_s[rows] @ content.recompute[index, :width].T)
+        slowest[rows] = np.argmax(stage_s, axis=1)
+        slowest_s[rows] = stage_s[np.arange(len(rows)), slowest[rows]]
+    # The other stages' sum, summed kind by kind: it may round a hair below 0 on one stage.
+    return slowest, slowest_s, np.maximum(total_s - slowest_s, 0.0) / terms.vpp
 
 
 def compose_step_seconds(terms: TimeTerms, content: StageTimeContent) -> np.ndarray:
@@ -316,8 +329,9 @@ def compose_step_time(terms: TimeTerms, content: StageTimeContent) -> StepTime:
     """
     slowest, slowest_s, bubble = _stage_seconds(terms, content)
     rows = np.arange(len(slowest))
-    layers, recompute = content.layers[rows, slowest], content.recompute[rows, slowest]
-    parts = terms.per_stage + content.is_last[rows, slowest, None] * terms.last
+    table = content.table
+    layers, recompute = content.layers[table, slowest], content.recompute[table, slowest]
+    parts = terms.per_stage + content.is_last[table, slowest, None] * terms.last
     for kind in range(terms.per_layer.shape[1]):
         parts = (parts + layers[:, kind, None] * terms.per_layer[:, kind]
                  + recompute[:, kind, None] * terms.recompute[:, kind])
