@@ -302,18 +302,24 @@ def _memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np
 
     uniform = np.zeros(0, dtype=np.int64)  # the rows held_uniform bounds (set below)
     counts_r = np.arange(1, num_layers + 1, dtype=float)[None, :]  # R = 1 .. L
+    by_memory = np.zeros((0, num_layers))  # [uniform row, R]: what its room holds (set below)
 
-    def held_uniform(budget: np.ndarray) -> np.ndarray:
-        """[candidate, R]: layers of the last kind the stages hold when every chunk recomputes
-        min(R, its layers): a stage of n layers then recomputes at least min(R, n) (time) and
-        at most min(n, vpp R) (memory)."""
+    def held_by_memory() -> np.ndarray:
+        """[uniform row, R]: layers of the last kind a stage's room holds when every chunk
+        recomputes min(R, its layers), at most min(n, vpp R) of its n layers."""
         i = uniform
         chunks_r = candidates.vpp[row[i]][:, None] * counts_r
         plain_cost, kept_cost = cost[i][:, None], np.maximum(kept[i], 1e-30)[:, None]
         room_i, gain_i = room[i][:, None], gain[i][:, None]
-        by_memory = np.where(kept_cost * chunks_r >= room_i, room_i / kept_cost,
-                             chunks_r + (room_i + gain_i * chunks_r - plain_cost * chunks_r)
-                             / np.maximum(plain_cost, 1e-30))
+        return np.where(kept_cost * chunks_r >= room_i, room_i / kept_cost,
+                        chunks_r + (room_i + gain_i * chunks_r - plain_cost * chunks_r)
+                        / np.maximum(plain_cost, 1e-30))
+
+    def held_uniform(budget: np.ndarray) -> np.ndarray:
+        """[candidate, R]: layers of the last kind the stages hold when every chunk recomputes
+        min(R, its layers): a stage of n layers then recomputes at least min(R, n) (time) and
+        at most min(n, vpp R) (memory, held_by_memory)."""
+        i = uniform
         step, extra = a[i][:, None], b[i][:, None]
         left = budget[i][:, None]
         by_time = np.where((step + extra) * counts_r >= left, left / (step + extra),
@@ -368,6 +374,7 @@ def _memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np
         pick = fits & (candidates.recompute == RECOMPUTE_FULL) & (bound <= below_s)
         uniform = np.flatnonzero(pick[row])
         if len(uniform):
+            by_memory = held_by_memory()
             bound = np.maximum(bound, bound_s(least_slowest()))
     return fits, spent, bound * (1 - 1e-9)
 
