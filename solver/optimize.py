@@ -25,7 +25,7 @@ from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.recompute_modules import recompute_module_sets
 from solver.cost.row_memo import forget_all
 from solver.errors import InputError
-from solver.search.module_variants import search_module_sets
+from solver.search.module_variants import Merged, Searched, search_module_sets, take_ranked
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts
@@ -145,61 +145,84 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     forget_all()  # the answer depends on the problem alone (solver.cost.row_memo)
     start = time.perf_counter()
-    result = _solve_one(problem, top, engine, time_limit_s, compare)
+    own = _search(problem, top, engine, time_limit_s)
 
-    def solve_variant(variant: Problem, cutoff_s: float) -> OptimizeResult:
+    def search_variant(variant: Problem, cutoff_s: float) -> Searched:
         # One time limit for the whole solve: each further search gets what is left, and
         # where nothing is left (layout engine) it is not run: the answer is unproven.
         left = time_limit_s - (time.perf_counter() - start)
         if left <= 0 and engine == "layout":
-            return OptimizeResult(problem=variant, status="feasible", engine=engine,
-                                  solve_seconds=0.0, num_feasible=None, plans=())
-        return _solve_one(variant, top, engine, max(left, 0.0), compare=False,
-                          cutoff_s=cutoff_s, module_set=True)
+            return Searched(problem=variant, ranked=None, status="feasible", seconds=0.0)
+        return _search(variant, top, engine, max(left, 0.0), cutoff_s)
 
-    return search_module_sets(problem, result, solve_variant, top)
+    merged = search_module_sets(problem, own, search_variant, top)
+    if not merged.chosen:
+        return _infeasible(problem, engine, merged.seconds)
+    return _answer(problem, own, merged, engine, time_limit_s, compare)
 
 
-def _solve_one(problem: Problem, top: int, engine: str, time_limit_s: float,
-               compare: bool, cutoff_s: float = np.inf, module_set: bool = False
-               ) -> OptimizeResult:
-    """solve() for the problem's own recompute modules; with `cutoff_s` only the plans at
-    least as fast. A further module set's search (`module_set`) explains no infeasibility:
-    where no set finds a plan, the first search's explanation stands."""
+def _search(problem: Problem, top: int, engine: str, time_limit_s: float,
+            cutoff_s: float = np.inf) -> Searched:
+    """The problem's `top` distinct plans as its engine ranks them; with `cutoff_s` only the
+    plans at least as fast."""
     start = time.perf_counter()
-    status = "optimal"
+    proven = True
     if engine == "layout":
         ranked, proven = solve_with_layouts(problem, top, time_limit_s, cutoff_s)
-        status = "optimal" if proven else "feasible"
     else:
         ranked = solve_by_enumeration(problem, top)
-    seconds = time.perf_counter() - start
-    if (ranked is None or len(ranked.candidates) == 0) and module_set:
-        return OptimizeResult(problem=problem, status=status, engine=engine,
-                              solve_seconds=seconds, num_feasible=None, plans=())
-    if ranked is None or len(ranked.candidates) == 0:
-        found = find_conflicts(problem)
-        conflicts = tuple(found.names)
-        rules = {c.name: c.rule for c in build_constraints(problem) if c.name in conflicts}
-        least = found.least_memory_bytes
-        if MEMORY_CONSTRAINT in rules and least is not None:
-            rules[MEMORY_CONSTRAINT] += (f"; the leanest configuration the other "
-                                         f"constraints allow needs {least / 1e9:.1f} GB")
-        return OptimizeResult(problem=problem, status="infeasible", engine=engine,
-                              solve_seconds=seconds, num_feasible=0, plans=(),
-                              conflicts=conflicts, rules=rules,
-                              fixes=tuple(suggest_fixes(problem, conflicts)))
-    plans = build_ranked_plans(problem, ranked)
-    solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) if compare else None
-    why = list(explain_choice(problem, ranked, solve_pinned))
-    # After the fit check: the memory savers the winner turns on to fit.
-    return OptimizeResult(problem=problem, status=status, engine=engine,
-                          solve_seconds=seconds, num_feasible=ranked.num_feasible,
-                          num_candidates=ranked.num_candidates,
-                          num_memory_checked=ranked.num_memory_checked,
-                          plans=plans, why=tuple(why[:1] + explain_savers(problem, plans[0])
-                                                 + explain_offloads(problem, plans[0])
-                                                 + why[1:]))
+    if ranked is not None and len(ranked.candidates) == 0:
+        ranked = None
+    return Searched(problem=problem, ranked=ranked, status="optimal" if proven else "feasible",
+                    seconds=time.perf_counter() - start)
+
+
+def _infeasible(problem: Problem, engine: str, seconds: float) -> OptimizeResult:
+    """Where no search found a plan: the constraints that conflict, and what would fix it."""
+    found = find_conflicts(problem)
+    conflicts = tuple(found.names)
+    rules = {c.name: c.rule for c in build_constraints(problem) if c.name in conflicts}
+    least = found.least_memory_bytes
+    if MEMORY_CONSTRAINT in rules and least is not None:
+        rules[MEMORY_CONSTRAINT] += (f"; the leanest configuration the other "
+                                     f"constraints allow needs {least / 1e9:.1f} GB")
+    return OptimizeResult(problem=problem, status="infeasible", engine=engine,
+                          solve_seconds=seconds, num_feasible=0, plans=(),
+                          conflicts=conflicts, rules=rules,
+                          fixes=tuple(suggest_fixes(problem, conflicts)))
+
+
+def _answer(problem: Problem, own: Searched, merged: Merged, engine: str, time_limit_s: float,
+            compare: bool) -> OptimizeResult:
+    """The merged top as plans, each costed through its own search's problem, and the
+    winner explained by its own search (`compare`: with a second search where the problem's
+    own search found the winner, explain_choice)."""
+    plans: dict[tuple[int, int], Plan] = {}
+    for searched in {id(s): s for s, _ in merged.chosen}.values():
+        positions = [p for s, p in merged.chosen if s is searched]
+        assert searched.ranked is not None
+        built = searched.namer(build_ranked_plans(searched.problem,
+                                                  take_ranked(searched.ranked, positions)))
+        plans.update({(id(searched), p): plan for p, plan in zip(positions, built)})
+    ranked_plans = tuple(plans[id(s), p] for s, p in merged.chosen)
+    winner = merged.chosen[0][0]
+    assert winner.ranked is not None
+    solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
+        if compare and winner is own else None
+    why = list(explain_choice(winner.problem, winner.ranked, solve_pinned))
+    # After the fit check: the memory savers the winner turns on to fit, its offloads.
+    why = why[:1] + explain_savers(winner.problem, ranked_plans[0]) + explain_offloads(
+        winner.problem, ranked_plans[0]) + why[1:]
+    # The counts are the problem's own search's (every recompute level); no search counted
+    # the feasible ones over the union.
+    counted = own.ranked if own.ranked is not None else winner.ranked
+    alone = not merged.searched
+    return OptimizeResult(problem=problem, status=merged.status, engine=engine,
+                          solve_seconds=merged.seconds,
+                          num_feasible=counted.num_feasible if alone else None,
+                          num_candidates=counted.num_candidates,
+                          num_memory_checked=counted.num_memory_checked if alone else None,
+                          plans=ranked_plans, why=tuple(why))
 
 
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:

@@ -140,13 +140,13 @@ def test_module_sets_share_one_time_limit(monkeypatch) -> None:
     import solver.optimize as optimize
 
     limits: list[float] = []
-    original = optimize._solve_one
+    original = optimize._search
 
-    def recording(problem, top, engine, time_limit_s, compare, **cutoff):
+    def recording(problem, top, engine, time_limit_s, *cutoff):
         limits.append(time_limit_s)
-        return original(problem, top, engine, time_limit_s, compare, **cutoff)
+        return original(problem, top, engine, time_limit_s, *cutoff)
 
-    monkeypatch.setattr(optimize, "_solve_one", recording)
+    monkeypatch.setattr(optimize, "_search", recording)
     solve(_problem(), top=3, engine="layout", time_limit_s=5.0)
     assert len(limits) == 4 and limits[0] == 5.0
     assert all(0.0 <= later < earlier for earlier, later in zip(limits, limits[1:]))
@@ -212,14 +212,15 @@ def test_a_module_set_search_cut_short_leaves_the_answer_unproven() -> None:
 
     from solver.search.module_variants import search_module_sets
 
+    from solver.optimize import _search
+
     problem = _problem()
-    first = solve(problem.model_copy(update={"recompute_module_sets": ()}), top=3,
-                  engine="layout", compare=False)
-    assert first.status == "optimal"
-    cut_short = replace(first, plans=(), status="feasible")
+    first = _search(problem, 3, "layout", 60.0)
+    assert first.status == "optimal" and len(first) == 3
+    cut_short = replace(first, ranked=None, status="feasible")
     merged = search_module_sets(problem, first, lambda variant, cutoff: cut_short, 3)
-    assert merged.status == "feasible"
-    done = replace(first, plans=(), status="optimal")
+    assert merged.status == "feasible" and len(merged.chosen) == 3
+    done = replace(first, ranked=None, status="optimal")
     assert search_module_sets(problem, first, lambda variant, cutoff: done, 3).status == \
         "optimal"
 
@@ -261,33 +262,34 @@ def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
 
     from solver.search.module_variants import search_module_sets
 
+    from solver.optimize import _search
+
     problem = _problem().model_copy(update={"offloads": ()})  # module sets only
     sets = problem.recompute_module_sets
     assert len(sets) == 4
-    found = solve(problem.model_copy(update={"recompute_module_sets": ()}), top=3,
-                  engine="layout", compare=False)
-    nothing = replace(found, plans=(), status="infeasible")
+    found = _search(problem, 3, "layout", 60.0)
+    nothing = replace(found, ranked=None, status="optimal")
     asked = []
 
     def none_fit(variant, cutoff):
         asked.append(variant.time_constants.recompute_modules)
-        return replace(found, plans=(), status="optimal")
+        return replace(found, ranked=None, status="optimal")
 
-    assert search_module_sets(problem, nothing, none_fit, 3).plans == ()
+    assert search_module_sets(problem, nothing, none_fit, 3).chosen == ()
     assert asked == [sets[-1]]
     asked.clear()
 
     def last_fits(variant, cutoff):
         asked.append(variant.time_constants.recompute_modules)
         return found if variant.time_constants.recompute_modules == sets[-1] else \
-            replace(found, plans=(), status="optimal")
+            replace(found, ranked=None, status="optimal")
 
     merged = search_module_sets(problem, nothing, last_fits, 3)
-    assert asked == [sets[-1], *sets[1:-1]] and merged.plans
+    assert asked == [sets[-1], *sets[1:-1]] and merged.chosen
     asked.clear()
     # An unproven search of the last set proves nothing about the others.
     assert search_module_sets(problem, nothing, lambda v, c: asked.append(1) or replace(
-        found, plans=(), status="feasible"), 3).plans == ()
+        found, ranked=None, status="feasible"), 3).chosen == ()
     assert len(asked) == len(sets) - 1
 
 
@@ -298,13 +300,13 @@ def test_no_further_search_once_the_time_limit_is_spent(monkeypatch) -> None:
     import solver.optimize as optimize
 
     calls = []
-    original = optimize._solve_one
+    original = optimize._search
 
-    def counted(*args, **kwargs):
-        calls.append(kwargs.get("module_set", False))
-        return original(*args, **kwargs)
+    def counted(problem, *args):
+        calls.append(problem.recompute_module_sets == ())  # a further set's search
+        return original(problem, *args)
 
-    monkeypatch.setattr(optimize, "_solve_one", counted)
+    monkeypatch.setattr(optimize, "_search", counted)
     problem = _problem()
     assert len(problem.recompute_module_sets) > 1
     spent = solve(problem, top=3, engine="layout", time_limit_s=1e-9, compare=False)

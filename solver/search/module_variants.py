@@ -17,17 +17,21 @@ a configuration's step, so an offloading plan enters the top only where its conf
 not fit without it (at equal time the plan without offloads ranks first, and the same
 configuration offloading is dropped). A plan names the offloads it uses, which `launch --plan`
 turns on (Plan.offloads). Exact over the offloads for the first module set.
+
+The searches are merged on their rankings (Searched): only the merged top becomes plans
+(solver.optimize), each through its own search's problem.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
-
+from dataclasses import dataclass, replace
 from itertools import combinations
 
+import numpy as np
+
 from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from solver.search.enumerate import Ranked
 from solver.search.space import Problem, variable_domains
 from solver.spec.plan import Plan
 
@@ -64,32 +68,65 @@ def offload_variant(problem: Problem, offloads: tuple[str, ...]) -> Problem | No
         "recompute_module_sets": (), "offloads": ()})
 
 
+Namer = Callable[[tuple[Plan, ...]], tuple[Plan, ...]]
+
+
+def _unnamed(plans: tuple[Plan, ...]) -> tuple[Plan, ...]:
+    return plans
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One search's answer: its problem, its distinct plans ranked best first (None where it
+    found none), `optimal` or `feasible` (stopped at the time limit), its seconds; how its
+    plans are named (the module set and offloads they use) and how many offloads they use."""
+
+    problem: Problem
+    ranked: Ranked | None
+    status: str
+    seconds: float
+    namer: Namer = _unnamed
+    offloads: int = 0
+
+    def __len__(self) -> int:
+        return 0 if self.ranked is None else len(self.ranked.candidates)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The merged ranking: (search, position in its ranking) best first, whether every search
+    proved its answer (`optimal`, else `feasible`), the searches' seconds, and whether any
+    search beyond the problem's own ran."""
+
+    chosen: tuple[tuple[Searched, int], ...]
+    status: str
+    seconds: float
+    searched: bool
+
+
 def name_offloads(plans: tuple[Plan, ...], offloads: tuple[str, ...]) -> tuple[Plan, ...]:
     """The plans, each naming `offloads` (Plan.offloads: what launch turns on)."""
     return tuple(plan.model_copy(update={"offloads": offloads}) for plan in plans)
 
 
-Namer = Callable[[tuple[Plan, ...]], tuple[Plan, ...]]
-
-
-def _module_variants(problem: Problem) -> list[tuple[Problem, Namer]]:
+def _module_variants(problem: Problem) -> list[tuple[Problem, Namer, int]]:
     """The searches of the other module sets, with how their plans are named."""
     found = [(module_variant(problem, modules),
-              lambda plans, modules=modules: name_modules(plans, modules))
+              lambda plans, modules=modules: name_modules(plans, modules), 0)
              for modules in problem.recompute_module_sets[1:]]
-    return [(variant, namer) for variant, namer in found if variant is not None]
+    return [entry for entry in found if entry[0] is not None]
 
 
-def _offload_variants(problem: Problem) -> list[tuple[Problem, Namer]]:
+def _offload_variants(problem: Problem) -> list[tuple[Problem, Namer, int]]:
     """The searches of each combination of offloads under the first module set."""
     sets = problem.recompute_module_sets
     first = sets[0] if sets else ()
     found = [(offload_variant(problem, offloads),
               lambda plans, offloads=offloads: name_offloads(
-                  name_modules(plans, first) if first else plans, offloads))
+                  name_modules(plans, first) if first else plans, offloads), len(offloads))
              for count in range(1, len(problem.offloads) + 1)
              for offloads in combinations(problem.offloads, count)]
-    return [(variant, namer) for variant, namer in found if variant is not None]
+    return [entry for entry in found if entry[0] is not None]
 
 
 def name_modules(plans: tuple[Plan, ...], modules: tuple[str, ...]) -> tuple[Plan, ...]:
@@ -98,76 +135,87 @@ def name_modules(plans: tuple[Plan, ...], modules: tuple[str, ...]) -> tuple[Pla
                  if plan.config.recompute == "selective" else plan for plan in plans)
 
 
-def _rank_key(objective: str) -> Callable[[Plan], tuple[float, float, float]]:
+def _rank_key(objective: str) -> Callable[[tuple[Searched, int]], tuple[float, float, float]]:
     """By time (then fewer offloads: an offload that costs nothing still moves data, then
-    memory) or by memory."""
-    def key(plan: Plan) -> tuple[float, float, float]:
-        seconds = plan.time.step_seconds if plan.time is not None else float("inf")
-        memory = plan.worst_stage.total_bytes
-        offloads = len(plan.offloads)
-        return (seconds, offloads, memory) if objective == "time" else (memory, seconds, 0)
+    worst-stage memory) or by memory."""
+    def key(entry: tuple[Searched, int]) -> tuple[float, float, float]:
+        searched, position = entry
+        assert searched.ranked is not None
+        seconds = float(searched.ranked.step_time.step_s[position])
+        memory = float(searched.ranked.memory_bytes[position])
+        return (seconds, searched.offloads, memory) if objective == "time" else (
+            memory, seconds, 0)
     return key
 
 
-def _without_offloaded_twins(plans: list[tuple[Plan, Any]]) -> list[tuple[Plan, Any]]:
-    """The ranked plans less those that offload where a plan ranked before has the same
+def _without_offloaded_twins(entries: list[tuple[Searched, int]]
+                             ) -> list[tuple[Searched, int]]:
+    """The ranked entries less those that offload where an entry ranked before has the same
     configuration and layout (the offload buys nothing there)."""
     seen: set[str] = set()
     kept = []
-    for plan, answer in plans:
-        twin = plan.config.model_dump_json() + (plan.layout.model_dump_json()
-                                                if plan.layout is not None else "")
-        if twin in seen and plan.offloads:
+    for searched, position in entries:
+        ranked = searched.ranked
+        assert ranked is not None
+        layout = ranked.layouts[position] if ranked.layouts is not None else None
+        twin = ranked.candidates.config(position).model_dump_json() + (
+            layout.model_dump_json() if layout is not None else "")
+        if twin in seen and searched.offloads:
             continue
         seen.add(twin)
-        kept.append((plan, answer))
+        kept.append((searched, position))
     return kept
 
 
-def search_module_sets(problem: Problem, result: Any,
-                       solve_variant: Callable[[Problem, float], Any], top: int) -> Any:
-    """`result` (an OptimizeResult of `problem`'s own search) with the plans of every other
-    module set merged in, best `top` first by the objective (module docstring). `solve_variant`
-    solves one variant problem for the plans at least as fast as its second argument, in
+def search_module_sets(problem: Problem, own: Searched,
+                       search_variant: Callable[[Problem, float], Searched],
+                       top: int) -> Merged:
+    """`own` (the problem's own search) merged with the searches of every other module set
+    and offload, best `top` first by the objective (module docstring). `search_variant`
+    searches one variant problem for the plans at least as fast as its second argument, in
     seconds (inf: all); plans slower than the top-th found so far cannot enter the top. The
     status is optimal only where every search proved its answer (one that found nothing under
-    its cutoff too); where only a variant finds plans, its answer (its explanation) stands."""
+    its cutoff too)."""
     sets = problem.recompute_module_sets
-    if not sets and not problem.offloads:
-        return result
-    plans = [(plan, result) for plan in (name_modules(result.plans, sets[0]) if sets
-                                         else result.plans)]
-    seconds, proven, searched = result.solve_seconds, result.status != "feasible", False
+    if sets:
+        own = replace(own, namer=lambda plans: name_modules(plans, sets[0]))
+    entries = [(own, position) for position in range(len(own))]
+    seconds, proven, searched = own.seconds, own.status != "feasible", False
     key = _rank_key(problem.objective)
-    modules = _module_variants(problem)
+    modules = _module_variants(problem) if sets or problem.offloads else []
+    offloads = _offload_variants(problem) if sets or problem.offloads else []
     # Where nothing fits yet, the last set first: each set needs no more memory than the
     # sets before it, so where none of its plans fits (proven), none of theirs does.
-    leanest_first = not plans and len(modules) > 1
+    leanest_first = not entries and len(modules) > 1
     if leanest_first:
         modules = modules[-1:] + modules[:-1]
-    for position, (variant, namer) in enumerate(modules + _offload_variants(problem)):
-        if leanest_first and 0 < position < len(modules) and not plans and proven:
+    for position, (variant, namer, count) in enumerate(modules + offloads):
+        if leanest_first and 0 < position < len(modules) and not entries and proven:
             continue
         # A plan slower than the top-th of those found so far cannot enter the top: the
         # variant's search need not look for it (by time; memory ranks are searched whole).
-        found = sorted(key(plan) for plan, _ in plans)
+        found = sorted(key(entry) for entry in entries)
         cutoff = found[top - 1][0] if problem.objective == "time" and len(found) >= top \
             else float("inf")
-        answer = solve_variant(variant, cutoff)
-        seconds += answer.solve_seconds
+        answer = replace(search_variant(variant, cutoff), namer=namer, offloads=count)
+        seconds += answer.seconds
         searched = True
         # A search stopped by the time limit may have missed plans under its cutoff.
         proven = proven and answer.status != "feasible"
-        if answer.plans:
-            plans.extend((plan, answer) for plan in namer(answer.plans))
-    if not searched or not plans:
-        return replace(result, plans=tuple(plan for plan, _ in plans), solve_seconds=seconds)
-    ranked = _without_offloaded_twins(sorted(plans, key=lambda pair: key(pair[0])))[:top]
-    # The winner's own search explains it; the counts are the problem's own search's (every
-    # recompute level), except the feasible ones, which no search counted over the union.
-    winner = ranked[0][1]
-    return replace(winner, problem=problem, plans=tuple(plan for plan, _ in ranked),
-                   solve_seconds=seconds, status="optimal" if proven else "feasible",
-                   num_feasible=None,
-                   num_candidates=result.num_candidates or winner.num_candidates,
-                   num_memory_checked=None)
+        entries.extend((answer, p) for p in range(len(answer)))
+    chosen = _without_offloaded_twins(sorted(entries, key=key))[:top] if searched \
+        else entries[:top]
+    return Merged(chosen=tuple(chosen), status="optimal" if proven else "feasible",
+                  seconds=seconds, searched=searched)
+
+
+def take_ranked(ranked: Ranked, positions: list[int]) -> Ranked:
+    """The plans of a (folded) ranking at `positions`, in that order."""
+    rows = np.array(positions, dtype=np.int64)
+    return replace(ranked, candidates=ranked.candidates.take(rows),
+                   step_time=ranked.step_time.take(rows), memory_bytes=ranked.memory_bytes[rows],
+                   layouts=None if ranked.layouts is None else tuple(ranked.layouts[p]
+                                                                     for p in positions),
+                   rows=None if ranked.rows is None else ranked.rows[rows],
+                   twins=None if ranked.twins is None else tuple(ranked.twins[p]
+                                                                 for p in positions))
