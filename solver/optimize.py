@@ -27,9 +27,9 @@ from solver.cost.row_memo import forget_all
 from solver.errors import InputError
 from solver.search.module_variants import Merged, Searched, search_module_sets, take_ranked
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
-from solver.search.enumerate import Ranked, any_feasible, solve_by_enumeration
+from solver.search.enumerate import FirstPass, Ranked, any_feasible, solve_by_enumeration
 from solver.search.explain import explain_choice, find_conflicts
-from solver.search.layout_search import solve_with_layouts
+from solver.search.layout_search import search_layouts, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.ranked_plans import build_ranked_plans, explain_offloads, explain_savers
 from solver.spec import ClusterSpec
@@ -153,7 +153,7 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
         left = time_limit_s - (time.perf_counter() - start)
         if left <= 0 and engine == "layout":
             return Searched(problem=variant, ranked=None, status="feasible", seconds=0.0)
-        return _search(variant, top, engine, max(left, 0.0), cutoff_s)
+        return _search(variant, top, engine, max(left, 0.0), cutoff_s, own.first)
 
     merged = search_module_sets(problem, own, search_variant, top)
     if not merged.chosen:
@@ -162,19 +162,20 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
 
 
 def _search(problem: Problem, top: int, engine: str, time_limit_s: float,
-            cutoff_s: float = np.inf) -> Searched:
+            cutoff_s: float = np.inf, prior: FirstPass | None = None) -> Searched:
     """The problem's `top` distinct plans as its engine ranks them; with `cutoff_s` only the
-    plans at least as fast."""
+    plans at least as fast; `prior`: the first pass of the problem it varies (layout engine:
+    solver.search.layout_search.search_layouts)."""
     start = time.perf_counter()
-    proven = True
+    proven, first = True, None
     if engine == "layout":
-        ranked, proven = solve_with_layouts(problem, top, time_limit_s, cutoff_s)
+        ranked, proven, first = search_layouts(problem, top, time_limit_s, cutoff_s, prior)
     else:
         ranked = solve_by_enumeration(problem, top)
     if ranked is not None and len(ranked.candidates) == 0:
         ranked = None
     return Searched(problem=problem, ranked=ranked, status="optimal" if proven else "feasible",
-                    seconds=time.perf_counter() - start)
+                    seconds=time.perf_counter() - start, first=first)
 
 
 def _infeasible(problem: Problem, engine: str, seconds: float) -> OptimizeResult:

@@ -315,3 +315,27 @@ def test_no_further_search_once_the_time_limit_is_spent(monkeypatch) -> None:
     whole = solve(problem, top=3, engine="layout", time_limit_s=60.0, compare=False)
     assert calls.count(True) >= len(problem.recompute_module_sets) - 1
     assert whole.status == "optimal"
+
+
+@pytest.mark.parametrize(("model", "cluster", "gpus"), [("deepseek-v2-lite", "dgx-a100-80gb", 8),
+                                                        ("deepseek-v2-lite", "dgx-h100", 64),
+                                                        ("llama3.1-70b", "dgx-a100-40gb", 32)])
+def test_variants_from_the_first_pass_give_the_plans_of_their_own_search(
+        monkeypatch, model: str, cluster: str, gpus: int) -> None:
+    """The module-set and offload searches start from the problem's own first pass
+    (solver.search.enumerate.candidates_below: its candidates within their pins, its bounds):
+    the same plans as each enumerating and bounding its candidates afresh."""
+    import solver.optimize as optimize
+
+    problem = build_problem(model, cluster, gpus, seq_len=4096, global_batch=256)
+    assert len(problem.recompute_module_sets) + len(problem.offloads) > 2
+    from_first = solve(problem, top=5, engine="layout", compare=False)
+    original = optimize._search
+    monkeypatch.setattr(optimize, "_search",
+                        lambda p, top, engine, limit, cutoff=np.inf, prior=None:
+                        original(p, top, engine, limit, cutoff))
+    afresh = solve(problem, top=5, engine="layout", compare=False)
+    assert from_first.status == afresh.status == "optimal"
+    assert [(p.config, p.recompute_modules, p.offloads, p.time.step_seconds)
+            for p in from_first.plans] == [(p.config, p.recompute_modules, p.offloads,
+                                            p.time.step_seconds) for p in afresh.plans]

@@ -218,7 +218,7 @@ def solve_by_enumeration(problem: Problem, top: int | None = 5) -> Ranked | None
     if len(candidates) == 0:
         return None
     if problem.objective == "time" and top is not None:
-        kept = may_enter_top(problem, candidates, top)
+        kept = may_enter_top(problem, candidates, top)[0]
         ranked = fastest_that_fit(problem, candidates.take(kept), top)
         if ranked is None:
             return None
@@ -284,14 +284,35 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
 FIRST_PASS = 2048
 
 
+@dataclass(frozen=True)
+class FirstPass:
+    """A problem's candidates (every rule but memory) and a lower bound of each one's step
+    time over all its layouts (may_enter_top)."""
+
+    candidates: Candidates
+    low: np.ndarray
+
+
+def candidates_below(first: FirstPass, variant: Problem, cutoff_s: float) -> Candidates:
+    """The candidates of `variant` whose step time may reach `cutoff_s`, from the first pass
+    of the problem it varies: the same rules with tighter pins (its candidates are those of
+    the first pass within its pins), and a step time never shorter for the same configuration
+    and layout (a later recompute module set or an offload: solver.search.module_variants),
+    so the first pass's bounds bound it too."""
+    keep = first.low <= cutoff_s
+    for name, values in variant.pins.items():
+        keep &= np.isin(getattr(first.candidates, name), values)
+    return first.candidates.take(np.flatnonzero(keep))
+
+
 def may_enter_top(problem: Problem, candidates: Candidates, top: int,
-                  cutoff_s: float = np.inf) -> np.ndarray:
+                  cutoff_s: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
     """The rows of `candidates` that may be among the `top` (configuration, layout) pairs:
     those whose lower bound over every layout, from the layers' terms alone
-    (estimate_time_terms with layers_only), is at most the step time of the top-th fastest
-    even split that fits among the rows of least bound, and at most `cutoff_s` (plans known
-    from elsewhere). Any other row is slower, whatever its layout, than `top` plans already
-    known (ties kept)."""
+    (estimate_time_terms with layers_only), is at most `cutoff_s` (plans known from elsewhere)
+    and, where more rows than FIRST_PASS are left, at most the step time of the top-th
+    fastest even split that fits among the rows of least bound. Any other row is slower, whatever its layout, than `top` plans already
+    known (ties kept). Returned with every row's lower bound."""
     light = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
                                              candidates, problem.time_constants)
     full = (candidates.recompute == RECOMPUTE_FULL).astype(float)
@@ -299,6 +320,9 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int,
     low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
                                         above_s=-np.inf)
     size = max(FIRST_PASS, 16 * top)
+    # Where the cutoff alone leaves no more rows than a head would cost, they are the answer.
+    if np.isfinite(cutoff_s) and np.count_nonzero(low <= cutoff_s) <= size:
+        size = len(low)
     # Two tries at most: where memory is so tight that the least bounds hold fewer than
     # `top` plans that fit, costing ever larger heads would cost more than it saves.
     while size < len(low) and size <= 8 * max(FIRST_PASS, 16 * top):
@@ -309,13 +333,13 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int,
             bar = min(float(distinct.step_time.step_s[top - 1]), cutoff_s)
             low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
                                                 above_s=bar)
-            return np.flatnonzero(low <= bar)
+            return np.flatnonzero(low <= bar), low
         size *= 8
     if np.isfinite(cutoff_s):
         low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
                                             above_s=cutoff_s)
-        return np.flatnonzero(low <= cutoff_s)
-    return np.arange(len(candidates))
+        return np.flatnonzero(low <= cutoff_s), low
+    return np.arange(len(candidates)), low
 
 
 # Candidates whose memory any_feasible checks first (then 4x, 16x, ... more at a time).

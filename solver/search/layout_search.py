@@ -41,11 +41,13 @@ from solver.cost.layout_terms import (
     time_coefficients,
 )
 from solver.cost.memory.layout import build_default_layout, layer_kinds, num_layer_kinds
-from solver.cost.steptime import TimeTerms, estimate_layout_step_time, estimate_time_terms
+from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import (
+    FirstPass,
     Ranked,
     any_even_split_fits,
+    candidates_below,
     enumerate_feasible,
     fastest_that_fit,
     may_enter_top,
@@ -79,20 +81,31 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
     program stopped at the time limit). Module docstring. With `cutoff_s`, the step time of
     plans known from elsewhere (solver.search.module_variants), only pairs at least as fast
     are sought: the others may be left out, or kept."""
+    return search_layouts(problem, top, time_limit_s, cutoff_s)[:2]
+
+
+def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
+                   cutoff_s: float = np.inf, prior: FirstPass | None = None
+                   ) -> tuple[Ranked | None, bool, FirstPass | None]:
+    """solve_with_layouts, and its first pass (every candidate's bound). With `prior`, the
+    first pass of the problem this one varies (solver.search.enumerate.candidates_below): its
+    candidates that may reach the cutoff, not enumerated afresh."""
     start = time.perf_counter()
     if problem.objective != "time":
-        return solve_by_enumeration(problem, top), True
-    candidates = enumerate_feasible(problem, rules_but_memory(problem))
+        return solve_by_enumeration(problem, top), True, None
+    candidates = enumerate_feasible(problem, rules_but_memory(problem)) if prior is None \
+        else candidates_below(prior, problem, cutoff_s)
     if len(candidates) == 0:
-        return None, True
+        return None, True, None
     num_candidates = len(candidates)
-    kept = may_enter_top(problem, candidates, top, cutoff_s)
+    kept, low = may_enter_top(problem, candidates, top, cutoff_s)
+    first = FirstPass(candidates=candidates, low=low)
     # The first pass keeps every row where none of the rows of least bound fits: a problem
     # so tight that perhaps nothing fits. Ask that first (cheaper than costing every row).
     if len(kept) == num_candidates and not any_layout_fits(problem, candidates):
-        return None, True
+        return None, True, first
     if len(kept) == 0:  # nothing can beat the cutoff
-        return None, True
+        return None, True, first
     candidates = candidates.take(kept)
     model_spec = problem.model_spec
     terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
@@ -178,8 +191,8 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
             for dropped in group:
                 del best[dropped]
     if not best:
-        return None, proven
-    return _ranked(problem, candidates, best, top, num_candidates), proven
+        return None, proven, first
+    return _ranked(problem, candidates, best, top, num_candidates), proven, first
 
 
 def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:

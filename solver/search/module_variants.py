@@ -31,7 +31,7 @@ from itertools import combinations
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from solver.search.enumerate import Ranked
+from solver.search.enumerate import FirstPass, Ranked
 from solver.search.space import Problem, variable_domains
 from solver.spec.plan import Plan
 
@@ -79,7 +79,9 @@ def _unnamed(plans: tuple[Plan, ...]) -> tuple[Plan, ...]:
 class Searched:
     """One search's answer: its problem, its distinct plans ranked best first (None where it
     found none), `optimal` or `feasible` (stopped at the time limit), its seconds; how its
-    plans are named (the module set and offloads they use) and how many offloads they use."""
+    plans are named (the module set and offloads they use), how many offloads they use, and
+    its first pass (every candidate's bound, which bounds the variants' too:
+    solver.search.enumerate.candidates_below)."""
 
     problem: Problem
     ranked: Ranked | None
@@ -87,6 +89,7 @@ class Searched:
     seconds: float
     namer: Namer = _unnamed
     offloads: int = 0
+    first: FirstPass | None = None
 
     def __len__(self) -> int:
         return 0 if self.ranked is None else len(self.ranked.candidates)
