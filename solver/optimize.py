@@ -209,7 +209,7 @@ def _answer(problem: Problem, own: Searched, merged: Merged, engine: str, time_l
     winner = merged.chosen[0][0]
     assert winner.ranked is not None
     solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
-        if compare and winner is own else None
+        if compare and winner.problem is problem else None
     why = list(explain_choice(winner.problem, winner.ranked, solve_pinned))
     # After the fit check: the memory savers the winner turns on to fit, its offloads.
     why = why[:1] + explain_savers(winner.problem, ranked_plans[0]) + explain_offloads(
