@@ -185,10 +185,15 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
                          num_gpus: int, config: ParallelConfig,
                          options: MemoryOptions | None = None) -> tuple[str, ...]:
     """Single changes of `config` after which it fits (valid ones only), e.g. "--zero 3
-    (61.2 GB)"; the memory model decides, in one vectorised call."""
+    (61.2 GB)"; the memory model decides, in one vectorised call. Under Megatron's layer-level
+    CPU offloading, which runs at pp 1 without recompute, no change of pp or recompute but the
+    fewest offloaded layers that fit (memory falls with each one)."""
     changes: list[tuple[str, ParallelConfig]] = []
+    offloaded = options.cpu_offloading_num_layers if options is not None else 0
 
     def add(label: str, **update: int | str) -> None:
+        if offloaded and ("pp" in update or "recompute" in update):
+            return
         variant = config.model_copy(update=update)
         try:
             check_parallel_config(model_spec, job, num_gpus, variant)
@@ -205,13 +210,36 @@ def suggest_memory_fixes(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
     if config.dp % 2 == 0:
         add(f"--tp {2 * config.tp}", tp=2 * config.tp, dp=config.dp // 2)
         add(f"--pp {2 * config.pp}", pp=2 * config.pp, dp=config.dp // 2)
-    if not changes:
-        return ()
-    candidates = Candidates.from_configs([variant for _, variant in changes])
-    totals = estimate_memory_total(model_spec, job, candidates, options)[0]
     capacity = cluster.usable_memory_bytes
-    return tuple(f"{label} ({total / 1e9:.1f} GB)"
-                 for (label, _), total in zip(changes, totals) if total <= capacity)
+    fixes: tuple[str, ...] = ()
+    if changes:
+        candidates = Candidates.from_configs([variant for _, variant in changes])
+        totals = estimate_memory_total(model_spec, job, candidates, options)[0]
+        fixes = tuple(f"{label} ({total / 1e9:.1f} GB)"
+                      for (label, _), total in zip(changes, totals) if total <= capacity)
+    if offloaded:
+        fixes += _fewest_offloaded_layers(model_spec, job, config, options, capacity)
+    return fixes
+
+
+def _fewest_offloaded_layers(model_spec: ModelSpec, job: JobSpec, config: ParallelConfig,
+                             options: MemoryOptions, capacity: float) -> tuple[str, ...]:
+    """"--cpu-offloading-num-layers N (X GB)" for the fewest layers above the options' that
+    fit, if any (bisection: memory falls with each layer offloaded)."""
+    candidates = Candidates.from_configs([config])
+
+    def total(layers: int) -> float:
+        update = {"cpu_offloading_num_layers": layers}
+        return float(estimate_memory_total(model_spec, job, candidates,
+                                           options.model_copy(update=update))[0][0])
+
+    low, high = options.cpu_offloading_num_layers, model_spec.num_hidden_layers - 1
+    if total(high) > capacity:
+        return ()
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if total(middle) <= capacity else (middle, high)
+    return (f"--cpu-offloading-num-layers {high} ({total(high) / 1e9:.1f} GB)",)
 
 
 def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = None,

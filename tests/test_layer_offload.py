@@ -135,3 +135,27 @@ def test_memory_never_rises_with_more_layers_offloaded(model: str) -> None:
                               MemoryOptions(cpu_offloading_num_layers=n)).total[0]
               for n in range(0, model_spec.num_hidden_layers, 7)]
     assert all(later < earlier for earlier, later in zip(totals, totals[1:]))
+
+
+def test_a_plan_that_does_not_fit_is_told_how_many_layers_to_offload() -> None:
+    """Under the offload estimate suggests no pp or recompute change (Megatron refuses them
+    with it) but the fewest layers that fit, found by bisection and checked against N - 1."""
+    from solver.api import estimate_memory_total, suggest_memory_fixes
+    from solver.catalog import load_cluster_spec
+    from solver.cost.candidates import Candidates
+    from solver.cost.memory.options import MemoryOptions
+    from solver.spec import JobSpec, ParallelConfig
+
+    model_spec, cluster = load_model_spec("llama3.1-70b"), load_cluster_spec("dgx-h100")
+    job, config = JobSpec(seq_len=8192, global_batch=128), ParallelConfig(dp=64, zero=3,
+                                                                           recompute="none")
+    fixes = suggest_memory_fixes(model_spec, cluster, job, 64, config,
+                                 MemoryOptions(cpu_offloading_num_layers=10))
+    assert len(fixes) == 1 and fixes[0].startswith("--cpu-offloading-num-layers ")
+    layers = int(fixes[0].split()[1])
+
+    def total(n: int) -> float:
+        return estimate_memory_total(model_spec, job, Candidates.from_configs([config]),
+                                     MemoryOptions(cpu_offloading_num_layers=n))[0][0]
+
+    assert total(layers) <= cluster.usable_memory_bytes < total(layers - 1)
