@@ -72,3 +72,28 @@ def test_held_out_points_of_the_three_cells_within_five_percent(table: str, pref
     chord = np.abs(np.concatenate([log_rate_chord_errors(g, kind) for g in grids]))
     assert len(loo) == len(chord) > 50
     assert np.median(loo) <= 0.05 < np.median(chord)
+
+
+def test_quantization_inside_the_fp8_rows_is_counted_once_in_the_backward() -> None:
+    """solver.cost.kernels.estimate_table_quantize_s: the fp8 row less the bf16 row at n = 256
+    (H100, 16384 x 4096: 209 - 58 = 151 us, 7.6 B per element at 3.35 TB/s); BF16 has none.
+    The table path's backward (solver.cost.efficiency.estimate_gemm_backward_s) is the dgrad
+    and wgrad lookups less one quantization of dy (M x N), which Transformer Engine quantizes
+    once for both GEMMs (grad_output_preprocess)."""
+    from solver.catalog import load_gpu_spec
+    from solver.cost.efficiency import ComputeConstants, estimate_gemm_backward_s
+    from solver.cost.kernels import estimate_table_gemm_s, estimate_table_quantize_s
+
+    table = load_kernel_table("h100_sxm")
+    quantize = float(estimate_table_quantize_s(table, "fp8", 16384, 4096))
+    assert quantize == pytest.approx(151e-6, rel=0.01)
+    assert quantize * 3.35e12 / (16384 * 4096) == pytest.approx(7.6, abs=0.1)
+    assert float(estimate_table_quantize_s(table, "bfloat16", 16384, 4096)) == 0.0
+    m, k, n = 8192, 4096, 14336
+    backward = float(estimate_gemm_backward_s(load_gpu_spec("h100-sxm"), "fp8", m, k, n,
+                                              ComputeConstants()))
+    lookups = float(estimate_table_gemm_s(table, "fp8", m, k, n)
+                    + estimate_table_gemm_s(table, "fp8", n, k, m))
+    assert backward == pytest.approx(lookups - float(estimate_table_quantize_s(table, "fp8", m, n)),
+                                     rel=1e-12)
+    assert 0.8 * lookups < backward < lookups

@@ -37,6 +37,7 @@ from solver.cost.kernels import (
     MLA_V_HEAD_DIM,
     KernelTable,
     estimate_table_gemm_s,
+    estimate_table_quantize_s,
     load_kernel_table,
 )
 from solver.cost.kernels_attention import (
@@ -127,14 +128,18 @@ def estimate_gemm_backward_s(gpu: GpuSpec, precision: str, m: np.ndarray | float
                              k: np.ndarray | float, n: np.ndarray | float,
                              constants: ComputeConstants) -> np.ndarray:
     """Seconds of the backward of a forward (M x K) @ (K x N) GEMM: with a kernel table the
-    dgrad (m, k, n) and wgrad (n, k, m) lookups (module docstring); on the datasheet path twice
-    the forward."""
+    dgrad (m, k, n) and wgrad (n, k, m) lookups (module docstring), less one quantization of
+    dy (M x N): each low-precision lookup times the dynamic quantization of its input, dy
+    for dgrad and dy^T for wgrad, where Transformer Engine quantizes dy once for both
+    (TransformerEngineBaseModule.grad_output_preprocess: one quantizer call, row- and
+    column-wise usage); on the datasheet path twice the forward."""
     table = gemm_table(gpu, precision)
     if table is None:
         return 2.0 * estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants)
     dtype = load_recipe(precision).table_dtype
     return (estimate_table_gemm_s(table, dtype, m, k, n)
-            + estimate_table_gemm_s(table, dtype, n, k, m))
+            + estimate_table_gemm_s(table, dtype, n, k, m)
+            - estimate_table_quantize_s(table, dtype, m, n))
 
 
 def estimate_datasheet_gemm_s(gpu: GpuSpec, precision: str, m: np.ndarray | float,

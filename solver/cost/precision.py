@@ -33,7 +33,8 @@ module, so fp8_autocast does not reach it; the NVFP4 paper keeps the head in BF1
 
 Cast work. The forward tables time a Linear with its activation quantization inside; the
 backward lookups (dgrad (m, k, n), wgrad (n, k, m): solver.cost.efficiency) time the
-quantization of dy likewise. What no lookup times, per element of a GEMM input x and once per
+quantization of dy likewise, each once, where Transformer Engine quantizes dy once for both:
+the backward takes one off (solver.cost.kernels.estimate_table_quantize_s). What no lookup times, per element of a GEMM input x and once per
 micro-batch (`cast_bytes_per_input`, from Transformer Engine 2.9's quantizers,
 transformer_engine/pytorch/csrc/quantizer.cpp):
   fp8            the transposed copy of x the weight gradient reads, 1 B written by the
