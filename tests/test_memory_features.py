@@ -93,11 +93,12 @@ def test_no_copies_never_needs_more(precision: str, tp: int, dp: int, zero: int)
 
 # ---- precision-aware optimizer and bf16 gradient reduction (Megatron, opt-in) -------------------
 
-def _profile_states(**features: bool) -> dict[str, float]:
+def _profile_states(precision: str = "bf16", **features: bool) -> dict[str, float]:
     """Per-GPU states of Llama-3.1-8B on 8 GPUs (dp 8, ZeRO-1), GB, under the megatron profile
     with `features`."""
     options = build_framework_profile("megatron", features).memory_options()
-    breakdown = estimate_memory(load_model_spec("llama3.1-8b"), JobSpec(seq_len=8192),
+    breakdown = estimate_memory(load_model_spec("llama3.1-8b"),
+                                JobSpec(seq_len=8192, precision=precision),
                                 Candidates.from_configs([ParallelConfig(dp=8, zero=1)]),
                                 options)
     return {k: float(breakdown.items[k][0]) / 1e9
@@ -106,12 +107,18 @@ def _profile_states(**features: bool) -> dict[str, float]:
 
 def test_precision_aware_optimizer_keeps_bf16_moments() -> None:
     """Megatron arguments.py: --use-precision-aware-optimizer with --exp-avg-dtype and
-    --exp-avg-sq-dtype bf16 (default fp32; off by default): fp32 master 4 B + m 2 B + v 2 B =
-    8 B per parameter, sharded over dp: 8.03e9 x 8 / 8 = 8.0 GB (12.0 GB with fp32 moments)."""
+    --exp-avg-sq-dtype bf16 (default fp32; off by default): m 2 B + v 2 B, and the fp32 master
+    kept as the 16 bits a bf16 parameter lacks (Megatron-Core optimizer_config.py
+    store_param_remainders, default True with TE >= 2.1; distrib_optimizer.py: an int16
+    master_param), 2 B: 6 B per parameter, sharded over dp: 8.03e9 x 6 / 8 = 6.0 GB (12.0 GB
+    with fp32 moments). Below bf16 Megatron keeps its own fp32 master
+    (use_precision_aware_optimizer_no_fp8_or_ds_fp8 false for current scaling): 8 B."""
     plain, aware = _profile_states(), _profile_states(precision_aware_optimizer=True)
     assert plain["optimizer"] == pytest.approx(12.05, abs=0.02)
-    assert aware["optimizer"] == pytest.approx(plain["optimizer"] * 8 / 12)
+    assert aware["optimizer"] == pytest.approx(plain["optimizer"] * 6 / 12)
     assert aware["grads"] == plain["grads"]
+    fp8 = _profile_states("fp8", precision_aware_optimizer=True)
+    assert fp8["optimizer"] == pytest.approx(plain["optimizer"] * 8 / 12)
 
 
 def test_grad_reduce_in_bf16_halves_the_buffer_and_the_dp_bytes() -> None:

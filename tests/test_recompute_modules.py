@@ -119,7 +119,8 @@ def test_launch_emits_the_plan_recompute_modules(tmp_path) -> None:
     plans = json.loads(answer.stdout)["plans"]
     assert plans[0]["recompute"] == "selective"
     modules = plans[0]["recompute_modules"]
-    assert modules == [*DEEPSEEK_LIGHT, "mla_up_proj"]
+    # (with the precision-aware optimizer's 2 B master the lightest set fits: 82.2 GB)
+    assert modules == list(DEEPSEEK_LIGHT)
     path = tmp_path / "plans.json"
     path.write_text(answer.stdout)
     launch = ["launch", *args, "--plan", str(path), "--format", "megatron"]

@@ -57,8 +57,9 @@ PRETRAIN_64 = ["--gpus", "64", "--pp", "2", "--ep", "32", "--seq-len", "4096",
 
 def test_the_verified_64_gpu_pretraining_fits() -> None:
     """It ran: the estimate fits it (136 GB before one-block MoE layers took the module
-    recompute), and its allocated bytes come within 15% of the measured peak: 58.2 GB on the
-    last stage (54.7 on the first) against 58.079 GiB = 62.4 GB, 6.6% under."""
+    recompute), and its allocated bytes come within 15% of the measured peak: 54.8 GB on the
+    last stage (51.5 on the first) against 58.079 GiB = 62.4 GB, 12% under (the estimate
+    does not know what; the run pads each expert's tokens to 1.10x capacity)."""
     plan = estimate_json(*PRETRAIN_64)
     assert plan["fits"]
     allocated_gb = max(stage["memory_gb"]["total"] - sum(

@@ -34,6 +34,9 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
     optimizer = ("fp32 master weights, bf16 Adam moments (precision-aware optimizer)"
                  if constants.precision_aware_optimizer
                  else "fp32 master weights and Adam moments")
+    if options.master_param_remainders and precision == "bf16":
+        optimizer = optimizer.replace("fp32 master weights", "fp32 master weights kept as "
+                                      "16-bit remainders of the bf16 ones")
     if options.fp32_sharded_params:
         optimizer += "; under ZeRO-3 the fp32 parameter shard is the master (PyTorch FSDP)"
     grad_bytes = options.grad_bytes

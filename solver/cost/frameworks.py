@@ -173,6 +173,7 @@ class FrameworkProfile(BaseModel):
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)
+            update["master_param_remainders"] = self.name == "megatron"
         # Only Megatron stores the gradients in the reduction dtype (its grad buffer); FSDP2
         # (torchtitan) casts the reduced shard back to the fp32 parameter's dtype and DeepSpeed's
         # communication_data_type changes the traffic only.

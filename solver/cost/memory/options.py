@@ -66,6 +66,15 @@ class MemoryOptions(BaseModel):
                            and the bf16 weights exist only gathered (the ZeRO-3 gather buffer):
                            16 B per parameter / d, not 18 (ZeRO-0..2 hold the same bytes either
                            way). solver.cost.frameworks sets it for torchtitan and generic.
+      master_param_remainders False
+                           Megatron's precision-aware optimizer keeps the fp32 master as the 16
+                           bits a bf16 parameter lacks (optimizer_config.py store_param_remainders,
+                           default True with Transformer Engine >= 2.1; distrib_optimizer.py: the
+                           master_param state is int16), or as fp16 (--main-params-dtype fp16):
+                           2 B of optimizer_bytes' 4 with bf16 parameters. Below bf16 (other than
+                           delayed scaling) Megatron keeps an fp32 master of its own (optimizer_
+                           config.py use_precision_aware_optimizer_no_fp8_or_ds_fp8):
+                           states.estimate_master_saved_bytes_per_param.
       fsdp_unsharded_under_pp False
                            torchtitan under pipeline parallelism: FSDP2 does not reshard after
                            forward ("for PP, by default do not reshard after forward to avoid
@@ -177,6 +186,7 @@ class MemoryOptions(BaseModel):
     fp8_params: bool = False
     fp8_all_gather: bool = False
     fp32_sharded_params: bool = False
+    master_param_remainders: bool = False
     fsdp_unsharded_under_pp: bool = False
     sequence_parallel: bool = True
     flash_attention: bool = True
