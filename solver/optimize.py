@@ -25,6 +25,7 @@ from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.recompute_modules import recompute_module_sets
 from solver.cost.row_memo import forget_all
 from solver.errors import InputError
+from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import Merged, Searched, search_module_sets, take_ranked
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import FirstPass, Ranked, any_feasible, solve_by_enumeration
@@ -129,8 +130,11 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     """Rank the feasible configurations; explain the winner, or the infeasibility.
     Each of the problem's recompute module sets beyond the first, and each of its offloads, is
     searched apart and its plans ranked with the others (solver.search.module_variants),
-    within the same `time_limit_s` as the first: a search the limit leaves no time for is not
-    run, and the answer is `feasible` (not proved).
+    within the same `time_limit_s` as the first and the same budget of layout-program work
+    (solver.search.program_memo.WorkBudget, 0.6 of CP-SAT's deterministic seconds per second
+    of the limit): a search neither leaves anything for is not run, and the answer is
+    `feasible` (not proved). Where the budget ends a solve, its answer is the same on any
+    machine; the time limit binds first only on a much slower one.
 
     Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
     and, where a pipeline layout can still beat the incumbents, the layout program
@@ -145,15 +149,16 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     forget_all()  # the answer depends on the problem alone (solver.cost.row_memo)
     start = time.perf_counter()
-    own = _search(problem, top, engine, time_limit_s)
+    budget = WorkBudget.for_time_limit(time_limit_s)  # the layout programs' work, all searches
+    own = _search(problem, top, engine, time_limit_s, np.inf, None, budget)
 
     def search_variant(variant: Problem, cutoff_s: float) -> Searched:
         # One time limit for the whole solve: each further search gets what is left, and
         # where nothing is left (layout engine) it is not run: the answer is unproven.
         left = time_limit_s - (time.perf_counter() - start)
-        if left <= 0 and engine == "layout":
+        if engine == "layout" and (left <= 0 or budget.left <= 0):
             return Searched(problem=variant, ranked=None, status="feasible", seconds=0.0)
-        return _search(variant, top, engine, max(left, 0.0), cutoff_s, own.first)
+        return _search(variant, top, engine, max(left, 0.0), cutoff_s, own.first, budget)
 
     merged = search_module_sets(problem, own, search_variant, top)
     if not merged.chosen:
@@ -162,14 +167,16 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
 
 
 def _search(problem: Problem, top: int, engine: str, time_limit_s: float,
-            cutoff_s: float = np.inf, prior: FirstPass | None = None) -> Searched:
+            cutoff_s: float = np.inf, prior: FirstPass | None = None,
+            budget: WorkBudget | None = None) -> Searched:
     """The problem's `top` distinct plans as its engine ranks them; with `cutoff_s` only the
     plans at least as fast; `prior`: the first pass of the problem it varies (layout engine:
     solver.search.layout_search.search_layouts)."""
     start = time.perf_counter()
     proven, first = True, None
     if engine == "layout":
-        ranked, proven, first = search_layouts(problem, top, time_limit_s, cutoff_s, prior)
+        ranked, proven, first = search_layouts(problem, top, time_limit_s, cutoff_s, prior,
+                                               budget)
     else:
         ranked = solve_by_enumeration(problem, top)
     if ranked is not None and len(ranked.candidates) == 0:

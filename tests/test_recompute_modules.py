@@ -333,8 +333,8 @@ def test_variants_from_the_first_pass_give_the_plans_of_their_own_search(
     from_first = solve(problem, top=5, engine="layout", compare=False)
     original = optimize._search
     monkeypatch.setattr(optimize, "_search",
-                        lambda p, top, engine, limit, cutoff=np.inf, prior=None:
-                        original(p, top, engine, limit, cutoff))
+                        lambda p, top, engine, limit, cutoff=np.inf, prior=None, budget=None:
+                        original(p, top, engine, limit, cutoff, None, budget))
     afresh = solve(problem, top=5, engine="layout", compare=False)
     assert from_first.status == afresh.status == "optimal"
     assert [(p.config, p.recompute_modules, p.offloads, p.time.step_seconds)

@@ -157,7 +157,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
                  capacity_bytes: float, rules: LayoutRules, below_s: float | None = None,
                  time_limit_s: float = 10.0, hint: PipelineLayout | None = None,
                  work_limit: float | None = None,
-                 none_below: Callable[[int], bool] | None = None
+                 none_below: Callable[[int], bool] | None = None,
+                 on_work: Callable[[float], None] | None = None
                  ) -> tuple[LayoutAnswer | None, bool]:
     """The best layout of `config` (module docstring), or None when no layout fits the memory
     or, with `below_s`, none is as fast (to the time unit); and whether the answer is proven.
@@ -166,7 +167,7 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     it gives the same answer whatever the load
     (False when the time limit came first). `none_below(objective)`, a bound from outside the
     program: True when no layout has a lower objective; a layout found at such an objective
-    ends the search, proven."""
+    ends the search, proven. `on_work` is told the deterministic seconds the program took."""
     co = coefficients
     pp, vpp = config.pp, config.vpp
     num_virtual = pp * vpp
@@ -247,6 +248,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
         solver.parameters.max_deterministic_time = work_limit
     watch = _Certifier(none_below)
     status = solver.solve(program, watch if none_below is not None else None)
+    if on_work is not None:
+        on_work(solver.response_proto.deterministic_time)
     if status == cp_model.FEASIBLE and watch.certified:
         status = cp_model.OPTIMAL
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

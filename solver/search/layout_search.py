@@ -57,7 +57,7 @@ from solver.search.enumerate import (
     solve_by_enumeration,
 )
 from solver.search.layout_program import LayoutRules
-from solver.search.program_memo import SolvedPrograms, solve_program
+from solver.search.program_memo import SolvedPrograms, WorkBudget, solve_program
 from solver.search.space import VARIABLES, Problem
 from solver.search.twins import group_twins
 from solver.spec import ParallelConfig, PipelineLayout
@@ -85,12 +85,16 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
 
 
 def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
-                   cutoff_s: float = np.inf, prior: FirstPass | None = None
+                   cutoff_s: float = np.inf, prior: FirstPass | None = None,
+                   budget: WorkBudget | None = None
                    ) -> tuple[Ranked | None, bool, FirstPass | None]:
     """solve_with_layouts, and its first pass (every candidate's bound). With `prior`, the
     first pass of the problem this one varies (solver.search.enumerate.candidates_below): its
-    candidates that may reach the cutoff, not enumerated afresh."""
+    candidates that may reach the cutoff, not enumerated afresh. The layout programs' work
+    comes from `budget` (default: the time limit's, WorkBudget.for_time_limit); where it runs
+    out the answer is unproven, and the same on any machine."""
     start = time.perf_counter()
+    budget = budget if budget is not None else WorkBudget.for_time_limit(time_limit_s)
     if problem.objective != "time":
         return solve_by_enumeration(problem, top), True, None
     candidates = enumerate_feasible(problem, rules_but_memory(problem)) if prior is None \
@@ -154,7 +158,7 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
         if bound[row] > limit:
             break
         remaining = time_limit_s - (time.perf_counter() - start)
-        if remaining <= 0:
+        if remaining <= 0 or budget.left <= 0:
             proven = False
             break
         config = candidates.config(int(row))
@@ -177,7 +181,8 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
         answer, complete = programs.answer(
             config, rules, coefficients, below_s, lambda: solve_program(
                 config, coefficients, capacity, rules, below_s, remaining,
-                lambda: build_default_layout(model_spec, config, problem.memory_options)))
+                lambda: build_default_layout(model_spec, config, problem.memory_options),
+                budget))
         proven = proven and complete
         if answer is None:
             if config.recompute == "selective" and int(row) not in best:

@@ -31,6 +31,29 @@ from solver.spec import ParallelConfig, PipelineLayout
 # layout beats the bar) needs about 1.5 s.
 PROGRAM_WORK_LIMIT = 1.5
 
+# The work all the layout programs of one solve may do, in CP-SAT's deterministic seconds per
+# second of the solve's time limit: 6 for the default 10 s, about 5 s of wall time on this
+# project's 2-core machine, leaving the rest to the mesh search's numpy phases. A solve whose
+# programs spend it stops there (status "feasible") with the same answer on a busy machine and
+# an idle one; the time limit stays, a bound on the wall time that binds only where the
+# machine is much slower.
+WORK_PER_SECOND = 0.6
+
+
+class WorkBudget:
+    """The layout programs' work left to one solve (its own search and the module-set and
+    offload searches beside it), in CP-SAT's deterministic seconds."""
+
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+
+    @classmethod
+    def for_time_limit(cls, time_limit_s: float) -> WorkBudget:
+        return cls(WORK_PER_SECOND * time_limit_s)
+
+    def spend(self, seconds: float) -> None:
+        self.left -= seconds
+
 Run = tuple[float | None, LayoutAnswer | None, bool]  # (below_s, answer, complete)
 
 
@@ -85,10 +108,12 @@ class SolvedPrograms:
 
 def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capacity: float,
                   rules: LayoutRules, below_s: float | None, remaining_s: float,
-                  hint: Callable[[], PipelineLayout]) -> tuple[LayoutAnswer | None, bool]:
+                  hint: Callable[[], PipelineLayout], budget: WorkBudget | None = None
+                  ) -> tuple[LayoutAnswer | None, bool]:
     """One layout program below `below_s` (None: no bar), and whether its answer is proven:
     two stages without recompute by dynamic programming (solver.search.layout_two_stages,
-    exact, milliseconds); others by CP-SAT within `remaining_s` and PROGRAM_WORK_LIMIT,
+    exact, milliseconds); others by CP-SAT within `remaining_s` and PROGRAM_WORK_LIMIT (and
+    what is left of `budget`, which the program's work is taken from),
     hinted with the even split (`hint()`), unless the relaxation of
     solver.search.layout_relaxation proves first that no layout fits or beats the bar; the
     relaxation also proves optimal a layout CP-SAT finds that no mix of kinds can beat."""
@@ -101,6 +126,9 @@ def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capa
         # The same relaxation below each layout CP-SAT finds: one it cannot beat is optimal.
         def none_below(objective: int) -> bool:
             return no_layout_within(config, coefficients, capacity, rules, objective - 1)
+    work_limit = PROGRAM_WORK_LIMIT if budget is None else min(PROGRAM_WORK_LIMIT,
+                                                               max(budget.left, 0.0))
     return solve_layout(config, coefficients, capacity, rules, below_s=below_s,
-                        time_limit_s=remaining_s, work_limit=PROGRAM_WORK_LIMIT, hint=hint(),
-                        none_below=none_below)
+                        time_limit_s=remaining_s, work_limit=work_limit, hint=hint(),
+                        none_below=none_below,
+                        on_work=budget.spend if budget is not None else None)
