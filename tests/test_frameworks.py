@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
@@ -193,6 +193,9 @@ def test_launch_bound_micro_batches_scale_with_the_micro_batch() -> None:
 
 
 @settings(max_examples=30, deadline=None)
+# Hypothesis found: the DP overlap window took the host's launch time whole, though the layer
+# hid part of it behind its TP traffic (the step fell 17.662 -> 17.652 s).
+@example(launch_us=6.0, tp=8, recompute="none", framework="deepspeed", mb=8)
 @given(launch_us=st.floats(0.0, 2000.0), tp=st.sampled_from([1, 2, 8]),
        recompute=st.sampled_from(["none", "selective", "full"]),
        framework=st.sampled_from(FRAMEWORKS), mb=st.sampled_from([1, 2, 8]))

@@ -368,35 +368,34 @@ def test_deepspeed_zero2_reduces_every_micro_batch_and_gathers_inside_the_step()
         s0["grads_all_reduce"][0])
 
 
-def test_dp_overlap_window_is_no_shorter_than_the_host_pacing_the_layer() -> None:
-    """The DP overlap window (the average layer's forward and backward) takes each pass no
-    shorter than the host needs to launch it, as the per-layer time does. Worked number
-    (layer_time._estimate_host_s): Megatron, Qwen3-30B-A3B's MoE layer at ep 8, tp 1 launches
-    63 kernels at 5 us, 0.315 ms forward and 0.63 ms backward. At 256 tokens its GPU forward
-    is shorter (0.26 ms): the window is the host's; at 4,096 tokens it is the GPU's."""
+def test_dp_overlap_window_is_the_layer_time_the_host_paces() -> None:
+    """The DP overlap window (the average layer's forward and backward) is the layer's compute
+    as its per-layer time counts it: the GPU's work and the GPU's wait for the host's launches
+    (layer_time._layer_terms). Worked number (layer_time._estimate_host_s): Megatron,
+    Qwen3-30B-A3B's MoE layer (all its layers) at ep 8, tp 1 launches 63 kernels at 5 us,
+    0.315 ms forward and 0.63 ms backward. At 256 tokens the GPU's forward is shorter: the
+    window is longer than the GPU's work, by the wait; at 4,096 tokens it is the GPU's."""
 
-    from solver.cost.layer_compute import estimate_forward_s
+    from solver.cost.layer_compute import estimate_backward_s, estimate_forward_s
     from solver.cost.layer_compute_kept import estimate_framework_compute_s
-    from solver.cost.layer_time import estimate_layer_terms
+    from solver.cost.layer_time import STAGE_PARTS, estimate_layer_terms
     from solver.cost.time_constants import TimeConstants
 
     model, cluster, constants = (load_model_spec("qwen3-30b-a3b"),
                                  load_cluster_spec("dgx-h100"), TimeConstants())
     d = {k: np.array([v]) for k, v in dict(tp=1, pp=1, dp=8, cp=1, ep=8, etp=1, vpp=1, zero=1,
                                             micro_batch=1, recompute=0).items()}
-    short = JobSpec(seq_len=256, global_batch=64)
-    gpu = estimate_forward_s(estimate_framework_compute_s(model, cluster, short, d,
-                                                          constants)["moe"])
-    assert gpu[0] < 0.315e-3
-    terms = estimate_layer_terms(model, cluster, short, d, constants)
-    assert terms["mixed_fwd"][0] == pytest.approx(0.315e-3, rel=1e-12)
-    assert terms["mixed_bwd"][0] == pytest.approx(0.63e-3, rel=1e-12)
-    long = JobSpec(seq_len=4096, global_batch=64)
-    gpu = estimate_forward_s(estimate_framework_compute_s(model, cluster, long, d,
-                                                          constants)["moe"])
-    assert gpu[0] > 0.315e-3
-    assert estimate_layer_terms(model, cluster, long, d, constants)["mixed_fwd"][0] == \
-        pytest.approx(gpu[0], rel=1e-12)
+    compute = STAGE_PARTS.index("compute")
+    for seq_len, host_binds in ((256, True), (4096, False)):
+        job = JobSpec(seq_len=seq_len, global_batch=64)
+        moe = estimate_framework_compute_s(model, cluster, job, d, constants)["moe"]
+        gpu = estimate_forward_s(moe)[0] + estimate_backward_s(moe)[0]
+        terms = estimate_layer_terms(model, cluster, job, d, constants)
+        window = terms["mixed_fwd"][0] + terms["mixed_bwd"][0]
+        assert window == pytest.approx(terms["per_layer"][0, 1, compute], rel=1e-12)
+        assert (window > gpu * (1 + 1e-9)) == host_binds
+        assert estimate_forward_s(moe)[0] < 0.315e-3 if host_binds else \
+            estimate_forward_s(moe)[0] > 0.315e-3
 
 
 @settings(max_examples=60, deadline=None)

@@ -35,30 +35,29 @@ DEFAULT_NUM_SMS = 132  # H100; used when the GPU catalog does not give the SM co
 
 
 def _overlap_window_s(layer: dict[str, dict[str, np.ndarray]], model_spec: ModelSpec,
-                      d: dict[str, np.ndarray], constants: TimeConstants
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      waits: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of the average layer (each kind in its share of the
-    layers), each kind's pass no shorter than the host takes to launch it (_estimate_host_s,
-    as its per-layer time): the wall time the DP traffic of the even split's largest stage
-    can hide behind. A layer that gets faster on the GPU while the host paces it hides no
-    less (a windowed layer never costs more time)."""
+    layers), each kind's pass with the GPU's wait for the host's launches (`waits`: forward
+    and backward, (N, kinds), as its per-layer time counts them, _layer_terms): the wall
+    time the DP traffic of the even split's largest stage can hide behind. A layer that gets
+    faster on the GPU while the host paces it hides no less (a windowed layer never costs
+    more time), and slower launches lengthen the window only by the wait they add to the
+    step (they never make it shorter)."""
     if model_spec.has_block_kinds:  # every kind in its share of the layers
         counts = np.bincount(model_spec.layer_kind_indices, minlength=len(model_spec.block_kinds))
         names = ["dense", "moe", *(f"kind{k}" for k in hybrid_kinds(model_spec))]
-        moe = [False, model_spec.is_moe, *(model_spec.block_kinds[k][1] == "moe"
-                                           for k in hybrid_kinds(model_spec))]
-        shares = [(name, count / model_spec.num_hidden_layers, is_moe)
-                  for name, count, is_moe in zip(names, counts, moe) if count]
+        shares = [(name, count / model_spec.num_hidden_layers)
+                  for name, count in zip(names, counts)]
     else:
         moe_share = model_spec.num_moe_layers / model_spec.num_hidden_layers
-        shares = [(name, share, name == "moe") for name, share in
-                  (("dense", 1.0 - moe_share), ("moe", moe_share)) if share]
+        shares = [("dense", 1.0 - moe_share), ("moe", moe_share)]
     forward, backward = 0.0, 0.0
-    for name, share, is_moe in shares:
-        host = _estimate_host_s(model_spec, d, constants, is_moe)
-        forward = forward + share * np.maximum(_forward_s(layer[name]), host)
-        backward = backward + share * np.maximum(_backward_s(layer[name], constants),
-                                                 constants.launches.backward_ratio * host)
+    wait_fwd, wait_bwd = waits
+    for index, (name, share) in enumerate(shares):
+        if share:
+            forward = forward + share * (_forward_s(layer[name]) + wait_fwd[:, index])
+            backward = backward + share * (estimate_backward_s(layer[name])
+                                           + wait_bwd[:, index])
     return np.asarray(forward), np.asarray(backward)
 
 
@@ -252,10 +251,12 @@ def _estimate_selective_s(model_spec: ModelSpec, fwd: dict[str, np.ndarray],
 
 def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                  d: dict[str, np.ndarray], constants: TimeConstants,
-                 layer: dict[str, dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+                 layer: dict[str, dict[str, np.ndarray]]
+                 ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """(per layer, recompute) of TimeTerms: each layer kind at the candidate's own recompute
     level (none, or selective), and what recomputing it in full adds to the level none, from
-    each kind's compute `layer` (solver.cost.layer_compute_kept).
+    each kind's compute `layer` (solver.cost.layer_compute_kept); and each kind's wait for the
+    host in its forward and backward passes ((N, kinds) each, _overlap_window_s).
 
     The host launches each pass's kernels ahead of the GPU, which waits only when the launches
     take longer than the pass's GPU work (compute and exposed communication): a pass costs
@@ -288,7 +289,7 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 
     def kind(fwd: dict[str, np.ndarray], is_moe: bool, sp_blocks: float | None = None,
              mixer_cp_fwd: np.ndarray | None = None, attention: bool = True
-             ) -> tuple[np.ndarray, np.ndarray]:
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         fwd_s, bwd_s = _forward_s(fwd), _backward_s(fwd, constants)
         gemm = fwd["gemm"] + fwd.get("routed", 0.0)
         # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out,
@@ -322,8 +323,9 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         def waits(gpu_s: np.ndarray, host_s: np.ndarray) -> np.ndarray:
             return np.maximum(host_s - gpu_s, 0.0)
 
-        exposed = (waits(fwd_s + tp_pass + cp_fwd + 0.5 * ep_plain, host_fwd)
-                   + waits(bwd_s + tp_pass + cp_bwd + 0.5 * ep_plain, host_bwd))
+        wait_fwd = waits(fwd_s + tp_pass + cp_fwd + 0.5 * ep_plain, host_fwd)
+        wait_bwd = waits(bwd_s + tp_pass + cp_bwd + 0.5 * ep_plain, host_bwd)
+        exposed = wait_fwd + wait_bwd
         plain = stack_parts(compute=fwd_s + bwd_s + exposed, tp=2.0 * tp_pass,
                             cp=cp_fwd + cp_bwd, ep=ep_plain)
         # Full recompute: one more forward pass with its traffic, before the backward.
@@ -343,7 +345,7 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         redo = stack_parts(recompute=redo_s + np.where(
             redo_s > 0.0, waits(redo_s + redo_tp + redo_ep, host_fwd), 0.0), tp=redo_tp,
             ep=redo_ep)
-        return plain + np.where(selective[:, None], redo, 0.0), full
+        return plain + np.where(selective[:, None], redo, 0.0), full, wait_fwd, wait_bwd
 
     kinds = [("dense", False), ("moe", model_spec.is_moe)]
     terms = [kind(layer[name], moe) for name, moe in kinds]
@@ -354,8 +356,12 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         terms.append(kind(layer[f"kind{index}"], mlp == "moe",
                           float((mixer != "none") + (mlp == "dense")), mixer_cp,
                           mixer in ATTENTION_MIXERS))
-    return (np.stack([per_layer for per_layer, _ in terms], axis=1),
-            np.stack([full for _, full in terms], axis=1))
+    return (np.stack([term[0] for term in terms], axis=1),
+            np.stack([term[1] for term in terms], axis=1),
+            (np.stack([np.broadcast_to(term[2], np.shape(term[0])[:1]) for term in terms],
+                      axis=1),
+             np.stack([np.broadcast_to(term[3], np.shape(term[0])[:1]) for term in terms],
+                      axis=1)))
 
 
 
@@ -376,9 +382,10 @@ def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSp
     the average layer's forward and backward seconds (the DP overlap window)."""
     # Both the layer terms and the average layer start from the same compute: work it once.
     layer = kept_compute_s(model_spec, cluster, job, d, constants)
-    per_layer, recompute_terms = _layer_terms(model_spec, cluster, job, d, constants, layer)
+    per_layer, recompute_terms, waits = _layer_terms(model_spec, cluster, job, d, constants,
+                                                     layer)
     head = estimate_head_compute_s(model_spec, cluster, job, d, constants)
-    window_fwd, window_bwd = _overlap_window_s(layer, model_spec, d, constants)
+    window_fwd, window_bwd = _overlap_window_s(layer, model_spec, waits)
     return {"per_layer": per_layer, "recompute": recompute_terms,
             "head": stack_parts(compute=head), "mixed_fwd": window_fwd,
             "mixed_bwd": window_bwd}
