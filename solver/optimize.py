@@ -28,7 +28,8 @@ from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import Merged, Searched, search_module_sets, take_ranked
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
-from solver.search.enumerate import FirstPass, Ranked, any_feasible, solve_by_enumeration
+from solver.search.enumerate import FirstPass, Ranked, solve_by_enumeration
+from solver.search.feasible import any_feasible
 from solver.search.explain import explain_choice, find_conflicts
 from solver.search.layout_search import search_layouts, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem

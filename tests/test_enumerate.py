@@ -10,12 +10,12 @@ import pytest
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.search import enumerate as enumerate_module
 from solver.search.enumerate import (
-    any_feasible,
     enumerate_feasible,
     fold_twins,
     rank,
     solve_by_enumeration,
 )
+from solver.search.feasible import any_feasible
 from solver.search.space import Problem
 from solver.spec import JobSpec
 
@@ -119,12 +119,13 @@ def test_conflicts_of_a_gpu_count_with_many_divisors_stay_small() -> None:
 
 @pytest.mark.parametrize("model, cluster, num_gpus, options", CASES)
 def test_leanest_schedules_hold_the_least_memory(model, cluster, num_gpus, options) -> None:
-    """any_feasible checks only each mesh's leanest schedules (enumerate.leanest_schedules):
+    """any_feasible checks only each mesh's leanest schedules (feasible.leanest_schedules):
     sound because memory never rises with the recompute level and never falls with the
     micro-batch (tests/test_memory_properties.py); so the least memory over them is the
     least over every candidate, and they are far fewer."""
     from solver.cost.memory import estimate_memory_total
-    from solver.search.enumerate import leanest_schedules, rules_but_memory
+    from solver.search.enumerate import rules_but_memory
+    from solver.search.feasible import leanest_schedules
 
     options = dict(options)
     job = options.pop("job", JobSpec())

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from solver.catalog import load_cluster_spec
 from solver.cost.layout_terms import estimate_layer_time_coefficients, estimate_layout_coefficients
 from solver.search.constraints import memory_capacity_bytes
-from solver.search.enumerate import enumerate_feasible, leanest_schedules, rules_but_memory
+from solver.search.enumerate import enumerate_feasible, rules_but_memory
+from solver.search.feasible import leanest_schedules
 from solver.search.layout_program import solve_layout
-from solver.search.layout_search import _memory_bounds, any_layout_fits, layout_rules
+from solver.search.layout_bounds import estimate_memory_bounds
+from solver.search.layout_search import any_layout_fits, layout_rules
 from solver.search.space import Problem
 from solver.spec import JobSpec, ModelSpec
 
@@ -46,9 +48,9 @@ def test_never_says_nothing_fits_when_a_layout_does(problem: Problem) -> None:
     # The leanest schedules carry the relaxation's answer for every schedule of their mesh.
     times = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
                                              candidates, problem.time_constants)
-    every = _memory_bounds(problem, candidates, times)[0]
+    every = estimate_memory_bounds(problem, candidates, times)[0]
     lean_rows = leanest_schedules(candidates)
-    lean = _memory_bounds(problem, candidates.take(lean_rows),
+    lean = estimate_memory_bounds(problem, candidates.take(lean_rows),
                           {k: v[lean_rows] for k, v in times.items()})[0]
     assert bool(every.any()) == bool(lean.any())
     assert np.all(every[lean_rows] == lean)

@@ -31,7 +31,7 @@ from solver.cost.memory.layout import build_even_layout, layer_kinds, layout_lay
 from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
 from solver.optimize import build_problem, solve
 from solver.search.layout_program import LayoutRules, build_layout, solve_layout
-from solver.search.layout_search import _memory_bounds
+from solver.search.layout_bounds import estimate_memory_bounds
 from solver.search.space import Problem
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
@@ -189,15 +189,15 @@ def test_program_equals_brute_force_and_estimate(problem, squeeze) -> None:
         assert np.all(value <= times[name] * (1 + 1e-12)), name
     assert estimate_layout_lower_bound_s(model, light, np.array([config.pp]), np.array(
         [config.recompute == "full"]))[0] <= bound[0] * (1 + 1e-12)
-    # The search's memory-aware bounds (solver.search.layout_search._memory_bounds): a layout
-    # fits, so the test says it may, and no layout beats the bound, under either recompute rule.
+    # The search's memory-aware bounds (solver.search.layout_bounds): a layout fits, so the
+    # test says it may, and no layout beats the bound, under either recompute rule.
     gpu = CLUSTER.gpu.model_copy(update={"memory_gib": capacity / 2**30})
     problem_spec = Problem(model_spec=model, cluster=CLUSTER.model_copy(update={"gpu": gpu}),
                            job=job, num_gpus=config.num_gpus,
                            framework="megatron" if uniform else "generic")
     for bar in (np.inf, 1e9):
-        fits, _, memory_bound = _memory_bounds(problem_spec, Candidates.from_configs([config]),
-                                               times, bar)
+        fits, _, memory_bound = estimate_memory_bounds(
+            problem_spec, Candidates.from_configs([config]), times, bar)
         assert fits[0] and memory_bound[0] <= expected * (1 + 1e-9)
 
 

@@ -30,7 +30,8 @@ from solver.search.constraints import (
     build_constraints,
     memory_capacity_bytes,
 )
-from solver.search.enumerate import LEAN_AXES, Ranked, enumerate_feasible, leanest_schedules
+from solver.search.enumerate import Ranked, enumerate_feasible
+from solver.search.feasible import LEAN_AXES, leanest_schedules
 from solver.search.space import VARIABLES, Problem
 from solver.spec.figures import format_significant
 from solver.spec.job import ParallelConfig

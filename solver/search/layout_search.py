@@ -9,9 +9,9 @@ program (CP-SAT) where a layout can still beat the incumbents.
 1. Those candidates are costed with their even split (solver.search.enumerate); the `top`
    fastest that fit are the incumbents, the slowest of them the bar.
 2. Every candidate gets a lower bound of its step time over all its layouts: the balanced
-   bound (estimate_layout_lower_bound_s) and the memory-aware one (_memory_bounds: the least
-   time of the slowest stage when each stage's memory limits the layers it can hold), and a
-   test of whether any layout can fit at all.
+   bound (estimate_layout_lower_bound_s) and the memory-aware one (solver.search.layout_bounds:
+   the least time of the slowest stage when each stage's memory limits the layers it can
+   hold), and a test of whether any layout can fit at all.
 3. The candidates whose bound can still reach the bar and that may fit go to the layout
    program, lowest bound first, each asked for a layout at least as fast as the bar (and as
    its own even split); an answer that comes before the last incumbent in the order (step
@@ -36,34 +36,31 @@ from solver.cost.layout_terms import (
     estimate_layout_coefficients,
     estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
-    estimate_stage_memory_coefficients,
     take_times,
     time_coefficients,
 )
-from solver.cost.memory.layout import build_default_layout, layer_kinds, num_layer_kinds
+from solver.cost.memory.layout import build_default_layout
 from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import (
     FirstPass,
     Ranked,
-    any_even_split_fits,
     candidates_below,
     enumerate_feasible,
     fastest_that_fit,
     may_enter_top,
     fold_twins,
-    leanest_schedules,
     rules_but_memory,
     solve_by_enumeration,
 )
+from solver.search.feasible import any_even_split_fits, leanest_schedules
+from solver.search.layout_bounds import UNIFORM_RECOMPUTE_FRAMEWORKS, estimate_memory_bounds
 from solver.search.layout_program import LayoutRules
 from solver.search.program_memo import SolvedPrograms, WorkBudget, solve_program
 from solver.search.space import VARIABLES, Problem
 from solver.search.twins import group_twins
 from solver.spec import ParallelConfig, PipelineLayout
 
-# Frameworks that recompute one count of layers in every chunk (--recompute-num-layers).
-UNIFORM_RECOMPUTE_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 
 def layout_rules(problem: Problem, config: ParallelConfig) -> LayoutRules:
@@ -137,8 +134,8 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
                                           above_s=bar())
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
-    fits, recomputed, memory_bound = _memory_bounds(problem, candidates.take(hopeful),
-                                                    take_times(times, hopeful), bar())
+    fits, recomputed, memory_bound = estimate_memory_bounds(
+        problem, candidates.take(hopeful), take_times(times, hopeful), bar())
     hopeful, recomputed, memory_bound = hopeful[fits], recomputed[fits], memory_bound[fits]
     # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a layer in
     # every chunk that holds one: all but the first and last at least.
@@ -202,8 +199,8 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
 
 def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:
     """Whether some candidate may fit under some layout: an even split that fits ends it
-    (any_even_split_fits); else the layout relaxation of _memory_bounds (its `fits`: never
-    False for a candidate with a layout that fits) on the leanest schedules, whose memory no
+    (any_even_split_fits); else the layout relaxation of estimate_memory_bounds (its `fits`:
+    never False for a candidate with a layout that fits) on the leanest schedules, whose memory no
     other schedule of their mesh undercuts (leanest_schedules; the relaxation's stage
     coefficients, like the even split's memory, never rise with the recompute level and never
     fall with the micro-batch)."""
@@ -212,7 +209,7 @@ def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:
     lean = candidates.take(leanest_schedules(candidates))
     times = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
                                              lean, problem.time_constants)
-    return bool(_memory_bounds(problem, lean, times)[0].any())
+    return bool(estimate_memory_bounds(problem, lean, times)[0].any())
 
 
 def _distinct(best: dict[int, tuple[tuple, PipelineLayout | None]]) -> list[list[int]]:
@@ -243,160 +240,3 @@ def _ranked(problem: Problem, candidates: Candidates,
                              memory_bytes=np.array([best[int(r)][0][1] for r in rows]),
                              num_feasible=None, num_candidates=num_candidates,
                              layouts=layouts, rows=rows), top)
-
-
-def _memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np.ndarray],
-                   below_s: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per candidate: whether some layout can fit at all, the fewest layers that must then
-    recompute in full, and a lower bound of the step time of a layout that fits.
-
-    A relaxation of the layout program's memory rows: stage i holds its empty-stage bytes
-    base_i plus, per layer of kind k, c_ik (its in-flight micro-batches included), or e_ik when
-    the layer recomputes in full; the working set of a recompute only adds memory, so leaving
-    it out keeps the bounds.
-    - fits: the room the stages leave, sum_i (capacity - base_i), holds every layer at the
-      least it costs anywhere (recomputing where the configuration may), and the stages hold
-      every layer however long the slowest takes (sum_i n_i(infinity) >= L, below).
-    - recomputed: the layers that do not fit that way without recompute need recomputed layers
-      that each save at most max (c - e).
-    - time: with the layers of the model's last kind at their costs (a seconds, b more to
-      recompute, c and e bytes) and its D layers of other kinds free, stage i within M seconds
-      holds at most n_i(M) = min(room_i / c_i, (M - x_i) / a) layers of the last kind, or
-      with recompute min(room_i / e_i, (M - x_i + b room_i / (c_i - e_i)) / (a + b c_i /
-      (c_i - e_i))) beyond room_i / c_i; the slowest stage M is at least the least M with
-      D + sum_i floor(n_i(M)) >= L (bisection; a stage holds whole layers), x_i the stage's
-      own seconds (its share, the head).
-      Under one recompute count R for every chunk (the framework's rule), a stage of n layers
-      recomputes at least min(R, n) of them (time) and at most min(n, vpp R) (memory), the
-      same R on every stage: n_i(M) for each R, and the best R."""
-    model_spec, job, n = problem.model_spec, problem.job, len(candidates)
-    if n == 0:
-        return np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
-    # One row per (candidate, stage), candidate by candidate (no n x max(pp) intermediate).
-    row = np.repeat(np.arange(n), candidates.pp)
-    starts = np.cumsum(candidates.pp) - candidates.pp
-    stage = np.arange(len(row)) - starts[row]
-    rows = candidates.take(row)
-    memory = estimate_stage_memory_coefficients(model_spec, job, rows, stage,
-                                                problem.memory_options)
-    is_last = stage == rows.pp - 1
-    base = memory.base_bytes
-    # A layer of kind k costs layer_bytes (plain) or layer_bytes + recompute_bytes (recomputed).
-    counts = np.bincount(layer_kinds(model_spec),
-                         minlength=num_layer_kinds(model_spec)).astype(float)
-    full = (candidates.recompute == RECOMPUTE_FULL)[row]
-    least_plain, least_any, saving = np.zeros(n), np.zeros(n), np.zeros(n)
-    for kind in np.flatnonzero(counts):
-        plain = memory.layer_bytes[:, kind]
-        recomputed = plain + memory.recompute_bytes[:, kind]
-        cheapest_plain = np.full(n, np.inf)
-        cheapest_any = np.full(n, np.inf)
-        np.minimum.at(cheapest_plain, row, plain)
-        np.minimum.at(cheapest_any, row, np.where(full, np.minimum(plain, recomputed), plain))
-        least_plain += counts[kind] * cheapest_plain
-        least_any += counts[kind] * cheapest_any
-        np.maximum.at(saving, row, np.where(full, plain - recomputed, 0.0))
-    capacity = memory_capacity_bytes(problem) * (1 + 1e-9)
-    room = np.maximum(capacity - base, 0.0)
-    total_room = np.bincount(row, weights=room, minlength=n)
-    over = np.bincount(row, weights=(base > capacity).astype(float), minlength=n) > 0
-    fits = ~over & (total_room >= least_any * (1 - 1e-9))
-    recompute_count = np.where(saving > 0, np.maximum(least_plain - total_room, 0.0)
-                               / np.maximum(saving, 1e-30), 0.0)
-
-    # The model's last kind of layer at its own costs, the D layers of other kinds for free.
-    tail = int(layer_kinds(model_spec)[-1])
-    others = float(counts.sum() - counts[tail])
-    cost = memory.layer_bytes[:, tail]
-    kept = cost + memory.recompute_bytes[:, tail]
-    a = times["layer_s"][row, tail]
-    b = times["recompute_s"][row, tail]
-    own = times["stage_s"][row] + np.where(is_last, times["last_s"][row], 0.0)
-    free = room / np.maximum(cost, 1e-30)  # layers that fit without recompute
-    gain = np.maximum(cost - kept, 0.0)
-    most = np.where(full & (gain > 0), room / np.maximum(kept, 1e-30), free)
-    slope = np.where(gain > 0, a + b * cost / np.maximum(gain, 1e-30), np.inf)
-    num_layers = model_spec.num_hidden_layers
-
-    uniform = np.zeros(0, dtype=np.int64)  # the rows held_uniform bounds (set below)
-    counts_r = np.arange(1, num_layers + 1, dtype=float)[None, :]  # R = 1 .. L
-    by_memory = np.zeros((0, num_layers))  # [uniform row, R]: what its room holds (set below)
-
-    def held_by_memory() -> np.ndarray:
-        """[uniform row, R]: layers of the last kind a stage's room holds when every chunk
-        recomputes min(R, its layers), at most min(n, vpp R) of its n layers."""
-        i = uniform
-        chunks_r = candidates.vpp[row[i]][:, None] * counts_r
-        plain_cost, kept_cost = cost[i][:, None], np.maximum(kept[i], 1e-30)[:, None]
-        room_i, gain_i = room[i][:, None], gain[i][:, None]
-        return np.where(kept_cost * chunks_r >= room_i, room_i / kept_cost,
-                        chunks_r + (room_i + gain_i * chunks_r - plain_cost * chunks_r)
-                        / np.maximum(plain_cost, 1e-30))
-
-    def held_uniform(budget: np.ndarray) -> np.ndarray:
-        """[candidate, R]: layers of the last kind the stages hold when every chunk recomputes
-        min(R, its layers): a stage of n layers then recomputes at least min(R, n) (time) and
-        at most min(n, vpp R) (memory, held_by_memory)."""
-        i = uniform
-        step, extra = a[i][:, None], b[i][:, None]
-        left = budget[i][:, None]
-        by_time = np.where((step + extra) * counts_r >= left, left / (step + extra),
-                           counts_r + (left - (step + extra) * counts_r) / step)
-        layers = np.floor(np.minimum(by_memory, by_time) + 1e-9)  # whole layers per stage
-        starts = np.flatnonzero(np.r_[True, row[i][1:] != row[i][:-1]])
-        totals = np.zeros((n, counts_r.shape[1]))
-        totals[row[i][starts]] = np.add.reduceat(layers, starts, axis=0)
-        return totals
-
-    def held(slowest: np.ndarray) -> np.ndarray:
-        budget = np.maximum(slowest[row] - own, 0.0)
-        plain = np.minimum(free, budget / a)
-        beyond = np.minimum(most, (budget + b * room / np.maximum(gain, 1e-30)) / slope)
-        layers = np.where(full & (gain > 0) & (budget > a * free), beyond, plain)
-        layers = np.floor(layers + 1e-9)  # a stage holds whole layers
-        layers[uniform] = 0.0
-        held_layers = np.bincount(row, weights=layers, minlength=n) + others
-        if len(uniform):  # one R for every stage: the best R
-            held_layers += held_uniform(budget).max(axis=1)
-        return held_layers
-
-    top = np.full(n, float(num_layers)) * (times["layer_s"].max(axis=1)
-                                           + times["recompute_s"].max(axis=1)) \
-        + times["stage_s"] + times["last_s"]
-    # However long the slowest stage: the stages' room must hold every layer.
-    fits &= held(top) >= num_layers * (1 - 1e-9)
-
-    def least_slowest() -> np.ndarray:
-        low, high = np.zeros(n), top.copy()
-        for _ in range(BISECTIONS):
-            middle = (low + high) / 2
-            enough = held(middle) >= num_layers
-            high, low = np.where(enough, middle, high), np.where(enough, low, middle)
-        return low
-
-    low = least_slowest()
-    spent = np.maximum(candidates.recompute == RECOMPUTE_FULL,
-                       np.floor(recompute_count * (1 - 1e-9)))
-    pp = candidates.pp
-    layer_s = times["layer_s"] @ counts
-    cheapest_recompute = np.where(counts[None, :] > 0, times["recompute_s"], np.inf).min(axis=1)
-    total_s = layer_s + pp * times["stage_s"] + times["last_s"] + spent * cheapest_recompute
-    def bound_s(least: np.ndarray) -> np.ndarray:
-        slowest = np.maximum(least, total_s / pp)
-        return times["num_micro"] * slowest + (total_s - slowest) / times["vpp"] + times["fixed_s"]
-
-    bound = bound_s(low)
-    if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS and np.isfinite(below_s):
-        # Where the bound above (each stage recomputing as it needs) still reaches the bar,
-        # the one count R every chunk takes: a second bisection, on those rows only.
-        pick = fits & (candidates.recompute == RECOMPUTE_FULL) & (bound <= below_s)
-        uniform = np.flatnonzero(pick[row])
-        if len(uniform):
-            by_memory = held_by_memory()
-            bound = np.maximum(bound, bound_s(least_slowest()))
-    return fits, spent, bound * (1 - 1e-9)
-
-
-# Halvings of the slowest stage's time range in _memory_bounds (2^-24 of it: the time of the
-# whole model on one stage, so about pp x 6e-8 of the bound).
-BISECTIONS = 24
