@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/solve_time.py [--repeat R] [--problems all|issue]
         [--models M ...] [--presets P ...] [--gpus N ...]
 
-For every problem (default job: seq 4096, global batch 1024; Megatron rules) both engines
-solve it (`even`: every mesh and schedule with the even split of layers; `layout`: the same
+For every problem (default job: seq 4096, global batch 1024; Megatron rules), built as
+`parplan optimize` builds it (its recompute module sets and host offloads searched beside it;
+`--bare`: the problem alone, none of them), both engines solve it (`even`: every mesh and schedule with the even split of layers; `layout`: the same
 and the layout program where a layout can still beat the incumbents), top-1 and top-10, timed
 `--repeat` times with the median kept. Printed per problem: the seconds of each, whether the
 layout answer is proven, the best step time of each engine and the layout's gain, the number
@@ -23,7 +24,7 @@ from rich.table import Table
 
 import solver.search.layout_search as layout_search
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.optimize import solve
+from solver.optimize import build_problem, solve
 from solver.runtime import tune_allocator
 from solver.search.space import Problem
 from solver.spec import JobSpec
@@ -74,6 +75,8 @@ def main() -> None:
     parser.add_argument("--presets", nargs="*", default=["dgx-h100"])
     parser.add_argument("--gpus", nargs="*", type=int, default=[8, 64, 512])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--bare", action="store_true",
+                        help="the problem alone: no module sets, offloads or memory savers")
     args = parser.parse_args()
     problems = ISSUE_PROBLEMS if args.problems == "issue" else [
         (m, p, n) for m in args.models for p in args.presets for n in args.gpus]
@@ -86,7 +89,9 @@ def main() -> None:
     top1, top10 = [], []
     for model, preset, num_gpus in problems:
         problem = Problem(model_spec=load_model_spec(model), cluster=load_cluster_spec(preset),
-                          job=JobSpec(), num_gpus=num_gpus)
+                          job=JobSpec(), num_gpus=num_gpus) if args.bare else build_problem(
+            model, preset, num_gpus, seq_len=JobSpec().seq_len,
+            global_batch=JobSpec().global_batch)
         even = time_solve(problem, 1, "even", args.repeat)
         first = time_solve(problem, 1, "layout", args.repeat)
         ten = time_solve(problem, 10, "layout", args.repeat)
