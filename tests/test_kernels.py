@@ -171,17 +171,17 @@ def test_package_data_is_small_and_attributed() -> None:
 def test_measured_kernels_run_at_the_fitted_share_of_their_rate_inside_a_step() -> None:
     """Kernel README caveat 1 (TensorRT-LLM kernels timed alone under CUDA graphs: "expect
     kernel times inside a training step to be at or above these numbers"):
-    ComputeConstants.table_rate_fraction (0.93, benchmarks/fit_time.py) scales measured
-    kernels only. H100 bf16 8192^3: 1.40 ms measured, 1.51 ms in a step; the datasheet path
+    ComputeConstants.table_rate_fraction (0.92, benchmarks/fit_time.py) scales measured
+    kernels only. H100 bf16 8192^3: 1.40 ms measured, 1.52 ms in a step; the datasheet path
     (GPUs without a table) is left as it is."""
     from solver.cost.layer_compute import in_step
 
     constants = ComputeConstants()
-    assert constants.table_rate_fraction == pytest.approx(0.93)
+    assert constants.table_rate_fraction == pytest.approx(0.92)
     measured = float(estimate_gemm_s(load_gpu_spec("h100-sxm"), "bf16", 8192, 8192, 8192,
                                      constants))
     assert measured == pytest.approx(1.40e-3, rel=0.01)
-    assert float(in_step(np.array(measured), constants, True)) == pytest.approx(1.51e-3,
+    assert float(in_step(np.array(measured), constants, True)) == pytest.approx(1.52e-3,
                                                                                rel=0.01)
     assert float(in_step(np.array(measured), constants, False)) == measured
 
