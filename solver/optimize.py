@@ -153,13 +153,13 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     budget = WorkBudget.for_time_limit(time_limit_s)  # the layout programs' work, all searches
     own = _search(problem, top, engine, time_limit_s, np.inf, None, budget)
 
-    def search_variant(variant: Problem, cutoff_s: float) -> Searched:
+    def search_variant(variant: Problem, cutoff_s: float, prior: FirstPass | None) -> Searched:
         # One time limit for the whole solve: each further search gets what is left, and
         # where nothing is left (layout engine) it is not run: the answer is unproven.
         left = time_limit_s - (time.perf_counter() - start)
         if engine == "layout" and (left <= 0 or budget.left <= 0):
             return Searched(problem=variant, ranked=None, status="feasible", seconds=0.0)
-        return _search(variant, top, engine, max(left, 0.0), cutoff_s, own.first, budget)
+        return _search(variant, top, engine, max(left, 0.0), cutoff_s, prior, budget)
 
     merged = search_module_sets(problem, own, search_variant, top)
     if not merged.chosen:

@@ -310,3 +310,53 @@ def test_optimize_names_the_offloads_and_launch_plan_turns_them_on(tmp_path) -> 
     assert "--optimizer-cpu-offload" in launched.output
     table = _run("optimize", *args, "--top", "1", "--engine", "even")
     assert "offloads to the host: #1 --optimizer-offload" in table.output
+
+
+def _oracle_over_module_sets(problem, top: int) -> list[tuple]:
+    """Every (module set, offloads) pair enumerated apart and ranked by time, then fewer
+    offloads, then memory; a configuration offloading where it ranked before dropped."""
+    from solver.search.module_variants import module_variant
+
+    rows: list[tuple] = []
+    for index, modules in enumerate(problem.recompute_module_sets):
+        base = problem.model_copy(update={"recompute_module_sets": (), "offloads": ()}) \
+            if index == 0 else module_variant(problem, modules)
+        if base is None:
+            continue
+        for offloads in ((), ("optimizer_offload",), ("activation_offload",),
+                         ("optimizer_offload", "activation_offload")):
+            variant = offload_variant(base, offloads) if offloads else base
+            if variant is None:
+                continue
+            feasible = enumerate_feasible(variant)
+            if len(feasible) == 0:
+                continue
+            ranked = rank(variant, feasible)
+            for i, config in enumerate(ranked.candidates.to_configs()):
+                named = modules if config.recompute == "selective" else ()
+                rows.append((round(float(ranked.step_time.step_s[i]), 9), len(offloads),
+                             float(ranked.memory_bytes[i]), config, named, offloads))
+    rows.sort(key=lambda row: row[:3])
+    seen, answer = set(), []
+    for seconds, _, _, config, modules, offloads in rows:
+        if config in seen and offloads:
+            continue
+        seen.add(config)
+        answer.append((seconds, modules, offloads))
+    return answer[:top]
+
+
+@pytest.mark.parametrize(("model", "cluster", "gpus"), [("deepseek-v2-lite", "dgx-a100-40gb", 8),
+                                                        ("deepseek-v2-lite", "dgx-h100", 8)])
+def test_offloads_under_every_module_set_are_the_oracles_top(model, cluster, gpus) -> None:
+    """The top plans are the oracle's over every (module set, offloads) pair: an offload
+    under a later module set is searched too (DeepSeek-V2-Lite: four module sets)."""
+    problem = build_problem(model, cluster, gpus, seq_len=8192, global_batch=64)
+    assert len(problem.recompute_module_sets) > 1 and len(problem.offloads) == 2
+    result = solve(problem, top=3, engine="even", compare=False)
+    expected = _oracle_over_module_sets(problem, 3)
+    got = [(round(p.time.step_seconds, 9), p.recompute_modules or (), p.offloads)
+           for p in result.plans]
+    assert [seconds for seconds, _, _ in got] == pytest.approx(
+        [seconds for seconds, _, _ in expected], rel=1e-9)
+    assert [offloads for _, _, offloads in got] == [offloads for _, _, offloads in expected]

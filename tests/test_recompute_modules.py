@@ -119,8 +119,10 @@ def test_launch_emits_the_plan_recompute_modules(tmp_path) -> None:
     plans = json.loads(answer.stdout)["plans"]
     assert plans[0]["recompute"] == "selective"
     modules = plans[0]["recompute_modules"]
-    # (with the precision-aware optimizer's 2 B master the lightest set fits: 82.2 GB)
-    assert modules == list(DEEPSEEK_LIGHT)
+    # The best at micro-batch 2 recomputes MLA's up-projections too and offloads activations
+    # (81.6 GB; 17.28 s against 17.32 s for the lightest set at micro-batch 1, 82.2 GB).
+    assert modules == [*DEEPSEEK_LIGHT, "mla_up_proj"]
+    assert plans[0]["offloads"] == ["activation_offload"] and plans[0]["micro_batch"] == 2
     path = tmp_path / "plans.json"
     path.write_text(answer.stdout)
     launch = ["launch", *args, "--plan", str(path), "--format", "megatron"]
@@ -178,7 +180,7 @@ def test_module_sets_searched_below_the_cutoff_give_the_same_plans(monkeypatch) 
 
     def whole(problem, result, solve_variant, top):
         return module_variants.search_module_sets(
-            problem, result, lambda variant, _cutoff: solve_variant(variant, float("inf")), top)
+            problem, result, lambda variant, _cutoff, prior: solve_variant(variant, float("inf"), prior), top)
 
     monkeypatch.setattr(optimize, "search_module_sets", whole)
     full = solve(_problem(), top=5, engine="layout", compare=False)
@@ -219,10 +221,10 @@ def test_a_module_set_search_cut_short_leaves_the_answer_unproven() -> None:
     first = _search(problem, 3, "layout", 60.0)
     assert first.status == "optimal" and len(first) == 3
     cut_short = replace(first, ranked=None, status="feasible")
-    merged = search_module_sets(problem, first, lambda variant, cutoff: cut_short, 3)
+    merged = search_module_sets(problem, first, lambda variant, cutoff, prior: cut_short, 3)
     assert merged.status == "feasible" and len(merged.chosen) == 3
     done = replace(first, ranked=None, status="optimal")
-    assert search_module_sets(problem, first, lambda variant, cutoff: done, 3).status == \
+    assert search_module_sets(problem, first, lambda variant, cutoff, prior: done, 3).status == \
         "optimal"
 
 
@@ -272,7 +274,7 @@ def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
     nothing = replace(found, ranked=None, status="optimal")
     asked = []
 
-    def none_fit(variant, cutoff):
+    def none_fit(variant, cutoff, prior):
         asked.append(variant.time_constants.recompute_modules)
         return replace(found, ranked=None, status="optimal")
 
@@ -280,7 +282,7 @@ def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
     assert asked == [sets[-1]]
     asked.clear()
 
-    def last_fits(variant, cutoff):
+    def last_fits(variant, cutoff, prior):
         asked.append(variant.time_constants.recompute_modules)
         return found if variant.time_constants.recompute_modules == sets[-1] else \
             replace(found, ranked=None, status="optimal")
@@ -289,7 +291,7 @@ def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
     assert asked == [sets[-1], *sets[1:-1]] and merged.chosen
     asked.clear()
     # An unproven search of the last set proves nothing about the others.
-    assert search_module_sets(problem, nothing, lambda v, c: asked.append(1) or replace(
+    assert search_module_sets(problem, nothing, lambda v, c, prior: asked.append(1) or replace(
         found, ranked=None, status="feasible"), 3).chosen == ()
     assert len(asked) == len(sets) - 1
 

@@ -10,16 +10,18 @@ profile (the same cost model), so the union of the searches' top K holds the top
 (configuration, module set) pair.
 
 Offloads to the host (Problem.offloads: optimizer, activations; solver.cost.offload) are
-searched the same way: each combination apart under the first module set, with the framework's
+searched the same way: each combination apart under each module set, with the framework's
 rules on it as pins (activation offload with no full recompute, DeepSpeed's optimizer offload
 from ZeRO-1 on), for the plans faster than the top-th found so far. An offload never shortens
 a configuration's step, so an offloading plan enters the top only where its configuration does
 not fit without it (at equal time the plan without offloads ranks first, and the same
 configuration offloading is dropped). A plan names the offloads it uses, which `launch --plan`
-turns on (Plan.offloads). Exact over the offloads for the first module set.
+turns on (Plan.offloads). Exact over every (module set, offloads) pair.
 
 The searches are merged on their rankings (Searched): only the merged top becomes plans
-(solver.optimize), each through its own search's problem.
+(solver.optimize), each through its own search's problem. Each search after the first starts
+from the first pass of the search it varies (solver.search.enumerate.candidates_below): an
+offload under a later module set from that set's, every other from the problem's own.
 """
 
 from __future__ import annotations
@@ -112,23 +114,33 @@ def name_offloads(plans: tuple[Plan, ...], offloads: tuple[str, ...]) -> tuple[P
     return tuple(plan.model_copy(update={"offloads": offloads}) for plan in plans)
 
 
-def _module_variants(problem: Problem) -> list[tuple[Problem, Namer, int]]:
+# A further search: its problem, how its plans are named, how many offloads they use, and the
+# index of the module set whose search's first pass bounds it (0: the problem's own).
+Variant = tuple[Problem, Namer, int, int]
+
+
+def _module_variants(problem: Problem) -> list[Variant]:
     """The searches of the other module sets, with how their plans are named."""
     found = [(module_variant(problem, modules),
-              lambda plans, modules=modules: name_modules(plans, modules), 0)
+              lambda plans, modules=modules: name_modules(plans, modules), 0, 0)
              for modules in problem.recompute_module_sets[1:]]
     return [entry for entry in found if entry[0] is not None]
 
 
-def _offload_variants(problem: Problem) -> list[tuple[Problem, Namer, int]]:
-    """The searches of each combination of offloads under the first module set."""
-    sets = problem.recompute_module_sets
-    first = sets[0] if sets else ()
-    found = [(offload_variant(problem, offloads),
-              lambda plans, offloads=offloads: name_offloads(
-                  name_modules(plans, first) if first else plans, offloads), len(offloads))
-             for count in range(1, len(problem.offloads) + 1)
-             for offloads in combinations(problem.offloads, count)]
+def _offload_variants(problem: Problem) -> list[Variant]:
+    """The searches of each combination of offloads under each module set."""
+    sets = problem.recompute_module_sets or ((),)
+    found = []
+    for index, modules in enumerate(sets):
+        base = problem if index == 0 else module_variant(problem, modules)
+        if base is None:
+            continue
+        found += [(offload_variant(base, offloads),
+                   lambda plans, modules=modules, offloads=offloads: name_offloads(
+                       name_modules(plans, modules) if modules else plans, offloads),
+                   len(offloads), index)
+                  for count in range(1, len(problem.offloads) + 1)
+                  for offloads in combinations(problem.offloads, count)]
     return [entry for entry in found if entry[0] is not None]
 
 
@@ -171,12 +183,13 @@ def _without_offloaded_twins(entries: list[tuple[Searched, int]]
 
 
 def search_module_sets(problem: Problem, own: Searched,
-                       search_variant: Callable[[Problem, float], Searched],
+                       search_variant: Callable[[Problem, float, FirstPass | None], Searched],
                        top: int) -> Merged:
     """`own` (the problem's own search) merged with the searches of every other module set
     and offload, best `top` first by the objective (module docstring). `search_variant`
     searches one variant problem for the plans at least as fast as its second argument, in
-    seconds (inf: all); plans slower than the top-th found so far cannot enter the top. The
+    seconds (inf: all), from the first pass of the search it varies (its third);
+    plans slower than the top-th found so far cannot enter the top. The
     status is optimal only where every search proved its answer (one that found nothing under
     its cutoff too)."""
     sets = problem.recompute_module_sets
@@ -192,7 +205,8 @@ def search_module_sets(problem: Problem, own: Searched,
     leanest_first = not entries and len(modules) > 1
     if leanest_first:
         modules = modules[-1:] + modules[:-1]
-    for position, (variant, namer, count) in enumerate(modules + offloads):
+    firsts = {0: own.first}  # each module set's search's first pass, by the set's index
+    for position, (variant, namer, count, base) in enumerate(modules + offloads):
         if leanest_first and 0 < position < len(modules) and not entries and proven:
             continue
         # A plan slower than the top-th of those found so far cannot enter the top: the
@@ -200,7 +214,11 @@ def search_module_sets(problem: Problem, own: Searched,
         found = sorted(key(entry) for entry in entries)
         cutoff = found[top - 1][0] if problem.objective == "time" and len(found) >= top \
             else float("inf")
-        answer = replace(search_variant(variant, cutoff), namer=namer, offloads=count)
+        answer = replace(search_variant(variant, cutoff, firsts.get(base, own.first)),
+                         namer=namer, offloads=count)
+        if count == 0:  # a module set's search
+            index = problem.recompute_module_sets.index(variant.time_constants.recompute_modules)
+            firsts[index] = answer.first
         seconds += answer.seconds
         searched = True
         # A search stopped by the time limit may have missed plans under its cutoff.
