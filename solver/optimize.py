@@ -132,8 +132,8 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     Each of the problem's recompute module sets beyond the first, and each of its offloads, is
     searched apart and its plans ranked with the others (solver.search.module_variants),
     within the same `time_limit_s` as the first and the same budget of layout-program work
-    (solver.search.program_memo.WorkBudget, 0.6 of CP-SAT's deterministic seconds per second
-    of the limit): a search neither leaves anything for is not run, and the answer is
+    (solver.search.program_memo.WorkBudget, 0.35 of CP-SAT's deterministic seconds per
+    second of the limit): a search neither leaves anything for is not run, and the answer is
     `feasible` (not proved). Where the budget ends a solve, its answer is the same on any
     machine; the time limit binds first only on a much slower one.
 

@@ -60,7 +60,7 @@ def _pin_options(command):
                    "even split of layers only.")
 @click.option("--time-limit", type=FiniteFloat(0.1, MAX_TIME_LIMIT_S), default=10.0,
               show_default=True,
-              help="Seconds the solve may take; its layout programs may do 0.6 x this "
+              help="Seconds the solve may take; its layout programs may do 0.35 x this "
                    "much of CP-SAT's deterministic work in all, which binds first on a "
                    "2-core machine and gives the same answer on any machine (past either "
                    "the answer is 'feasible', not proven).")

@@ -56,7 +56,7 @@ def _default(field: str) -> str:
               help="The optimize engine (see parplan optimize --help).")
 @click.option("--time-limit", type=FiniteFloat(0.1, MAX_TIME_LIMIT_S), default=10.0,
               show_default=True,
-              help="Seconds each problem's solve may take (its layout programs' work: 0.6 "
+              help="Seconds each problem's solve may take (its layout programs' work: 0.35 "
                    "x this in CP-SAT's deterministic seconds, as optimize).")
 @click.option("--jobs", "-j", type=BoundedInt(1, MAX_JOBS), default=None,
               help="Worker processes (default: the usable cores; 1 solves in this process).")
