@@ -55,18 +55,10 @@ def _overlap_window_s(layer: dict[str, dict[str, np.ndarray]], model_spec: Model
     wait_fwd, wait_bwd = waits
     for index, (name, share) in enumerate(shares):
         if share:
-            forward = forward + share * (_forward_s(layer[name]) + wait_fwd[:, index])
+            forward = forward + share * (estimate_forward_s(layer[name]) + wait_fwd[:, index])
             backward = backward + share * (estimate_backward_s(layer[name])
                                            + wait_bwd[:, index])
     return np.asarray(forward), np.asarray(backward)
-
-
-def _backward_s(fwd: dict[str, np.ndarray], constants: TimeConstants) -> np.ndarray:
-    return estimate_backward_s(fwd)
-
-
-def _forward_s(fwd: dict[str, np.ndarray]) -> np.ndarray:
-    return estimate_forward_s(fwd)
 
 
 # The parts of a stage's time per micro-batch (TIME_PARTS of a plan, less the step-level ones).
@@ -290,7 +282,7 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     def kind(fwd: dict[str, np.ndarray], is_moe: bool, sp_blocks: float | None = None,
              mixer_cp_fwd: np.ndarray | None = None, attention: bool = True
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        fwd_s, bwd_s = _forward_s(fwd), _backward_s(fwd, constants)
+        fwd_s, bwd_s = estimate_forward_s(fwd), estimate_backward_s(fwd)
         gemm = fwd["gemm"] + fwd.get("routed", 0.0)
         # Sequence parallel: attention and MLP each all-gather in and reduce-scatter out,
         # forward and backward (Korthikanti et al. 2022 §4.2.2); an MoE layer's MLP side goes
