@@ -205,10 +205,12 @@ def test_bridge_gets_the_recipes_mtp() -> None:
 
 
 def test_megatron_defaults_go_out_as_defaults() -> None:
-    """DeepSeek-V3: one depth, Megatron's 0.1 (Bridge's deepseek_v3 recipe states 0.1)."""
+    """DeepSeek-V3: one depth, Megatron's 0.1 (Bridge's deepseek_v3 recipe states 0.1). No
+    mtp_use_repeated_layer is written for it: the key is Megatron-Core 0.17's, and Bridge 0.3.1
+    refuses it ("Could not override 'model.mtp_use_repeated_layer'")."""
     overrides = _bridge_overrides(DSV3)
     assert "model.mtp_num_layers=1" in overrides
-    assert "model.mtp_use_repeated_layer=false" in overrides
+    assert not any("mtp_use_repeated_layer" in item for item in overrides)
     assert "model.mtp_loss_scaling_factor=0.1" in overrides
 
 

@@ -139,9 +139,11 @@ EXPLICIT: dict[str, object] = {
     "model.recompute_num_layers": None, "model.recompute_modules": ["core_attn"],
     "model.cuda_graph_impl": "none",
     "model.tp_comm_overlap": False, "model.mtp_num_layers": None,
-    # Megatron's MTP defaults over the Nemotron 3 recipes' 2 repeated depths weighted 0.3
-    # (recipes/nemotronh/h100/nemotron_3_super.py): the model's own go out as flags
-    "model.mtp_use_repeated_layer": False, "model.mtp_loss_scaling_factor": 0.1,
+    # Megatron's MTP loss weight over the Nemotron 3 recipes' 0.3
+    # (recipes/nemotronh/h100/nemotron_3_super.py): the model's own goes out as a flag. (Their
+    # repeated depths are no default to write out: mtp_use_repeated_layer is Megatron-Core
+    # 0.17's, and Bridge 0.3 refuses the key; a model that repeats its MTP module emits it.)
+    "model.mtp_loss_scaling_factor": 0.1,
     "ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False,
     "ddp.overlap_grad_reduce": False, "ddp.overlap_param_gather": False,
     "ddp.use_megatron_fsdp": False, "ddp.data_parallel_sharding_strategy": "no_shard",
