@@ -26,7 +26,13 @@ from solver.cost.recompute_modules import recompute_module_sets
 from solver.cost.row_memo import forget_all
 from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
-from solver.search.module_variants import Merged, Searched, search_module_sets, take_ranked
+from solver.search.module_variants import (
+    Merged,
+    Searched,
+    merged_ranking,
+    search_module_sets,
+    take_ranked,
+)
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import FirstPass, Ranked, solve_by_enumeration
 from solver.search.feasible import any_feasible
@@ -218,7 +224,7 @@ def _answer(problem: Problem, own: Searched, merged: Merged, engine: str, time_l
     assert winner.ranked is not None
     solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
         if compare and winner.problem is problem else None
-    why = list(explain_choice(winner.problem, winner.ranked, solve_pinned))
+    why = list(explain_choice(winner.problem, merged_ranking(merged.chosen), solve_pinned))
     # After the fit check: the memory savers the winner turns on to fit, its offloads.
     why = why[:1] + explain_savers(winner.problem, ranked_plans[0]) + explain_offloads(
         winner.problem, ranked_plans[0]) + why[1:]

@@ -132,6 +132,10 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     times = time_coefficients(terms)
     bound = estimate_layout_lower_bound_s(model_spec, times, candidates.pp, full.astype(float),
                                           above_s=bar())
+    # This bound holds for every layout whatever its memory, so it bounds the variants' step
+    # too (module_variants): their first pass keeps it where it is the tighter.
+    first = FirstPass(candidates=first.candidates, low=first.low.copy())
+    first.low[kept] = np.maximum(first.low[kept], bound)
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
     fits, recomputed, memory_bound = estimate_memory_bounds(

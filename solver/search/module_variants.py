@@ -27,12 +27,13 @@ offload under a later module set from that set's, every other from the problem's
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from itertools import combinations
 
 import numpy as np
 
-from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Candidates
+from solver.cost.steptime import StepTime
 from solver.search.enumerate import FirstPass, Ranked
 from solver.search.space import Problem, variable_domains
 from solver.spec.plan import Plan
@@ -71,6 +72,10 @@ def offload_variant(problem: Problem, offloads: tuple[str, ...]) -> Problem | No
 
 
 Namer = Callable[[tuple[Plan, ...]], tuple[Plan, ...]]
+
+# The relative widening of a variant search's cutoff (search_module_sets): bounds and times
+# are composed differently and may differ in the last bits where the bound is exact.
+TIE_SLACK = 1e-9
 
 
 def _unnamed(plans: tuple[Plan, ...]) -> tuple[Plan, ...]:
@@ -211,9 +216,13 @@ def search_module_sets(problem: Problem, own: Searched,
             continue
         # A plan slower than the top-th of those found so far cannot enter the top: the
         # variant's search need not look for it (by time; memory ranks are searched whole).
-        found = sorted(key(entry) for entry in entries)
-        cutoff = found[top - 1][0] if problem.objective == "time" and len(found) >= top \
-            else float("inf")
+        # The top-th of the distinct entries, offloading twins dropped: it never rises as
+        # entries come (a twin dropped later makes way for one ranked before it). Ties may
+        # still enter (fewer offloads, less memory), and a bound may sit an ulp above the
+        # time it bounds: the cutoff is widened by TIE_SLACK.
+        found = _without_offloaded_twins(sorted(entries, key=key))
+        cutoff = key(found[top - 1])[0] * (1 + TIE_SLACK) \
+            if problem.objective == "time" and len(found) >= top else float("inf")
         answer = replace(search_variant(variant, cutoff, firsts.get(base, own.first)),
                          namer=namer, offloads=count)
         if count == 0:  # a module set's search
@@ -240,3 +249,22 @@ def take_ranked(ranked: Ranked, positions: list[int]) -> Ranked:
                    rows=None if ranked.rows is None else ranked.rows[rows],
                    twins=None if ranked.twins is None else tuple(ranked.twins[p]
                                                                  for p in positions))
+
+
+def merged_ranking(chosen: tuple[tuple[Searched, int], ...]) -> Ranked:
+    """The merged top as one ranking, best first: the plans as listed, for the explanation
+    (its runner-up and '#k listed' read this order); the counts are the first search's."""
+    parts = [take_ranked(searched.ranked, [position]) for searched, position in chosen
+             if searched.ranked is not None]
+
+    def joined(kind, of):  # one dataclass of arrays from the parts' `of`
+        return kind(**{f.name: np.concatenate([getattr(of(r), f.name) for r in parts])
+                       for f in fields(kind)})
+
+    layouts = None if any(r.layouts is None for r in parts) else tuple(
+        r.layouts[0] for r in parts)
+    twins = None if any(r.twins is None for r in parts) else tuple(r.twins[0] for r in parts)
+    return replace(parts[0], candidates=joined(Candidates, lambda r: r.candidates),
+                   step_time=joined(StepTime, lambda r: r.step_time),
+                   memory_bytes=np.concatenate([r.memory_bytes for r in parts]),
+                   layouts=layouts, rows=None, twins=twins)
