@@ -240,17 +240,20 @@ FIRST_MEMORY_BATCH = 2048
 
 
 def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
-                     terms: TimeTerms | None = None) -> Ranked | None:
+                     terms: TimeTerms | None = None, below_s: float = np.inf
+                     ) -> Ranked | None:
     """solve_by_enumeration for the time objective: memory checked fastest first (the even
     split of every candidate) until the `top` distinct plans are certain, returned with their
     twins (rank; fold_twins folds them); `rows` of the answer index `candidates`. `terms`:
-    the candidates' TimeTerms when the caller has them."""
+    the candidates' TimeTerms when the caller has them. With `below_s`, only even splits at
+    most that many seconds are looked at (the others are never checked)."""
     seconds = estimate_step_seconds(
         problem.model_spec, problem.cluster, problem.job, candidates, problem.time_constants,
         problem.memory_options.account_for_embedding_in_pipeline_split, terms)
     capacity = memory_capacity_bytes(problem)
     memory = np.full(len(candidates), np.inf)
-    unchecked = np.arange(len(candidates))
+    unchecked = np.flatnonzero(seconds <= below_s)
+    skipped = len(candidates) - len(unchecked)
     batch = max(FIRST_MEMORY_BATCH, 4 * top)
     # The (2 top)-th fastest that fits is no faster than the top-th distinct plan.
     enough = TWINS_PER_PLAN * top
@@ -273,8 +276,8 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
     if len(fits) == 0:
         return None
     ranked = rank(problem, candidates.take(fits), top, memory[fits], seconds[fits])
-    checked = len(candidates) - len(unchecked)
-    return replace(ranked, num_feasible=len(fits) if len(unchecked) == 0 else None,
+    checked = len(candidates) - len(unchecked) - skipped
+    return replace(ranked, num_feasible=len(fits) if len(unchecked) + skipped == 0 else None,
                    num_candidates=len(candidates), num_memory_checked=checked,
                    rows=fits[ranked.rows])
 

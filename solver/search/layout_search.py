@@ -111,7 +111,8 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     model_spec = problem.model_spec
     terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
                                 problem.time_constants)
-    even = fastest_that_fit(problem, candidates, top, terms)
+    # An even split slower than the cutoff cannot enter the top: not costed for memory.
+    even = fastest_that_fit(problem, candidates, top, terms, cutoff_s)
     # row -> (order key: step, worst-stage memory, degrees; its layout, None for the even split)
     best: dict[int, tuple[tuple, PipelineLayout | None]] = {}
 
