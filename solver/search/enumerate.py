@@ -286,6 +286,11 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
 FIRST_PASS = 2048
 
 
+def first_pass_size(top: int) -> int:
+    """The rows of least bound whose even splits may_enter_top costs first."""
+    return max(FIRST_PASS, 16 * top)
+
+
 @dataclass(frozen=True)
 class FirstPass:
     """A problem's candidates (every rule but memory) and a lower bound of each one's step
@@ -322,13 +327,13 @@ def may_enter_top(problem: Problem, candidates: Candidates, top: int,
     # The balanced bound orders the rows; the finer one (the last stage's head) then prunes.
     low = estimate_layout_lower_bound_s(problem.model_spec, light, candidates.pp, full,
                                         above_s=-np.inf)
-    size = max(FIRST_PASS, 16 * top)
+    size = first_pass_size(top)
     # Where the cutoff alone leaves no more rows than a head would cost, they are the answer.
     if np.isfinite(cutoff_s) and np.count_nonzero(low <= cutoff_s) <= size:
         size = len(low)
     # Two tries at most: where memory is so tight that the least bounds hold fewer than
     # `top` plans that fit, costing ever larger heads would cost more than it saves.
-    while size < len(low) and size <= 8 * max(FIRST_PASS, 16 * top):
+    while size < len(low) and size <= 8 * first_pass_size(top):
         head = candidates.take(np.sort(np.argpartition(low, size - 1)[:size]))
         even = fastest_that_fit(problem, head, top)
         distinct = None if even is None else fold_twins(even, top)

@@ -48,6 +48,7 @@ from solver.search.enumerate import (
     candidates_below,
     enumerate_feasible,
     fastest_that_fit,
+    first_pass_size,
     may_enter_top,
     fold_twins,
     rules_but_memory,
@@ -101,9 +102,11 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     num_candidates = len(candidates)
     kept, low = may_enter_top(problem, candidates, top, cutoff_s)
     first = FirstPass(candidates=candidates, low=low)
-    # The first pass keeps every row where none of the rows of least bound fits: a problem
-    # so tight that perhaps nothing fits. Ask that first (cheaper than costing every row).
-    if len(kept) == num_candidates and not any_layout_fits(problem, candidates):
+    # The first pass keeps every row of many where none of the rows of least bound fits: a
+    # problem so tight that perhaps nothing fits. Ask that first (cheaper than costing every
+    # row). Fewer rows than a head are all kept whatever their memory: costed directly.
+    if (len(kept) == num_candidates > first_pass_size(top)
+            and not any_layout_fits(problem, candidates)):
         return None, True, first
     if len(kept) == 0:  # nothing can beat the cutoff
         return None, True, first
