@@ -42,3 +42,46 @@ def test_the_answer_does_not_depend_on_the_machines_speed(problem, monkeypatch) 
                                                           budget=WorkBudget(0.5))
     assert not proven and not proven_again
     assert _answer(first) == _answer(again)
+
+
+def test_a_passed_time_limit_returns_the_even_splits_found_unproven(monkeypatch) -> None:
+    """The wall-clock limit is a backstop beside the budget: where it passes before the
+    layouts (a large problem's numpy phases take seconds: Nemotron 3 Ultra on 1,024 H100s
+    took 4.8 s under a 2 s limit), the search answers with the even splits it found, unproven,
+    instead of working out its memory-aware bounds first. A limit every machine passes at
+    once stands in for it here."""
+    problem = build_problem("llama3.1-8b", "dgx-h100", 64, seq_len=4096, global_batch=256)
+    whole, whole_proven, _ = layout_search.search_layouts(problem, 3, 600.0)
+
+    def no_bounds(*args, **kwargs):
+        raise AssertionError("the memory-aware bounds were worked out past the time limit")
+
+    monkeypatch.setattr(layout_search, "estimate_memory_bounds", no_bounds)
+    ranked, proven, _ = layout_search.search_layouts(problem, 3, 1e-9)
+    assert not proven and whole_proven
+    assert ranked is not None and ranked.layouts is not None
+    assert len(ranked.candidates) >= 3
+    # Even splits only (the default layout of each), never faster than the proven answer.
+    from solver.cost.memory.layout import build_default_layout
+    assert list(ranked.layouts) == [
+        build_default_layout(problem.model_spec, config, problem.memory_options)
+        for config in ranked.candidates.to_configs()]
+    assert ranked.step_time.step_s[0] >= whole.step_time.step_s[0] * (1 - 1e-12)
+
+
+def test_memory_bounds_past_their_deadline_are_looser_bounds() -> None:
+    """estimate_memory_bounds stops its bisections at the deadline: the same fit test, a bound
+    never above the full one (still a lower bound of every layout that fits)."""
+    from solver.cost.layout_terms import estimate_layer_time_coefficients
+    from solver.search.enumerate import enumerate_feasible, rules_but_memory
+    from solver.search.layout_bounds import estimate_memory_bounds
+
+    problem = build_problem("llama3.1-70b", "dgx-h100", 64, seq_len=4096, global_batch=256)
+    candidates = enumerate_feasible(problem, rules_but_memory(problem))
+    times = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
+                                             candidates, problem.time_constants)
+    fits, spent, bound = estimate_memory_bounds(problem, candidates, times)
+    fits_now, spent_now, bound_now = estimate_memory_bounds(problem, candidates, times,
+                                                            deadline=0.0)
+    assert (fits == fits_now).all() and (spent == spent_now).all()
+    assert (bound_now <= bound * (1 + 1e-12)).all() and (bound_now < bound).any()

@@ -6,6 +6,8 @@ relaxation of the layout program's memory rows (estimate_memory_bounds).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
@@ -19,9 +21,12 @@ UNIFORM_RECOMPUTE_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 
 def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np.ndarray],
-                   below_s: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                           below_s: float = np.inf, deadline: float | None = None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate: whether some layout can fit at all, the fewest layers that must then
-    recompute in full, and a lower bound of the step time of a layout that fits.
+    recompute in full, and a lower bound of the step time of a layout that fits. Past
+    `deadline` (a time.perf_counter() value) the bisections stop where they are: the bound is
+    looser, still a bound.
 
     A relaxation of the layout program's memory rows: stage i holds its empty-stage bytes
     base_i plus, per layer of kind k, c_ik (its in-flight micro-batches included), or e_ik when
@@ -142,6 +147,8 @@ def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict
     def least_slowest() -> np.ndarray:
         low, high = np.zeros(n), top.copy()
         for _ in range(BISECTIONS):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
             middle = (low + high) / 2
             enough = held(middle) >= num_layers
             high, low = np.where(enough, middle, high), np.where(enough, low, middle)

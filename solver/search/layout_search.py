@@ -125,6 +125,10 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     if even is not None:
         for row, seconds, memory in zip(even.rows, even.step_time.step_s, even.memory_bytes):
             best[int(row)] = (key(int(row), float(seconds), float(memory)), None)
+    if best and time.perf_counter() - start >= time_limit_s:
+        # The time limit passed before the layouts (large problems' numpy phases take
+        # seconds): the even splits found, unproven, rather than seconds more of bounds.
+        return _ranked(problem, candidates, best, top, num_candidates), False, first
 
     def bar() -> float:
         groups = _distinct(best)
@@ -143,7 +147,8 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     capacity = memory_capacity_bytes(problem)
     hopeful = np.flatnonzero(bound <= bar())
     fits, recomputed, memory_bound = estimate_memory_bounds(
-        problem, candidates.take(hopeful), take_times(times, hopeful), bar())
+        problem, candidates.take(hopeful), take_times(times, hopeful), bar(),
+        deadline=start + time_limit_s)
     hopeful, recomputed, memory_bound = hopeful[fits], recomputed[fits], memory_bound[fits]
     # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a layer in
     # every chunk that holds one: all but the first and last at least.
