@@ -14,11 +14,11 @@ import pytest
 
 from solver.catalog import load_cluster_spec, load_gpu_spec, load_model_spec
 from solver.cost.comm import collective_factor
+from solver.cost.serve_round import TP_ALLREDUCES_PER_LAYER, estimate_tp_allreduce_bytes
 from solver.serve import ServeJob, ServeProblem, solve_serving
 from solver.serve.candidates import ServeCandidates
 from solver.serve.constraints import build_serve_constraints
 from solver.serve.memory import estimate_min_tp, estimate_model_weight_bytes
-from solver.serve.timing import estimate_tp_allreduce_bytes_per_token
 from solver.spec import ClusterSpec, TierSpec
 
 GIB = 2**30
@@ -65,7 +65,7 @@ def test_seed_per_token_allreduce_traffic(name: str, expected_kib: int) -> None:
     sends 2(tp-1)/tp of it per GPU (4,480 KiB for the 70B at tp 8), and at tp 1 (the 7B's
     minimum TP) there is no all-reduce at all."""
     _, hidden, layers = SEED_MODELS[name]
-    payload = estimate_tp_allreduce_bytes_per_token(layers, hidden)
+    payload = layers * TP_ALLREDUCES_PER_LAYER * float(estimate_tp_allreduce_bytes(1, hidden))
     assert payload / 1024 == expected_kib
     spec = load_model_spec(ZOO[name])
     assert (spec.num_hidden_layers, spec.hidden_size) == (layers, hidden)

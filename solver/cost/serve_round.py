@@ -31,6 +31,16 @@ from solver.cost.serve_step import StageShape, estimate_step_compute_s
 from solver.spec import GpuSpec, ModelSpec
 
 ACTIVATION_BYTES = 2.0  # bf16 activations and all-reduce payloads
+TP_ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron's row-parallel pair)
+
+
+def estimate_tp_allreduce_bytes(rows, hidden_size: int) -> np.ndarray:
+    """The buffer of one TP all-reduce over `rows` tokens: their hidden states. Per token and
+    forward pass, TP_ALLREDUCES_PER_LAYER x L of them (seed 002: 2 x L x h x b; Qwen2-7B,
+    28 x 3584: 392 KiB; Llama 70B, 80 x 8192: 2,560 KiB; Llama 405B, 126 x 16384: 8,064 KiB,
+    the seed's "KB" being KiB). A ring all-reduce puts 2(n-1)/n of it on each GPU's link
+    (solver.cost.comm), and at tp 1 nothing."""
+    return np.asarray(rows, dtype=float) * hidden_size * ACTIVATION_BYTES
 
 
 @dataclass(frozen=True)
@@ -155,10 +165,10 @@ def estimate_round_parts(engine: ServeEngine, decode_seqs, decode_context, prefi
     compute = estimate_step_compute_s(m, engine.gpu, engine.precision, shape, decode,
                                       decode_context, prefill, prefill_context)
     rows = decode + prefill
-    activation = rows * m.hidden_size * ACTIVATION_BYTES
+    activation = estimate_tp_allreduce_bytes(rows, m.hidden_size)
     links = engine.links
-    tp_s = engine.layers * 2 * estimate_collective_s("all_reduce", activation, engine.tp,
-                                                     links.tp)
+    tp_s = engine.layers * TP_ALLREDUCES_PER_LAYER * estimate_collective_s(
+        "all_reduce", activation, engine.tp, links.tp)
     moe_s = engine.moe_layers * _moe_comm_s(engine, rows)
     hand_off = estimate_collective_s("send_recv", activation, engine.pp, links.pp)
     zero = np.zeros(len(engine))

@@ -10,7 +10,6 @@ import numpy as np
 from solver.cost.comm import estimate_group_link
 from solver.cost.serve_overhead import engine_overhead
 from solver.cost.serve_round import (
-    ACTIVATION_BYTES,
     Links,
     RoundParts,
     ServeEngine,
@@ -20,16 +19,6 @@ from solver.cost.serve_round import (
 from solver.serve.candidates import ServeCandidates
 from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.memory import estimate_kv_bytes_per_token, estimate_stage_weights
-
-
-def estimate_tp_allreduce_bytes_per_token(num_layers: int, hidden_size: int,
-                                          bytes_per_element: float = ACTIVATION_BYTES) -> float:
-    """All-reduce payload one token puts through TP per forward pass: 2 all-reduces per layer,
-    each of the hidden state (seed 002: 2 x L x h x b). Qwen2-7B (28 x 3584): 401,408 B =
-    392 KiB; Llama 70B (80 x 8192): 2,560 KiB; Llama 405B (126 x 16384): 8,064 KiB. The seed
-    prints KiB as "KB", and this is the buffer size: a ring all-reduce puts 2(n-1)/n of it on
-    each GPU's link (1.75x at tp 8: 4,480 KiB for the 70B), and at tp 1 nothing at all."""
-    return 2.0 * num_layers * hidden_size * bytes_per_element
 
 
 def build_links(problem: ServeProblem, c: ServeCandidates) -> Links:
