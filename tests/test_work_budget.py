@@ -85,3 +85,26 @@ def test_memory_bounds_past_their_deadline_are_looser_bounds() -> None:
                                                             deadline=0.0)
     assert (fits == fits_now).all() and (spent == spent_now).all()
     assert (bound_now <= bound * (1 + 1e-12)).all() and (bound_now < bound).any()
+
+
+def test_a_program_stopped_at_its_work_limit_is_not_solved_again_below_a_lower_bar() -> None:
+    """A twin asked below a lower bar gets the unproven run's layout where it meets that bar,
+    and nothing where not, both unproven; a higher bar than the run's is solved afresh, and a
+    proven run still answers proven."""
+    from types import SimpleNamespace
+
+    from solver.search.layout_program import objective_bound
+    from solver.search.program_memo import replay
+
+    co = SimpleNamespace(fixed_s=1.0, vpp=2)  # objective = vpp (step - fixed) / 1 us
+    found = SimpleNamespace(objective=objective_bound(co, 9.0))  # a layout of step 9 s
+    runs = [(10.0, found, False)]
+    assert replay(runs, co, 9.5) == (found, False)
+    assert replay(runs, co, 9.0) == (found, False)
+    assert replay(runs, co, 8.5) == (None, False)
+    assert replay(runs, co, 11.0) == (None, None)  # a higher bar: more layouts, solve it
+    assert replay(runs, co, None) == (None, None)
+    assert replay([(10.0, None, False)], co, 8.0) == (None, False)
+    assert replay([(10.0, None, False), (8.0, None, True)], co, 8.0) == (None, True)
+    proven = SimpleNamespace(objective=objective_bound(co, 8.0))
+    assert replay(runs + [(None, proven, True)], co, 8.5) == (proven, True)

@@ -72,8 +72,11 @@ def replay(runs: list[Run], co: LayoutCoefficients, below_s: float | None
     """The answer of a program solved before (`runs`), asked again below `below_s`: the same
     run's answer for the same bar; from a proven optimum, itself where it is at least as fast
     as the new bar (the program's objective in its units) and a proven None where not; a proven
-    None where one came for a bar at least as high (a lower bar admits fewer layouts); else
-    (None, None): solve it."""
+    None where one came for a bar at least as high (a lower bar admits fewer layouts); from a
+    run stopped at its work limit under a bar at least as high, its layout where it meets the
+    new bar and None where not, unproven both (the same program with the same work: solving
+    it again spent the solve's budget to find the same layout, GLM-4.5 on 8 GB200s: 3.8 of
+    its 10 s); else (None, None): solve it."""
     bound = None if below_s is None else objective_bound(co, below_s)
     for earlier_below, answer, complete in runs:
         if earlier_below == below_s:
@@ -85,6 +88,13 @@ def replay(runs: list[Run], co: LayoutCoefficients, below_s: float | None
         if answer is None and complete and (earlier_below is None or (
                 below_s is not None and below_s <= earlier_below)):
             return None, True
+    for earlier_below, answer, complete in runs:
+        if not complete and (earlier_below is None or (
+                below_s is not None and below_s <= earlier_below)):
+            if answer is not None and (below_s is None or (
+                    bound is not None and answer.objective <= bound)):
+                return answer, False
+            return None, False
     return None, None
 
 
