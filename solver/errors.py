@@ -8,7 +8,10 @@ every `ParplanError` into that line on stderr and exit status 2, in one place (`
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pydantic only where a spec is validated: `parplan --help` needs none
+    from pydantic import ValidationError
 
 
 class ParplanError(Exception):

@@ -37,8 +37,9 @@ def numeric_options() -> list[tuple[str, str, click.Parameter]]:
 
     def walk(command: click.Command, path: str) -> None:
         if isinstance(command, click.Group):
-            for name, sub in sorted(command.commands.items()):
-                walk(sub, f"{path} {name}".strip())
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):  # the lazy group loads each command
+                walk(command.get_command(ctx, name), f"{path} {name}".strip())
             return
         for param in command.params:
             kind = param.type

@@ -47,7 +47,9 @@ def test_the_readme_does_not_refer_to_internal_documents() -> None:
 
 def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     paths = []
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the lazy group loads each command here
+        command = group.get_command(ctx, name)
         paths.append((*prefix, name))
         if isinstance(command, click.Group):
             paths += _command_paths(command, (*prefix, name))

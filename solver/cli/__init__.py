@@ -1,12 +1,14 @@
 """The `parplan` command line: click commands only (parse, call the library, render).
 
 Every project error and every usage error becomes one line on stderr and exit status 2, here
-and nowhere else. Command modules import their heavy dependencies inside the command, so
-`parplan --help` stays fast.
+and nowhere else. A command's module is imported when that command runs or shows its own
+help (click's lazy loading of subcommands), and command modules import their heavy
+dependencies inside the command, so `parplan --help` imports click alone and stays fast.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -14,8 +16,48 @@ import click
 from solver.errors import ParplanError, render_one_line
 
 
+# Each command: the module that defines it (as a function of the command's name) and its line
+# in `parplan --help`, which is also the command's short help once loaded.
+_COMMANDS = {
+    "calibrate": ("solver.cli.calibrate_command",
+                  "Fit bandwidth curves to measured collective times (NCCL, torch)."),
+    "clusters": ("solver.cli.catalog_commands", "List the cluster presets and their GPUs."),
+    "estimate": ("solver.cli.estimate_command",
+                 "Memory and step time of one configuration, and whether it fits."),
+    "launch": ("solver.cli.launch_command",
+               "Process groups, a torch module or framework settings for a plan."),
+    "models": ("solver.cli.catalog_commands",
+               "List the model zoo (parameter counts from the architecture)."),
+    "optimize": ("solver.cli.optimize_command",
+                 "Ranked parallel configurations for a model on a cluster."),
+    "report": ("solver.cli.report_command",
+               "A self-contained page of a sweep's problems and plans (offline)."),
+    "serve": ("solver.cli.serve_command",
+              "Serving plans for vLLM: TP, PP, DP, EP, KV cache, latency."),
+    "sweep": ("solver.cli.sweep_command",
+              "Solve every combination in parallel; resumable JSON lines."),
+}
+
+
 class _ParplanGroup(click.Group):
-    """A click group whose errors are one stderr line and exit 2 (also under CliRunner)."""
+    """A click group whose errors are one stderr line and exit 2 (also under CliRunner), and
+    whose commands load when used (_COMMANDS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module, short_help = _COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), cmd_name)
+        command.short_help = short_help
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' lines from _COMMANDS, without importing them."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, line) for name, (_, line) in sorted(_COMMANDS.items())])
 
     def main(self, args=None, prog_name=None, **extra):  # type: ignore[override]
         extra["standalone_mode"] = False
@@ -44,31 +86,6 @@ def cli() -> None:
     Give a model (zoo name, zoo TOML or Hugging Face config.json), a cluster (preset or file)
     and a job; get ranked parallel configurations with memory, step time and launch settings.
     """
-
-
-def _register_commands() -> None:
-    from solver.cli import catalog_commands, estimate_command, optimize_command
-
-    cli.add_command(catalog_commands.models)
-    cli.add_command(catalog_commands.clusters)
-    cli.add_command(estimate_command.estimate)
-    from solver.cli import calibrate_command
-
-    cli.add_command(calibrate_command.calibrate)
-    cli.add_command(optimize_command.optimize)
-    from solver.cli import serve_command
-
-    cli.add_command(serve_command.serve)
-    from solver.cli import report_command, sweep_command
-
-    cli.add_command(sweep_command.sweep)
-    cli.add_command(report_command.report)
-    from solver.cli import launch_command
-
-    cli.add_command(launch_command.launch)
-
-
-_register_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
