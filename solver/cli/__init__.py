@@ -16,8 +16,8 @@ import click
 from solver.errors import ParplanError, render_one_line
 
 
-# Each command: the module that defines it (as a function of the command's name) and its line
-# in `parplan --help`, which is also the command's short help once loaded.
+# Each command: the module that defines it (as the attribute of the command's name) and its
+# line in `parplan --help`, which is also the command's short help once loaded.
 _COMMANDS = {
     "calibrate": ("solver.cli.calibrate_command",
                   "Fit bandwidth curves to measured collective times (NCCL, torch)."),
