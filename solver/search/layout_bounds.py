@@ -7,6 +7,7 @@ relaxation of the layout program's memory rows (estimate_memory_bounds).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,9 +25,10 @@ def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict
                            below_s: float = np.inf, deadline: float | None = None
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate: whether some layout can fit at all, the fewest layers that must then
-    recompute in full, and a lower bound of the step time of a layout that fits. Past
-    `deadline` (a time.perf_counter() value) the bisections stop where they are: the bound is
-    looser, still a bound.
+    recompute in full, and a lower bound of the step time of a layout that fits, inf where
+    no layout can be as fast as `below_s` (the bound times 1 - 1e-9 above it: only the others
+    are bisected). Past `deadline` (a time.perf_counter() value) the bisections stop where they
+    are: the bound is looser, still a bound.
 
     A relaxation of the layout program's memory rows: stage i holds its empty-stage bytes
     base_i plus, per layer of kind k, c_ik (its in-flight micro-batches included), or e_ik when
@@ -96,84 +98,105 @@ def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict
     slope = np.where(gain > 0, a + b * cost / np.maximum(gain, 1e-30), np.inf)
     num_layers = model_spec.num_hidden_layers
 
-    uniform = np.zeros(0, dtype=np.int64)  # the rows held_uniform bounds (set below)
     counts_r = np.arange(1, num_layers + 1, dtype=float)[None, :]  # R = 1 .. L
-    by_memory = np.zeros((0, num_layers))  # [uniform row, R]: what its room holds (set below)
 
-    def held_by_memory() -> np.ndarray:
-        """[uniform row, R]: layers of the last kind a stage's room holds when every chunk
-        recomputes min(R, its layers), at most min(n, vpp R) of its n layers."""
-        i = uniform
-        chunks_r = candidates.vpp[row[i]][:, None] * counts_r
-        plain_cost, kept_cost = cost[i][:, None], np.maximum(kept[i], 1e-30)[:, None]
-        room_i, gain_i = room[i][:, None], gain[i][:, None]
-        return np.where(kept_cost * chunks_r >= room_i, room_i / kept_cost,
-                        chunks_r + (room_i + gain_i * chunks_r - plain_cost * chunks_r)
-                        / np.maximum(plain_cost, 1e-30))
+    def plain_held(idx: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """held(slowest): per candidate, the layers the stage rows `idx` (whole candidates)
+        hold with the slowest stage within `slowest` (per candidate), each stage recomputing
+        as it needs; the other kinds' D layers included (others)."""
+        r, own_i, free_i, a_i = row[idx], own[idx], free[idx], a[idx]
+        most_i, slope_i = most[idx], slope[idx]
+        recomputing = full[idx] & (gain[idx] > 0)
+        extra = b[idx] * room[idx] / np.maximum(gain[idx], 1e-30)
 
-    def held_uniform(budget: np.ndarray) -> np.ndarray:
-        """[candidate, R]: layers of the last kind the stages hold when every chunk recomputes
-        min(R, its layers): a stage of n layers then recomputes at least min(R, n) (time) and
-        at most min(n, vpp R) (memory, held_by_memory)."""
-        i = uniform
-        step, extra = a[i][:, None], b[i][:, None]
-        left = budget[i][:, None]
-        by_time = np.where((step + extra) * counts_r >= left, left / (step + extra),
-                           counts_r + (left - (step + extra) * counts_r) / step)
-        layers = np.floor(np.minimum(by_memory, by_time) + 1e-9)  # whole layers per stage
-        starts = np.flatnonzero(np.r_[True, row[i][1:] != row[i][:-1]])
-        totals = np.zeros((n, counts_r.shape[1]))
-        totals[row[i][starts]] = np.add.reduceat(layers, starts, axis=0)
-        return totals
+        def held(slowest: np.ndarray) -> np.ndarray:
+            budget = np.maximum(slowest[r] - own_i, 0.0)
+            layers = np.where(recomputing & (budget > a_i * free_i),
+                              np.minimum(most_i, (budget + extra) / slope_i),
+                              np.minimum(free_i, budget / a_i))
+            layers = np.floor(layers + 1e-9)  # a stage holds whole layers
+            return np.bincount(r, weights=layers, minlength=n) + others
+        return held
 
-    def held(slowest: np.ndarray) -> np.ndarray:
-        budget = np.maximum(slowest[row] - own, 0.0)
-        plain = np.minimum(free, budget / a)
-        beyond = np.minimum(most, (budget + b * room / np.maximum(gain, 1e-30)) / slope)
-        layers = np.where(full & (gain > 0) & (budget > a * free), beyond, plain)
-        layers = np.floor(layers + 1e-9)  # a stage holds whole layers
-        layers[uniform] = 0.0
-        held_layers = np.bincount(row, weights=layers, minlength=n) + others
-        if len(uniform):  # one R for every stage: the best R
-            held_layers += held_uniform(budget).max(axis=1)
-        return held_layers
+    def uniform_held(idx: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """plain_held under one recompute count R for every chunk, the best R: a stage of n
+        layers then recomputes at least min(R, n) of them (time) and at most min(n, vpp R)
+        (memory)."""
+        r, own_i = row[idx], own[idx]
+        chunks_r = candidates.vpp[r][:, None] * counts_r
+        plain_cost, kept_cost = cost[idx][:, None], np.maximum(kept[idx], 1e-30)[:, None]
+        room_i, gain_i = room[idx][:, None], gain[idx][:, None]
+        by_memory = np.where(kept_cost * chunks_r >= room_i, room_i / kept_cost,
+                             chunks_r + (room_i + gain_i * chunks_r - plain_cost * chunks_r)
+                             / np.maximum(plain_cost, 1e-30))
+        step, extra = a[idx][:, None], b[idx][:, None]
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+
+        def held(slowest: np.ndarray) -> np.ndarray:
+            left = np.maximum(slowest[r] - own_i, 0.0)[:, None]
+            by_time = np.where((step + extra) * counts_r >= left, left / (step + extra),
+                               counts_r + (left - (step + extra) * counts_r) / step)
+            layers = np.floor(np.minimum(by_memory, by_time) + 1e-9)  # whole layers per stage
+            totals = np.full(n, others)
+            totals[r[starts]] += np.add.reduceat(layers, starts, axis=0).max(axis=1)
+            return totals
+        return held
 
     top = np.full(n, float(num_layers)) * (times["layer_s"].max(axis=1)
                                            + times["recompute_s"].max(axis=1)) \
         + times["stage_s"] + times["last_s"]
     # However long the slowest stage: the stages' room must hold every layer.
-    fits &= held(top) >= num_layers * (1 - 1e-9)
+    fits &= plain_held(np.arange(len(row)))(top) >= num_layers * (1 - 1e-9)
 
-    def least_slowest() -> np.ndarray:
-        low, high = np.zeros(n), top.copy()
-        for _ in range(BISECTIONS):
-            if deadline is not None and time.perf_counter() > deadline:
-                break
-            middle = (low + high) / 2
-            enough = held(middle) >= num_layers
-            high, low = np.where(enough, middle, high), np.where(enough, low, middle)
-        return low
-
-    low = least_slowest()
     spent = np.maximum(candidates.recompute == RECOMPUTE_FULL,
                        np.floor(recompute_count * (1 - 1e-9)))
     pp = candidates.pp
     layer_s = times["layer_s"] @ counts
     cheapest_recompute = np.where(counts[None, :] > 0, times["recompute_s"], np.inf).min(axis=1)
     total_s = layer_s + pp * times["stage_s"] + times["last_s"] + spent * cheapest_recompute
+    weight = times["num_micro"] - 1 / times["vpp"]
+
     def bound_s(least: np.ndarray) -> np.ndarray:
         slowest = np.maximum(least, total_s / pp)
         return times["num_micro"] * slowest + (total_s - slowest) / times["vpp"] + times["fixed_s"]
 
-    bound = bound_s(low)
+    # The slowest stage at which the bound reaches the bar (the bound is (m - 1/v) M + ... from
+    # M = total / pp on; as the caller tests it: times 1 - 1e-9). A candidate whose stages
+    # cannot hold the layers within it cannot reach the bar: only the others are bisected,
+    # below it.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reach = below_s / (1 - 1e-9) - times["fixed_s"] - total_s / times["vpp"]
+        at_bar = np.where(weight > 0, reach / weight, np.where(reach >= 0, np.inf, -np.inf))
+    at_bar = np.where(at_bar >= total_s / pp, np.minimum(at_bar, top), -np.inf)
+
+    def least_slowest(held: Callable[[np.ndarray], np.ndarray], chosen: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The bisection of the least slowest stage of the `chosen` candidates (0 for the
+        others), and which chosen ones cannot reach the bar."""
+        beaten = chosen.copy()
+        beaten[chosen] = ~(at_bar[chosen] >= 0)
+        if np.isfinite(below_s):
+            beaten |= chosen & (held(np.maximum(at_bar, 0.0)) < num_layers)
+        chosen = chosen & ~beaten
+        low, high = np.zeros(n), np.where(chosen, at_bar, top)
+        for _ in range(BISECTIONS):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            middle = (low + high) / 2
+            enough = held(middle) >= num_layers
+            high = np.where(chosen & enough, middle, high)
+            low = np.where(chosen & ~enough, middle, low)
+        return low, beaten
+
+    low, beaten = least_slowest(plain_held(np.flatnonzero(fits[row])), fits)
+    bound = np.where(beaten, np.inf, bound_s(low))
     if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS and np.isfinite(below_s):
         # Where the bound above (each stage recomputing as it needs) still reaches the bar,
         # the one count R every chunk takes: a second bisection, on those rows only.
         pick = fits & (candidates.recompute == RECOMPUTE_FULL) & (bound <= below_s)
-        uniform = np.flatnonzero(pick[row])
-        if len(uniform):
-            by_memory = held_by_memory()
-            bound = np.maximum(bound, bound_s(least_slowest()))
+        if pick.any():
+            low, beaten = least_slowest(uniform_held(np.flatnonzero(pick[row])), pick)
+            bound = np.where(beaten, np.inf, np.maximum(bound, bound_s(low)))
     return fits, spent, bound * (1 - 1e-9)
 
 
