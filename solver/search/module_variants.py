@@ -171,15 +171,19 @@ def _rank_key(objective: str) -> Callable[[tuple[Searched, int]], tuple[float, f
 def _without_offloaded_twins(entries: list[tuple[Searched, int]]
                              ) -> list[tuple[Searched, int]]:
     """The ranked entries less those that offload where an entry ranked before has the same
-    configuration and layout (the offload buys nothing there)."""
-    seen: set[str] = set()
+    configuration and, if it recomputes selectively, the same module set: the offload buys
+    nothing there, whatever the layouts (the one before is at least as fast). Plans of two
+    module sets are two plans, even with one layout (DeepSeek-V3 on 1,024 GB200s: the 'mlp'
+    set's 3rd-fastest plan was dropped as a twin of the 'mla_up_proj' set's fastest)."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     kept = []
     for searched, position in entries:
         ranked = searched.ranked
         assert ranked is not None
-        layout = ranked.layouts[position] if ranked.layouts is not None else None
-        twin = ranked.candidates.config(position).model_dump_json() + (
-            layout.model_dump_json() if layout is not None else "")
+        config = ranked.candidates.config(position)
+        modules = searched.problem.time_constants.recompute_modules \
+            if config.recompute == "selective" else ()
+        twin = (config.model_dump_json(), tuple(modules))
         if twin in seen and searched.offloads:
             continue
         seen.add(twin)
