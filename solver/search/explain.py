@@ -241,7 +241,8 @@ SURPRISES = (
     Choice("zero", (0, 1, 2), "ZeRO 3", lambda p, best: best.zero == 3),
 )
 TIME_WORDS = {"compute": "compute", "recompute": "recompute", "tp": "TP traffic",
-              "cp": "CP traffic", "ep": "EP traffic", "offload": "host transfers", "dp": "DP traffic", "pp": "PP traffic",
+              "cp": "CP traffic", "ep": "EP traffic", "offload": "host transfers",
+              "dp": "DP traffic", "pp": "PP traffic",
               "bubble": "pipeline bubble", "optimizer": "optimizer step"}
 
 

@@ -200,6 +200,6 @@ def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict
     return fits, spent, bound * (1 - 1e-9)
 
 
-# Halvings of the slowest stage's time range in estimate_memory_bounds (2^-24 of it: the time of the
-# whole model on one stage, so about pp x 6e-8 of the bound).
+# Halvings of the slowest stage's time range in estimate_memory_bounds (2^-24 of it: the time of
+# the whole model on one stage, so about pp x 6e-8 of the bound).
 BISECTIONS = 24

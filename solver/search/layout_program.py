@@ -46,6 +46,7 @@ from ortools.sat.python import cp_model
 
 from solver.cost.layout_terms import LayoutCoefficients
 from solver.cost.memory.layout import layout_layer_counts
+from solver.search.layout_counts import add_kind_counts, add_stage_tables
 from solver.spec import ParallelConfig, PipelineLayout, VirtualStage
 
 TIME_UNIT_S = 1e-6
@@ -82,18 +83,6 @@ def to_units(value: float | np.ndarray, unit: float, rounding: str) -> np.ndarra
     scaled = np.asarray(value, dtype=float) / unit
     rounded = {"nearest": np.rint, "up": np.ceil, "down": np.floor}[rounding](scaled)
     return rounded.astype(np.int64)
-
-
-def _prefix_counts(kinds: np.ndarray, kind: int) -> list[int]:
-    """D_k(x) for x = 0..L: layers of kind `kind` among the first x."""
-    return [0] + np.cumsum(kinds == kind).astype(int).tolist()
-
-
-def _band(table: list[int]) -> tuple[int, int]:
-    """The least and most of L D(x) - D(L) x over x = 0..L for a prefix count table D."""
-    num_layers, total = len(table) - 1, table[-1]
-    gaps = [num_layers * value - total * x for x, value in enumerate(table)]
-    return min(gaps), max(gaps)
 
 
 @dataclass(frozen=True)
@@ -155,7 +144,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
                  capacity_bytes: float, rules: LayoutRules, below_s: float | None = None,
                  time_limit_s: float = 10.0, hint: PipelineLayout | None = None,
                  work_limit: float | None = None, none_below: Callable[[int], bool] | None = None,
-                 on_work: Callable[[float], None] | None = None
+                 on_work: Callable[[float], None] | None = None,
+                 stage_tables: list[np.ndarray] | None = None
                  ) -> tuple[LayoutAnswer | None, bool]:
     """The best layout of `config` (module docstring), or None when no layout fits the memory
     or, with `below_s`, none is as fast (to the time unit); and whether the answer is proven.
@@ -163,7 +153,11 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     count of work, the same on a busy machine and an idle one), so that a program stopped by
     it gives the same answer whatever the load. `none_below(objective)`, a bound from outside
     the program: True when no layout has a lower objective; a layout found at such an
-    objective ends the search, proven; `on_work` is told the deterministic seconds it took."""
+    objective ends the search, proven; `on_work` is told the deterministic seconds it took.
+    `stage_tables[i]`: count vectors (layers of each kind the model has, in kind order), one
+    of which stage i holds in every layout that fits and meets the bar (solver.search.
+    layout_relaxation.stage_sets): exact, and CP-SAT propagates a table as it cannot the
+    element lookups' linear relaxation."""
     co = coefficients
     pp, vpp = config.pp, config.vpp
     num_virtual = pp * vpp
@@ -181,7 +175,7 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
         program.add(bounds[i] == (bounds[i - 1] if i else 0) + n[i])
 
     r, count_var = _add_recompute(program, n, units, num_layers, rules)
-    counts, recomputed = _add_kind_counts(program, co.kinds, present, n[:num_lead], bounds,
+    counts, recomputed = add_kind_counts(program, co.kinds, present, n[:num_lead], bounds,
                                           r[:num_lead])
     tail_kind = int(co.kinds[-1])
     for kind in present:
@@ -218,6 +212,9 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
             memory_expr += int(working_bytes[stage]) * recomputes
         program.add(memory_expr <= capacity)
 
+    if stage_tables is not None:
+        add_stage_tables(program, [unit.stage for unit in units], counts, present,
+                         stage_tables)
     num_micro = int(round(co.num_micro))
     objective = (num_micro * vpp - 1) * slowest + sum(stage_time)
     if below_s is not None:
@@ -329,65 +326,6 @@ def _split_uniform(total: int, parts: int, recomputed: int, count: int) -> list[
         sizes[sizes.index(max(sizes))] -= 1
         sizes[sizes.index(min(sizes))] += 1
     return sorted(sizes, reverse=True)
-
-
-def _add_kind_counts(program: cp_model.CpModel, kinds: np.ndarray, present: list[int],
-                     n: list, bounds: list, r: list) -> tuple[dict, dict]:
-    """c_kv and q_kv of the module docstring; with one kind of layer, n_v and r_v. From the
-    layer where the kinds stop changing on, D_k is linear: a boundary that cannot fall before
-    it (B_v >= v: every middle chunk holds a layer) needs no element lookup."""
-    if len(present) == 1:
-        return {present[0]: n}, {present[0]: r}
-    num_layers = len(kinds)
-    changes = np.flatnonzero(kinds[1:] != kinds[:-1])
-    tail_from = int(changes[-1]) + 1 if len(changes) else 0
-    tail_kind = int(kinds[-1])
-
-    def prefix(kind: int, table: list[int], position, least: int, name: str):
-        """D_kind(position) for an expression known to be >= least."""
-        if least >= tail_from:
-            slope = 1 if kind == tail_kind else 0
-            return table[tail_from] + slope * (position - tail_from)
-        value = program.new_int_var(0, num_layers, name)
-        index = position
-        if not isinstance(position, cp_model.IntVar):
-            index = program.new_int_var(0, num_layers, f"i_{name}")
-            program.add(index == position)
-        program.add_element(index, table, value)
-        # D_k stays within a band around the line through its ends: L D_k(x) - n_k x lies in
-        # [low, high] for every x (n_k = D_k(L)). Exact, and it gives the LP a slope where
-        # the element lookup gives none: interleaved kinds (hybrid models) then prove fast.
-        low, high = _band(table)
-        program.add(num_layers * value - table[-1] * index >= low)
-        program.add(num_layers * value - table[-1] * index <= high)
-        return value
-
-    # Every layer is of some kind, so sum_k D_k(x) = x: the most common kind's counts follow
-    # from the others' without lookups of their own (exact, fewer element constraints).
-    derived = max(present, key=lambda k: int((kinds == k).sum()))
-    looked_up = [kind for kind in present if kind != derived]
-    ends: dict[int, list] = {}
-    starts: dict[int, list] = {}  # D_k at each chunk's first layer past its recomputed ones
-    for kind in looked_up:
-        table = _prefix_counts(kinds, kind)
-        ends[kind] = [prefix(kind, table, boundary, v, f"d{kind}_{v}")
-                      for v, boundary in enumerate(bounds)]
-        starts[kind] = [None if isinstance(r[v], int) else
-                        prefix(kind, table, (bounds[v - 1] if v else 0) + r[v], max(v - 1, 0),
-                               f"q{kind}_{v}")
-                        for v in range(len(n))]
-    ends[derived] = [bounds[v] - sum(ends[k][v] for k in looked_up) for v in range(len(n))]
-    starts[derived] = [None if isinstance(r[v], int) else
-                       (bounds[v - 1] if v else 0) + r[v] - sum(starts[k][v] for k in looked_up)
-                       for v in range(len(n))]
-    counts: dict[int, list] = {}
-    recomputed: dict[int, list] = {}
-    for kind in present:
-        counts[kind] = [ends[kind][v] - (ends[kind][v - 1] if v else 0) for v in range(len(n))]
-        recomputed[kind] = [0 if starts[kind][v] is None
-                            else starts[kind][v] - (ends[kind][v - 1] if v else 0)
-                            for v in range(len(n))]
-    return counts, recomputed
 
 
 def build_layout(config: ParallelConfig, layers: list[int], recompute: list[int],

@@ -34,6 +34,7 @@ inside float64's exact range, and every sum is thresholded back to 0/1).
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -72,16 +73,51 @@ def no_layout_can(config: ParallelConfig, coefficients: LayoutCoefficients,
                   ) -> bool:
     """True when the relaxation proves that no layout fits the memory or, with `below_s`, is
     as fast as it (to the time unit). False says nothing."""
-    if below_s is None:
-        return no_layout_within(config, coefficients, capacity_bytes, rules, None)
-    bound = objective_bound(coefficients, below_s)
-    return bound is None or no_layout_within(config, coefficients, capacity_bytes, rules, bound)
+    return allowed_stage_sets(config, coefficients, capacity_bytes, rules, below_s) is None
+
+
+def allowed_stage_sets(config: ParallelConfig, coefficients: LayoutCoefficients,
+                       capacity_bytes: float, rules: LayoutRules, below_s: float | None = None
+                       ) -> StageSets | None:
+    """stage_sets of the layouts that fit and, with `below_s`, are as fast as it; None where
+    the relaxation proves there are none."""
+    bound = None
+    if below_s is not None:
+        bound = objective_bound(coefficients, below_s)
+        if bound is None:
+            return None
+    sets = stage_sets(config, coefficients, capacity_bytes, rules, bound)
+    return sets if sets is not None and sums_reach_all(sets) else None
 
 
 def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
                      capacity_bytes: float, rules: LayoutRules, bound: int | None) -> bool:
     """no_layout_can for a bar in the layout program's objective units: True when no layout
     fits with an objective of at most `bound` (None: any)."""
+    sets = stage_sets(config, coefficients, capacity_bytes, rules, bound)
+    return sets is None or not sums_reach_all(sets)
+
+
+@dataclass(frozen=True)
+class StageSets:
+    """What the relaxation allows each stage to hold: `allowed[i]` a boolean array over the
+    lattice of count vectors (0..totals[k] layers of each kind in `present`)."""
+
+    present: list[int]
+    totals: np.ndarray
+    allowed: list[np.ndarray]
+
+    def vectors(self, stage: int) -> np.ndarray:
+        """The count vectors stage `stage` may hold, (count, len(present))."""
+        return np.argwhere(self.allowed[stage])
+
+
+def stage_sets(config: ParallelConfig, coefficients: LayoutCoefficients, capacity_bytes: float,
+               rules: LayoutRules, bound: int | None) -> StageSets | None:
+    """Per stage, the count vectors it may hold in a layout that fits with an objective of at
+    most `bound` (None: any): a sum of its chunks' runs, its time within the slowest stage the
+    bound leaves, its memory under the capacity (module docstring); None when some stage may
+    hold nothing, or the fixed terms alone pass the bound."""
     co = coefficients
     terms = KindTerms.of(co, capacity_bytes)
     present, totals, a = terms.present, terms.totals, terms.layer_s
@@ -98,7 +134,7 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
         # recompute, the same for every layout
         total = int(a @ totals) + pp * stage + last + least_recompute_s * (num_virtual - 2)
         if total > bound:
-            return True
+            return None
         slowest = (bound - total) // terms.weight if terms.weight > 0 else np.inf
     kinds = tuple(int(k) for k in co.kinds)
     time_s = grid @ a + stage
@@ -113,29 +149,35 @@ def no_layout_within(config: ParallelConfig, coefficients: LayoutCoefficients,
         if rules.recompute:
             working = float(to_units(max(co.working_bytes[i], 0.0), MEMORY_UNIT_BYTES, "up"))
             fits |= memory - _most_saved(co, present, i, grid, spare) + working <= capacity
-        allowed.append(held & (spare >= middle * least_recompute_s) & fits)
-    if not all(mask.any() for mask in allowed):
-        return True
-    shape = tuple(totals + 1)
-    allowed = [mask.reshape(shape) for mask in allowed]
-    # The total layer count's least and most first (cheapest), then the sums of the sets
-    # projected on fewer kinds (a projection of a relaxation is one), the whole lattice last
-    # where it is small enough.
-    sizes = grid.sum(axis=1)
-    least = sum(int(sizes[mask.reshape(-1)].min()) for mask in allowed)
-    most = sum(int(sizes[mask.reshape(-1)].max()) for mask in allowed)
+        mask = held & (spare >= middle * least_recompute_s) & fits
+        if not mask.any():
+            return None
+        allowed.append(mask.reshape(tuple(totals + 1)))
+    return StageSets(present=present, totals=totals, allowed=allowed)
+
+
+def sums_reach_all(sets: StageSets) -> bool:
+    """Whether one vector of each stage's set may add up to all the layers: the total layer
+    count's least and most first (cheapest), then the sums of the sets projected on fewer
+    kinds (a projection of a relaxation is one), the whole lattice last where it is small
+    enough. False is a proof that no layout has such stages."""
+    allowed, totals = sets.allowed, sets.totals
+    pp = len(allowed)
+    sizes = np.indices(allowed[0].shape).sum(axis=0)
+    least = sum(int(sizes[mask].min()) for mask in allowed)
+    most = sum(int(sizes[mask].max()) for mask in allowed)
     if not least <= int(totals.sum()) <= most:
-        return True
-    axes = range(len(present))
-    for width in range(1, len(present) + 1):
+        return False
+    axes = range(len(totals))
+    for width in range(1, len(totals) + 1):
         for kept in itertools.combinations(axes, width):
             if pp * float(np.prod(totals[list(kept)] + 1)) > MAX_CHAINED:
                 continue
             dropped = tuple(k for k in axes if k not in kept)
             if not _sums_reach([mask.any(axis=dropped) for mask in allowed],
                                tuple(totals[list(kept)])):
-                return True
-    return False
+                return False
+    return True
 
 
 def _most_saved(co: LayoutCoefficients, present: list[int], stage: int, grid: np.ndarray,
