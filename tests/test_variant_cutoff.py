@@ -1,7 +1,9 @@
 """The searches beside the problem's own (recompute module sets, offloads:
 solver.search.module_variants) are asked only for plans under a cutoff, the top-th of the
 plans found so far, and start from the first pass of the search they vary. Exact: the merged
-top is the one of every search run whole, without a cutoff or a first pass.
+top is the one of every search run whole, without a cutoff or a first pass, and asked for four
+times as many plans (so that offloading twins dropped from a search's list, below, leave no
+plan out).
 
 The cutoff is the top-th of the distinct plans (an offloading twin of a plan ranked before it
 is dropped from the top, so it cannot hold a place), widened by a tie's last bits: found on
@@ -40,17 +42,18 @@ def test_the_merged_top_is_that_of_every_search_run_whole(monkeypatch, model, cl
     problem = build_problem(model, cluster, gpus, seq_len=4096, global_batch=batch)
     assert problem.offloads
     cut = solve(problem, top=top, engine="layout", compare=False)
+    shorter = solve(problem, top=top - 2, engine="layout", compare=False)
     original = optimize._search
     monkeypatch.setattr(optimize, "_search",
                         lambda p, top, engine, limit, cutoff=np.inf, prior=None, budget=None:
-                        original(p, top, engine, limit, np.inf, None, budget))
-    whole = solve(problem, top=top, engine="layout", compare=False)
+                        original(p, 4 * top, engine, limit, np.inf, None, budget))
+    whole = solve(problem, top=top, engine="layout", time_limit_s=60.0, compare=False)
     assert cut.status == whole.status == "optimal"
     layouts = model != "deepseek-v3"
     assert _plans(cut, layouts) == _plans(whole, layouts)
     # A shorter list is the head of a longer one (DeepSeek-V3 on 1,024 GB200s: a plan of one
     # module set was dropped as an offloading twin of another set's plan with its layout).
-    shorter = solve(problem, top=top - 2, engine="layout", compare=False)
+    assert shorter.status == "optimal"
     assert _plans(shorter, layouts) == _plans(cut, layouts)[:top - 2]
 
 
