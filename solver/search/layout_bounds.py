@@ -173,8 +173,7 @@ def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict
                       ) -> tuple[np.ndarray, np.ndarray]:
         """The bisection of the least slowest stage of the `chosen` candidates (0 for the
         others), and which chosen ones cannot reach the bar."""
-        beaten = chosen.copy()
-        beaten[chosen] = ~(at_bar[chosen] >= 0)
+        beaten = chosen & (at_bar < 0)
         if np.isfinite(below_s):
             beaten |= chosen & (held(np.maximum(at_bar, 0.0)) < num_layers)
         chosen = chosen & ~beaten

@@ -176,7 +176,7 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
 
     r, count_var = _add_recompute(program, n, units, num_layers, rules)
     counts, recomputed = add_kind_counts(program, co.kinds, present, n[:num_lead], bounds,
-                                          r[:num_lead])
+                                         r[:num_lead])
     tail_kind = int(co.kinds[-1])
     for kind in present:
         same = kind == tail_kind
