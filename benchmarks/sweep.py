@@ -52,7 +52,7 @@ PHASES = [
     ("  explain the winner", "solver/search/explain.py", "explain_choice"),
     ("  explain infeasible: conflicts", "solver/search/explain.py", "find_conflicts"),
     ("  explain infeasible: fixes (re-solves)", "solver/optimize.py", "suggest_fixes"),
-    ("JSON line", "solver/optimize.py", "render_result_json"),
+    ("JSON line", "solver/optimize_json.py", "render_result_json"),
 ]
 
 

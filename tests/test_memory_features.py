@@ -502,7 +502,8 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered() -> None:
 
 def test_report_launch_line_carries_the_plan_savers() -> None:
     """The report page's copyable launch line turns on what the plan needs to fit."""
-    from solver.optimize import build_problem, render_result_json, solve
+    from solver.optimize import build_problem, solve
+    from solver.optimize_json import render_result_json
     from solver.sweep.report_data import render_launch_line
 
     answer = render_result_json(solve(build_problem("llama3.1-8b", "dgx-h100", 8), top=2,

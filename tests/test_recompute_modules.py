@@ -157,7 +157,7 @@ def test_module_sets_share_one_time_limit(monkeypatch) -> None:
 
 def test_report_launch_line_carries_the_plan_modules() -> None:
     """The report page's copyable launch line recomputes what the plan recomputes."""
-    from solver.optimize import render_result_json
+    from solver.optimize_json import render_result_json
     from solver.sweep.report_data import render_launch_line
 
     problem = build_problem("deepseek-v3", "dgx-h100", 256, seq_len=4096, global_batch=1024,

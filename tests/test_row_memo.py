@@ -18,7 +18,8 @@ from solver.cost import layer_compute_kept, steptime
 from solver.cost.distinct import distinct_rows
 from solver.cost.layer_time import estimate_layer_terms, layer_degrees
 from solver.cost.row_memo import RowMemo, forget_all
-from solver.optimize import build_problem, render_result_json, solve
+from solver.optimize import build_problem, solve
+from solver.optimize_json import render_result_json
 from solver.search.enumerate import enumerate_feasible, rules_but_memory
 from solver.spec.framework import RecomputeModule
 from solver.spec.job import PARALLEL_FIELDS

@@ -27,7 +27,7 @@ def problem():
 
 def test_a_spent_budget_stops_the_search_unproven(problem) -> None:
     budget = WorkBudget(0.5)
-    ranked, proven, _ = layout_search.search_layouts(problem, 3, 600.0, budget=budget)
+    ranked, proven, _, _ = layout_search.search_layouts(problem, 3, 600.0, budget=budget)
     assert not proven and ranked is not None
     assert budget.left <= 0  # what CP-SAT reported was taken from it
 
@@ -35,10 +35,10 @@ def test_a_spent_budget_stops_the_search_unproven(problem) -> None:
 def test_the_answer_does_not_depend_on_the_machines_speed(problem, monkeypatch) -> None:
     """The same budget on a machine whose clock runs three times as fast (a slower machine,
     or a busy one) gives the same plans, layouts and step times."""
-    first, proven, _ = layout_search.search_layouts(problem, 3, 600.0, budget=WorkBudget(0.5))
+    first, proven, _, _ = layout_search.search_layouts(problem, 3, 600.0, budget=WorkBudget(0.5))
     real = time.perf_counter
     monkeypatch.setattr(time, "perf_counter", lambda: 3 * real())
-    again, proven_again, _ = layout_search.search_layouts(problem, 3, 600.0,
+    again, proven_again, _, _ = layout_search.search_layouts(problem, 3, 600.0,
                                                           budget=WorkBudget(0.5))
     assert not proven and not proven_again
     assert _answer(first) == _answer(again)
@@ -51,13 +51,13 @@ def test_a_passed_time_limit_returns_the_even_splits_found_unproven(monkeypatch)
     instead of working out its memory-aware bounds first. A limit every machine passes at
     once stands in for it here."""
     problem = build_problem("llama3.1-8b", "dgx-h100", 64, seq_len=4096, global_batch=256)
-    whole, whole_proven, _ = layout_search.search_layouts(problem, 3, 600.0)
+    whole, whole_proven, _, _ = layout_search.search_layouts(problem, 3, 600.0)
 
     def no_bounds(*args, **kwargs):
         raise AssertionError("the memory-aware bounds were worked out past the time limit")
 
     monkeypatch.setattr(layout_search, "estimate_memory_bounds", no_bounds)
-    ranked, proven, _ = layout_search.search_layouts(problem, 3, 1e-9)
+    ranked, proven, _, _ = layout_search.search_layouts(problem, 3, 1e-9)
     assert not proven and whole_proven
     assert ranked is not None and ranked.layouts is not None
     assert len(ranked.candidates) >= 3

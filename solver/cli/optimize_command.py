@@ -86,7 +86,8 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     from solver.cli.render import echo_json
     from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
-    from solver.optimize import build_problem, fewest_gpus, render_result_json, solve
+    from solver.optimize import build_problem, fewest_gpus, solve
+    from solver.optimize_json import render_result_json
 
     features = pop_framework_features(pin_values)
     pins = {name: values for name, values in pin_values.items()

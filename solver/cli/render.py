@@ -132,7 +132,11 @@ def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any
                    f"memory checked on the {result.num_memory_checked:,} fastest")
     else:  # the layout search: bounds decided which candidates needed a layout program
         counted = f"of {result.num_candidates:,} plans meeting every rule but memory"
-    echo_table(f"top {len(rows)} {counted} ({result.status}, {result.engine}, "
+    status = result.status
+    gap = getattr(result, "optimality_gap", None)
+    if status == "feasible" and gap is not None:
+        status += f", the best within {100 * gap:.1f}% of the optimum"
+    echo_table(f"top {len(rows)} {counted} ({status}, {result.engine}, "
                f"{result.solve_seconds:.2f} s)", columns, rows)
     if note:
         click.echo(note)

@@ -132,6 +132,19 @@ def objective_bound(co: LayoutCoefficients, below_s: float) -> int | None:
     return None if bound < 0 else int(math.ceil(bound))
 
 
+def seconds_at_least(co: LayoutCoefficients, config: ParallelConfig, bound: float,
+                     below_s: float | None) -> float:
+    """A lower bound, in seconds, of the step time of every layout of a program whose
+    objective CP-SAT bounded from below by `bound` (integer units) under the bar `below_s`:
+    the bound less what rounding each time coefficient to the unit may have taken off a
+    layout's objective (half a unit per coefficient and layer: at most L + 1 per stage time,
+    L + pp in their sum), as a step time; a layout past the bar is slower than the bar."""
+    num_layers = len(co.kinds)
+    slack = (co.num_micro * co.vpp - 1) * (num_layers + 1) + num_layers + config.pp
+    seconds = co.fixed_s + (bound - slack) * TIME_UNIT_S / co.vpp
+    return seconds if below_s is None else min(seconds, below_s)
+
+
 class _Program(cp_model.CpModel):
     """A CpModel without the camelCase aliases (NewIntVar, ...) its constructor binds: OR-Tools
     9.15 wraps every method, 5 ms per model, a tenth of a small sweep problem's time."""
@@ -145,7 +158,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
                  time_limit_s: float = 10.0, hint: PipelineLayout | None = None,
                  work_limit: float | None = None, none_below: Callable[[int], bool] | None = None,
                  on_work: Callable[[float], None] | None = None,
-                 stage_tables: list[np.ndarray] | None = None
+                 stage_tables: list[np.ndarray] | None = None,
+                 on_bound: Callable[[float], None] | None = None
                  ) -> tuple[LayoutAnswer | None, bool]:
     """The best layout of `config` (module docstring), or None when no layout fits the memory
     or, with `below_s`, none is as fast (to the time unit); and whether the answer is proven.
@@ -157,7 +171,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
     `stage_tables[i]`: count vectors (layers of each kind the model has, in kind order), one
     of which stage i holds in every layout that fits and meets the bar (solver.search.
     layout_relaxation.stage_sets): exact, and CP-SAT propagates a table as it cannot the
-    element lookups' linear relaxation."""
+    element lookups' linear relaxation. `on_bound`, where the answer is not proven, is told a
+    lower bound of the step time of every layout (seconds_at_least)."""
     co = coefficients
     pp, vpp = config.pp, config.vpp
     num_virtual = pp * vpp
@@ -250,6 +265,8 @@ def solve_layout(config: ParallelConfig, coefficients: LayoutCoefficients,
         on_work(solver.response_proto.deterministic_time)
     if status == cp_model.FEASIBLE and watch.certified:
         status = cp_model.OPTIMAL
+    if on_bound is not None and status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+        on_bound(seconds_at_least(co, config, solver.best_objective_bound, below_s))
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status == cp_model.INFEASIBLE
     layers, recompute = [0] * num_virtual, [0] * num_virtual

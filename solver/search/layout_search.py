@@ -85,8 +85,12 @@ def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.
 def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
                    cutoff_s: float = np.inf, prior: FirstPass | None = None,
                    budget: WorkBudget | None = None
-                   ) -> tuple[Ranked | None, bool, FirstPass | None]:
-    """solve_with_layouts, and its first pass (every candidate's bound). With `prior`, the
+                   ) -> tuple[Ranked | None, bool, FirstPass | None, float]:
+    """solve_with_layouts, its first pass (every candidate's bound), and its floor: a lower
+    bound of the step time of the best pair there is (within the cutoff; inf where there is
+    none), the best pair's own where proven, else the least bound of the candidates whose
+    programs were cut short or not run (an unproven answer's best pair is at most
+    best / floor - 1 slower than the optimum). With `prior`, the
     first pass of the problem this one varies (solver.search.enumerate.candidates_below): its
     candidates that may reach the cutoff, not enumerated afresh. The layout programs' work
     comes from `budget` (default: the time limit's, WorkBudget.for_time_limit); where it runs
@@ -94,11 +98,12 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     start = time.perf_counter()
     budget = budget if budget is not None else WorkBudget.for_time_limit(time_limit_s)
     if problem.objective != "time":
-        return solve_by_enumeration(problem, top), True, None
+        ranked = solve_by_enumeration(problem, top)
+        return ranked, True, None, _floor(ranked, np.inf)
     candidates = enumerate_feasible(problem, rules_but_memory(problem)) if prior is None \
         else candidates_below(prior, problem, cutoff_s)
     if len(candidates) == 0:
-        return None, True, None
+        return None, True, None, np.inf
     num_candidates = len(candidates)
     kept, low = may_enter_top(problem, candidates, top, cutoff_s)
     first = FirstPass(candidates=candidates, low=low)
@@ -107,9 +112,9 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     # row). Fewer rows than a head are all kept whatever their memory: costed directly.
     if (len(kept) == num_candidates > first_pass_size(top)
             and not any_layout_fits(problem, candidates)):
-        return None, True, first
+        return None, True, first, np.inf
     if len(kept) == 0:  # nothing can beat the cutoff
-        return None, True, first
+        return None, True, first, np.inf
     candidates = candidates.take(kept)
     model_spec = problem.model_spec
     terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
@@ -128,7 +133,8 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     if best and time.perf_counter() - start >= time_limit_s:
         # The time limit passed before the layouts (large problems' numpy phases take
         # seconds): the even splits found, unproven, rather than seconds more of bounds.
-        return _ranked(problem, candidates, best, top, num_candidates), False, first
+        ranked = _ranked(problem, candidates, best, top, num_candidates)
+        return ranked, False, first, _floor(ranked, float(low[kept].min()))
 
     def bar() -> float:
         groups = _distinct(best)
@@ -162,14 +168,15 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     hopeful = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful], bound[hopeful]))]
     beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found no layout
     programs = SolvedPrograms()
-    proven = True
+    proven, open_low = True, np.inf  # the least bound of the rows left unproven
     for row in hopeful:
         limit = bar()
         if bound[row] > limit:
             break
         remaining = time_limit_s - (time.perf_counter() - start)
         if remaining <= 0 or budget.left <= 0:
-            proven = False
+            # The rows left come in order of bound: this one's is the least.
+            proven, open_low = False, min(open_low, float(bound[row]))
             break
         config = candidates.config(int(row))
         below = min(limit, best[int(row)][0][0] if int(row) in best else np.inf)
@@ -188,12 +195,17 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
         rules = layout_rules(problem, config)
         below_s = None if np.isinf(below) else below
         # Twins (e.g. ZeRO stages at dp 1) pose the same program: answer it once.
+        lows = [float(bound[row])]  # and CP-SAT's, where it ran and proved nothing
         answer, complete = programs.answer(
             config, rules, coefficients, below_s, lambda: solve_program(
                 config, coefficients, capacity, rules, below_s, remaining,
                 lambda: build_default_layout(model_spec, config, problem.memory_options),
-                budget))
+                budget, lows.append))
         proven = proven and complete
+        if not complete:
+            # A none twin this mesh skips below has no fewer seconds and no less memory: the
+            # bound of this row bounds it too.
+            open_low = min(open_low, max(lows))
         if answer is None:
             if config.recompute == "selective" and int(row) not in best:
                 beaten.add(mesh)
@@ -206,8 +218,17 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
             for dropped in group:
                 del best[dropped]
     if not best:
-        return None, proven, first
-    return _ranked(problem, candidates, best, top, num_candidates), proven, first
+        return None, proven, first, open_low
+    ranked = _ranked(problem, candidates, best, top, num_candidates)
+    return ranked, proven, first, _floor(ranked, open_low)
+
+
+def _floor(ranked: Ranked | None, open_low: float) -> float:
+    """The floor of a search (search_layouts) from its ranking and the least bound of the
+    rows it left unproven (inf: none)."""
+    best = np.inf if ranked is None or len(ranked.candidates) == 0 \
+        else float(ranked.step_time.step_s[0])
+    return min(best, open_low)
 
 
 def any_layout_fits(problem: Problem, candidates: Candidates) -> bool:

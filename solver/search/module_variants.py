@@ -86,9 +86,11 @@ def _unnamed(plans: tuple[Plan, ...]) -> tuple[Plan, ...]:
 class Searched:
     """One search's answer: its problem, its distinct plans ranked best first (None where it
     found none), `optimal` or `feasible` (stopped at the time limit), its seconds; how its
-    plans are named (the module set and offloads they use), how many offloads they use, and
-    its first pass (every candidate's bound, which bounds the variants' too:
-    solver.search.enumerate.candidates_below)."""
+    plans are named (the module set and offloads they use), how many offloads they use, its
+    first pass (every candidate's bound, which bounds the variants' too:
+    solver.search.enumerate.candidates_below), and its floor: a lower bound of the step time
+    of the best plan of its space (solver.search.layout_search.search_layouts; 0 where
+    unknown)."""
 
     problem: Problem
     ranked: Ranked | None
@@ -97,6 +99,7 @@ class Searched:
     namer: Namer = _unnamed
     offloads: int = 0
     first: FirstPass | None = None
+    floor_s: float = 0.0
 
     def __len__(self) -> int:
         return 0 if self.ranked is None else len(self.ranked.candidates)
@@ -105,13 +108,15 @@ class Searched:
 @dataclass(frozen=True)
 class Merged:
     """The merged ranking: (search, position in its ranking) best first, whether every search
-    proved its answer (`optimal`, else `feasible`), the searches' seconds, and whether any
-    search beyond the problem's own ran."""
+    proved its answer (`optimal`, else `feasible`), the searches' seconds, whether any
+    search beyond the problem's own ran, and the least of the searches' floors (a lower bound
+    of the best plan's step time over all of them)."""
 
     chosen: tuple[tuple[Searched, int], ...]
     status: str
     seconds: float
     searched: bool
+    floor_s: float = 0.0
 
 
 def name_offloads(plans: tuple[Plan, ...], offloads: tuple[str, ...]) -> tuple[Plan, ...]:
@@ -206,6 +211,7 @@ def search_module_sets(problem: Problem, own: Searched,
         own = replace(own, namer=lambda plans: name_modules(plans, sets[0]))
     entries = [(own, position) for position in range(len(own))]
     seconds, proven, searched = own.seconds, own.status != "feasible", False
+    floor = own.floor_s
     key = _rank_key(problem.objective)
     modules = _module_variants(problem) if sets or problem.offloads else []
     offloads = _offload_variants(problem) if sets or problem.offloads else []
@@ -236,11 +242,12 @@ def search_module_sets(problem: Problem, own: Searched,
         searched = True
         # A search stopped by the time limit may have missed plans under its cutoff.
         proven = proven and answer.status != "feasible"
+        floor = min(floor, answer.floor_s)
         entries.extend((answer, p) for p in range(len(answer)))
     chosen = _without_offloaded_twins(sorted(entries, key=key))[:top] if searched \
         else entries[:top]
     return Merged(chosen=tuple(chosen), status="optimal" if proven else "feasible",
-                  seconds=seconds, searched=searched)
+                  seconds=seconds, searched=searched, floor_s=floor)
 
 
 def take_ranked(ranked: Ranked, positions: list[int]) -> Ranked:

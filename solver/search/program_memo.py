@@ -120,7 +120,8 @@ class SolvedPrograms:
 
 def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capacity: float,
                   rules: LayoutRules, below_s: float | None, remaining_s: float,
-                  hint: Callable[[], PipelineLayout], budget: WorkBudget | None = None
+                  hint: Callable[[], PipelineLayout], budget: WorkBudget | None = None,
+                  on_bound: Callable[[float], None] | None = None
                   ) -> tuple[LayoutAnswer | None, bool]:
     """One layout program below `below_s` (None: no bar), and whether its answer is proven:
     two stages without recompute by dynamic programming (solver.search.layout_two_stages,
@@ -131,7 +132,7 @@ def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capa
     where no layer recomputes, what the relaxation lets each stage hold goes to CP-SAT as a
     table (interleaved block patterns: Nemotron-H 8B on 8 GB200s, pp 4 x vpp 4, proven in
     0.9 s where 120 s of CP-SAT alone proved nothing), and it proves optimal a layout CP-SAT
-    finds that no mix of kinds can beat."""
+    finds that no mix of kinds can beat. `on_bound`: solve_layout's, where CP-SAT ran."""
     if answers_two_stages(config, coefficients, rules):
         return solve_two_stages(config, coefficients, capacity, rules, below_s), True
     none_below, tables = None, None
@@ -152,4 +153,5 @@ def solve_program(config: ParallelConfig, coefficients: LayoutCoefficients, capa
     return solve_layout(config, coefficients, capacity, rules, below_s=below_s,
                         time_limit_s=remaining_s, work_limit=work_limit, hint=hint(),
                         none_below=none_below, stage_tables=tables,
-                        on_work=budget.spend if budget is not None else None)
+                        on_work=budget.spend if budget is not None else None,
+                        on_bound=on_bound)

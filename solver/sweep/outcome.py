@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from solver.errors import ParplanError
-from solver.optimize import build_problem, render_result_json, solve
+from solver.optimize import build_problem, solve
+from solver.optimize_json import render_result_json
 from solver.spec.headroom import MemoryHeadroom
 from solver.sweep.problems import SweepProblem
 
