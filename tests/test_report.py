@@ -67,6 +67,16 @@ def test_tables_have_one_sorted_row_per_problem(results: Path, tmp_path: Path) -
         (r["model"], r["cluster"], int(r["gpus"]), r["status"]) for r in rows]
 
 
+def test_an_unproven_answer_notes_how_far_from_the_optimum_it_may_be() -> None:
+    from solver.sweep.tables import build_summary_rows
+
+    line = solve_sweep_problem(PROBLEMS[0], SolveSettings(top=3))
+    stopped = {**line, "status": "feasible", "optimality_gap": 0.0123}
+    assert build_summary_rows([line])[0]["note"] == ""
+    assert build_summary_rows([stopped])[0]["note"] == (
+        "not proven: the best within 1.2% of the optimum")
+
+
 def page_data(path: Path) -> dict[str, Any]:
     """The JSON the page's script reads."""
     return page_data_text(path.read_text(encoding="utf-8"))

@@ -87,6 +87,9 @@ def _note(line: dict[str, Any]) -> str:
         return "conflicts: " + ", ".join(line.get("conflicts", [])) + fixes
     if line.get("status") == "error":
         return str(line.get("error", ""))
+    gap = line.get("optimality_gap")
+    if line.get("status") == "feasible" and gap is not None:
+        return f"not proven: the best within {100 * gap:.1f}% of the optimum"
     return ""
 
 
