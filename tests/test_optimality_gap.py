@@ -134,3 +134,16 @@ def test_memory_ranked_answers_have_no_gap() -> None:
     result = solve(problem, top=2, compare=False)
     assert result.step_lower_bound_s is None and result.optimality_gap is None
     assert render_result_json(result)["optimality_gap"] is None
+
+
+def test_the_table_title_says_how_far_from_the_optimum() -> None:
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    result = CliRunner().invoke(cli, ["optimize", "--model", "gemma3-27b", "--cluster",
+                                      "dgx-h100", "--gpus", "8", "--global-batch", "256",
+                                      "--top", "3", "--time-limit", "1"])
+    assert result.exit_code == 0, result.output
+    title = " ".join(result.output.split())  # the title may wrap
+    assert "(feasible, the best within " in title and "% of the optimum, layout" in title

@@ -75,6 +75,8 @@ def test_an_unproven_answer_notes_how_far_from_the_optimum_it_may_be() -> None:
     assert build_summary_rows([line])[0]["note"] == ""
     assert build_summary_rows([stopped])[0]["note"] == (
         "not proven: the best within 1.2% of the optimum")
+    proven_best = {**stopped, "optimality_gap": 0.0}  # the top 1 proven, not the rest
+    assert build_summary_rows([proven_best])[0]["note"] == "not proven but the best plan"
 
 
 def page_data(path: Path) -> dict[str, Any]:

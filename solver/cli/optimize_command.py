@@ -63,7 +63,8 @@ def _pin_options(command):
               help="Seconds the solve may take; its layout programs may do 0.35 x this "
                    "much of CP-SAT's deterministic work in all, which binds first on a "
                    "2-core machine and gives the same answer on any machine (past either "
-                   "the answer is 'feasible', not proven).")
+                   "the answer is 'feasible', not proven, with how far from the optimum its "
+                   "best plan may be).")
 @framework_option("Whose rules the plan must obey and whose timing it assumes (kernels, "
                   "overlaps, recompute semantics, DP overlap, gradient reduce dtype); the "
                   "flags below override single features.")

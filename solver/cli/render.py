@@ -135,7 +135,8 @@ def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any
     status = result.status
     gap = getattr(result, "optimality_gap", None)
     if status == "feasible" and gap is not None:
-        status += f", the best within {100 * gap:.1f}% of the optimum"
+        status += (", the best proven optimal, the rest not" if gap == 0
+                   else f", the best within {100 * gap:.1f}% of the optimum")
     echo_table(f"top {len(rows)} {counted} ({status}, {result.engine}, "
                f"{result.solve_seconds:.2f} s)", columns, rows)
     if note:

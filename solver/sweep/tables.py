@@ -89,7 +89,8 @@ def _note(line: dict[str, Any]) -> str:
         return str(line.get("error", ""))
     gap = line.get("optimality_gap")
     if line.get("status") == "feasible" and gap is not None:
-        return f"not proven: the best within {100 * gap:.1f}% of the optimum"
+        return ("not proven but the best plan" if gap == 0 else
+                f"not proven: the best within {100 * gap:.1f}% of the optimum")
     return ""
 
 
