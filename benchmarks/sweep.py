@@ -6,7 +6,8 @@ one by one in this process and then by `parplan sweep`'s runner on every core.
 
 Printed: problems per second of the serial run and of the parallel sweep (with the results
 file written and fsync'd as `parplan sweep` does), the ratio between them, the per-problem
-median / mean / p90 solve time by status, by GPU count, and the slowest problems; with
+median / mean / p90 solve time by status, by GPU count, and the slowest problems; how far
+from the optimum the unproven answers' best plans may be (their optimality gaps); with
 `--profile N`, where the time of N problems (every K-th) goes: spec loading, constraint
 enumeration with its memory check, ranking, plans, the infeasibility explanation. Issue 15's
 target is >= 50 problems/s on this 2-core machine. The full zoo takes several minutes.
@@ -57,14 +58,19 @@ PHASES = [
 
 
 def run_serial(problems: list[SweepProblem], settings: SolveSettings
-               ) -> tuple[float, dict[SweepProblem, tuple[str, float]]]:
-    times = {}
+               ) -> tuple[float, dict[SweepProblem, tuple[str, float]],
+                          dict[SweepProblem, float]]:
+    """The serial run: its wall time, each problem's status and seconds, and the optimality
+    gap of each unproven answer (how far from the optimum its best plan may be)."""
+    times, gaps = {}, {}
     start = time.perf_counter()
     for problem in problems:
         begin = time.perf_counter()
         line = solve_sweep_problem(problem, settings)
         times[problem] = (line["status"], time.perf_counter() - begin)
-    return time.perf_counter() - start, times
+        if line["status"] == "feasible" and line.get("optimality_gap") is not None:
+            gaps[problem] = line["optimality_gap"]
+    return time.perf_counter() - start, times, gaps
 
 
 def run_parallel(problems: list[SweepProblem], settings: SolveSettings, jobs: int) -> float:
@@ -139,6 +145,27 @@ def print_tables(console: Console, times: dict[SweepProblem, tuple[str, float]],
     console.print(slow)
 
 
+def print_gaps(console: Console, gaps: dict[SweepProblem, float]) -> None:
+    """How far from the optimum the unproven answers' best plans may be (serial run)."""
+    if not gaps:
+        return
+    values = sorted(gaps.values())
+    table = Table(title=f"Unproven answers ({len(values)}): the best plan's optimality gap")
+    for column in ("median", "p90", "worst", "within 1%", "within 5%"):
+        table.add_column(column, justify="right")
+    table.add_row(f"{100 * statistics.median(values):.1f}%",
+                  f"{100 * values[min(len(values) - 1, int(0.9 * len(values)))]:.1f}%",
+                  f"{100 * values[-1]:.1f}%", str(sum(v <= 0.01 for v in values)),
+                  str(sum(v <= 0.05 for v in values)))
+    console.print(table)
+    worst = Table(title="Widest gaps")
+    for column in ("model", "cluster", "GPUs", "gap"):
+        worst.add_column(column, justify="right" if column in ("GPUs", "gap") else "left")
+    for problem, gap in sorted(gaps.items(), key=lambda x: -x[1])[:5]:
+        worst.add_row(problem.model, problem.cluster, str(problem.gpus), f"{100 * gap:.1f}%")
+    console.print(worst)
+
+
 def main() -> None:
     tune_allocator()  # as the parplan CLI does (solver.runtime)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -158,9 +185,10 @@ def main() -> None:
                                     [4096], [1024], ["bf16"])[::args.every]
     settings = SolveSettings(top=args.top, engine=args.engine)
     console.print(f"{len(problems)} problems, top {args.top}, {args.jobs} workers")
-    serial_s, times = run_serial(problems, settings)
+    serial_s, times, gaps = run_serial(problems, settings)
     parallel_s = None if args.no_parallel else run_parallel(problems, settings, args.jobs)
     print_tables(console, times, serial_s, parallel_s, args.jobs)
+    print_gaps(console, gaps)
     if args.profile:
         sample = problems[::max(1, len(problems) // args.profile)][:args.profile]
         seconds = profile(sample, settings)
