@@ -35,7 +35,7 @@ from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import FirstPass, Ranked, solve_by_enumeration
 from solver.search.feasible import any_feasible
 from solver.search.explain import explain_choice, find_conflicts
-from solver.search.layout_search import search_layouts, solve_with_layouts
+from solver.search.layout_search import ranking_floor, search_layouts, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.ranked_plans import build_ranked_plans, explain_offloads, explain_savers
 from solver.spec import ClusterSpec
@@ -206,8 +206,8 @@ def _search(problem: Problem, top: int, engine: str, time_limit_s: float,
         ranked = solve_by_enumeration(problem, top)
     if ranked is not None and len(ranked.candidates) == 0:
         ranked = None
-    if engine != "layout":  # exhaustive: its best is the floor
-        floor = np.inf if ranked is None else float(ranked.step_time.step_s[0])
+    if engine != "layout":
+        floor = ranking_floor(ranked, np.inf)
     return Searched(problem=problem, ranked=ranked, status="optimal" if proven else "feasible",
                     seconds=time.perf_counter() - start, first=first, floor_s=floor)
 

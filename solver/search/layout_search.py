@@ -99,7 +99,7 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     budget = budget if budget is not None else WorkBudget.for_time_limit(time_limit_s)
     if problem.objective != "time":
         ranked = solve_by_enumeration(problem, top)
-        return ranked, True, None, _floor(ranked, np.inf)
+        return ranked, True, None, ranking_floor(ranked, np.inf)
     candidates = enumerate_feasible(problem, rules_but_memory(problem)) if prior is None \
         else candidates_below(prior, problem, cutoff_s)
     if len(candidates) == 0:
@@ -134,7 +134,7 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
         # The time limit passed before the layouts (large problems' numpy phases take
         # seconds): the even splits found, unproven, rather than seconds more of bounds.
         ranked = _ranked(problem, candidates, best, top, num_candidates)
-        return ranked, False, first, _floor(ranked, float(low[kept].min()))
+        return ranked, False, first, ranking_floor(ranked, float(low[kept].min()))
 
     def bar() -> float:
         groups = _distinct(best)
@@ -220,12 +220,12 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     if not best:
         return None, proven, first, open_low
     ranked = _ranked(problem, candidates, best, top, num_candidates)
-    return ranked, proven, first, _floor(ranked, open_low)
+    return ranked, proven, first, ranking_floor(ranked, open_low)
 
 
-def _floor(ranked: Ranked | None, open_low: float) -> float:
+def ranking_floor(ranked: Ranked | None, open_low: float) -> float:
     """The floor of a search (search_layouts) from its ranking and the least bound of the
-    rows it left unproven (inf: none)."""
+    rows it left unproven (inf: none); an exhaustive search's is its best plan's step."""
     best = np.inf if ranked is None or len(ranked.candidates) == 0 \
         else float(ranked.step_time.step_s[0])
     return min(best, open_low)
