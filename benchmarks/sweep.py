@@ -40,8 +40,9 @@ GPUS = [8, 64, 256, 512, 1024, 4096]
 PHASES = [
     ("load specs + build problem", "solver/optimize.py", "build_problem"),
     ("solve (all of it)", "solver/optimize.py", "solve"),
-    ("  searches (own, module sets, offloads)", "solver/search/layout_search.py",
-     "search_layouts"),
+    ("  searches (own, module sets, offloads)", "solver/search/module_variants.py",
+     "search_module_sets"),
+    ("    opened (numpy phases)", "solver/search/layout_search.py", "__init__"),
     ("    enumerate the rules", "solver/search/enumerate.py", "enumerate_feasible"),
     ("    first pass (layer-term bounds)", "solver/search/enumerate.py", "may_enter_top"),
     ("    even splits that fit (every call)", "solver/search/enumerate.py",

@@ -26,7 +26,8 @@ from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import (
     Merged,
-    Searched,
+    RankedSearch,
+    Search,
     merged_ranking,
     search_module_sets,
     take_ranked,
@@ -35,7 +36,7 @@ from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import FirstPass, Ranked, solve_by_enumeration
 from solver.search.feasible import any_feasible
 from solver.search.explain import explain_choice, find_conflicts
-from solver.search.layout_search import ranking_floor, search_layouts, solve_with_layouts
+from solver.search.layout_search import LayoutSearch, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.ranked_plans import build_ranked_plans, explain_offloads, explain_savers
 from solver.spec import ClusterSpec
@@ -145,15 +146,15 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
           time_limit_s: float = 10.0, compare: bool = True) -> OptimizeResult:
     """Rank the feasible configurations; explain the winner, or the infeasibility.
     Each of the problem's recompute module sets beyond the first, and each of its offloads, is
-    searched apart and its plans ranked with the others (solver.search.module_variants),
-    within the same `time_limit_s` as the first and the same budget of layout-program work
-    (solver.search.program_memo.WorkBudget, 0.35 of CP-SAT's deterministic seconds per
-    second of the limit): a search the budget leaves nothing for runs without layout
-    programs (its even splits), one the time limit leaves nothing for is not run, and the
-    answer is then `feasible` (not proved), with a lower bound of the best plan's step time
-    (OptimizeResult.step_lower_bound_s: how far from the optimum it may be). Where the budget
-    ends a solve, its answer is the same on any machine; the time limit binds first only on a
-    much slower one.
+    searched apart and its plans ranked with the others, all as one search in order of bound
+    (solver.search.module_variants.search_module_sets), within `time_limit_s` and one budget
+    of layout-program work (solver.search.program_memo.WorkBudget, 0.35 of CP-SAT's
+    deterministic seconds per second of the limit): where the budget is spent the programs
+    left are not run (the searches not yet opened still are: their even splits), past the
+    time limit nothing more is, and the answer is then `feasible` (not proved), with a lower
+    bound of the best plan's step time (OptimizeResult.step_lower_bound_s: how far from the
+    optimum it may be). Where the budget ends a solve, its answer is the same on any
+    machine; the time limit binds first only on a much slower one.
 
     Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
     and, where a pipeline layout can still beat the incumbents, the layout program
@@ -167,49 +168,23 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     forget_all()  # the answer depends on the problem alone (solver.cost.row_memo)
-    start = time.perf_counter()
-    budget = WorkBudget.for_time_limit(time_limit_s)  # the layout programs' work, all searches
-    own = _search(problem, top, engine, time_limit_s, np.inf, None, budget)
+    deadline = time.perf_counter() + time_limit_s if engine == "layout" else np.inf
 
-    def search_variant(variant: Problem, cutoff_s: float, prior: FirstPass | None) -> Searched:
-        # One time limit for the whole solve: each further search gets what is left, and
-        # where no time is left (layout engine) it is not run: the answer is unproven, and
-        # the first pass it would start from bounds its plans (candidates_below) and those of
-        # the searches that vary it. Where only the layout programs' work is spent it runs
-        # without them: its even splits and bounds (nemotron-h-56b on 8 A100s: 1,350 ->
-        # 1,058 s, an offload's even split that no search looked at).
-        left = time_limit_s - (time.perf_counter() - start)
-        if engine == "layout" and left <= 0:
-            floor = float(prior.low.min()) if prior is not None and len(prior.low) else 0.0
-            return Searched(problem=variant, ranked=None, status="feasible", seconds=0.0,
-                            first=prior, floor_s=floor)
-        return _search(variant, top, engine, max(left, 0.0), cutoff_s, prior, budget)
+    def open_search(variant: Problem, cutoff_s: float, prior: FirstPass | None,
+                    deadline: float) -> Search:
+        if engine == "layout":
+            return LayoutSearch(variant, top, cutoff_s, prior, deadline)
+        return RankedSearch(variant, _nonempty(solve_by_enumeration(variant, top)))
 
-    merged = search_module_sets(problem, own, search_variant, top)
+    merged = search_module_sets(problem, open_search, top,
+                                WorkBudget.for_time_limit(time_limit_s), deadline)
     if not merged.chosen:
         return _infeasible(problem, engine, merged.seconds)
-    return _answer(problem, own, merged, engine, time_limit_s, compare)
+    return _answer(problem, merged, engine, time_limit_s, compare)
 
 
-def _search(problem: Problem, top: int, engine: str, time_limit_s: float,
-            cutoff_s: float = np.inf, prior: FirstPass | None = None,
-            budget: WorkBudget | None = None) -> Searched:
-    """The problem's `top` distinct plans as its engine ranks them; with `cutoff_s` only the
-    plans at least as fast; `prior`: the first pass of the problem it varies (layout engine:
-    solver.search.layout_search.search_layouts)."""
-    start = time.perf_counter()
-    proven, first = True, None
-    if engine == "layout":
-        ranked, proven, first, floor = search_layouts(problem, top, time_limit_s, cutoff_s,
-                                                      prior, budget)
-    else:
-        ranked = solve_by_enumeration(problem, top)
-    if ranked is not None and len(ranked.candidates) == 0:
-        ranked = None
-    if engine != "layout":
-        floor = ranking_floor(ranked, np.inf)
-    return Searched(problem=problem, ranked=ranked, status="optimal" if proven else "feasible",
-                    seconds=time.perf_counter() - start, first=first, floor_s=floor)
+def _nonempty(ranked: Ranked | None) -> Ranked | None:
+    return None if ranked is None or len(ranked.candidates) == 0 else ranked
 
 
 def _infeasible(problem: Problem, engine: str, seconds: float) -> OptimizeResult:
@@ -227,7 +202,7 @@ def _infeasible(problem: Problem, engine: str, seconds: float) -> OptimizeResult
                           fixes=tuple(suggest_fixes(problem, conflicts)))
 
 
-def _answer(problem: Problem, own: Searched, merged: Merged, engine: str, time_limit_s: float,
+def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
             compare: bool) -> OptimizeResult:
     """The merged top as plans, each costed through its own search's problem, and the
     winner explained by its own search (`compare`: with a second search where the problem's
@@ -250,7 +225,8 @@ def _answer(problem: Problem, own: Searched, merged: Merged, engine: str, time_l
         winner.problem, ranked_plans[0]) + why[1:]
     # The counts are the problem's own search's (every recompute level); no search counted
     # the feasible ones over the union.
-    counted = own.ranked if own.ranked is not None else winner.ranked
+    own = merged.own
+    counted = own.ranked if own is not None and own.ranked is not None else winner.ranked
     alone = not merged.searched
     floor = None
     if problem.objective == "time":

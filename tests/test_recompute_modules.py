@@ -138,21 +138,25 @@ def test_launch_emits_the_plan_recompute_modules(tmp_path) -> None:
 
 
 def test_module_sets_share_one_time_limit(monkeypatch) -> None:
-    """`solve(time_limit_s=T)` bounds the whole solve: each module set's search gets what the
-    earlier ones left, never T afresh (four sets once took 3 x the sweep's 10 s limit)."""
+    """`solve(time_limit_s=T)` bounds the whole solve: every module set's search runs to the
+    deadline of the solve, never T afresh (four sets once took 3 x the sweep's 10 s limit)."""
+    import time
+
     import solver.optimize as optimize
 
-    limits: list[float] = []
-    original = optimize._search
+    deadlines: list[float] = []
+    original = optimize.LayoutSearch
 
-    def recording(problem, top, engine, time_limit_s, *cutoff):
-        limits.append(time_limit_s)
-        return original(problem, top, engine, time_limit_s, *cutoff)
+    def recording(problem, top, cutoff_s, prior, deadline):
+        deadlines.append(deadline)
+        return original(problem, top, cutoff_s, prior, deadline)
 
-    monkeypatch.setattr(optimize, "_search", recording)
+    monkeypatch.setattr(optimize, "LayoutSearch", recording)
+    before = time.perf_counter()
     solve(_problem(), top=3, engine="layout", time_limit_s=5.0)
-    assert len(limits) == 4 and limits[0] == 5.0
-    assert all(0.0 <= later < earlier for earlier, later in zip(limits, limits[1:]))
+    after = time.perf_counter()
+    assert len(deadlines) >= 2 and len(set(deadlines)) == 1
+    assert before + 5.0 <= deadlines[0] <= after + 5.0
 
 
 def test_report_launch_line_carries_the_plan_modules() -> None:
@@ -177,12 +181,10 @@ def test_module_sets_searched_below_the_cutoff_give_the_same_plans(monkeypatch) 
     from solver.search import module_variants
 
     cut = solve(_problem(), top=5, engine="layout", compare=False)
-
-    def whole(problem, result, solve_variant, top):
-        return module_variants.search_module_sets(
-            problem, result, lambda variant, _cutoff, prior: solve_variant(variant, float("inf"), prior), top)
-
-    monkeypatch.setattr(optimize, "search_module_sets", whole)
+    original = optimize.LayoutSearch
+    monkeypatch.setattr(optimize, "LayoutSearch", lambda problem, top, cutoff_s, prior, deadline:
+                        original(problem, top, np.inf, prior, deadline))
+    monkeypatch.setattr(module_variants, "_merged_bar", lambda *args: np.inf)
     full = solve(_problem(), top=5, engine="layout", compare=False)
     assert cut.status == full.status == "optimal"
     assert [p.config for p in cut.plans] == [p.config for p in full.plans]
@@ -208,24 +210,28 @@ def test_an_infeasible_problem_is_explained_once(monkeypatch) -> None:
     assert len(calls) == 1
 
 
+def _opener(problem, own, answer):
+    """An open_search (solver.search.module_variants.search_module_sets) whose own search is
+    `own` and every other `answer(variant)`."""
+    return lambda variant, cutoff_s, prior, deadline: own if variant is problem \
+        else answer(variant)
+
+
 def test_a_module_set_search_cut_short_leaves_the_answer_unproven() -> None:
     """A further set's search that stopped at the time limit and found nothing under its
     cutoff may have missed plans: the merged answer is `feasible`, not `optimal`."""
-    from dataclasses import replace
-
-    from solver.search.module_variants import search_module_sets
-
-    from solver.optimize import _search
+    from solver.search.layout_search import solve_with_layouts
+    from solver.search.module_variants import RankedSearch, search_module_sets
 
     problem = _problem()
-    first = _search(problem, 3, "layout", 60.0)
-    assert first.status == "optimal" and len(first) == 3
-    cut_short = replace(first, ranked=None, status="feasible")
-    merged = search_module_sets(problem, first, lambda variant, cutoff, prior: cut_short, 3)
+    found, proven = solve_with_layouts(problem, 3, 60.0)
+    assert proven and found is not None and len(found.candidates) == 3
+    own = RankedSearch(problem, found)
+    merged = search_module_sets(problem, _opener(problem, own, lambda variant: RankedSearch(
+        variant, None, proven=False)), 3)
     assert merged.status == "feasible" and len(merged.chosen) == 3
-    done = replace(first, ranked=None, status="optimal")
-    assert search_module_sets(problem, first, lambda variant, cutoff, prior: done, 3).status == \
-        "optimal"
+    assert search_module_sets(problem, _opener(problem, own, lambda variant: RankedSearch(
+        variant, None)), 3).status == "optimal"
 
 
 @pytest.mark.parametrize("model", ["deepseek-v2-lite", "deepseek-v3", "glm-4.5"])
@@ -261,38 +267,36 @@ def test_where_nothing_fits_the_last_set_is_searched_first() -> None:
     """Where the problem's own search finds nothing, the last (leanest) set is searched next;
     where it finds nothing either, the sets between are not searched (they need more memory);
     where it finds plans, they are."""
-    from dataclasses import replace
-
-    from solver.search.module_variants import search_module_sets
-
-    from solver.optimize import _search
+    from solver.search.layout_search import solve_with_layouts
+    from solver.search.module_variants import RankedSearch, search_module_sets
 
     problem = _problem().model_copy(update={"offloads": ()})  # module sets only
     sets = problem.recompute_module_sets
     assert len(sets) == 4
-    found = _search(problem, 3, "layout", 60.0)
-    nothing = replace(found, ranked=None, status="optimal")
+    found = solve_with_layouts(problem, 3, 60.0)[0]
+    nothing = RankedSearch(problem, None)
     asked = []
 
-    def none_fit(variant, cutoff, prior):
+    def none_fit(variant):
         asked.append(variant.time_constants.recompute_modules)
-        return replace(found, ranked=None, status="optimal")
+        return RankedSearch(variant, None)
 
-    assert search_module_sets(problem, nothing, none_fit, 3).chosen == ()
+    assert search_module_sets(problem, _opener(problem, nothing, none_fit), 3).chosen == ()
     assert asked == [sets[-1]]
     asked.clear()
 
-    def last_fits(variant, cutoff, prior):
+    def last_fits(variant):
         asked.append(variant.time_constants.recompute_modules)
-        return found if variant.time_constants.recompute_modules == sets[-1] else \
-            replace(found, ranked=None, status="optimal")
+        return RankedSearch(variant, found if variant.time_constants.recompute_modules
+                            == sets[-1] else None)
 
-    merged = search_module_sets(problem, nothing, last_fits, 3)
+    merged = search_module_sets(problem, _opener(problem, nothing, last_fits), 3)
     assert asked == [sets[-1], *sets[1:-1]] and merged.chosen
     asked.clear()
     # An unproven search of the last set proves nothing about the others.
-    assert search_module_sets(problem, nothing, lambda v, c, prior: asked.append(1) or replace(
-        found, ranked=None, status="feasible"), 3).chosen == ()
+    assert search_module_sets(problem, _opener(problem, nothing, lambda variant: asked.append(1)
+                                               or RankedSearch(variant, None, proven=False)),
+                              3).chosen == ()
     assert len(asked) == len(sets) - 1
 
 
@@ -303,20 +307,20 @@ def test_no_further_search_once_the_time_limit_is_spent(monkeypatch) -> None:
     import solver.optimize as optimize
 
     calls = []
-    original = optimize._search
+    original = optimize.LayoutSearch
 
     def counted(problem, *args):
         calls.append(problem.recompute_module_sets == ())  # a further set's search
         return original(problem, *args)
 
-    monkeypatch.setattr(optimize, "_search", counted)
+    monkeypatch.setattr(optimize, "LayoutSearch", counted)
     problem = _problem()
     assert len(problem.recompute_module_sets) > 1
     spent = solve(problem, top=3, engine="layout", time_limit_s=1e-9, compare=False)
     assert calls == [False] and spent.status == "feasible" and spent.plans
     calls.clear()
     whole = solve(problem, top=3, engine="layout", time_limit_s=60.0, compare=False)
-    assert calls.count(True) >= len(problem.recompute_module_sets) - 1
+    assert calls[0] is False and True in calls
     assert whole.status == "optimal"
 
 
@@ -333,10 +337,9 @@ def test_variants_from_the_first_pass_give_the_plans_of_their_own_search(
     problem = build_problem(model, cluster, gpus, seq_len=4096, global_batch=256)
     assert len(problem.recompute_module_sets) + len(problem.offloads) > 2
     from_first = solve(problem, top=5, engine="layout", compare=False)
-    original = optimize._search
-    monkeypatch.setattr(optimize, "_search",
-                        lambda p, top, engine, limit, cutoff=np.inf, prior=None, budget=None:
-                        original(p, top, engine, limit, cutoff, None, budget))
+    original = optimize.LayoutSearch
+    monkeypatch.setattr(optimize, "LayoutSearch", lambda p, top, cutoff_s, prior, deadline:
+                        original(p, top, cutoff_s, None, deadline))
     afresh = solve(problem, top=5, engine="layout", compare=False)
     assert from_first.status == afresh.status == "optimal"
     assert [(p.config, p.recompute_modules, p.offloads, p.time.step_seconds)

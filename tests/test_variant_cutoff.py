@@ -43,10 +43,12 @@ def test_the_merged_top_is_that_of_every_search_run_whole(monkeypatch, model, cl
     assert problem.offloads
     cut = solve(problem, top=top, engine="layout", compare=False)
     shorter = solve(problem, top=top - 2, engine="layout", compare=False)
-    original = optimize._search
-    monkeypatch.setattr(optimize, "_search",
-                        lambda p, top, engine, limit, cutoff=np.inf, prior=None, budget=None:
-                        original(p, 4 * top, engine, limit, np.inf, None, budget))
+    from solver.search import module_variants
+
+    original = optimize.LayoutSearch
+    monkeypatch.setattr(optimize, "LayoutSearch", lambda p, top, cutoff_s, prior, deadline:
+                        original(p, 4 * top, np.inf, None, deadline))
+    monkeypatch.setattr(module_variants, "_merged_bar", lambda *args: np.inf)
     whole = solve(problem, top=top, engine="layout", time_limit_s=60.0, compare=False)
     assert cut.status == whole.status == "optimal"
     layouts = model != "deepseek-v3"

@@ -306,10 +306,23 @@ def candidates_below(first: FirstPass, variant: Problem, cutoff_s: float) -> Can
     the first pass within its pins), and a step time never shorter for the same configuration
     and layout (a later recompute module set or an offload: solver.search.module_variants),
     so the first pass's bounds bound it too."""
-    keep = first.low <= cutoff_s
+    return first.candidates.take(np.flatnonzero(within_pins(first, variant)
+                                                & (first.low <= cutoff_s)))
+
+
+def least_bound(first: FirstPass, variant: Problem) -> float:
+    """The least step time of any plan of `variant` (candidates_below), inf where it has
+    no candidate."""
+    low = first.low[within_pins(first, variant)]
+    return float(low.min()) if len(low) else np.inf
+
+
+def within_pins(first: FirstPass, variant: Problem) -> np.ndarray:
+    """Which candidates of the first pass meet `variant`'s pins."""
+    keep = np.ones(len(first.low), dtype=bool)
     for name, values in variant.pins.items():
         keep &= np.isin(getattr(first.candidates, name), values)
-    return first.candidates.take(np.flatnonzero(keep))
+    return keep
 
 
 def may_enter_top(problem: Problem, candidates: Candidates, top: int,

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from solver.cost.candidates import RECOMPUTE_FULL, Candidates
+from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_NONE, Candidates
 from solver.cost.layout_terms import (
     estimate_layout_coefficients,
     estimate_layer_time_coefficients,
@@ -95,132 +95,237 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     candidates that may reach the cutoff, not enumerated afresh. The layout programs' work
     comes from `budget` (default: the time limit's, WorkBudget.for_time_limit); where it runs
     out the answer is unproven, and the same on any machine."""
-    start = time.perf_counter()
+    deadline = time.perf_counter() + time_limit_s
     budget = budget if budget is not None else WorkBudget.for_time_limit(time_limit_s)
-    if problem.objective != "time":
-        ranked = solve_by_enumeration(problem, top)
-        return ranked, True, None, ranking_floor(ranked, np.inf)
-    candidates = enumerate_feasible(problem, rules_but_memory(problem)) if prior is None \
-        else candidates_below(prior, problem, cutoff_s)
-    if len(candidates) == 0:
-        return None, True, None, np.inf
-    num_candidates = len(candidates)
-    kept, low = may_enter_top(problem, candidates, top, cutoff_s)
-    first = FirstPass(candidates=candidates, low=low)
-    # The first pass keeps every row of many where none of the rows of least bound fits: a
-    # problem so tight that perhaps nothing fits. Ask that first (cheaper than costing every
-    # row). Fewer rows than a head are all kept whatever their memory: costed directly.
-    if (len(kept) == num_candidates > first_pass_size(top)
-            and not any_layout_fits(problem, candidates)):
-        return None, True, first, np.inf
-    if len(kept) == 0:  # nothing can beat the cutoff
-        return None, True, first, np.inf
-    candidates = candidates.take(kept)
-    model_spec = problem.model_spec
-    terms = estimate_time_terms(model_spec, problem.cluster, problem.job, candidates,
-                                problem.time_constants)
-    # An even split slower than the cutoff cannot enter the top: not costed for memory.
-    even = fastest_that_fit(problem, candidates, top, terms, cutoff_s)
-    # row -> (order key: step, worst-stage memory, degrees; its layout, None for the even split)
-    best: dict[int, tuple[tuple, PipelineLayout | None]] = {}
+    search = LayoutSearch(problem, top, cutoff_s, prior, deadline)
+    while search.next_bound(np.inf) is not None:
+        if time.perf_counter() >= deadline or budget.left <= 0:
+            search.stop(np.inf, deadline)
+        else:
+            search.run_next(np.inf, budget, deadline)
+    return search.result()
 
-    def key(row: int, seconds: float, memory_bytes: float) -> tuple:
-        return (seconds, memory_bytes, *(int(getattr(candidates, n)[row]) for n in VARIABLES))
 
-    if even is not None:
-        for row, seconds, memory in zip(even.rows, even.step_time.step_s, even.memory_bytes):
-            best[int(row)] = (key(int(row), float(seconds), float(memory)), None)
-    if best and time.perf_counter() - start >= time_limit_s:
-        # The time limit passed before the layouts (large problems' numpy phases take
-        # seconds): the even splits found, unproven, rather than seconds more of bounds.
-        ranked = _ranked(problem, candidates, best, top, num_candidates)
-        return ranked, False, first, ranking_floor(ranked, float(low[kept].min()))
+class LayoutSearch:
+    """One problem's search (module docstring) in its two phases: made, the numpy phase (steps
+    0-2: the candidates, their first pass, even splits and bounds, and the rows left for
+    layout programs in order of bound); then its layout programs one at a time, the row of
+    least bound first (next_bound, run_next), under the search's own bar and an outer one
+    (plans known from the searches beside it: solver.search.module_variants), until the next
+    bound passes the bar or the caller stops it (stop: the time limit or the work budget).
+    `deadline`: the time (time.perf_counter) past which the numpy phase answers with the
+    even splits found, unproven."""
 
-    def bar() -> float:
-        groups = _distinct(best)
-        if len(groups) < top:
-            return cutoff_s
-        return min(best[groups[top - 1][0]][0][0], cutoff_s)
+    def __init__(self, problem: Problem, top: int, cutoff_s: float = np.inf,
+                 prior: FirstPass | None = None, deadline: float = np.inf) -> None:
+        self.problem, self.top, self.cutoff_s = problem, top, cutoff_s
+        self.first: FirstPass | None = None
+        self.proven, self.open_low = True, np.inf  # open_low: least bound of rows unproven
+        self.best: dict[int, tuple[tuple, PipelineLayout | None]] = {}
+        self.queue, self.next = np.zeros(0, dtype=np.int64), 0
+        self.bounded = True  # the memory-aware bounds worked out (bound_memory)
+        self.fixed: Ranked | None = None  # the answer of a search by memory
+        if problem.objective != "time":
+            self.fixed = solve_by_enumeration(problem, top)
+            return
+        candidates = enumerate_feasible(problem, rules_but_memory(problem)) if prior is None \
+            else candidates_below(prior, problem, cutoff_s)
+        self.num_candidates = len(candidates)
+        if len(candidates) == 0:
+            return
+        kept, low = may_enter_top(problem, candidates, top, cutoff_s)
+        self.first = FirstPass(candidates=candidates, low=low)
+        # The first pass keeps every row of many where none of the rows of least bound fits:
+        # a problem so tight that perhaps nothing fits. Ask that first (cheaper than costing
+        # every row). Fewer rows than a head are all kept whatever their memory: costed
+        # directly.
+        if (len(kept) == len(candidates) > first_pass_size(top)
+                and not any_layout_fits(problem, candidates)):
+            return
+        if len(kept) == 0:  # nothing can beat the cutoff
+            return
+        self.candidates = candidates = candidates.take(kept)
+        model_spec = problem.model_spec
+        self.terms = terms = estimate_time_terms(model_spec, problem.cluster, problem.job,
+                                                 candidates, problem.time_constants)
+        # An even split slower than the cutoff cannot enter the top: not costed for memory.
+        even = fastest_that_fit(problem, candidates, top, terms, cutoff_s)
+        if even is not None:
+            for row, seconds, memory in zip(even.rows, even.step_time.step_s,
+                                            even.memory_bytes):
+                self.best[int(row)] = (self._key(int(row), float(seconds), float(memory)), None)
+        if self.best and time.perf_counter() >= deadline:
+            # The time limit passed before the layouts (large problems' numpy phases take
+            # seconds): the even splits found, unproven, rather than seconds more of bounds.
+            self.proven, self.open_low = False, float(low[kept].min())
+            return
+        full = candidates.recompute == RECOMPUTE_FULL
+        self.times = time_coefficients(terms)
+        bound = estimate_layout_lower_bound_s(model_spec, self.times, candidates.pp,
+                                              full.astype(float), above_s=self.bar())
+        # This bound holds for every layout whatever its memory, so it bounds the variants'
+        # step too (module_variants): their first pass keeps it where it is the tighter.
+        self.first = FirstPass(candidates=self.first.candidates, low=low.copy())
+        self.first.low[kept] = np.maximum(low[kept], bound)
+        self.capacity = memory_capacity_bytes(problem)
+        self.bound = bound
+        # The rows that may still reach the bar, by balanced bound, until their memory-aware
+        # bounds are worked out (bound_memory: when the search's turn first comes, under the
+        # bar of then).
+        hopeful = np.flatnonzero(bound <= self.bar())
+        self.queue = hopeful[np.argsort(bound[hopeful], kind="stable")]
+        self.bounded = False
+        self.beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found none
+        self.programs = SolvedPrograms()
 
-    full = candidates.recompute == RECOMPUTE_FULL
-    times = time_coefficients(terms)
-    bound = estimate_layout_lower_bound_s(model_spec, times, candidates.pp, full.astype(float),
-                                          above_s=bar())
-    # This bound holds for every layout whatever its memory, so it bounds the variants' step
-    # too (module_variants): their first pass keeps it where it is the tighter.
-    first = FirstPass(candidates=first.candidates, low=first.low.copy())
-    first.low[kept] = np.maximum(first.low[kept], bound)
-    capacity = memory_capacity_bytes(problem)
-    hopeful = np.flatnonzero(bound <= bar())
-    fits, recomputed, memory_bound = estimate_memory_bounds(
-        problem, candidates.take(hopeful), take_times(times, hopeful), bar(),
-        deadline=start + time_limit_s)
-    hopeful, recomputed, memory_bound = hopeful[fits], recomputed[fits], memory_bound[fits]
-    # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a layer in
-    # every chunk that holds one: all but the first and last at least.
-    if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS:
-        chunks = candidates.pp[hopeful] * candidates.vpp[hopeful]
-        recomputed = np.maximum(recomputed, np.where(full[hopeful], chunks - 2, 0))
-    bound[hopeful] = np.maximum(memory_bound, estimate_layout_lower_bound_s(
-        model_spec, take_times(times, hopeful), candidates.pp[hopeful],
-        np.maximum(full[hopeful], recomputed)))
-    # Lowest bound first; of equal bounds, selective before none (see below).
-    hopeful = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful], bound[hopeful]))]
-    beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found no layout
-    programs = SolvedPrograms()
-    proven, open_low = True, np.inf  # the least bound of the rows left unproven
-    for row in hopeful:
-        limit = bar()
-        if bound[row] > limit:
-            break
-        remaining = time_limit_s - (time.perf_counter() - start)
-        if remaining <= 0 or budget.left <= 0:
-            # The rows left come in order of bound: this one's is the least.
-            proven, open_low = False, min(open_low, float(bound[row]))
-            break
-        config = candidates.config(int(row))
-        below = min(limit, best[int(row)][0][0] if int(row) in best else np.inf)
-        # The step time reads only whether a configuration recomputes in full (selective
-        # recompute adds no time: FlashAttention keeps no scores to recompute), so a mesh
-        # without recompute has its selective twin's times and no less memory: if no layout
-        # of the twin reached the bar, none of its own can (the bar only falls). Where the
-        # twin's program stopped at its work limit without a layout, the twin's is skipped too:
-        # the search is unproven already, and the twin's program is the same one with less room.
-        mesh = tuple(int(getattr(candidates, n)[row]) for n in VARIABLES if n != "recompute")
-        if config.recompute == "none" and mesh in beaten:
-            continue
+    def bound_memory(self, outer_s: float, deadline: float) -> None:
+        """The memory-aware bounds of the rows left that may reach the bar (step 2), and the
+        rows that may fit in order of them: the lowest first; of equal bounds, selective before
+        none (see next_bound)."""
+        self.bounded = True
+        candidates, problem, times = self.candidates, self.problem, self.times
+        full = candidates.recompute == RECOMPUTE_FULL
+        hopeful = self.queue[self.next:]
+        hopeful = np.sort(hopeful[self.bound[hopeful] <= self.bar(outer_s)])
+        fits, recomputed, memory_bound = estimate_memory_bounds(
+            problem, candidates.take(hopeful), take_times(times, hopeful), self.bar(outer_s),
+            deadline=deadline)
+        hopeful, recomputed, memory_bound = hopeful[fits], recomputed[fits], memory_bound[fits]
+        # One recompute count for every chunk (--recompute-num-layers >= 1) recomputes a
+        # layer in every chunk that holds one: all but the first and last at least.
+        if problem.framework in UNIFORM_RECOMPUTE_FRAMEWORKS:
+            chunks = candidates.pp[hopeful] * candidates.vpp[hopeful]
+            recomputed = np.maximum(recomputed, np.where(full[hopeful], chunks - 2, 0))
+        bound = self.bound
+        bound[hopeful] = np.maximum(memory_bound, estimate_layout_lower_bound_s(
+            problem.model_spec, take_times(times, hopeful), candidates.pp[hopeful],
+            np.maximum(full[hopeful], recomputed)))
+        self.queue = hopeful[np.lexsort((hopeful, -candidates.recompute[hopeful],
+                                         bound[hopeful]))]
+        self.next = 0
+
+    def _key(self, row: int, seconds: float, memory_bytes: float) -> tuple:
+        """A row's order key: step time, worst-stage memory, degrees."""
+        return (seconds, memory_bytes,
+                *(int(getattr(self.candidates, n)[row]) for n in VARIABLES))
+
+    def bar(self, outer_s: float = np.inf) -> float:
+        """The step time a pair must reach to enter the top: the top-th distinct pair's, the
+        cutoff's, or `outer_s` (plans known beside this search), the least."""
+        limit = min(self.cutoff_s, outer_s)
+        groups = _distinct(self.best)
+        if len(groups) < self.top:
+            return limit
+        return min(self.best[groups[self.top - 1][0]][0][0], limit)
+
+    def _mesh(self, row: int) -> tuple[int, ...]:
+        return tuple(int(getattr(self.candidates, n)[row]) for n in VARIABLES
+                     if n != "recompute")
+
+    def next_bound(self, outer_s: float) -> float | None:
+        """The bound of the next row a layout program may answer below the bar (None: no
+        row left that may enter the top); before the memory-aware bounds, the least balanced
+        one (a bound of those)."""
+        while self.next < len(self.queue):
+            row = int(self.queue[self.next])
+            # The step time reads only whether a configuration recomputes in full (selective
+            # recompute adds no time: FlashAttention keeps no scores to recompute), so a mesh
+            # without recompute has its selective twin's times and no less memory: if no
+            # layout of the twin reached the bar, none of its own can (the bar only falls).
+            # Where the twin's program stopped at its work limit without a layout, the twin's
+            # is skipped too: the search is unproven already, and the twin's program is the
+            # same one with less room.
+            if self.bounded and self.candidates.recompute[row] == RECOMPUTE_NONE \
+                    and self._mesh(row) in self.beaten:
+                self.next += 1
+                continue
+            bound = float(self.bound[row])
+            return bound if bound <= self.bar(outer_s) else None
+        return None
+
+    def stop(self, outer_s: float, deadline: float) -> None:
+        """No more programs (the time limit or the work budget): the rows left come in order
+        of bound, the next one's the least; unproven where it may enter the top. Before the
+        deadline, the memory-aware bounds are worked out first (the tighter floor)."""
+        if not self.bounded and time.perf_counter() < deadline \
+                and self.next_bound(outer_s) is not None:
+            self.bound_memory(outer_s, deadline)
+        bound = self.next_bound(outer_s)
+        if bound is not None:
+            self.proven, self.open_low = False, min(self.open_low, bound)
+        self.next = len(self.queue)
+
+    def run_next(self, outer_s: float, budget: WorkBudget, deadline: float) -> None:
+        """The layout program of the next row (next_bound), asked for a layout at least as
+        fast as the bar and as the row's own even split; an answer that comes before the
+        last incumbent in the order replaces it and lowers the bar. The first call works out
+        the memory-aware bounds instead (bound_memory)."""
+        if self.next_bound(outer_s) is None:
+            return
+        if not self.bounded:
+            self.bound_memory(outer_s, deadline)
+            return
+        row = int(self.queue[self.next])
+        self.next += 1
+        problem, best = self.problem, self.best
+        config = self.candidates.config(row)
+        below = min(self.bar(outer_s), best[row][0][0] if row in best else np.inf)
         coefficients = estimate_layout_coefficients(
-            model_spec, problem.cluster, problem.job, config, problem.memory_options,
-            problem.time_constants, terms.take(np.array([row])))
+            problem.model_spec, problem.cluster, problem.job, config, problem.memory_options,
+            problem.time_constants, self.terms.take(np.array([row])))
         rules = layout_rules(problem, config)
         below_s = None if np.isinf(below) else below
+        remaining = deadline - time.perf_counter()
         # Twins (e.g. ZeRO stages at dp 1) pose the same program: answer it once.
-        lows = [float(bound[row])]  # and CP-SAT's, where it ran and proved nothing
-        answer, complete = programs.answer(
+        lows = [float(self.bound[row])]  # and CP-SAT's, where it ran and proved nothing
+        answer, complete = self.programs.answer(
             config, rules, coefficients, below_s, lambda: solve_program(
-                config, coefficients, capacity, rules, below_s, remaining,
-                lambda: build_default_layout(model_spec, config, problem.memory_options),
+                config, coefficients, self.capacity, rules, below_s, remaining,
+                lambda: build_default_layout(problem.model_spec, config,
+                                             problem.memory_options),
                 budget, lows.append))
-        proven = proven and complete
+        self.proven = self.proven and complete
         if not complete:
-            # A none twin this mesh skips below has no fewer seconds and no less memory: the
-            # bound of this row bounds it too.
-            open_low = min(open_low, max(lows))
+            # A none twin this mesh skips has no fewer seconds and no less memory: the bound
+            # of this row bounds it too.
+            self.open_low = min(self.open_low, max(lows))
         if answer is None:
-            if config.recompute == "selective" and int(row) not in best:
-                beaten.add(mesh)
-            continue
-        order = key(int(row), answer.step_s, float(answer.memory_bytes.max()))
-        if int(row) in best and best[int(row)][0] <= order:
-            continue
-        best[int(row)] = (order, answer.layout)
-        for group in _distinct(best)[top:]:
+            if config.recompute == "selective" and row not in best:
+                self.beaten.add(self._mesh(row))
+            return
+        order = self._key(row, answer.step_s, float(answer.memory_bytes.max()))
+        if row in best and best[row][0] <= order:
+            return
+        best[row] = (order, answer.layout)
+        for group in _distinct(best)[self.top:]:
             for dropped in group:
                 del best[dropped]
-    if not best:
-        return None, proven, first, open_low
-    ranked = _ranked(problem, candidates, best, top, num_candidates)
-    return ranked, proven, first, ranking_floor(ranked, open_low)
+
+    def distinct(self) -> list[tuple]:
+        """The order keys (step, memory, *VARIABLES) of the distinct pairs found, best
+        first."""
+        if self.fixed is not None:
+            return ranked_keys(self.fixed)
+        return [self.best[group[0]][0] for group in _distinct(self.best)]
+
+    def result(self) -> tuple[Ranked | None, bool, FirstPass | None, float]:
+        """search_layouts' answer: the ranking, whether proven, the first pass, the floor."""
+        if self.problem.objective != "time":
+            return self.fixed, True, None, ranking_floor(self.fixed, np.inf)
+        if not self.best:
+            return None, self.proven, self.first, self.open_low
+        ranked = _ranked(self.problem, self.candidates, self.best, self.top,
+                         self.num_candidates)
+        return ranked, self.proven, self.first, ranking_floor(ranked, self.open_low)
+
+
+def ranked_keys(ranked: Ranked | None) -> list[tuple]:
+    """The order keys (step, memory, *VARIABLES) of a folded ranking's plans."""
+    if ranked is None:
+        return []
+    columns = [getattr(ranked.candidates, n).tolist() for n in VARIABLES]
+    return [(float(s), float(m), *values) for s, m, *values in zip(
+        ranked.step_time.step_s.tolist(), ranked.memory_bytes.tolist(), *columns)]
 
 
 def ranking_floor(ranked: Ranked | None, open_low: float) -> float:

@@ -18,14 +18,19 @@ not fit without it (at equal time the plan without offloads ranks first, and the
 configuration offloading is dropped). A plan names the offloads it uses, which `launch --plan`
 turns on (Plan.offloads). Exact over every (module set, offloads) pair.
 
-The searches are merged on their rankings (Searched): only the merged top becomes plans
-(solver.optimize), each through its own search's problem. Each search after the first starts
-from the first pass of the search it varies (solver.search.enumerate.candidates_below): an
-offload under a later module set from that set's, every other from the problem's own.
+The searches run as one (search_module_sets): each opened, and each of their layout programs
+run, in order of bound under one bar, so that the work budget goes where the best plans may
+be, whichever search holds them (Nemotron-H 56B on 8 H100s: an offload's even split, 22%
+faster than the own search's best, lowers the bar its programs run under). Each search after
+the first starts from the first pass of the search it varies
+(solver.search.enumerate.candidates_below): an offload under a later module set from that
+set's, every other from the problem's own. They are merged on their rankings (Searched): only
+the merged top becomes plans (solver.optimize), each through its own search's problem.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from itertools import combinations
@@ -34,7 +39,9 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Candidates
 from solver.cost.steptime import StepTime
-from solver.search.enumerate import FirstPass, Ranked
+from solver.search.enumerate import FirstPass, Ranked, least_bound
+from solver.search.layout_search import LayoutSearch, ranked_keys, ranking_floor
+from solver.search.program_memo import WorkBudget
 from solver.search.space import Problem, variable_domains
 from solver.spec.plan import Plan
 
@@ -85,20 +92,16 @@ def _unnamed(plans: tuple[Plan, ...]) -> tuple[Plan, ...]:
 @dataclass(frozen=True)
 class Searched:
     """One search's answer: its problem, its distinct plans ranked best first (None where it
-    found none), `optimal` or `feasible` (stopped at the time limit), its seconds; how its
-    plans are named (the module set and offloads they use), how many offloads they use, its
-    first pass (every candidate's bound, which bounds the variants' too:
-    solver.search.enumerate.candidates_below), and its floor: a lower bound of the step time
-    of the best plan of its space (solver.search.layout_search.search_layouts; 0 where
-    unknown)."""
+    found none), `optimal` or `feasible` (stopped at the time limit or the work budget); how
+    its plans are named (the module set and offloads they use), how many offloads they use,
+    and its floor: a lower bound of the step time of the best plan of its space
+    (solver.search.layout_search.search_layouts; 0 where unknown)."""
 
     problem: Problem
     ranked: Ranked | None
     status: str
-    seconds: float
     namer: Namer = _unnamed
     offloads: int = 0
-    first: FirstPass | None = None
     floor_s: float = 0.0
 
     def __len__(self) -> int:
@@ -108,15 +111,17 @@ class Searched:
 @dataclass(frozen=True)
 class Merged:
     """The merged ranking: (search, position in its ranking) best first, whether every search
-    proved its answer (`optimal`, else `feasible`), the searches' seconds, whether any
-    search beyond the problem's own ran, and the least of the searches' floors (a lower bound
-    of the best plan's step time over all of them)."""
+    proved its answer (`optimal`, else `feasible`), the seconds of them all, whether the
+    problem has searches beyond its own (module sets, offloads), the least of the searches'
+    floors (a lower bound of the best plan's step time over all of them), and the problem's
+    own search's answer."""
 
     chosen: tuple[tuple[Searched, int], ...]
     status: str
     seconds: float
     searched: bool
     floor_s: float = 0.0
+    own: Searched | None = None
 
 
 def name_offloads(plans: tuple[Plan, ...], offloads: tuple[str, ...]) -> tuple[Plan, ...]:
@@ -196,58 +201,159 @@ def _without_offloaded_twins(entries: list[tuple[Searched, int]]
     return kept
 
 
-def search_module_sets(problem: Problem, own: Searched,
-                       search_variant: Callable[[Problem, float, FirstPass | None], Searched],
-                       top: int) -> Merged:
-    """`own` (the problem's own search) merged with the searches of every other module set
-    and offload, best `top` first by the objective (module docstring). `search_variant`
-    searches one variant problem for the plans at least as fast as its second argument, in
-    seconds (inf: all), from the first pass of the search it varies (its third);
-    plans slower than the top-th found so far cannot enter the top. The
-    status is optimal only where every search proved its answer (one that found nothing under
-    its cutoff too)."""
+@dataclass
+class RankedSearch:
+    """A search answered whole: the even engine's exhaustive ranking (folded), or any given
+    answer; `floor_s` None: its best plan's step (ranking_floor)."""
+
+    problem: Problem
+    ranked: Ranked | None
+    proven: bool = True
+    first: FirstPass | None = None
+    floor_s: float | None = None
+    cutoff_s: float = np.inf
+
+    def next_bound(self, outer_s: float) -> float | None:
+        return None
+
+    def run_next(self, outer_s: float, budget: WorkBudget, deadline: float) -> None:
+        return None
+
+    def stop(self, outer_s: float, deadline: float) -> None:
+        return None
+
+    def distinct(self) -> list[tuple]:
+        return ranked_keys(self.ranked)
+
+    def result(self) -> tuple[Ranked | None, bool, FirstPass | None, float]:
+        floor = ranking_floor(self.ranked, np.inf) if self.floor_s is None else self.floor_s
+        return self.ranked, self.proven, self.first, floor
+
+
+# A search the merged one runs (search_module_sets): next_bound, run_next and stop run its
+# layout programs; distinct, the order keys of the plans it found; result, its answer.
+Search = LayoutSearch | RankedSearch
+# Opens one search: its problem, the step time its plans must reach (inf: all), the first
+# pass of the search it varies (None: enumerate afresh), the deadline (time.perf_counter).
+OpenSearch = Callable[[Problem, float, FirstPass | None, float], Search]
+
+
+def search_module_sets(problem: Problem, open_search: OpenSearch, top: int,
+                       budget: WorkBudget | None = None, deadline: float = np.inf) -> Merged:
+    """The problem's own search and those of every other module set and offload, merged best
+    `top` first by the objective (module docstring), as one search: every search is opened
+    (its numpy phase) and every layout program run in order of bound, the least first, under
+    one bar, the top-th distinct plan found over all of them (by time; memory ranks are
+    searched whole), until no bound left reaches it: proven over the union. A search is opened
+    when the least bound of its candidates in the first pass of the search it varies
+    (candidates_below) comes up: a plan slower than the top-th found so far cannot enter the
+    top, so it looks only for plans at least as fast. The layout programs' work comes from
+    `budget`: where it is spent, the programs left are not run (unproven), and the searches
+    not yet opened still are (their even splits); past `deadline` nothing more is run. The
+    status is optimal only where nothing was left unproven."""
+    start = time.perf_counter()
+    budget = budget if budget is not None else WorkBudget(np.inf)
+    own = open_search(problem, np.inf, None, deadline)
     sets = problem.recompute_module_sets
-    if sets:
-        own = replace(own, namer=lambda plans: name_modules(plans, sets[0]))
-    entries = [(own, position) for position in range(len(own))]
-    seconds, proven, searched = own.seconds, own.status != "feasible", False
-    floor = own.floor_s
-    key = _rank_key(problem.objective)
-    modules = _module_variants(problem) if sets or problem.offloads else []
-    offloads = _offload_variants(problem) if sets or problem.offloads else []
+    own_namer = (lambda plans: name_modules(plans, sets[0])) if sets else _unnamed
+    variants = _module_variants(problem) + _offload_variants(problem) \
+        if sets or problem.offloads else []
+    # (search, how its plans are named, its offloads, its place: -1 the own, else the variant's)
+    runs: list[tuple[Search, Namer, int, int]] = [(own, own_namer, 0, -1)]
+    pending = list(range(len(variants)))
+    firsts = {0: own.first}  # each module set's search's first pass, by the set's index
+    leanest = sum(1 for v in variants if v[2] == 0) - 1  # the last module set's variant
     # Where nothing fits yet, the last set first: each set needs no more memory than the
     # sets before it, so where none of its plans fits (proven), none of theirs does.
-    leanest_first = not entries and len(modules) > 1
-    if leanest_first:
-        modules = modules[-1:] + modules[:-1]
-    firsts = {0: own.first}  # each module set's search's first pass, by the set's index
-    for position, (variant, namer, count, base) in enumerate(modules + offloads):
-        if leanest_first and 0 < position < len(modules) and not entries and proven:
+    leanest = leanest if leanest > 0 else None
+    opened: dict[int, tuple[FirstPass | None, float]] = {}  # variant -> (its prior, bound)
+
+    def prior(index: int) -> FirstPass | None:
+        return firsts.get(variants[index][3]) or own.first
+
+    def least(index: int) -> float:
+        first = prior(index)
+        if first is None:  # the even engine, or no first pass: opened in turn
+            return -np.inf
+        if index not in opened or opened[index][0] is not first:
+            opened[index] = (first, least_bound(first, variants[index][0]))
+        return opened[index][1]
+
+    proven, floor = True, np.inf
+    while True:
+        bar = _merged_bar(problem.objective, runs, top)
+        pending = [i for i in pending if least(i) < np.inf]  # no candidate: nothing to find
+        lean = [(search, place) for search, _, _, place in runs if place == leanest]
+        if lean and lean[0][0].cutoff_s == np.inf and lean[0][0].proven \
+                and lean[0][0].next_bound(bar) is None and not lean[0][0].distinct():
+            pending = [i for i in pending if variants[i][2] or i == leanest]
+        programs = [(bound, k) for k, (search, *_) in enumerate(runs)
+                    if (bound := search.next_bound(bar)) is not None]
+        openings = [(least(i), i) for i in pending if least(i) <= bar]
+        if leanest in pending and not any(search.distinct() for search, *_ in runs) \
+                and not programs:
+            openings = [(-np.inf, leanest)]
+        if not programs and not openings:
+            break
+        if time.perf_counter() >= deadline:
+            for search, *_ in runs:
+                search.stop(bar, deadline)
+            if openings:  # the searches not opened: bounded by their first passes
+                proven, floor = False, min(floor, min(openings)[0])
+            break
+        if openings and (not programs or min(openings)[0] <= min(programs)[0]):
+            index = min(openings)[1]
+            pending.remove(index)
+            variant, namer, count, _ = variants[index]
+            search = open_search(variant, bar, prior(index), deadline)
+            runs.append((search, namer, count, index))
+            if count == 0:  # a module set's search
+                firsts[sets.index(variant.time_constants.recompute_modules)] = search.first
             continue
-        # A plan slower than the top-th of those found so far cannot enter the top: the
-        # variant's search need not look for it (by time; memory ranks are searched whole).
-        # The top-th of the distinct entries, offloading twins dropped: it never rises as
-        # entries come (a twin dropped later makes way for one ranked before it). Ties may
-        # still enter (fewer offloads, less memory), and a bound may sit an ulp above the
-        # time it bounds: the cutoff is widened by TIE_SLACK.
-        found = _without_offloaded_twins(sorted(entries, key=key))
-        cutoff = key(found[top - 1])[0] * (1 + TIE_SLACK) \
-            if problem.objective == "time" and len(found) >= top else float("inf")
-        answer = replace(search_variant(variant, cutoff, firsts.get(base, own.first)),
-                         namer=namer, offloads=count)
-        if count == 0:  # a module set's search
-            index = problem.recompute_module_sets.index(variant.time_constants.recompute_modules)
-            firsts[index] = answer.first
-        seconds += answer.seconds
-        searched = True
-        # A search stopped by the time limit may have missed plans under its cutoff.
-        proven = proven and answer.status != "feasible"
-        floor = min(floor, answer.floor_s)
-        entries.extend((answer, p) for p in range(len(answer)))
-    chosen = _without_offloaded_twins(sorted(entries, key=key))[:top] if searched \
-        else entries[:top]
+        search = runs[min(programs)[1]][0]
+        if budget.left <= 0:
+            search.stop(bar, deadline)
+        else:
+            search.run_next(bar, budget, deadline)
+    searched = []
+    for search, namer, count, place in sorted(runs, key=lambda run: run[3]):
+        ranked, done, _, floor_s = search.result()
+        ranked = None if ranked is not None and len(ranked.candidates) == 0 else ranked
+        proven, floor = proven and done, min(floor, floor_s)
+        searched.append(Searched(problem=search.problem, ranked=ranked,
+                                 status="optimal" if done else "feasible", namer=namer,
+                                 offloads=count, floor_s=floor_s))
+    entries = [(answer, p) for answer in searched for p in range(len(answer))]
+    chosen = _without_offloaded_twins(sorted(entries, key=_rank_key(problem.objective)))[:top]
     return Merged(chosen=tuple(chosen), status="optimal" if proven else "feasible",
-                  seconds=seconds, searched=searched, floor_s=floor)
+                  seconds=time.perf_counter() - start, searched=bool(variants),
+                  floor_s=floor, own=searched[0])
+
+
+def _merged_bar(objective: str, runs: list[tuple[Search, Namer, int, int]], top: int
+                ) -> float:
+    """The step time of the top-th distinct plan found over every search, offloading twins
+    dropped (_without_offloaded_twins), widened by TIE_SLACK: ties may still enter (fewer
+    offloads, less memory), and a bound may sit an ulp above the time it bounds; inf where
+    fewer than `top` are found or the objective is memory. It never rises as plans come (a
+    twin dropped later makes way for one ranked before it)."""
+    if objective != "time":
+        return np.inf
+    entries = []
+    for search, _, count, place in runs:
+        modules = tuple(search.problem.time_constants.recompute_modules)
+        for seconds, memory, *values in search.distinct()[:top]:
+            twin = (tuple(values), modules if values[-1] == RECOMPUTE_SELECTIVE else ())
+            entries.append(((seconds, count, memory, place), twin, count))
+    seen, found = set(), 0
+    for (seconds, *_), twin, count in sorted(entries, key=lambda entry: entry[0]):
+        if twin in seen and count:
+            continue
+        seen.add(twin)
+        found += 1
+        if found == top:
+            return seconds * (1 + TIE_SLACK)
+    return np.inf
 
 
 def take_ranked(ranked: Ranked, positions: list[int]) -> Ranked:
