@@ -174,17 +174,13 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
                     deadline: float) -> Search:
         if engine == "layout":
             return LayoutSearch(variant, top, cutoff_s, prior, deadline)
-        return RankedSearch(variant, _nonempty(solve_by_enumeration(variant, top)))
+        return RankedSearch(variant, solve_by_enumeration(variant, top))
 
     merged = search_module_sets(problem, open_search, top,
                                 WorkBudget.for_time_limit(time_limit_s), deadline)
     if not merged.chosen:
         return _infeasible(problem, engine, merged.seconds)
     return _answer(problem, merged, engine, time_limit_s, compare)
-
-
-def _nonempty(ranked: Ranked | None) -> Ranked | None:
-    return None if ranked is None or len(ranked.candidates) == 0 else ranked
 
 
 def _infeasible(problem: Problem, engine: str, seconds: float) -> OptimizeResult:
