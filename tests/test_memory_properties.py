@@ -16,9 +16,12 @@ Two physical exceptions are excluded by the strategies, each for a stated reason
   powers of two, so every split is even); and under interleaving the first stage holds
   L (1 + (p - 1)/(p v)) layers' activations (Korthikanti et al. 2022 §4.2.3), which grows
   with p: the pp property is checked for 1F1B (vpp = 1), where it is L for every p.
-The properties run under the default MemoryOptions. Under torchtitan's
-fsdp_unsharded_under_pp, ZeRO-3 memory rises from pp 1 to pp 2 (FSDP2 keeps a pipeline stage
-gathered with its unsharded gradients): tests/test_memory_features.py pins that case. Under
+The properties run under the default MemoryOptions, and the sharding ones again under
+torchtitan's (FSDP2 under PP: fsdp_unsharded_under_pp). There a pipelined stage holds its
+gradients unsharded at every ZeRO stage FSDP2 shards (and gathered at ZeRO-3), so at ZeRO >= 2
+memory rises from pp 1 to pp 2 (the gradients go from 1/d of the model to 1/2 of it:
+tests/test_memory_features.py and tests/test_fsdp_accumulated_grads.py pin it); every other
+doubling, pp from 2 on and pp 1 -> 2 at ZeRO <= 1 included, still never raises it. Under
 the flex and all-gather dispatchers (DeepEP, HybridEP, allgather) the dispatcher's buffers are
 sized by the ETPxEP group (solver.cost.memory.dispatcher: HybridEP holds a slot for every
 token of the group), so memory may rise with ep; every other degree keeps the property there.
@@ -39,6 +42,7 @@ from hypothesis import strategies as st
 
 from solver.api import check_parallel_config, estimate_plan
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
+from solver.cost.frameworks import build_framework_profile
 from solver.cost.memory import (
     ITEMS,
     OTHER_ITEMS,
@@ -133,6 +137,35 @@ def doubled(model_spec: ModelSpec, job: JobSpec, config: ParallelConfig,
 def test_memory_never_rises_with_a_sharding_degree(problem, degree: str) -> None:
     model_spec, job, config = problem
     assert_not_above(model_spec, job, config, doubled(model_spec, job, config, degree))
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(), st.sampled_from(["tp", "pp", "cp", "ep", "dp"]))
+def test_memory_never_rises_with_a_sharding_degree_under_torchtitan(problem, degree: str) -> None:
+    """torchtitan's FSDP2 keeps a pipelined stage's gradients unsharded in fp32 (states.
+    estimate_fsdp_accumulated_grad_bytes): their bytes do not fall with dp, cp, tp or ep
+    doubling only where they are a stage's share of the model, which no degree but pp changes;
+    pp 1 -> 2 at ZeRO >= 2 is the exception (module docstring)."""
+    model_spec, job, config = problem
+    if degree == "pp":
+        assume(config.pp > 1 or config.zero <= 1)
+    options = build_framework_profile("torchtitan").memory_options()
+    assert options.fsdp_unsharded_under_pp
+    assert_not_above(model_spec, job, config, doubled(model_spec, job, config, degree), options)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems())
+def test_a_torchtitan_pipeline_holds_no_more_as_the_zero_stage_rises(problem) -> None:
+    """Under PP torchtitan's ZeRO 1, 2 and 3 hold the same gradients (unsharded, fp32) and the
+    same weights and optimizer state less what each shards: never more from one to the next
+    (ZeRO 0 -> 1 shards the optimizer state; 2 -> 3 trades no gathered layer for the fp32
+    shard)."""
+    model_spec, job, config = problem
+    assume(config.pp > 1 and config.zero < 3)
+    options = build_framework_profile("torchtitan").memory_options()
+    assert_not_above(model_spec, job, config, config.model_copy(update={"zero": config.zero + 1}),
+                     options)
 
 
 @settings(max_examples=60, deadline=None)

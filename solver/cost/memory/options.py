@@ -83,10 +83,18 @@ class MemoryOptions(BaseModel):
                            off resharding after backward and gradient sync until the last
                            micro-batch (torch/distributed/pipelining/stage.py
                            backward_maybe_with_nosync), so a ZeRO-3 stage also holds its
-                           parameters gathered (param_bytes) and their unsharded gradients, which
-                           FSDP2 accumulates in the reduce dtype (FSDPParam.
-                           to_accumulated_grad_if_needed: grad_bytes). solver.cost.frameworks
-                           sets it for torchtitan. Under it memory can rise with pp (1 -> 2).
+                           parameters gathered (param_bytes), and at every ZeRO stage FSDP2
+                           shards (1-3) the stage's gradients stay unsharded, accumulated in the
+                           reduce dtype (FSDPParam.to_accumulated_grad_if_needed:
+                           fsdp_reduce_bytes), in place of the sharded ones (states.
+                           estimate_fsdp_accumulated_grad_bytes). solver.cost.frameworks sets
+                           it for torchtitan. Under it memory can rise with pp (1 -> 2).
+      fsdp_reduce_bytes 4  FSDP2's MixedPrecisionPolicy.reduce_dtype, the dtype those unsharded
+                           gradients accumulate in: fp32 (4) in torchtitan, whose
+                           mixed_precision_reduce takes "float32" only (job_config.py v0.1.0,
+                           v0.2.2 and main: Literal["float32"]); an FSDP2 reducing in its
+                           param_dtype keeps the bf16 gradient (2: FSDPParam.init_dtype_attrs
+                           clamps reduce_dtype to None).
     Activations (§3.2):
       sequence_parallel    Megatron shards norms, dropout and GEMM inputs over TP (on whenever
                            tp > 1, DESIGN.md); False reproduces frameworks without it
@@ -188,6 +196,7 @@ class MemoryOptions(BaseModel):
     fp32_sharded_params: bool = False
     master_param_remainders: bool = False
     fsdp_unsharded_under_pp: bool = False
+    fsdp_reduce_bytes: float = Field(default=4.0, gt=0)
     sequence_parallel: bool = True
     flash_attention: bool = True
     dropout: bool = False

@@ -189,8 +189,9 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     2-byte gradients); Megatron dist_optimizer.md (18 B/param, 6 + 12/d with fp32 gradients).
     PyTorch FSDP (fp32_sharded_params): weights 4/d, optimizer (optimizer_bytes - 4)/d at
     ZeRO-3, the fp32 shard being the master copy (16 B / d with fp32 gradients); torchtitan
-    under PP (fsdp_unsharded_under_pp) adds P * (param_bytes + grad_bytes), the stage kept
-    gathered with its unsharded gradients.
+    under PP (fsdp_unsharded_under_pp) keeps the stage gathered at ZeRO-3 (+ P * param_bytes)
+    and, at every ZeRO stage FSDP2 shards (1-3), its gradients unsharded in the reduce dtype:
+    grads = P * fsdp_reduce_bytes in place of the shard (estimate_fsdp_accumulated_grad_bytes).
     Worked number: Llama-3.1-8B (8.03e9 params), dp = 8, ZeRO-1, defaults:
     weights + optimizer = 8.03e9 * (2 + 12/8) = 28.1 GB, plus 32.1 GB of fp32 gradients =
     60.2 GB, the "weights and optimizer" Megatron-Bridge logs for this run (notes §3.2).
@@ -220,17 +221,44 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     # fp32_sharded_params): its 4 B move from the optimizer state to the weights.
     sharded_param, _, sharded_optimizer = estimate_sharded_state_bytes_per_param(options)
     full = zero >= 3
-    # torchtitan's FSDP2 under PP keeps the stage gathered with its unsharded gradients
+    # torchtitan's FSDP2 under PP keeps the stage gathered (ZeRO-3) and its gradients unsharded
     # (MemoryOptions.fsdp_unsharded_under_pp).
-    kept = np.where(full & (candidates.pp > 1) & options.fsdp_unsharded_under_pp,
-                    sum((counts[k] for k in PARAM_GROUPS), np.zeros(len(candidates))), 0.0)
+    stage = sum((counts[k] for k in PARAM_GROUPS), np.zeros(len(candidates)))
+    kept = np.where(full & (candidates.pp > 1) & options.fsdp_unsharded_under_pp, stage, 0.0)
+    accumulated = estimate_fsdp_accumulated_grad_bytes(candidates, stage, options)
     return {
         "weights": shard(np.where(full, sharded_param, options.param_bytes), 3) + copies
         + kept * estimate_gathered_param_bytes(options),
-        "grads": shard(options.grad_bytes, 2) + kept * options.grad_bytes,
+        "grads": np.where(accumulated > 0.0, accumulated, shard(options.grad_bytes, 2)),
         # Offloaded, the optimizer state is host memory (MemoryOptions.optimizer_offload).
         "optimizer": shard(np.where(full, sharded_optimizer, options.optimizer_bytes
                                     - estimate_master_saved_bytes_per_param(job.precision,
                                                                             options)), 1)
         * (0.0 if options.optimizer_offload else 1.0),
     }
+
+
+def estimate_fsdp_accumulated_grad_bytes(candidates: Candidates, stage_params: np.ndarray,
+                                         options: MemoryOptions) -> np.ndarray:
+    """Bytes per GPU of the unsharded gradients torchtitan's FSDP2 accumulates under pipeline
+    parallelism (MemoryOptions.fsdp_unsharded_under_pp), 0 where it does not:
+
+        P_stage * fsdp_reduce_bytes     if pp > 1 and 1 <= zero (FSDP2 shards; ZeRO 0 is DDP)
+
+    torch.distributed.pipelining runs every micro-batch's backward with
+    set_requires_gradient_sync(False) and set_reshard_after_backward(False) and reduces once,
+    after the last, in _post_backward (torch/distributed/pipelining/stage.py
+    backward_maybe_with_nosync, _PipelineStageBase._post_backward, pytorch@0138610). Without
+    the sync, FSDPParamGroup.post_backward casts each parameter's unsharded gradient to the
+    reduce dtype and adds the later micro-batches into it (torch/distributed/fsdp/_fully_shard/
+    _fsdp_param.py FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed,
+    pytorch@010ae4a; _fsdp_param_group.py post_backward, pytorch@002a76f): a whole stage of
+    unsharded gradients in MixedPrecisionPolicy.reduce_dtype, fp32 in torchtitan
+    (mixed_precision_reduce: Literal["float32"] in v0.1.0, v0.2.2 and main). They take the
+    place of the sharded gradients, which are None until _post_backward reduce-scatters
+    (torchtitan's train_step starts with optimizers.zero_grad(): torchtitan/train.py v0.2.2).
+    Worked number: Llama-3.1-405B, tp 8, pp 8, dp 8: the first stage's 16 layers of 3.188e9 / 8
+    and its 2.101e9 / 8 embedding = 6.639e9 parameters, x 4 B = 26.55 GB (sharded: 3.32 GB).
+    """
+    on = (candidates.pp > 1) & (candidates.zero >= 1) & options.fsdp_unsharded_under_pp
+    return np.where(on, stage_params * options.fsdp_reduce_bytes, 0.0)
