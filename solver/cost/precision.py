@@ -53,6 +53,26 @@ transformer_engine/pytorch/csrc/quantizer.cpp):
                  0.5 + 1/16 B, and the amax pass over dy (2 B): 2 + 2 + 0.5625 + 2 B.
 Weight quantization happens once per optimizer step (TE caches the quantized weights across
 micro-batches) and is left out.
+
+Quantize kernels per split. A grouped GEMM (TE GroupedLinear, one GEMM per local expert)
+quantizes its input split by split (tex.split_quantize -> multi_tensor_quantize_impl,
+transformer_engine/pytorch/csrc/extensions/cast.cpp at TE v2.9, the TE of NVIDIA's DeepSeek-V3
+GB200 guide); each kernel is one more op the host launches per local expert
+(`quantize_kernels_per_split`, solver.cost.layer_time._estimate_host_s; [A: read off TE
+v2.9's code]):
+  fp8            0: delayed scaling (TE's default, what `launch` asks for) quantizes every
+                 split in one fused nvte_multi_cast_transpose (current scaling would launch
+                 three per split: amax, scale, cast).
+  fp8-blockwise  1: Float8BlockQuantizer::quantize, one nvte_quantize_v2 per split, into one
+                 bulk allocation (bulk_allocate_fp8_blockwise_tensors).
+  mxfp8          1: MXFP8Quantizer::quantize, one nvte_quantize_v2 per split (bulk allocation
+                 since TE PRs 1793/1934/2134; the scale swizzles fused across splits by PR
+                 2019, multi_tensor_swizzle_scaling_factors). Before those, each split also
+                 zero-filled two scale buffers and swizzled two: the guide's §2.1.2-2.1.3.
+  nvfp4          3: NVFP4Quantizer::quantize_impl, an amax pass (nvte_hadamard_transform_amax),
+                 the row-wise cast and the column-wise Hadamard cast, per split (TE v2.9;
+                 TE PR 2351, 2025-11, fuses them across splits where the width is a multiple
+                 of 128).
 """
 
 from __future__ import annotations
@@ -79,6 +99,8 @@ class PrecisionRecipe:
     # docstring "Cast work"); `hopper_cast_bytes` where FP8 GEMMs need the TN layout.
     cast_bytes: float = 0.0
     hopper_cast_bytes: float | None = None
+    # Kernels a grouped GEMM launches per split to quantize its input (module docstring).
+    quantize_kernels_per_split: float = 0.0
 
     def cast_bytes_per_input(self, gpu: GpuSpec) -> float:
         """Cast bytes per GEMM input element on `gpu` (module docstring): Blackwell (a GPU
@@ -114,14 +136,15 @@ RECIPES: dict[str, PrecisionRecipe] = {
         PrecisionRecipe("fp8", "fp8", "fp8", 1.0, hopper_cast_bytes=1.0),
         # one FP32 scale per 128 activation elements
         PrecisionRecipe("fp8-blockwise", "fp8_block", "fp8", 1.0 + 4.0 / 128,
-                        cast_bytes=1.0 + 4.0 / 128),
+                        cast_bytes=1.0 + 4.0 / 128, quantize_kernels_per_split=1.0),
         # one UE8M0 byte per 32 elements
         PrecisionRecipe("mxfp8", "fp8", "fp8", 1.0 + 1.0 / 32, block_scaled_format="mxfp8",
-                        cast_bytes=1.0 + 1.0 / 32),
+                        cast_bytes=1.0 + 1.0 / 32, quantize_kernels_per_split=1.0),
         # half a byte per element and one E4M3 byte per 16; no decoder layer in BF16
         PrecisionRecipe("nvfp4", "nvfp4", "nvfp4", 0.5 + 1.0 / 16,
                         block_scaled_format="nvfp4",
-                        cast_bytes=BF16_READ_BYTES * 3 + 0.5 + 1.0 / 16),
+                        cast_bytes=BF16_READ_BYTES * 3 + 0.5 + 1.0 / 16,
+                        quantize_kernels_per_split=3.0),
     )
 }
 assert tuple(RECIPES) == PRECISIONS, "spec.job.PRECISIONS and the recipes must list the same"

@@ -134,6 +134,11 @@ class ClusterSpec(InputSpec):
     # rate over the GPUs per node, from the CPU datasheets): what an optimizer step on the host
     # streams at (solver.cost.offload). None: unknown (no optimizer offload planned).
     host_memory_gb_per_s: float | None = Field(default=None, gt=0)
+    # Host CPU time of one eager PyTorch op issued from Python (module call, dispatcher, its
+    # kernel's launch), in microseconds, measured on this cluster's CPU: what the training
+    # framework's host pays per op (solver.cost.layer_time._estimate_host_s). None: unmeasured
+    # (TimeConstants.host_op_s's x86 reference is used).
+    host_op_us: float | None = Field(default=None, gt=0)
     source: str = ""
 
     @field_validator("tiers")
