@@ -60,10 +60,11 @@ def attention_work(batch, seq, heads, head_dim):
 
 
 def build_grid(points: dict[tuple, list[float]], axes: list[list[int]], work, monotone_axes
-               ) -> tuple[np.ndarray, np.ndarray]:
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Latency grid over `axes` from {grid key: [latencies]} (median of log where several),
     holes filled at constant throughput, then the lower monotone envelope along
-    `monotone_axes` (no point slower than a point larger in those sizes)."""
+    `monotone_axes` (no point slower than a point larger in those sizes); with which points
+    are adjusted and which of those were holes (no source row at all)."""
     shape = tuple(len(a) for a in axes)
     latency = np.full(shape, np.nan)
     adjusted = np.zeros(shape, dtype=bool)
@@ -86,7 +87,7 @@ def build_grid(points: dict[tuple, list[float]], axes: list[list[int]], work, mo
         envelope = np.flip(np.minimum.accumulate(flipped, axis=axis), axis)
         adjusted |= envelope < latency
         latency = envelope
-    return latency, adjusted
+    return latency, adjusted, holes
 
 
 def _fill_along(values: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
@@ -98,11 +99,14 @@ def _fill_along(values: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
     return np.moveaxis(out, 0, axis)
 
 
-def add_grid(arrays: dict, name: str, axis_names: tuple[str, ...], axes, latency, adjusted):
+def add_grid(arrays: dict, name: str, axis_names: tuple[str, ...], axes, latency, adjusted,
+             filled: np.ndarray | None = None):
     for axis_name, axis in zip(axis_names, axes):
         arrays[f"{name}.{axis_name}"] = np.asarray(axis, dtype=np.int64)
     arrays[f"{name}.latency_ms"] = latency
     arrays[f"{name}.adjusted"] = adjusted
+    if filled is not None:  # the MoE grids: which points no source row measured at all
+        arrays[f"{name}.filled"] = filled
 
 
 def build_gemm(rows, arrays: dict, stats: dict) -> None:
@@ -114,7 +118,7 @@ def build_gemm(rows, arrays: dict, stats: dict) -> None:
         if not points:
             continue
         axes = [sorted({key[d] for key in points}) for d in range(3)]
-        latency, adjusted = build_grid(points, axes, gemm_work, (0, 1, 2))
+        latency, adjusted, _ = build_grid(points, axes, gemm_work, (0, 1, 2))
         add_grid(arrays, f"gemm.{dtype}", ("m", "n", "k"), axes, latency, adjusted)
         stats[f"gemm.{dtype}"] = (len(points), latency.size, int(adjusted.sum()))
 
@@ -139,7 +143,7 @@ def build_attention(rows, arrays: dict, stats: dict, window: int = 0) -> None:
         axes = [sorted({key[d] for key in points}) for d in range(4)]
         work = (functools.partial(window_attention_flop, window=window) if window
                 else attention_work)
-        latency, adjusted = build_grid(points, axes, work, (0, 1, 2, 3))
+        latency, adjusted, _ = build_grid(points, axes, work, (0, 1, 2, 3))
         name = f"window.{window}.{kind}" if window else f"attention.{kind}"
         add_grid(arrays, name, ("batch", "seq", "heads", "head_dim"), axes, latency, adjusted)
         stats[name] = (len(points), latency.size, int(adjusted.sum()))
@@ -156,7 +160,7 @@ def build_mla(rows, arrays: dict, stats: dict) -> None:
     def work(batch, seq, heads):  # q/k head dim 192, v head dim 128, causal
         return batch * heads * seq * seq * (192.0 + 128.0)
 
-    latency, adjusted = build_grid(points, axes, work, (0, 1, 2))
+    latency, adjusted, _ = build_grid(points, axes, work, (0, 1, 2))
     add_grid(arrays, "mla", ("batch", "seq", "heads"), axes, latency, adjusted)
     stats["mla"] = (len(points), latency.size, int(adjusted.sum()))
 
@@ -180,9 +184,9 @@ def build_moe(rows, arrays: dict, stats: dict) -> None:
         def work(tokens, etp, ep):
             return 2.0 * tokens * topk / ep * hidden * inter / etp * factor
 
-        latency, adjusted = build_grid(points, axes, work, (0,))
+        latency, adjusted, filled = build_grid(points, axes, work, (0,))
         name = f"moe.{dtype}.{gated}.{hidden}x{inter}x{topk}x{experts}"
-        add_grid(arrays, name, ("tokens", "etp", "ep"), axes, latency, adjusted)
+        add_grid(arrays, name, ("tokens", "etp", "ep"), axes, latency, adjusted, filled)
         stats[name] = (len(points), latency.size, int(adjusted.sum()))
 
 

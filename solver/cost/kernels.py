@@ -191,9 +191,43 @@ def load_kernel_table(name: str) -> KernelTable:
         sizes = tuple(arrays[f"{name_}.{a}"] for a in axis_names)
         mesh = np.meshgrid(*[s.astype(float) for s in sizes], indexing="ij")
         log_work = np.log(_work(name_)(*mesh))
-        grids[name_] = KernelGrid(axis_names, sizes, latency_s, arrays[f"{name_}.adjusted"],
-                                  log_work - np.log(latency_s), axis_log_factors(log_work))
+        log_rate, adjusted = log_work - np.log(latency_s), arrays[f"{name_}.adjusted"]
+        if name_.startswith("moe."):
+            enveloped = envelope_moe_log_rate(log_rate, arrays[f"{name_}.filled"])
+            adjusted = adjusted | (enveloped != log_rate)
+            log_rate, latency_s = enveloped, np.exp(log_work - enveloped)
+        grids[name_] = KernelGrid(axis_names, sizes, latency_s, adjusted, log_rate,
+                                  axis_log_factors(log_work))
     return KernelTable(name, grids)
+
+
+def envelope_moe_log_rate(log_rate: np.ndarray, filled: np.ndarray) -> np.ndarray:
+    """A fused-MoE grid's ln rates (tokens x etp x ep) made monotone as the kernel must be: a
+    GPU never runs its experts slower for having more rows per expert (more tokens, same
+    ep) or more local experts of as many rows (same tokens, smaller ep), since it could run
+    that work as several launches of the smaller kernel, each at the smaller kernel's rate.
+    So a measured point takes the best rate of the measured points it contains (fewer or as
+    many tokens, as large or larger ep; the orthant maximum); a point no source row measured
+    (`filled`, at constant throughput from a neighbour) is held between the measured points
+    it contains and those that contain it; then the orthant maximum once more over all.
+    The measured grids need it: TensorRT-LLM picks its tactic per shape, and some rows
+    are several times slower than a kernel they contain (H100 bf16, 5120 x 8192 top-1 of
+    16, 16,384 tokens: 132 TFLOP/s at ep 2, 8 local experts, against 767 at ep 4, 4 local
+    experts of as many rows), and the grid's floor is what each row's routing of every
+    token of the EP group costs on top of its local work (README "MoE", kernels/)."""
+    measured = np.where(filled, -np.inf, log_rate)
+    raised = _orthant_max(measured)
+    upper = -_orthant_max(np.flip(np.flip(np.where(filled, -np.inf, -raised), 0), 2))
+    upper = np.flip(np.flip(upper, 0), 2)
+    held = np.minimum(np.maximum(log_rate, raised), upper)
+    return _orthant_max(np.where(filled, held, raised))
+
+
+def _orthant_max(log_rate: np.ndarray) -> np.ndarray:
+    """At each point, the max over the points with no more tokens (axis 0) and no smaller ep
+    (axis 2), at its own etp."""
+    along_tokens = np.maximum.accumulate(log_rate, axis=0)
+    return np.flip(np.maximum.accumulate(np.flip(along_tokens, 2), axis=2), 2)
 
 
 def axis_log_factors(log_work: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -272,39 +306,151 @@ def estimate_table_moe_s(table: KernelTable, dtype: str, *, hidden: int, inter: 
     of the ep x etp GPUs: each local expert gets tokens*topk/experts rows under balanced
     routing). None where the table has no MoE rows in `dtype`.
 
-    A model whose shape the table lacks takes the throughput of the listed shape nearest in
-    (log hidden, log inter, log experts/topk), looked up at the same rows per expert and local
-    experts, times what the table's plain GEMMs say the shape change is worth: the rate of one
-    expert's FC1 and FC2 at the model's (hidden, inter/etp) over that at the listed shape's,
-    both at the same rows per expert (_expert_gemm_rate). The fused kernel is those two
-    grouped GEMMs plus permutation; its shape efficiency is theirs. A listed shape is looked
-    up as itself. Worked number (H100, bf16): gpt-oss-120b (2880 x 2880, top-4 of 128) takes
-    the 4096 x 2048 top-8 of 256 shape (same experts per top-k); at 1024 rows per expert its
-    GEMMs run at 705 against 732 TFLOP/s, so its fused MoE at 0.963 of that shape's rate."""
-    prefix = f"moe.{dtype}.{'gated' if gated else 'nongated'}."
-    shapes = [name for name in table.grids if name.startswith(prefix)]
-    if not shapes:
+    The grid is looked up by rows per expert and local experts, never at a kernel with less
+    work per GPU than the query's: the rate is the best of the grid's kernels that do the same
+    work with no more rows per expert (the query's work as more local experts of fewer rows:
+    a grouped GEMM may split an expert's rows into groups of its own), sampled where that line
+    of constant work crosses the grid's token and ep sizes (_moe_line_samples), on a grid made
+    monotone in both (envelope_moe_log_rate). Beyond the token edge (16,384 tokens of the EP
+    group) the work per GPU is kept as more local experts of edge-sized rows; the rate of a
+    kernel with more local experts than the model has, or more work than the query, is a
+    bound only when it does no more work: a sample clamped onto more work is charged at the
+    clamped kernel's latency. So, at a fixed number of token copies per GPU the seconds never
+    grow with ep, and at fixed local experts the rate never falls as rows per expert grow.
+    Worked number (GB200 fp8_block, DeepSeek-V3's 7168 x 2048 top-8 of 256, 4,096 tokens per
+    GPU): at ep 8 (32,768 tokens, 1,024 rows on each of 32 experts) the rate is the grid's
+    16,384 tokens at ep 4 (512 rows on each of 64 experts), 1,962 TFLOP/s, and so at ep 16 to
+    64; the clamped lookup gave 1,765 at ep 8 and 853 at ep 64.
+
+    A model whose shape the table lacks takes the nearest listed shape in (log hidden, log
+    inter, log experts/topk), at the same rows per expert and local experts, times what the
+    table's plain GEMMs say the shape change is worth at each grid point (_model_moe_grid).
+    Worked number (H100, bf16): gpt-oss-120b (2880 x 2880, top-4 of 128) takes the 4096 x
+    2048 top-8 of 256 shape (same experts per top-k); at 1024 rows per expert its GEMMs run
+    at 705 against 732 TFLOP/s, so its fused MoE at 0.963 of that shape's rate."""
+    samples = _moe_line_samples(table, dtype, hidden, inter, topk, experts, gated, tokens, etp,
+                                ep)
+    if samples is None:
         return None
+    seconds, _, use = samples
+    return np.where(use, seconds, np.inf).min(axis=0)
+
+
+def estimate_table_moe_backward_s(table: KernelTable, dtype: str, *, hidden: int, inter: int,
+                                  topk: int, experts: int, gated: bool, tokens, etp, ep
+                                  ) -> np.ndarray | None:
+    """Seconds of the backward of estimate_table_moe_s's fused MoE: each kernel on its line of
+    constant work (estimate_table_moe_s) times the GEMM table's backward over forward time of
+    one expert's two GEMMs at that kernel's rows per expert (estimate_expert_backward_ratio),
+    the least of them: the backward's grouped GEMMs split an expert's rows into groups as the
+    forward's can (the weight gradient sums the groups' partial products). So it too never
+    grows with ep at a fixed number of token copies per GPU. None where the table has no MoE
+    rows in `dtype`."""
+    samples = _moe_line_samples(table, dtype, hidden, inter, topk, experts, gated, tokens, etp,
+                                ep)
+    if samples is None:
+        return None
+    seconds, rows, use = samples
+    ratio = estimate_expert_backward_ratio(
+        table, dtype, rows=rows, hidden=hidden, inter=inter,
+        etp=np.broadcast_to(np.asarray(etp, dtype=float), rows.shape[1:]), gated=gated)
+    return np.where(use, seconds * ratio, np.inf).min(axis=0)
+
+
+def _nearest_moe_shape(table: KernelTable, dtype: str, hidden: int, inter: int, topk: int,
+                       experts: int, gated: bool) -> str | None:
+    """The listed MoE grid in `dtype` nearest the model's shape in (log hidden, log inter,
+    log experts/topk); None without one."""
+    prefix = f"moe.{dtype}.{'gated' if gated else 'nongated'}."
 
     def distance(name: str) -> float:
         h, i, k, e = (int(x) for x in name.removeprefix(prefix).split("x"))
         return (abs(np.log(h / hidden)) + abs(np.log(i / inter))
                 + abs(np.log((e / k) / (experts / topk))))
 
-    name = min(shapes, key=distance)
-    h_, i_, k_, e_ = (int(x) for x in name.removeprefix(prefix).split("x"))
-    tokens = np.asarray(tokens, dtype=float)
-    ep = np.asarray(ep, dtype=float)
-    # Same rows per expert (tokens*topk/experts) and local experts (experts/ep) in the listed
-    # shape.
-    rate = np.exp(table.grids[name].interpolate_log_rate(
-        tokens * topk * e_ / (experts * k_), etp, ep * e_ / experts))
-    if (h_, i_) != (hidden, inter) and table.has(f"gemm.{dtype}"):
-        rows_per_expert = tokens * topk / experts
-        rate = rate * (_expert_gemm_rate(table, dtype, rows_per_expert, hidden, inter, etp, gated)
-                       / _expert_gemm_rate(table, dtype, rows_per_expert, h_, i_, etp, gated))
-    work = moe_flop(tokens, etp, ep, hidden, inter, topk, gated)
-    return np.where(work > 0, work / rate, 0.0)
+    shapes = [name for name in table.grids if name.startswith(prefix)]
+    return min(shapes, key=distance) if shapes else None
+
+
+def _moe_line_samples(table: KernelTable, dtype: str, hidden: int, inter: int, topk: int,
+                      experts: int, gated: bool, tokens, etp, ep
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(seconds, rows per expert, whether used) of the kernels that do the query's work on its
+    line of constant work, (samples, *query shape) each (estimate_table_moe_s), in the nearest
+    listed shape re-rated to the model's; None without a listed shape in `dtype`."""
+    name = _nearest_moe_shape(table, dtype, hidden, inter, topk, experts, gated)
+    if name is None:
+        return None
+    _, _, k_, e_ = (int(x) for x in name.split(".")[3].split("x"))
+    grid = _model_moe_grid(table, dtype, name, hidden, inter, gated)
+    tokens, etp, ep = np.broadcast_arrays(np.asarray(tokens, dtype=float),
+                                          np.asarray(etp, dtype=float),
+                                          np.asarray(ep, dtype=float))
+    shape = tokens.shape
+    # The same rows per expert (tokens*topk/experts) and local experts (experts/ep) in the
+    # listed shape.
+    listed_tokens = tokens.reshape(-1) * topk * e_ / (experts * k_)
+    log_rate, sample_tokens, use = _moe_line_log_rates(grid, listed_tokens, etp.reshape(-1),
+                                                       ep.reshape(-1) * e_ / experts)
+    work = moe_flop(tokens, etp, ep, hidden, inter, topk, gated).reshape(1, -1)
+    seconds = np.where(work > 0, work / np.exp(log_rate), 0.0)
+    rows = sample_tokens * k_ / e_
+    samples = (len(seconds), *shape)
+    return seconds.reshape(samples), rows.reshape(samples), use.reshape(samples)
+
+
+def _moe_line_log_rates(grid: KernelGrid, tokens: np.ndarray, etp: np.ndarray, ep: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ln rate, tokens, whether used) of the kernels on the line of constant work per GPU
+    through `tokens` x `etp` x `ep` (the grid's own coordinates, flat arrays) at no more
+    tokens: where the line crosses each token size and each ep size of the grid
+    (estimate_table_moe_s). A sample clamped onto a kernel with more work than its own (fewer
+    tokens than the grid's least, ep or etp beyond the grid's largest) runs at that kernel's
+    latency. Without any sample (fewer tokens than the grid's least at an ep below its least)
+    the query itself, clamped the same way."""
+    token_sizes = grid.sizes[0].astype(float)[:, None]
+    ep_sizes = grid.sizes[2].astype(float)[:, None]
+    sample_tokens = np.concatenate([np.broadcast_to(token_sizes, (len(token_sizes), tokens.size)),
+                                    tokens.reshape(1, -1) * ep_sizes / ep.reshape(1, -1),
+                                    tokens.reshape(1, -1)])
+    sample_ep = np.concatenate([ep.reshape(1, -1) * token_sizes / tokens.reshape(1, -1),
+                                np.broadcast_to(ep_sizes, (len(ep_sizes), ep.size)),
+                                ep.reshape(1, -1)])
+    on_line = np.concatenate([token_sizes <= tokens.reshape(1, -1),
+                              ep_sizes <= ep.reshape(1, -1)])
+    fallback = ~on_line.any(axis=0)
+    use = np.concatenate([on_line, fallback[None, :]])
+    etp_row = etp.reshape(1, -1)
+    log_rate = grid.interpolate_log_rate(sample_tokens, etp_row, sample_ep)
+    clamped = [np.clip(x, float(sizes[0]), float(sizes[-1])) for x, sizes in
+               zip((sample_tokens, etp_row, sample_ep), grid.sizes)]
+    # Work per GPU goes as tokens / (ep etp): the clamped kernel's over the sample's.
+    more_work = (clamped[0] / sample_tokens) * (sample_ep / clamped[2]) * (etp_row / clamped[1])
+    return log_rate - np.log(np.maximum(more_work, 1.0)), sample_tokens, use
+
+
+@functools.lru_cache(maxsize=256)
+def _model_moe_grid(table: KernelTable, dtype: str, name: str, hidden: int, inter: int,
+                    gated: bool) -> KernelGrid:
+    """The listed MoE grid `name` re-rated to a model's (hidden, inter): at each grid point its
+    rate times the table's plain-GEMM rate of one expert's FC1 and FC2 at the model's shape
+    over that at the listed shape, both at the point's rows per expert and etp
+    (_expert_gemm_rate; the fused kernel is those two grouped GEMMs plus permutation, so its
+    shape efficiency is theirs), then made monotone again (envelope_moe_log_rate, nothing
+    filled). The listed grid itself where the shape is listed or the table has no GEMMs in
+    `dtype`."""
+    grid = table.grids[name]
+    h_, i_, k_, e_ = (int(x) for x in name.split(".")[3].split("x"))
+    if (h_, i_) == (hidden, inter) or not table.has(f"gemm.{dtype}"):
+        return grid
+    rows = grid.sizes[0].astype(float)[:, None] * k_ / e_
+    etp = grid.sizes[1].astype(float)[None, :]
+    factor = (_expert_gemm_rate(table, dtype, rows, hidden, inter, etp, gated)
+              / _expert_gemm_rate(table, dtype, rows, h_, i_, etp, gated))
+    log_rate = envelope_moe_log_rate(grid.log_rate + np.log(factor)[:, :, None],
+                                     np.zeros(grid.log_rate.shape, dtype=bool))
+    return KernelGrid(grid.axis_names, grid.sizes, grid.latency_s * np.exp(grid.log_rate - log_rate),
+                      grid.adjusted | (log_rate != grid.log_rate), log_rate, grid.log_factors)
 
 
 def _expert_gemm_rate(table: KernelTable, dtype: str, rows, hidden: int, inter: int, etp,

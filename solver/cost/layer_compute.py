@@ -46,7 +46,7 @@ from solver.cost.efficiency import (
 )
 from solver.cost.flops import estimate_attention_core_flops
 from solver.cost.kernels import (
-    estimate_expert_backward_ratio,
+    estimate_table_moe_backward_s,
     estimate_table_moe_s,
     load_kernel_table,
 )
@@ -285,8 +285,10 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     """(forward, backward, fused) seconds of the routed experts. The GPU's EP group routes
     ep*etp*rows/tp tokens over all experts; each GPU computes its experts/ep experts (split
     etp ways) for tokens*k/experts rows each, which is the table's MoE row at that token
-    count; its backward is that forward times the GEMM table's dgrad + wgrad over forward
-    time for one expert's two GEMMs (solver.cost.kernels.estimate_expert_backward_ratio).
+    count (solver.cost.kernels.estimate_table_moe_s: beyond the grid's tokens, the same work
+    as more local experts of fewer rows); its backward is such a kernel's forward times the
+    GEMM table's dgrad + wgrad over forward time for one expert's two GEMMs
+    (estimate_table_moe_backward_s).
     Without such rows: experts/ep per-expert GEMM pairs of that many rows. The experts'
     tokens are moe_token_width wide (the latent width under LatentMoE)."""
     gpu, cc, h = cluster.gpu, constants.compute, model_spec.moe_token_width
@@ -297,20 +299,20 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     if gpu.kernel_table is not None:
         table = load_kernel_table(gpu.kernel_table)
 
-        def fused(dtype: str) -> np.ndarray | None:
-            return estimate_table_moe_s(
-                table, dtype, hidden=h, inter=model_spec.moe_intermediate_size, topk=k,
-                experts=experts, gated=model_spec.mlp_type == "gated",
-                tokens=rows / tp * ep * etp, etp=etp, ep=ep)
+        def fused(estimate, dtype: str) -> np.ndarray | None:
+            return estimate(table, dtype, hidden=h, inter=model_spec.moe_intermediate_size,
+                            topk=k, experts=experts, gated=model_spec.mlp_type == "gated",
+                            tokens=rows / tp * ep * etp, etp=etp, ep=ep)
 
-        low, high = fused(recipe.table_dtype), fused(BF16.table_dtype)
+        low = fused(estimate_table_moe_s, recipe.table_dtype)
+        high = fused(estimate_table_moe_s, BF16.table_dtype) if bf16_share else None
         if low is not None and (high is not None or bf16_share == 0.0):
-            forward = low if bf16_share == 0.0 else (1.0 - bf16_share) * low + bf16_share * high
-            ratio = estimate_expert_backward_ratio(
-                table, recipe.table_dtype, rows=rows / tp * ep * etp * k / experts, hidden=h,
-                inter=model_spec.moe_intermediate_size, etp=etp,
-                gated=model_spec.mlp_type == "gated")
-            return forward, ratio * forward, True
+            low_bwd = fused(estimate_table_moe_backward_s, recipe.table_dtype)
+            if bf16_share == 0.0:
+                return low, low_bwd, True
+            high_bwd = fused(estimate_table_moe_backward_s, BF16.table_dtype)
+            return ((1.0 - bf16_share) * low + bf16_share * high,
+                    (1.0 - bf16_share) * low_bwd + bf16_share * high_bwd, True)
     expert_rows = rows * k * ep * etp / (experts * tp)
     width = model_spec.expert_params / (2.0 * h * etp)
     local = experts / ep
