@@ -50,7 +50,12 @@ ZOO_NAMES = {
     "Qwen3_235B_a22B": "qwen3-235b-a22b",
     "GPT OSS 120B": "gpt-oss-120b",
     "BLOOM-176B": "bloom-176b",
+    "Nemotron_3_Nano": "nemotron-3-nano-30b-a3b",
 }
+
+# The rows' arch_type -> PublishedRun.arch_kind; a hybrid (Mamba-2 and attention layers, MoE
+# MLPs) is reported apart from the plain MoE transformers, and only from the zoo.
+ARCH_KINDS = {"dense": "dense", "moe": "moe", "hybrid_mamba_moe": "hybrid"}
 
 PRESETS = {("A100", 40): "dgx-a100-40gb", ("A100", 80): "dgx-a100-80gb", ("H100", 80): "dgx-h100"}
 
@@ -63,7 +68,7 @@ class PublishedRun:
     source: str
     source_group: str  # llm-foundry | bloom | megatron-lm | megatron-bridge
     gpu: str  # e.g. "A100-40GB"
-    arch_kind: str  # dense | moe
+    arch_kind: str  # dense | moe | hybrid
     precision: str  # bf16 | fp8
     num_gpus: int
     model_spec: ModelSpec
@@ -121,7 +126,7 @@ def _map_row(row: dict[str, Any]) -> PublishedRun:
     return PublishedRun(
         id=row["id"], source=row["source"], source_group=group,
         gpu=f"{row['gpu_type']}-{row['gpu_memory_gb'] or 80}GB",
-        arch_kind="moe" if model_spec.is_moe else "dense",
+        arch_kind=ARCH_KINDS[row["arch_type"]],
         precision=job.precision, num_gpus=row["num_gpus"], model_spec=model_spec,
         cluster=cluster, job=job, parallel=parallel, tokens_per_sec_per_gpu=tokens,
         measured_from=measured_from,
@@ -135,11 +140,13 @@ def _map_row(row: dict[str, Any]) -> PublishedRun:
 
 def _model_spec(row: dict[str, Any], group: str, parallel: ParallelConfig,
                 notes: list[str]) -> ModelSpec:
-    if row["arch_type"] not in ("dense", "moe"):
-        raise _Unmappable(f"arch_type {row['arch_type']!r}: parplan models transformer layers only")
+    if row["arch_type"] not in ARCH_KINDS:
+        raise _Unmappable(f"arch_type {row['arch_type']!r}: not a kind parplan models")
     base_name = (row["model"] or "").split(" (")[0]
     if base_name in ZOO_NAMES:
         return _zoo_model(row, ZOO_NAMES[base_name], parallel.tp)
+    if ARCH_KINDS[row["arch_type"]] == "hybrid":
+        raise _Unmappable(f"hybrid model {row['model']!r} is not in the zoo")
     if group == "bloom" and row["layers"] is None and BLOOM_0220 in row["source"]:
         row = {**row, "layers": bloom_layers_fitting_pp(row, parallel.pp)}
         notes.append(f"layers = {row['layers']}: the multiple of pp nearest the count the "

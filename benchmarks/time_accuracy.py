@@ -141,6 +141,14 @@ BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
     ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep"},
     ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
     ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
+    # Nemotron 3 Nano (26.02-26.06 rows): the family's base config sets the flex dispatcher's
+    # HybridEP backend and no moe_a2a_overlap (nemotron_3_nano_workload_base_configs.py,
+    # BASE_NEMOTRON_3_NANO_CONFIG moe_flex_dispatcher_backend="hybridep"; read at 0011573,
+    # whose H100 entries keep the base tp 4 where the rows state tp 1, so the releases the
+    # rows ran may differ in more than tp).
+    **{("nemotron-3-nano-30b-a3b", release): {"ep_comm_overlap": False,
+                                              "moe_dispatcher": "hybridep"}
+       for release in ("26.02", "26.04", "26.06")},
     **{("gpt-oss-120b", release): {"ep_comm_overlap": False,
                                    "recompute_modules": ("layernorm", "moe_act")}
        for release in ("25.11", "26.02", "26.04", "26.06")},

@@ -27,8 +27,6 @@ from solver.catalog import load_model_spec  # noqa: E402
 
 # Why the ok rows that are not mapped are left out (reason prefix -> rows).
 SKIPPED_OK_ROWS = {
-    # Nemotron 3 Nano: hybrid Mamba-MoE, architecture not in the source.
-    "arch_type 'hybrid_mamba_moe'": 4,
     # Megatron-LM strong-scaling end points: "TP/PP for the strong-scaling points not stated".
     "parallel layout (tp/pp/dp) not stated": 2,
 }
@@ -279,3 +277,14 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     # The 26.06 Qwen3-30B layout is the recipe's: ep 16 on 16 GPUs, no pipeline.
     layout = by_id["mb-archive-26.06-H100-Qwen3_30B_a3B-FP8-16g-32"].parallel
     assert (layout.ep, layout.pp) == (16, 1)
+
+
+def test_nemotron_3_nano_rows_are_the_zoo_hybrid(loaded, rows) -> None:
+    """Megatron-Bridge's Nemotron 3 Nano rows (arch_type hybrid_mamba_moe; the source gives no
+    architecture numbers) map onto the zoo's nemotron-3-nano-30b-a3b and are reported as
+    hybrids, apart from the plain MoE transformers."""
+    hybrids = [run for run in loaded[0] if rows[run.id]["arch_type"] == "hybrid_mamba_moe"]
+    assert len(hybrids) == 4
+    assert {run.arch_kind for run in hybrids} == {"hybrid"}
+    assert {run.model_spec.name for run in hybrids} == {"nemotron-3-nano-30b-a3b"}
+    assert all((run.parallel.tp, run.parallel.ep, run.num_gpus) == (1, 8, 16) for run in hybrids)
