@@ -24,7 +24,11 @@ from solver.cost.layer_time import (
 from solver.cost.memory.activations import estimate_layer_activation_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.steptime import estimate_step_time
-from solver.cost.time_constants import TimeConstants, framework_time_constants
+from solver.cost.time_constants import (
+    TE_MODULE_OPS,
+    TimeConstants,
+    framework_time_constants,
+)
 from solver.errors import InputError
 from solver.spec import JobSpec, ParallelConfig
 from solver.spec.framework import FEATURES, FrameworkFeatures
@@ -126,7 +130,7 @@ def test_overrides_change_single_features() -> None:
 @pytest.mark.parametrize(("framework", "overrides", "message"), [
     ("megatron", {"moe_dispatcher": "nccl"}, "--moe-dispatcher"),
     ("megatron", {"attention_kernel": "flash9"}, "--attention-kernel"),
-    ("megatron", {"kernel_launch_s": 1.0}, "--kernel-launch-s: not a framework feature"),
+    ("megatron", {"host_op_s": 1.0}, "--host-op-s: not a framework feature"),
     ("deepspeed", {"moe_dispatcher": "deepep"}, "--moe-dispatcher deepep: DeepSpeed-MoE"),
     ("deepspeed", {"cuda_graphs": True}, "--cuda-graphs on"),
     ("torchtitan", {"moe_dispatcher": "allgather"}, "--moe-dispatcher allgather"),
@@ -141,38 +145,48 @@ def test_bad_overrides_are_input_errors_naming_the_flag(framework, overrides, me
 
 def test_host_launch_worked_number() -> None:
     """_estimate_host_s docstring: Megatron, Qwen3-30B-A3B MoE layer at ep 8 (16 local
-    experts), tp 1: 8 + 10 + 12 + 1 + 2 x 16 = 63 launches, 0.315 ms forward at 5 us; a dense
-    layer 13 launches, plus 4 SP collectives at tp 2. CUDA graphs: one launch per captured
-    block, and the MoE layer's dispatch and experts stay eager."""
-    model = load_model_spec("qwen3-30b-a3b")
+    experts), tp 1, bf16, on a DGX H100 (13.48 us per op): 96.75 ops before the token-count
+    sync, 48.38 after it; a dense layer (4 + 3T) + (2 + 2T) ops, plus 4 SP collectives at tp 2.
+    CUDA graphs: one TE-module-like replay for the captured block, and the MoE layer's
+    dispatch and experts stay eager."""
+    t = TE_MODULE_OPS
+    model, job = load_model_spec("qwen3-30b-a3b"), JobSpec(seq_len=4096)
     megatron = framework_time_constants("megatron")
-    moe = _estimate_host_s(model, degrees(ep=8), megatron, is_moe=True)
-    assert moe[0] == pytest.approx(63 * 5e-6)
-    dense = _estimate_host_s(model, degrees(tp=2), megatron, is_moe=False)
-    assert dense[0] == pytest.approx((13 + 4) * 5e-6)
+    after, before = _estimate_host_s(model, H100, job, degrees(ep=8), megatron, is_moe=True)
+    assert before[0] == pytest.approx((4 + 3 * t + t + 72 + 10) * 13.48e-6)
+    assert before[0] == pytest.approx(1.304e-3, abs=1e-6)
+    assert after[0] == pytest.approx((10 + 1 + 2 * t + 2 * 16) * 13.48e-6)
+    assert after[0] == pytest.approx(0.652e-3, abs=1e-6)
+    dense = _estimate_host_s(model, H100, job, degrees(tp=2), megatron, is_moe=False)
+    assert dense[0][0] == 0.0
+    assert dense[1][0] == pytest.approx((4 + 3 * t + 2 + 2 * t + 4) * 13.48e-6)
     graphs = megatron.model_copy(update={"cuda_graphs": True})
-    assert _estimate_host_s(model, degrees(tp=2), graphs, False)[0] == pytest.approx(5e-6)
-    assert _estimate_host_s(model, degrees(ep=8), graphs, True)[0] == pytest.approx(
-        (2 + 12 + 1 + 32) * 5e-6)
+    assert _estimate_host_s(model, H100, job, degrees(tp=2), graphs, False)[1][0] == (
+        pytest.approx(t * 13.48e-6))
+    graphed = _estimate_host_s(model, H100, job, degrees(ep=8), graphs, True)
+    assert graphed[0][0] == pytest.approx(after[0])
+    assert graphed[1][0] == pytest.approx(t * 13.48e-6)
 
 
 def test_the_gpu_hides_the_launches_until_they_outlast_its_work() -> None:
-    """A pass costs max(GPU, host): at 5 us per launch the published-size layers are GPU-bound
-    (no change); at 1 ms per launch a dense layer costs its launches, and CUDA graphs remove
-    them."""
+    """A pass costs max(GPU, host): at the DGX H100's 13.48 us per op a published-size dense
+    layer is GPU-bound (no change); at 1 ms per op it costs its ops, and CUDA graphs leave one
+    replay a pass."""
     model, cluster = load_model_spec("llama3.1-8b"), H100
     job, d = JobSpec(seq_len=4096), degrees()
-    none = TimeConstants(kernel_launch_s=0.0)
+    none = TimeConstants(host_op_s=0.0)
     default = TimeConstants()
-    slow = TimeConstants(kernel_launch_s=1e-3)
+    slow = TimeConstants(host_op_s=1e-3)
     terms = {name: estimate_layer_terms(model, cluster, job, d, c)["per_layer"][0, 0]
              for name, c in (("none", none), ("default", default), ("slow", slow))}
     np.testing.assert_allclose(terms["default"], terms["none"])
-    launches = 13 * 1e-3 * (1 + 2)  # forward and backward (twice the kernels)
+    ops = 4 + 3 * TE_MODULE_OPS + 2 + 2 * TE_MODULE_OPS
+    launches = ops * 1e-3 * (1 + 2)  # forward and backward (twice the ops)
     assert terms["slow"][0] == pytest.approx(launches)  # the compute part
     graphed = slow.model_copy(update={"cuda_graphs": True})
     with_graphs = estimate_layer_terms(model, cluster, job, d, graphed)["per_layer"][0, 0]
-    assert with_graphs[0] == pytest.approx(max(terms["none"][0], 3 * 1e-3), rel=1e-6)
+    assert with_graphs[0] == pytest.approx(max(terms["none"][0], 3 * TE_MODULE_OPS * 1e-3),
+                                           rel=1e-6)
 
 
 def test_launch_bound_micro_batches_scale_with_the_micro_batch() -> None:
@@ -181,12 +195,12 @@ def test_launch_bound_micro_batches_scale_with_the_micro_batch() -> None:
     layers. Here with launches slow enough to bind (a DeepSpeed-MoE-like per-expert loop on a
     slow host): tokens/s per GPU at micro-batch 4 is > 2.5x that at micro-batch 1."""
     constants = build_framework_profile("deepspeed").time_constants.model_copy(
-        update={"kernel_launch_s": 2e-4})
+        update={"host_op_s": 2e-4})
     job = JobSpec(seq_len=1024, global_batch=64)
     rate = [step("qwen3-30b-a3b", constants, job, dp=8, ep=8, micro_batch=mb,
                  recompute="none").tokens_per_s_per_gpu[0] for mb in (1, 4)]
     assert rate[1] / rate[0] > 2.5
-    free = constants.model_copy(update={"kernel_launch_s": 0.0})
+    free = constants.model_copy(update={"host_op_s": 0.0})
     gpu_bound = [step("qwen3-30b-a3b", free, job, dp=8, ep=8, micro_batch=mb,
                       recompute="none").tokens_per_s_per_gpu[0] for mb in (1, 4)]
     assert gpu_bound[1] / gpu_bound[0] < 1.5
@@ -200,8 +214,8 @@ def test_launch_bound_micro_batches_scale_with_the_micro_batch() -> None:
        recompute=st.sampled_from(["none", "selective", "full"]),
        framework=st.sampled_from(FRAMEWORKS), mb=st.sampled_from([1, 2, 8]))
 def test_launches_never_make_a_step_faster(launch_us, tp, recompute, framework, mb) -> None:
-    base = framework_time_constants(framework).model_copy(update={"kernel_launch_s": 0.0})
-    slow = base.model_copy(update={"kernel_launch_s": launch_us * 1e-6})
+    base = framework_time_constants(framework).model_copy(update={"host_op_s": 0.0})
+    slow = base.model_copy(update={"host_op_s": launch_us * 1e-6})
     kwargs = dict(tp=tp, dp=8 // tp, ep=8 // tp, micro_batch=mb, recompute=recompute)
     fast_t = step("qwen3-30b-a3b", base, **kwargs)
     slow_t = step("qwen3-30b-a3b", slow, **kwargs)
@@ -285,10 +299,10 @@ def test_op_level_selective_recompute_costs_time_and_saves_memory() -> None:
 
 def test_eager_elementwise_ops_move_twice_the_bytes() -> None:
     fused = TimeConstants()
-    eager = fused.model_copy(update={"fused_elementwise": False, "kernel_launch_s": 0.0})
+    eager = fused.model_copy(update={"fused_elementwise": False, "host_op_s": 0.0})
     model, job, d = load_model_spec("llama3.1-8b"), JobSpec(seq_len=4096), degrees()
     a = estimate_layer_terms(model, H100, job, d, fused.model_copy(
-        update={"kernel_launch_s": 0.0}))["mixed_fwd"]
+        update={"host_op_s": 0.0}))["mixed_fwd"]
     b = estimate_layer_terms(model, H100, job, d, eager)["mixed_fwd"]
     assert b[0] > a[0]
     assert TimeConstants().eager_elementwise_traffic == 2.0

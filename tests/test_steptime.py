@@ -372,9 +372,10 @@ def test_dp_overlap_window_is_the_layer_time_the_host_paces() -> None:
     """The DP overlap window (the average layer's forward and backward) is the layer's compute
     as its per-layer time counts it: the GPU's work and the GPU's wait for the host's launches
     (layer_time._layer_terms). Worked number (layer_time._estimate_host_s): Megatron,
-    Qwen3-30B-A3B's MoE layer (all its layers) at ep 8, tp 1 launches 63 kernels at 5 us,
-    0.315 ms forward and 0.63 ms backward. At 256 tokens the GPU's forward is shorter: the
-    window is longer than the GPU's work, by the wait; at 4,096 tokens it is the GPU's."""
+    Qwen3-30B-A3B's MoE layer (all its layers) at ep 8, tp 1 issues 145.1 ops at a DGX H100's
+    13.48 us, 1.956 ms forward and 3.91 ms backward. At 256 tokens the GPU's forward is
+    shorter: the window is longer than the GPU's work, by the wait; at 16,384 tokens it is the
+    GPU's."""
 
     from solver.cost.layer_compute import estimate_backward_s, estimate_forward_s
     from solver.cost.layer_compute_kept import estimate_framework_compute_s
@@ -386,7 +387,8 @@ def test_dp_overlap_window_is_the_layer_time_the_host_paces() -> None:
     d = {k: np.array([v]) for k, v in dict(tp=1, pp=1, dp=8, cp=1, ep=8, etp=1, vpp=1, zero=1,
                                             micro_batch=1, recompute=0).items()}
     compute = STAGE_PARTS.index("compute")
-    for seq_len, host_binds in ((256, True), (4096, False)):
+    host_fwd = 1.956e-3
+    for seq_len, host_binds in ((256, True), (16384, False)):
         job = JobSpec(seq_len=seq_len, global_batch=64)
         moe = estimate_framework_compute_s(model, cluster, job, d, constants)["moe"]
         gpu = estimate_forward_s(moe)[0] + estimate_backward_s(moe)[0]
@@ -394,8 +396,8 @@ def test_dp_overlap_window_is_the_layer_time_the_host_paces() -> None:
         window = terms["mixed_fwd"][0] + terms["mixed_bwd"][0]
         assert window == pytest.approx(terms["per_layer"][0, 1, compute], rel=1e-12)
         assert (window > gpu * (1 + 1e-9)) == host_binds
-        assert estimate_forward_s(moe)[0] < 0.315e-3 if host_binds else \
-            estimate_forward_s(moe)[0] > 0.315e-3
+        assert estimate_forward_s(moe)[0] < host_fwd if host_binds else \
+            estimate_forward_s(moe)[0] > host_fwd
 
 
 @settings(max_examples=60, deadline=None)

@@ -33,12 +33,15 @@ override:
   fp8_all_gather       torchao float8's FSDP2 all-gather in float8 (torchtitan; memory only)
   cpu_offloading_num_layers  Megatron's layer-level CPU offloading of the first N layers'
                        activations (solver.cost.memory.layer_offload, solver.cost.offload)
-and, not overridable, the host launches per layer (TimeConstants.launches, counted below), the
+and, not overridable, the host ops per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
 bf16).
 
-Kernel counts (forward, one layer, one micro-batch) are read off the frameworks' layer code
-[B: counted from the module structure, not profiled]; the backward launches twice as many.
+Host op counts (forward, one layer, one micro-batch; TimeConstants.launches) are read off the
+frameworks' layer code [B: counted from the module structure], save Megatron's router, counted
+in NVIDIA's DeepSeek-V3 GB200 profile; the backward issues twice as many. Each op costs the
+host the cluster CPU's time per eager op (ClusterSpec.host_op_us; a Transformer Engine module
+call TE_MODULE_OPS of them: solver.cost.time_constants).
 """
 
 from __future__ import annotations
@@ -85,50 +88,60 @@ ATTENTION_SWITCHES = {
                                             "triton": (True, False, True),
                                             "unfused": (False, False, False)}.items()}
 
-# Megatron-Core with Transformer Engine (megatron/core/transformer/transformer_layer.py
-# TransformerLayer.forward, attention.py, mlp.py, moe/moe_layer.py, moe/token_dispatcher.py
-# MoEAlltoAllTokenDispatcher, moe/experts.py TEGroupedMLP), forward:
-#   attention 8  TE LayerNormLinear (norm + QKV GEMM: 2), the QKV split copy, fused RoPE on q and
-#                k (2), cuDNN fused attention, output projection, bias-dropout-add
-#   mlp 5        LayerNormLinear (2), fused SwiGLU, fc2, bias-dropout-add
-#   router 10    pre-MLP norm, gate GEMM, score function and top-k (4), aux loss (2), shared
-#                expert fc1, activation, fc2 (3)... less one where fused: 10
-#   dispatch 12  tokens per expert, their D2H copy, permute (2), all-to-all, sort by local
-#                expert; sort back, all-to-all, unpermute (2), bias-dropout-add, shared add
-#   experts 1 + 2 per local expert: the activation over all local tokens; TE GroupedLinear
-#                issues one GEMM per local expert for fc1 and fc2.
+# Megatron-Core with Transformer Engine: KernelLaunches' defaults, which say what each count
+# holds (TE modules TE_MODULE_OPS ops each; the router's from NVIDIA's DeepSeek-V3 GB200 guide).
 MEGATRON_LAUNCHES = KernelLaunches()
 # torchtitan without torch.compile (its default: config Compile.enable = False; the llama3_8b
-# and qwen3 train configs keep it off), torchtitan/models/llama3/model.py and moe.py:
+# and qwen3 train configs keep it off), torchtitan/models/llama3/model.py, deepseek_v3 and
+# moe.py; every op an eager ATen op:
 #   attention 20  RMSNorm run as ATen ops (5), wq, wk, wv (3), complex RoPE on q and k (cast,
 #                 complex multiply, cast back: 6), transposes to SDPA's layout (2), SDPA, the
 #                 output transpose copy, wo, residual add
+#   mla_attention 35  RMSNorm (5), wq_a, q_norm (5), wq_b, RoPE on q (3), wkv_a, kv_norm (5),
+#                 RoPE on k (3), wkv_b, two concatenations, transposes (2), SDPA, the output
+#                 copy, wo, residual add [B]
 #   mlp 11        RMSNorm (5), w1, w3, silu, mul, w2, residual add
-#   router 15     RMSNorm (5), gate mm, score function, top-k, histc of counts, score gather,
-#                 shared expert w1, w3, silu, mul, w2 (5)
-#   dispatch 11   all-to-all of counts, their D2H .tolist(), token all_to_all_single, permute
-#                 indices, gather; unpermute, all_to_all_single, score multiply, scatter-add,
-#                 shared add, residual add
+#   router 10     RMSNorm (5), gate mm, score function, top-k, histc of counts, score gather
+#   shared_experts 5  w1, w3, silu, mul, w2
+#   preprocess 2  all-to-all of the counts, their D2H .tolist() (the sync)
+#   dispatch 9    token all_to_all_single, permute indices, gather; unpermute,
+#                 all_to_all_single, score multiply, scatter-add, shared add, residual add
 #   experts 5     torch._grouped_mm for w1 and w3, silu, mul, grouped_mm for w2: one kernel
-#                 for all local experts, none per expert.
-TORCHTITAN_EAGER_LAUNCHES = KernelLaunches(attention=20.0, mlp=11.0, router=15.0,
-                                           dispatch=11.0, experts=5.0, per_local_expert=0.0)
+#                 for all local experts, none per expert (torchao's float8 and MX grouped GEMMs
+#                 quantize the whole token tensor: no quantize per expert either); no fused
+#                 router.
+TORCHTITAN_EAGER_LAUNCHES = KernelLaunches(
+    attention=20.0, mla_attention=35.0, mlp=11.0, router=10.0, router_fused=None,
+    shared_experts=5.0, preprocess=2.0, dispatch=9.0, experts=5.0, per_local_expert=0.0,
+    quantized_splits_per_local_expert=0.0)
 # torchtitan with torch.compile: Inductor fuses each element-wise chain into one kernel, the
-# norms into their neighbours; the GEMMs stay separate (wq, wk, wv; w1, w3).
-TORCHTITAN_COMPILED_LAUNCHES = KernelLaunches(attention=9.0, mlp=6.0, router=9.0,
-                                              dispatch=11.0, experts=4.0, per_local_expert=0.0)
+# norms into their neighbours; the GEMMs stay separate (wq, wk, wv; w1, w3; MLA's five
+# projections) [B].
+TORCHTITAN_COMPILED_LAUNCHES = KernelLaunches(
+    attention=9.0, mla_attention=15.0, mlp=6.0, router=5.0, router_fused=None,
+    shared_experts=4.0, preprocess=2.0, dispatch=9.0, experts=4.0, per_local_expert=0.0,
+    quantized_splits_per_local_expert=0.0)
 # Megatron-DeepSpeed (megatron/model/transformer.py ParallelTransformerLayer: apex fused layer
-# norm, fused bias-GeLU, fused bias-dropout-add) and DeepSpeed-MoE (deepspeed/moe/
-# sharded_moe.py TopKGate + MOELayer, moe/experts.py Experts):
-#   attention 8, mlp 5  as Megatron's (the legacy model's fused kernels)
+# norm, fused bias-GeLU, fused bias-dropout-add; plain torch modules, no TE) and DeepSpeed-MoE
+# (deepspeed/moe/sharded_moe.py TopKGate + MOELayer, moe/experts.py Experts):
+#   attention 8   layer norm, QKV GEMM, the split copy, RoPE on q and k (2), FlashAttention,
+#                 output projection, bias-dropout-add; mla_attention 16 as Megatron's plain
+#                 ops (9) and its seven modules one op each [B: no MLA in Megatron-DeepSpeed]
+#   mlp 5         layer norm, fc1, fused bias-GeLU, fc2, bias-dropout-add
 #   router 14     layer norm, gate GEMM, softmax, top-k, one-hot masks (2), capacity cumsum and
-#                 locations (3), aux loss (3), combine weights (2)
+#                 locations (3), aux loss (3), combine weights (2); the expert counts' copy to
+#                 the host (exp_counts .to('cpu')) is the sync; no fused router
+#   shared_experts 3  fc1, activation, fc2 (plain modules)
+#   preprocess 0  (counted in the router)
 #   dispatch 8    dispatch einsum, all-to-all, reshape copy; all-to-all, reshape, combine
 #                 einsum, residual add, one more copy
 #   experts 1 + 4 per local expert: Experts.forward loops over its local experts in Python
-#                 (chunk, fc1, GeLU, fc2), then concatenates.
-DEEPSPEED_LAUNCHES = KernelLaunches(router=14.0, dispatch=8.0, experts=1.0,
-                                    per_local_expert=4.0)
+#                 (chunk, fc1, GeLU, fc2), then concatenates; FP8 through TE wraps each
+#                 expert's Linear, not a grouped split quantize (none counted).
+DEEPSPEED_LAUNCHES = KernelLaunches(
+    attention=8.0, mla_attention=16.0, mlp=5.0, router=14.0, router_fused=None,
+    shared_experts=3.0, preprocess=0.0, dispatch=8.0, experts=1.0, per_local_expert=4.0,
+    quantized_splits_per_local_expert=0.0)
 
 
 class FrameworkProfile(BaseModel):
@@ -199,6 +212,8 @@ def _megatron() -> TimeConstants:
       where installed) on Hopper and Blackwell (--attention-backend auto).
     elementwise fused: TE fused norms (LayerNormLinear), --apply-rope-fusion, bias_swiglu.
     cuda_graphs off: --cuda-graph-impl defaults to none (transformer_config.py).
+    router unfused: --moe-router-fusion defaults off (transformer_config.py moe_router_fusion
+      = False) and `launch` does not ask for it: KernelLaunches.router, the guide's 72 kernels.
     dispatcher alltoall: the launch settings ask for --moe-token-dispatcher-type alltoall
       (Megatron-Core's own default, allgather, suits TP-only or small EP; moe/README.md);
       flex dispatchers (deepep, hybridep) by --moe-flex-dispatcher-backend.
@@ -237,9 +252,13 @@ def _torchtitan() -> TimeConstants:
     fp8 weight copies none: float8 training is torchao's convert_to_float8_training
       (components/quantization/float8.py), whose Float8Linear casts each weight on the fly in
       every forward and caches nothing (with enable_fsdp_float8_all_gather the FSDP2 gather
-      itself is in float8)."""
+      itself is in float8).
+    context parallel torch_allgather: apply_cp / context_parallel runs PyTorch's experimental
+      ring attention with context_parallel_rotate_method = "allgather" by default
+      (job_config.py v0.2.2; torch/distributed/tensor/experimental/_attention.py)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, fused_elementwise=False,
                          selective_recompute="op_level", fp8_weight_copies="none",
+                         context_parallel_ring="torch_allgather",
                          launches=TORCHTITAN_EAGER_LAUNCHES)
 
 

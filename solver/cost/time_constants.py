@@ -13,6 +13,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.efficiency import ComputeConstants
+from solver.cost.ring_attention import ContextParallelRing
+from solver.spec import ClusterSpec
 from solver.spec.framework import (
     DpOverlap,
     Fp8WeightCopies,
@@ -22,21 +24,76 @@ from solver.spec.framework import (
 )
 
 
+# What one Transformer Engine module call (te.Linear, LayerNormLinear, GroupedLinear,
+# DotProductAttention, TENorm) costs the host, in eager PyTorch ops: a BF16 te.Linear forward
+# took 99.66 us of CPU against torch.nn.Linear's 37.08 us on GB200, one GEMM kernel each
+# (NVIDIA/TransformerEngine#2053, 2025-08; GH200 90.53 against 33.17: 2.73). The ratio is the
+# Grace systems' [B: taken for x86 hosts too, whose TE row the issue's table does not give;
+# TE#445 (2023, H100) timed te.Linear at 3.3x torch.nn.Linear per forward and backward].
+TE_MODULE_OPS = 99.66 / 37.08
+# Host time per eager PyTorch op where neither TimeConstants.host_op_s nor the cluster's file
+# (ClusterSpec.host_op_us) gives one: 13.48 us CPU per torch.nn.Linear forward on an H100 DGX's
+# Xeon Platinum 8480C (NVIDIA/TransformerEngine#2053), the x86 server reference [A on that
+# CPU, B on other x86 hosts]. It replaces the 5 us driver launch floor used before: a training
+# framework's op pays Python, PyTorch's dispatcher and the launch, 10-20 us on x86.
+X86_HOST_OP_S = 13.48e-6
+
+
 class KernelLaunches(BaseModel):
-    """Kernels the host launches for one layer's forward pass of one micro-batch, by block
-    (solver.cost.frameworks counts them per framework, with the modules they come from). The
-    backward launches `backward_ratio` times as many: each GEMM becomes an input- and a
+    """Ops the host issues for one layer's forward pass of one micro-batch, by block, in eager
+    PyTorch ops (each costs the host estimate_host_op_s; solver.cost.frameworks counts them per
+    framework, from the modules they come from, a Transformer Engine module as TE_MODULE_OPS).
+    The backward issues `backward_ratio` times as many: each GEMM becomes an input- and a
     weight-gradient GEMM, each fused element-wise kernel one or two backward kernels.
-    Collectives (TP/SP, CP ring steps) are counted where they are costed."""
+    Collectives (TP/SP, CP ring steps) are counted where they are costed.
+
+    The defaults are Megatron-Core's with Transformer Engine, as `launch` starts it (T =
+    TE_MODULE_OPS; modules of megatron/core/transformer at the DeepSeek-V3 GB200 guide's
+    commit):
+      attention 4 + 3T       LayerNormLinear QKV, DotProductAttention, output Linear; the QKV
+                             split, fused RoPE on q and k, bias-dropout-add
+      mla_attention 9 + 7T   (multi_latent_attention.py) TENorm, q down Linear, q up
+                             LayerNormLinear, kv down Linear, kv up LayerNormLinear,
+                             DotProductAttention, output Linear; three splits, RoPE on q and
+                             k, the k position embedding's expand copy, two concatenations,
+                             bias-dropout-add
+      mlp 2 + 2T             LayerNormLinear fc1, Linear fc2; SwiGLU, bias-dropout-add
+      router T + 72          the pre-MLP TENorm and the router part's 72 kernels of NVIDIA's
+                             DeepSeek-V3 GB200 guide (§2.1.4, Nsys; sigmoid scores, group-
+                             limited top-k, expert bias, sequence aux loss; Megatron's default
+                             --moe-router-fusion off), [B] for simpler routers, which launch
+                             fewer
+      router_fused T + 31    the same under --moe-router-fusion (TE PR 1883: "from 72 to 31");
+                             TimeConstants.moe_router_fusion picks it
+      shared_experts 1 + 2T  Linear fc1, activation, Linear fc2 (layers with shared experts)
+      preprocess 10          MoEAlltoAllTokenDispatcher.preprocess: tokens per expert, the
+                             splits' sums, their all-gather over TP x EP, and the copies to the
+                             host [B: counted from token_dispatcher.py]
+      dispatch 10            permute (2), all-to-all, sort by local expert; sort back,
+                             all-to-all, unpermute (2), bias-dropout-add, the shared experts' add
+      experts 1 + 2T         GroupedLinear fc1 and fc2 and the activation over all local tokens
+      per_local_expert 2     TE GroupedLinear's multi-stream cuBLAS issues one GEMM per local
+                             expert in fc1 and in fc2 [B: launched from C++, each with its
+                             Python workspace lookup, counted as one op]
+      quantized_splits_per_local_expert 2  below BF16, fc1's and fc2's input are quantized per
+                             expert: the recipe's quantize_kernels_per_split each
+                             (solver.cost.precision).
+    The quantization of the other TE linears' inputs (one kernel each below BF16, a handful a
+    layer) is left out [B: a lower bound]."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    attention: float = Field(default=8.0, ge=0)
-    mlp: float = Field(default=5.0, ge=0)
-    router: float = Field(default=10.0, ge=0)  # MoE: pre-MLP norm, router, shared experts
-    dispatch: float = Field(default=12.0, ge=0)  # MoE: permute, dispatch, combine, unpermute
-    experts: float = Field(default=1.0, ge=0)  # MoE: expert kernels launched once per layer
-    per_local_expert: float = Field(default=2.0, ge=0)  # MoE: kernels per local expert
+    attention: float = Field(default=4.0 + 3.0 * TE_MODULE_OPS, ge=0)
+    mla_attention: float = Field(default=9.0 + 7.0 * TE_MODULE_OPS, ge=0)
+    mlp: float = Field(default=2.0 + 2.0 * TE_MODULE_OPS, ge=0)
+    router: float = Field(default=TE_MODULE_OPS + 72.0, ge=0)  # MoE: pre-MLP norm and router
+    router_fused: float | None = Field(default=TE_MODULE_OPS + 31.0, ge=0)  # None: no fusion
+    shared_experts: float = Field(default=1.0 + 2.0 * TE_MODULE_OPS, ge=0)
+    preprocess: float = Field(default=10.0, ge=0)  # MoE: token counts and splits, pre-sync
+    dispatch: float = Field(default=10.0, ge=0)  # MoE: permute, dispatch, combine, unpermute
+    experts: float = Field(default=1.0 + 2.0 * TE_MODULE_OPS, ge=0)  # once per layer
+    per_local_expert: float = Field(default=2.0, ge=0)  # MoE: ops per local expert
+    quantized_splits_per_local_expert: float = Field(default=2.0, ge=0)
     backward_ratio: float = Field(default=2.0, ge=0)
 
 
@@ -159,6 +216,12 @@ class TimeConstants(BaseModel):
     # torchao float8's FSDP all-gather in float8 (MemoryOptions.fp8_all_gather): the layers'
     # weights are gathered in 1 B (solver.cost.data_parallel).
     fp8_all_gather: bool = False
+    # Context parallelism's ring attention (solver.cost.ring_attention, which says what each
+    # overlaps): "transformer_engine", Megatron-Core's default --cp-comm-type p2p (Transformer
+    # Engine's AttnFuncWithCPAndKVP2P: each KV transfer behind one step), or "torch_allgather",
+    # PyTorch's experimental context_parallel with its default all-gather rotater (torchtitan:
+    # the gathered KV behind the first step only, eager fp32 merges and dKV).
+    context_parallel_ring: ContextParallelRing = "transformer_engine"
     # Megatron --cpu-offloading-num-layers N: the first N decoder layers' activations go to
     # the host during the forward and come back for the backward (Transformer Engine's
     # get_cpu_offload_context; MemoryOptions.cpu_offloading_num_layers, solver.cost.offload
@@ -184,17 +247,33 @@ class TimeConstants(BaseModel):
     # 190,464 / 96,256 B = 1.98x.
     fused_elementwise: bool = True
     eager_elementwise_traffic: float = Field(default=2.0, ge=1.0)
-    # CUDA graphs: captured kernels replay without a host launch each (Megatron
-    # --cuda-graph-impl; docs/user-guide/features/cuda_graph.md). Dropless MoE layers capture
-    # only attention, router and preprocessing (--cuda-graph-modules attn moe_router
-    # moe_preprocess: "moe ... drop-and-pad only"), so dispatch, experts and combine stay eager.
+    # CUDA graphs (Megatron --cuda-graph-impl transformer_engine; docs/user-guide/features/
+    # cuda_graph.md): a captured block replays from one graph launch (TE make_graphed_callables,
+    # one TE_MODULE_OPS call). Dense layers capture attention and MLP (--cuda-graph-modules attn
+    # mlp); dropless MoE layers only their static part, attention, pre-MLP norm, router, shared
+    # experts and the dispatcher's preprocess (attn moe_router moe_preprocess; "moe ...
+    # drop-and-pad only"), so dispatch, experts and combine stay eager. A full-iteration graph
+    # (--cuda-graph-impl full_iteration) would remove the host's work altogether, but takes MoE
+    # layers only with static expert shapes (token drop and pad, or the dev branch's paged
+    # stash, --moe-paged-stash): not a dropless plan, and not modelled.
     cuda_graphs: bool = False
-    # Host time to launch one kernel from eager PyTorch: the driver's launch floor is about
-    # 3 us (NVIDIA developer forum, "Too much time for kernel launch latency", 2022: null
-    # kernels) and PyTorch's dispatcher adds its own few microseconds per op; 5 us is the low
-    # end of the 4-10 us per op that PyTorch profiles show [C]. Not fitted.
-    kernel_launch_s: float = Field(default=5e-6, ge=0)
+    # Megatron --moe-router-fusion (TE PR 1883; off by default, transformer_config.py, and not
+    # asked for by `launch`): the router launches KernelLaunches.router_fused ops, not router.
+    moe_router_fusion: bool = False
+    # Host seconds per eager PyTorch op the framework issues (KernelLaunches counts them).
+    # None: the cluster's CPU (ClusterSpec.host_op_us), X86_HOST_OP_S where its file gives none.
+    host_op_s: float | None = Field(default=None, ge=0)
     launches: KernelLaunches = KernelLaunches()
+
+
+def estimate_host_op_s(constants: TimeConstants, cluster: ClusterSpec) -> float:
+    """Host seconds per eager op: TimeConstants.host_op_s where set, else the cluster's
+    measured host_op_us, else X86_HOST_OP_S (GB200: 37.08 us; a DGX H100: 13.48 us)."""
+    if constants.host_op_s is not None:
+        return constants.host_op_s
+    if cluster.host_op_us is not None:
+        return cluster.host_op_us * 1e-6
+    return X86_HOST_OP_S
 
 
 def dp_syncs_per_step(constants: TimeConstants, zero: np.ndarray, num_micro: np.ndarray
