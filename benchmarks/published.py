@@ -346,6 +346,10 @@ def _mixed_precision_mode(row: dict[str, Any]) -> str | None:
 
 def _precision(row: dict[str, Any], notes: list[str]) -> str:
     text = (row["precision"] or "").lower()
+    if "fp8" in text and "128x128 blockwise on h100" in text and row["gpu_type"] == "H100":
+        # Megatron-Bridge 25.09's DeepSeek-V3 variant in parentheses: "MXFP8 32x32 on
+        # GB200/B200, 128x128 blockwise on H100" (the row's own precision text).
+        return "fp8-blockwise"
     if "fp8" in text:
         return "fp8"
     if "bf16" in text:
