@@ -36,13 +36,8 @@ from solver.cost.efficiency import (
     estimate_datasheet_gemm_s,
     estimate_streaming_s,
 )
-from solver.cost.kernels import (
-    KernelGrid,
-    KernelTable,
-    estimate_table_moe_s,
-    list_kernel_tables,
-    load_kernel_table,
-)
+from solver.cost.kernels import KernelGrid, KernelTable, list_kernel_tables, load_kernel_table
+from solver.cost.kernels_moe import estimate_table_moe_s
 
 GPU_OF_TABLE = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                 "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
@@ -205,7 +200,7 @@ def moe_shape_transfer_errors(table: KernelTable, shape_grid: str, corrected: bo
 
 def render_moe_shape_transfer(console: Console) -> None:
     """How well a fused-MoE shape the tables lack is predicted from the listed ones: each
-    listed shape held out in turn (solver.cost.kernels.estimate_table_moe_s)."""
+    listed shape held out in turn (solver.cost.kernels_moe.estimate_table_moe_s)."""
     table = Table(title="Fused MoE, each listed shape held out and predicted from the nearest "
                         "other shape: |predicted / measured - 1|, with and without the GEMM "
                         "table's shape-efficiency correction")

@@ -45,11 +45,8 @@ from solver.cost.efficiency import (
     gemm_table,
 )
 from solver.cost.flops import estimate_attention_core_flops
-from solver.cost.kernels import (
-    estimate_table_moe_backward_s,
-    estimate_table_moe_s,
-    load_kernel_table,
-)
+from solver.cost.kernels import load_kernel_table
+from solver.cost.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
 from solver.cost.moe_eager import estimate_expert_eager_s
 from solver.cost.precision import BF16, load_recipe
 from solver.cost.time_constants import TimeConstants
@@ -285,7 +282,7 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     """(forward, backward, fused) seconds of the routed experts. The GPU's EP group routes
     ep*etp*rows/tp tokens over all experts; each GPU computes its experts/ep experts (split
     etp ways) for tokens*k/experts rows each, which is the table's MoE row at that token
-    count (solver.cost.kernels.estimate_table_moe_s: beyond the grid's tokens, the same work
+    count (solver.cost.kernels_moe.estimate_table_moe_s: beyond the grid's tokens, the same work
     as more local experts of fewer rows); its backward is such a kernel's forward times the
     GEMM table's dgrad + wgrad over forward time for one expert's two GEMMs
     (estimate_table_moe_backward_s).

@@ -60,7 +60,8 @@ from solver.cost.block_cache import (
     estimate_prefill_scan_flops,
 )
 from solver.cost.blocks import SSD_SCAN_PEAK_FRACTION
-from solver.cost.kernels import estimate_table_moe_s, load_kernel_table
+from solver.cost.kernels import load_kernel_table
+from solver.cost.kernels_moe import estimate_table_moe_s
 from solver.cost.precision import load_recipe
 from solver.spec import GpuSpec, ModelSpec
 
