@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
 from solver.cost.frameworks import PROFILES, build_framework_profile
+from solver.cost.host_time import estimate_host_s
 from solver.cost.layer_time import (
     _domain_dedup,
-    _estimate_host_s,
     estimate_layer_terms,
     layer_degrees,
     sm_contention,
@@ -144,7 +144,7 @@ def test_bad_overrides_are_input_errors_naming_the_flag(framework, overrides, me
 # ---- host launches: a roofline on the CPU side ------------------------------------------------
 
 def test_host_launch_worked_number() -> None:
-    """_estimate_host_s docstring: Megatron, Qwen3-30B-A3B MoE layer at ep 8 (16 local
+    """estimate_host_s docstring: Megatron, Qwen3-30B-A3B MoE layer at ep 8 (16 local
     experts), tp 1, bf16, on a DGX H100 (13.48 us per op): 96.75 ops before the token-count
     sync, 48.38 after it; a dense layer (4 + 3T) + (2 + 2T) ops, plus 4 SP collectives at tp 2.
     CUDA graphs: one TE-module-like replay for the captured block, and the MoE layer's
@@ -152,18 +152,18 @@ def test_host_launch_worked_number() -> None:
     t = TE_MODULE_OPS
     model, job = load_model_spec("qwen3-30b-a3b"), JobSpec(seq_len=4096)
     megatron = framework_time_constants("megatron")
-    after, before = _estimate_host_s(model, H100, job, degrees(ep=8), megatron, is_moe=True)
+    after, before = estimate_host_s(model, H100, job, degrees(ep=8), megatron, is_moe=True)
     assert before[0] == pytest.approx((4 + 3 * t + t + 72 + 10) * 13.48e-6)
     assert before[0] == pytest.approx(1.304e-3, abs=1e-6)
     assert after[0] == pytest.approx((10 + 1 + 2 * t + 2 * 16) * 13.48e-6)
     assert after[0] == pytest.approx(0.652e-3, abs=1e-6)
-    dense = _estimate_host_s(model, H100, job, degrees(tp=2), megatron, is_moe=False)
+    dense = estimate_host_s(model, H100, job, degrees(tp=2), megatron, is_moe=False)
     assert dense[0][0] == 0.0
     assert dense[1][0] == pytest.approx((4 + 3 * t + 2 + 2 * t + 4) * 13.48e-6)
     graphs = megatron.model_copy(update={"cuda_graphs": True})
-    assert _estimate_host_s(model, H100, job, degrees(tp=2), graphs, False)[1][0] == (
+    assert estimate_host_s(model, H100, job, degrees(tp=2), graphs, False)[1][0] == (
         pytest.approx(t * 13.48e-6))
-    graphed = _estimate_host_s(model, H100, job, degrees(ep=8), graphs, True)
+    graphed = estimate_host_s(model, H100, job, degrees(ep=8), graphs, True)
     assert graphed[0][0] == pytest.approx(after[0])
     assert graphed[1][0] == pytest.approx(t * 13.48e-6)
 

@@ -1,5 +1,5 @@
 """The host's cost of a training step as it is (issue 34, item 2; solver.cost.layer_time
-_estimate_host_s): the CPU time per eager op measured on each cluster's host, Transformer
+estimate_host_s): the CPU time per eager op measured on each cluster's host, Transformer
 Engine modules and Megatron's router as profiled, the grouped GEMMs' quantize kernels per local
 expert, the token-count sync of dropless MoE, and what CUDA graphs capture there. Checked
 against NVIDIA/TransformerEngine#2053 (CPU and GPU time of one Linear) and NVIDIA's "Optimizing
@@ -13,12 +13,12 @@ import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.layer_time import (
-    _estimate_host_s,
-    _estimate_host_wait_s,
-    _estimate_selective_host_s,
-    estimate_layer_terms,
+from solver.cost.host_time import (
+    estimate_host_s,
+    estimate_host_wait_s,
+    estimate_selective_host_s,
 )
+from solver.cost.layer_time import estimate_layer_terms
 from solver.cost.precision import load_recipe
 from solver.cost.steptime import estimate_step_time
 from solver.cost.time_constants import (
@@ -59,15 +59,15 @@ def test_host_op_times_are_te_2053s_linear_rows() -> None:
 def test_a_pass_is_the_longer_of_its_gpu_and_host_times_as_te_2053_measured() -> None:
     """TE#2053 on GB200: torch.nn.Linear's GEMM ran 41.79 us on the GPU, its host 37.08 us: the
     GPU's time. te.Linear, the same GEMM, showed 99.73 us of GPU runtime against 99.66 us of
-    CPU: paced by the host. The roofline (_estimate_host_wait_s, nothing synced) gives 41.79
+    CPU: paced by the host. The roofline (estimate_host_wait_s, nothing synced) gives 41.79
     and 99.66 us, the measured 99.73 within 0.1%."""
     gemm = np.array([41.79e-6])
     no_sync = np.zeros(1)
     torch_host = (no_sync, np.array([37.08e-6]))
     te_host = (no_sync, np.array([TE_MODULE_OPS * 37.08e-6]))
-    assert gemm[0] + _estimate_host_wait_s(gemm, no_sync, torch_host)[0] == pytest.approx(
+    assert gemm[0] + estimate_host_wait_s(gemm, no_sync, torch_host)[0] == pytest.approx(
         41.79e-6)
-    te_pass = gemm[0] + _estimate_host_wait_s(gemm, no_sync, te_host)[0]
+    te_pass = gemm[0] + estimate_host_wait_s(gemm, no_sync, te_host)[0]
     assert te_pass == pytest.approx(99.73e-6, rel=1e-3)
 
 
@@ -83,8 +83,8 @@ def test_the_router_counts_are_the_guides() -> None:
     model, job = load_model_spec("qwen3-30b-a3b"), JobSpec(seq_len=4096)
     megatron = framework_time_constants("megatron")
     assert megatron.moe_router_fusion is False
-    unfused = _estimate_host_s(model, H100, job, degrees(ep=8), megatron, True)[1]
-    fused = _estimate_host_s(model, H100, job, degrees(ep=8), megatron.model_copy(
+    unfused = estimate_host_s(model, H100, job, degrees(ep=8), megatron, True)[1]
+    fused = estimate_host_s(model, H100, job, degrees(ep=8), megatron.model_copy(
         update={"moe_router_fusion": True}), True)[1]
     assert unfused[0] - fused[0] == pytest.approx(41 * 13.48e-6)
 
@@ -99,7 +99,7 @@ def test_grouped_gemm_quantize_kernels_per_local_expert() -> None:
     assert [load_recipe(p).quantize_kernels_per_split
             for p in ("bf16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4")] == [0, 0, 1, 1, 3]
     model, megatron = load_model_spec("deepseek-v3"), framework_time_constants("megatron")
-    after = {p: _estimate_host_s(model, GB200, JobSpec(seq_len=4096, precision=p),
+    after = {p: estimate_host_s(model, GB200, JobSpec(seq_len=4096, precision=p),
                                  degrees(ep=32, dp=32), megatron, True)[0][0]
              for p in ("bf16", "mxfp8", "nvfp4")}
     base = 10 + 1 + 2 * TE_MODULE_OPS
@@ -108,39 +108,39 @@ def test_grouped_gemm_quantize_kernels_per_local_expert() -> None:
     assert after["mxfp8"] == pytest.approx(1.794e-3, abs=1e-6)
     # Fewer local experts, fewer ops: the guide's §3.1.2 ("a large EP can reduce the number of
     # local experts, thereby reducing quantization and other overheads").
-    ep64 = _estimate_host_s(model, GB200, JobSpec(seq_len=4096, precision="mxfp8"),
+    ep64 = estimate_host_s(model, GB200, JobSpec(seq_len=4096, precision="mxfp8"),
                             degrees(ep=64, dp=64), megatron, True)[0][0]
     assert after["mxfp8"] - ep64 == pytest.approx(4 * 4 * 37.08e-6)
 
 
 def test_the_wait_after_a_sync_worked_number() -> None:
-    """_estimate_host_wait_s docstring: after the sync the host needs 2 ms for ops the GPU runs
+    """estimate_host_wait_s docstring: after the sync the host needs 2 ms for ops the GPU runs
     in 1.5 ms, then 1 ms for 3 ms of GPU work: the pass waits 0.5 ms (the roofline over the
     whole pass, 3 ms against 4.5 ms, would give none). Without the sync the lead carries."""
     gpu, gpu_after = np.array([4.5e-3]), np.array([1.5e-3])
-    wait = _estimate_host_wait_s(gpu, gpu_after, (np.array([2e-3]), np.array([1e-3])))
+    wait = estimate_host_wait_s(gpu, gpu_after, (np.array([2e-3]), np.array([1e-3])))
     assert wait[0] == pytest.approx(0.5e-3)
-    plain = _estimate_host_wait_s(gpu, np.zeros(1), (np.zeros(1), np.array([3e-3])))
+    plain = estimate_host_wait_s(gpu, np.zeros(1), (np.zeros(1), np.array([3e-3])))
     assert plain[0] == 0.0
-    assert _estimate_host_wait_s(gpu, np.zeros(1), (np.zeros(1), np.array([5e-3])))[0] == (
+    assert estimate_host_wait_s(gpu, np.zeros(1), (np.zeros(1), np.array([5e-3])))[0] == (
         pytest.approx(0.5e-3))
 
 
 def test_selective_recompute_reissues_only_its_modules() -> None:
-    """_estimate_selective_host_s: moe_act re-runs one op (the experts' activation), moe the
+    """estimate_selective_host_s: moe_act re-runs one op (the experts' activation), moe the
     whole layer but its attention, op-level checkpointing every op of the forward."""
     model, job = load_model_spec("qwen3-30b-a3b"), JobSpec(seq_len=4096)
     megatron = framework_time_constants("megatron")
-    host = _estimate_host_s(model, H100, job, degrees(ep=8), megatron, True)
+    host = estimate_host_s(model, H100, job, degrees(ep=8), megatron, True)
     act = megatron.model_copy(update={"recompute_modules": ("moe_act",)})
-    assert _estimate_selective_host_s(model, H100, act, True, host)[0] == (
+    assert estimate_selective_host_s(model, H100, act, True, host)[0] == (
         pytest.approx(13.48e-6))
     moe = megatron.model_copy(update={"recompute_modules": ("moe",)})
     attention = KernelLaunches().attention * 13.48e-6
-    assert _estimate_selective_host_s(model, H100, moe, True, host)[0] == pytest.approx(
+    assert estimate_selective_host_s(model, H100, moe, True, host)[0] == pytest.approx(
         host[0][0] + host[1][0] - attention)
     op_level = megatron.model_copy(update={"selective_recompute": "op_level"})
-    assert _estimate_selective_host_s(model, H100, op_level, True, host)[0] == pytest.approx(
+    assert estimate_selective_host_s(model, H100, op_level, True, host)[0] == pytest.approx(
         host[0][0] + host[1][0])
 
 
@@ -185,7 +185,7 @@ def test_cuda_graphs_move_the_guides_host_bound_deepseek_v3() -> None:
     model = load_model_spec("deepseek-v3")
     megatron = framework_time_constants("megatron").model_copy(update=GUIDE_FEATURES)
     d = degrees(pp=8, dp=32, ep=32, vpp=4, recompute=1)
-    after, before = _estimate_host_s(model, GB200, GUIDE_JOB, d, megatron, True)
+    after, before = estimate_host_s(model, GB200, GUIDE_JOB, d, megatron, True)
     host_free = megatron.model_copy(update={"host_op_s": 0.0})
     terms = estimate_layer_terms(model, GB200, GUIDE_JOB, d, host_free)
     gpu_fwd = terms["mixed_fwd"][0]  # the average layer's GPU forward, dense layers included

@@ -125,7 +125,7 @@ def _compute_over_ep(model_name: str, cluster: str, precision: str, eps: list[in
     configs = [ParallelConfig(tp=1, pp=pp, dp=dp, ep=ep, micro_batch=1, recompute="full",
                               zero=1) for ep in eps]
     # `host_free`: the GPU's compute alone, since the host's wait, booked in compute, hides
-    # behind slow EP traffic at some ep and not at others (layer_time._estimate_host_wait_s).
+    # behind slow EP traffic at some ep and not at others (host_time.estimate_host_wait_s).
     constants = framework_time_constants("megatron")
     if host_free:
         constants = constants.model_copy(update={"host_op_s": 0.0})

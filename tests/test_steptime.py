@@ -371,7 +371,7 @@ def test_deepspeed_zero2_reduces_every_micro_batch_and_gathers_inside_the_step()
 def test_dp_overlap_window_is_the_layer_time_the_host_paces() -> None:
     """The DP overlap window (the average layer's forward and backward) is the layer's compute
     as its per-layer time counts it: the GPU's work and the GPU's wait for the host's launches
-    (layer_time._layer_terms). Worked number (layer_time._estimate_host_s): Megatron,
+    (layer_time._layer_terms). Worked number (host_time.estimate_host_s): Megatron,
     Qwen3-30B-A3B's MoE layer (all its layers) at ep 8, tp 1 issues 145.1 ops at a DGX H100's
     13.48 us, 1.956 ms forward and 3.91 ms backward. At 256 tokens the GPU's forward is
     shorter: the window is longer than the GPU's work, by the wait; at 16,384 tokens it is the

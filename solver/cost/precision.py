@@ -58,7 +58,7 @@ Quantize kernels per split. A grouped GEMM (TE GroupedLinear, one GEMM per local
 quantizes its input split by split (tex.split_quantize -> multi_tensor_quantize_impl,
 transformer_engine/pytorch/csrc/extensions/cast.cpp at TE v2.9, the TE of NVIDIA's DeepSeek-V3
 GB200 guide); each kernel is one more op the host launches per local expert
-(`quantize_kernels_per_split`, solver.cost.layer_time._estimate_host_s; [A: read off TE
+(`quantize_kernels_per_split`, solver.cost.host_time.estimate_host_s; [A: read off TE
 v2.9's code]):
   fp8            0: delayed scaling (TE's default, what `launch` asks for) quantizes every
                  split in one fused nvte_multi_cast_transpose (current scaling would launch

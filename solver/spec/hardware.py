@@ -136,7 +136,7 @@ class ClusterSpec(InputSpec):
     host_memory_gb_per_s: float | None = Field(default=None, gt=0)
     # Host CPU time of one eager PyTorch op issued from Python (module call, dispatcher, its
     # kernel's launch), in microseconds, measured on this cluster's CPU: what the training
-    # framework's host pays per op (solver.cost.layer_time._estimate_host_s). None: unmeasured
+    # framework's host pays per op (solver.cost.host_time.estimate_host_s). None: unmeasured
     # (TimeConstants.host_op_s's x86 reference is used).
     host_op_us: float | None = Field(default=None, gt=0)
     source: str = ""
