@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bad_input import ROOT, assert_one_line_error, invoke
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
@@ -214,3 +215,17 @@ def test_cuda_graphs_leave_the_expert_ops_which_more_local_experts_multiply() ->
         waits[ep] = with_host["per_layer"][0, 1, 0] - free["per_layer"][0, 1, 0]
     assert waits[8] > 0.0
     assert waits[32] < waits[8]
+
+
+@pytest.mark.parametrize("value", ["-13.48", "0", "\"fast\"", "true", "nan"])
+def test_a_bad_host_op_time_in_a_cluster_file_is_one_line_naming_it(tmp_path, value) -> None:
+    """ClusterSpec.host_op_us: a cluster file's time per host op must be a positive number;
+    anything else is one error line naming the file and the field, exit status 2."""
+    preset = ROOT / "clusters" / "presets" / "dgx-h100.toml"
+    text = preset.read_text(encoding="utf-8")
+    assert "host_op_us = 13.48" in text
+    path = tmp_path / "my-cluster.toml"
+    path.write_text(text.replace("host_op_us = 13.48", f"host_op_us = {value}"),
+                    encoding="utf-8")
+    result = invoke("estimate", "--model", "llama3.2-1b", "--cluster", path, "--gpus", "8")
+    assert_one_line_error(result, "my-cluster.toml", "host_op_us")
