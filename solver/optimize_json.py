@@ -1,11 +1,13 @@
 """The JSON of an `optimize` answer (DESIGN.md): status, solve_seconds, the problem, how far
-from the optimum an unproven answer may be, the plans (best first), and conflicts, rules and
-fixes when infeasible (else why). `optimize --json` prints it; each line of a sweep is one."""
+from the optimum an unproven answer may be, the plans (best first), what the step time leaves
+out for the model (notes: solver.cost.caveats), and conflicts, rules and fixes when infeasible
+(else why). `optimize --json` prints it; each line of a sweep is one."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from solver.cost.caveats import list_time_caveats
 from solver.cost.frameworks import FrameworkProfile
 from solver.optimize import OptimizeResult
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
@@ -33,6 +35,7 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
         "optimality_gap": None if result.optimality_gap is None
         else round(result.optimality_gap, 4),
         "plans": [render_plan_json(plan) for plan in result.plans],
+        "notes": list(list_time_caveats(problem.model_spec)),
     }
     if result.status == "infeasible":
         answer.update(render_infeasible_json(result))

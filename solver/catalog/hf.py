@@ -36,6 +36,7 @@ from solver.catalog.hf_fields import (
     read_bool,
     read_int,
     read_mtp,
+    read_rope_scaling,
     read_routed_experts,
     show_value,
     with_moe,
@@ -248,7 +249,7 @@ def _map_gpt_oss(cfg: Config, source: str) -> Fields:
     learned sink logit per head; every layer is MoE: GptOssTopKRouter has weight and bias,
     GptOssExperts are SwiGLU with biases on gate_up and down, clamped at `swiglu_limit`. The
     top-k is `num_experts_per_tok`; OpenAI's original key `experts_per_token` is read when it
-    is absent."""
+    is absent. RoPE is YaRN-scaled (`rope_scaling`, read_rope_scaling)."""
     top_k_key = "num_experts_per_tok"
     if top_k_key not in cfg and "experts_per_token" in cfg:
         top_k_key = "experts_per_token"
@@ -269,6 +270,7 @@ def _map_gpt_oss(cfg: Config, source: str) -> Fields:
         "attention_sinks": True,
         "router_bias": True,
         "swiglu_limit": read_limit(cfg, source, "swiglu_limit"),
+        **read_rope_scaling(cfg, source),
     }
     # GptOssConfig: layers alternate sliding (window 128) and full attention, the first sliding.
     return with_windows(fields, cfg, source, sliding_pattern(fields["num_hidden_layers"], 2),

@@ -160,6 +160,28 @@ def read_body(cfg: Config, source: str, *, max_positions: int, tied: bool) -> Fi
     }
 
 
+# The YaRN keys of `rope_scaling` that ModelSpec keeps (solver.spec.rope.RopeScaling).
+YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "attention_factor", "truncate")
+
+
+def read_rope_scaling(cfg: Config, source: str) -> Fields:
+    """`rope_scaling` where its rope_type (older configs: `type`) is YaRN, as its YARN_KEYS;
+    nothing for another rope type or none (absent or null)."""
+    value = cfg.get("rope_scaling")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise field_error(source, "rope_scaling",
+                          f"must be an object or null, got {show_value(value)}")
+    if value.get("rope_type", value.get("type")) != "yarn":
+        return {}
+    if "factor" not in value:
+        raise field_error(source, "rope_scaling", "a YaRN table needs its 'factor'")
+    return {"rope_scaling": {key: value[key] for key in YARN_KEYS
+                             if value.get(key) is not None}}
+
+
 def read_routed_experts(cfg: Config, source: str, *, experts_key: str, top_k_key: str,
                     width: int) -> Fields:
     experts = read_int(cfg, source, experts_key)

@@ -51,6 +51,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_stage_table,
         echo_time_table,
     )
+    from solver.cost.caveats import list_time_caveats
     from solver.spec.plan_json import render_plan_json
 
     features = pop_framework_features(degrees)
@@ -75,6 +76,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
             "framework": result.profile.name,
             "framework_features": result.profile.features(),
             "plans": [render_plan_json(plan)],
+            "notes": list(list_time_caveats(result.model_spec)),
         }
         if result.blocks:  # a block pattern: time and memory by block kind
             answer["block_kinds"] = [dict(vars(kind)) for kind in result.blocks]
@@ -96,6 +98,8 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     else:
         echo_memory_table(plan, heading)
     echo_time_table(plan)
+    for note in list_time_caveats(result.model_spec):
+        click.echo(f"note: {note}")
     if result.blocks:
         from solver.cli.render import echo_table
 

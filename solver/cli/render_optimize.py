@@ -8,6 +8,7 @@ import click
 
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import echo_layout_table
+from solver.cost.caveats import list_time_caveats
 
 
 def recompute_label(plan: Any) -> str:
@@ -49,6 +50,7 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         rows.append(row)
     notes = [n for n in (_twins_note(result.plans), _savers_note(result.plans),
                          _modules_note(result.plans), _offloads_note(result.plans)) if n]
+    notes += [f"note: {note}" for note in list_time_caveats(problem.model_spec)]
     echo_ranked(result, columns, rows, "\n".join(notes) or None)
     best = result.plans[0]
     if best.config.pp > 1 or (best.config.recompute == "full"

@@ -210,7 +210,9 @@ def _megatron() -> TimeConstants:
     """Megatron-LM / Megatron-Core as `parplan launch --format megatron` starts it.
     attention native: TE's DotProductAttention runs cuDNN fused attention (FlashAttention-3
       where installed) on Hopper and Blackwell (--attention-backend auto).
-    elementwise fused: TE fused norms (LayerNormLinear), --apply-rope-fusion, bias_swiglu.
+    elementwise fused: TE fused norms (LayerNormLinear), --apply-rope-fusion, bias_swiglu;
+      but a YaRN model's RoPE runs eagerly (scaled_rope_eager: TE's fused RoPE takes no
+      mscale, rope_utils.py core_r0.15.0-0.18.0).
     cuda_graphs off: --cuda-graph-impl defaults to none (transformer_config.py).
     router unfused: --moe-router-fusion defaults off (transformer_config.py moe_router_fusion
       = False) and `launch` does not ask for it: KernelLaunches.router, the guide's 72 kernels.
@@ -227,7 +229,8 @@ def _megatron() -> TimeConstants:
     precision-aware optimizer and bf16 gradient reduction off: --use-precision-aware-optimizer
       and --grad-reduce-in-bf16 are opt-in (arguments.py: store_true, main/exp-avg dtypes
       default fp32; bf16 training accumulates and reduces gradients in fp32)."""
-    return TimeConstants(zero3_grad_reduce_bytes=4.0, launches=MEGATRON_LAUNCHES)
+    return TimeConstants(zero3_grad_reduce_bytes=4.0, scaled_rope_eager=True,
+                         launches=MEGATRON_LAUNCHES)
 
 
 def _torchtitan() -> TimeConstants:

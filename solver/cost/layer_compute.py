@@ -6,7 +6,9 @@ A layer kind is attention + dense MLP or attention + MoE (router, top-k routed e
 ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
   gemm, gemm_bwd        projections, dense MLP, shared experts, router (solver.cost.efficiency:
                         measured tables where the GPU has one, else the datasheet roofline;
-                        backward = the dgrad and wgrad lookups, or twice the forward)
+                        backward = the dgrad and wgrad lookups, or twice the forward);
+                        the attention block's also what an eager YaRN RoPE adds over the
+                        fused one (solver.cost.rope_eager)
   routed, routed_bwd    the routed experts: the table's fused MoE kernel where it has MoE rows
                         in the recipe's dtype (permutation included), else per-expert GEMMs;
                         backward: the GEMM table's dgrad + wgrad over forward ratio for the
@@ -49,6 +51,7 @@ from solver.cost.kernels import load_kernel_table
 from solver.cost.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
 from solver.cost.moe_eager import estimate_expert_eager_s
 from solver.cost.precision import BF16, load_recipe
+from solver.cost.rope_eager import estimate_eager_rope_s
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 from solver.spec.blocks import estimate_context_tokens
@@ -95,6 +98,9 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
                         measured_gemms))
 
     attention, attention_bwd = two_gemms(model_spec.attention_params_per_layer, rows, tp)
+    rope, rope_bwd = estimate_eager_rope_s(model_spec, gpu, cc, rows, tp,
+                                           constants.scaled_rope_eager)
+    attention, attention_bwd = attention + rope, attention_bwd + rope_bwd
     core, core_bwd, table_attention = _attention_core(model_spec, cluster, job, d, constants)
     core, core_bwd = (in_step(core, cc, table_attention), in_step(core_bwd, cc, table_attention))
     q_width = model_spec.num_attention_heads * model_spec.qk_head_dim

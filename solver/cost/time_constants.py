@@ -247,6 +247,11 @@ class TimeConstants(BaseModel):
     # 190,464 / 96,256 B = 1.98x.
     fused_elementwise: bool = True
     eager_elementwise_traffic: float = Field(default=2.0, ge=1.0)
+    # A YaRN attention factor other than 1 (ModelSpec.rope_attention_factor) sends the RoPE to
+    # eager ops: Megatron-Core's fused RoPE takes no mscale (rope_utils.apply_rotary_pos_emb
+    # falls back to _apply_rotary_pos_emb_bshd; solver.cost.rope_eager). Off: the framework's
+    # RoPE costs what the model's would without the factor.
+    scaled_rope_eager: bool = False
     # CUDA graphs (Megatron --cuda-graph-impl transformer_engine; docs/user-guide/features/
     # cuda_graph.md): a captured block replays from one graph launch (TE make_graphed_callables,
     # one TE_MODULE_OPS call). Dense layers capture attention and MLP (--cuda-graph-modules attn

@@ -28,6 +28,7 @@ from solver.spec.blocks import (
     estimate_context_tokens,
 )
 from solver.spec.model_params import ParameterCounts
+from solver.spec.rope import RopeScaling
 from solver.spec.strict import (
     MAX_EXPERTS,
     MAX_SEQ_LEN,
@@ -68,6 +69,8 @@ class ModelSpec(InputSpec, ParameterCounts):
     qk_norm_over: Literal["head", "projection"] = "head"
     embedding_norm: bool = False
     position_embedding_type: Literal["rope", "learned", "alibi"] = "rope"
+    # HF `rope_scaling` where it is YaRN (solver.spec.rope; other rope types change no cost).
+    rope_scaling: RopeScaling | None = None
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -220,6 +223,12 @@ class ModelSpec(InputSpec, ParameterCounts):
     def kv_heads(self) -> int:
         """KV heads (HF default: as many as attention heads)."""
         return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def rope_attention_factor(self) -> float:
+        """The factor on the rotary cos and sin: YaRN's attention factor
+        (RopeScaling.yarn_attention_factor), 1 without YaRN scaling."""
+        return 1.0 if self.rope_scaling is None else self.rope_scaling.yarn_attention_factor
 
     @property
     def is_moe(self) -> bool:
