@@ -129,18 +129,30 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
 #                 QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: moe_flex_dispatcher_backend);
 #                 26.04-26.06 (ep 16, pp 1) moe_a2a_overlap=False with the flex dispatcher's
 #                 HybridEP backend (qwen3_llm_pretrain.py: moe_token_dispatcher_type = "flex")
+#   qwen3 (both)  every release: moe_router_fusion=True (25.09 configs/qwen3/*.yaml model:
+#                 moe_router_fusion: true; v0.2.0-v0.5.0 qwen3_llm_pretrain.py
+#                 set_qwen3_common_configs); qwen3-235b from 25.11 on H100
+#                 CommOverlapConfig(tp_comm_overlap=False) (qwen3_235b_a22b_*h100* in
+#                 qwen3_llm_pretrain.py, v0.2.0-v0.5.0; 25.09's run_script.py passed True)
+#   deepseek-v3   25.09: moe_router_fusion: true (configs/deepseek/deepseek_v3_llm_pretrain.yaml)
 #   gpt-oss-120b  every release: no moe_a2a_overlap (GPT_OSS_120B_..._H100_BF16 sets pp 4 and
 #                 recompute_modules ["layernorm", "moe_act"] only; the field defaults to False);
 #                 those recompute modules (v0.2.0 workload_base_configs.py, v0.3.0-v0.5.0
 #                 gpt_oss_workload_base_configs.py), which replace Megatron's default core_attn
 BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
     ("deepseek-v3", "25.09"): {"moe_dispatcher": "deepep",
-                               "recompute_modules": ("mla_up_proj", "mlp")},
-    ("qwen3-235b-a22b", "25.09"): {"ep_comm_overlap": False},
-    ("qwen3-30b-a3b", "25.09"): {"ep_comm_overlap": False},
-    ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep"},
-    ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
-    ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
+                               "recompute_modules": ("mla_up_proj", "mlp"),
+                               "moe_router_fusion": True},
+    ("qwen3-235b-a22b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True},
+    **{("qwen3-235b-a22b", release): {"tp_comm_overlap": False, "moe_router_fusion": True}
+       for release in ("25.11", "26.02", "26.04", "26.06")},
+    ("qwen3-30b-a3b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True},
+    ("qwen3-30b-a3b", "25.11"): {"moe_router_fusion": True},
+    ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep", "moe_router_fusion": True},
+    ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep",
+                                 "moe_router_fusion": True},
+    ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep",
+                                 "moe_router_fusion": True},
     # Nemotron 3 Nano (26.02-26.06 rows): the family's base config sets the flex dispatcher's
     # HybridEP backend and no moe_a2a_overlap (nemotron_3_nano_workload_base_configs.py,
     # BASE_NEMOTRON_3_NANO_CONFIG moe_flex_dispatcher_backend="hybridep"; read at 0011573,

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.spec.hardware import DispatcherRates
+
 
 def estimate_ep_exposed_s(ep_fwd_s: np.ndarray, passes: float, overlap: bool,
                           contention: float | np.ndarray, attn_s: tuple, mlp_s: tuple
@@ -46,3 +48,29 @@ def estimate_ep_exposed_s(ep_fwd_s: np.ndarray, passes: float, overlap: bool,
                + np.maximum(one - attn_bwd, 0.0))
     hidden = 2.0 * ep_fwd_s - exposed
     return exposed + hidden * contention + ep_fwd_s * (passes - 2.0)
+
+
+def estimate_dispatcher_s(rates: DispatcherRates, sent_bytes: np.ndarray, ep: np.ndarray
+                          ) -> np.ndarray:
+    """Seconds of one dispatch and one combine (one forward's pass) of a flex-dispatcher
+    backend across nodes, at the rates its library measured on the cluster
+    (ClusterSpec.dispatcher_rates): `sent_bytes` / dispatch rate + `sent_bytes` / combine rate,
+    each rate interpolated linearly in log2(ep) between the measured group sizes and held
+    beyond them. `sent_bytes` counts what the measurement counts: a token's bytes once for
+    every node its k experts reach, its own node included (solver.cost.layer_time's
+    all-to-all bytes times _domain_dedup).
+
+    The measurement (DeepEP's HybridEP on H100 with 400 Gb/s InfiniBand, 16 SMs: 54.47 /
+    53.35 GB/s at 16 ranks) sits below what the fabric tier's all-to-all gives the same
+    bytes across two nodes, S x (n - m) / n / 40 GB/s = S / 80 GB/s: its 2-node rate
+    carries the backend's own work (the routing metadata, the NVLink forwarding the node's
+    tokens wait on) on 4 MB-per-rank messages. Worked number: Qwen3-30B-A3B at ep 16 on
+    two DGX H100 nodes, 4,096 tokens of 2 x 2,048 B to 2 (1 - 2^-8) = 1.992 nodes each:
+    33.4 MB, 0.614 ms dispatch + 0.627 ms combine = 1.240 ms (the fabric's all-to-all:
+    0.928 ms)."""
+    log_ranks = np.log2(np.asarray(rates.ranks, dtype=float))
+    at = np.log2(np.asarray(ep, dtype=float))
+    dispatch = np.interp(at, log_ranks, rates.dispatch_gb_per_s) * 1e9
+    combine = np.interp(at, log_ranks, rates.combine_gb_per_s) * 1e9
+    sent = np.asarray(sent_bytes, dtype=float)
+    return sent / dispatch + sent / combine

@@ -18,7 +18,7 @@ import numpy as np
 
 from solver.cost.blocks import estimate_mixer_cp_s, hybrid_kinds
 from solver.cost.candidates import RECOMPUTE_SELECTIVE
-from solver.cost.comm_ep import estimate_ep_exposed_s
+from solver.cost.comm_ep import estimate_dispatcher_s, estimate_ep_exposed_s
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.layer_compute import (
     estimate_backward_s,
@@ -96,13 +96,17 @@ def _domain_dedup(cluster: ClusterSpec, model_spec: ModelSpec, ep: np.ndarray,
     routing over an EP group spanning D domains: reached(D) / k of the all-to-all's
     k (D - 1) / D copies off the domain (reached_domains); k = 8, D = 2: 0.249; D = 8: 0.656
     (DeepSeek-V3's node-limited routing, 4 of 8 groups: 0.450); 1 within a domain."""
-    # Ranks fill the job's segment of an NVLink domain in order (solver.spec.hardware); the
-    # group's ep * etp ranks sit etp apart.
     k = model_spec.num_experts_per_tok
-    members = np.clip(cluster.job_segment_gpus // etp, 1, ep)
-    domains = np.maximum(ep / members, 1.0)
+    domains = _ep_domains(cluster, ep, etp)
     reached = reached_domains(domains, k, model_spec.n_group, model_spec.topk_group)
     return np.where(domains > 1.0, reached / k, 1.0)
+
+
+def _ep_domains(cluster: ClusterSpec, ep: np.ndarray, etp: np.ndarray) -> np.ndarray:
+    """NVLink domains an EP group spans: ranks fill the job's segment of a domain in order
+    (solver.spec.hardware); the group's ep * etp ranks sit etp apart."""
+    members = np.clip(cluster.job_segment_gpus // etp, 1, ep)
+    return np.maximum(ep / members, 1.0)
 
 
 def reached_domains(domains: np.ndarray, k: int, n_group: int = 1, topk_group: int = 1
@@ -142,7 +146,9 @@ def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str,
                  all-to-alls of rows/tp * k * h
       allgather  every rank gathers the EP group's tokens and reduce-scatters its experts'
                  outputs (Megatron MoEAllGatherTokenDispatcher): rows/tp * h * ep each way
-      deepep, hybridep  the all-to-all's bytes times _domain_dedup.
+      deepep, hybridep  the all-to-all's bytes times _domain_dedup; across nodes, where the
+                 cluster file gives the backend's measured rates, at those
+                 (solver.cost.comm_ep.estimate_dispatcher_s).
     Tokens travel at moe_token_width: LatentMoE dispatches its latent tokens (Megatron-Core
     MoELayer.preprocess projects before dispatch; Nemotron 3 Super: 1024 of 4096, a quarter).
     Worked number: ep 8 inside one node, k = 8: alltoall and allgather move the same bytes."""
@@ -161,6 +167,10 @@ def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str,
         if constants.moe_dispatcher in DISPATCHER_SMS:
             sent = dispatch_bytes * _domain_dedup(cluster, model_spec, ep, etp)
         moved = 2.0 * estimate_collective_s("all_to_all", sent, ep, link)
+        rates = cluster.dispatcher_rate(constants.moe_dispatcher)
+        if rates is not None:  # measured across nodes (solver.cost.comm_ep)
+            moved = np.where(_ep_domains(cluster, ep, etp) > 1.0,
+                             estimate_dispatcher_s(rates, sent, ep), moved)
     etp_link = estimate_group_link(cluster, 1, etp)
     etp_bytes = dispatch_bytes * etp
     return moved + estimate_collective_s("all_gather", etp_bytes, etp, etp_link) + (

@@ -116,6 +116,41 @@ class TierSpec(InputSpec):
     curves: TierCurves | None = None
 
 
+class DispatcherRates(InputSpec):
+    """What an MoE token dispatcher library (the flex dispatcher's backends: DeepEP, HybridEP)
+    measured across nodes on this cluster: per rank, one dispatch's and one combine's bytes
+    over their time, at each EP group size `ranks` (ascending, every group spanning nodes),
+    the bytes counted as the library's benchmark counts them: each token once for every node
+    that holds one of its experts, its own included (solver.cost.comm_ep.
+    estimate_dispatcher_s). `num_sms` is the SMs the library was given."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dispatcher: Literal["deepep", "hybridep"]
+    ranks: tuple[GpuCount, ...] = Field(min_length=1)
+    dispatch_gb_per_s: tuple[float, ...] = Field(min_length=1)
+    combine_gb_per_s: tuple[float, ...] = Field(min_length=1)
+    num_sms: int = Field(gt=0)
+    source: str = ""
+
+    @field_validator("dispatch_gb_per_s", "combine_gb_per_s")
+    @classmethod
+    def _check_rates(cls, rates: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
+        ranks = info.data.get("ranks")
+        if ranks is not None and len(rates) != len(ranks):
+            raise ValueError(f"{info.field_name} gives {len(rates)} rates for {len(ranks)} ranks")
+        if any(rate <= 0 for rate in rates):
+            raise ValueError(f"{info.field_name} must be positive")
+        return rates
+
+    @field_validator("ranks")
+    @classmethod
+    def _check_ranks(cls, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        if list(ranks) != sorted(set(ranks)) or ranks[0] < 2:
+            raise ValueError("ranks must ascend, each group of at least 2 ranks")
+        return ranks
+
+
 class ClusterSpec(InputSpec):
     """A cluster preset: one GPU type, GPUs per node, and its tiers innermost first."""
 
@@ -139,7 +174,24 @@ class ClusterSpec(InputSpec):
     # framework's host pays per op (solver.cost.host_time.estimate_host_s). None: unmeasured
     # (TimeConstants.host_op_s's x86 reference is used).
     host_op_us: float | None = Field(default=None, gt=0)
+    # Measured throughput of the flex dispatcher's backends across this cluster's nodes
+    # (DispatcherRates), at most one per dispatcher; none: the tiers' all-to-all model.
+    dispatcher_rates: tuple[DispatcherRates, ...] = ()
     source: str = ""
+
+    @field_validator("dispatcher_rates")
+    @classmethod
+    def _check_dispatcher_rates(cls, rates: tuple[DispatcherRates, ...]
+                                ) -> tuple[DispatcherRates, ...]:
+        names = [rate.dispatcher for rate in rates]
+        if len(names) != len(set(names)):
+            raise ValueError(f"dispatcher_rates lists a dispatcher twice: {names}")
+        return rates
+
+    def dispatcher_rate(self, dispatcher: str) -> DispatcherRates | None:
+        """The measured rates of `dispatcher` on this cluster, None where it has none."""
+        return next((rate for rate in self.dispatcher_rates if rate.dispatcher == dispatcher),
+                    None)
 
     @field_validator("tiers")
     @classmethod
