@@ -135,6 +135,12 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
 #                 CommOverlapConfig(tp_comm_overlap=False) (qwen3_235b_a22b_*h100* in
 #                 qwen3_llm_pretrain.py, v0.2.0-v0.5.0; 25.09's run_script.py passed True)
 #   deepseek-v3   25.09: moe_router_fusion: true (configs/deepseek/deepseek_v3_llm_pretrain.yaml)
+#   FP8 on H100   per-tensor FP8 with current scaling ("fp8_cs", Float8CurrentScaling) for both
+#                 Qwen3 models in every release and DeepSeek-V3's primary 25.09 row: the 25.09
+#                 yamls' h100 perf_matrix lists fp8_cs (DeepSeek-V3 also fp8_ss, the blockwise
+#                 variant) and Qwen3-30B's fp8_cs entry sets the row's mbs 2; v0.2.0-v0.5.0 ship
+#                 only *_H100_FP8_CS_* presets for them (workload_base_configs.py,
+#                 qwen3_workload_base_configs.py); the 25.11 table says FP8-CS
 #   gpt-oss-120b  every release: no moe_a2a_overlap (GPT_OSS_120B_..._H100_BF16 sets pp 4 and
 #                 recompute_modules ["layernorm", "moe_act"] only; the field defaults to False);
 #                 those recompute modules (v0.2.0 workload_base_configs.py, v0.3.0-v0.5.0
@@ -142,17 +148,21 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
 BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
     ("deepseek-v3", "25.09"): {"moe_dispatcher": "deepep",
                                "recompute_modules": ("mla_up_proj", "mlp"),
-                               "moe_router_fusion": True},
-    ("qwen3-235b-a22b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True},
-    **{("qwen3-235b-a22b", release): {"tp_comm_overlap": False, "moe_router_fusion": True}
+                               "moe_router_fusion": True, "fp8_current_scaling": True},
+    ("qwen3-235b-a22b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True,
+                                   "fp8_current_scaling": True},
+    **{("qwen3-235b-a22b", release): {"tp_comm_overlap": False, "moe_router_fusion": True,
+                                      "fp8_current_scaling": True}
        for release in ("25.11", "26.02", "26.04", "26.06")},
-    ("qwen3-30b-a3b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True},
-    ("qwen3-30b-a3b", "25.11"): {"moe_router_fusion": True},
-    ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep", "moe_router_fusion": True},
+    ("qwen3-30b-a3b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True,
+                                 "fp8_current_scaling": True},
+    ("qwen3-30b-a3b", "25.11"): {"moe_router_fusion": True, "fp8_current_scaling": True},
+    ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep", "moe_router_fusion": True,
+                                 "fp8_current_scaling": True},
     ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep",
-                                 "moe_router_fusion": True},
+                                 "moe_router_fusion": True, "fp8_current_scaling": True},
     ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep",
-                                 "moe_router_fusion": True},
+                                 "moe_router_fusion": True, "fp8_current_scaling": True},
     # Nemotron 3 Nano (26.02-26.06 rows): the family's base config sets the flex dispatcher's
     # HybridEP backend and no moe_a2a_overlap (nemotron_3_nano_workload_base_configs.py,
     # BASE_NEMOTRON_3_NANO_CONFIG moe_flex_dispatcher_backend="hybridep"; read at 0011573,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.cost.precision import load_recipe
+from solver.cost.precision import estimate_quantize_kernels_per_split, load_recipe
 from solver.cost.time_constants import TE_MODULE_OPS, TimeConstants, estimate_host_op_s
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 
@@ -32,14 +32,15 @@ def estimate_host_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     MLP, or an MoE layer's router (fused under moe_router_fusion), shared experts and
     preprocess, then its dispatch, experts and, per local expert (num_experts / ep), the
     grouped GEMMs' own ops and the recipe's quantize kernels per split
-    (PrecisionRecipe.quantize_kernels_per_split). CUDA graphs replay the captured block with
-    one TE-module-like call (TE_MODULE_OPS): the whole dense layer; in a dropless MoE layer
-    everything before the sync, while dispatch, experts and combine stay eager (Megatron
-    cuda_graph.md, --cuda-graph-modules attn moe_router moe_preprocess).
+    (solver.cost.precision.estimate_quantize_kernels_per_split). CUDA graphs replay the
+    captured block with one TE-module-like call (TE_MODULE_OPS): the whole dense layer; in a
+    dropless MoE layer everything before the sync, while dispatch, experts and combine stay
+    eager (Megatron cuda_graph.md, --cuda-graph-modules attn moe_router moe_preprocess).
     Worked number: Megatron, Qwen3-30B-A3B MoE layer (no shared experts) at ep 8 (16 local
     experts), tp 1, bf16, on a DGX H100 (13.48 us per op), T = 2.6877: before the sync
     (4 + 3T) + (T + 72) + 10 = 96.75 ops, 1.304 ms; after it 10 + (1 + 2T) + 2 x 16 = 48.38
-    ops, 0.652 ms. At mxfp8 the 16 local experts add 2 x 16 quantize kernels after it."""
+    ops, 0.652 ms. At mxfp8 the 16 local experts add 2 x 16 quantize kernels after it, at
+    fp8 with current scaling 2 x 3 x 16."""
     n, host_op_s = constants.launches, estimate_host_op_s(constants, cluster)
     comm = (np.where(d["tp"] > 1, 2.0 if is_moe else 4.0, 0.0)
             + 2.0 * (np.asarray(d["cp"], dtype=float) - 1.0))
@@ -48,7 +49,8 @@ def estimate_host_s(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         local_experts = model_spec.num_experts / np.asarray(d["ep"], dtype=float)
         captured = attention + moe_ops_before_sync(model_spec, constants)
         quantize = n.quantized_splits_per_local_expert * (
-            load_recipe(job.precision).quantize_kernels_per_split)
+            estimate_quantize_kernels_per_split(load_recipe(job.precision),
+                                                constants.fp8_current_scaling))
         after = n.dispatch + n.experts + (n.per_local_expert + quantize) * local_experts
     else:
         captured, after = attention + n.mlp, np.zeros(np.shape(comm))

@@ -13,9 +13,10 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         in the recipe's dtype (permutation included), else per-expert GEMMs;
                         backward: the GEMM table's dgrad + wgrad over forward ratio for the
                         expert GEMMs (else twice); plus the all-to-all dispatcher's sort of
-                        the received copies by local expert and back (_chunk_sort_s), and
+                        the received copies by local expert and back (_chunk_sort_s),
                         the framework's eager work around the grouped GEMMs (expert biases,
-                        a SwiGLU limit: solver.cost.moe_eager)
+                        a SwiGLU limit: solver.cost.moe_eager), and FP8 current scaling's
+                        amax reads (solver.cost.fp8_scaling)
   core, core_bwd        the attention core (measured kernel and FlashAttention-3's backward
                         ratio, or the datasheet fraction and TimeConstants' FLOP ratio;
                         unfused attention: its batched GEMMs, twice over backward, and the
@@ -47,6 +48,7 @@ from solver.cost.efficiency import (
     gemm_table,
 )
 from solver.cost.flops import estimate_attention_core_flops
+from solver.cost.fp8_scaling import estimate_routed_scaling_s
 from solver.cost.kernels import load_kernel_table
 from solver.cost.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
 from solver.cost.moe_eager import estimate_expert_eager_s
@@ -181,7 +183,10 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     chunk_sort = _chunk_sort_s(model_spec, cluster, d, constants, pairs)
     eager, eager_bwd, moe_act = estimate_expert_eager_s(model_spec, gpu, cc, pairs,
                                                         experts / d["ep"], d["etp"])
-    routed, routed_bwd = routed + chunk_sort + eager, routed_bwd + chunk_sort + eager_bwd
+    scaling, scaling_bwd = estimate_routed_scaling_s(model_spec, gpu, constants, recipe, fused,
+                                                     pairs, d["etp"])
+    routed = routed + chunk_sort + eager + scaling
+    routed_bwd = routed_bwd + chunk_sort + eager_bwd + scaling_bwd
     token_width = model_spec.moe_token_width
     routed_inputs = pairs * (token_width + model_spec.moe_intermediate_size / d["etp"])
     shared_inputs = gemm_inputs if model_spec.num_shared_experts else 0.0

@@ -61,8 +61,10 @@ GB200 guide); each kernel is one more op the host launches per local expert
 (`quantize_kernels_per_split`, solver.cost.host_time.estimate_host_s; [A: read off TE
 v2.9's code]):
   fp8            0: delayed scaling (TE's default, what `launch` asks for) quantizes every
-                 split in one fused nvte_multi_cast_transpose (current scaling would launch
-                 three per split: amax, scale, cast).
+                 split in one fused nvte_multi_cast_transpose; current scaling
+                 (TimeConstants.fp8_current_scaling) launches three per split, amax, scale and
+                 cast (Float8CurrentScalingQuantizer::quantize_impl, no fused multi-tensor
+                 path up to TE 2.16: solver.cost.fp8_scaling), estimate_quantize_kernels_per_split.
   fp8-blockwise  1: Float8BlockQuantizer::quantize, one nvte_quantize_v2 per split, into one
                  bulk allocation (bulk_allocate_fp8_blockwise_tensors).
   mxfp8          1: MXFP8Quantizer::quantize, one nvte_quantize_v2 per split (bulk allocation
@@ -152,6 +154,18 @@ assert tuple(RECIPES) == PRECISIONS, "spec.job.PRECISIONS and the recipes must l
 
 def load_recipe(precision: str) -> PrecisionRecipe:
     return RECIPES[precision]
+
+
+CURRENT_SCALING_KERNELS_PER_SPLIT = 3.0  # amax, scale, cast (module docstring)
+
+
+def estimate_quantize_kernels_per_split(recipe: PrecisionRecipe, current_scaling: bool
+                                        ) -> float:
+    """Kernels a grouped GEMM launches per split to quantize its input (module docstring):
+    the recipe's, or three under per-tensor FP8 with current scaling."""
+    if current_scaling and recipe.name == "fp8":
+        return CURRENT_SCALING_KERNELS_PER_SPLIT
+    return recipe.quantize_kernels_per_split
 
 
 def check_precision_supported(gpu: GpuSpec, precision: str) -> None:

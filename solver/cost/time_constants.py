@@ -265,6 +265,11 @@ class TimeConstants(BaseModel):
     # Megatron --moe-router-fusion (TE PR 1883; off by default, transformer_config.py, and not
     # asked for by `launch`): the router launches KernelLaunches.router_fused ops, not router.
     moe_router_fusion: bool = False
+    # Per-tensor FP8 with current scaling (TE Float8CurrentScaling; Megatron --fp8-recipe
+    # tensorwise, Megatron-Bridge's "fp8_cs"): each quantization computes its tensor's amax
+    # first (solver.cost.fp8_scaling). Off: delayed scaling, TE's default and what `launch`
+    # asks for. Only the `fp8` precision reads it.
+    fp8_current_scaling: bool = False
     # Host seconds per eager PyTorch op the framework issues (KernelLaunches counts them).
     # None: the cluster's CPU (ClusterSpec.host_op_us), X86_HOST_OP_S where its file gives none.
     host_op_s: float | None = Field(default=None, ge=0)
