@@ -28,9 +28,16 @@ of 4 ms, where pooling the layer's 8.4 ms of compute would hide all of it.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solver.spec.hardware import DispatcherRates
+
+BF16_BYTES = 2.0
+# FP8 dispatch bytes over BF16's: 1 B a value and a 4-B scale per 128 (DeepEP
+# tests/test_hybrid_ep.py fp8_factor).
+FP8_DISPATCH_BYTES = (1.0 + 4.0 / 128.0) / 2.0
 
 
 def estimate_ep_exposed_s(ep_fwd_s: np.ndarray, passes: float, overlap: bool,
@@ -53,24 +60,76 @@ def estimate_ep_exposed_s(ep_fwd_s: np.ndarray, passes: float, overlap: bool,
 def estimate_dispatcher_s(rates: DispatcherRates, sent_bytes: np.ndarray, ep: np.ndarray
                           ) -> np.ndarray:
     """Seconds of one dispatch and one combine (one forward's pass) of a flex-dispatcher
-    backend across nodes, at the rates its library measured on the cluster
-    (ClusterSpec.dispatcher_rates): `sent_bytes` / dispatch rate + `sent_bytes` / combine rate,
-    each rate interpolated linearly in log2(ep) between the measured group sizes and held
-    beyond them. `sent_bytes` counts what the measurement counts: a token's bytes once for
-    every node its k experts reach, its own node included (solver.cost.layer_time's
-    all-to-all bytes times _domain_dedup).
+    backend across nodes, at what its library measured on the cluster
+    (ClusterSpec.dispatcher_rates). `sent_bytes` counts what the measurement counts: a token's
+    bytes once for every node its k experts reach, its own node included (solver.cost.
+    layer_time's all-to-all bytes times _domain_dedup).
 
-    The measurement (DeepEP's HybridEP on H100 with 400 Gb/s InfiniBand, 16 SMs: 54.47 /
-    53.35 GB/s at 16 ranks) sits below what the fabric tier's all-to-all gives the same
-    bytes across two nodes, S x (n - m) / n / 40 GB/s = S / 80 GB/s: its 2-node rate
-    carries the backend's own work (the routing metadata, the NVLink forwarding the node's
-    tokens wait on) on 4 MB-per-rank messages. Worked number: Qwen3-30B-A3B at ep 16 on
-    two DGX H100 nodes, 4,096 tokens of 2 x 2,048 B to 2 (1 - 2^-8) = 1.992 nodes each:
-    33.4 MB, 0.614 ms dispatch + 0.627 ms combine = 1.240 ms (the fabric's all-to-all:
-    0.928 ms)."""
+    A combine takes `sent_bytes` / its measured rate. A dispatch measured in BF16 and in FP8
+    (the same tokens, (1 + 4/128) / 2 the bytes) splits into a fixed part and a per-byte
+    part (dispatcher_fit); without an FP8 column it is bytes / rate alike. Each is
+    interpolated linearly in log2(ep) between the measured group sizes and held beyond them.
+
+    Worked number (DeepEP's HybridEP on H100, 16 SMs, 400 Gb/s InfiniBand; Qwen3-30B-A3B at
+    ep 16 on two DGX H100 nodes, one 4,096-token sequence): its tokens of 2 x 2,048 B reach
+    2 (1 - 2^-8) = 1.992 nodes each, 33.4 MB; dispatch 0.294 ms + 33.4 MB / 63.1 GB/s =
+    0.824 ms, combine 33.4 MB / 53.35 GB/s = 0.627 ms: 1.450 ms, where bytes over the BF16
+    dispatch rate alone give 0.614 ms for the dispatch and the fabric tier's all-to-all
+    (S / 80 GB/s across two nodes) 0.928 ms for both."""
     log_ranks = np.log2(np.asarray(rates.ranks, dtype=float))
     at = np.log2(np.asarray(ep, dtype=float))
-    dispatch = np.interp(at, log_ranks, rates.dispatch_gb_per_s) * 1e9
-    combine = np.interp(at, log_ranks, rates.combine_gb_per_s) * 1e9
+    fixed_s, per_byte_s = dispatcher_fit(rates)
     sent = np.asarray(sent_bytes, dtype=float)
-    return sent / dispatch + sent / combine
+    dispatch = np.interp(at, log_ranks, fixed_s) + sent * np.interp(at, log_ranks, per_byte_s)
+    combine = sent / (np.interp(at, log_ranks, rates.combine_gb_per_s) * 1e9)
+    return dispatch + combine
+
+
+def dispatcher_fit(rates: DispatcherRates) -> tuple[np.ndarray, np.ndarray]:
+    """(fixed seconds, seconds per byte) of one dispatch at each measured group size. The
+    benchmark's own test counts S = T x reached(ranks / ranks_per_node, k) x hidden x 2 B
+    (T tokens a rank, reached_domains); its BF16 dispatch takes t = S / BF16 rate, its FP8
+    dispatch of the same tokens t' = f S / FP8 rate (f = FP8_DISPATCH_BYTES), so per byte
+    (t - t') / ((1 - f) S) and fixed t - S x that (never below 0). Worked number (H100
+    HybridEP, 16 ranks): S = 4,096 x 1.992 x 7,168 x 2 = 116.98 MB, t = 2.148 ms at 54.47
+    GB/s, t' = 1.250 ms at 48.26 GB/s: 63.1 GB/s and 0.294 ms (32 ranks: 54.6 GB/s and 0.594
+    ms; 64: 50.9 GB/s and 1.416 ms). Without an FP8 column: no fixed part, the BF16 rate."""
+    ranks = np.asarray(rates.ranks, dtype=float)
+    bf16 = np.asarray(rates.dispatch_gb_per_s) * 1e9
+    if rates.dispatch_fp8_gb_per_s is None:
+        return np.zeros_like(ranks), 1.0 / bf16
+    reached = reached_domains(ranks / rates.ranks_per_node, rates.topk)
+    measured = rates.tokens_per_rank * reached * rates.hidden_size * BF16_BYTES
+    t_bf16 = measured / bf16
+    t_fp8 = FP8_DISPATCH_BYTES * measured / (np.asarray(rates.dispatch_fp8_gb_per_s) * 1e9)
+    per_byte = (t_bf16 - t_fp8) / ((1.0 - FP8_DISPATCH_BYTES) * measured)
+    return np.maximum(t_bf16 - measured * per_byte, 0.0), per_byte
+
+
+def reached_domains(domains: np.ndarray, k: int, n_group: int = 1, topk_group: int = 1
+                    ) -> np.ndarray:
+    """Expected number of the D `domains` of an EP group (experts laid out in order, equal
+    shares) that one token's k routed copies reach, routing balanced. Without a group limit
+    each copy lands in any domain alike: D (1 - (1 - 1/D)^k). Group-limited routing (the
+    experts in n_group equal groups, a token's k from its topk_group chosen groups; DeepSeek-V3
+    §2.1.2) confines them: with at most one group per domain, to the m = topk_group D / n_group
+    domains the chosen groups cover, m (1 - (1 - 1/m)^k); with g = n_group / D groups per
+    domain, a domain holds j of the chosen groups with the hypergeometric probability of j
+    among g of the n_group, and is reached unless all k copies miss those j:
+    D sum_j P(j) (1 - (1 - j / topk_group)^k). Worked number (DeepSeek-V3, ep 64 on 8 nodes,
+    one group per node): 4 (1 - (3/4)^8) = 3.60 nodes, against 8 (1 - (7/8)^8) = 5.25."""
+    d = np.asarray(domains, dtype=float)
+    if n_group == 1:
+        return d * (1.0 - (1.0 - 1.0 / d) ** k)
+    per_domain = n_group / d
+    m = np.minimum(topk_group * d / n_group, d)
+    spread = m * (1.0 - (1.0 - 1.0 / np.maximum(m, 1.0)) ** k)
+    result = spread.copy()
+    for g in np.unique(np.round(per_domain[per_domain > 1.0])):
+        g = int(g)
+        chosen = range(0, min(g, topk_group) + 1)
+        total = math.comb(n_group, topk_group)
+        hit = sum(math.comb(g, j) * math.comb(n_group - g, topk_group - j) / total
+                  * (1.0 - (1.0 - j / topk_group) ** k) for j in chosen)
+        result = np.where((per_domain > 1.0) & (np.round(per_domain) == g), d * hit, result)
+    return result

@@ -12,13 +12,15 @@ is checked against.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from solver.cost.blocks import estimate_mixer_cp_s, hybrid_kinds
 from solver.cost.candidates import RECOMPUTE_SELECTIVE
-from solver.cost.comm_ep import estimate_dispatcher_s, estimate_ep_exposed_s
+from solver.cost.comm_ep import (
+    estimate_dispatcher_s,
+    estimate_ep_exposed_s,
+    reached_domains,
+)
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.layer_compute import (
     estimate_backward_s,
@@ -107,35 +109,6 @@ def _ep_domains(cluster: ClusterSpec, ep: np.ndarray, etp: np.ndarray) -> np.nda
     (solver.spec.hardware); the group's ep * etp ranks sit etp apart."""
     members = np.clip(cluster.job_segment_gpus // etp, 1, ep)
     return np.maximum(ep / members, 1.0)
-
-
-def reached_domains(domains: np.ndarray, k: int, n_group: int = 1, topk_group: int = 1
-                    ) -> np.ndarray:
-    """Expected number of the D `domains` of an EP group (experts laid out in order, equal
-    shares) that one token's k routed copies reach, routing balanced. Without a group limit
-    each copy lands in any domain alike: D (1 - (1 - 1/D)^k). Group-limited routing (the
-    experts in n_group equal groups, a token's k from its topk_group chosen groups; DeepSeek-V3
-    §2.1.2) confines them: with at most one group per domain, to the m = topk_group D / n_group
-    domains the chosen groups cover, m (1 - (1 - 1/m)^k); with g = n_group / D groups per
-    domain, a domain holds j of the chosen groups with the hypergeometric probability of j
-    among g of the n_group, and is reached unless all k copies miss those j:
-    D sum_j P(j) (1 - (1 - j / topk_group)^k). Worked number (DeepSeek-V3, ep 64 on 8 nodes,
-    one group per node): 4 (1 - (3/4)^8) = 3.60 nodes, against 8 (1 - (7/8)^8) = 5.25."""
-    d = np.asarray(domains, dtype=float)
-    if n_group == 1:
-        return d * (1.0 - (1.0 - 1.0 / d) ** k)
-    per_domain = n_group / d
-    m = np.minimum(topk_group * d / n_group, d)
-    spread = m * (1.0 - (1.0 - 1.0 / np.maximum(m, 1.0)) ** k)
-    result = spread.copy()
-    for g in np.unique(np.round(per_domain[per_domain > 1.0])):
-        g = int(g)
-        chosen = range(0, min(g, topk_group) + 1)
-        total = math.comb(n_group, topk_group)
-        hit = sum(math.comb(g, j) * math.comb(n_group - g, topk_group - j) / total
-                  * (1.0 - (1.0 - j / topk_group) ** k) for j in chosen)
-        result = np.where((per_domain > 1.0) & (np.round(per_domain) == g), d * hit, result)
-    return result
 
 
 def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str, np.ndarray],

@@ -122,7 +122,9 @@ class DispatcherRates(InputSpec):
     over their time, at each EP group size `ranks` (ascending, every group spanning nodes),
     the bytes counted as the library's benchmark counts them: each token once for every node
     that holds one of its experts, its own included (solver.cost.comm_ep.
-    estimate_dispatcher_s). `num_sms` is the SMs the library was given."""
+    estimate_dispatcher_s); where it also timed an FP8 dispatch of the same tokens, that rate
+    over the FP8 bytes. The benchmark's own test: `tokens_per_rank` tokens of `hidden_size`
+    values each, top-`topk` routing, `ranks_per_node` ranks a node, `num_sms` SMs."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -130,12 +132,20 @@ class DispatcherRates(InputSpec):
     ranks: tuple[GpuCount, ...] = Field(min_length=1)
     dispatch_gb_per_s: tuple[float, ...] = Field(min_length=1)
     combine_gb_per_s: tuple[float, ...] = Field(min_length=1)
+    dispatch_fp8_gb_per_s: tuple[float, ...] | None = None
+    tokens_per_rank: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    topk: int = Field(gt=0)
+    ranks_per_node: GpuCount = Field(gt=0)
     num_sms: int = Field(gt=0)
     source: str = ""
 
-    @field_validator("dispatch_gb_per_s", "combine_gb_per_s")
+    @field_validator("dispatch_gb_per_s", "combine_gb_per_s", "dispatch_fp8_gb_per_s")
     @classmethod
-    def _check_rates(cls, rates: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
+    def _check_rates(cls, rates: tuple[float, ...] | None, info: ValidationInfo
+                     ) -> tuple[float, ...] | None:
+        if rates is None:
+            return rates
         ranks = info.data.get("ranks")
         if ranks is not None and len(rates) != len(ranks):
             raise ValueError(f"{info.field_name} gives {len(rates)} rates for {len(ranks)} ranks")
