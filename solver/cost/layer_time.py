@@ -303,7 +303,12 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
             redo_s > 0.0, waits(redo_s + redo_tp + redo_ep, estimate_selective_host_s(
                 model_spec, cluster, constants, is_moe, host_fwd)), 0.0), tp=redo_tp,
             ep=redo_ep)
-        return plain + np.where(selective[:, None], redo, 0.0), full, wait_fwd, wait_bwd
+        # What the forward and backward of a chunk the overlap cannot merge expose beyond a
+        # merged pair's (solver.cost.comm_ep.estimate_unmerged_share says how many).
+        unmerged = (2.0 * ep_fwd - ep_plain if is_moe and constants.ep_comm_overlap
+                    else np.zeros_like(fwd_s))
+        return (plain + np.where(selective[:, None], redo, 0.0), full, wait_fwd, wait_bwd,
+                unmerged)
 
     kinds = [("dense", False), ("moe", model_spec.is_moe)]
     terms = [kind(layer[name], moe) for name, moe in kinds]
@@ -314,12 +319,13 @@ def _layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         terms.append(kind(layer[f"kind{index}"], mlp == "moe",
                           float((mixer != "none") + (mlp == "dense")), mixer_cp,
                           mixer in ATTENTION_MIXERS))
+    def column(index: int) -> np.ndarray:
+        return np.stack([np.broadcast_to(term[index], np.shape(term[0])[:1]) for term in terms],
+                        axis=1)
+
     return (np.stack([term[0] for term in terms], axis=1),
             np.stack([term[1] for term in terms], axis=1),
-            (np.stack([np.broadcast_to(term[2], np.shape(term[0])[:1]) for term in terms],
-                      axis=1),
-             np.stack([np.broadcast_to(term[3], np.shape(term[0])[:1]) for term in terms],
-                      axis=1)))
+            (column(2), column(3)), column(4))
 
 
 
@@ -336,17 +342,20 @@ def layer_degrees(constants: TimeConstants) -> tuple[str, ...]:
 def estimate_layer_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                       d: dict[str, np.ndarray], constants: TimeConstants
                       ) -> dict[str, np.ndarray]:
-    """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), and
-    the average layer's forward and backward seconds (the DP overlap window)."""
+    """The terms of TimeTerms a layer and the LM head give (per_layer, recompute, head), the
+    average layer's forward and backward seconds (the DP overlap window), and what each kind
+    exposes of EP beyond its merged per-layer term where the EP overlap cannot merge a chunk's
+    passes (ep_unmerged; solver.cost.steptime spreads it by
+    solver.cost.comm_ep.estimate_unmerged_share)."""
     # Both the layer terms and the average layer start from the same compute: work it once.
     layer = kept_compute_s(model_spec, cluster, job, d, constants)
-    per_layer, recompute_terms, waits = _layer_terms(model_spec, cluster, job, d, constants,
-                                                     layer)
+    per_layer, recompute_terms, waits, unmerged = _layer_terms(model_spec, cluster, job, d,
+                                                               constants, layer)
     head = estimate_head_compute_s(model_spec, cluster, job, d, constants)
     window_fwd, window_bwd = _overlap_window_s(layer, model_spec, waits)
     return {"per_layer": per_layer, "recompute": recompute_terms,
             "head": stack_parts(compute=head), "mixed_fwd": window_fwd,
-            "mixed_bwd": window_bwd}
+            "mixed_bwd": window_bwd, "ep_unmerged": unmerged}
 
 
 def sm_contention(cluster: ClusterSpec, constants: TimeConstants,

@@ -42,6 +42,7 @@ import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.cost.comm_ep import estimate_unmerged_share
 from solver.cost.data_parallel import (
     estimate_dp_collectives_s,
     estimate_grad_accumulation_s,
@@ -166,8 +167,9 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     compose_step_time). The DP / ZeRO, pipeline send and optimizer terms are the mesh's: the
     DP traffic hides behind the even split's largest stage, whatever the layout.
 
-    `layers_only`: the layer, LM head and MTP terms only, every other term 0 (the costly
-    per-mesh ones). Every term is >= 0 and the composition grows with each, so the step time
+    `layers_only`: the layer, LM head and MTP terms only (without what the EP overlap's
+    unmerged passes add, which depends on the mesh), every other term 0 (the costly per-mesh
+    ones). Every term is >= 0 and the composition grows with each, so the step time
     these give is a lower bound of the full one, for any layout (the search's first pass)."""
     constants = constants or TimeConstants()
     d = _degrees(candidates)
@@ -218,6 +220,14 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
                          optimizer_s=zero_s, tokens=float(tokens),
                          flop_per_gpu_per_step=flop_per_gpu, peak_flop_per_s=peak,
                          num_gpus=num_gpus)
+    # The EP overlap's unmerged chunk passes (warm-up, cool-down) expose their all-to-alls in
+    # full, spread over the step's micro-batches (solver.cost.comm_ep.estimate_unmerged_share):
+    # a per-mesh term, left out of the layers-only bound above (it only adds).
+    unmerged = np.zeros_like(per_layer)
+    unmerged[:, :, STAGE_PARTS.index("ep")] = (
+        estimate_unmerged_share(pp, vpp, num_micro)[:, None] * layer["ep_unmerged"][back])
+    per_layer = per_layer + unmerged
+    mtp = mtp + model_spec.mtp_depths * unmerged[:, mtp_kind]
     grad_accumulation = estimate_grad_accumulation_s(model_spec, cluster, _Degrees(d), constants)
 
     # ---- pipeline sends ----------------------------------------------------------------------
