@@ -21,7 +21,7 @@ median and 90th-percentile |predicted / measured - 1| of
 The table path itself returns every unadjusted grid point exactly (tests/test_kernels.py). Last,
 a sanity print (not a fit, not a test): the throughput ratio of two precision recipes run on
 one configuration by Megatron-Bridge on Blackwell (FP8 current scaling over MXFP8: measured
-1.04-1.06; NVFP4 over MXFP8: 1.49), predicted and measured.
+1.04-1.06; NVFP4 over MXFP8 or FP8: 1.31-1.50), predicted and measured.
 """
 
 from __future__ import annotations
@@ -230,7 +230,9 @@ def render_moe_shape_transfer(console: Console) -> None:
 # @067f987 docs/performance-summary-archive.md): (label, model, cluster, GPUs, seq, global
 # batch, degrees, {recipe: measured tokens/s per GPU}). 25.11: "FP8-CS (FP8-MX)" rows, the
 # parenthesis the MXFP8 run; 26.06: the GB200 Llama 3.1 405B MXFP8 and NVFP4 rows, the same
-# tp 4, pp 16, vp 8.
+# tp 4, pp 16, vp 8, and GB300's FP8 and NVFP4 rows, the same tp 4, pp 8, vp 4 (its MXFP8 row
+# ran tp 2, cp 2); 26.04.01: Llama 3 70B's MXFP8 and NVFP4 rows (GB300 tp 1, GB200 tp 2; pp 4,
+# vp 5; LLAMA3_70B is llama3.1-70b here, as in benchmarks/published.py).
 RECIPE_PAIRS = (
     ("25.11 Llama3 8B", "llama3.1-8b", "gb300-nvl72", 8, 8192, 128, dict(micro_batch=2),
      {"fp8": 37556, "mxfp8": 36108}),
@@ -242,6 +244,12 @@ RECIPE_PAIRS = (
      dict(tp=4, pp=8, cp=2, vpp=8, micro_batch=1), {"fp8": 661, "mxfp8": 624}),
     ("26.06 Llama3.1 405B", "llama3.1-405b", "gb200-nvl72", 256, 8192, 1536,
      dict(tp=4, pp=16, vpp=8, micro_batch=1), {"mxfp8": 783, "nvfp4": 1166}),
+    ("26.06 Llama3.1 405B", "llama3.1-405b", "gb300-nvl72", 256, 8192, 1536,
+     dict(tp=4, pp=8, vpp=4, micro_batch=1), {"fp8": 1048, "nvfp4": 1413}),
+    ("26.04.01 Llama3 70B", "llama3.1-70b", "gb300-nvl72", 64, 8192, 256,
+     dict(tp=1, pp=4, vpp=5, micro_batch=1), {"mxfp8": 4864, "nvfp4": 7296}),
+    ("26.04.01 Llama3 70B", "llama3.1-70b", "gb200-nvl72", 64, 8192, 256,
+     dict(tp=2, pp=4, vpp=5, micro_batch=1), {"mxfp8": 3712, "nvfp4": 4864}),
 )
 
 

@@ -6,6 +6,7 @@ printed as a sanity check by benchmarks/kernel_accuracy.py."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -147,3 +148,85 @@ def test_tensor_parallel_time_falls_with_the_gathered_bytes() -> None:
                                       candidates, constants).tp[0])
           for p in ("bf16", "fp8", "nvfp4")}
     assert tp["bf16"] > tp["fp8"] > tp["nvfp4"] > 0.5 * tp["bf16"]
+
+
+# Transformer Engine's GEMM profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst,
+# TE PR 2863): the 12 GEMMs of a hidden 4,096, FFN 16,384 layer at 31 x 512 tokens, (M, K, N)
+# as TE writes them; forward, then dgrad (K and N swapped), then wgrad (tokens reduced).
+TE_TOKENS, TE_HIDDEN, TE_FFN = 31 * 512, 4096, 16384
+TE_FPROP = ((TE_TOKENS, TE_HIDDEN, 3 * TE_HIDDEN), (TE_TOKENS, TE_HIDDEN, TE_HIDDEN),
+            (TE_TOKENS, TE_HIDDEN, TE_FFN), (TE_TOKENS, TE_FFN, TE_HIDDEN))
+TE_LAYER = (TE_FPROP + tuple((m, n, k) for m, k, n in TE_FPROP)
+            + tuple((k, m, n) for m, k, n in TE_FPROP))
+
+
+def _b300_layer_ms(dtype: str, without_quantization: bool) -> float:
+    from solver.cost.kernels import estimate_table_quantize_s
+
+    table = load_kernel_table("b300_sxm")
+    seconds = sum(float(estimate_table_gemm_s(table, dtype, m, n, k))
+                  - (float(estimate_table_quantize_s(table, dtype, m, k))
+                     if without_quantization else 0.0) for m, k, n in TE_LAYER)
+    return seconds * 1e3
+
+
+def test_training_gemm_rates_follow_te_b300_measurement() -> None:
+    """TE's pre-quantized per-layer sums on a B300 SXM6 AC (FP8 current scaling 6.812 ms,
+    MXFP8 7.161, NVFP4 3.764, BF16 13.102) against the b300_sxm table at the same 12 shapes,
+    each row less its own quantization (precision.py, "Training kernels"): MXFP8's cuBLASLt
+    GEMMs at 0.951 of per-tensor FP8's; NVFP4 over FP8 1.810 in TE, 6.081 / 3.847 = 1.581 in
+    the table, so TE's NVFP4 GEMM runs 1.145x the table row's kernel; BF16 as the yardstick
+    (cuBLAS in both harnesses) agrees within 1.5% (1.129). The recipes whose table rows are
+    the kernels TE runs stay at 1."""
+    fp8 = _b300_layer_ms("fp8", True)
+    nvfp4 = _b300_layer_ms("nvfp4", True)
+    bf16 = _b300_layer_ms("bfloat16", False)
+    assert (fp8, nvfp4, bf16) == pytest.approx((6.081, 3.847, 11.863), abs=2e-3)
+    assert load_recipe("mxfp8").training_gemm_rate == pytest.approx(6.812 / 7.161)
+    assert load_recipe("mxfp8").training_gemm_rate == pytest.approx(0.951, abs=5e-4)
+    te_ratio = 6.812 / 3.764
+    assert load_recipe("nvfp4").training_gemm_rate == pytest.approx(te_ratio / (fp8 / nvfp4),
+                                                                   rel=1e-3)
+    assert (13.102 / 3.764) / (bf16 / nvfp4) == pytest.approx(1.129, abs=1e-3)
+    assert {name for name, r in RECIPES.items() if r.training_gemm_rate != 1.0} == {
+        "mxfp8", "nvfp4"}
+
+
+def test_training_gemms_run_the_gemm_part_at_that_rate() -> None:
+    """GB200 nvfp4, m = 8192, n = k = 16384 (efficiency.estimate_training_table_gemm_s): the
+    table's 1,079.5 us hold 53.0 us of quantization, so training takes 53.0 + 1,026.5 / 1.145
+    = 949.5 us; serving keeps the table's kernel; the backward is the dgrad and wgrad lookups
+    as training runs them, less one quantization of dy; BF16 and FP8 keep the table's time."""
+    from solver.cost.efficiency import (
+        ComputeConstants,
+        estimate_gemm_backward_s,
+        estimate_gemm_s,
+        estimate_training_table_gemm_s,
+    )
+    from solver.cost.kernels import estimate_table_quantize_s
+
+    gpu, cc, table = load_gpu_spec("gb200"), ComputeConstants(), load_kernel_table("gb200")
+    m, k, n = 8192, 16384, 16384
+    assert float(estimate_gemm_s(gpu, "nvfp4", m, k, n, cc)) == pytest.approx(949.5e-6,
+                                                                              abs=0.1e-6)
+    assert float(estimate_gemm_s(gpu, "nvfp4", m, k, n, cc, training=False)) == (
+        pytest.approx(1079.5e-6, abs=0.1e-6))
+    recipe = load_recipe("nvfp4")
+    backward = (estimate_training_table_gemm_s(table, recipe, m, k, n)
+                + estimate_training_table_gemm_s(table, recipe, n, k, m)
+                - estimate_table_quantize_s(table, "nvfp4", m, n))
+    assert float(estimate_gemm_backward_s(gpu, "nvfp4", m, k, n, cc)) == pytest.approx(
+        float(backward), rel=1e-12)
+    for precision in ("bf16", "fp8"):
+        assert float(estimate_gemm_s(gpu, precision, m, k, n, cc)) == float(
+            estimate_table_gemm_s(table, load_recipe(precision).table_dtype, m, n, k))
+
+
+@pytest.mark.parametrize("precision", ["mxfp8", "nvfp4"])
+def test_training_gemms_without_work_take_no_time(precision: str) -> None:
+    """A GEMM with no output columns (n = 0) has no quantization left to keep either."""
+    from solver.cost.efficiency import ComputeConstants, estimate_gemm_s
+
+    seconds = estimate_gemm_s(load_gpu_spec("b200"), precision, np.array([8192.0, 8192.0]),
+                              4096.0, np.array([0.0, 4096.0]), ComputeConstants())
+    assert seconds[0] == 0.0 and seconds[1] > 0.0

@@ -2,7 +2,8 @@
 
 A GPU with a kernel table (GpuSpec.kernel_table) takes its GEMM and attention times from the
 measured kernels (solver.cost.kernels): a forward GEMM y[m,n] = x[m,k] W[n,k]^T is the table's
-(m, n, k) in the precision recipe's dtype; its backward is the two GEMMs the gradients need,
+(m, n, k) in the precision recipe's dtype, its GEMM part at the rate of the kernel training
+runs (estimate_training_table_gemm_s); its backward is the two GEMMs the gradients need,
 looked up in the same table (kernel README caveat 2): dgrad dx[m,k] = dy[m,n] W[n,k], the
 table's (m, k, n), and wgrad dW[n,k] = dy^T[n,m] x[m,k], the table's (n, k, m). Fused attention
 forward is the table's kernel at the GPU's share of heads; backward is the forward times
@@ -49,7 +50,7 @@ from solver.cost.kernels_attention import (
     legacy_attention_factors,
     triton_attention_rates,
 )
-from solver.cost.precision import load_recipe
+from solver.cost.precision import PrecisionRecipe, load_recipe
 from solver.spec import GpuSpec
 
 BF16_BYTES = 2
@@ -109,37 +110,59 @@ def estimate_gemm_s(
     n: np.ndarray | float,
     constants: ComputeConstants,
     bytes_per_element: float | None = None,
+    training: bool = True,
 ) -> np.ndarray:
     """Seconds for one forward (M x K) @ (K x N) GEMM on one GPU in `precision` (a recipe of
     solver.cost.precision; vectorised, zero where M*K*N = 0).
 
     With a kernel table: the measured (m, n, k) in the recipe's dtype (H100 bf16 8192^3: 1.40
-    ms, 783 TFLOP/s). Datasheet path, worked number: M = 8192 tokens, K = 4096, N = 14336 on
-    an H100 (989 TFLOP/s bf16, MAMF fraction 0.803) with t_kernel = 8.5 us: 2MKN = 9.62e11
-    FLOPs -> 1.212 ms + 0.0085 ms. `bytes_per_element` (default: the recipe's) sizes the
-    datasheet path's memory roofline."""
+    ms, 783 TFLOP/s), its GEMM part at the training kernel's rate
+    (estimate_training_table_gemm_s) unless not `training` (serving runs the table's kernels).
+    Datasheet path, worked number: M = 8192 tokens, K = 4096, N = 14336 on an H100 (989
+    TFLOP/s bf16, MAMF fraction 0.803) with t_kernel = 8.5 us: 2MKN = 9.62e11 FLOPs -> 1.212
+    ms + 0.0085 ms. `bytes_per_element` (default: the recipe's) sizes the datasheet path's
+    memory roofline."""
     table = gemm_table(gpu, precision)
     if table is not None:
-        return estimate_table_gemm_s(table, load_recipe(precision).table_dtype, m, n, k)
+        recipe = load_recipe(precision)
+        if not training:
+            return estimate_table_gemm_s(table, recipe.table_dtype, m, n, k)
+        return estimate_training_table_gemm_s(table, recipe, m, n, k)
     return estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants, bytes_per_element)
+
+
+def estimate_training_table_gemm_s(table: KernelTable, recipe: PrecisionRecipe, m, n, k
+                                   ) -> np.ndarray:
+    """Seconds of the table's forward GEMM y[m,n] = x[m,k] W[n,k]^T in `recipe`'s dtype as
+    Transformer Engine runs it: the table row's quantization of x (estimate_table_quantize_s)
+    plus the rest, its GEMM, at recipe.training_gemm_rate times the table kernel's rate
+    (solver.cost.precision, "Training kernels"). Worked number: GB200 nvfp4, m = 8192, n = k
+    = 16384: the row's 1,079.5 us hold 53.0 us of quantization, so 53.0 + 1,026.5 / 1.145 =
+    949.5 us; a recipe at rate 1 keeps the table's time, a GEMM without work stays at 0."""
+    seconds = estimate_table_gemm_s(table, recipe.table_dtype, m, n, k)
+    if recipe.training_gemm_rate == 1.0:
+        return seconds
+    quantize = np.minimum(estimate_table_quantize_s(table, recipe.table_dtype, m, k), seconds)
+    return quantize + (seconds - quantize) / recipe.training_gemm_rate
 
 
 def estimate_gemm_backward_s(gpu: GpuSpec, precision: str, m: np.ndarray | float,
                              k: np.ndarray | float, n: np.ndarray | float,
                              constants: ComputeConstants) -> np.ndarray:
     """Seconds of the backward of a forward (M x K) @ (K x N) GEMM: with a kernel table the
-    dgrad (m, k, n) and wgrad (n, k, m) lookups (module docstring), less one quantization of
-    dy (M x N): each low-precision lookup times the dynamic quantization of its input, dy
-    for dgrad and dy^T for wgrad, where Transformer Engine quantizes dy once for both
+    dgrad (m, k, n) and wgrad (n, k, m) lookups (module docstring) as training runs them
+    (estimate_training_table_gemm_s), less one quantization of dy (M x N): each
+    low-precision lookup times the dynamic quantization of its input, dy for dgrad and dy^T
+    for wgrad, where Transformer Engine quantizes dy once for both
     (TransformerEngineBaseModule.grad_output_preprocess: one quantizer call, row- and
     column-wise usage); on the datasheet path twice the forward."""
     table = gemm_table(gpu, precision)
     if table is None:
         return 2.0 * estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants)
-    dtype = load_recipe(precision).table_dtype
-    return (estimate_table_gemm_s(table, dtype, m, k, n)
-            + estimate_table_gemm_s(table, dtype, n, k, m)
-            - estimate_table_quantize_s(table, dtype, m, n))
+    recipe = load_recipe(precision)
+    return (estimate_training_table_gemm_s(table, recipe, m, k, n)
+            + estimate_training_table_gemm_s(table, recipe, n, k, m)
+            - estimate_table_quantize_s(table, recipe.table_dtype, m, n))
 
 
 def estimate_datasheet_gemm_s(gpu: GpuSpec, precision: str, m: np.ndarray | float,

@@ -10,10 +10,12 @@ kernels time them, the cast work outside those kernels, and which GPUs have them
                  Blackwell only: table dtype `fp8`. Transformer Engine runs MXFP8 and per-tensor
                  FP8 GEMMs through the same cuBLASLt call (general_gemm, the scaling mode an
                  attribute of the operands), and Blackwell's tensor cores run block-scaled FP8
-                 (tcgen05.mma .kind::mxf8f6f4) at the FP8 rate: the GPU files' one FP8 peak. The
-                 tables' `fp8` rows are TRT-LLM's cuBLAS FP8 Linear; their `fp8_block` rows on
-                 SM100/103 are DeepGEMM (AIConfigurator collector/trtllm/collect_gemm.py,
-                 kernel_source "deepgemm"), a kernel Transformer Engine does not run.
+                 (tcgen05.mma .kind::mxf8f6f4) at the FP8 rate: the GPU files' one FP8 peak;
+                 cuBLASLt's MXFP8 GEMMs measure 0.951 of its per-tensor FP8 ones ("Training
+                 kernels" below). The tables' `fp8` rows are TRT-LLM's cuBLAS FP8 Linear; their
+                 `fp8_block` rows on SM100/103 are DeepGEMM (AIConfigurator
+                 collector/trtllm/collect_gemm.py, kernel_source "deepgemm"), a kernel
+                 Transformer Engine does not run.
   nvfp4          NVFP4: E2M1 values, one E4M3 scale per 16 elements and an FP32 tensor scale
                  (TE NVFP4BlockScaling), Blackwell only: table dtype `nvfp4`. NVIDIA's recipe
                  (Pretraining LLMs with NVFP4, arXiv 2509.25149 §4) runs fprop, dgrad and wgrad
@@ -54,6 +56,40 @@ transformer_engine/pytorch/csrc/quantizer.cpp):
 Weight quantization happens once per optimizer step (TE caches the quantized weights across
 micro-batches) and is left out.
 
+Training kernels (`training_gemm_rate`). The tables' low-precision rows are TensorRT-LLM's
+kernels; Transformer Engine runs every FP8 and FP4 GEMM through one cuBLASLt call
+(general_gemm -> nvte_cublas_gemm_v2, transformer_engine/common/gemm/cublaslt_gemm.cu: the
+first heuristic algorithm; NVFP4 TN only, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 scales;
+MXFP8 VEC32_UE8M0), with every quantization outside it. The tables' `nvfp4` rows are not that
+kernel: AIConfigurator's collector (collector/trtllm/collect_gemm.py at 095f58a) times TRT-LLM's
+NVFP4 Linear, fp4_quantize of x with a static input scale, then torch.ops.trtllm.nvfp4_gemm,
+without the autotuner (no `autotune()` context), so the AutoTuner's cache misses and runs its
+fallback tactic, CUTLASS with getDefaultGemmConfig (TensorRT-LLM torch_custom_ops.py
+NVFP4GemmUnifiedRunner.forward, tactic -1 -> ("cutlass", -1); cpp/tensorrt_llm/thop/
+fp4Gemm.cpp getDefaultGemmConfig at 05289e8f: CTA tile 128x256x256B on SM103, 128x256x128B on
+SM100, cluster 1x1x1 [B: read at a later commit than the tables' 1.3.0rc20]). The tables'
+`fp8` rows are a cuBLASLt per-tensor FP8 GEMM as TE's per-tensor FP8 is (TRT-LLM
+FP8QDQLinearMethod.apply: torch.ops.trtllm.cublas_scaled_mm). `training_gemm_rate` is the rate
+of the GEMM TE runs over the rate of the table row's kernel at the same shapes, both without
+their quantization (solver.cost.efficiency.estimate_training_table_gemm_s). Source: TE's GEMM
+profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, TE PR 2863, 2026-06; NVIDIA
+B300 SXM6 AC, the GPU of the b300_sxm table), its pre-quantized per-layer sums of the 12
+forward, dgrad and wgrad GEMMs of a hidden 4,096, FFN 16,384 layer at 15,872 tokens, each
+tex.generic_gemm on inputs quantized before the timed loop: FP8 current scaling 6.812 ms,
+MXFP8 7.161, NVFP4 3.764. The table's per-tensor FP8 row is the yardstick, the cuBLASLt
+kernel both run, whose rate parplan already takes for TE's per-tensor FP8 (fp8: 1):
+  mxfp8  6.812 / 7.161 = 0.951: cuBLASLt's MXFP8 GEMMs against its per-tensor FP8 ones, one
+         harness [B: measured on B300 only; taken for every Blackwell GPU].
+  nvfp4  TE's NVFP4 over FP8 rate ratio, 6.812 / 3.764 = 1.810, over the b300_sxm table's at
+         the same 12 shapes, less each row's own quantization (estimate_table_quantize_s),
+         6.081 / 3.847 = 1.581: 1.145 [B on B300; C on B200 and GB200 (SM100), whose fallback
+         tile is another, narrower in K, and where no TE measurement is published]. The
+         table's BF16 rows as the yardstick instead (cuBLAS in both harnesses; TE 13.102 ms,
+         table 11.863) give 1.129, and 0.938 for MXFP8.
+Nothing measured supports more for GB300's FP4 (1.5x GB200's by the datasheets, 1.23x in the
+tables at 8192^3): TE's NVFP4 kernel on B300 averages 5.1 PFLOP/s over those 12 GEMMs, the
+table's GEMM 5.0 (no quantization in either), 36% of B300's 14 PFLOP/s dense FP4.
+
 Quantize kernels per split. A grouped GEMM (TE GroupedLinear, one GEMM per local expert)
 quantizes its input split by split (tex.split_quantize -> multi_tensor_quantize_impl,
 transformer_engine/pytorch/csrc/extensions/cast.cpp at TE v2.9, the TE of NVIDIA's DeepSeek-V3
@@ -80,6 +116,7 @@ v2.9's code]):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from solver.spec import GpuSpec
 from solver.spec.job import PRECISIONS
@@ -103,6 +140,9 @@ class PrecisionRecipe:
     hopper_cast_bytes: float | None = None
     # Kernels a grouped GEMM launches per split to quantize its input (module docstring).
     quantize_kernels_per_split: float = 0.0
+    # The GEMM Transformer Engine runs over the table row's kernel, rate against rate, their
+    # quantization aside (module docstring "Training kernels").
+    training_gemm_rate: float = 1.0
 
     def cast_bytes_per_input(self, gpu: GpuSpec) -> float:
         """Cast bytes per GEMM input element on `gpu` (module docstring): Blackwell (a GPU
@@ -131,6 +171,10 @@ class PrecisionRecipe:
 
 
 BF16_READ_BYTES = 2.0  # one pass reading a BF16 tensor
+# TE's GEMM profiling guide, B300 SXM6 AC, pre-quantized: ms per layer of 12 GEMMs (module
+# docstring "Training kernels"; nvfp4's rate also needs the b300_sxm table's own times).
+TE_B300_PREQUANTIZED_MS = MappingProxyType({"bf16": 13.102, "fp8": 6.812, "mxfp8": 7.161,
+                                           "nvfp4": 3.764})
 BF16 = PrecisionRecipe("bf16", "bfloat16", "bf16", 2.0)
 RECIPES: dict[str, PrecisionRecipe] = {
     recipe.name: recipe for recipe in (
@@ -141,12 +185,14 @@ RECIPES: dict[str, PrecisionRecipe] = {
                         cast_bytes=1.0 + 4.0 / 128, quantize_kernels_per_split=1.0),
         # one UE8M0 byte per 32 elements
         PrecisionRecipe("mxfp8", "fp8", "fp8", 1.0 + 1.0 / 32, block_scaled_format="mxfp8",
-                        cast_bytes=1.0 + 1.0 / 32, quantize_kernels_per_split=1.0),
+                        cast_bytes=1.0 + 1.0 / 32, quantize_kernels_per_split=1.0,
+                        training_gemm_rate=TE_B300_PREQUANTIZED_MS["fp8"]
+                        / TE_B300_PREQUANTIZED_MS["mxfp8"]),
         # half a byte per element and one E4M3 byte per 16; no decoder layer in BF16
         PrecisionRecipe("nvfp4", "nvfp4", "nvfp4", 0.5 + 1.0 / 16,
                         block_scaled_format="nvfp4",
                         cast_bytes=BF16_READ_BYTES * 3 + 0.5 + 1.0 / 16,
-                        quantize_kernels_per_split=3.0),
+                        quantize_kernels_per_split=3.0, training_gemm_rate=1.145),
     )
 }
 assert tuple(RECIPES) == PRECISIONS, "spec.job.PRECISIONS and the recipes must list the same"

@@ -121,7 +121,7 @@ def _gemm_s(gpu: GpuSpec, weights: str, m, k, n, weight_bytes: float,
     precision = gemm_precision(gpu, weights)
     if precision is None:
         return estimate_datasheet_gemm_s(gpu, "bf16", m, k, n, constants, weight_bytes)
-    table = estimate_gemm_s(gpu, precision, m, k, n, constants)
+    table = estimate_gemm_s(gpu, precision, m, k, n, constants, training=False)
     if gemm_table(gpu, precision) is None:
         return table
     m = np.asarray(m, dtype=float)
