@@ -74,11 +74,18 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     BLOOM ran Megatron-DeepSpeed (2022) without sequence parallelism and with unfused
     attention (baddbmm + fused softmax; FlashAttention came later), on DeepSpeed's pipeline
     engine, which runs the DP collectives itself after the last backward, hiding none
-    (pipe/engine.py "We schedule the all-reduces"). Up to 02-27 the runs were fp16 with
-    DeepSpeed's ZeRO-1 optimizer: torch accumulates each micro-batch's fp16 gradient into
-    .grad (read both, write the sum: 6 B per parameter) and the gradients are reduced to their
-    shard owners in fp16 (2 B). From 02-28 ("from now on the testing is happening with BF16
-    optimizer that was just written to accumulate gradients in fp32", chronicles-prequel) and
+    (pipe/engine.py "We schedule the all-reduces"). Its runs kept Megatron's default attention
+    dropout (tr11-176B-ml README: "The default Megatron-LM dropout settings are inherited:
+    --attention-dropout 0.1"), which the unfused path applies to the materialised
+    probabilities, and ran with CUDA_LAUNCH_BLOCKING=1 from the 3D-topology tables on
+    (chronicles-prequel "dealing with JZ hanging": at 320 GPUs "always hangs" without it, and
+    "With having `CUDA_LAUNCH_BLOCKING=1` workaround providing a robust solution we will use
+    that for a time being"; tr11-176B-ml.slurm exports it for the production run). Up to
+    02-27 the runs were fp16 with DeepSpeed's ZeRO-1 optimizer: torch accumulates each
+    micro-batch's fp16 gradient into .grad (read both, write the sum: 6 B per parameter) and
+    the gradients are reduced to their shard owners in fp16 (2 B). From 02-28 ("from now on
+    the testing is happening with BF16 optimizer that was just written to accumulate
+    gradients in fp32", chronicles-prequel) and
     in production (tr11-176B-ml.slurm: "bf16 must use z0! it implements its own zero stage 1
     equivalent"), DeepSpeed's bf16 optimizer adds every micro-batch's bf16 gradients into fp32
     ones outside the GEMMs (18 B, TimeConstants.grad_accumulation_bytes_per_param) and the
@@ -93,7 +100,8 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     non-pipelined training", changelog 0.1.0; the Megatron-MoE model zoo's H100 baselines run
     A2A_OVERLAP=1)."""
     if run.source_group == "bloom":
-        common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": "never"}
+        common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": "never",
+                  "cuda_launch_blocking": True, "attention_dropout": True}
         date = run.id.split("-")[1]
         if date.isdigit() and date < BLOOM_BF16_OPTIMIZER_FROM:
             return {**common, "grad_accumulation_bytes_per_param": 6.0,

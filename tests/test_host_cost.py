@@ -72,6 +72,33 @@ def test_a_pass_is_the_longer_of_its_gpu_and_host_times_as_te_2053_measured() ->
     assert te_pass == pytest.approx(99.73e-6, rel=1e-3)
 
 
+def test_blocking_launches_add_the_hosts_ops_to_every_pass() -> None:
+    """CUDA_LAUNCH_BLOCKING=1 (BLOOM's runs: tr11-176B-ml.slurm and its README, "There is some
+    complex hanging problem ... which the following settings solves"; the CUDA Programming
+    Guide: it "disables asynchronous kernel launches"): each op is issued after the previous
+    one has run, so a pass costs GPU + host, even where the GPU work is far longer. BLOOM-176B
+    at tp 8, DeepSpeed's profile on A100s (x86 host, 13.48 us an op): 8 + 5 + 4 = 17 forward
+    ops, 34 backward: 0.687 ms more a layer per micro-batch, and 0.229 ms more for its full
+    recompute; asynchronous launches hide them all behind the layer's 23 ms of GPU work."""
+    model, cluster = load_model_spec("bloom-176b"), load_cluster_spec("dgx-a100-80gb")
+    job = JobSpec(seq_len=2048, global_batch=2048)
+    d = degrees(tp=8, pp=12, dp=4, recompute=2)
+    deepspeed = framework_time_constants("deepspeed").model_copy(
+        update={"sequence_parallel": False, "flash_attention": False})
+    asynchronous = estimate_layer_terms(model, cluster, job, d, deepspeed)
+    blocking = estimate_layer_terms(model, cluster, job, d, deepspeed.model_copy(
+        update={"cuda_launch_blocking": True}))
+    op_s = 13.48e-6
+    assert estimate_host_op_s(deepspeed, cluster) == op_s
+    ops = 8 + 5 + 4
+    added = blocking["per_layer"][0, 0].sum() - asynchronous["per_layer"][0, 0].sum()
+    assert added == pytest.approx(3 * ops * op_s)
+    assert added == pytest.approx(0.687e-3, abs=0.001e-3)
+    redo = blocking["recompute"][0, 0].sum() - asynchronous["recompute"][0, 0].sum()
+    assert redo == pytest.approx(ops * op_s)
+    assert asynchronous["per_layer"][0, 0].sum() > 0.02
+
+
 # ---- what the host issues -----------------------------------------------------------------------
 
 def test_the_router_counts_are_the_guides() -> None:

@@ -212,10 +212,14 @@ def test_bloom_switches_follow_the_optimizer_change_of_02_28(by_id) -> None:
     with BF16 optimizer that was just written to accumulate gradients in fp32 ... compared to
     fp16 which grad accumulates in fp16"; production uses it too (tr11-176B-ml.slurm, "bf16
     must use z0! it implements its own zero stage 1 equivalent"). All of them run DeepSpeed's
-    pipeline engine (DP collectives exposed) without sequence parallel or FlashAttention."""
+    pipeline engine (DP collectives exposed) without sequence parallel or FlashAttention, with
+    Megatron's default attention dropout (tr11-176B-ml README: "The default Megatron-LM
+    dropout settings are inherited") and CUDA_LAUNCH_BLOCKING=1 (chronicles-prequel "dealing
+    with JZ hanging"; tr11-176B-ml.slurm)."""
     from time_accuracy import framework_switches
 
-    common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": "never"}
+    common = {"sequence_parallel": False, "flash_attention": False, "dp_overlap": "never",
+              "cuda_launch_blocking": True, "attention_dropout": True}
     fp16 = {**common, "grad_accumulation_bytes_per_param": 6.0, "grad_reduce_bytes": 2.0}
     bf16 = {**common, "grad_accumulation_bytes_per_param": 18.0, "grad_reduce_bytes": 4.0,
             "zero1_grad_all_reduce": True}
@@ -223,6 +227,37 @@ def test_bloom_switches_follow_the_optimizer_change_of_02_28(by_id) -> None:
         assert framework_switches(by_id[run_id]) == fp16, run_id
     for run_id in ("bloom-0228-195B-0", "bloom-176b-production"):
         assert framework_switches(by_id[run_id]) == bf16, run_id
+
+
+def test_blocking_launches_cost_what_blooms_own_ab_test_allows(rows) -> None:
+    """chronicles-prequel "dealing with JZ hanging" timed CUDA_LAUNCH_BLOCKING=1 against
+    asynchronous launches on the 200B prototype (TP 8, PP 10, 80 layers of h 14400 with 96
+    heads, global batch 512, iteration 2): 91.04 against 97.20 TFLOPs on 80 GPUs (6.8% slower),
+    84.59 against 84.44 on 160 (none). The model's blocking cost for that layer, its host ops
+    added to every pass (TimeConstants.cuda_launch_blocking), is 2.1% at both sizes: inside
+    the measured range, as the README's "makes a tiny impact or no impact at all" says."""
+    from published import _map_row
+    from time_accuracy import SOURCE_FRAMEWORKS, framework_switches
+
+    from solver.cost.candidates import Candidates
+    from solver.cost.steptime import estimate_step_time
+    from solver.cost.time_constants import framework_time_constants
+
+    for dp in (1, 2):
+        run = _map_row({**rows["bloom-0220-topo-6"], "id": "bloom-0217-blocking-ab",
+                        "layers": 80, "heads": 96, "kv_heads": 96, "dp": dp,
+                        "num_gpus": 80 * dp, "global_batch_size": 512})
+        switches = framework_switches(run)
+        assert switches["cuda_launch_blocking"]
+        blocking = framework_time_constants(SOURCE_FRAMEWORKS["bloom"]).model_copy(
+            update=switches)
+        asynchronous = blocking.model_copy(update={"cuda_launch_blocking": False})
+        steps = [estimate_step_time(run.model_spec, run.cluster, run.job,
+                                    Candidates.from_configs([run.parallel]), c).step_s[0]
+                 for c in (blocking, asynchronous)]
+        slowdown = steps[0] / steps[1] - 1.0
+        assert 0.0 < slowdown < 97.20 / 91.04 - 1.0
+        assert slowdown == pytest.approx(0.021, abs=0.005)
 
 
 @pytest.mark.parametrize("ab", __import__("ab_checks").BLOOM_HEAD_DIM_ABS,

@@ -252,6 +252,36 @@ def test_unfused_attention_streams_its_score_matrix() -> None:
     assert model.num_attention_heads == 112
 
 
+def test_attention_dropout_streams_the_dropped_scores_and_their_mask() -> None:
+    """layer_compute.UNFUSED_DROPOUT_BYTES: BLOOM trained with Megatron's default attention
+    dropout (tr11-176B-ml README: "The default Megatron-LM dropout settings are inherited:
+    --attention-dropout 0.1"), which Megatron-DeepSpeed's unfused attention applies to the
+    probabilities as a torch.nn.Dropout (megatron/model/transformer.py at 541b967f): 5 B more
+    per score forward (read P, write P' and a bool mask) and 5 B backward (read dP' and the
+    mask, write dP). BLOOM-176B at tp 4, mb 2, s 2048: 2 x 28 x 2048^2 = 234.9M scores per
+    GPU, 1.17 GB each way, 0.72 ms at 0.8 x 2039 GB/s."""
+    from solver.cost.layer_compute import _attention_core
+    from solver.cost.time_constants import TimeConstants
+
+    model, cluster = load_model_spec("bloom-176b"), load_cluster_spec("dgx-a100-80gb")
+    job = JobSpec(seq_len=2048)
+    d = {n: np.array([v]) for n, v in dict(tp=4, cp=1, micro_batch=2).items()}
+    plain = TimeConstants(flash_attention=False)
+    dropped = plain.model_copy(update={"attention_dropout": True})
+    forward, backward, _ = _attention_core(model, cluster, job, d, plain)
+    forward_d, backward_d, _ = _attention_core(model, cluster, job, d, dropped)
+    scores = 2 * 112 / 4 * 2048**2
+    extra = 5 * scores / (0.8 * cluster.gpu.hbm_gb_per_s * 1e9)
+    assert float(forward_d[0] - forward[0]) == pytest.approx(extra)
+    assert float(backward_d[0] - backward[0]) == pytest.approx(extra)
+    assert extra == pytest.approx(0.72e-3, abs=0.01e-3)
+    # Fused kernels drop inside the kernel: the switch leaves them alone.
+    flash = TimeConstants()
+    assert np.array_equal(_attention_core(model, cluster, job, d, flash)[0],
+                          _attention_core(model, cluster, job, d, flash.model_copy(
+                              update={"attention_dropout": True}))[0])
+
+
 def test_misaligned_head_dim_without_an_fp32_peak_is_an_input_error() -> None:
     from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
     from solver.errors import InputError

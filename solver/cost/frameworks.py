@@ -281,11 +281,14 @@ def _deepspeed() -> TimeConstants:
     fp8 weight copies transformer_engine: FP8 training in DeepSpeed runs Transformer Engine
       modules (DeepSpeed's FP8 tutorial wraps the model in te.fp8_autocast).
     optimizer offload (ZeRO-Offload): gradients copied to the host during the backward
-      (offload_grads_during_backward)."""
+      (offload_grads_during_backward).
+    pipeline sends sequential: its pipeline engine sends and receives with blocking
+      dist.send / dist.recv, one after the other (pipe/p2p.py, schedule.py TrainSchedule;
+      solver.cost.pipeline_sends)."""
     return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                          zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
                          native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES,
-                         offload_grads_during_backward=True)
+                         offload_grads_during_backward=True, pipeline_sends="sequential")
 
 
 PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed,

@@ -65,6 +65,11 @@ BF16_BYTES = 2.0
 # softmax backward reads P and dP and writes dS, dQ = dS K and dK = dS^T Q read dS); its
 # backward runs twice the forward's batched GEMMs (nothing is recomputed).
 UNFUSED_SCORE_BYTES = (8.0, 14.0)
+# Dropout on the attention probabilities (TimeConstants.attention_dropout; Megatron-DeepSpeed's
+# `self.attention_dropout(attention_probs)`, a torch.nn.Dropout) adds, per score: forward read
+# P and write the dropped P' and its bool mask (2 + 2 + 1), backward read dP' and the mask and
+# write dP (2 + 1 + 2); P V and its weight gradient read P' where they read P.
+UNFUSED_DROPOUT_BYTES = (5.0, 5.0)
 UNFUSED_BACKWARD_GEMMS = 2.0
 LAYER_PARTS = ("gemm", "gemm_bwd", "routed", "routed_bwd", "core", "core_bwd", "elementwise",
                "cast")
@@ -251,6 +256,9 @@ def _attention_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         return core, constants.attention_backward_ratio * core, False
     scores = d["micro_batch"] * (model_spec.num_attention_heads / tp) * (job.seq_len / cp) ** 2
     forward_bytes, backward_bytes = UNFUSED_SCORE_BYTES
+    if constants.attention_dropout:
+        forward_bytes += UNFUSED_DROPOUT_BYTES[0]
+        backward_bytes += UNFUSED_DROPOUT_BYTES[1]
     return (core + estimate_streaming_s(gpu, forward_bytes * scores, constants.compute),
             UNFUSED_BACKWARD_GEMMS * core
             + estimate_streaming_s(gpu, backward_bytes * scores, constants.compute), False)

@@ -13,7 +13,9 @@ and a step of m = global_batch / (dp * micro_batch) micro-batches costs
                                                      2021 §2.2: equal stages give the 1F1B
                                                      bubble (p-1)/(m+p-1) of the step and the
                                                      interleaved (p-1)/(v*m) of the ideal time)
-         + m * pp point-to-point sends               (activations forward, gradients backward)
+         + pipeline sends                            (activations forward, gradients backward,
+                                                     as the framework's schedule exposes them:
+                                                     solver.cost.pipeline_sends)
          + exposed DP / ZeRO traffic                 (gradient sync hides behind the last
                                                      micro-batch's backward, the parameter
                                                      all-gather behind the next forward; ZeRO-3
@@ -41,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
-from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.comm_ep import estimate_unmerged_share
 from solver.cost.data_parallel import (
     estimate_dp_collectives_s,
@@ -51,7 +52,6 @@ from solver.cost.data_parallel import (
 from solver.cost.distinct import distinct_rows
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.layer_time import (
-    BF16_BYTES,
     STAGE_PARTS,
     estimate_layer_terms,
     layer_degrees,
@@ -63,6 +63,7 @@ from solver.cost.offload import (
     add_layer_offload_s,
     estimate_optimizer_offload_s,
 )
+from solver.cost.pipeline_sends import estimate_pipeline_sends_s
 from solver.cost.row_memo import RowMemo
 from solver.cost.stage_content import (
     StageTimeContent,
@@ -175,7 +176,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     d = _degrees(candidates)
     tp, pp, dp, cp, vpp = (d[n] for n in ("tp", "pp", "dp", "cp", "vpp"))
     zero, mb, recompute = d["zero"], d["micro_batch"], d["recompute"]
-    h, s = model_spec.hidden_size, job.seq_len
+    s = job.seq_len
     num_micro = job.global_batch / (dp * mb)
     # The layer and head terms depend on (tp, cp, ep, etp, micro_batch) only: work them out
     # once per distinct tuple (a few hundred among hundreds of thousands of candidates).
@@ -230,20 +231,9 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
     mtp = mtp + model_spec.mtp_depths * unmerged[:, mtp_kind]
     grad_accumulation = estimate_grad_accumulation_s(model_spec, cluster, _Degrees(d), constants)
 
-    # ---- pipeline sends ----------------------------------------------------------------------
-    # Each TP rank sends its 1/tp slice of the hand-off: with sequence parallel the activation
-    # is sharded already; without it, Megatron's scatter/gather optimization (Narayanan et al.
-    # 2021 §4.1) and DeepSpeed's pipeline engine (is_pipe_partitioned = is_model_parallel)
-    # split it before the send and all-gather it over TP (NVLink) on arrival.
-    activation_bytes = mb * s / cp * h * BF16_BYTES
-    tp_link = estimate_group_link(cluster, 1, tp)
-    pp_link = estimate_group_link(cluster, tp * cp * dp, np.where(pp > 1, 2, 1))
-    p2p = estimate_collective_s("send_recv", activation_bytes / tp, np.where(pp > 1, 2, 1),
-                                pp_link)
-    if not constants.sequence_parallel:
-        regather = estimate_collective_s("all_gather", activation_bytes, tp, tp_link)
-        p2p = p2p + np.where(pp > 1, regather, 0.0)
-    pp_time = num_micro * 2.0 * vpp * p2p
+    # ---- pipeline sends, as the framework's schedule issues them (solver.cost.pipeline_sends)
+    pp_time = estimate_pipeline_sends_s(model_spec, cluster, job, d, num_micro,
+                                        constants.pipeline_sends, constants.sequence_parallel)
 
     # ---- data parallel / ZeRO ------------------------------------------------------------------
     layers_per_stage = np.ceil(model_spec.num_hidden_layers / pp)

@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.efficiency import ComputeConstants
+from solver.cost.pipeline_sends import PipelineSends
 from solver.cost.ring_attention import ContextParallelRing
 from solver.spec import ClusterSpec
 from solver.spec.framework import (
@@ -129,6 +130,11 @@ class TimeConstants(BaseModel):
     # unfused: batched GEMMs around a fused softmax, which lose the tensor cores when the head
     # dimension is not 16-byte aligned (solver.cost.efficiency.estimate_attention_core_s).
     flash_attention: bool = True
+    # Dropout on the attention probabilities (Megatron's --attention-dropout, 0.1 by default;
+    # BLOOM's runs inherited it, tr11-176B-ml README). Read by unfused attention only, which
+    # materialises the dropped probabilities and their mask (solver.cost.layer_compute
+    # UNFUSED_DROPOUT_BYTES); fused kernels drop inside the kernel (not costed).
+    attention_dropout: bool = False
     # Attention kernels written for the GPU's own tensor-core instructions (FlashAttention-3 or
     # cuDNN's fused attention on Hopper). 2023-era kernels (FlashAttention-1/2, Triton) use
     # Ampere's mma.sync and reach at most GpuSpec.legacy_mma_fraction of a Hopper peak.
@@ -138,6 +144,12 @@ class TimeConstants(BaseModel):
     # (solver.cost.kernels_attention.triton_attention_rates). Read with flash_attention on.
     triton_attention: bool = False
     tp_comm_overlap: bool = False
+    # How the pipeline schedule exposes its sends (solver.cost.pipeline_sends): "batched"
+    # (Megatron's 1F1B: two transfers per micro-batch and chunk), "overlapped" (Megatron's
+    # interleaved schedule with overlap_p2p_comm: only the warm-up and cool-down sends) or
+    # "sequential" (DeepSpeed's pipeline engine: blocking sends and receives one after the
+    # other, four per micro-batch on a stage between two others).
+    pipeline_sends: PipelineSends = "batched"
     # Whether DP collectives overlap compute: "always" (Megatron --overlap-grad-reduce /
     # --overlap-param-gather, FSDP's prefetch, DeepSpeed ZeRO's overlap_comm), "never", or
     # "without_pipeline" (DeepSpeed: its pipeline engine schedules them itself, the ReduceGrads
@@ -270,6 +282,11 @@ class TimeConstants(BaseModel):
     # first (solver.cost.fp8_scaling). Off: delayed scaling, TE's default and what `launch`
     # asks for. Only the `fp8` precision reads it.
     fp8_current_scaling: bool = False
+    # CUDA_LAUNCH_BLOCKING=1 (a run's environment, not a framework's): every kernel launch
+    # returns only when the kernel has run ("Disables asynchronous kernel launches", CUDA
+    # Programming Guide, CUDA Environment Variables), so the host never runs ahead and each
+    # pass costs its GPU work plus its host ops (solver.cost.layer_time), not the larger.
+    cuda_launch_blocking: bool = False
     # Host seconds per eager PyTorch op the framework issues (KernelLaunches counts them).
     # None: the cluster's CPU (ClusterSpec.host_op_us), X86_HOST_OP_S where its file gives none.
     host_op_s: float | None = Field(default=None, ge=0)
