@@ -144,8 +144,9 @@ def test_llama3_70b_sends_worked_number() -> None:
 
 
 def test_profiles_name_their_schedules() -> None:
-    """DeepSpeed sends one after the other, torchtitan and the generic profile keep the
-    batched count."""
+    """Megatron overlaps (interleaved), DeepSpeed sends one after the other, torchtitan and the
+    generic profile keep the batched count."""
+    assert framework_time_constants("megatron").pipeline_sends == "overlapped"
     assert framework_time_constants("deepspeed").pipeline_sends == "sequential"
     assert framework_time_constants("torchtitan").pipeline_sends == "batched"
     assert framework_time_constants("generic").pipeline_sends == "batched"

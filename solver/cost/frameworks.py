@@ -228,9 +228,12 @@ def _megatron() -> TimeConstants:
       which cache their quantised weights across micro-batches.
     precision-aware optimizer and bf16 gradient reduction off: --use-precision-aware-optimizer
       and --grad-reduce-in-bf16 are opt-in (arguments.py: store_true, main/exp-avg dtypes
-      default fp32; bf16 training accumulates and reduces gradients in fp32)."""
+      default fp32; bf16 training accumulates and reduces gradients in fp32).
+    pipeline sends overlapped: the interleaved schedule overlaps its steady-state sends with
+      compute (--no-overlap-p2p-communication is store_false: on by default, and forced off
+      without interleaving, arguments.py; solver.cost.pipeline_sends)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, scaled_rope_eager=True,
-                         launches=MEGATRON_LAUNCHES)
+                         pipeline_sends="overlapped", launches=MEGATRON_LAUNCHES)
 
 
 def _torchtitan() -> TimeConstants:
