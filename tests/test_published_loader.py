@@ -287,22 +287,29 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     Qwen3-30B moved to ep 16 with HybridEP and moe_a2a_overlap=False (v0.4.0, v0.5.0); GPT-OSS
     120B on H100 never sets moe_a2a_overlap. Every release's performance scripts reduce
     gradients in bf16 (cfg.ddp.grad_reduce_in_fp32 = False: 25.09 configs/*/*.yaml, v0.2.0-
-    v0.5.0 configs/<family>/*_llm_pretrain.py)."""
+    v0.5.0 configs/<family>/*_llm_pretrain.py). Qwen3 and DeepSeek-V3 run the fused router
+    (moe_router_fusion: 25.09 yamls, v0.2.0-v0.5.0 set_qwen3_common_configs) and FP8 with
+    current scaling (the 25.09 h100 perf_matrix's fp8_cs, v0.2.0-v0.5.0's only
+    *_H100_FP8_CS_* presets); Qwen3-235B on H100 turns TP overlap off from 25.11
+    (CommOverlapConfig(tp_comm_overlap=False) in qwen3_llm_pretrain.py)."""
     from time_accuracy import bridge_release, framework_switches
 
     base = {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True}
+    fp8_cs = {**base, "moe_router_fusion": True, "fp8_current_scaling": True}
     # GPT_OSS_120B_..._H100_BF16: recompute_modules ["layernorm", "moe_act"] (v0.2.0
     # workload_base_configs.py, v0.4.0 gpt_oss_workload_base_configs.py)
     gpt_oss = {**base, "ep_comm_overlap": False, "recompute_modules": ("layernorm", "moe_act")}
     expected = {
         "mb-archive-25.09-H100-DeepSeekV3-FP8-1024g-262":
-            {**base, "moe_dispatcher": "deepep", "recompute_modules": ("mla_up_proj", "mlp")},
-        "mb-archive-25.09-H100-Qwen3_235B_a22B-FP8-256g-265": {**base, "ep_comm_overlap": False},
-        "mb-archive-26.04-H100-Qwen3_235B_a22B-FP8-256g-123": base,
-        "mb-archive-26.02.01-H100-Qwen3_30B_a3B-FP8-16g-163": {**base, "moe_dispatcher": "deepep"},
-        "mb-archive-25.11-H100-Qwen3_30B_a3B-FP8-CS-16g-236": base,
+            {**fp8_cs, "moe_dispatcher": "deepep", "recompute_modules": ("mla_up_proj", "mlp")},
+        "mb-archive-25.09-H100-Qwen3_235B_a22B-FP8-256g-265":
+            {**fp8_cs, "ep_comm_overlap": False},
+        "mb-archive-26.04-H100-Qwen3_235B_a22B-FP8-256g-123": {**fp8_cs, "tp_comm_overlap": False},
+        "mb-archive-26.02.01-H100-Qwen3_30B_a3B-FP8-16g-163":
+            {**fp8_cs, "moe_dispatcher": "deepep"},
+        "mb-archive-25.11-H100-Qwen3_30B_a3B-FP8-CS-16g-236": fp8_cs,
         "mb-archive-26.06-H100-Qwen3_30B_a3B-FP8-16g-32":
-            {**base, "ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
+            {**fp8_cs, "ep_comm_overlap": False, "moe_dispatcher": "hybridep"},
         "mb-archive-26.04.01-H100-GPT_OSS_120B-BF16-64g-68": gpt_oss,
         "mb-archive-25.11-H100-GPT_OSS_120B-BF16-64g-235": gpt_oss,
     }
