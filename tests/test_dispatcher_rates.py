@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from bad_input import ROOT, assert_one_line_error, invoke
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
@@ -147,3 +148,21 @@ def test_a_dispatcher_listed_twice_is_refused() -> None:
     with pytest.raises(ValidationError, match="lists a dispatcher twice"):
         type(cluster).model_validate({**cluster.model_dump(),
                                       "dispatcher_rates": [rates.model_dump()] * 2})
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("dispatch_gb_per_s = [54.47, 47.36, 41.24]", "dispatch_gb_per_s = [54.47, 47.36]",
+     "dispatcher_rates"),
+    ("combine_gb_per_s = [53.35, 52.53, 46.57]", "combine_gb_per_s = [53.35, -1.0, 46.57]",
+     "dispatcher_rates"),
+    ('dispatcher = "hybridep"', 'dispatcher = "carrier-pigeon"', "dispatcher"),
+])
+def test_a_bad_rates_table_in_a_cluster_file_is_one_line(tmp_path, old, new, field) -> None:
+    """Through the CLI: a cluster file whose dispatcher_rates table is malformed gets one error
+    line naming the file and the field, exit status 2, no traceback."""
+    text = (ROOT / "clusters" / "presets" / "dgx-h100.toml").read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "my-cluster.toml"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    result = invoke("estimate", "--model", "llama3.2-1b", "--cluster", path, "--gpus", "8")
+    assert_one_line_error(result, "my-cluster.toml", field)
