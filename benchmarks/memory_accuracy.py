@@ -1,16 +1,17 @@
-"""Predicted peak memory per GPU against measured points: BLOOM-176B (A100 80 GB), then modern
-public measurements (torchtitan, Megatron-Bridge) in a second table.
+"""Predicted peak memory per GPU against measured points: BLOOM-176B (A100 80 GB), then public
+measurements from the frameworks' own documents in a second table.
 
     .venv/bin/python benchmarks/memory_accuracy.py [--json]
 
-Second table: benchmarks/data/modern_memory.jsonl, every row copied from its source (URL and
-table/row in the row): torchtitan's Llama 3.1 8B/70B/405B benchmarks on 96 GB H100s (2024-12),
-Trainy's torchtitan Llama 3.1 8B runs on H200s (2025-06), both logging torch's max reserved
-memory in GiB, and the Megatron-Bridge Llama 3.1 8B log of NVIDIA's dgxc-benchmarking (max
-allocated, GB). Each is estimated under its framework's profile with the configuration the
-source states; a max-reserved figure is compared with what the caching allocator holds (the
-allocated items plus fragmentation: no CUDA context, no NCCL), a max-allocated one with the
-allocated items. Nothing is fitted to these rows.
+Second table (benchmarks/memory_public.py, which says how each source maps):
+benchmarks/data/modern_memory.jsonl, every row copied from its source (URL at a commit, table and
+row): torchtitan's own benchmark tables and NVFP4 page, Trainy's torchtitan runs, torchao's
+float8 / MX / MoE training tables (torchtitan runs on H100, MI300X and B200), torchtune's README
+tables, Hugging Face transformers' single-GPU training guide and NVIDIA dgxc-benchmarking's
+Megatron-Bridge log. Each is compared in the view its counter measured (max allocated or active:
+the allocated items; max reserved: plus fragmentation; nvidia-smi: everything, CUDA context and
+NCCL included), per framework profile and per source; rows that need a feature the memory model
+lacks are listed with the feature, not compared. Nothing is fitted to these rows.
 
 Data: benchmarks/data/published_memory.jsonl (copied from the shared reference data): 74
 points from the BigScience chronicles-prequel (Megatron-DeepSpeed, ZeRO-1, full activation
@@ -52,25 +53,16 @@ from typing import Any
 
 import numpy as np
 
-from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
-from solver.cost.memory.terms import ALLOCATED_ITEMS
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory_public import render_public, summarize_public  # noqa: E402
 from published import layers_fitting_pp  # noqa: E402
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "published_memory.jsonl"
-MODERN_PATH = Path(__file__).resolve().parent / "data" / "modern_memory.jsonl"
-# What each kind of measurement counts (solver.cost.memory ITEMS): torch.cuda's max reserved
-# is the caching allocator's segments (allocated + its fragmentation), max allocated the live
-# tensors; neither sees the CUDA context or NCCL's own buffers.
-MEASURED_ITEMS = {"max_reserved": ALLOCATED_ITEMS + ("fragmentation",),
-                  "max_allocated": ALLOCATED_ITEMS}
 GIB = 2**30
-UNIT_BYTES = {"GiB": GIB, "GB": 1e9}
 BLOOM_PADDED_VOCAB = 250880
 SIZE_PATTERN = re.compile(r"(\d+)B ")
 
@@ -175,60 +167,9 @@ def summarize(cases: list[MemoryCase]) -> dict[str, Any]:
     }
 
 
-def predict_modern_bytes(row: dict[str, Any]) -> float:
-    """The row's measured kind of memory, predicted under its framework's profile."""
-    config = ParallelConfig(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"],
-                            zero=row["zero"], micro_batch=row["micro_batch"],
-                            recompute=row["recompute"])
-    job = JobSpec(seq_len=row["seq_len"], global_batch=row["global_batch"],
-                  precision=row["precision"])
-    # What torch.compile changes in the memory model is the loss (torchtitan's eager
-    # cross-entropy, solver.cost.frameworks): the row says whether its release compiled it.
-    features = ({"fused_elementwise": bool(row["loss_compiled"])}
-                if row["framework"] == "torchtitan" else {})
-    # A float8 FSDP all-gather the source states (--quantize.linear.float8.
-    # enable_fsdp_float8_all_gather in the trainy benchmark's command).
-    if row.get("fp8_all_gather"):
-        features["fp8_all_gather"] = True
-    options = build_framework_profile(row["framework"], features).memory_options()
-    breakdown = estimate_memory(load_model_spec(row["model"]), job,
-                                Candidates.from_configs([config]), options)
-    return float(sum(breakdown.items[name][0] for name in MEASURED_ITEMS[row["measured_kind"]]))
-
-
-def summarize_modern(path: Path = MODERN_PATH) -> dict[str, Any]:
-    """Per-row prediction and relative error of the modern measurements."""
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        measured = row["measured"] * UNIT_BYTES[row["measured_unit"]]
-        predicted = predict_modern_bytes(row)
-        rows.append({"id": row["id"], "source_url": row["source_url"],
-                     "source_locator": row["source_locator"], "kind": row["measured_kind"],
-                     "measured_gb": measured / 1e9, "predicted_gb": predicted / 1e9,
-                     "relative_error": predicted / measured - 1.0})
-    errors = np.array([abs(r["relative_error"]) for r in rows])
-    return {"rows": rows, "median_abs_error": float(np.median(errors)),
-            "p90_abs_error": float(np.percentile(errors, 90)),
-            "mean_signed_error": float(np.mean([r["relative_error"] for r in rows]))}
-
-
-def render_modern(summary: dict[str, Any]) -> None:
-    print(f"\nModern public measurements ({MODERN_PATH.name}; kind: what the source logged)")
-    print(f"{'row':34} {'kind':>13} {'meas GB':>8} {'pred GB':>8} {'error':>7}  source")
-    for r in summary["rows"]:
-        print(f"{r['id']:34} {r['kind']:>13} {r['measured_gb']:>8.1f} {r['predicted_gb']:>8.1f} "
-              f"{100 * r['relative_error']:+6.1f}%  {r['source_url']} ({r['source_locator']})")
-    print(f"median |error| {100 * summary['median_abs_error']:.1f}%   "
-          f"p90 |error| {100 * summary['p90_abs_error']:.1f}%   "
-          f"mean signed error {100 * summary['mean_signed_error']:+.1f}%")
-
-
 def main(argv: list[str]) -> None:
     summary = summarize(load_memory_cases())
-    modern = summarize_modern()
+    modern = summarize_public()
     if "--json" in argv:
         print(json.dumps({**summary, "modern": modern}, indent=2))
         return
@@ -252,7 +193,7 @@ def main(argv: list[str]) -> None:
         f"{r['id'][4:]} {100 * r['relative_error']:+.1f}%" for r in worst))
     print(f"measured OOM predicted to fit: {summary['oom_predicted_fit'] or 'none'}")
     print(f"measured success predicted OOM: {summary['success_predicted_oom'] or 'none'}")
-    render_modern(modern)
+    render_public(modern)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,180 @@
+"""Public peak-memory measurements from the frameworks' own documents, each compared with the
+prediction in the view its counter measured (benchmarks/memory_accuracy.py prints them).
+
+Data: benchmarks/data/modern_memory.jsonl, one row per measured number, copied verbatim with its
+source (URL pinned to a commit, table and row), the counter it read and the configuration the
+source states. Nothing is fitted to these rows.
+
+Views (what each counter sees, in solver.cost.memory's items):
+  allocated  torch.cuda.max_memory_allocated, or torchtune's "peak memory active" (torch's
+             active_bytes.all.peak: the allocated blocks, rounded to the allocator's 512-byte
+             granule): ALLOCATED_ITEMS.
+  reserved   torch.cuda.max_memory_reserved (what torchtitan logs as `memory: X GiB`): the
+             allocated items plus the caching allocator's fragmentation.
+  device     nvidia-smi / pynvml's used memory: every item, CUDA context and NCCL included.
+
+Fixed rules, one per source, where a source leaves a detail out:
+  torchtitan, trainy, torchao  torchao's tables are torchtitan runs; their "Peak Memory (GB)" is
+             the largest `memory:` value of torchtitan's log, which is max reserved in GiB
+             (benchmarks/float8/training/parse_torchtitan_logs.py prints it as GiB). The loss is
+             compiled with the model when the torchtitan commit is from 2025-04-02 (bbb1b61:
+             build_cross_entropy_loss compiles it under training.compile) or later and compile is
+             on, eager before. "Llama3-8b" is Llama 3 8B, whose shapes are llama3.1-8b's. A model
+             "with N layers" keeps the first N entries of every per-layer list of the catalog
+             spec.
+  torchtune  the first README table names no counter ("Peak Memory per GPU"); it is read as the
+             counter the second table names, peak memory active (torchtune.training.memory
+             get_memory_stats logs active, allocated and reserved). The recipe config of the same
+             commit gives what the README leaves out.
+  nvidia-dgxc  Megatron's log line `mem-max-allocated-gigabytes` (torch.cuda.max_memory_allocated
+             / 1e9, training_log in megatron/training/training.py).
+  huggingface-transformers
+             "GPU memory occupied: N MB" is pynvml's used memory // 1024**2: nvidia-smi, in MiB.
+
+A row whose `needs` names a feature the memory model does not have yet (a chunked or fused loss,
+pure bf16 training states, 8-bit Adam, LoRA, fp32 training, a BERT encoder spec, ...) is listed
+with that reason and not compared: mapping it onto something else would measure the mapping.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solver.catalog import load_model_spec
+from solver.cost.candidates import Candidates
+from solver.cost.frameworks import build_framework_profile
+from solver.cost.memory import estimate_memory
+from solver.cost.memory.terms import ALLOCATED_ITEMS, ITEMS
+from solver.spec import JobSpec, ModelSpec, ParallelConfig
+
+MODERN_PATH = Path(__file__).resolve().parent / "data" / "modern_memory.jsonl"
+VIEW_ITEMS = {"allocated": ALLOCATED_ITEMS,
+              "reserved": ALLOCATED_ITEMS + ("fragmentation",),
+              "device": ITEMS}
+# The view each counter measures (module docstring).
+COUNTER_VIEW = {"max_allocated": "allocated", "max_active": "allocated",
+                "max_reserved": "reserved", "device": "device"}
+UNIT_BYTES = {"GiB": 2**30, "GB": 1e9, "MiB": 2**20}
+# What a row's `needs` may name: features the memory model does not have yet (issues 42, 43).
+MISSING_FEATURES = {
+    "loss_implementation=chunked": "cross-entropy over chunks of the logits (torchtune "
+                                   "CEWithChunkedOutputLoss, torchtitan ChunkedLossWrapper)",
+    "bf16_training_states": "pure bf16 training: bf16 weights, gradients and AdamW states, no "
+                            "fp32 master (torchtune dtype bf16)",
+    "8bit_adam": "8-bit AdamW states (bitsandbytes Adam8bit / PagedAdamW8bit)",
+    "optimizer_in_backward": "the optimizer step fused into the backward, each gradient freed "
+                             "as it is applied (torchtune optimizer_in_bwd)",
+    "activation_offload_torchtune": "torchtune's activation offloading to the host",
+    "fsdp_cpu_offload": "FSDP parameter, gradient and optimizer offload to the host",
+    "lora": "LoRA fine-tuning (issue 42)",
+    "qlora": "QLoRA: 4-bit NF4 frozen weights with LoRA adapters (issue 42)",
+    "unpacked_sequences": "an unpacked dataset: the sequence length varies per batch",
+    "per_module_precision": "low precision in some modules only (MXFP8 for the linears or the "
+                            "grouped GEMMs alone, an NVFP4 model with a bf16 tail)",
+    "fp32_training": "fp32 weights, gradients, Adam states and activations",
+    "amp_fp32_weights": "fp16 autocast over fp32 weights (fp32 gradients, fp16 activations)",
+    "adafactor": "Adafactor's factored second moment",
+    "bert_encoder_model": "BERT-large (encoder, learned positions, no LM head) in the catalog",
+    "unfused_attention_memory": "the eager attention's scores, probabilities and dropout mask",
+}
+NUM_WORST = 8
+
+
+def load_public_rows(path: Path = MODERN_PATH) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def build_row_model_spec(row: dict[str, Any]) -> ModelSpec:
+    """The catalog spec, cut to the row's layer count where the source ran fewer layers (the
+    first N entries of every per-layer list)."""
+    spec = load_model_spec(row["model"])
+    layers = row["num_hidden_layers"]
+    if layers is None:
+        return spec
+    fields = spec.model_dump()
+    full = spec.num_hidden_layers
+    cut = {name: list(value)[:layers] for name, value in fields.items()
+           if isinstance(value, (list, tuple)) and len(value) == full}
+    return ModelSpec.model_validate({**fields, **cut, "num_hidden_layers": layers})
+
+
+def predict_view_bytes(row: dict[str, Any]) -> float:
+    """The row's counter, predicted: its view's items under its framework's profile."""
+    config = ParallelConfig(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], ep=row["ep"],
+                            zero=row["zero"], micro_batch=row["micro_batch"],
+                            recompute=row["recompute"])
+    job = JobSpec(seq_len=row["seq_len"], global_batch=row["global_batch"],
+                  precision=row["precision"])
+    # What torch.compile changes in torchtitan's memory is the loss (solver.cost.frameworks
+    # EAGER_CROSS_ENTROPY_LOGITS_BYTES): the row says whether its release compiled it.
+    features: dict[str, Any] = ({"fused_elementwise": bool(row["loss_compiled"])}
+                                if row["framework"] == "torchtitan" else {})
+    if row["fp8_all_gather"]:
+        features["fp8_all_gather"] = True
+    options = build_framework_profile(row["framework"], features).memory_options()
+    breakdown = estimate_memory(build_row_model_spec(row), job,
+                                Candidates.from_configs([config]), options)
+    view = COUNTER_VIEW[row["measured_kind"]]
+    return float(sum(breakdown.items[name][0] for name in VIEW_ITEMS[view]))
+
+
+def summarize_errors(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    errors = np.array([abs(r["relative_error"]) for r in rows])
+    return {"count": len(rows), "median_abs_error": float(np.median(errors)),
+            "p90_abs_error": float(np.percentile(errors, 90)),
+            "mean_signed_error": float(np.mean([r["relative_error"] for r in rows]))}
+
+
+def group_summaries(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    return {name: summarize_errors([r for r in rows if r[key] == name])
+            for name in sorted({r[key] for r in rows})}
+
+
+def summarize_public(path: Path = MODERN_PATH) -> dict[str, Any]:
+    """Compared rows with their relative errors, skipped rows with their reasons, and the
+    median / p90 |error| overall, per framework profile and per source document."""
+    compared, skipped = [], []
+    for row in load_public_rows(path):
+        common = {"id": row["id"], "source": row["source"], "framework": row["framework"],
+                  "kind": row["measured_kind"], "view": COUNTER_VIEW[row["measured_kind"]],
+                  "source_url": row["source_url"], "source_locator": row["source_locator"]}
+        measured = row["measured"] * UNIT_BYTES[row["measured_unit"]]
+        if row["needs"]:
+            skipped.append({**common, "measured_gb": measured / 1e9,
+                            "reason": "needs " + ", ".join(row["needs"])})
+            continue
+        predicted = predict_view_bytes(row)
+        compared.append({**common, "measured_gb": measured / 1e9, "predicted_gb": predicted / 1e9,
+                         "relative_error": predicted / measured - 1.0})
+    worst = sorted(compared, key=lambda r: -abs(r["relative_error"]))[:NUM_WORST]
+    return {"rows": compared, "skipped": skipped, **summarize_errors(compared),
+            "by_framework": group_summaries(compared, "framework"),
+            "by_source": group_summaries(compared, "source"),
+            "worst": [r["id"] for r in worst]}
+
+
+def render_public(summary: dict[str, Any]) -> None:
+    print(f"\nPublic measurements ({MODERN_PATH.name}; each in the view its counter measured)")
+    print(f"{'row':38} {'view':>9} {'meas GB':>8} {'pred GB':>8} {'error':>7}  source")
+    for r in summary["rows"]:
+        print(f"{r['id']:38} {r['view']:>9} {r['measured_gb']:>8.1f} {r['predicted_gb']:>8.1f} "
+              f"{100 * r['relative_error']:+6.1f}%  {r['source_url']} ({r['source_locator']})")
+    print(f"{summary['count']} compared: median |error| {100 * summary['median_abs_error']:.1f}%"
+          f"   p90 |error| {100 * summary['p90_abs_error']:.1f}%"
+          f"   mean signed error {100 * summary['mean_signed_error']:+.1f}%")
+    for title, key in (("framework", "by_framework"), ("source", "by_source")):
+        print(f"\nper {title:10} {'rows':>5} {'median':>7} {'p90':>7} {'signed':>7}")
+        for name, s in summary[key].items():
+            print(f"    {name:14} {s['count']:>5} {100 * s['median_abs_error']:>6.1f}% "
+                  f"{100 * s['p90_abs_error']:>6.1f}% {100 * s['mean_signed_error']:>+6.1f}%")
+    by_id = {r["id"]: r for r in summary["rows"]}
+    print("\nworst rows: " + ", ".join(
+        f"{name} {100 * by_id[name]['relative_error']:+.1f}%" for name in summary["worst"]))
+    print(f"\n{len(summary['skipped'])} rows not compared (a feature the memory model lacks):")
+    for r in summary["skipped"]:
+        print(f"  {r['id']:38} {r['view']:>9} {r['measured_gb']:>8.1f} GB  {r['reason']}")
