@@ -7,8 +7,8 @@ source states. Nothing is fitted to these rows.
 
 Views (what each counter sees, in solver.cost.memory's items):
   allocated  torch.cuda.max_memory_allocated, or torchtune's "peak memory active" (torch's
-             active_bytes.all.peak: the allocated blocks, rounded to the allocator's 512-byte
-             granule): ALLOCATED_ITEMS.
+             active_bytes.all.peak: the allocated blocks plus freed ones still awaiting a stream,
+             which the model does not count): ALLOCATED_ITEMS.
   reserved   torch.cuda.max_memory_reserved (what torchtitan logs as `memory: X GiB`): the
              allocated items plus the caching allocator's fragmentation.
   device     nvidia-smi / pynvml's used memory: every item, CUDA context and NCCL included.
