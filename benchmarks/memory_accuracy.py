@@ -56,7 +56,6 @@ from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
 from solver.cost.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
-from solver.cost.memory.terms import ALLOCATED_ITEMS
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,11 +63,10 @@ from published import layers_fitting_pp  # noqa: E402
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "published_memory.jsonl"
 MODERN_PATH = Path(__file__).resolve().parent / "data" / "modern_memory.jsonl"
-# What each kind of measurement counts (solver.cost.memory ITEMS): torch.cuda's max reserved
-# is the caching allocator's segments (allocated + its fragmentation), max allocated the live
-# tensors; neither sees the CUDA context or NCCL's own buffers.
-MEASURED_ITEMS = {"max_reserved": ALLOCATED_ITEMS + ("fragmentation",),
-                  "max_allocated": ALLOCATED_ITEMS}
+# The view each kind of measurement is compared in (solver.cost.memory.views): torch.cuda's max
+# reserved is the caching allocator's segments (allocated + its fragmentation), max allocated
+# the live tensors; neither sees the CUDA context, NCCL's or DeepEP's own buffers.
+MEASURED_VIEWS = {"max_reserved": "reserved", "max_allocated": "allocated"}
 GIB = 2**30
 UNIT_BYTES = {"GiB": GIB, "GB": 1e9}
 BLOOM_PADDED_VOCAB = 250880
@@ -193,7 +191,7 @@ def predict_modern_bytes(row: dict[str, Any]) -> float:
     options = build_framework_profile(row["framework"], features).memory_options()
     breakdown = estimate_memory(load_model_spec(row["model"]), job,
                                 Candidates.from_configs([config]), options)
-    return float(sum(breakdown.items[name][0] for name in MEASURED_ITEMS[row["measured_kind"]]))
+    return float(breakdown.views[MEASURED_VIEWS[row["measured_kind"]]][0])
 
 
 def summarize_modern(path: Path = MODERN_PATH) -> dict[str, Any]:

@@ -415,7 +415,7 @@ def test_modern_rows_cite_their_source(modern_summary: dict) -> None:
     assert len(modern_summary["rows"]) == 19
     for row in modern_summary["rows"]:
         assert row["source_url"].startswith("https://github.com/") and "/blob/" in row["source_url"]
-        assert row["source_locator"] and row["kind"] in bench.MEASURED_ITEMS
+        assert row["source_locator"] and row["kind"] in bench.MEASURED_VIEWS
 
 
 def test_modern_dgxc_point_and_error_ratchet(modern_summary: dict) -> None:
