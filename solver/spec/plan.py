@@ -3,9 +3,9 @@
 Memory is per GPU and per pipeline stage, in bytes, itemized: the four model-state and
 activation terms, plus named other items (logits, temporary buffers, fixed reserves), and in
 the three views users measure it in (MEMORY_VIEWS, solver.cost.memory.views): allocated,
-reserved and device, the total. The worst stage's device view decides whether the plan fits. `time` is the step-time model's answer: seconds per
-step, throughput, MFU, the breakdown of the step, and the days and GPU-hours of the job's token
-budget when it has one.
+reserved and device, the total. The worst stage's device view decides whether the plan fits.
+`time` is the step-time model's answer: seconds per step, throughput, MFU, the breakdown of the
+step, and the days and GPU-hours of the job's token budget when it has one.
 """
 
 from __future__ import annotations
