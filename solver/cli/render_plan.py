@@ -28,8 +28,6 @@ SHORT_LABELS = {
     "CUDA context": "CUDA",
     "NCCL buffers": "NCCL",
     "allocator fragmentation": "frag",
-    "allocated": "alloc",
-    "reserved": "resv",
 }
 LABELS = {
     "weights": "weights",
@@ -125,21 +123,21 @@ def echo_memory_table(plan: Plan, heading: str) -> None:
 def echo_stage_table(plan: Plan, heading: str) -> None:
     """One row per pipeline stage, one column per item (GB) that some stage holds (an item
     every stage leaves at zero, ZeRO-3's gathered layers without ZeRO 3, is no column), the
-    allocated and reserved views, the total (device view); then which view a measurement is
-    compared with (the worst stage's)."""
+    total (the device view); then the worst stage's views and which a measurement is compared
+    with (the stages' views would not fit 100 columns: `--json` has them)."""
     names = [label for label, _ in _rows(plan.stages[0])]
     values = [[value for _, value in _rows(s)] for s in plan.stages]
     kept = [i for i in range(len(names)) if any(v[i] for v in values)]
     names = [names[i] for i in kept]
     rows = [
-        (s.stage, *(v[i] for i in kept), _gb(s.allocated_bytes), _gb(s.reserved_bytes),
-         _gb(s.total_bytes), s.total_bytes <= plan.usable_memory_bytes)
+        (s.stage, *(v[i] for i in kept), _gb(s.total_bytes),
+         s.total_bytes <= plan.usable_memory_bytes)
         for s, v in zip(plan.stages, values)
     ]
     click.echo(heading)
     click.echo(render_config(plan))
     capacity = plan.memory_headroom.describe(plan.gpu_memory_bytes)
-    columns = ["stage", *names, "allocated", "reserved", "total", "fits"]
+    columns = ["stage", *names, "total", "fits"]
     echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity {capacity})", columns,
                rows, short_columns=[SHORT_LABELS.get(name, name) for name in columns])
     click.echo(render_views_line(plan.worst_stage))

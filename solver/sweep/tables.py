@@ -123,7 +123,7 @@ def format_value(value: Any) -> str:
 
 
 MARKDOWN_COLUMNS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision",
-                    "status", "configuration", "GB/GPU", "step s", "tokens/s", "MFU %", "note")
+                    "status", "configuration", "device GB", "step s", "tokens/s", "MFU %", "note")
 
 
 def build_markdown_row(row: dict[str, Any]) -> list[str]:
