@@ -8,7 +8,7 @@ source states. Nothing is fitted to these rows.
 Views (what each counter sees, in solver.cost.memory's items):
   allocated  torch.cuda.max_memory_allocated, or torchtune's "peak memory active" (torch's
              active_bytes.all.peak: the allocated blocks plus freed ones still awaiting a stream,
-             which the model does not count): ALLOCATED_ITEMS.
+             which the model does not count). Each view is solver.cost.memory.views' (the breakdown's).
   reserved   torch.cuda.max_memory_reserved (what torchtitan logs as `memory: X GiB`): the
              allocated items plus the caching allocator's fragmentation.
   device     nvidia-smi / pynvml's used memory: every item, CUDA context and NCCL included.
@@ -48,13 +48,9 @@ from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
 from solver.cost.frameworks import build_framework_profile
 from solver.cost.memory import estimate_memory
-from solver.cost.memory.terms import ALLOCATED_ITEMS, ITEMS
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 MODERN_PATH = Path(__file__).resolve().parent / "data" / "modern_memory.jsonl"
-VIEW_ITEMS = {"allocated": ALLOCATED_ITEMS,
-              "reserved": ALLOCATED_ITEMS + ("fragmentation",),
-              "device": ITEMS}
 # The view each counter measures (module docstring).
 COUNTER_VIEW = {"max_allocated": "allocated", "max_active": "allocated",
                 "max_reserved": "reserved", "device": "device"}
@@ -120,7 +116,7 @@ def predict_view_bytes(row: dict[str, Any]) -> float:
     breakdown = estimate_memory(build_row_model_spec(row), job,
                                 Candidates.from_configs([config]), options)
     view = COUNTER_VIEW[row["measured_kind"]]
-    return float(sum(breakdown.items[name][0] for name in VIEW_ITEMS[view]))
+    return float(breakdown.views[view][0])
 
 
 def summarize_errors(rows: list[dict[str, Any]]) -> dict[str, Any]:

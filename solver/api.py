@@ -99,12 +99,16 @@ def build_parallel_config(num_gpus: int, **degrees: int | str) -> ParallelConfig
         raise InputError(format_validation_error("parallel degrees", exc)) from None
 
 
-def _stage_memory(breakdown: MemoryBreakdown, row: int) -> StageMemory:
+def _stage_memory(breakdown: MemoryBreakdown, row: int, views: dict[str, np.ndarray]
+                  ) -> StageMemory:
+    """Row `row` of `breakdown` (whose views are `views`) as a StageMemory."""
     values = {name: float(breakdown.items[name][row]) for name in MAIN_ITEMS + OTHER_ITEMS}
     return StageMemory(
         stage=int(breakdown.stage[row]),
         **{f"{name}_bytes": values[name] for name in MAIN_ITEMS},
         other_bytes={name: values[name] for name in OTHER_ITEMS},
+        allocated_bytes=float(views["allocated"][row]),
+        reserved_bytes=float(views["reserved"][row]),
     )
 
 
@@ -164,10 +168,11 @@ def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     plans = []
     for index, (config, layout) in enumerate(zip(configs, chosen)):
         stages = estimate_layout_memory(model_spec, job, config, layout, options)
+        views = stages.views
         plans.append(Plan(
             config=config, gpu_memory_bytes=cluster.gpu_memory_bytes,
             memory_headroom=cluster.memory_headroom,
-            stages=tuple(_stage_memory(stages, i) for i in range(config.pp)),
+            stages=tuple(_stage_memory(stages, i, views) for i in range(config.pp)),
             time=_plan_time(job, config, step, index), layout=layout))
     return tuple(plans)
 

@@ -83,7 +83,7 @@ def test_table_shows_the_memory_verification_of_the_worst_stage(cluster_file: st
                   "NCCL buffers", "allocator fragmentation", "total", "GPU capacity", "fits"):
         assert label in result.stdout, label
     # 43.62 GB: seed 003 example 1 under our model (tests/test_memory.py), to 3 figures.
-    assert re.search(r"│ total +│ +43\.6 │", result.stdout)
+    assert re.search(r"│ total \(device\) +│ +43\.6 │", result.stdout)
     assert "step time" in result.stdout and "MFU" in result.stdout
     assert "yes" in result.stdout
 

@@ -20,7 +20,8 @@ from solver.spec.plan_json import render_plan_json
 
 def make_plan(layout: PipelineLayout | None, config: ParallelConfig) -> Plan:
     stages = tuple(StageMemory(stage=i, weights_bytes=10e9 + i * 1e9, grads_bytes=0,
-                               optimizer_bytes=0, activations_bytes=0, other_bytes={})
+                               optimizer_bytes=0, activations_bytes=0, other_bytes={},
+                               allocated_bytes=10e9 + i * 1e9, reserved_bytes=10e9 + i * 1e9)
                    for i in range(config.pp))
     return Plan(config=config, gpu_memory_bytes=80e9, stages=stages, layout=layout)
 

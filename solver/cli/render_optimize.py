@@ -37,7 +37,7 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
         return
     budget = problem.job.token_budget is not None
     columns = ["#", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mb", "recompute",
-               "GB/GPU", "step s", "tokens/s", "MFU %"] + (["days"] if budget else [])
+               "device GB", "step s", "tokens/s", "MFU %"] + (["days"] if budget else [])
     rows = []
     for i, plan in enumerate(result.plans, start=1):
         c, t = plan.config, plan.time

@@ -13,7 +13,7 @@ import click
 from solver.cli.render import echo_alert, echo_table
 from solver.spec.layout import VirtualStage
 from solver.spec.layout_syntax import render_pipeline_layout
-from solver.spec.plan import Plan, StageMemory
+from solver.spec.plan import MEMORY_VIEWS, Plan, StageMemory
 from solver.spec.figures import format_significant
 from solver.spec.plan_json import MAIN
 from solver.spec.plan_json import to_gb as _gb
@@ -88,12 +88,27 @@ def _rows(stage: StageMemory) -> list[tuple[str, float]]:
     return rows
 
 
+# The rows of the views in the memory table (the device view is the total).
+VIEW_LABELS = {"allocated": "allocated (torch.cuda)", "reserved": "reserved (torch.cuda)",
+               "device": "total (device)"}
+
+
+def render_views_line(stage: StageMemory) -> str:
+    """Which view a measured number is compared with (MEMORY_VIEWS), and that view's value."""
+    parts = [f"{source} with {view} ({format_significant(stage.view_bytes(view) / 1e9)} GB)"
+             for view, source in MEMORY_VIEWS.items()]
+    return ("compare a measured peak by what reported it: " + "; ".join(parts)
+            + "; fits are judged on device")
+
+
 def echo_memory_table(plan: Plan, heading: str) -> None:
-    """The memory table of the worst stage: each item, the total, the capacity, whether it
-    fits."""
+    """The memory table of the worst stage: each item, the allocated and reserved views, the
+    total (the device view), the capacity, whether it fits; then which view a measurement is
+    compared with."""
     worst = plan.worst_stage
     rows: list[tuple[str, Any]] = list(_rows(worst))
-    rows += [("total", _gb(worst.total_bytes)), ("GPU capacity", _gb(plan.gpu_memory_bytes))]
+    rows += [(VIEW_LABELS[view], _gb(worst.view_bytes(view))) for view in MEMORY_VIEWS]
+    rows.append(("GPU capacity", _gb(plan.gpu_memory_bytes)))
     if plan.memory_headroom.label():
         rows.append((f"usable ({plan.memory_headroom.label()} headroom)",
                      _gb(plan.usable_memory_bytes)))
@@ -102,11 +117,14 @@ def echo_memory_table(plan: Plan, heading: str) -> None:
     click.echo(render_config(plan))
     echo_table(f"memory per GPU, worst stage: {worst.stage} of {plan.config.pp}",
                ["component", "GB"], rows)
+    click.echo(render_views_line(worst))
 
 
 def echo_stage_table(plan: Plan, heading: str) -> None:
-    """One row per pipeline stage, one column per item (GB) that some stage holds: an item
-    every stage leaves at zero (ZeRO-3's gathered layers without ZeRO 3) is no column."""
+    """One row per pipeline stage, one column per item (GB) that some stage holds (an item
+    every stage leaves at zero, ZeRO-3's gathered layers without ZeRO 3, is no column), the
+    total (the device view); then the worst stage's views and which a measurement is compared
+    with (the stages' views would not fit 100 columns: `--json` has them)."""
     names = [label for label, _ in _rows(plan.stages[0])]
     values = [[value for _, value in _rows(s)] for s in plan.stages]
     kept = [i for i in range(len(names)) if any(v[i] for v in values)]
@@ -122,6 +140,7 @@ def echo_stage_table(plan: Plan, heading: str) -> None:
     columns = ["stage", *names, "total", "fits"]
     echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity {capacity})", columns,
                rows, short_columns=[SHORT_LABELS.get(name, name) for name in columns])
+    click.echo(render_views_line(plan.worst_stage))
 
 
 def echo_fixes(fixes: tuple[str, ...]) -> None:

@@ -1,23 +1,34 @@
 """Plan: one parallel configuration with what the cost model says about it.
 
 Memory is per GPU and per pipeline stage, in bytes, itemized: the four model-state and
-activation terms, plus named other items (logits, temporary buffers, fixed reserves). The
-worst stage decides whether the plan fits. `time` is the step-time model's answer: seconds per
-step, throughput, MFU, the breakdown of the step, and the days and GPU-hours of the job's token
-budget when it has one.
+activation terms, plus named other items (logits, temporary buffers, fixed reserves), and in
+the three views users measure it in (MEMORY_VIEWS, solver.cost.memory.views): allocated,
+reserved and device, the total. The worst stage's device view decides whether the plan fits.
+`time` is the step-time model's answer: seconds per step, throughput, MFU, the breakdown of the
+step, and the days and GPU-hours of the job's token budget when it has one.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.job import ParallelConfig, Recompute
 from solver.spec.layout import PipelineLayout
 
 
+# The views of a stage's memory (solver.cost.memory.views), each with what reports it: the
+# number a user's measurement is compared with.
+MEMORY_VIEWS = {
+    "allocated": "torch.cuda.max_memory_allocated()",
+    "reserved": "torch.cuda.max_memory_reserved()",
+    "device": "nvidia-smi, or an out-of-memory error",
+}
+
+
 class StageMemory(BaseModel):
-    """Bytes per GPU on one pipeline stage."""
+    """Bytes per GPU on one pipeline stage: items, and the allocated and reserved views (the
+    device view is the total)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -27,6 +38,17 @@ class StageMemory(BaseModel):
     optimizer_bytes: float = Field(ge=0)
     activations_bytes: float = Field(ge=0)
     other_bytes: dict[str, float]
+    allocated_bytes: float = Field(ge=0)
+    reserved_bytes: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _views_are_ordered(self) -> StageMemory:
+        # Our invariant (solver.cost.memory.views): allocated <= reserved <= device; the items
+        # are summed in another order for the total, hence the rounding allowance.
+        slack = 1e-9 * self.total_bytes
+        assert self.allocated_bytes <= self.reserved_bytes <= self.total_bytes + slack, (
+            self.allocated_bytes, self.reserved_bytes, self.total_bytes)
+        return self
 
     @property
     def other_total_bytes(self) -> float:
@@ -36,6 +58,16 @@ class StageMemory(BaseModel):
     def total_bytes(self) -> float:
         return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
                 + self.activations_bytes + self.other_total_bytes)
+
+    @property
+    def device_bytes(self) -> float:
+        """What nvidia-smi shows: the total."""
+        return self.total_bytes
+
+    def view_bytes(self, view: str) -> float:
+        """Bytes in `view` (MEMORY_VIEWS)."""
+        return {"allocated": self.allocated_bytes, "reserved": self.reserved_bytes,
+                "device": self.device_bytes}[view]
 
 
 TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "dp", "pp", "bubble",
@@ -105,4 +137,5 @@ class Plan(BaseModel):
 
     @property
     def fits(self) -> bool:
-        return self.worst_stage.total_bytes <= self.usable_memory_bytes
+        """Judged on the device view (nvidia-smi's number is what runs out)."""
+        return self.worst_stage.device_bytes <= self.usable_memory_bytes

@@ -1,5 +1,6 @@
 """The JSON of a plan (DESIGN.md, "Interfaces"): degrees, `fits`, `memory_gb` of the worst
-stage, the time fields, every stage, and the layout when the plan has one. Shared by the CLI
+stage and its views (`allocated_gb`, `reserved_gb`, `device_gb`: issue 43, MEMORY_VIEWS), the
+time fields, every stage, and the layout when the plan has one. Shared by the CLI
 (`optimize --json`, `estimate --json`) and the sweep's result lines, so the shape is written
 once; solver.emit.plan_file reads it back.
 
@@ -13,7 +14,7 @@ from typing import Any
 from solver.spec.job import PARALLEL_FIELDS
 from solver.spec.layout import PipelineLayout
 from solver.spec.layout_syntax import render_pipeline_layout
-from solver.spec.plan import Plan, StageMemory
+from solver.spec.plan import MEMORY_VIEWS, Plan, StageMemory
 
 DEGREES = PARALLEL_FIELDS
 MAIN = ("weights", "grads", "optimizer", "activations")
@@ -47,6 +48,12 @@ def render_memory_gb(stage: StageMemory) -> dict[str, float]:
     return values
 
 
+def render_views_gb(stage: StageMemory) -> dict[str, float]:
+    """`allocated_gb reserved_gb device_gb` in GB: what torch.cuda.max_memory_allocated(),
+    torch.cuda.max_memory_reserved() and nvidia-smi would show (MEMORY_VIEWS)."""
+    return {f"{view}_gb": to_gb(stage.view_bytes(view)) for view in MEMORY_VIEWS}
+
+
 def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
     """`layout` of a plan: pp, vpp, the Megatron layout text (`syntax`), and per virtual stage
     (model order) the pipeline stage it runs on, its decoder layers, how many of them recompute
@@ -65,7 +72,8 @@ def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
 
 
 def render_plan_json(plan: Plan) -> dict[str, Any]:
-    """One plan: degrees, fits, memory_gb of the worst stage, other_gb items, every stage, and
+    """One plan: degrees, fits, memory_gb of the worst stage, its views (allocated_gb,
+    reserved_gb, device_gb: device_gb is memory_gb.total), other_gb items, every stage, and
     `layout` when the plan has one, and `equivalent`: the other settings of the same step time
     (solver.search.twins) with the worst-stage memory each needs, and `memory_savers` when the
     plan needs framework features on to fit, `recompute_modules` when the search chose what
@@ -76,6 +84,7 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
         **{name: getattr(plan.config, name) for name in DEGREES},
         "fits": plan.fits,
         "memory_gb": render_memory_gb(worst),
+        **render_views_gb(worst),
         "other_gb": {name: to_gb(value) for name, value in worst.other_bytes.items()},
         "worst_stage": worst.stage,
         "gpu_memory_gb": to_gb(plan.gpu_memory_bytes),
@@ -83,7 +92,7 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
         "usable_memory_gb": to_gb(plan.usable_memory_bytes),
         **render_time_json(plan),
         "stages": [
-            {"stage": s.stage, "memory_gb": render_memory_gb(s),
+            {"stage": s.stage, "memory_gb": render_memory_gb(s), **render_views_gb(s),
              "other_gb": {name: to_gb(value) for name, value in s.other_bytes.items()}}
             for s in plan.stages
         ],

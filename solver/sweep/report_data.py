@@ -4,7 +4,9 @@ fronts of each group.
 
 Per problem: the key, the status, the GPU's memory (and what plans may use of it), the conflicts
 and fixes of an infeasible problem, the error of a failed one, the explanation of a solved one.
-Per plan: the degrees, the worst stage's memory by item, the step time by part, tokens/s, MFU,
+Per plan: the degrees, the worst stage's memory by item and in its three views (allocated,
+reserved, device: `memory_views` says what reports each; null in lines written before them),
+the step time by part, tokens/s, MFU,
 the days and GPU-hours for the report's token budget, the recompute settings of the same step
 time (twins), and the `parplan launch` command that writes its framework settings.
 """
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from solver.api import estimate_train_days
+from solver.spec.plan import MEMORY_VIEWS
 from solver.spec.plan_json import DEGREES
 from solver.sweep.report_fronts import Front, FrontPoint, build_front
 from solver.sweep.tables import JOB_FIELDS, Group, count_statuses, group_slug, render_config, \
@@ -70,6 +73,7 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         **{name: plan[name] for name in DEGREES},
         "memory": {name: float(plan["memory_gb"].get(name, 0.0))
                    for name in (*MEMORY_ITEMS, "total")},
+        "views": _views(plan),
         "time": {name: float((plan.get("time_seconds") or {}).get(name, 0.0))
                  for name in TIME_PARTS},
         "step": float(plan["step_seconds"]),
@@ -82,6 +86,15 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         "layout": (plan.get("layout") or {}).get("syntax") or "",
         "launch": render_launch_line(line, plan),
     }
+
+
+def _views(plan: dict[str, Any]) -> dict[str, float | None]:
+    """The plan's allocated, reserved and device GB (MEMORY_VIEWS); a line written before the
+    views has none but the device view, its total."""
+    views = {view: plan.get(f"{view}_gb") for view in MEMORY_VIEWS}
+    if views["device"] is None:
+        views["device"] = float(plan["memory_gb"]["total"])
+    return {view: None if value is None else float(value) for view, value in views.items()}
 
 
 def _problem_data(line: dict[str, Any], token_budget: float) -> dict[str, Any]:
@@ -150,5 +163,6 @@ def build_page_data(lines: Sequence[dict[str, Any]], groups: Sequence[Group],
         "token_budget": token_budget,
         "token_budget_label": budget_label,
         "memory_items": list(MEMORY_ITEMS),
+        "memory_views": dict(MEMORY_VIEWS),
         "time_parts": list(TIME_PARTS),
     }

@@ -287,8 +287,14 @@
     }).join(", ");
     var time = data.time_parts.filter(function (part) { return plan.time[part] > 0; })
       .map(function (part) { return TIME_WORDS[part] + " " + fmt(plan.time[part]) + " s"; }).join(", ");
+    var views = Object.keys(data.memory_views).filter(function (view) {
+      return plan.views[view] !== null;
+    }).map(function (view) {
+      return view + " " + fmt(plan.views[view]) + " GB (" + data.memory_views[view] + ")";
+    }).join(", ");
     var items = [
       el("dt", {}, ["memory (worst stage)"]), el("dd", {}, [memory]),
+      el("dt", {}, ["memory views"]), el("dd", {}, [views]),
       el("dt", {}, ["step time"]), el("dd", {}, [time]),
       el("dt", {}, ["tokens/s per GPU"]), el("dd", {}, [fmt(plan.rate_per_gpu)])
     ];

@@ -59,6 +59,11 @@ class PlanRow(_Line):
     micro_batch: Annotated[int, MAX_BATCH] = Field(gt=0)
     recompute: str
     memory_gb: MemoryRow
+    # The views (solver.spec.plan.MEMORY_VIEWS; device_gb is memory_gb.total): lines written
+    # before issue 43 have none.
+    allocated_gb: float | None = Field(default=None, ge=0)
+    reserved_gb: float | None = Field(default=None, ge=0)
+    device_gb: float | None = Field(default=None, ge=0)
     gpu_memory_gb: float = Field(ge=0)
     step_seconds: float = Field(ge=0)
     tokens_per_second: float = Field(ge=0)

@@ -15,7 +15,10 @@ from solver.sweep.problems import KEY_FIELDS, key_of_line
 
 METRICS = ("memory_gb", "step_seconds", "tokens_per_second", "tokens_per_second_per_gpu",
            "mfu")
-SUMMARY_COLUMNS = KEY_FIELDS + ("status",) + DEGREES + METRICS + ("note",)
+# The best plan's allocated and reserved views (memory_gb is its total, the device view);
+# empty for lines written before issue 43.
+VIEW_COLUMNS = ("allocated_gb", "reserved_gb")
+SUMMARY_COLUMNS = KEY_FIELDS + ("status",) + DEGREES + METRICS + VIEW_COLUMNS + ("note",)
 JOB_FIELDS = ("seq_len", "global_batch", "precision", "framework", "objective")
 
 
@@ -73,7 +76,7 @@ def build_summary_rows(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         best = plans[0] if plans else {}
         row.update({name: best.get(name, "") for name in DEGREES})
         row["memory_gb"] = best.get("memory_gb", {}).get("total", "") if best else ""
-        row.update({name: best.get(name, "") for name in METRICS[1:]})
+        row.update({name: best.get(name, "") for name in METRICS[1:] + VIEW_COLUMNS})
         row["note"] = _note(line)
         row["memory_breakdown_gb"] = best.get("memory_gb", {}) if best else {}
         row["gpu_memory_gb"] = best.get("gpu_memory_gb", "") if best else ""
@@ -120,7 +123,7 @@ def format_value(value: Any) -> str:
 
 
 MARKDOWN_COLUMNS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision",
-                    "status", "configuration", "GB/GPU", "step s", "tokens/s", "MFU %", "note")
+                    "status", "configuration", "device GB", "step s", "tokens/s", "MFU %", "note")
 
 
 def build_markdown_row(row: dict[str, Any]) -> list[str]:

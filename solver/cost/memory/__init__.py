@@ -8,6 +8,7 @@
     dispatcher   the MoE dispatcher's own buffers (DeepEP, HybridEP, all-gather)
     terms        a stage's memory as an affine function of what it holds (one composition)
     estimate     one stage, the worst stage, every stage of one configuration
+    views        allocated, reserved, device: the numbers torch.cuda and nvidia-smi report
 """
 
 from solver.cost.memory.activations import estimate_layer_activation_bytes
@@ -23,17 +24,21 @@ from solver.cost.memory.estimate import (
     estimate_stage_memory,
 )
 from solver.cost.memory.options import MemoryOptions
+from solver.cost.memory.views import VIEWS, allocator_items, estimate_memory_views
 
 __all__ = [
     "ITEMS",
     "MAIN_ITEMS",
     "OTHER_ITEMS",
+    "VIEWS",
     "MemoryBreakdown",
     "MemoryOptions",
+    "allocator_items",
     "estimate_all_stages",
     "estimate_layout_memory",
     "estimate_layer_activation_bytes",
     "estimate_memory",
     "estimate_memory_total",
+    "estimate_memory_views",
     "estimate_stage_memory",
 ]

@@ -47,7 +47,8 @@ map: 4.152 GB, no RDMA buffers.
 The all-gather dispatcher gathers the ETPxEP group's tokens into Megatron's global memory
 buffer (tensor_parallel/mappings.py _gather_along_first_dim(use_global_buffer=True),
 GlobalMemoryBuffer "mpu"), which stays allocated: 2 H bytes for each of tokens x N gathered
-tokens (a caching-allocator tensor, counted here without fragmentation). The all-to-all dispatcher keeps nothing of its own: its permuted and received copies are
+tokens (a caching-allocator tensor: in the allocated view, without fragmentation,
+solver.cost.memory.views). The all-to-all dispatcher keeps nothing of its own: its permuted and received copies are
 the MoE block's activations (activations._mlp_bytes). NCCL's own buffers are
 MemoryOptions.nccl_gib.
 """

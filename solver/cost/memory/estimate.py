@@ -30,6 +30,7 @@ from solver.cost.memory.terms import (
     compose_stage_total,
     estimate_memory_terms,
 )
+from solver.cost.memory.views import allocator_items, estimate_memory_views
 from solver.spec import JobSpec, ModelSpec, ParallelConfig, PipelineLayout
 
 __all__ = ["ITEMS", "MAIN_ITEMS", "OTHER_ITEMS"]
@@ -38,22 +39,31 @@ __all__ = ["ITEMS", "MAIN_ITEMS", "OTHER_ITEMS"]
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes per GPU by item (ITEMS order), one entry per row; `stage` is the pipeline stage
-    each row describes. `other` sums OTHER_ITEMS; `total` sums everything."""
+    each row describes; `allocator_items`: the items PyTorch's caching allocator holds
+    (solver.cost.memory.views.allocator_items). `other` sums OTHER_ITEMS; `views` gives the
+    allocated, reserved and device bytes (solver.cost.memory.views); `total`, everything, is
+    the device view."""
 
     stage: np.ndarray
     items: dict[str, np.ndarray]
+    allocator_items: tuple[str, ...]
 
     @property
     def other(self) -> np.ndarray:
         return sum((self.items[name] for name in OTHER_ITEMS), np.zeros(len(self.stage)))
 
     @property
+    def views(self) -> dict[str, np.ndarray]:
+        return estimate_memory_views(self.items, self.allocator_items)
+
+    @property
     def total(self) -> np.ndarray:
-        return sum((self.items[name] for name in ITEMS), np.zeros(len(self.stage)))
+        return self.views["device"]
 
     def take(self, index: np.ndarray | int) -> MemoryBreakdown:
         index = np.atleast_1d(index)
-        return MemoryBreakdown(self.stage[index], {k: v[index] for k, v in self.items.items()})
+        return MemoryBreakdown(self.stage[index], {k: v[index] for k, v in self.items.items()},
+                               self.allocator_items)
 
     def __len__(self) -> int:
         return int(self.stage.shape[0])
@@ -89,7 +99,8 @@ def estimate_stage_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     Worked number: Llama-3.1-8B, 8 GPUs, dp = 8, ZeRO-1, b = 4, s = 8192, no recompute:
     weights 16.1 + grads 32.1 + optimizer 12.0 + activations 116.6 + logits 25.2 + buckets
     0.3 = 202.4 GB allocated (the dgxc log: 194.4 GB peak allocated, notes §3.2); with the
-    CUDA context, NCCL and 12% fragmentation, 229.4 GB.
+    CUDA context, NCCL and 12% fragmentation, 229.4 GB (the device view; the views:
+    solver.cost.memory.views).
     """
     options = options or MemoryOptions()
     stage = np.broadcast_to(np.asarray(stage, dtype=np.int64), (len(candidates),))
@@ -97,7 +108,8 @@ def estimate_stage_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candi
                                  options.account_for_embedding_in_pipeline_split)
     terms = terms if terms is not None else estimate_memory_terms(model_spec, job, candidates,
                                                                   options)
-    return MemoryBreakdown(stage=stage.copy(), items=compose_stage_memory(terms, content))
+    return MemoryBreakdown(stage=stage.copy(), items=compose_stage_memory(terms, content),
+                           allocator_items=allocator_items(options))
 
 
 def estimate_layout_memory(model_spec: ModelSpec, job: JobSpec, config: ParallelConfig,
@@ -115,7 +127,8 @@ def estimate_layout_memory(model_spec: ModelSpec, job: JobSpec, config: Parallel
                            is_last=stage == config.pp - 1,
                            in_flight=estimate_in_flight(rows, stage, num_micro))
     terms = estimate_memory_terms(model_spec, job, rows, options)
-    return MemoryBreakdown(stage=stage, items=compose_stage_memory(terms, content))
+    return MemoryBreakdown(stage=stage, items=compose_stage_memory(terms, content),
+                           allocator_items=allocator_items(options))
 
 
 def estimate_memory(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,

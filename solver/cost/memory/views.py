@@ -1,0 +1,70 @@
+"""A stage's memory in the three views users measure it in (issue 43), from its items (ITEMS):
+
+    allocated  torch.cuda.max_memory_allocated(): the tensors PyTorch's caching allocator
+               hands out: ALLOCATED_ITEMS, and the all-gather dispatcher's buffer (a tensor of
+               Megatron's GlobalMemoryBuffer).
+    reserved   torch.cuda.max_memory_reserved(): the allocator's segments, allocated plus its
+               cached-but-unused blocks (the "fragmentation" item).
+    device     nvidia-smi, and what an out-of-memory error is about: reserved plus what the
+               allocator never sees: the CUDA context, NCCL's communicators and buffers, and
+               the DeepEP / HybridEP buffers.
+
+Where the dispatchers' buffers live (deepseek-ai/DeepEP):
+  DeepEP     the NVLink buffer through SharedMemoryAllocator.malloc (cudaMalloc, or cuMemCreate
+             with fabric handles), the RDMA buffer through nvshmem_align and a 32 MiB workspace
+             through cudaMalloc (main @dd758ca csrc/legacy/buffer.hpp Buffer::Buffer and
+             Buffer::sync, csrc/utils/shared_memory.hpp, csrc/kernels/backend/nvshmem.cu
+             alloc; the same calls in csrc/deep_ep.cpp before EPv2): device only.
+  HybridEP   every NVLink, RDMA and all-gather buffer through ExtendedMemoryAllocator::allocate
+             (cuMemCreate, or cudaMalloc) or cudaMalloc (branch hybrid-ep @94a9f8f:
+             csrc/hybrid_ep/allocator/allocator.cu, buffer/intranode.cu NVLCoordinator::
+             allocate_dispatch_buffers / allocate_combine_buffers, buffer/internode_doca.cu
+             RDMACoordinator::allocate_buffers, extension/allgather.cu allocate_ag_buffer):
+             device only; torch::empty holds only the IPC handles exchanged.
+  all-gather Megatron's GlobalMemoryBuffer.get_tensor (megatron/core/utils.py: torch.empty),
+             allocated once and kept: allocated, without fragmentation
+             (solver.cost.memory.dispatcher).
+The all-to-all dispatcher keeps no buffer of its own.
+
+By construction allocated <= reserved <= device (every item is >= 0), and device is the total
+every fit is judged on (memory_fits_hbm).
+Worked number: Llama-3.1-8B, dp 8, ZeRO-1, b 4, s 8192, no recompute, default options:
+allocated 202.4 GB (dgxc log: max allocated 194.41 GB), reserved 202.4 x 1.05 = 212.5 GB
+(216.89 GB), device 212.5 + 1 GiB + 1.5 GiB = 215.2 GB.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.cost.memory.options import MemoryOptions
+from solver.cost.memory.terms import ALLOCATED_ITEMS, ITEMS
+from solver.spec.plan import MEMORY_VIEWS
+
+VIEWS = tuple(MEMORY_VIEWS)  # allocated, reserved, device
+# Dispatchers whose buffers are tensors of PyTorch's caching allocator (module docstring).
+TENSOR_DISPATCHERS = ("allgather",)
+
+
+def allocator_items(options: MemoryOptions) -> tuple[str, ...]:
+    """The items PyTorch's caching allocator holds under `options`: ALLOCATED_ITEMS, and the
+    dispatcher's buffer where it is a tensor (the all-gather dispatcher)."""
+    if options.moe_dispatcher in TENSOR_DISPATCHERS:
+        return ALLOCATED_ITEMS + ("dispatcher",)
+    return ALLOCATED_ITEMS
+
+
+def estimate_memory_views(items: dict[str, np.ndarray], allocated_items: tuple[str, ...]
+                          ) -> dict[str, np.ndarray]:
+    """Bytes per GPU in each view (VIEWS) of stages with `items` (ITEMS), `allocated_items`
+    being those the caching allocator holds (allocator_items):
+
+        allocated = sum of allocated_items
+        reserved  = allocated + fragmentation
+        device    = reserved + every other item (CUDA context, NCCL, DeepEP / HybridEP)
+    Worked number in the module docstring."""
+    allocated = sum((items[name] for name in allocated_items), np.zeros_like(items["weights"]))
+    reserved = allocated + items["fragmentation"]
+    outside = [name for name in ITEMS if name not in allocated_items and name != "fragmentation"]
+    device = reserved + sum((items[name] for name in outside), np.zeros_like(reserved))
+    return {"allocated": allocated, "reserved": reserved, "device": device}
