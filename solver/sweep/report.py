@@ -85,15 +85,17 @@ def write_report(lines: Sequence[dict[str, Any]], directory: str | Path, charts:
     except OSError as exc:
         raise InputError(f"-o {directory}: cannot create the report folder "
                          f"({exc.strerror})") from None
+    # Everything is built before anything is written: a line the tables cannot show stops the
+    # report with no file half written.
     rows = build_summary_rows(lines)
     groups = build_groups(rows)
+    data = build_page_data(lines, groups, token_budget, fronts)
     files = [directory / "summary.csv", directory / "summary.md"]
     write_csv(rows, files[0])
     write_markdown(rows, groups, files[1])
     library, skipped = (None, "not asked for (--no-charts)")
     if charts:
         library, skipped = load_chart_library()
-    data = build_page_data(lines, groups, token_budget, fronts)
     data["charts_missing"] = skipped or ""
     files.append(write_html(data, library, directory))
     return Report(directory, tuple(files), count_statuses(rows), skipped)
