@@ -11,7 +11,8 @@ model names an engine would read as options, the optional fields of a results li
 JSON keys and tier names, nccl-tests rows flagged #wrong or faster than the GPU's links, an FP4
 KV cache below Blackwell, and names holding markup or formulas (shown as written). Each case
 runs in-process through click's CliRunner under a time limit (tests/bad_input.py).
-Derandomized and bounded: about 600 cases, under half a minute. The numeric flags: tests/test_bad_flags_generated.py.
+Derandomized and bounded: about 600 cases, under half a minute. The numeric flags:
+tests/test_bad_flags_generated.py.
 """
 from __future__ import annotations
 

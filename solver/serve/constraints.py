@@ -95,11 +95,11 @@ def _kv_cache_rules(problem: ServeProblem) -> list[Constraint]:
     DeepSeek-V3.2's sparse MLA on SM 100 only); the TRT-LLM attention backend admits nvfp4
     only on the SM 100 family (supports_kv_cache_dtype: is_device_capability_family(100));
     the cache write (reshape_and_cache_nvfp4, whose e2m1 conversion, PTX cvt .e2m1x2, exists
-    on sm_100a and later only) is tested only from compute capability 10.0 (vLLM's cache kernel test: "NVFP4
-    requires compute capability >= 10.0 (Blackwell)"), and Hopper has no FP4 format at all
-    (NVIDIA H100 datasheet: FP8 is its narrowest Tensor Core type). So no nvfp4 KV cache on
-    H100/H200/A100 (issue 37: it was accepted there). The rule reads no degree: it refuses
-    every plan, naming why."""
+    on sm_100a and later only) is tested only from compute capability 10.0 (vLLM's cache
+    kernel test: "NVFP4 requires compute capability >= 10.0 (Blackwell)"), and Hopper has no
+    FP4 format at all (NVIDIA H100 datasheet: FP8 is its narrowest Tensor Core type). So no
+    nvfp4 KV cache on H100/H200/A100 (issue 37: it was accepted there). The rule reads no
+    degree: it refuses every plan, naming why."""
     if problem.job.kv_cache_dtype != "fp4":
         return []
     m, gpu = problem.model_spec, problem.cluster.gpu

@@ -7,8 +7,8 @@ plan the degrees and the metrics, and the optional fields it shows (why, rules,
 optimality_gap, memory_headroom; a plan's usable_memory_gb, time_seconds, equivalent,
 layout, memory_savers, offloads, recompute_modules), in pydantic's strict mode and within
 the limits of any input (solver.spec.strict: no `true` for a GPU count, no string for a
-number, no nan or infinity, no count beyond its limit; other fields are kept as they are). A bad line is one
-error naming the file, the line and the field: `results.jsonl:3: field 'plans': Input should
+number, no nan or infinity, no count beyond its limit; other fields are kept as they are).
+A bad line is one error naming the file, the line and the field: `results.jsonl:3: field 'plans': Input should
 be a valid list`.
 """
 
