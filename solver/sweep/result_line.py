@@ -8,8 +8,8 @@ optimality_gap, memory_headroom; a plan's usable_memory_gb, time_seconds, equiva
 layout, memory_savers, offloads, recompute_modules), in pydantic's strict mode and within
 the limits of any input (solver.spec.strict: no `true` for a GPU count, no string for a
 number, no nan or infinity, no count beyond its limit; other fields are kept as they are).
-A bad line is one error naming the file, the line and the field: `results.jsonl:3: field 'plans': Input should
-be a valid list`.
+A bad line is one error naming the file, the line and the field: `results.jsonl:3: field
+'plans': Input should be a valid list`.
 """
 
 from __future__ import annotations
