@@ -58,8 +58,8 @@ BAD_OPTIONAL_RESULT_FIELDS = (
                             {"compute": -1.0}, {"compute": math.inf})),
     ("equivalent", True, ("x", [5], [{"recompute": 5}], [{}])),
     ("layout", True, ("x", 5, [1], {"syntax": 5})),
-    ("memory_savers", True, ("abc", [5], 5)),
-    ("offloads", True, ("optimizer", [5])),
+    ("memory_savers", True, ("abc", [5], 5, ["model=x"])),
+    ("offloads", True, ("optimizer", [5], ["format=vllm"])),
     ("recompute_modules", True, (5, "core_attn", [None])),
 )
 

@@ -51,6 +51,9 @@ BAD_OPTIONAL_FIELDS = [
     ("plans.0.equivalent", "x"), ("plans.0.equivalent", [5]),
     ("plans.0.equivalent", [{"recompute": 5}]),
     ("plans.0.memory_savers", "abc"), ("plans.0.memory_savers", [5]),
+    # The launch line writes `--` + each name: "model=x" would be another --model.
+    ("plans.0.memory_savers", ["model=x"]), ("plans.0.offloads", ["format=vllm"]),
+    ("plans.0.recompute_modules", ["core_attn --trust"]),
     ("plans.0.offloads", "optimizer"), ("plans.0.recompute_modules", 5),
     ("plans.0.usable_memory_gb", "x"), ("plans.0.usable_memory_gb", math.nan),
     ("plans.0.usable_memory_gb", math.inf), ("plans.0.usable_memory_gb", -1.0),

@@ -17,9 +17,18 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from solver.errors import InputError, format_validation_error
+from solver.spec.framework import MEMORY_SAVERS, OFFLOADS, RECOMPUTE_MODULES
 from solver.spec.strict import (
     MAX_BATCH,
     MAX_SEQ_LEN,
@@ -30,6 +39,8 @@ from solver.spec.strict import (
 )
 
 STATUSES = ("optimal", "feasible", "infeasible", "error")
+KNOWN_NAMES = {"memory_savers": MEMORY_SAVERS, "offloads": OFFLOADS,
+               "recompute_modules": RECOMPUTE_MODULES}
 
 
 class _Line(InputSpec):
@@ -88,6 +99,18 @@ class PlanRow(_Line):
     memory_savers: list[str] | None = None
     offloads: list[str] | None = None
     recompute_modules: list[str] | None = None
+
+    @field_validator("memory_savers", "offloads", "recompute_modules")
+    @classmethod
+    def _check_names(cls, names: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # The report's launch line turns each name into a flag (`--` + name): only the
+        # features parplan knows (solver.spec.framework), so that a name like "model=x" cannot
+        # become another option of the line.
+        known = KNOWN_NAMES[info.field_name or ""]
+        unknown = [name for name in names or [] if name not in known]
+        if unknown:
+            raise ValueError(f"'{unknown[0]}' is not one of {', '.join(known)}")
+        return names
 
 
 class ResultLine(_Line):
