@@ -228,6 +228,18 @@ def test_the_real_logs_stay_within_the_bound(tmp_path: Path) -> None:
                          "--cluster", cluster, "-o", tmp_path / f"{name}.json"))
 
 
+# ---- serve: length files ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["²", "½", "٣", "1e3", "0x10"])
+def test_a_length_that_is_not_ascii_digits_is_one_line(tmp_path: Path, value: str) -> None:
+    """"²" passed str.isdigit() and then failed in int() (ValueError's own words)."""
+    path = tmp_path / "lengths.txt"
+    path.write_text(f"100\n{value}\n", encoding="utf-8")
+    assert_one_line_error(invoke("serve", "--model", "llama3.2-1b", "--cluster", "dgx-h100",
+                                 "--gpus", "8", "--context", "8k", "--input-len", f"@{path}"),
+                          str(path), "line 2", "not a whole number of tokens")
+
+
 # ---- serve: no FP4 KV cache on Hopper --------------------------------------------------------
 
 @pytest.mark.parametrize("cluster", ["dgx-h100", "dgx-h200", "dgx-a100-40gb"])

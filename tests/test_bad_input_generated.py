@@ -406,6 +406,19 @@ def test_a_wrong_or_impossible_nccl_tests_row_is_one_line(work: Path, row: int,
                                  work / "p.json"), str(path), f"line {row + 1}", f"'{kind}'")
 
 
+@ISSUE37
+@given(value=st.sampled_from(("²", "½", "٣", "1e3", "0x10", "1_000")) | st.text(
+           st.characters(categories=("Nd", "No")), min_size=1, max_size=3).filter(
+           lambda text: not text.isascii()),
+       flag=st.sampled_from(("--input-len", "--output-len")))
+def test_a_length_file_with_a_non_ascii_number_is_one_line(work: Path, value: str,
+                                                           flag: str) -> None:
+    path = work / "lengths.txt"
+    path.write_text(f"100\n{value}\n", encoding="utf-8")
+    assert_one_line_error(invoke("serve", *BASE_ARGS["serve"], flag, f"@{path}"), str(path),
+                          "line 2")
+
+
 @settings(GENERATED, max_examples=8)
 @given(cluster=st.sampled_from(("dgx-h100", "dgx-h200", "dgx-a100-80gb", "hgx-h20",
                                 "grand-teton-h100")),
