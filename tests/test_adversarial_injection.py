@@ -29,10 +29,10 @@ from solver.catalog import load_model_spec
 from solver.cli import cli
 from solver.emit.formats import RENDERERS, render_launch
 from solver.emit.layout import build_rank_layout
+from solver.emit.quoting import render_toml_value
 from solver.emit.sglang import SglangEngine, build_sglang_args
 from solver.emit.target import LaunchTarget
 from solver.emit.torchtitan_python import config_function_name
-from solver.emit.quoting import render_toml_value
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.plan import build_vllm_command
 
