@@ -38,6 +38,31 @@ BAD_FLOAT_JSON = (True, "80", math.nan, math.inf, -math.inf, 1e300, 1e-300, -1.0
 BAD_FLAG_VALUES = ("nan", "inf", "-inf", "1e999", "true", "abc", "", str(10**30), "9" * 5000)
 BAD_INTEGER_FLAG_VALUES = (*BAD_FLAG_VALUES, "0.5", "-1")
 
+# Issue 37: names that must stay text. A model id an engine's argparse would read as an option
+# (refused by the spec); markup of rich ([/x] raised, [link=...] linked), HTML that Plotly and
+# Markdown would render, and spreadsheet formulas (shown as written, neutralised in summary.csv).
+OPTION_LIKE_NAMES = ("--trust-remote-code", "-O3", "--model=x", "--", "-", "-h", "--help")
+MARKUP_NAMES = ("[/x]", "[link=https://evil.example]x", "[bold]x[/bold]", "[/]",
+                '<a href="https://evil.example">x</a>', "<img src=x onerror=alert(1)>",
+                '=HYPERLINK("https://evil.example","x")', "+1", "@SUM(1)", "x½²", "a|b",
+                "[x](https://evil.example)")
+# Optional fields of a results line the report shows, with values they cannot hold
+# (solver.sweep.result_line): (field, plan-level?, bad values).
+BAD_OPTIONAL_RESULT_FIELDS = (
+    ("why", False, (5, "text", [1], math.nan, {"a": "b"})),
+    ("rules", False, ([1], {"a": 1}, "text")),
+    ("optimality_gap", False, ("x", math.nan, math.inf, -1.0, [0.0], True)),
+    ("memory_headroom", False, (5, [1], True)),
+    ("usable_memory_gb", True, ("x", math.nan, math.inf, -1.0, True, [1.0])),
+    ("time_seconds", True, ([1.0], 5, {"compute": math.nan}, {"compute": "x"},
+                            {"compute": -1.0}, {"compute": math.inf})),
+    ("equivalent", True, ("x", [5], [{"recompute": 5}], [{}])),
+    ("layout", True, ("x", 5, [1], {"syntax": 5})),
+    ("memory_savers", True, ("abc", [5], 5, ["model=x"])),
+    ("offloads", True, ("optimizer", [5], ["format=vllm"])),
+    ("recompute_modules", True, (5, "core_attn", [None])),
+)
+
 # What a command needs besides the flag under test (its required options, valid and cheap).
 BASE_ARGS = {
     "optimize": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--json"],

@@ -6,19 +6,25 @@ Hypothesis draws the mutations: a numeric field of a zoo TOML, a cluster file (G
 tiers), a Hugging Face config.json, a plan file, a calibration profile, an nccl-tests row or a
 sweep results line set to a value it cannot hold (a boolean, a string, nan, infinities, 1e999,
 a 30-digit or a 5,000-digit integer, a fraction, a list, a table, arrays nested 5,000 deep), and
-paths that are missing, folders, /dev/zero, not UTF-8 or empty. Each case runs in-process
-through click's CliRunner under a time limit (tests/bad_input.py). Derandomized and bounded:
-about 450 cases, a few seconds. The numeric flags: tests/test_bad_flags_generated.py.
+paths that are missing, folders, /dev/zero, /proc/self/mem, not UTF-8 or empty. Issue 37 adds
+model names an engine would read as options, the optional fields of a results line, duplicate
+JSON keys and tier names, nccl-tests rows flagged #wrong or faster than the GPU's links, an FP4
+KV cache below Blackwell, and names holding markup or formulas (shown as written). Each case
+runs in-process through click's CliRunner under a time limit (tests/bad_input.py).
+Derandomized and bounded: about 600 cases, under half a minute. The numeric flags:
+tests/test_bad_flags_generated.py.
 """
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bad_input import (
@@ -26,9 +32,12 @@ from bad_input import (
     BAD_FLOAT_TOML,
     BAD_INTEGER_JSON,
     BAD_INTEGER_TOML,
+    BAD_OPTIONAL_RESULT_FIELDS,
     BASE_ARGS,
     GENERATED,
+    MARKUP_NAMES,
     NCCL_LOG,
+    OPTION_LIKE_NAMES,
     PARSE_ERRORS,
     ROOT,
     assert_ok,
@@ -241,12 +250,14 @@ def bad_paths(work: Path) -> dict[str, Path]:
     folder = work / "paths"
     folder.mkdir()
     paths = {"missing": folder / "missing", "folder": folder / "a-folder", "zero": folder / "zero",
-             "latin1": folder / "latin1", "empty": folder / "empty"}
+             "latin1": folder / "latin1", "empty": folder / "empty", "mem": folder / "mem"}
     paths["folder"].mkdir()
     paths["latin1"].write_bytes(b"name = \"caf\xe9\"\n")
     paths["empty"].write_bytes(b"")
     if Path("/dev/zero").exists():
         paths["zero"].symlink_to("/dev/zero")
+    if Path("/proc/self/mem").exists():  # a regular file whose read fails (EIO)
+        paths["mem"].symlink_to("/proc/self/mem")
     return paths
 
 
@@ -265,11 +276,11 @@ PATH_USES = {
 
 @GENERATED
 @given(use=st.sampled_from(sorted(PATH_USES)),
-       kind=st.sampled_from(("missing", "folder", "zero", "latin1", "empty")))
+       kind=st.sampled_from(("missing", "folder", "zero", "latin1", "empty", "mem")))
 def test_an_unreadable_path_is_one_line_naming_it(bad_paths: dict[str, Path], use: str,
                                                   kind: str) -> None:
     path = bad_paths[kind]
-    if kind == "zero" and not path.is_symlink() or use == "results" and kind == "empty":
+    if kind in ("zero", "mem") and not path.is_symlink() or use == "results" and kind == "empty":
         return  # no /dev/zero here; an empty results file is an empty report
     args = PATH_USES[use](path)
     if use in ("model", "cluster") and kind in ("zero", "latin1", "empty"):
@@ -277,6 +288,181 @@ def test_an_unreadable_path_is_one_line_naming_it(bad_paths: dict[str, Path], us
         if not target.exists() and not target.is_symlink():
             target.symlink_to(path)
     assert_one_line_error(invoke(*args), path.name)
+
+
+# ---- issue 37: option-like names, optional results fields, duplicates, nccl-tests rows -------
+
+ISSUE37 = settings(GENERATED, max_examples=25)
+
+
+def model_named(folder: Path, name: str) -> Path:
+    """llama3.2-1b under `name`, without its Hugging Face source (so `name` is its id)."""
+    text = MODEL_TEXTS["llama3.2-1b"]
+    lines = [line for line in text.splitlines() if not line.startswith(("name =", "source ="))]
+    path = folder / "named.toml"
+    path.write_text(f"name = {json.dumps(name)}\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@ISSUE37
+@given(name=st.sampled_from(OPTION_LIKE_NAMES) | st.text(
+           st.characters(min_codepoint=33, max_codepoint=126), max_size=20).map("-{}".format),
+       command=st.sampled_from(("vllm", "torchtitan-python", "serve", "models show")))
+def test_an_option_like_model_name_is_one_line(work: Path, name: str, command: str) -> None:
+    path = model_named(work, name)
+    args = {"serve": ["serve", "--model", path, *BASE_ARGS["serve"][2:]],
+            "models show": ["models", "show", path]}.get(
+        command, ["launch", "--model", path, *BASE_ARGS["launch"][2:], "--format", command])
+    assert_one_line_error(invoke(*args), str(path), "field 'name'", "must not start with '-'")
+
+
+@ISSUE37
+@given(data=st.data(), field=st.sampled_from(BAD_OPTIONAL_RESULT_FIELDS))
+def test_a_bad_optional_field_of_a_results_line_is_one_line(work: Path, optimized: dict,
+                                                            data: st.DataObject,
+                                                            field: tuple) -> None:
+    key, in_plan, values = field
+    line = json.loads(json.dumps(optimized))
+    (line["plans"][0] if in_plan else line)[key] = data.draw(st.sampled_from(values))
+    path = work / "results-optional.jsonl"
+    path.write_text(json.dumps(optimized) + "\n" + json.dumps({**line, "gpus": 16}) + "\n",
+                    encoding="utf-8")
+    out = work / "report-optional"
+    shutil.rmtree(out, ignore_errors=True)
+    assert_one_line_error(invoke("report", path, "-o", out, "--no-plots"), f"{path}:2", key)
+    assert not (out / "summary.csv").exists()
+
+
+def json_with_duplicate(data: dict, key: str) -> str:
+    """The object's JSON with `key` written twice (an earlier copy holding null)."""
+    return '{"' + key + '": null, ' + json.dumps(data)[1:]
+
+
+@ISSUE37
+@given(kind=st.sampled_from(("plan", "profile", "config", "results")), data=st.data())
+def test_a_duplicate_json_key_is_one_line(work: Path, optimized: dict, profile: Path,
+                                          kind: str, data: st.DataObject) -> None:
+    objects = {"plan": optimized, "results": optimized,
+               "profile": json.loads(profile.read_text(encoding="utf-8")),
+               "config": json.loads(HF_CONFIG.read_text(encoding="utf-8"))}
+    key = data.draw(st.sampled_from(sorted(objects[kind])))
+    text = json_with_duplicate(objects[kind], key)
+    if kind == "config":
+        path = work / "duplicate" / "config.json"
+        path.parent.mkdir(exist_ok=True)
+    else:
+        path = work / f"duplicate-{kind}.json"
+    path.write_text(text + "\n", encoding="utf-8")
+    args = {"plan": ["launch", *BASE_ARGS["launch"], "--plan", path],
+            "profile": ["estimate", *BASE_ARGS["estimate"], "--calibration", path],
+            "config": ["models", "show", path],
+            "results": ["report", path, "-o", work / "report-duplicate", "--no-plots"]}[kind]
+    assert_one_line_error(invoke(*args), str(path), f"'{key}' appears twice")
+
+
+TIERED_PRESETS = [path for path in sorted((ROOT / "clusters" / "presets").glob("*.toml"))
+                  if path.read_text(encoding="utf-8").count("[[tiers]]") >= 2]
+
+
+@ISSUE37
+@given(preset=st.sampled_from(TIERED_PRESETS), data=st.data())
+def test_duplicate_tier_names_are_one_line(work: Path, preset: Path, data: st.DataObject) -> None:
+    text = preset.read_text(encoding="utf-8")
+    names = re.findall(r'\[\[tiers\]\]\nname = "([^"]+)"', text)
+    first, second = data.draw(st.lists(st.sampled_from(range(len(names))), min_size=2,
+                                       max_size=2, unique=True))
+    blocks = text.split("[[tiers]]\n")
+    blocks[second + 1] = blocks[second + 1].replace(f'name = "{names[second]}"',
+                                                    f'name = "{names[first]}"', 1)
+    path = work / "tiers-twice.toml"
+    path.write_text("[[tiers]]\n".join(blocks), encoding="utf-8")
+    assert_one_line_error(invoke("estimate", "--model", "llama3.2-1b", "--cluster", path,
+                                 "--gpus", "8"), str(path), f"'{names[first]}' names more")
+
+
+def nccl_row_fields(row: int) -> tuple[list[str], list[int], list[int]]:
+    """A row's fields and the indexes of its #wrong and busbw columns (both halves)."""
+    header = next(line for line in NCCL_LINES if "busbw" in line).lstrip("#").split()
+    return (NCCL_LINES[row].split(), [i for i, n in enumerate(header) if n == "#wrong"],
+            [i for i, n in enumerate(header) if n == "busbw"])
+
+
+@ISSUE37
+@given(row=st.sampled_from(NCCL_ROWS), data=st.data(),
+       kind=st.sampled_from(("#wrong", "busbw")))
+def test_a_wrong_or_impossible_nccl_tests_row_is_one_line(work: Path, row: int,
+                                                          data: st.DataObject,
+                                                          kind: str) -> None:
+    """#wrong above 0, or busbw above 900 GB/s (2 x H100 NVLink's 450 per direction)."""
+    fields, wrong, busbw = nccl_row_fields(row)
+    column = data.draw(st.sampled_from(wrong if kind == "#wrong" else busbw))
+    fields[column] = data.draw(st.sampled_from(("1", "7", "1000000") if kind == "#wrong"
+                                               else ("900.01", "2000", "1e6")))
+    lines = list(NCCL_LINES)
+    lines[row] = "  ".join(fields)
+    path = work / "all_reduce_flagged.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert_one_line_error(invoke("calibrate", "nccl-tests", path, "--cluster", "dgx-h100", "-o",
+                                 work / "p.json"), str(path), f"line {row + 1}", f"'{kind}'")
+
+
+@ISSUE37
+@given(value=st.sampled_from(("²", "½", "٣", "1e3", "0x10", "1_000")) | st.text(
+           st.characters(categories=("Nd", "No")), min_size=1, max_size=3).filter(
+           lambda text: not text.isascii()),
+       flag=st.sampled_from(("--input-len", "--output-len")))
+def test_a_length_file_with_a_non_ascii_number_is_one_line(work: Path, value: str,
+                                                           flag: str) -> None:
+    path = work / "lengths.txt"
+    path.write_text(f"100\n{value}\n", encoding="utf-8")
+    assert_one_line_error(invoke("serve", *BASE_ARGS["serve"], flag, f"@{path}"), str(path),
+                          "line 2")
+
+
+@settings(GENERATED, max_examples=8)
+@given(cluster=st.sampled_from(("dgx-h100", "dgx-h200", "dgx-a100-80gb", "hgx-h20",
+                                "grand-teton-h100")),
+       model=st.sampled_from(("llama3.1-8b", "llama3.2-1b", "mixtral-8x7b")))
+def test_an_fp4_kv_cache_below_blackwell_is_refused_by_name(cluster: str, model: str) -> None:
+    result = invoke("serve", "--model", model, "--cluster", cluster, "--gpus", "8", "--context",
+                    "8k", "--kv-cache-dtype", "fp4", "--json")
+    assert_ok(result)
+    answer = json.loads(result.stdout)
+    assert answer["status"] == "infeasible"
+    assert "nvfp4_kv_cache_supported" in answer["conflicts"]
+
+
+@pytest.mark.parametrize("name", MARKUP_NAMES)
+def test_a_name_with_markup_or_a_formula_shows_as_written(work: Path, optimized: dict,
+                                                          name: str) -> None:
+    """Tier and cluster names through rich (launch, calibrate), result names through the
+    report's tables, model names through torchtitan-python's module: as text, no error."""
+    text = CLUSTER_TEXT.replace('name = "nvlink"', f"name = {json.dumps(name)}")
+    cluster = work / "markup-cluster.toml"
+    cluster.write_text(text, encoding="utf-8")
+    result = invoke("launch", "--model", "llama3.2-1b", "--cluster", cluster, "--gpus", "8",
+                    "--tp", "2", "--format", "groups")
+    assert_ok(result)
+    assert name in result.stdout
+    assert_ok(invoke("calibrate", "nccl-tests", NCCL_LOG, "--cluster", cluster, "-o",
+                     work / "markup-profile.json"))
+    titan = invoke("launch", "--model", model_named(work, name), *BASE_ARGS["launch"][2:],
+                   "--format", "torchtitan-python")
+    assert_ok(titan)
+    compile(titan.stdout, "<torchtitan-python>", "exec")
+    lines = [optimized, {**optimized, "cluster": name, "gpus": 16},
+             {**optimized, "gpus": 32, "status": "infeasible", "plans": [],
+              "conflicts": [name, f"{name}\n{name}"]}]
+    path = work / "results-markup.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    out = work / "report-markup"
+    assert_ok(invoke("report", path, "-o", out, "--no-plots"))
+    with (out / "summary.csv").open(encoding="utf-8", newline="") as handle:
+        cells = [cell for row in csv.reader(handle) for cell in row]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@")], cells
+    summary = (out / "summary.md").read_text(encoding="utf-8").split("## ")[0]
+    assert "<a " not in summary and "<img" not in summary
+    assert len([line for line in summary.splitlines() if line.startswith("|")]) == 2 + 3
 
 
 # ---- valid controls and determinism -----------------------------------------------------------

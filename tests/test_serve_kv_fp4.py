@@ -1,7 +1,7 @@
 """--kv-cache-dtype fp4: vLLM 0.33.0's nvfp4 KV cache (9/16 B per element: head / 2 B of fp4
 data and head / 16 B of fp8 scales per head, vllm/utils/torch_utils.py
 nvfp4_kv_cache_full_dim), its launch flags (vLLM nvfp4, SGLang fp4_e2m1) and the named rule
-where vLLM keeps none (MLA backends; head size 64 on FlashAttention-2 below Blackwell)."""
+where vLLM keeps none (MLA backends; GPUs without FP4, below Blackwell)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def test_launch_lines_carry_the_fp4_kv_cache() -> None:
 @pytest.mark.parametrize(("model", "cluster", "words"), [
     ("deepseek-v3", "dgx-b200", "MLA"),
     ("llama3.1-8b", "mi300x", "NVIDIA GPUs only"),
-    ("llama3.2-1b", "dgx-h100", "head size 64"),
+    ("llama3.2-1b", "dgx-h100", "has no FP4"),
+    ("llama3.1-8b", "dgx-h100", "has no FP4"),  # issue 37: accepted on Hopper before
 ])
 def test_fp4_kv_is_refused_by_name_where_vllm_has_none(model: str, cluster: str,
                                                        words: str) -> None:

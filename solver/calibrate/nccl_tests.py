@@ -19,7 +19,9 @@ Formats handled (NVIDIA/nccl-tests src/util.cu and src/common.cu, v2.13 to v2.19
 - several tables in one file (concatenated runs) give several tables.
 
 A row whose first field is an integer inside a table must be complete: a truncated row, a
-non-numeric number or a table without rows is an InputError naming the file and line.
+non-numeric number or a table without rows is an InputError naming the file and line; so is a
+row whose `#wrong` count is not 0 (the collective returned wrong data) and, once the cluster is
+known (check_bus_bandwidth), a bus bandwidth no GPU of it can reach.
 Units as printed: size in bytes, time in microseconds, algbw and busbw in GB/s (1e9 B/s).
 """
 
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from solver.errors import InputError
 from solver.spec.calibration import Collective
+from solver.spec.hardware import ClusterSpec
 from solver.spec.strict import FLOAT_RANGE, MAX_MESSAGE_BYTES, read_input_file
 
 # Test names as nccl-tests spells them (binaries, "Collective test starting" lines, file
@@ -52,6 +55,10 @@ _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _TIME_NAMES = ("time", "cputime")
 _WRONG_NAMES = ("#wrong", "wrong", "error", "#error")
+# The columns that count wrong elements (nccl-tests 2.13+, common.cu: `wrongElts`, printed as
+# an integer after each half's busbw when validation is on); the old format's `error` is the
+# largest deviation from the expected values (5e-07 with SHARP's reduction order), not a count.
+_WRONG_COUNT_NAMES = ("#wrong", "wrong")
 
 
 @dataclass(frozen=True)
@@ -195,6 +202,10 @@ def _parse_row(fields: list[str], columns: _Columns, source: str, line: int) -> 
             busbw_gb_per_s=_number(fields, busbw, columns, source, line, half),
             wrong=wrong_value,
         )
+        if wrong_value and columns.names[wrong] in _WRONG_COUNT_NAMES:
+            raise InputError(f"{source}: line {line}: field '{columns.names[wrong]}' ({half}) "
+                             f"is {fields[wrong]}: nccl-tests found that many wrong elements "
+                             "in the result, so the collective's time is not one to fit")
         if timing.time_us <= 0 or timing.busbw_gb_per_s < 0 or timing.algbw_gb_per_s < 0:
             raise InputError(f"{source}: line {line}: {half} time must be positive and "
                              "bandwidths non-negative")
@@ -308,3 +319,35 @@ def load_nccl_tests(path: str | Path, *, collective: Collective | None = None,
         raise InputError(f"{path}: cannot read file ({exc.__class__.__name__}: {exc})") from None
     return parse_nccl_tests(text, str(path), collective=collective, num_ranks=num_ranks,
                             num_nodes=num_nodes)
+
+
+def find_bus_bandwidth_bound(cluster: ClusterSpec) -> float:
+    """The largest nccl-tests busbw (GB/s) a GPU of `cluster` can show: twice its fastest link
+    per direction (NVLink or xGMI `nvlink_gb_per_s`, the host link, or a tier's rate, if that
+    is higher). Why twice: busbw counts the bytes a ring moves per GPU and direction
+    (nccl-tests doc/PERFORMANCE.md: all-reduce algbw x 2(n-1)/n), and an in-network reduction
+    (NVLS, SHARP) moves each GPU's S bytes once out and once in, so its busbw 2(n-1)/n x S/t
+    stays below 2 x the per-direction line rate; the other collectives stay below 1 x. DGX H100
+    (NVLink 450 GB/s per direction): at most 900 GB/s, where its NVLS all-reduce peaks at
+    479.9 GB/s and its ring at about 370 (tests/data/nccl). With no link given, the GPU's
+    memory bandwidth bounds it: every byte sent is read from, and every byte received written
+    to, its memory."""
+    gpu = cluster.gpu
+    links = [gpu.nvlink_gb_per_s, gpu.host_link_gb_per_s or 0.0,
+             *(tier.bandwidth_gb_per_s for tier in cluster.tiers)]
+    fastest = max(links)
+    return 2.0 * fastest if fastest > 0 else gpu.hbm_gb_per_s
+
+
+def check_bus_bandwidth(table: NcclTable, cluster: ClusterSpec) -> None:
+    """Refuse a row whose busbw (either half) exceeds find_bus_bandwidth_bound: a typo, a
+    wrong unit or a made-up row, which the fit would take as a measurement."""
+    bound = find_bus_bandwidth_bound(cluster)
+    for row in table.rows:
+        for half, timing in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
+            if timing is not None and timing.busbw_gb_per_s > bound:
+                raise InputError(
+                    f"{table.source}: line {row.line}: field 'busbw' ({half}) is "
+                    f"{timing.busbw_gb_per_s:g} GB/s, above what a {cluster.gpu.name} of "
+                    f"cluster '{cluster.name}' can reach ({bound:g} GB/s: twice its fastest "
+                    "link per direction)")

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from solver.errors import InputError, format_validation_error
-from solver.spec.strict import describe_parse_error, read_input_file
+from solver.spec.strict import describe_parse_error, parse_json, read_input_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,7 +42,7 @@ def load_json(path: Path) -> Any:
     """Parse a JSON file; a syntax error names the file and the line."""
     text = _read_text(path)
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:

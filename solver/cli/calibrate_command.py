@@ -82,7 +82,7 @@ def nccl_tests(logs: tuple[str, ...], cluster: str, gpus_per_node: int | None, o
     """Fit nccl-tests logs (all_reduce_perf, all_gather_perf, reduce_scatter_perf,
     alltoall_perf, sendrecv_perf, broadcast_perf) and write a calibration profile."""
     from solver.calibrate.fit import build_measurement
-    from solver.calibrate.nccl_tests import load_nccl_tests
+    from solver.calibrate.nccl_tests import check_bus_bandwidth, load_nccl_tests
     from solver.calibrate.profile import build_profile, write_profile
     from solver.catalog import load_cluster_spec
 
@@ -91,6 +91,7 @@ def nccl_tests(logs: tuple[str, ...], cluster: str, gpus_per_node: int | None, o
     for log in logs:
         for table in load_nccl_tests(log, collective=collective,  # type: ignore[arg-type]
                                      num_ranks=num_ranks, num_nodes=num_nodes):
+            check_bus_bandwidth(table, cluster_spec)
             measurements.append(build_measurement(table))
     profile, fitted = build_profile(cluster_spec, measurements, method="nccl-tests", tier=tier,
                                     tolerance=tolerance)

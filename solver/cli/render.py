@@ -41,20 +41,23 @@ def _natural_width(table: Any) -> int:
 
 def _build_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                  compact: bool = False) -> Any:
-    """The rich table; `compact`: no vertical rules and one space between columns."""
+    """The rich table; `compact`: no vertical rules and one space between columns. Title,
+    headers and cells are plain Text, never console markup: a name from a file (a tier named
+    `[/x]` raised MarkupError; `[link=URL]` printed a terminal hyperlink) shows as written."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
     if compact:
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0))
+        table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD,
+                      padding=(0, 0))
     else:
-        table = Table(title=title, title_justify="left", show_lines=False)
+        table = Table(title=Text(title), title_justify="left", show_lines=False)
     for i, name in enumerate(columns):
         numeric = rows and all(isinstance(r[i], (int, float)) for r in rows)
-        table.add_column(name, justify="right" if numeric else "left", no_wrap=i == 0)
+        table.add_column(Text(name), justify="right" if numeric else "left", no_wrap=i == 0)
     for row in rows:
-        table.add_row(*(Text("no", style=ALERT_STYLE) if v is False else format_number(v)
+        table.add_row(*(Text("no", style=ALERT_STYLE) if v is False else Text(format_number(v))
                         for v in row))
     return table
 
@@ -74,7 +77,7 @@ def echo_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
         console = make_console(width=max(PLAIN_WIDTH, _natural_width(table)))
         console.print(table)
         console.print("; ".join(f"{short}: {full}" for short, full in zip(short_columns, columns)
-                                if short != full))
+                                if short != full), markup=False)
         return
     console.print(table)
 

@@ -22,7 +22,7 @@ from solver.errors import InputError, format_validation_error
 from solver.spec import ParallelConfig, PipelineLayout
 from solver.spec.framework import MEMORY_SAVERS, OFFLOADS, RECOMPUTE_MODULES
 from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
-from solver.spec.strict import describe_parse_error, read_input_file
+from solver.spec.strict import describe_parse_error, parse_json, read_input_file
 
 DEGREES = tuple(ParallelConfig.model_fields)  # tp pp dp cp ep etp vpp zero micro_batch recompute
 PROBLEM_FIELDS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision")
@@ -55,7 +55,7 @@ def _read_json(path: str) -> Any:
                          f"{': ' + exc.strerror if getattr(exc, 'strerror', None) else ''})"
                          ) from None
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"--plan {path}: not JSON ({exc.msg} at line {exc.lineno} column "
                          f"{exc.colno}); give the output of `parplan optimize --json`") from None

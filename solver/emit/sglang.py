@@ -19,6 +19,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from solver.spec.model_ref import render_model_tokens
+
 
 @dataclass(frozen=True)
 class SglangEngine:
@@ -42,7 +44,8 @@ def build_sglang_args(engine: SglangEngine, mode: str | None = None,
     """`python -m sglang.launch_server ...` as tokens; `mode` prefill or decode for a
     disaggregated pool."""
     e = engine
-    args = ["python", "-m", "sglang.launch_server", "--model-path", e.model_id]
+    args = ["python", "-m", "sglang.launch_server",
+            *render_model_tokens(e.model_id, "--model-path")]
     if e.ep > 1:  # vLLM's DP + EP: one engine of tp x dp GPUs, attention data parallel
         args += ["--tp-size", str(e.tp * e.dp)]
         if e.dp > 1:

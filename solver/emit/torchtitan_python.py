@@ -15,6 +15,7 @@ Trainer.Config.__post_init__ checks the changed fields as it checks overrides.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from solver.emit.nodes import render_torchrun_prefix
 from solver.emit.quoting import render_comment_text
@@ -36,8 +37,12 @@ def config_function_name(target: LaunchTarget) -> str:
     degrees = [f"{name}{value}" for name, value in (
         ("tp", c.tp), ("pp", c.pp), ("vpp", c.vpp), ("cp", c.cp), ("ep", c.ep), ("dp", c.dp))
         if value > 1 or name == "dp"]
-    name = re.sub(r"\W+", "_", target.model_spec.name.lower()).strip("_")
-    return "_".join(["parplan", name, *degrees])
+    # ASCII letters and digits only: `\w` also matches characters no identifier may hold
+    # ("½", "²": str.isalnum but not str.isidentifier), and an ASCII name is the same one
+    # whatever the terminal's encoding; accents are folded first ("café" -> "cafe").
+    folded = unicodedata.normalize("NFKD", target.model_spec.name.lower())
+    name = re.sub(r"[^0-9a-z]+", "_", folded.encode("ascii", "ignore").decode()).strip("_")
+    return "_".join(["parplan", *([name] if name else []), *degrees])
 
 
 def render_torchtitan_python(target: LaunchTarget) -> Emitted:

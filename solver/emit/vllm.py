@@ -18,6 +18,7 @@ import shlex
 from solver.emit.nodes import HOST, VLLM_RPC_PORT, count_nodes
 from solver.emit.target import Emitted, LaunchTarget
 from solver.emit.torchtitan import render_header
+from solver.spec.model_ref import render_model_tokens
 
 VERSION = "0.33"
 
@@ -25,7 +26,7 @@ VERSION = "0.33"
 def build_vllm_args(target: LaunchTarget) -> tuple[list[str], list[str]]:
     """The command as tokens, and warnings for what vLLM lays out differently."""
     c = target.config
-    args = ["vllm", "serve", target.model_id,
+    args = ["vllm", "serve", *render_model_tokens(target.model_id, "--model", positional=True),
             "--tensor-parallel-size", str(c.tp),
             "--pipeline-parallel-size", str(c.pp),
             "--data-parallel-size", str(c.dp)]

@@ -90,11 +90,16 @@ def _model_rules(problem: ServeProblem) -> list[Constraint]:
 
 def _kv_cache_rules(problem: ServeProblem) -> list[Constraint]:
     """nvfp4_kv_cache_supported: vLLM 0.33.0 keeps an nvfp4 KV cache only in FlashInfer's
-    GQA/MHA attention on NVIDIA GPUs (v1/attention/backends/flashinfer.py
-    supports_kv_cache_dtype: SM 8x/9x/12x through FA2, SM 10x through TRT-LLM's kernels);
-    its MLA backends take no nvfp4 (nvfp4_ds_mla is DeepSeek-V3.2's sparse MLA on SM 100
-    only), and FA2's prefill misreads an nvfp4 cache at head size 64 (supports_combination).
-    The rule reads no degree: it refuses every plan, naming why."""
+    GQA/MHA attention on NVIDIA GPUs with FP4 hardware, Blackwell (GpuSpec
+    block_scaled_formats holds "nvfp4"): its MLA backends take no nvfp4 (nvfp4_ds_mla is
+    DeepSeek-V3.2's sparse MLA on SM 100 only); the TRT-LLM attention backend admits nvfp4
+    only on the SM 100 family (supports_kv_cache_dtype: is_device_capability_family(100));
+    the cache write (reshape_and_cache_nvfp4, whose e2m1 conversion, PTX cvt .e2m1x2, exists
+    on sm_100a and later only) is tested only from compute capability 10.0 (vLLM's cache
+    kernel test: "NVFP4 requires compute capability >= 10.0 (Blackwell)"), and Hopper has no
+    FP4 format at all (NVIDIA H100 datasheet: FP8 is its narrowest Tensor Core type). So no
+    nvfp4 KV cache on H100/H200/A100 (issue 37: it was accepted there). The rule reads no
+    degree: it refuses every plan, naming why."""
     if problem.job.kv_cache_dtype != "fp4":
         return []
     m, gpu = problem.model_spec, problem.cluster.gpu
@@ -104,9 +109,9 @@ def _kv_cache_rules(problem: ServeProblem) -> list[Constraint]:
         why = f"{m.name} uses MLA, whose vLLM attention backends keep no nvfp4 KV cache"
     elif gpu.vendor != "nvidia":
         why = f"vLLM's nvfp4 KV cache runs on NVIDIA GPUs only, not {gpu.name}"
-    elif m.qk_head_dim == 64 and not blackwell:
-        why = (f"head size 64 on {gpu.name}: FlashAttention-2's prefill misreads an nvfp4 KV "
-               "cache (vLLM's FlashInfer backend refuses it below Blackwell)")
+    elif not blackwell:
+        why = (f"{gpu.name} has no FP4 (Blackwell and later): vLLM writes an nvfp4 KV cache "
+               "from compute capability 10.0 only")
     ok = why is None
     return [Constraint("nvfp4_kv_cache_supported", ("tp",),
                        why or "--kv-cache-dtype fp4 (vLLM's nvfp4): GQA/MHA attention on an "

@@ -16,7 +16,7 @@ from typing import Any
 from solver.serve.enumerate import RankedServe, load_is_active
 from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.load import ServeLoad, estimate_max_num_seqs
-from solver.spec.model_ref import render_model_reference
+from solver.spec.model_ref import render_model_reference, render_model_tokens
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def build_vllm_command(problem: ServeProblem, row: dict[str, int],
     job = problem.job
     cluster = problem.cluster
     share = job.gpu_memory_utilization * cluster.usable_memory_bytes / cluster.gpu_memory_bytes
-    args = ["vllm", "serve", model_id(problem),
+    args = ["vllm", "serve", *render_model_tokens(model_id(problem), "--model", positional=True),
             "--tensor-parallel-size", str(row["tp"]),
             "--pipeline-parallel-size", str(row["pp"]),
             "--data-parallel-size", str(row["dp"])]

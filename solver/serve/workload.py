@@ -169,7 +169,8 @@ def load_length_file(path: Path, flag: str) -> LengthDistribution:
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
-        if not text.isdigit() or not 1 <= int(text) <= MAX_SEQ_LEN.most:
+        # ASCII digits only: "²" and "٣" are str.isdigit but int() refuses the first
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_SEQ_LEN.most:
             raise ValueError(f"{where}: line {number}: {text[:40]!r} is not a whole number of "
                              f"tokens between 1 and {MAX_SEQ_LEN.most:,}")
         values.append(int(text))

@@ -211,6 +211,10 @@ class ClusterSpec(InputSpec):
         """Innermost first: spans grow and nest, bandwidth never rises outward, and only the
         outermost tier (the network or PCIe, never a scale-up link) spans the whole cluster."""
         *inner, outer = tiers
+        names = [tier.name for tier in tiers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # a calibration profile and the error lines name tiers by name
+            raise ValueError(f"tier names must differ: '{twice[0]}' names more than one tier")
         if outer.span_gpus is not None:
             raise ValueError(f"the outermost tier '{outer.name}' must span the whole cluster "
                              "(omit its span_gpus)")

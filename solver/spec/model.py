@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from solver.spec.blocks import (
     ATTENTION_MIXERS,
@@ -138,6 +138,18 @@ class ModelSpec(InputSpec, ParameterCounts):
     linear_key_head_dim: Width | None = Field(default=None, gt=0)
     linear_value_head_dim: Width | None = Field(default=None, gt=0)
     linear_conv_kernel_dim: Width = Field(default=4, gt=0)
+
+    @field_validator("name", "source")
+    @classmethod
+    def _check_not_option_like(cls, value: str) -> str:
+        # The model id is a command-line token of the launch lines (`vllm serve MODEL`,
+        # solver.spec.model_ref): a leading '-' would make the engine's parser read it as an
+        # option (a name `--trust-remote-code` serves the default model with remote code).
+        if value.startswith("-"):
+            raise ValueError(f"must not start with '-' (found '{value}'): launch lines pass "
+                             "it to an engine's command line, which would read it as an "
+                             "option")
+        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSpec:

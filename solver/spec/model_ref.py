@@ -31,3 +31,17 @@ def render_model_reference(model_spec: ModelSpec) -> str:
             return "."
         return folder if path.is_absolute() or folder.startswith((".", "~")) else f"./{folder}"
     return model_spec.name
+
+
+def render_model_tokens(model_id: str, flag: str, positional: bool = False) -> list[str]:
+    """The model id as command-line tokens of an engine: the id alone (`positional`, `vllm
+    serve MODEL`) or `flag MODEL` (`--model-path MODEL`); an id that starts with '-' as the one
+    token `flag=MODEL`, which argparse reads as the option's value whatever it holds, where a
+    separate token that starts with '-' is read as an option (argparse's
+    _parse_optional: "--trust-remote-code" would turn the flag on). vLLM takes `--model=X` for
+    its positional model_tag (vllm/utils FlexibleArgumentParser.parse_args refuses only the bare
+    token `--model`; vllm/entrypoints/cli/serve.py sets args.model from model_tag when given).
+    ModelSpec refuses such names and sources; this keeps the writers safe past the specs."""
+    if model_id.startswith("-"):
+        return [f"{flag}={model_id}"]
+    return [model_id] if positional else [flag, model_id]

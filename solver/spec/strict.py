@@ -22,6 +22,7 @@ The command-line parameter types (solver.cli.params) use the same limits.
 from __future__ import annotations
 
 import errno
+import json
 import math
 import types
 import typing
@@ -92,6 +93,29 @@ def describe_parse_error(exc: ValueError | RecursionError) -> str:
     if isinstance(exc, RecursionError):
         return "arrays or tables nested too deeply"
     return " ".join(str(exc).split(";")[0].split())
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one key twice (module docstring of parse_json)."""
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            shown = key.encode("unicode_escape", "backslashreplace").decode("ascii")
+            raise DuplicateKeyError(f"key '{shown}' appears twice in one object (a JSON "
+                                    "reader would keep the last silently)")
+        seen[key] = value
+    return seen
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON text as Python values, refusing an object that names a key twice: Python's json
+    (like most readers) keeps the last value, so a hand-edited file could mean something
+    other than what its first key says (RFC 8259 section 4: names "SHOULD be unique").
+    Raises json.JSONDecodeError, DuplicateKeyError (both ValueErrors) or RecursionError."""
+    return json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
 
 
 def render_number(value: int | float) -> str:

@@ -11,6 +11,7 @@ one self-contained file: tables, filters, ranked plans, launch lines, charts.
 from __future__ import annotations
 
 import csv
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,17 +31,42 @@ from solver.sweep.tables import (
 )
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula (=HYPERLINK(...),
+# +cmd|..., @SUM(...)) or, after a tab or carriage return, may: OWASP "CSV Injection".
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def render_csv_cell(value: Any) -> Any:
+    """A summary.csv cell: text that starts like a formula gets a leading single quote, as
+    OWASP's CSV Injection page advises (the spreadsheet then shows it as text); numbers and
+    other text as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(SUMMARY_COLUMNS)
         for row in rows:
-            writer.writerow([row[name] for name in SUMMARY_COLUMNS])
+            writer.writerow([render_csv_cell(row[name]) for name in SUMMARY_COLUMNS])
+
+
+def render_markdown_text(text: str) -> str:
+    """Text for a summary.md table cell or heading, shown as written: backslashes, HTML (`<`,
+    `>`, `&`: a renderer would run <img onerror=...> or show a live <a>), the cell separator `|`
+    and link brackets escaped; a line break (it would end the table row) as `<br>`, GitHub
+    Markdown's break inside a table cell."""
+    text = html.escape(text.replace("\\", "\\\\"), quote=False)
+    for char in "|[]":
+        text = text.replace(char, "\\" + char)
+    return "<br>".join(text.splitlines()) if text else text
 
 
 def _markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def cells(values: Sequence[str]) -> str:
-        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
+        return "| " + " | ".join(render_markdown_text(v) for v in values) + " |"
 
     return [cells(columns), "|" + "|".join(" --- " for _ in columns) + "|",
             *(cells(r) for r in rows)]
@@ -51,7 +77,8 @@ def write_markdown(rows: Sequence[dict[str, Any]], groups: Sequence[Group], path
         MARKDOWN_COLUMNS, [build_markdown_row(r) for r in rows]), ""]
     lines += ["## Configuration chosen at each scale", ""]
     for group in groups:
-        lines += [f"### {group.title}", "", *_markdown_table(*build_pivot(group)), ""]
+        lines += [f"### {render_markdown_text(group.title)}", "",
+                  *_markdown_table(*build_pivot(group)), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -85,15 +112,17 @@ def write_report(lines: Sequence[dict[str, Any]], directory: str | Path, charts:
     except OSError as exc:
         raise InputError(f"-o {directory}: cannot create the report folder "
                          f"({exc.strerror})") from None
+    # Everything is built before anything is written: a line the tables cannot show stops the
+    # report with no file half written.
     rows = build_summary_rows(lines)
     groups = build_groups(rows)
+    data = build_page_data(lines, groups, token_budget, fronts)
     files = [directory / "summary.csv", directory / "summary.md"]
     write_csv(rows, files[0])
     write_markdown(rows, groups, files[1])
     library, skipped = (None, "not asked for (--no-charts)")
     if charts:
         library, skipped = load_chart_library()
-    data = build_page_data(lines, groups, token_budget, fronts)
     data["charts_missing"] = skipped or ""
     files.append(write_html(data, library, directory))
     return Report(directory, tuple(files), count_statuses(rows), skipped)

@@ -382,6 +382,13 @@
     return spec;
   }
 
+  // Plotly reads the strings it draws (trace names, hover text, titles) as HTML-like markup
+  // (<a href>, <b>, <br>) and decodes entities: a name from the results file goes through
+  // this, so that it shows as written (a cluster named <a href=...> was a live legend link).
+  function plotText(value) {
+    return String(value).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
   function drawFront(div, front, index) {
     var series = {};
     front.points.forEach(function (point) {
@@ -390,7 +397,8 @@
     });
     var traces = Object.keys(series).map(function (name) {
       var s = series[name];
-      return { type: "scatter", mode: "markers", name: name, x: s.x, y: s.y, text: s.text,
+      return { type: "scatter", mode: "markers", name: plotText(name), x: s.x, y: s.y,
+        text: s.text.map(plotText),
         customdata: s.customdata, marker: { size: 9 },
         hovertemplate: "%{text}<br>%{x:.3g}, %{y:.3g}<extra></extra>" };
     });
@@ -405,9 +413,11 @@
         marker: { size: 18, color: "rgba(0,0,0,0)", line: { color: "#d00", width: 3 } } });
     }
     window.Plotly.newPlot(div, traces, {
-      title: { text: front.title }, height: 360, margin: { t: 50, r: 10, b: 50, l: 70 },
-      xaxis: axis(front.x_label, front.x_log, front.points.map(function (p) { return p[1]; })),
-      yaxis: axis(front.y_label, front.y_log, front.points.map(function (p) { return p[2]; })),
+      title: { text: plotText(front.title) }, height: 360, margin: { t: 50, r: 10, b: 50, l: 70 },
+      xaxis: axis(plotText(front.x_label), front.x_log,
+        front.points.map(function (p) { return p[1]; })),
+      yaxis: axis(plotText(front.y_label), front.y_log,
+        front.points.map(function (p) { return p[2]; })),
       legend: { orientation: "h", y: -0.25 }
     }, PLOT_CONFIG);
     div.on("plotly_click", function (event) {

@@ -3,11 +3,13 @@
 A results line is the JSON of `optimize --json` plus the problem's key and the solve settings
 (solver.sweep.outcome). A file can be edited by hand or damaged, so each line is checked
 against the fields the report and the resume read: the key (KEY_FIELDS), the status, and per
-plan the degrees and the metrics, in pydantic's strict mode and within the limits of any input
-(solver.spec.strict: no `true` for a GPU count, no string for a number, no nan or infinity, no
-count beyond its limit; other fields are kept as they are). A bad line is one
-error naming the file, the line and the field: `results.jsonl:3: field 'plans': Input should
-be a valid list`.
+plan the degrees and the metrics, and the optional fields it shows (why, rules,
+optimality_gap, memory_headroom; a plan's usable_memory_gb, time_seconds, equivalent,
+layout, memory_savers, offloads, recompute_modules), in pydantic's strict mode and within
+the limits of any input (solver.spec.strict: no `true` for a GPU count, no string for a
+number, no nan or infinity, no count beyond its limit; other fields are kept as they are).
+A bad line is one error naming the file, the line and the field: `results.jsonl:3: field
+'plans': Input should be a valid list`.
 """
 
 from __future__ import annotations
@@ -15,18 +17,30 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from solver.errors import InputError, format_validation_error
+from solver.spec.framework import MEMORY_SAVERS, OFFLOADS, RECOMPUTE_MODULES
 from solver.spec.strict import (
     MAX_BATCH,
     MAX_SEQ_LEN,
     GpuCount,
     InputSpec,
     describe_parse_error,
+    parse_json,
 )
 
 STATUSES = ("optimal", "feasible", "infeasible", "error")
+KNOWN_NAMES = {"memory_savers": MEMORY_SAVERS, "offloads": OFFLOADS,
+               "recompute_modules": RECOMPUTE_MODULES}
 
 
 class _Line(InputSpec):
@@ -45,8 +59,22 @@ class MemoryRow(_Line):
     total: float = Field(ge=0)
 
 
+class EquivalentRow(_Line):
+    """One of a plan's `equivalent` settings (the same step time): the report names its
+    recompute."""
+
+    recompute: str
+
+
+class LayoutRow(_Line):
+    """A plan's pipeline `layout`: the report shows and launches its Megatron `syntax`."""
+
+    syntax: str | None = None
+
+
 class PlanRow(_Line):
-    """The fields of a plan the report reads."""
+    """The fields of a plan the report reads; the optional ones as `optimize --json` writes
+    them (solver.spec.plan_json), or absent, or null."""
 
     tp: GpuCount = Field(gt=0)
     pp: GpuCount = Field(gt=0)
@@ -69,6 +97,25 @@ class PlanRow(_Line):
     tokens_per_second: float = Field(ge=0)
     tokens_per_second_per_gpu: float = Field(ge=0)
     mfu: float = Field(ge=0)
+    usable_memory_gb: float | None = Field(default=None, ge=0)
+    time_seconds: dict[str, NonNegativeFloat] | None = None
+    equivalent: list[EquivalentRow] | None = None
+    layout: LayoutRow | None = None
+    memory_savers: list[str] | None = None
+    offloads: list[str] | None = None
+    recompute_modules: list[str] | None = None
+
+    @field_validator("memory_savers", "offloads", "recompute_modules")
+    @classmethod
+    def _check_names(cls, names: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # The report's launch line turns each name into a flag (`--` + name): only the
+        # features parplan knows (solver.spec.framework), so that a name like "model=x" cannot
+        # become another option of the line.
+        known = KNOWN_NAMES[info.field_name or ""]
+        unknown = [name for name in names or [] if name not in known]
+        if unknown:
+            raise ValueError(f"'{unknown[0]}' is not one of {', '.join(known)}")
+        return names
 
 
 class ResultLine(_Line):
@@ -87,6 +134,10 @@ class ResultLine(_Line):
     conflicts: list[str] = []
     fixes: list[str] = []
     error: str = ""
+    why: list[str] | None = None
+    rules: dict[str, str] | None = None
+    optimality_gap: NonNegativeFloat | None = None
+    memory_headroom: str | None = None
 
     @model_validator(mode="after")
     def _solved_has_a_plan(self) -> ResultLine:
@@ -98,7 +149,7 @@ class ResultLine(_Line):
 def parse_result_line(raw: bytes, source: str) -> dict[str, Any]:
     """The JSON object of one line (`source` is "file:line"), checked (module docstring)."""
     try:
-        data = json.loads(raw)
+        data = parse_json(raw)
     except json.JSONDecodeError as exc:
         raise InputError(f"{source}: not JSON ({exc.msg} at column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # bad UTF-8, 4,300 digits, deep arrays

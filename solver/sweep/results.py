@@ -51,8 +51,11 @@ def read_results(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read the results file ({exc.strerror})") from None
     _check_regular(handle, str(path))
-    with handle:
-        return _parse_lines(path, handle)
+    try:
+        with handle:
+            return _parse_lines(path, handle)
+    except OSError as exc:  # a regular file that fails to read (/proc/self/mem: EIO)
+        raise InputError(f"{path}: cannot read the results file ({exc.strerror})") from None
 
 
 class ResultsFile:
