@@ -54,7 +54,7 @@ import numpy as np
 
 from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.frameworks import EAGER_CROSS_ENTROPY_LOGITS_BYTES, build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.cost.memory.terms import ALLOCATED_ITEMS
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
@@ -182,15 +182,20 @@ def predict_modern_bytes(row: dict[str, Any]) -> float:
                             recompute=row["recompute"])
     job = JobSpec(seq_len=row["seq_len"], global_batch=row["global_batch"],
                   precision=row["precision"])
-    # What torch.compile changes in the memory model is the loss (torchtitan's eager
-    # cross-entropy, solver.cost.frameworks): the row says whether its release compiled it.
-    features = ({"fused_elementwise": bool(row["loss_compiled"])}
-                if row["framework"] == "torchtitan" else {})
+    # torch.compile fuses the model's element-wise ops (solver.cost.memory.eager: what eager
+    # ops keep); the loss is compiled or not apart (torchtitan's eager cross-entropy,
+    # solver.cost.frameworks): the row says whether its release compiled each.
+    titan = row["framework"] == "torchtitan"
+    features = {"fused_elementwise": bool(row["torch_compile"])} if titan else {}
     # A float8 FSDP all-gather the source states (--quantize.linear.float8.
     # enable_fsdp_float8_all_gather in the trainy benchmark's command).
     if row.get("fp8_all_gather"):
         features["fp8_all_gather"] = True
     options = build_framework_profile(row["framework"], features).memory_options()
+    if titan:
+        options = options.model_copy(update={"logits_bytes": (
+            MemoryOptions().logits_bytes if row["loss_compiled"]
+            else EAGER_CROSS_ENTROPY_LOGITS_BYTES)})
     breakdown = estimate_memory(load_model_spec(row["model"]), job,
                                 Candidates.from_configs([config]), options)
     return float(sum(breakdown.items[name][0] for name in MEASURED_ITEMS[row["measured_kind"]]))
