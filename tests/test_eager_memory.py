@@ -237,3 +237,25 @@ def test_autograd_saves_what_the_model_counts() -> None:
         if name.startswith("nn.RMSNorm") and not torch.cuda.is_available():
             continue
         assert measured == pytest.approx(eager, rel=1e-9), name
+
+
+def test_estimate_says_what_the_kernels_leave_saved() -> None:
+    """`estimate`'s memory assumptions name the attention kernel's and the element-wise ops'
+    saved activations: torchtitan (eager without torch.compile) and Megatron with
+    --attention-kernel unfused; --fused-elementwise turns the eager line off."""
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+
+    args = ["estimate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--seq-len", "4096"]
+    titan = CliRunner().invoke(cli, [*args, "--framework", "torchtitan"])
+    assert titan.exit_code == 0, titan.output
+    assert ("activations: fused attention keeps no s x s scores; eager element-wise ops also "
+            "keep silu's output and fp32 RMSNorm copies") in titan.output
+    unfused = CliRunner().invoke(cli, [*args, "--attention-kernel", "unfused"])
+    assert ("activations: unfused attention keeps the s x s softmax probabilities; fused "
+            "element-wise kernels") in unfused.output
+    compiled = CliRunner().invoke(cli, [*args, "--framework", "torchtitan",
+                                        "--fused-elementwise"])
+    assert "fused element-wise kernels" in compiled.output

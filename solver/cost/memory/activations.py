@@ -11,6 +11,8 @@ latent inputs plus per-head K and V), the MLP interior 4F gated or not (Megatron
 theoretical_memory_usage coefficient 4F/h; the measured Llama-3.1-8B point in notes §3.2 fits
 it, not the 6F an unfused SwiGLU would keep), no dropout masks unless `options.dropout`,
 FlashAttention keeping only its fp32 log-sum-exp (4a bytes) instead of the s x s scores.
+These are the fused kernels' bytes; eager ops add what fusion avoids (solver.cost.memory.eager:
+silu's output, fp32 RMSNorm copies, an fp32 softmax output).
 MoE layers store the router scores (4 bytes per expert) and, for k routed copies of each
 token (times the capacity factor), the dispatched input, the expert interior 4F_e and the
 output the combine weights; with expert-TP each of the etp ranks holds the full-width input
