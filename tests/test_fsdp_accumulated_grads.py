@@ -101,7 +101,10 @@ def test_the_reduce_dtype_sets_the_accumulated_bytes() -> None:
 def test_estimate_of_405b_on_torchtitan_rises_to_what_it_holds() -> None:
     """`parplan estimate` of Llama-3.1-405B, 512 H100s, tp 8 pp 8, torchtitan, ZeRO-2: 50.6 GB
     before (gradients 3.3 GB), 75.0 GB now (26.6 GB); the ZeRO-3 plan 78.5 -> 75.0 GB (its
-    sharded gradients were counted beside the unsharded ones)."""
+    sharded gradients were counted beside the unsharded ones). torchtitan runs eager (issue 43:
+    solver.cost.memory.eager): the layer recomputed in full holds, per token and GPU, its two
+    fp32 RMSNorm copies 2 x 4 x 16384 / 8 (SP) and silu's output 2 x 53248 / 8, 29,696 B x
+    32,768 tokens = 0.97 GB, 1.02 GB with fragmentation: 76.0 GB."""
     from click.testing import CliRunner
 
     from solver.cli import cli
@@ -118,4 +121,4 @@ def test_estimate_of_405b_on_torchtitan_rises_to_what_it_holds() -> None:
     two, three = estimate(2), estimate(3)
     assert two["grads"] == pytest.approx(26.55, abs=0.01)
     assert two["total"] == pytest.approx(three["total"], rel=1e-9)
-    assert np.isclose(two["total"], 74.98, atol=0.05)
+    assert np.isclose(two["total"], 74.98 + 29_696 * 32_768 * 1.05 / 1e9, atol=0.05)

@@ -75,9 +75,11 @@ def framework_feature_options(command: F) -> F:
         click.option("--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=None,
                      help="Attention kernels: native (FlashAttention-3 / cuDNN), flash2 "
                           "(FlashAttention-2, Ampere instructions on Hopper), triton (2022 "
-                          "FlashAttention in Triton) or unfused."),
+                          "FlashAttention in Triton) or unfused (keeps the s x s "
+                          "probabilities for backward)."),
         click.option("--fused-elementwise/--eager-elementwise", default=None,
-                     help="Fused norms, RoPE and SwiGLU (TE, torch.compile) or eager ops."),
+                     help="Fused norms, RoPE and SwiGLU (TE, torch.compile) or eager ops "
+                          "(more launches, and more activations saved for backward)."),
         click.option("--cuda-graphs/--no-cuda-graphs", default=None,
                      help="Replay captured kernels without host launches."),
         click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,

@@ -49,7 +49,13 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
         selective = "op level (torchtitan SAC)"
     else:
         selective = "modules " + ",".join(constants.recompute_modules)
+    # What the attention kernel and element-wise fusion leave saved (solver.cost.memory.eager).
+    attention = ("unfused attention keeps the s x s softmax probabilities"
+                 if not options.flash_attention else "fused attention keeps no s x s scores")
+    elementwise = ("fused element-wise kernels" if options.fused_elementwise else
+                   "eager element-wise ops also keep silu's output and fp32 RMSNorm copies")
     return [f"memory assumptions ({profile.name}):",
+            f"  activations: {attention}; {elementwise}",
             f"  fp8 weight copies: {copies}",
             f"  optimizer state: {optimizer}",
             f"  gradients: {gradients}",

@@ -168,7 +168,9 @@ class FrameworkProfile(BaseModel):
                        cluster: ClusterSpec | None = None) -> MemoryOptions:
         """The memory model's options under this profile: what `selective` keeps, the fp8
         weight copies, whether the ZeRO-3 shard is the fp32 master (PyTorch FSDP,
-        FSDP_FP32_PARAM_FRAMEWORKS), torchtitan's FSDP2 under PP and its eager cross-entropy
+        FSDP_FP32_PARAM_FRAMEWORKS), the attention kernel's and eager ops' activations
+        (an unfused kernel's s x s probabilities, solver.cost.memory.eager), torchtitan's FSDP2
+        under PP and its eager cross-entropy
         (EAGER_CROSS_ENTROPY_LOGITS_BYTES), and the smaller states of the precision-aware optimizer (Adam's m and
         v in bf16: 4 B per parameter less) and of bf16 gradient reduction (buckets of half the
         bytes; in Megatron a bf16 gradient buffer, 2 B). On a `cluster`, the GPUs of the NVLink
@@ -183,6 +185,12 @@ class FrameworkProfile(BaseModel):
                                   "fsdp_unsharded_under_pp": self.name == "torchtitan"}
         if self.name == "torchtitan" and not constants.fused_elementwise:
             update["logits_bytes"] = EAGER_CROSS_ENTROPY_LOGITS_BYTES
+        # The attention kernel and element-wise fusion move memory as well as time
+        # (solver.cost.memory.eager): an unfused kernel keeps the s x s probabilities, eager ops
+        # what their autograd nodes save. A base that already says unfused or eager (BLOOM's
+        # Megatron-DeepSpeed, benchmarks/memory_accuracy.py) stays so.
+        update["flash_attention"] = base.flash_attention and constants.flash_attention
+        update["fused_elementwise"] = base.fused_elementwise and constants.fused_elementwise
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)

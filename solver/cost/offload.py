@@ -161,9 +161,10 @@ def add_activation_offload_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
 
 def _memory_options(constants: TimeConstants, **update: Any) -> MemoryOptions:
     """The memory options the step-time switches imply (sequence parallel, FlashAttention,
-    what selective recompute keeps), with `update`."""
+    element-wise fusion, what selective recompute keeps), with `update`."""
     return MemoryOptions(sequence_parallel=constants.sequence_parallel,
                          flash_attention=constants.flash_attention,
+                         fused_elementwise=constants.fused_elementwise,
                          selective_recompute=constants.selective_recompute,
                          recompute_modules=constants.recompute_modules, **update)
 

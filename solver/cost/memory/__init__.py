@@ -4,6 +4,7 @@
     layout       layers per stage, micro-batches in flight (1F1B, interleaved)
     states       weights, gradients, optimizer state under ZeRO 0-3
     activations  Korthikanti et al. 2022 per layer, adapted to GQA / MLA / gated MLP / MoE
+    eager        what eager ops and an unfused attention core keep beyond fused kernels
     overheads    ZeRO-3 gathers, buckets, CUDA context, NCCL, fragmentation
     dispatcher   the MoE dispatcher's own buffers (DeepEP, HybridEP, all-gather)
     terms        a stage's memory as an affine function of what it holds (one composition)

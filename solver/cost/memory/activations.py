@@ -11,6 +11,8 @@ latent inputs plus per-head K and V), the MLP interior 4F gated or not (Megatron
 theoretical_memory_usage coefficient 4F/h; the measured Llama-3.1-8B point in notes §3.2 fits
 it, not the 6F an unfused SwiGLU would keep), no dropout masks unless `options.dropout`,
 FlashAttention keeping only its fp32 log-sum-exp (4a bytes) instead of the s x s scores.
+These are the fused kernels' bytes; eager ops add what fusion avoids (solver.cost.memory.eager:
+silu's output, fp32 RMSNorm copies, an fp32 softmax output).
 MoE layers store the router scores (4 bytes per expert) and, for k routed copies of each
 token (times the capacity factor), the dispatched input, the expert interior 4F_e and the
 output the combine weights; with expert-TP each of the etp ranks holds the full-width input
@@ -43,6 +45,7 @@ from solver.cost.candidates import (
     RECOMPUTE_SELECTIVE,
     Candidates,
 )
+from solver.cost.memory import eager
 from solver.cost.memory.options import MemoryOptions
 from solver.spec import JobSpec, ModelSpec
 from solver.spec.blocks import ATTENTION_MIXERS
@@ -55,9 +58,12 @@ def _linear_input_bytes(job: JobSpec) -> float:
     return BF16_BYTES if job.precision == "bf16" else 1.0  # fp8-like recipes alike (issue 12)
 
 
-def _mlp_interior_bytes(width: float, job: JobSpec) -> float:
-    """Activation input 2F plus the fc2 input 2F (1F in fp8) per token."""
-    return BF16_BYTES * width + _linear_input_bytes(job) * width
+def _mlp_interior_bytes(width: float, job: JobSpec, model_spec: ModelSpec,
+                        options: MemoryOptions) -> float:
+    """Activation input 2F plus the fc2 input 2F (1F in fp8) per token, and an eager SwiGLU's
+    silu output (solver.cost.memory.eager)."""
+    return (BF16_BYTES * width + _linear_input_bytes(job) * width
+            + eager.estimate_eager_swiglu_bytes(model_spec, options, width))
 
 
 def _attention_bytes(model_spec: ModelSpec, job: JobSpec, recompute: np.ndarray,
@@ -76,16 +82,20 @@ def _attention_bytes(model_spec: ModelSpec, job: JobSpec, recompute: np.ndarray,
     if m.is_mla:
         q_rank, kv_rank = m.q_lora_rank or 0, m.kv_lora_rank or 0
         replicated += (BF16_BYTES + lin) * (q_rank + kv_rank) + BF16_BYTES * m.qk_rope_head_dim
+    norms_split, norms_replicated = eager.estimate_eager_attention_norm_bytes(m, options,
+                                                                              k_heads)
+    replicated += norms_replicated
     if options.flash_attention:
         core_none = FP32_BYTES * heads
     else:
-        core_none = (5.0 if options.dropout else 2.0) * heads * job.seq_len
+        core_none = eager.estimate_unfused_core_bytes(heads, job.seq_len, options)
     # Megatron's selective recompute drops the core only when core_attn is among its modules.
     keeps_core = (options.selective_recompute == "attention_core"
                   and "core_attn" not in options.recompute_modules)
     kept = (recompute == RECOMPUTE_NONE) | ((recompute == RECOMPUTE_SELECTIVE) & keeps_core)
     core = np.where(kept, core_none, 0.0)
-    split = BF16_BYTES * (q_width + k_width + v_width) + lin * heads * m.value_head_dim + core
+    split = (BF16_BYTES * (q_width + k_width + v_width) + lin * heads * m.value_head_dim + core
+             + norms_split)
     return split, replicated
 
 
@@ -94,9 +104,12 @@ def _mlp_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     """(divided by tp, replicated without SP) bytes per token of one MLP or MoE block."""
     m, lin = model_spec, _linear_input_bytes(job)
     h = m.hidden_size
-    mask = 1.0 * h if options.dropout else 0.0
+    # the dropout mask, and what the eager pre-MLP norm keeps beyond a fused one
+    mask = ((1.0 * h if options.dropout else 0.0)
+            + eager.estimate_eager_mlp_norm_bytes(m, options))
     if not moe:
-        return _mlp_interior_bytes(m.intermediate_size, job), BF16_BYTES * h + lin * h + mask
+        return (_mlp_interior_bytes(m.intermediate_size, job, m, options),
+                BF16_BYTES * h + lin * h + mask)
     shared_width = m.num_shared_experts * (
         m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
     routed_copies = m.num_experts_per_tok * options.moe_capacity_factor
@@ -104,8 +117,8 @@ def _mlp_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     # TP) keeps its latent input (fc1's input is the norm output, already counted).
     width = m.moe_token_width
     per_copy = candidates.etp * (lin + BF16_BYTES) * width + _mlp_interior_bytes(
-        m.moe_intermediate_size or 0, job)
-    split = _mlp_interior_bytes(shared_width, job) + routed_copies * per_copy
+        m.moe_intermediate_size or 0, job, m, options)
+    split = _mlp_interior_bytes(shared_width, job, m, options) + routed_copies * per_copy
     replicated = 2 * BF16_BYTES * h + FP32_BYTES * m.num_experts + mask
     if m.moe_latent_size:
         replicated += lin * m.moe_latent_size
@@ -171,7 +184,7 @@ def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candida
         split = split + BF16_BYTES * heads * (2 * m.qk_head_dim + m.value_head_dim)
     if not moe:
         if "mlp" in modules:
-            split = split + _mlp_interior_bytes(m.intermediate_size, job)
+            split = split + _mlp_interior_bytes(m.intermediate_size, job, m, options)
         return split, replicated
     shared_width = m.num_shared_experts * (
         m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
@@ -180,12 +193,15 @@ def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candida
         return split + moe_split, (BF16_BYTES * h + FP32_BYTES * m.num_experts
                                    + lin * (m.moe_latent_size or 0))
     copies = m.num_experts_per_tok * options.moe_capacity_factor
-    if "moe_act" in modules:
-        split = split + copies * lin * (m.moe_intermediate_size or 0)
+    if "moe_act" in modules:  # the fc2 inputs, and an eager SwiGLU's silu output
+        width = m.moe_intermediate_size or 0
+        split = split + copies * (lin * width
+                                  + eager.estimate_eager_swiglu_bytes(m, options, width))
     if "shared_experts" in modules:
-        split = split + _mlp_interior_bytes(shared_width, job)
-    if "layernorm" in modules:
-        replicated += BF16_BYTES * h
+        split = split + _mlp_interior_bytes(shared_width, job, m, options)
+    if "layernorm" in modules:  # and what an eager pre-MLP norm keeps beyond a fused one
+        replicated += BF16_BYTES * h + (eager.estimate_eager_norm_bytes(m, options, h)
+                                        if m.norms_per_layer >= 2 else 0.0)
     return split, replicated
 
 
@@ -339,7 +355,8 @@ def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: C
     layer_input = _per_gpu(job, candidates, options, 0.0, BF16_BYTES * h)
 
     embedding = (BF16_BYTES if m.embedding_norm else 0.0) * h + (h if options.dropout else 0.0)
-    head = _per_gpu(job, candidates, options, 0.0, 2 * BF16_BYTES * h)
+    head = _per_gpu(job, candidates, options, 0.0, 2 * BF16_BYTES * h
+                    + eager.estimate_eager_norm_bytes(m, options, h))
     # The MTP depths recompute as the configuration does (full: their input only); a repeated
     # module keeps one set of activations per depth.
     mtp_layer = estimate_layer_activation_bytes(m, job, candidates, options, moe=m.is_moe)

@@ -183,6 +183,19 @@ class MemoryOptions(BaseModel):
       keep_stage_outputs   a 1/tp slice of each in-flight micro-batch's stage output stays
                            alive until its backward (DeepSpeed's pipeline engine partitions it
                            over the TP group; Megatron frees it once sent).
+    Eager code (solver.cost.memory.eager; FrameworkProfile.memory_options sets both flags
+    from the profile's attention kernel and fused_elementwise):
+      fused_elementwise True
+                           norms, SwiGLU, RoPE and the unfused attention's softmax run as fused
+                           kernels (TE, apex, Megatron's fusions, torch.compile); False
+                           (`--eager-elementwise`): as eager PyTorch ops, each keeping what its
+                           autograd node saves (an eager SwiGLU also silu's output, an eager
+                           unfused softmax its fp32 output).
+      rmsnorm_fp32_copy True
+                           an eager RMSNorm is written as x.float() ops and keeps the fp32 copy
+                           of its input (torchtitan norms.py of 2024, HF LlamaRMSNorm); False
+                           where nn.RMSNorm dispatches to PyTorch's CUDA _fused_rms_norm kernel,
+                           which saves what a fused norm saves. The default counts the larger.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -217,3 +230,5 @@ class MemoryOptions(BaseModel):
     cpu_offloading_num_layers: int = Field(default=0, ge=0)
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False
+    fused_elementwise: bool = True
+    rmsnorm_fp32_copy: bool = True
