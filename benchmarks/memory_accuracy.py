@@ -183,7 +183,8 @@ def predict_modern_bytes(row: dict[str, Any]) -> float:
     job = JobSpec(seq_len=row["seq_len"], global_batch=row["global_batch"],
                   precision=row["precision"])
     # What torch.compile changes in the memory model is the loss (torchtitan's eager
-    # cross-entropy, solver.cost.frameworks): the row says whether its release compiled it.
+    # cross-entropy or the compiled one, solver.cost.memory.loss: build_framework_profile
+    # compiles the loss with the model): the row says whether its release compiled it.
     features = ({"fused_elementwise": bool(row["loss_compiled"])}
                 if row["framework"] == "torchtitan" else {})
     # A float8 FSDP all-gather the source states (--quantize.linear.float8.
