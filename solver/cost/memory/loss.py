@@ -15,11 +15,12 @@ main head plus each MTP depth):
   chunked       T*W*(4 + 8/CHUNKED_LOSS_NUM_CHUNKS): each chunk's fp32 log-softmax saved,
                 one chunk's two fp32 gradients at a time
   fused         T*W*2: the gradient written into the bf16 logits in place
-  fused_linear  rows*W*2 + T*h*2 + T*4: one chunk of `rows` logits, the head's input gradient
-                and the fp32 per-token losses; the full logits never exist
+  fused_linear  rows*W*2 + T*h*2: one chunk of `rows` logits and the head's input gradient;
+                the full logits never exist
 and every implementation but fused_linear at least T*W*2 + T*h*2 (the head's backward).
 The LM head's weight gradient is the parameter gradient the grads item counts, in every
-implementation; Liger computes it during its forward (not added here [B]).
+implementation; Liger computes it during its forward (not added here [B]). The per-token
+fp32 losses (T*4 B, Liger's loss_1d) every implementation keeps are left out, as before.
 
 The step time does not depend on it (TimeConstants.loss_implementation says why).
 """
@@ -91,7 +92,7 @@ def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     Worked numbers, Llama-3.1-8B (h 4096, V 128,256), s = 8192, b = 1, tp = 1: 1.05e9 logits;
     eager 12 B (torchtitan) 12.6 GB, eager 6 B (Megatron) 6.3 GB, compiled 4.2 GB, chunked
     5.3 GB, fused 2.1 GB + 0.07 GB of head input gradient = 2.17 GB, fused_linear
-    256 x 128,256 x 2 + 8192 x 4096 x 2 + 8192 x 4 = 0.133 GB."""
+    256 x 128,256 x 2 + 8192 x 4096 x 2 = 0.133 GB."""
     heads = 1 + (model_spec.mtp_depths if options.include_mtp else 0)
     tokens = job.seq_len * candidates.micro_batch / candidates.cp
     width = model_spec.vocab_size / candidates.tp
@@ -100,7 +101,7 @@ def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candi
     implementation = options.loss_implementation
     if implementation == "fused_linear":
         rows = estimate_liger_chunk_rows(tokens, model_spec.hidden_size, width)
-        return heads * (rows * width * BF16_BYTES + head_input_grad + tokens * FP32_BYTES)
+        return heads * (rows * width * BF16_BYTES + head_input_grad)
     per_logit = {
         "eager": options.logits_bytes,
         "compiled": COMPILED_LOSS_LOGITS_BYTES,
