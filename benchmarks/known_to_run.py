@@ -87,18 +87,17 @@ LLM_FOUNDRY_LOGITS_BYTES = 4.0
 # = False (src/megatron/bridge/perf_recipes/_common.py @067f987; `grad_reduce_in_fp32: false`
 # in every perf config since the first perf scripts, #403, 2025-08-28, before the archive's
 # first release 25.09): Megatron's --grad-reduce-in-bf16.
-MEGATRON_BRIDGE_RECIPE_FEATURES = {"grad_reduce_in_bf16": True}
-# Their fp8 mixed-precision recipes keep fp8 parameters (--fp8-param-gather: megatron/bridge/
-# training/mixed_precision.py bf16_with_fp8_current_scaling_mixed, bf16_with_fp8_delayed_
-# scaling_mixed and bf16_with_mxfp8_mixed set fp8_param_gather = True), applied to low-precision
-# rows in run_memory_options.
-# ... and compute the loss with Transformer Engine's fused cross-entropy
+# They compute the loss with Transformer Engine's fused cross-entropy
 # (cross_entropy_fusion_impl "te": the 25.09 configs/*.yaml @ad151f3, _benchmark_common @067f987;
 # cross_entropy_loss_fusion defaults to True in GPTModelProvider), whose backward writes the
 # gradient into the logits tensor in place (transformer_engine/pytorch/triton/cross_entropy.py
 # cross_entropy_backward_kernel: "performed in-place on the tensor pointed by X_ptr"): the bf16
-# logits only, 2 B per logit.
-MEGATRON_BRIDGE_LOGITS_BYTES = 2.0
+# logits only, 2 B per logit (loss_implementation "fused", solver.cost.memory.loss).
+MEGATRON_BRIDGE_RECIPE_FEATURES = {"grad_reduce_in_bf16": True, "loss_implementation": "fused"}
+# Their fp8 mixed-precision recipes keep fp8 parameters (--fp8-param-gather: megatron/bridge/
+# training/mixed_precision.py bf16_with_fp8_current_scaling_mixed, bf16_with_fp8_delayed_
+# scaling_mixed and bf16_with_mxfp8_mixed set fp8_param_gather = True), applied to low-precision
+# rows in run_memory_options.
 # Their MoE benchmarks "force-balance the token distribution among experts" (the tables'
 # footnote; moe_router_force_load_balancing in the recipes): the busiest GPU gets the average.
 BALANCED_ROUTING_CAPACITY = 1.0
@@ -137,8 +136,7 @@ def run_memory_options(run: PublishedRun) -> MemoryOptions:
                     "fp8_param_gather": run.precision != "bf16",
                     **({"recompute_modules": recipe["recompute_modules"]}
                        if "recompute_modules" in recipe else {})}
-        base = MemoryOptions(logits_bytes=MEGATRON_BRIDGE_LOGITS_BYTES,
-                             moe_capacity_factor=BALANCED_ROUTING_CAPACITY)
+        base = MemoryOptions(moe_capacity_factor=BALANCED_ROUTING_CAPACITY)
     profile = build_framework_profile(SOURCE_FRAMEWORKS[run.source_group], features)
     return profile.memory_options(base)
 

@@ -46,8 +46,8 @@ import numpy as np
 
 from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import EAGER_CROSS_ENTROPY_LOGITS_BYTES, build_framework_profile
-from solver.cost.memory import MemoryOptions, estimate_memory
+from solver.cost.frameworks import build_framework_profile
+from solver.cost.memory import estimate_memory
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 MODERN_PATH = Path(__file__).resolve().parent / "data" / "modern_memory.jsonl"
@@ -107,17 +107,15 @@ def predict_view_bytes(row: dict[str, Any]) -> float:
     job = JobSpec(seq_len=row["seq_len"], global_batch=row["global_batch"],
                   precision=row["precision"])
     # torch.compile fuses the model's element-wise ops (solver.cost.memory.eager: what eager
-    # ops keep); the loss is compiled or not apart (torchtitan's eager cross-entropy,
-    # solver.cost.frameworks): the row says whether its release compiled each.
-    titan = row["framework"] == "torchtitan"
-    features: dict[str, Any] = {"fused_elementwise": bool(row["torch_compile"])} if titan else {}
+    # ops keep); the loss is compiled or not apart (torchtitan's eager cross-entropy or the
+    # compiled one, solver.cost.memory.loss): the row says whether its release compiled each.
+    features: dict[str, Any] = {}
+    if row["framework"] == "torchtitan":
+        features = {"fused_elementwise": bool(row["torch_compile"]),
+                    "loss_implementation": "compiled" if row["loss_compiled"] else "eager"}
     if row["fp8_all_gather"]:
         features["fp8_all_gather"] = True
     options = build_framework_profile(row["framework"], features).memory_options()
-    if titan:
-        options = options.model_copy(update={"logits_bytes": (
-            MemoryOptions().logits_bytes if row["loss_compiled"]
-            else EAGER_CROSS_ENTROPY_LOGITS_BYTES)})
     breakdown = estimate_memory(build_row_model_spec(row), job,
                                 Candidates.from_configs([config]), options)
     view = COUNTER_VIEW[row["measured_kind"]]

@@ -18,7 +18,8 @@ performance recipe shares, applied to every row:
                             scripts/performance/configs/llama/llama3_llm_pretrain.py @2a0d46e;
                             known_to_run.MEGATRON_BRIDGE_RECIPE_FEATURES for the others)
   distributed optimizer     ZeRO-1 unless the config asks for Megatron-FSDP (ZeRO-3)
-  fused cross-entropy       2 B per logit (known_to_run.MEGATRON_BRIDGE_LOGITS_BYTES)
+  fused cross-entropy       2 B per logit (known_to_run.MEGATRON_BRIDGE_RECIPE_FEATURES:
+                            loss_implementation "fused")
   balanced MoE routing      capacity factor 1 (known_to_run.BALANCED_ROUTING_CAPACITY)
   no precision-aware optimizer (not set by the configs)
   fp8 parameters            in fp8 (current scaling) and MXFP8 rows (--fp8-param-gather:
@@ -57,7 +58,6 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from known_to_run import (  # noqa: E402
     BALANCED_ROUTING_CAPACITY,
-    MEGATRON_BRIDGE_LOGITS_BYTES,
     MEGATRON_BRIDGE_RECIPE_FEATURES,
 )
 
@@ -124,7 +124,6 @@ def recipe_problem(recipe: dict[str, Any], own: bool) -> Problem:
     if not bridge:  # the framework's own defaults (torchtitan: solver.cost.frameworks)
         return problem
     options = problem.memory_options.model_copy(update={
-        "logits_bytes": MEGATRON_BRIDGE_LOGITS_BYTES,
         "moe_capacity_factor": BALANCED_ROUTING_CAPACITY})
     return problem.model_copy(update={"memory_options": options})
 

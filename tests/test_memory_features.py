@@ -522,13 +522,15 @@ def test_torchtitan_eager_cross_entropy_holds_twelve_bytes_per_logit() -> None:
     cross_entropy_loss) after `del pred` (train.py @9dec370: "need to free to before bwd to
     avoid peaking memory"): log_softmax keeps its fp32 output, and the backward adds nll_loss's
     and log_softmax's fp32 gradients, 4 + 4 + 4 B per logit while every activation is held.
-    With torch.compile ([compile] components "model", "loss") the default 6 B stays. Llama-3.1-8B,
-    micro-batch 2 x 8192 tokens, 128,256 vocabulary: 2.10e9 logits x 12 B = 25.2 GB."""
+    With torch.compile ([compile] components "model", "loss") the loss is compiled
+    (solver.cost.memory.loss). Llama-3.1-8B, micro-batch 2 x 8192 tokens, 128,256 vocabulary:
+    2.10e9 logits x 12 B = 25.2 GB."""
     eager = build_framework_profile("torchtitan").memory_options()
     compiled = build_framework_profile("torchtitan", {"fused_elementwise": True}).memory_options()
-    assert eager.logits_bytes == 12.0
-    assert compiled.logits_bytes == MemoryOptions().logits_bytes == 6.0
+    assert eager.logits_bytes == 12.0 and eager.loss_implementation == "eager"
+    assert compiled.loss_implementation == "compiled"
     assert build_framework_profile("megatron").memory_options().logits_bytes == 6.0
+    assert MemoryOptions().logits_bytes == 6.0
     config = ParallelConfig(dp=8, zero=3, micro_batch=2, recompute="selective")
     logits = estimate_memory(load_model_spec("llama3.1-8b"), JobSpec(seq_len=8192,
                                                                       global_batch=16),

@@ -19,6 +19,7 @@ from solver.spec.framework import (
     DP_OVERLAPS,
     FEATURES,
     FP8_WEIGHT_COPIES,
+    LOSS_IMPLEMENTATIONS,
     RECOMPUTE_MODULES,
     MOE_DISPATCHERS,
     SELECTIVE_RECOMPUTES,
@@ -127,6 +128,13 @@ def framework_feature_options(command: F) -> F:
                      callback=_split_modules,
                      help="Modules --recompute selective recomputes (Megatron): "
                           + ",".join(RECOMPUTE_MODULES) + " (default core_attn)."),
+        click.option("--loss-implementation", type=click.Choice(LOSS_IMPLEMENTATIONS),
+                     default=None,
+                     help="How the loss runs, what the last stage holds for the logits: eager "
+                          "(the framework's own), compiled (torch.compile), chunked (upcast "
+                          "per chunk), fused (gradient written into the logits: Transformer "
+                          "Engine, Liger) or fused_linear (LM head fused with the loss: "
+                          "Liger); default: the framework's."),
     ])
 
 

@@ -16,6 +16,26 @@ DISPATCHER_BUFFERS = {
 }
 
 
+# What each loss implementation keeps at the last stage's peak (solver.cost.memory.loss).
+LOSS_HELD = {
+    "compiled": "compiled (torch.compile): the bf16 logits and their bf16 gradient, 4 B per "
+                "logit",
+    "chunked": "chunked: fp32 log-softmax of every chunk and one chunk's gradients, 5 B per "
+               "logit",
+    "fused": "fused kernel: the gradient written into the bf16 logits, 2 B per logit",
+    "fused_linear": "fused with the LM head: one chunk of logits and the head's input "
+                    "gradient, no full logits",
+}
+
+
+def render_loss_assumption(profile: FrameworkProfile) -> str:
+    """The loss line: how the loss runs and what it holds per logit."""
+    options = profile.memory_options()
+    if options.loss_implementation == "eager":
+        return f"eager, {options.logits_bytes:g} B per logit (--loss-implementation)"
+    return LOSS_HELD[options.loss_implementation]
+
+
 def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list[str]:
     """One line per memory feature of `profile` for a job at `precision`."""
     constants = profile.time_constants
@@ -61,6 +81,7 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
             f"  gradients: {gradients}",
             f"  --recompute selective: {selective}",
             f"  MoE dispatcher buffers: {DISPATCHER_BUFFERS[constants.moe_dispatcher]}",
+            f"  loss: {render_loss_assumption(profile)}",
             *render_offload_assumptions(profile)]
 
 

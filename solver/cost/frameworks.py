@@ -33,6 +33,8 @@ override:
   fp8_all_gather       torchao float8's FSDP2 all-gather in float8 (torchtitan; memory only)
   cpu_offloading_num_layers  Megatron's layer-level CPU offloading of the first N layers'
                        activations (solver.cost.memory.layer_offload, solver.cost.offload)
+  loss_implementation  eager | compiled | chunked | fused | fused_linear: how the loss is
+                       computed (memory only: solver.cost.memory.loss; LOSS_IMPLEMENTATIONS)
 and, not overridable, the host ops per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
 bf16).
@@ -74,10 +76,14 @@ FSDP_FP32_PARAM_FRAMEWORKS = ("torchtitan", "generic")
 # cross_entropy_loss; train.py @9dec370), after `del pred` ("need to free to before bwd to avoid
 # peaking memory"): log_softmax keeps its fp32 output (4 B per logit) for backward, where
 # nll_loss's dense fp32 gradient (4 B) and log_softmax's (4 B) join it: 12 B per logit at the
-# start of the backward, when every activation is still held. With torch.compile the loss is
-# compiled too ([compile] components "model", "loss"), and MemoryOptions.logits_bytes' default
-# stays.
+# start of the backward, when every activation is still held (MemoryOptions.logits_bytes of
+# its eager loss). With torch.compile the loss is compiled too ([compile] components "model",
+# "loss"): loss_implementation "compiled" (solver.cost.memory.loss).
 EAGER_CROSS_ENTROPY_LOGITS_BYTES = 12.0
+# The frameworks whose eager loss is F.cross_entropy on upcast logits; Megatron and
+# Megatron-DeepSpeed run Megatron's vocab-parallel cross-entropy (MemoryOptions.logits_bytes'
+# default, 6 B), and the generic profile keeps that default [B].
+EAGER_CROSS_ENTROPY_FRAMEWORKS = ("torchtitan",)
 
 # The TimeConstants switches of each attention kernel.
 ATTENTION_SWITCHES = {
@@ -168,11 +174,11 @@ class FrameworkProfile(BaseModel):
                        cluster: ClusterSpec | None = None) -> MemoryOptions:
         """The memory model's options under this profile: what `selective` keeps, the fp8
         weight copies, whether the ZeRO-3 shard is the fp32 master (PyTorch FSDP,
-        FSDP_FP32_PARAM_FRAMEWORKS), the attention kernel's and eager ops' activations
-        (an unfused kernel's s x s probabilities, solver.cost.memory.eager), torchtitan's FSDP2
-        under PP and its eager cross-entropy
-        (EAGER_CROSS_ENTROPY_LOGITS_BYTES), and the smaller states of the precision-aware optimizer (Adam's m and
-        v in bf16: 4 B per parameter less) and of bf16 gradient reduction (buckets of half the
+        FSDP_FP32_PARAM_FRAMEWORKS), the attention kernel's and eager ops' activations (an
+        unfused kernel's s x s probabilities, solver.cost.memory.eager), torchtitan's FSDP2
+        under PP and its eager cross-entropy (EAGER_CROSS_ENTROPY_LOGITS_BYTES), the loss
+        implementation, and the smaller states of the precision-aware optimizer (Adam's m and v
+        in bf16: 4 B per parameter less) and of bf16 gradient reduction (buckets of half the
         bytes; in Megatron a bf16 gradient buffer, 2 B). On a `cluster`, the GPUs of the NVLink
         domain the job fills (MemoryOptions.nvlink_domain_gpus)."""
         base = base or MemoryOptions()
@@ -183,7 +189,7 @@ class FrameworkProfile(BaseModel):
                                   "moe_dispatcher": constants.moe_dispatcher,
                                   "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS,
                                   "fsdp_unsharded_under_pp": self.name == "torchtitan"}
-        if self.name == "torchtitan" and not constants.fused_elementwise:
+        if self.name in EAGER_CROSS_ENTROPY_FRAMEWORKS:
             update["logits_bytes"] = EAGER_CROSS_ENTROPY_LOGITS_BYTES
         # The attention kernel and element-wise fusion move memory as well as time
         # (solver.cost.memory.eager): an unfused kernel keeps the s x s probabilities, eager ops
@@ -191,6 +197,7 @@ class FrameworkProfile(BaseModel):
         # Megatron-DeepSpeed, benchmarks/memory_accuracy.py) stays so.
         update["flash_attention"] = base.flash_attention and constants.flash_attention
         update["fused_elementwise"] = base.fused_elementwise and constants.fused_elementwise
+        update["loss_implementation"] = constants.loss_implementation
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)
@@ -239,7 +246,12 @@ def _megatron() -> TimeConstants:
       default fp32; bf16 training accumulates and reduces gradients in fp32).
     pipeline sends overlapped: the interleaved schedule overlaps its steady-state sends with
       compute (--no-overlap-p2p-communication is store_false: on by default, and forced off
-      without interleaving, arguments.py; solver.cost.pipeline_sends)."""
+      without interleaving, arguments.py; solver.cost.pipeline_sends).
+    loss eager: --cross-entropy-loss-fusion defaults off (model_parallel_config.py
+      cross_entropy_loss_fusion = False, core_v0.12 to core_v0.19): tensor_parallel.
+      vocab_parallel_cross_entropy, its fp32 copy beside the bf16 logits (6 B per logit);
+      --loss-implementation fused is Transformer Engine's in-place kernel
+      (--cross-entropy-fusion-impl te)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, scaled_rope_eager=True,
                          pipeline_sends="overlapped", launches=MEGATRON_LAUNCHES)
 
@@ -269,7 +281,10 @@ def _torchtitan() -> TimeConstants:
       itself is in float8).
     context parallel torch_allgather: apply_cp / context_parallel runs PyTorch's experimental
       ring attention with context_parallel_rotate_method = "allgather" by default
-      (job_config.py v0.2.2; torch/distributed/tensor/experimental/_attention.py)."""
+      (job_config.py v0.2.2; torch/distributed/tensor/experimental/_attention.py).
+    loss eager: F.cross_entropy(pred.float()) (components/loss.py cross_entropy_loss), compiled
+      with the model under torch.compile (build_cross_entropy_loss: compile.components
+      "loss"; build_framework_profile switches it with --fused-elementwise)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, fused_elementwise=False,
                          selective_recompute="op_level", fp8_weight_copies="none",
                          context_parallel_ring="torch_allgather",
@@ -295,7 +310,9 @@ def _deepspeed() -> TimeConstants:
       (offload_grads_during_backward).
     pipeline sends sequential: its pipeline engine sends and receives with blocking
       dist.send / dist.recv, one after the other (pipe/p2p.py, schedule.py TrainSchedule;
-      solver.cost.pipeline_sends)."""
+      solver.cost.pipeline_sends).
+    loss eager: Megatron-DeepSpeed's GPT model computes Megatron's vocab-parallel
+      cross-entropy (tensor_parallel.vocab_parallel_cross_entropy), 6 B per logit."""
     return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                          zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
                          native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES,
@@ -306,20 +323,37 @@ PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deep
             "generic": TimeConstants}
 # Feature values a framework does not offer: (feature, value) -> why (a flag asking for one is
 # an error naming the flag).
+_DEEPSPEED_LOSS = ("Megatron-DeepSpeed computes Megatron's vocab-parallel cross-entropy "
+                   "(eager)")
 UNSUPPORTED = {
     "megatron": {("fp8_all_gather", True): "Megatron gathers fp8 weights with "
-                 "--fp8-param-gather (Transformer Engine), not torchao's float8 all-gather"},
+                 "--fp8-param-gather (Transformer Engine), not torchao's float8 all-gather",
+                 ("loss_implementation", "compiled"): "Megatron's --cross-entropy-loss-fusion "
+                 "native compiles its cross-entropy in pieces that still keep the fp32 logits "
+                 "(fusions/fused_cross_entropy.py calculate_logits_max): eager's memory; "
+                 "fused is Transformer Engine's kernel",
+                 ("loss_implementation", "chunked"): "Megatron-Core has no chunked loss",
+                 ("loss_implementation", "fused_linear"): "Megatron-Core core_v0.16 does not "
+                 "fuse the output layer with the loss"},
     "deepspeed": {("fp8_all_gather", True): "torchao's float8 all-gather is FSDP2's, not "
                   "DeepSpeed ZeRO-3's",
                   ("activation_offload", True): "DeepSpeed offloads activation checkpoints "
                   "(cpu_checkpointing), not Megatron's fine-grained groups",
                   ("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
                   ("moe_dispatcher", "hybridep"): "DeepSpeed-MoE dispatches with all-to-all only",
-                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only"},
+                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only",
+                  **{("loss_implementation", value): _DEEPSPEED_LOSS
+                     for value in ("compiled", "chunked", "fused", "fused_linear")}},
     "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher",
                    ("optimizer_offload", True): "torchtitan offloads parameters, gradients and "
                    "optimizer together (FSDP2 CPUOffloadPolicy), not the optimizer alone",
-                   ("activation_offload", True): "torchtitan has no activation offloading"},
+                   ("activation_offload", True): "torchtitan has no activation offloading",
+                   ("loss_implementation", "chunked"): "torchtitan's releases compute the "
+                   "whole loss (the chunked loss of #996 was removed by #1033)",
+                   ("loss_implementation", "fused"): "torchtitan has no fused cross-entropy "
+                   "kernel",
+                   ("loss_implementation", "fused_linear"): "torchtitan's releases (v0.2.x) do "
+                   "not fuse the LM head with the loss"},
 }
 
 
@@ -425,6 +459,10 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
     if framework == "torchtitan" and "fused_elementwise" in update:
         update["launches"] = (TORCHTITAN_COMPILED_LAUNCHES if update["fused_elementwise"]
                               else TORCHTITAN_EAGER_LAUNCHES)
+        # torch.compile compiles the loss with the model ([compile] components "model",
+        # "loss", as `launch` writes it) unless a flag says how the loss runs.
+        update.setdefault("loss_implementation",
+                          "compiled" if update["fused_elementwise"] else "eager")
     return FrameworkProfile(name=framework, time_constants=constants.model_copy(update=update))
 
 

@@ -19,6 +19,7 @@ from solver.spec import ClusterSpec
 from solver.spec.framework import (
     DpOverlap,
     Fp8WeightCopies,
+    LossImplementation,
     MoeDispatcher,
     RecomputeModule,
     SelectiveRecompute,
@@ -287,6 +288,16 @@ class TimeConstants(BaseModel):
     # Programming Guide, CUDA Environment Variables), so the host never runs ahead and each
     # pass costs its GPU work plus its host ops (solver.cost.layer_time), not the larger.
     cuda_launch_blocking: bool = False
+    # How the framework computes the loss (solver.spec.framework.LossImplementation): memory
+    # only, what the last stage holds for the logits (MemoryOptions.loss_implementation,
+    # solver.cost.memory.loss.estimate_logits_bytes). The step time is not changed by
+    # it: the LM head's GEMMs do the same FLOPs in every implementation (Liger's fused linear
+    # cross-entropy runs the head's two backward GEMMs chunk by chunk inside its forward,
+    # fused_linear_cross_entropy_forward, and recomputes nothing), and the loss's streaming
+    # time (layer_compute.estimate_head_compute_s) is not modelled per implementation.
+    # "eager": Megatron's, DeepSpeed's and the generic profile's default; torchtitan's
+    # without torch.compile ("compiled" with it); solver.cost.frameworks says why.
+    loss_implementation: LossImplementation = "eager"
     # Host seconds per eager PyTorch op the framework issues (KernelLaunches counts them).
     # None: the cluster's CPU (ClusterSpec.host_op_us), X86_HOST_OP_S where its file gives none.
     host_op_s: float | None = Field(default=None, ge=0)

@@ -139,6 +139,9 @@ EXPLICIT: dict[str, object] = {
     "model.recompute_num_layers": None, "model.recompute_modules": ["core_attn"],
     "model.cuda_graph_impl": "none",
     "model.tp_comm_overlap": False, "model.mtp_num_layers": None,
+    # Megatron's unfused cross-entropy unless the plan's loss is fused: Bridge's GPT provider
+    # turns the fusion on by default (GPTModelProvider cross_entropy_loss_fusion = True)
+    "model.cross_entropy_loss_fusion": False, "model.cross_entropy_fusion_impl": "native",
     # Megatron's MTP loss weight over the Nemotron 3 recipes' 0.3
     # (recipes/nemotronh/h100/nemotron_3_super.py): the model's own goes out as a flag. (Their
     # repeated depths are no default to write out: mtp_use_repeated_layer is Megatron-Core

@@ -72,7 +72,8 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
     CUDA graphs of attention and MLP, or of attention, router and preprocessing in dropless MoE
     layers (docs/user-guide/features/cuda_graph.md); TP and EP communication overlap; the
     precision-aware optimizer with bf16 main gradients and moments, bf16 gradient reduction,
-    fp8 parameters (arguments.py). Returns the flags and notes."""
+    fp8 parameters (arguments.py); Transformer Engine's fused cross-entropy. Returns the flags
+    and notes."""
     constants = target.time_constants or framework_time_constants("megatron")
     c, is_moe = target.config, target.model_spec.is_moe
     flags: list[tuple[str, ...]] = []
@@ -115,6 +116,11 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
         flags.append(("--fp8-param-gather",))
     if c.recompute == "selective" and constants.recompute_modules != ("core_attn",):
         flags.append(("--recompute-modules", *constants.recompute_modules))
+    if constants.loss_implementation == "fused":
+        # Transformer Engine's parallel cross-entropy, the gradient written into the logits
+        # (language_module.py compute_language_model_loss; model_parallel_config.py
+        # cross_entropy_loss_fusion, cross_entropy_fusion_impl, core_v0.16.1)
+        flags += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", "te")]
     flags += _offload_flags(target, notes)
     return flags, notes
 

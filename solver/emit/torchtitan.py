@@ -188,7 +188,8 @@ def build_torchtitan_config(target: LaunchTarget, head: str = "output"
 def _feature_sections(target: LaunchTarget, parallelism: dict[str, object],
                       warnings: list[str]) -> dict[str, dict[str, object]]:
     """The framework profile's features in torchtitan's fields (v0.2.x job_config.py):
-    fused element-wise ops are torch.compile ([compile] enable); DeepEP is
+    fused element-wise ops are torch.compile of the model, a compiled loss of the loss
+    ([compile] enable, components); DeepEP is
     parallelism.expert_parallel_comm_backend = "deepep"; what the TOML releases cannot ask for
     is a warning."""
     constants = target.time_constants or framework_time_constants("torchtitan")
@@ -219,8 +220,17 @@ def _feature_sections(target: LaunchTarget, parallelism: dict[str, object],
     sections: dict[str, dict[str, object]] = {"training": training} if training else {}
     if sections_fp8:
         sections["quantize.linear.float8"] = sections_fp8
-    if constants.fused_elementwise:
-        sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    # torch.compile of the model (fused element-wise ops) and of the loss (job_config.py
+    # Compile.components; components/loss.py build_cross_entropy_loss compiles the loss when
+    # "loss" is among them)
+    components = (["model"] if constants.fused_elementwise else []) + (
+        ["loss"] if constants.loss_implementation == "compiled" else [])
+    if components:
+        sections["compile"] = {"enable": True, "components": components}
+    if constants.loss_implementation not in ("eager", "compiled"):
+        warnings.append(f"torchtitan computes the loss with F.cross_entropy, eager or compiled, "
+                        f"not {constants.loss_implementation}: the logits take more memory "
+                        "than estimated")
     return sections
 
 

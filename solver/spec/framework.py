@@ -26,12 +26,18 @@ Fp8WeightCopies = Literal["transformer_engine", "none"]
 # (solver.cost.memory.activations.estimate_module_recompute_bytes says what each drops).
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_experts",
                           "mla_up_proj"]
+# How the loss turns the LM head's output into the cross-entropy (what the logits term holds:
+# solver.cost.memory.loss.estimate_logits_bytes): eager ops on upcast logits, the loss
+# compiled (torch.compile), upcast and computed chunk by chunk, a fused kernel that writes the
+# gradient into the logits, or fused with the LM head so the full logits never exist.
+LossImplementation = Literal["eager", "compiled", "chunked", "fused", "fused_linear"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = get_args(AttentionKernel)
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
 DP_OVERLAPS: tuple[DpOverlap, ...] = get_args(DpOverlap)
 SELECTIVE_RECOMPUTES: tuple[SelectiveRecompute, ...] = get_args(SelectiveRecompute)
 FP8_WEIGHT_COPIES: tuple[Fp8WeightCopies, ...] = get_args(Fp8WeightCopies)
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
+LOSS_IMPLEMENTATIONS: tuple[LossImplementation, ...] = get_args(LossImplementation)
 
 
 class FrameworkFeatures(BaseModel):
@@ -58,6 +64,7 @@ class FrameworkFeatures(BaseModel):
     # Megatron's layer-level CPU offloading: the first N decoder layers' activations go to
     # the host (--cpu-offloading-num-layers; 0 is off).
     cpu_offloading_num_layers: int | None = Field(default=None, ge=0)
+    loss_implementation: LossImplementation | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""

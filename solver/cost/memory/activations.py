@@ -401,15 +401,3 @@ def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: C
         "offload_margin": margin,
     }
 
-
-def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
-                          options: MemoryOptions) -> np.ndarray:
-    """Logits and cross-entropy buffers (held by the last stage): s*b/cp tokens x V/tp vocabulary
-    entries x logits_bytes (bf16 logits + the fp32 copy the loss keeps), once per output head
-    (the main head plus each MTP depth).
-
-    Worked number: Llama-3.1-8B, s = 8192, b = 4, tp = 1: 32768 * 128256 * 6 B = 25.2 GB.
-    """
-    heads = 1 + (model_spec.mtp_depths if options.include_mtp else 0)
-    tokens = job.seq_len * candidates.micro_batch / candidates.cp
-    return heads * tokens * model_spec.vocab_size / candidates.tp * options.logits_bytes

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from solver.spec.framework import (
     Fp8WeightCopies,
+    LossImplementation,
     MoeDispatcher,
     RecomputeModule,
     SelectiveRecompute,
@@ -117,7 +118,16 @@ class MemoryOptions(BaseModel):
       logits_bytes 6       per logit on the last stage while the loss runs: the bf16 logits
                            plus the fp32 copy Megatron's vocab-parallel cross-entropy makes and
                            keeps for backward (theoretical_memory_usage counts the fp32 copy,
-                           4 bytes; a fused cross-entropy needs 2).
+                           4 bytes; a fused cross-entropy needs 2). The per-logit bytes of the
+                           framework's eager loss: torchtitan's F.cross_entropy holds 12
+                           (solver.cost.frameworks.EAGER_CROSS_ENTROPY_LOGITS_BYTES).
+      loss_implementation "eager"
+                           how the loss is computed (solver.spec.framework.LossImplementation;
+                           the framework profile's, FrameworkProfile.memory_options): "eager"
+                           holds logits_bytes per logit, "compiled", "chunked" and "fused"
+                           the bytes their code keeps, "fused_linear" (the LM head fused with
+                           the loss) one chunk of logits and the head's input gradient
+                           (solver.cost.memory.loss.estimate_logits_bytes, each with its source).
     Temporary buffers and fixed overheads (§3.1 FSDP, §3.4):
       zero3_prefetch_layers 1
                            ZeRO-3 keeps the current and the prefetched layer gathered (FSDP2:
@@ -232,3 +242,4 @@ class MemoryOptions(BaseModel):
     keep_stage_outputs: bool = False
     fused_elementwise: bool = True
     rmsnorm_fp32_copy: bool = True
+    loss_implementation: LossImplementation = "eager"

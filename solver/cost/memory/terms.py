@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.candidates import Candidates
-from solver.cost.memory.activations import estimate_activation_terms, estimate_logits_bytes
+from solver.cost.memory.activations import estimate_activation_terms
 from solver.cost.memory.dispatcher import estimate_dispatcher_bytes
 from solver.cost.memory.layer_offload import estimate_layer_offload_saved_bytes
+from solver.cost.memory.loss import estimate_logits_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
 from solver.cost.blocks import hybrid_kinds
