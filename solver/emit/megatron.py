@@ -173,6 +173,11 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
                         f"micro-batches per step to be a multiple of pp ({c.pp})")
     if c.sequence_parallel:
         flags.append(("--sequence-parallel",))
+        if target.job.seq_len % (c.tp * c.cp):  # the search's megatron_sequence_parallel_split
+            warnings.append(f"sequence parallelism scatters each CP rank's tokens over TP: "
+                            f"seq_len ({target.job.seq_len}) must be a multiple of tp x cp "
+                            f"({c.tp * c.cp}) or Megatron's reduce-scatter asserts "
+                            "[megatron_sequence_parallel_split]")
     if c.zero >= 1:
         flags.append(("--use-distributed-optimizer",))
     if c.dp * c.cp > 1:
