@@ -68,7 +68,8 @@ def test_megatron_profile() -> None:
     store_true (off), --optimizer-cpu-offload store_true (off);
     transformer_config.py recompute_modules default ["core_attn"],
     fine_grained_activation_offloading = False; model_parallel_config.py
-    cpu_offloading_num_layers = 0."""
+    cpu_offloading_num_layers = 0; training states mixed (optimizer_config.py: main_params_dtype,
+    exp_avg_dtype and exp_avg_sq_dtype torch.float32)."""
     profile = build_framework_profile("megatron")
     assert profile.features() == {
         "attention_kernel": "native", "fused_elementwise": True, "cuda_graphs": False,
@@ -78,7 +79,7 @@ def test_megatron_profile() -> None:
         "grad_reduce_in_bf16": False, "fp8_param_gather": False,
         "recompute_modules": ["core_attn"], "optimizer_offload": False,
         "activation_offload": False, "fp8_all_gather": False,
-        "cpu_offloading_num_layers": 0}
+        "cpu_offloading_num_layers": 0, "training_states": "mixed"}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 

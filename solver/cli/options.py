@@ -22,6 +22,7 @@ from solver.spec.framework import (
     RECOMPUTE_MODULES,
     MOE_DISPATCHERS,
     SELECTIVE_RECOMPUTES,
+    TRAINING_STATES,
     FrameworkFeatures,
 )
 from solver.spec.job import FRAMEWORKS, PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
@@ -125,6 +126,11 @@ def framework_feature_options(command: F) -> F:
                      callback=_split_modules,
                      help="Modules --recompute selective recomputes (Megatron): "
                           + ",".join(RECOMPUTE_MODULES) + " (default core_attn)."),
+        click.option("--training-states", type=click.Choice(TRAINING_STATES), default=None,
+                     help="Weights, gradients and Adam state: mixed (the framework's fp32 "
+                          "master and moments; default), pure_bf16 (all bf16, no master: "
+                          "8 B per parameter), adam8bit (8-bit block-wise moments, "
+                          "bitsandbytes / torchao) or pure_bf16_adam8bit."),
     ])
 
 

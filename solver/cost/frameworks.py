@@ -33,6 +33,9 @@ override:
   fp8_all_gather       torchao float8's FSDP2 all-gather in float8 (torchtitan; memory only)
   cpu_offloading_num_layers  Megatron's layer-level CPU offloading of the first N layers'
                        activations (solver.cost.memory.layer_offload, solver.cost.offload)
+  training_states      mixed | pure_bf16 | adam8bit | pure_bf16_adam8bit: weights, gradients
+                       and Adam state below mixed precision (solver.cost.training_states;
+                       memory, optimizer step, and in pure bf16 the DP gradient bytes)
 and, not overridable, the host ops per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
 bf16).
@@ -54,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.precision import load_recipe
 from solver.cost.time_constants import KernelLaunches, TimeConstants
+from solver.cost.training_states import estimate_training_state_options, is_pure
 from solver.errors import InputError, format_validation_error
 from solver.spec import ClusterSpec
 from solver.spec.framework import FEATURES, MEMORY_SAVERS, OFFLOADS, FrameworkFeatures
@@ -203,6 +207,9 @@ class FrameworkProfile(BaseModel):
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
+        # Pure bf16 / 8-bit Adam (--training-states): last, over the framework's own states.
+        update.update(estimate_training_state_options(constants.training_states,
+                                                      base.model_copy(update=update)))
         return base.model_copy(update=update)
 
 
@@ -300,15 +307,31 @@ PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deep
 # an error naming the flag).
 UNSUPPORTED = {
     "megatron": {("fp8_all_gather", True): "Megatron gathers fp8 weights with "
-                 "--fp8-param-gather (Transformer Engine), not torchao's float8 all-gather"},
+                 "--fp8-param-gather (Transformer Engine), not torchao's float8 all-gather",
+                 **{("training_states", states): "Megatron keeps main parameters in fp32 or "
+                    "fp16 (--main-params-dtype) and its moments in TE's FusedAdam "
+                    "(--use-precision-aware-optimizer --exp-avg-dtype): no pure bf16 training, "
+                    "no block-wise 8-bit Adam"
+                    for states in ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")}},
     "deepspeed": {("fp8_all_gather", True): "torchao's float8 all-gather is FSDP2's, not "
                   "DeepSpeed ZeRO-3's",
                   ("activation_offload", True): "DeepSpeed offloads activation checkpoints "
                   "(cpu_checkpointing), not Megatron's fine-grained groups",
                   ("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
                   ("moe_dispatcher", "hybridep"): "DeepSpeed-MoE dispatches with all-to-all only",
-                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only"},
+                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only",
+                  **{("training_states", states): "DeepSpeed's bf16 master and optimizer "
+                     "states (bf16_master_weights_and_grads, bf16_optimizer_states) keep a "
+                     "bf16 master partition cloned beside the bf16 weights (stage_1_and_2.py "
+                     "single_partition_of_fp32_groups), not the 8 B per parameter of pure "
+                     "bf16 training modelled here"
+                     for states in ("pure_bf16", "pure_bf16_adam8bit")}},
     "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher",
+                   **{("training_states", states): "torchtitan's optimizers are torch.optim "
+                      "Adam / AdamW over FSDP2's fp32 parameters (components/optimizer.py "
+                      "OptimizersContainer: \"only supports Adam and AdamW\"): no pure bf16, "
+                      "no 8-bit states"
+                      for states in ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")},
                    ("optimizer_offload", True): "torchtitan offloads parameters, gradients and "
                    "optimizer together (FSDP2 CPUOffloadPolicy), not the optimizer alone",
                    ("activation_offload", True): "torchtitan has no activation offloading"},
@@ -359,6 +382,11 @@ def check_feature_precision(constants: TimeConstants, precision: str) -> None:
     if constants.fp8_all_gather and precision != "fp8":
         raise InputError(f"--fp8-all-gather: torchao's float8 all-gather is for tensorwise "
                          f"float8 (--precision fp8), not {precision}")
+    # Pure bf16 keeps no fp32 master; the fp8 and fp4 recipes cast from one (Transformer
+    # Engine, torchao float8) and are modelled with it.
+    if is_pure(constants.training_states) and precision != "bf16":
+        raise InputError(f"--training-states {constants.training_states}: pure bf16 training "
+                         f"is for --precision bf16, not {precision}")
 
 
 def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,
@@ -372,8 +400,11 @@ def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,
     # (transformer_config.py: "fine_grained_activation_offloading cannot be enabled with
     # cpu_offloading").
     layer_offload = bool(given.get("cpu_offloading_num_layers"))
+    # The host optimizers (DeepSpeedCPUAdam, Megatron's CPU AdamW) step fp32 states only.
+    low_states = given.get("training_states", "mixed") != "mixed"
     return tuple(name for name in OFFLOAD_FRAMEWORKS.get(framework, ())
-                 if name not in given and not (fp8_params and name == "optimizer_offload")
+                 if name not in given
+                 and not ((fp8_params or low_states) and name == "optimizer_offload")
                  and not (layer_offload and name == "activation_offload"))
 
 
@@ -417,7 +448,36 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
     if framework == "torchtitan" and "fused_elementwise" in update:
         update["launches"] = (TORCHTITAN_COMPILED_LAUNCHES if update["fused_elementwise"]
                               else TORCHTITAN_EAGER_LAUNCHES)
-    return FrameworkProfile(name=framework, time_constants=constants.model_copy(update=update))
+    if is_pure(update.get("training_states", "mixed")):
+        # bf16 gradients are reduced in bf16 (DDP and FSDP2 without a mixed-precision policy
+        # reduce in the gradient's dtype).
+        update["grad_reduce_bytes"] = BF16_GRAD_BYTES
+        update["zero3_grad_reduce_bytes"] = BF16_GRAD_BYTES
+    constants = constants.model_copy(update=update)
+    _check_training_states(constants)
+    return FrameworkProfile(name=framework, time_constants=constants)
+
+
+def check_training_states_supported(framework: str, constants: TimeConstants) -> None:
+    """An InputError where `framework` has no setting for constants' training states (UNSUPPORTED):
+    what an emitter of its launch settings refuses rather than writes."""
+    states = constants.training_states
+    why = UNSUPPORTED.get(framework, {}).get(("training_states", states))
+    if why:
+        raise InputError(f"--training-states {states}: {why} (--framework {framework})")
+
+
+def _check_training_states(constants: TimeConstants) -> None:
+    """An InputError where --training-states meets a feature that keeps fp32 Adam states: the
+    precision-aware optimizer (its own bf16 moments beside an fp32 master) or the optimizer on
+    the host (DeepSpeedCPUAdam and Megatron's CPU AdamW step fp32 states)."""
+    states = constants.training_states
+    if states == "mixed":
+        return
+    for feature in ("precision_aware_optimizer", "optimizer_offload"):
+        if getattr(constants, feature):
+            raise InputError(f"--training-states {states}: not with {_flag(feature)}, whose "
+                             "optimizer keeps its own fp32 states")
 
 
 def _render(value: Any) -> str:

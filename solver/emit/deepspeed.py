@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 
+from solver.cost.frameworks import check_training_states_supported
 from solver.emit.nodes import count_nodes, render_hostfile
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
@@ -131,6 +132,18 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         zero = config["zero_optimization"]
         assert isinstance(zero, dict)
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if constants is not None:
+        check_training_states_supported("deepspeed", constants)  # mixed or adam8bit
+    if constants is not None and constants.training_states == "adam8bit":
+        # ds_config's optimizer types have no 8-bit Adam: a client optimizer, which ZeRO takes
+        # only with zero_allow_untested_optimizer (deepspeed/runtime/constants.py
+        # ZERO_ALLOW_UNTESTED_OPTIMIZER; transformers' integrations/deepspeed.py sets it for
+        # the Trainer's own optimizer); ZeRO hands it the fp32 partition, so its 8-bit moments
+        # sit beside the fp32 master (solver.cost.training_states).
+        config["zero_allow_untested_optimizer"] = True
+        notes.append("8-bit Adam: pass bitsandbytes.optim.AdamW8bit(model.parameters(), ...) "
+                     "(or torchao's AdamW8bit) to deepspeed.initialize(optimizer=...); "
+                     "ds_config names no optimizer")
     if constants is not None and constants.precision_aware_optimizer:
         warnings.append("DeepSpeed's ZeRO optimizer keeps fp32 Adam moments: no "
                         "precision-aware optimizer (planned with bf16 moments)")

@@ -34,6 +34,7 @@ import shlex
 
 import numpy as np
 
+from solver.cost.frameworks import check_training_states_supported
 from solver.cost.time_constants import framework_time_constants
 from solver.emit.layout import build_rank_layout
 from solver.emit.target import Emitted, LaunchTarget
@@ -105,6 +106,7 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
         flags.append(("--overlap-moe-expert-parallel-comm",))
+    check_training_states_supported("megatron", constants)  # mixed only
     if constants.precision_aware_optimizer:
         flags += [("--use-precision-aware-optimizer",), ("--main-grads-dtype", "bf16"),
                   ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]

@@ -26,12 +26,18 @@ Fp8WeightCopies = Literal["transformer_engine", "none"]
 # (solver.cost.memory.activations.estimate_module_recompute_bytes says what each drops).
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_experts",
                           "mla_up_proj"]
+# Model states below the framework's mixed precision (issue 43; solver.cost.training_states
+# says what each keeps and streams): mixed (the framework's own), pure_bf16 (bf16 weights,
+# gradients and Adam moments, no fp32 master), adam8bit (Adam's moments in 8 bits, block-wise,
+# beside the framework's master), pure_bf16_adam8bit (both).
+TrainingStates = Literal["mixed", "pure_bf16", "adam8bit", "pure_bf16_adam8bit"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = get_args(AttentionKernel)
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
 DP_OVERLAPS: tuple[DpOverlap, ...] = get_args(DpOverlap)
 SELECTIVE_RECOMPUTES: tuple[SelectiveRecompute, ...] = get_args(SelectiveRecompute)
 FP8_WEIGHT_COPIES: tuple[Fp8WeightCopies, ...] = get_args(Fp8WeightCopies)
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
+TRAINING_STATES: tuple[TrainingStates, ...] = get_args(TrainingStates)
 
 
 class FrameworkFeatures(BaseModel):
@@ -58,6 +64,7 @@ class FrameworkFeatures(BaseModel):
     # Megatron's layer-level CPU offloading: the first N decoder layers' activations go to
     # the host (--cpu-offloading-num-layers; 0 is off).
     cpu_offloading_num_layers: int | None = Field(default=None, ge=0)
+    training_states: TrainingStates | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""
