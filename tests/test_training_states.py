@@ -43,8 +43,7 @@ from solver.spec.framework import FrameworkFeatures
 
 LOW_STATES = ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")
 # Where each framework takes them (solver.cost.frameworks.UNSUPPORTED).
-TAKEN = {"generic": LOW_STATES, "deepspeed": ("adam8bit",), "megatron": (),
-         "torchtitan": ()}
+TAKEN = {"generic": LOW_STATES, "deepspeed": LOW_STATES, "megatron": (), "torchtitan": ()}
 
 
 def _bytes_per_param(options: MemoryOptions) -> float:
@@ -68,6 +67,17 @@ def test_bytes_per_parameter(states: str, expected: float) -> None:
     base = MemoryOptions()
     options = base.model_copy(update=estimate_training_state_options(states, base))
     assert _bytes_per_param(options) == pytest.approx(expected)
+
+
+def test_deepspeed_pure_bf16_keeps_a_bf16_master_copy() -> None:
+    """DeepSpeed's bf16_master_weights_and_grads clones the rank's partition in bf16
+    (stage_1_and_2.py weights_partition ... .clone().to(master_weights_and_grads_dtype)):
+    2 + 2 + (2 + 4) = 10 B per parameter unsharded, its step 14 + 2 B."""
+    profile = build_framework_profile("deepspeed", {"training_states": "pure_bf16"})
+    assert _bytes_per_param(profile.memory_options()) == pytest.approx(10.0)
+    assert estimate_optimizer_step_bytes("pure_bf16", 30.0, bf16_master_copy=True) == 16.0
+    generic = build_framework_profile("generic", {"training_states": "pure_bf16"})
+    assert _bytes_per_param(generic.memory_options()) == pytest.approx(8.0)
 
 
 def test_pure_bf16_llama_8b_under_zero3_holds_8_bytes_per_parameter_over_dp() -> None:
@@ -166,12 +176,12 @@ def test_the_search_does_not_offload_8bit_states() -> None:
         "deepspeed", FrameworkFeatures(training_states="adam8bit"))
 
 
-def _target(states: str) -> LaunchTarget:
-    """Llama-3.1-8B on 8 GPUs, ZeRO-1, with the generic profile's constants for `states` (what
-    an emitter must take or refuse whatever profile planned it)."""
+def _target(states: str, zero: int = 1) -> LaunchTarget:
+    """Llama-3.1-8B on 8 GPUs with the generic profile's constants for `states` (what an
+    emitter must take or refuse whatever profile planned it)."""
     model_spec, cluster_spec, job = load_problem_specs("llama3.1-8b", "dgx-h100",
                                                        global_batch=64)
-    config = ParallelConfig(dp=8, zero=1)
+    config = ParallelConfig(dp=8, zero=zero)
     constants = build_framework_profile("generic", {"training_states": states}).time_constants
     return LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
                         layout=build_rank_layout(config, False), time_constants=constants)
@@ -183,8 +193,31 @@ def test_deepspeed_launch_takes_a_client_8bit_optimizer() -> None:
     assert any("bitsandbytes.optim.AdamW8bit" in note for note in notes)
     mixed, _, _ = build_deepspeed_config(_target("mixed"))
     assert "zero_allow_untested_optimizer" not in mixed
-    with pytest.raises(InputError, match="--training-states pure_bf16: DeepSpeed"):
-        build_deepspeed_config(_target("pure_bf16"))
+    assert mixed["bf16"] == {"enabled": True}
+
+
+def test_deepspeed_launch_writes_bf16_master_weights_from_zero_1() -> None:
+    """ds_config bf16.bf16_master_weights_and_grads (+ bf16_optimizer_states for DeepSpeed's
+    own Adam); its engine refuses them without ZeRO, and so does the launch, in one line."""
+    config, _, _ = build_deepspeed_config(_target("pure_bf16"))
+    assert config["bf16"] == {"enabled": True, "bf16_master_weights_and_grads": True,
+                              "bf16_optimizer_states": True}
+    both, _, _ = build_deepspeed_config(_target("pure_bf16_adam8bit", zero=2))
+    assert both["bf16"] == {"enabled": True, "bf16_master_weights_and_grads": True}
+    assert both["zero_allow_untested_optimizer"] is True
+    with pytest.raises(InputError, match=r"not --zero 0 \[deepspeed_bf16_master_needs_zero\]"):
+        build_deepspeed_config(_target("pure_bf16", zero=0))
+
+
+def test_deepspeed_search_keeps_pure_bf16_off_zero_0() -> None:
+    from solver.optimize import build_problem, solve
+
+    problem = build_problem("llama3.2-1b", "dgx-h100", 8, seq_len=2048, global_batch=64,
+                            framework="deepspeed", pins={"zero": (0,)},
+                            features=FrameworkFeatures(training_states="pure_bf16"))
+    result = solve(problem)
+    assert result.status == "infeasible"
+    assert "deepspeed_bf16_master_needs_zero" in result.conflicts
 
 
 def test_megatron_launch_refuses_rather_than_writes() -> None:

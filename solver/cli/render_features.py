@@ -46,7 +46,10 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
         optimizer = optimizer.replace("fp32 master weights", "fp32 master weights kept as "
                                       "16-bit remainders of the bf16 ones")
     if constants.training_states != "mixed":
-        optimizer = f"{TRAINING_STATE_WORDS[constants.training_states]} (--training-states " \
+        words = TRAINING_STATE_WORDS[constants.training_states]
+        if constants.bf16_master_copy and words.endswith("no fp32 master"):
+            words = words.replace("no fp32 master", "a bf16 master copy of the partition")
+        optimizer = f"{words} (--training-states " \
                     f"{constants.training_states}: {options.param_bytes:g} + " \
                     f"{options.grad_bytes:g} + {options.optimizer_bytes:.2f} B per parameter)"
     if options.fp32_sharded_params:

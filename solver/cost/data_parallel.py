@@ -132,9 +132,10 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
     (ComputeConstants.hbm_fraction); pure bf16 or 8-bit Adam states stream fewer bytes
     (solver.cost.training_states.estimate_optimizer_step_bytes: 14 B, 18.06 B)."""
     total = 0.0
-    per_param = estimate_optimizer_step_bytes(constants.training_states,
-                                              constants.optimizer_bytes_per_param - (
-        PRECISION_AWARE_SAVED_BYTES if constants.precision_aware_optimizer else 0.0))
+    per_param = estimate_optimizer_step_bytes(
+        constants.training_states, constants.optimizer_bytes_per_param - (
+            PRECISION_AWARE_SAVED_BYTES if constants.precision_aware_optimizer else 0.0),
+        constants.bf16_master_copy)
     for kind in PARAM_KINDS:
         updated = estimate_optimizer_shard_params(model_spec, cluster, candidates, kind)
         total = total + estimate_streaming_s(

@@ -209,7 +209,8 @@ class FrameworkProfile(BaseModel):
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
         # Pure bf16 / 8-bit Adam (--training-states): last, over the framework's own states.
         update.update(estimate_training_state_options(constants.training_states,
-                                                      base.model_copy(update=update)))
+                                                      base.model_copy(update=update),
+                                                      constants.bf16_master_copy))
         return base.model_copy(update=update)
 
 
@@ -294,11 +295,14 @@ def _deepspeed() -> TimeConstants:
       (offload_grads_during_backward).
     pipeline sends sequential: its pipeline engine sends and receives with blocking
       dist.send / dist.recv, one after the other (pipe/p2p.py, schedule.py TrainSchedule;
-      solver.cost.pipeline_sends)."""
+      solver.cost.pipeline_sends).
+    bf16 master copy: pure bf16 (--training-states pure_bf16: bf16_master_weights_and_grads)
+      keeps the master as a bf16 clone of the partition (solver.cost.training_states)."""
     return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                          zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
                          native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES,
-                         offload_grads_during_backward=True, pipeline_sends="sequential")
+                         offload_grads_during_backward=True, pipeline_sends="sequential",
+                         bf16_master_copy=True)
 
 
 PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed,
@@ -319,13 +323,7 @@ UNSUPPORTED = {
                   "(cpu_checkpointing), not Megatron's fine-grained groups",
                   ("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
                   ("moe_dispatcher", "hybridep"): "DeepSpeed-MoE dispatches with all-to-all only",
-                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only",
-                  **{("training_states", states): "DeepSpeed's bf16 master and optimizer "
-                     "states (bf16_master_weights_and_grads, bf16_optimizer_states) keep a "
-                     "bf16 master partition cloned beside the bf16 weights (stage_1_and_2.py "
-                     "single_partition_of_fp32_groups), not the 8 B per parameter of pure "
-                     "bf16 training modelled here"
-                     for states in ("pure_bf16", "pure_bf16_adam8bit")}},
+                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only"},
     "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher",
                    **{("training_states", states): "torchtitan's optimizers are torch.optim "
                       "Adam / AdamW over FSDP2's fp32 parameters (components/optimizer.py "
@@ -465,6 +463,17 @@ def check_training_states_supported(framework: str, constants: TimeConstants) ->
     why = UNSUPPORTED.get(framework, {}).get(("training_states", states))
     if why:
         raise InputError(f"--training-states {states}: {why} (--framework {framework})")
+
+
+def check_training_states_zero(framework: str, constants: TimeConstants,
+                               zero_stages: tuple[int, ...]) -> None:
+    """An InputError where DeepSpeed's pure bf16 (bf16_master_weights_and_grads) meets ZeRO 0,
+    which its engine refuses (the search's deepspeed_bf16_master_needs_zero)."""
+    states = constants.training_states
+    if framework == "deepspeed" and is_pure(states) and 0 in zero_stages:
+        raise InputError(f"--training-states {states}: DeepSpeed takes bf16 master weights "
+                         "(bf16_master_weights_and_grads) with ZeRO 1, 2 or 3, not --zero 0 "
+                         "[deepspeed_bf16_master_needs_zero]")
 
 
 def _check_training_states(constants: TimeConstants) -> None:

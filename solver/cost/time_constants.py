@@ -244,6 +244,9 @@ class TimeConstants(BaseModel):
     # 8-bit Adam moments (solver.cost.training_states: the bytes each keeps, the bytes its
     # optimizer step streams). "mixed", the framework's own, by default.
     training_states: TrainingStates = "mixed"
+    # Pure bf16 keeps a bf16 master copy of the rank's partition beside the weights (DeepSpeed
+    # bf16_master_weights_and_grads; solver.cost.training_states): a framework switch.
+    bf16_master_copy: bool = False
     # Bytes the host's optimizer step streams through host memory per parameter
     # (solver.cost.offload.estimate_optimizer_offload_s): one fused pass that reads the fp32
     # parameter, gradient and both moments and writes the parameter and the moments, 7 x 4 B.

@@ -26,6 +26,14 @@ keeps on the GPU and what the optimizer step streams through HBM, per named choi
                       `dtype: bf16` and `optimizer: bitsandbytes.optim.PagedAdamW8bit`
                       (memory_optimizations.rst, "Lower Precision Optimizers").
 
+DeepSpeed's pure bf16 (ds_config bf16.bf16_master_weights_and_grads with bf16_optimizer_states,
+ZeRO 1-3 only: runtime/engine.py asserts "Bf16_master_weights_and_grads is only supported with
+ZeRO Stage 1, 2, or 3") keeps its master as a bf16 clone of the rank's partition beside the
+bf16 weights (runtime/zero/stage_1_and_2.py: weights_partition = the bit16 partition
+.detach().clone().to(dtype=self.master_weights_and_grads_dtype)): 2 B more of optimizer state,
+sharded like it (TimeConstants.bf16_master_copy), 10 B per parameter unsharded; its step reads
+and writes that copy and writes the bf16 weights from it (2 B more).
+
 Not modelled: bitsandbytes keeps tensors under min_8bit_size = 4,096 elements in 32-bit states
 (biases and norm weights narrower than 4,096: under 0.01% of a 1B+ model's parameters), its
 256-entry fp32 quantisation maps (1 KiB per state tensor), and paged optimizers' eviction to
@@ -69,14 +77,15 @@ def estimate_adam_moment_bytes(states: TrainingStates) -> float:
     return BF16_BYTES if is_pure(states) else FP32_BYTES
 
 
-def estimate_training_state_options(states: TrainingStates, base: MemoryOptions
-                                    ) -> dict[str, Any]:
+def estimate_training_state_options(states: TrainingStates, base: MemoryOptions,
+                                    bf16_master_copy: bool = False) -> dict[str, Any]:
     """The MemoryOptions update of `states` over the framework's options `base`:
 
         adam8bit        optimizer_bytes = base - 2 x 4 + 2 x 1.015625
-        pure_*          param_bytes 2, grad_bytes 2, optimizer_bytes = 2 x moment bytes, no fp32
-                        parameter shard (FSDP's shard is the bf16 parameter) and no master
-                        remainders; gradients accumulate in bf16 (fsdp_reduce_bytes 2)
+        pure_*          param_bytes 2, grad_bytes 2, optimizer_bytes = 2 x moment bytes
+                        (+ 2 for a bf16 master copy, DeepSpeed), no fp32 parameter shard (FSDP's
+                        shard is the bf16 parameter) and no master remainders; gradients
+                        accumulate in bf16 (fsdp_reduce_bytes 2)
         mixed           nothing
     Worked numbers (B per parameter, unsharded): Megatron's 2 + 4 + 12 = 18 becomes
     2 + 4 + 6.03 = 12.03 with adam8bit; pure_bf16 2 + 2 + 4 = 8; pure_bf16_adam8bit
@@ -85,7 +94,9 @@ def estimate_training_state_options(states: TrainingStates, base: MemoryOptions
     """
     moments = ADAM_MOMENTS * estimate_adam_moment_bytes(states)
     if is_pure(states):
-        return {"param_bytes": BF16_BYTES, "grad_bytes": BF16_BYTES, "optimizer_bytes": moments,
+        master = BF16_BYTES if bf16_master_copy else 0.0
+        return {"param_bytes": BF16_BYTES, "grad_bytes": BF16_BYTES,
+                "optimizer_bytes": moments + master,
                 "fp32_sharded_params": False, "master_param_remainders": False,
                 "fsdp_reduce_bytes": BF16_BYTES}
     if is_8bit(states):
@@ -94,7 +105,8 @@ def estimate_training_state_options(states: TrainingStates, base: MemoryOptions
     return {}
 
 
-def estimate_optimizer_step_bytes(states: TrainingStates, mixed_bytes: float) -> float:
+def estimate_optimizer_step_bytes(states: TrainingStates, mixed_bytes: float,
+                                  bf16_master_copy: bool = False) -> float:
     """Bytes per parameter the optimizer step streams through HBM under `states`, given the
     framework's mixed-precision count `mixed_bytes` (TimeConstants.optimizer_bytes_per_param:
     30 = the fp32 parameter, gradient, m and v read, parameter, m and v written, and the bf16
@@ -103,6 +115,7 @@ def estimate_optimizer_step_bytes(states: TrainingStates, mixed_bytes: float) ->
         adam8bit            mixed - 2 x 2 x 4 + 2 x 2 x 1.015625   (m and v read and written)
         pure_bf16           7 x 2 = 14                              (torch AdamW over bf16)
         pure_bf16_adam8bit  14 - 2 x 2 x 2 + 2 x 2 x 1.015625
+    and 2 B more for a bf16 master copy (DeepSpeed: the weights written from it).
     The 8-bit kernels dequantise each block in registers (bitsandbytes kOptimizerStatic8bit2
     StateBlockwise: the 256-entry map in shared memory), so the step is counted as memory
     traffic only, at the HBM rate of the mixed step. Worked numbers: 30 -> 18.06 (adam8bit),
@@ -112,9 +125,10 @@ def estimate_optimizer_step_bytes(states: TrainingStates, mixed_bytes: float) ->
     read_write = 2 * ADAM_MOMENTS
     eight_bit = read_write * ADAM8BIT_MOMENT_BYTES
     if is_pure(states):
+        copy = BF16_BYTES if bf16_master_copy else 0.0
         if is_8bit(states):
-            return PURE_BF16_STEP_BYTES - read_write * BF16_BYTES + eight_bit
-        return PURE_BF16_STEP_BYTES
+            return PURE_BF16_STEP_BYTES - read_write * BF16_BYTES + eight_bit + copy
+        return PURE_BF16_STEP_BYTES + copy
     if is_8bit(states):
         return mixed_bytes - read_write * FP32_BYTES + eight_bit
     return mixed_bytes

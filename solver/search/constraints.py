@@ -60,6 +60,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory_total
+from solver.cost.training_states import is_pure
 from solver.search.space import VARIABLES, Problem
 from solver.spec import JobSpec, ModelSpec
 
@@ -257,8 +258,21 @@ def _framework(problem: Problem) -> list[Constraint]:
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
             *_kv_head_split(problem.model_spec, "DeepSpeed"),
             *_deepspeed_autoep(problem.model_spec),
+            *_deepspeed_bf16_master(problem),
         ]
     return []
+
+
+def _deepspeed_bf16_master(problem: Problem) -> list[Constraint]:
+    """Pure bf16 under DeepSpeed is bf16_master_weights_and_grads, which its engine takes with
+    ZeRO 1-3 only (runtime/engine.py: "Bf16_master_weights_and_grads is only supported with
+    ZeRO Stage 1, 2, or 3")."""
+    if not is_pure(problem.time_constants.training_states):
+        return []
+    return [Constraint("deepspeed_bf16_master_needs_zero", ("zero",),
+                       "DeepSpeed: bf16 master weights (--training-states "
+                       f"{problem.time_constants.training_states}) only with ZeRO 1, 2 or 3",
+                       lambda v: v["zero"] >= 1)]
 
 
 def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
