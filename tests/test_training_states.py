@@ -280,3 +280,15 @@ def test_low_precision_states_never_raise_memory(model_spec, framework, states, 
     for item in ("weights", "grads", "optimizer"):
         assert float(low.items[item][0]) <= float(mixed.items[item][0]) * (1 + 1e-12) + 1e-6
     assert np.all(low.items["optimizer"] < mixed.items["optimizer"])
+
+
+def test_text_headings_name_the_choice_and_stay_quiet_by_default() -> None:
+    args = ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--framework",
+            "generic"]
+    runner = CliRunner()
+    for command in (["estimate"], ["optimize", "--top", "1"]):
+        low = runner.invoke(cli, [*command, *args, "--training-states", "adam8bit"])
+        assert low.exit_code == 0, low.output
+        assert low.output.splitlines()[0].endswith(", adam8bit training states")
+        mixed = runner.invoke(cli, [*command, *args])
+        assert "training states" not in mixed.output.splitlines()[0]
