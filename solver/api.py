@@ -32,6 +32,7 @@ from solver.cost.frameworks import (
     FrameworkProfile,
     build_framework_profile,
     check_feature_precision,
+    check_training_states_zero,
 )
 from solver.cost.offload import check_layer_offload, check_offload
 from solver.cost.time_constants import TimeConstants
@@ -307,6 +308,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     check_layer_offload(profile.time_constants, model_spec, cluster_spec, (config.pp,),
                         (config.recompute,))
     check_feature_precision(profile.time_constants, job.precision)
+    check_training_states_zero(framework, profile.time_constants, (config.zero,))
     pipeline = None
     if layout is not None or recompute_num_layers is not None:
         even = build_default_layout(model_spec, config, options or MemoryOptions())

@@ -100,15 +100,15 @@ def test_conflicts_of_a_gpu_count_with_many_divisors_stay_small() -> None:
     deletion filter drops one rule at a time; without the depth-first chunks, dropping
     `tp_divides_heads` let the product of 60 tp x 60 cp x 60 etp ... values grow to 24 GB.
     Under Megatron, tp may be a multiple of the 8 KV heads (tp_kv_heads_compatible), so tp 24
-    and pp 5 would split it: only the NVLink domain stands in the way. Where the framework
-    splits whole KV heads (DeepSpeed), the odd factor 45 must go to tp or cp, and neither
-    takes it; a nearby round count is proposed."""
+    and pp 5 would split the GPUs, but sequence parallelism cannot scatter 4,096 tokens over 24
+    ranks (megatron_sequence_parallel_split, issue 43): that one rule explains it. Where the
+    framework splits whole KV heads (DeepSpeed), the odd factor 45 must go to tp or cp, and
+    neither takes it; a nearby round count is proposed."""
     from solver.optimize import build_problem, solve
 
     result = solve(build_problem("dbrx", "dgx-h100", 23040))
     assert result.status == "infeasible"
-    assert set(result.conflicts) == {"tp_within_nvlink"}
-    assert "--allow-tp-across-nodes" in result.fixes
+    assert set(result.conflicts) == {"megatron_sequence_parallel_split"}
     result = solve(build_problem("dbrx", "dgx-h100", 23040, framework="deepspeed"))
     assert result.status == "infeasible"
     assert {"cp_splits_sequence", "batch_divides", "tp_divides_kv_heads"} <= set(

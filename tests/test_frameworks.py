@@ -69,7 +69,8 @@ def test_megatron_profile() -> None:
     transformer_config.py recompute_modules default ["core_attn"],
     fine_grained_activation_offloading = False; model_parallel_config.py
     cpu_offloading_num_layers = 0, cross_entropy_loss_fusion = False (the unfused
-    vocab-parallel cross-entropy: loss eager)."""
+    vocab-parallel cross-entropy: loss eager); training states mixed (optimizer_config.py:
+    main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype torch.float32)."""
     profile = build_framework_profile("megatron")
     assert profile.features() == {
         "attention_kernel": "native", "fused_elementwise": True, "cuda_graphs": False,
@@ -79,7 +80,8 @@ def test_megatron_profile() -> None:
         "grad_reduce_in_bf16": False, "fp8_param_gather": False,
         "recompute_modules": ["core_attn"], "optimizer_offload": False,
         "activation_offload": False, "fp8_all_gather": False,
-        "cpu_offloading_num_layers": 0, "loss_implementation": "eager"}
+        "cpu_offloading_num_layers": 0, "loss_implementation": "eager",
+        "training_states": "mixed"}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 

@@ -97,6 +97,9 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     heading = (f"{result.model_spec.name} on {result.num_gpus} x {result.cluster.gpu.name} "
                f"({result.cluster.name}), seq {result.job.seq_len}, global batch "
                f"{result.job.global_batch}, {result.job.precision}")
+    states = result.profile.time_constants.training_states
+    if states != "mixed":
+        heading += f", {states} training states"
     if per_stage:
         echo_stage_table(plan, heading)
     else:

@@ -23,6 +23,7 @@ from solver.spec.framework import (
     RECOMPUTE_MODULES,
     MOE_DISPATCHERS,
     SELECTIVE_RECOMPUTES,
+    TRAINING_STATES,
     FrameworkFeatures,
 )
 from solver.spec.job import FRAMEWORKS, PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
@@ -135,6 +136,11 @@ def framework_feature_options(command: F) -> F:
                           "per chunk), fused (gradient written into the logits: Transformer "
                           "Engine, Liger) or fused_linear (LM head fused with the loss: "
                           "Liger); default: the framework's."),
+        click.option("--training-states", type=click.Choice(TRAINING_STATES), default=None,
+                     help="Weights, gradients and Adam state: mixed (the framework's fp32 "
+                          "master and moments; default), pure_bf16 (all bf16, no master: "
+                          "8 B per parameter), adam8bit (8-bit block-wise moments, "
+                          "bitsandbytes / torchao) or pure_bf16_adam8bit."),
     ])
 
 

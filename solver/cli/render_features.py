@@ -15,6 +15,14 @@ DISPATCHER_BUFFERS = {
     "hybridep": "HybridEP's buffers, a slot for every token of the ETPxEP group",
 }
 
+# What each --training-states keeps (solver.cost.training_states).
+TRAINING_STATE_WORDS = {
+    "pure_bf16": "bf16 weights, gradients and Adam moments, no fp32 master",
+    "adam8bit": "fp32 master weights, 8-bit block-wise Adam moments (bitsandbytes / torchao)",
+    "pure_bf16_adam8bit": "bf16 weights and gradients, 8-bit block-wise Adam moments, no fp32 "
+                          "master",
+}
+
 
 # What each loss implementation keeps at the last stage's peak (solver.cost.memory.loss).
 LOSS_HELD = {
@@ -57,6 +65,13 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
     if options.master_param_remainders and precision == "bf16":
         optimizer = optimizer.replace("fp32 master weights", "fp32 master weights kept as "
                                       "16-bit remainders of the bf16 ones")
+    if constants.training_states != "mixed":
+        words = TRAINING_STATE_WORDS[constants.training_states]
+        if constants.bf16_master_copy and words.endswith("no fp32 master"):
+            words = words.replace("no fp32 master", "a bf16 master copy of the partition")
+        optimizer = f"{words} (--training-states " \
+                    f"{constants.training_states}: {options.param_bytes:g} + " \
+                    f"{options.grad_bytes:g} + {options.optimizer_bytes:.2f} B per parameter)"
     if options.fp32_sharded_params:
         optimizer += "; under ZeRO-3 the fp32 parameter shard is the master (PyTorch FSDP)"
     grad_bytes = options.grad_bytes

@@ -26,6 +26,8 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
     heading = (f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
                f"({problem.cluster.name}), seq {problem.job.seq_len}, global batch "
                f"{problem.job.global_batch}, {problem.job.precision}, {problem.framework}")
+    if problem.time_constants.training_states != "mixed":
+        heading += f", {problem.time_constants.training_states} training states"
     if gpus_for_days is not None:
         heading += f" — fewest GPUs for {gpus_for_days:g} days"
     cluster = problem.cluster

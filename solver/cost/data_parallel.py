@@ -24,6 +24,7 @@ import numpy as np
 
 from solver.cost.comm import estimate_collective_s, estimate_group_link
 from solver.cost.efficiency import estimate_streaming_s
+from solver.cost.training_states import estimate_optimizer_step_bytes
 from solver.spec import ClusterSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -128,10 +129,13 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
 
     Worked number: 8.03e9 parameters on one H100 (3.35 TB/s HBM) without ZeRO stream
     30 B x 8.03e9 = 241 GB, 0.090 s at 80% of the HBM bandwidth
-    (ComputeConstants.hbm_fraction)."""
+    (ComputeConstants.hbm_fraction); pure bf16 or 8-bit Adam states stream fewer bytes
+    (solver.cost.training_states.estimate_optimizer_step_bytes: 14 B, 18.06 B)."""
     total = 0.0
-    per_param = constants.optimizer_bytes_per_param - (
-        PRECISION_AWARE_SAVED_BYTES if constants.precision_aware_optimizer else 0.0)
+    per_param = estimate_optimizer_step_bytes(
+        constants.training_states, constants.optimizer_bytes_per_param - (
+            PRECISION_AWARE_SAVED_BYTES if constants.precision_aware_optimizer else 0.0),
+        constants.bf16_master_copy)
     for kind in PARAM_KINDS:
         updated = estimate_optimizer_shard_params(model_spec, cluster, candidates, kind)
         total = total + estimate_streaming_s(

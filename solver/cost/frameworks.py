@@ -35,6 +35,9 @@ override:
                        activations (solver.cost.memory.layer_offload, solver.cost.offload)
   loss_implementation  eager | compiled | chunked | fused | fused_linear: how the loss is
                        computed (memory only: solver.cost.memory.loss; LOSS_IMPLEMENTATIONS)
+  training_states      mixed | pure_bf16 | adam8bit | pure_bf16_adam8bit: weights, gradients
+                       and Adam state below mixed precision (solver.cost.training_states;
+                       memory, optimizer step, and in pure bf16 the DP gradient bytes)
 and, not overridable, the host ops per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
 bf16).
@@ -56,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.precision import load_recipe
 from solver.cost.time_constants import KernelLaunches, TimeConstants
+from solver.cost.training_states import estimate_training_state_options, is_pure
 from solver.errors import InputError, format_validation_error
 from solver.spec import ClusterSpec
 from solver.spec.framework import FEATURES, MEMORY_SAVERS, OFFLOADS, FrameworkFeatures
@@ -218,6 +222,10 @@ class FrameworkProfile(BaseModel):
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
             update["grad_bytes"] = min(base.grad_bytes, BF16_GRAD_BYTES)
             update["comm_bucket_bytes"] = base.comm_bucket_bytes * BF16_GRAD_BYTES / 4.0
+        # Pure bf16 / 8-bit Adam (--training-states): last, over the framework's own states.
+        update.update(estimate_training_state_options(constants.training_states,
+                                                      base.model_copy(update=update),
+                                                      constants.bf16_master_copy))
         return base.model_copy(update=update)
 
 
@@ -312,11 +320,14 @@ def _deepspeed() -> TimeConstants:
       dist.send / dist.recv, one after the other (pipe/p2p.py, schedule.py TrainSchedule;
       solver.cost.pipeline_sends).
     loss eager: Megatron-DeepSpeed's GPT model computes Megatron's vocab-parallel
-      cross-entropy (tensor_parallel.vocab_parallel_cross_entropy), 6 B per logit."""
+      cross-entropy (tensor_parallel.vocab_parallel_cross_entropy), 6 B per logit.
+    bf16 master copy: pure bf16 (--training-states pure_bf16: bf16_master_weights_and_grads)
+      keeps the master as a bf16 clone of the partition (solver.cost.training_states)."""
     return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                          zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
                          native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES,
-                         offload_grads_during_backward=True, pipeline_sends="sequential")
+                         offload_grads_during_backward=True, pipeline_sends="sequential",
+                         bf16_master_copy=True)
 
 
 PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed,
@@ -334,7 +345,12 @@ UNSUPPORTED = {
                  "fused is Transformer Engine's kernel",
                  ("loss_implementation", "chunked"): "Megatron-Core has no chunked loss",
                  ("loss_implementation", "fused_linear"): "Megatron-Core core_v0.16 does not "
-                 "fuse the output layer with the loss"},
+                 "fuse the output layer with the loss",
+                 **{("training_states", states): "Megatron keeps main parameters in fp32 or "
+                    "fp16 (--main-params-dtype) and its moments in TE's FusedAdam "
+                    "(--use-precision-aware-optimizer --exp-avg-dtype): no pure bf16 training, "
+                    "no block-wise 8-bit Adam"
+                    for states in ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")}},
     "deepspeed": {("fp8_all_gather", True): "torchao's float8 all-gather is FSDP2's, not "
                   "DeepSpeed ZeRO-3's",
                   ("activation_offload", True): "DeepSpeed offloads activation checkpoints "
@@ -345,6 +361,11 @@ UNSUPPORTED = {
                   **{("loss_implementation", value): _DEEPSPEED_LOSS
                      for value in ("compiled", "chunked", "fused", "fused_linear")}},
     "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher",
+                   **{("training_states", states): "torchtitan's optimizers are torch.optim "
+                      "Adam / AdamW over FSDP2's fp32 parameters (components/optimizer.py "
+                      "OptimizersContainer: \"only supports Adam and AdamW\"): no pure bf16, "
+                      "no 8-bit states"
+                      for states in ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")},
                    ("optimizer_offload", True): "torchtitan offloads parameters, gradients and "
                    "optimizer together (FSDP2 CPUOffloadPolicy), not the optimizer alone",
                    ("activation_offload", True): "torchtitan has no activation offloading",
@@ -401,6 +422,11 @@ def check_feature_precision(constants: TimeConstants, precision: str) -> None:
     if constants.fp8_all_gather and precision != "fp8":
         raise InputError(f"--fp8-all-gather: torchao's float8 all-gather is for tensorwise "
                          f"float8 (--precision fp8), not {precision}")
+    # Pure bf16 keeps no fp32 master; the fp8 and fp4 recipes cast from one (Transformer
+    # Engine, torchao float8) and are modelled with it.
+    if is_pure(constants.training_states) and precision != "bf16":
+        raise InputError(f"--training-states {constants.training_states}: pure bf16 training "
+                         f"is for --precision bf16, not {precision}")
 
 
 def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,
@@ -414,8 +440,11 @@ def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,
     # (transformer_config.py: "fine_grained_activation_offloading cannot be enabled with
     # cpu_offloading").
     layer_offload = bool(given.get("cpu_offloading_num_layers"))
+    # The host optimizers (DeepSpeedCPUAdam, Megatron's CPU AdamW) step fp32 states only.
+    low_states = given.get("training_states", "mixed") != "mixed"
     return tuple(name for name in OFFLOAD_FRAMEWORKS.get(framework, ())
-                 if name not in given and not (fp8_params and name == "optimizer_offload")
+                 if name not in given
+                 and not ((fp8_params or low_states) and name == "optimizer_offload")
                  and not (layer_offload and name == "activation_offload"))
 
 
@@ -463,7 +492,47 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
         # "loss", as `launch` writes it) unless a flag says how the loss runs.
         update.setdefault("loss_implementation",
                           "compiled" if update["fused_elementwise"] else "eager")
-    return FrameworkProfile(name=framework, time_constants=constants.model_copy(update=update))
+    if is_pure(update.get("training_states", "mixed")):
+        # bf16 gradients are reduced in bf16 (DDP and FSDP2 without a mixed-precision policy
+        # reduce in the gradient's dtype).
+        update["grad_reduce_bytes"] = BF16_GRAD_BYTES
+        update["zero3_grad_reduce_bytes"] = BF16_GRAD_BYTES
+    constants = constants.model_copy(update=update)
+    _check_training_states(constants)
+    return FrameworkProfile(name=framework, time_constants=constants)
+
+
+def check_training_states_supported(framework: str, constants: TimeConstants) -> None:
+    """An InputError where `framework` has no setting for constants' training states (UNSUPPORTED):
+    what an emitter of its launch settings refuses rather than writes."""
+    states = constants.training_states
+    why = UNSUPPORTED.get(framework, {}).get(("training_states", states))
+    if why:
+        raise InputError(f"--training-states {states}: {why} (--framework {framework})")
+
+
+def check_training_states_zero(framework: str, constants: TimeConstants,
+                               zero_stages: tuple[int, ...]) -> None:
+    """An InputError where DeepSpeed's pure bf16 (bf16_master_weights_and_grads) meets ZeRO 0,
+    which its engine refuses (the search's deepspeed_bf16_master_needs_zero)."""
+    states = constants.training_states
+    if framework == "deepspeed" and is_pure(states) and 0 in zero_stages:
+        raise InputError(f"--training-states {states}: DeepSpeed takes bf16 master weights "
+                         "(bf16_master_weights_and_grads) with ZeRO 1, 2 or 3, not --zero 0 "
+                         "[deepspeed_bf16_master_needs_zero]")
+
+
+def _check_training_states(constants: TimeConstants) -> None:
+    """An InputError where --training-states meets a feature that keeps fp32 Adam states: the
+    precision-aware optimizer (its own bf16 moments beside an fp32 master) or the optimizer on
+    the host (DeepSpeedCPUAdam and Megatron's CPU AdamW step fp32 states)."""
+    states = constants.training_states
+    if states == "mixed":
+        return
+    for feature in ("precision_aware_optimizer", "optimizer_offload"):
+        if getattr(constants, feature):
+            raise InputError(f"--training-states {states}: not with {_flag(feature)}, whose "
+                             "optimizer keeps its own fp32 states")
 
 
 def _render(value: Any) -> str:

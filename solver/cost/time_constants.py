@@ -23,6 +23,7 @@ from solver.spec.framework import (
     MoeDispatcher,
     RecomputeModule,
     SelectiveRecompute,
+    TrainingStates,
 )
 
 
@@ -240,6 +241,13 @@ class TimeConstants(BaseModel):
     # get_cpu_offload_context; MemoryOptions.cpu_offloading_num_layers, solver.cost.offload
     # estimate_layer_offload_s). 0: off, Megatron's default (model_parallel_config.py).
     cpu_offloading_num_layers: int = Field(default=0, ge=0)
+    # Weights, gradients and optimizer state below mixed precision (issue 43): pure bf16 and/or
+    # 8-bit Adam moments (solver.cost.training_states: the bytes each keeps, the bytes its
+    # optimizer step streams). "mixed", the framework's own, by default.
+    training_states: TrainingStates = "mixed"
+    # Pure bf16 keeps a bf16 master copy of the rank's partition beside the weights (DeepSpeed
+    # bf16_master_weights_and_grads; solver.cost.training_states): a framework switch.
+    bf16_master_copy: bool = False
     # Bytes the host's optimizer step streams through host memory per parameter
     # (solver.cost.offload.estimate_optimizer_offload_s): one fused pass that reads the fp32
     # parameter, gradient and both moments and writes the parameter and the moments, 7 x 4 B.

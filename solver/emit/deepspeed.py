@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import json
 
+from solver.cost.frameworks import check_training_states_supported, check_training_states_zero
+from solver.cost.training_states import is_8bit, is_pure
 from solver.emit.nodes import count_nodes, render_hostfile
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
@@ -131,6 +133,26 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         zero = config["zero_optimization"]
         assert isinstance(zero, dict)
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if constants is not None:
+        check_training_states_supported("deepspeed", constants)
+    states = constants.training_states if constants is not None else "mixed"
+    if constants is not None:
+        check_training_states_zero("deepspeed", constants, (c.zero,))
+    if is_pure(states):
+        # ds_config bf16: the master partition and its gradients in bf16 (ZeRO 1-3 only,
+        # runtime/engine.py), DeepSpeed's own Adam states too (bf16_optimizer_states).
+        config["bf16"] = {"enabled": True, "bf16_master_weights_and_grads": True,
+                          **({} if is_8bit(states) else {"bf16_optimizer_states": True})}
+    if is_8bit(states):
+        # ds_config's optimizer types have no 8-bit Adam: a client optimizer, which ZeRO takes
+        # only with zero_allow_untested_optimizer (deepspeed/runtime/constants.py
+        # ZERO_ALLOW_UNTESTED_OPTIMIZER; transformers' integrations/deepspeed.py sets it for
+        # the Trainer's own optimizer); ZeRO hands it its master partition (fp32, or bf16 in
+        # pure bf16), so its 8-bit moments sit beside it (solver.cost.training_states).
+        config["zero_allow_untested_optimizer"] = True
+        notes.append("8-bit Adam: pass bitsandbytes.optim.AdamW8bit(model.parameters(), ...) "
+                     "(or torchao's AdamW8bit) to deepspeed.initialize(optimizer=...); "
+                     "ds_config names no optimizer")
     if constants is not None and constants.precision_aware_optimizer:
         warnings.append("DeepSpeed's ZeRO optimizer keeps fp32 Adam moments: no "
                         "precision-aware optimizer (planned with bf16 moments)")

@@ -34,6 +34,7 @@ import shlex
 
 import numpy as np
 
+from solver.cost.frameworks import check_training_states_supported
 from solver.cost.time_constants import framework_time_constants
 from solver.emit.layout import build_rank_layout
 from solver.emit.target import Emitted, LaunchTarget
@@ -106,6 +107,7 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
         flags.append(("--overlap-moe-expert-parallel-comm",))
+    check_training_states_supported("megatron", constants)  # mixed only
     if constants.precision_aware_optimizer:
         flags += [("--use-precision-aware-optimizer",), ("--main-grads-dtype", "bf16"),
                   ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
@@ -179,6 +181,11 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
                         f"micro-batches per step to be a multiple of pp ({c.pp})")
     if c.sequence_parallel:
         flags.append(("--sequence-parallel",))
+        if target.job.seq_len % (c.tp * c.cp):  # the search's megatron_sequence_parallel_split
+            warnings.append(f"sequence parallelism scatters each CP rank's tokens over TP: "
+                            f"seq_len ({target.job.seq_len}) must be a multiple of tp x cp "
+                            f"({c.tp * c.cp}) or Megatron's reduce-scatter asserts "
+                            "[megatron_sequence_parallel_split]")
     if c.zero >= 1:
         flags.append(("--use-distributed-optimizer",))
     if c.dp * c.cp > 1:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 
+from solver.cost.frameworks import check_training_states_supported
 from solver.cost.time_constants import framework_time_constants
 from solver.emit.quoting import render_comment_text, render_toml_value
 from solver.emit.target import Emitted, LaunchTarget
@@ -214,6 +215,7 @@ def _feature_sections(target: LaunchTarget, parallelism: dict[str, object],
                         "precompute_float8_dynamic_scale_for_fsdp": True}
     else:
         sections_fp8 = {}
+    check_training_states_supported("torchtitan", constants)  # mixed only
     if constants.precision_aware_optimizer:
         warnings.append("torchtitan's optimizers keep their states in the parameters' fp32: no "
                         "precision-aware optimizer (planned with bf16 Adam moments)")

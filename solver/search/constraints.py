@@ -13,7 +13,9 @@ Framework rule sets (`--framework`), each from the framework's own documentation
               micro-batches per step to be a multiple of pp (arguments.py: "number of
               microbatches ... divisible by pipeline-model-parallel-size" with
               --num-layers-per-virtual-pipeline-stage). Gated DeltaNet has no context
-              parallelism before core_v0.18.0 (_megatron_blocks).
+              parallelism before core_v0.18.0 (_megatron_blocks). Sequence parallelism
+              scatters each CP rank's seq_len / cp tokens over TP, so they must divide
+              (megatron_sequence_parallel_split); with tp = cp = 1 any seq_len goes.
   torchtitan  FSDP2 data parallelism: no ZeRO 1 (there is no optimizer-only sharding; ZeRO 2 is
               reshard_after_forward=False, ZeRO 3 the default; plain replication is DDP)
               (torchtitan docs/fsdp.md, parallelize_llama). For MoE models, torchtitan 0.3's
@@ -58,6 +60,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory_total
+from solver.cost.training_states import is_pure
 from solver.search.space import VARIABLES, Problem
 from solver.spec import JobSpec, ModelSpec
 
@@ -162,10 +165,14 @@ def structural_constraints(model_spec: ModelSpec, job: JobSpec, num_gpus: int,
                    f"pp x vpp must not exceed num_hidden_layers + 2 ({layers + 2}): every "
                    "virtual stage needs a decoder layer, the embedding or the loss",
                    lambda v: v["pp"] * v["vpp"] <= layers + 2),
+        # Only context parallelism splits the sequence: Megatron cuts it in 2 x cp chunks
+        # when cp_size > 1 (megatron/training/utils.py get_batch_on_this_cp_rank: val.view(...,
+        # 2 * cp_size, val.shape[seq_dim] // (2 * cp_size), ...)); with cp = 1 any length goes.
         Constraint("cp_splits_sequence", ("cp",),
-                   f"seq_len ({job.seq_len}) must be a multiple of 2 x cp (load-balanced "
-                   "ring attention cuts each sequence in 2 x cp chunks)",
-                   lambda v: job.seq_len % (2 * v["cp"]) == 0),
+                   f"with cp > 1, seq_len ({job.seq_len}) must be a multiple of 2 x cp "
+                   "(load-balanced causal context parallelism cuts each sequence in 2 x cp "
+                   "chunks)",
+                   lambda v: (v["cp"] == 1) | (job.seq_len % (2 * v["cp"]) == 0)),
         Constraint("batch_divides", ("dp", "micro_batch"),
                    f"global_batch ({job.global_batch}) must be a multiple of dp x micro_batch",
                    lambda v: job.global_batch % (v["dp"] * v["micro_batch"]) == 0),
@@ -217,6 +224,15 @@ def _framework(problem: Problem) -> list[Constraint]:
                        "multiple of pp",
                        lambda v: (v["vpp"] == 1) | (
                            (job.global_batch // (v["dp"] * v["micro_batch"])) % v["pp"] == 0)),
+            # Sequence parallelism (on whenever tp > 1) reduce-scatters the embedding output's
+            # sequence dimension, each CP rank's seq_len / cp tokens, over TP: megatron/core/
+            # tensor_parallel/mappings.py _reduce_scatter_along_first_dim asserts "First
+            # dimension of the tensor should be divisible by tensor parallel size".
+            Constraint("megatron_sequence_parallel_split", ("tp", "cp"),
+                       f"Megatron: with tp > 1 (sequence parallel), seq_len ({job.seq_len}) "
+                       "must be a multiple of tp x cp (each CP rank's tokens are scattered "
+                       "over TP)",
+                       lambda v: (v["tp"] == 1) | (job.seq_len % (v["tp"] * v["cp"]) == 0)),
             *_megatron_blocks(problem.model_spec),
         ]
     if problem.framework == "torchtitan":
@@ -242,8 +258,21 @@ def _framework(problem: Problem) -> list[Constraint]:
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
             *_kv_head_split(problem.model_spec, "DeepSpeed"),
             *_deepspeed_autoep(problem.model_spec),
+            *_deepspeed_bf16_master(problem),
         ]
     return []
+
+
+def _deepspeed_bf16_master(problem: Problem) -> list[Constraint]:
+    """Pure bf16 under DeepSpeed is bf16_master_weights_and_grads, which its engine takes with
+    ZeRO 1-3 only (runtime/engine.py: "Bf16_master_weights_and_grads is only supported with
+    ZeRO Stage 1, 2, or 3")."""
+    if not is_pure(problem.time_constants.training_states):
+        return []
+    return [Constraint("deepspeed_bf16_master_needs_zero", ("zero",),
+                       "DeepSpeed: bf16 master weights (--training-states "
+                       f"{problem.time_constants.training_states}) only with ZeRO 1, 2 or 3",
+                       lambda v: v["zero"] >= 1)]
 
 
 def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:

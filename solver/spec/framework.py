@@ -31,6 +31,11 @@ RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mlp", "moe", "sh
 # compiled (torch.compile), upcast and computed chunk by chunk, a fused kernel that writes the
 # gradient into the logits, or fused with the LM head so the full logits never exist.
 LossImplementation = Literal["eager", "compiled", "chunked", "fused", "fused_linear"]
+# Model states below the framework's mixed precision (issue 43; solver.cost.training_states
+# says what each keeps and streams): mixed (the framework's own), pure_bf16 (bf16 weights,
+# gradients and Adam moments, no fp32 master), adam8bit (Adam's moments in 8 bits, block-wise,
+# beside the framework's master), pure_bf16_adam8bit (both).
+TrainingStates = Literal["mixed", "pure_bf16", "adam8bit", "pure_bf16_adam8bit"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = get_args(AttentionKernel)
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
 DP_OVERLAPS: tuple[DpOverlap, ...] = get_args(DpOverlap)
@@ -38,6 +43,7 @@ SELECTIVE_RECOMPUTES: tuple[SelectiveRecompute, ...] = get_args(SelectiveRecompu
 FP8_WEIGHT_COPIES: tuple[Fp8WeightCopies, ...] = get_args(Fp8WeightCopies)
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 LOSS_IMPLEMENTATIONS: tuple[LossImplementation, ...] = get_args(LossImplementation)
+TRAINING_STATES: tuple[TrainingStates, ...] = get_args(TrainingStates)
 
 
 class FrameworkFeatures(BaseModel):
@@ -65,6 +71,7 @@ class FrameworkFeatures(BaseModel):
     # the host (--cpu-offloading-num-layers; 0 is off).
     cpu_offloading_num_layers: int | None = Field(default=None, ge=0)
     loss_implementation: LossImplementation | None = None
+    training_states: TrainingStates | None = None
 
     def given(self) -> dict[str, object]:
         """The features that are set."""
