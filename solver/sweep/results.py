@@ -124,7 +124,6 @@ class ResultsFile:
             raise InputError(f"-o {self.path}: cannot open the results file "
                              f"({exc.strerror})") from None
         _check_regular(self._handle, f"-o {self.path}")
-        self._write_failed = False
         try:
             _lock(self._handle, self.path)
             contents = _read_contents(f"-o {self.path}", self._handle)
@@ -169,30 +168,32 @@ class ResultsFile:
                                  "with the same settings or write to another file")
 
     def append(self, line: dict[str, Any]) -> None:
-        """Write one line whole, flush it and fsync it (the first one after cutting a torn
-        last line off, or after the newline a complete last line lacked)."""
+        """Write one line whole and fsync it (the first one after cutting a torn last line
+        off, or after the newline a complete last line lacked). The bytes go to the file
+        descriptor, not through a buffer, and a write that fails (a full disk) is cut back
+        off: a failed append leaves the file as it was, not a torn line."""
         text = json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        data = memoryview(self._repair + text.encode("utf-8") + b"\n")
+        descriptor = self._handle.fileno()
         try:
             if self._cut_at is not None:
-                self._handle.truncate(self._cut_at)
+                os.ftruncate(descriptor, self._cut_at)
                 self._cut_at = None
-            self._handle.write(self._repair + text.encode("utf-8") + b"\n")
-            self._repair = b""
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
+            start = os.fstat(descriptor).st_size
+            try:
+                while data:
+                    data = data[os.write(descriptor, data):]
+                os.fsync(descriptor)
+            except OSError:
+                os.ftruncate(descriptor, start)
+                raise
         except OSError as exc:
-            self._write_failed = True
             raise InputError(f"-o {self.path}: cannot write the results file "
                              f"({exc.strerror})") from None
+        self._repair = b""
 
     def close(self) -> None:
-        """Close the file; after a failed write the bytes still buffered cannot be written
-        either, and that error was already raised (a second one would hide it)."""
-        try:
-            self._handle.close()
-        except OSError:
-            if not self._write_failed:
-                raise
+        self._handle.close()  # nothing is buffered: the lines went to the descriptor
 
     def __enter__(self) -> ResultsFile:
         return self
