@@ -150,8 +150,8 @@ class ResultsFile:
         if not self.lines and contents.size:
             self._handle.close()
             raise InputError(f"-o {self.path}: not a results file (it holds no complete "
-                             "results line); write to another file, or remove it if a killed "
-                             "sweep left it")
+                             "results line); the file is left as it was: write to another "
+                             "file, or remove it if a killed sweep left it")
 
     @property
     def done_keys(self) -> set[tuple[Any, ...]]:
