@@ -5,8 +5,11 @@ hang; the valid inputs they are mutated from exit 0; `optimize --json` is the sa
 Hypothesis draws the mutations: a numeric field of a zoo TOML, a cluster file (GPU table and
 tiers), a Hugging Face config.json, a plan file, a calibration profile, an nccl-tests row or a
 sweep results line set to a value it cannot hold (a boolean, a string, nan, infinities, 1e999,
-a 30-digit or a 5,000-digit integer, a fraction, a list, a table, arrays nested 5,000 deep), and
-paths that are missing, folders, /dev/zero, not UTF-8 or empty. Each case runs in-process
+a 30-digit or a 5,000-digit integer, a fraction, a list, a table, arrays nested 5,000 deep),
+paths that are missing, folders, /dev/zero, not UTF-8 or empty, and issue 37's hostile names,
+sizes and files (a model name outside the zoo or 5,000 characters long, a kernel_table path,
+a length file that never ends or holds '²', a sweep of 20,000 problems, `sweep -o` on a
+file that is not a results file, which must stay byte-identical). Each case runs in-process
 through click's CliRunner under a time limit (tests/bad_input.py). Derandomized and bounded:
 about 450 cases, a few seconds. The numeric flags: tests/test_bad_flags_generated.py.
 """
@@ -277,6 +280,58 @@ def test_an_unreadable_path_is_one_line_naming_it(bad_paths: dict[str, Path], us
         if not target.exists() and not target.is_symlink():
             target.symlink_to(path)
     assert_one_line_error(invoke(*args), path.name)
+
+
+# ---- hostile names, sizes and files (issue 37) ------------------------------------------------
+
+def hostile_case(work: Path, case: str) -> tuple[list[object], list[str], Path | None]:
+    """The arguments of one issue-37 case, the needles of its error line, and a file that
+    must be left byte-identical (None: none)."""
+    folder = work / "hostile"
+    folder.mkdir(exist_ok=True)
+    if case.startswith("model "):
+        name = {"model ../": "../clusters/presets/dgx-h100", "model long": "m" * 5000}[case]
+        return ["estimate", "--model", name, "--cluster", "dgx-h100", "--gpus", "8"], \
+            ["unknown model"], None
+    if case.startswith("kernel_table "):
+        table = {"kernel_table ../": "../../tmp/t", "kernel_table /": "/tmp/t.npz"}[case]
+        path = folder / "cluster.toml"
+        assert 'kernel_table = "h100_sxm"' in CLUSTER_TEXT
+        path.write_text(CLUSTER_TEXT.replace('kernel_table = "h100_sxm"',
+                                             f'kernel_table = "{table}"'), encoding="utf-8")
+        return ["estimate", "--model", "llama3.2-1b", "--cluster", path, "--gpus", "8"], \
+            [str(path), "kernel_table"], None
+    if case.startswith("lengths "):
+        source = "/dev/zero"
+        if case == "lengths superscript":
+            source = str(folder / "lengths.txt")
+            Path(source).write_text("²\n", encoding="utf-8")
+        return ["serve", *BASE_ARGS["serve"], "--input-len", f"@{source}"], \
+            ["--input-len", source], None
+    if case == "sweep grid":  # small enough to stay bounded in this process if it regresses
+        return ["sweep", *BASE_ARGS["sweep"][:4], "--gpus", "1-20000", "-o",
+                folder / "r.jsonl"], ["20,000 problems", "--max-problems"], None
+    path = folder / "conf.json"  # sweep -o on a file that is not a results file
+    path.write_bytes({"sweep -o config": b'{"my": "config"}',
+                      "sweep -o binary": bytes(range(256)) * 4}[case])
+    return ["sweep", *BASE_ARGS["sweep"], "-o", path], [str(path)], path
+
+
+HOSTILE_CASES = ("model ../", "model long", "kernel_table ../", "kernel_table /",
+                 "lengths /dev/zero", "lengths superscript", "sweep grid", "sweep -o config",
+                 "sweep -o binary")
+
+
+@GENERATED
+@given(case=st.sampled_from(HOSTILE_CASES))
+def test_a_hostile_name_size_or_output_file_is_one_line(work: Path, case: str) -> None:
+    if case == "lengths /dev/zero" and not Path("/dev/zero").exists():
+        return
+    args, needles, kept = hostile_case(work, case)
+    before = kept.read_bytes() if kept is not None else None
+    assert_one_line_error(invoke(*args), *needles)
+    if kept is not None:
+        assert kept.read_bytes() == before
 
 
 # ---- valid controls and determinism -----------------------------------------------------------

@@ -28,7 +28,8 @@ from solver.spec.job import PRECISIONS, JobSpec
 from solver.spec.strict import MAX_BATCH, MAX_SEQ_LEN
 
 ENGINES = ("layout", "even")  # solver.optimize.ENGINES (imported lazily: --help stays fast)
-# At a few seconds a problem (the default --time-limit is 10 s), a day of a 16-core machine.
+# An hour or two of a 2-core machine at the zoo's measured 1.5-2.9 problems/s (README, "Sweeps
+# and reports", benchmarks/sweep.py), far more on larger problems; a typo in a range is more.
 DEFAULT_MAX_PROBLEMS = 10_000
 
 
