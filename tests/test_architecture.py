@@ -17,11 +17,12 @@ SOLVER = Path(__file__).resolve().parent.parent / "solver"
 ALLOWED = {
     "errors": set(),
     "runtime": set(),
+    "output_file": {"errors"},
     "spec": {"errors"},
     "catalog": {"spec", "errors"},
     "cost": {"spec", "errors"},
     "search": {"cost", "spec", "errors"},
-    "calibrate": {"cost", "spec", "errors", "catalog"},
+    "calibrate": {"cost", "spec", "errors", "catalog", "output_file"},
     "emit": {"search", "cost", "spec", "errors"},
     "serve": {"search", "cost", "spec", "errors"},
     "api": {"search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve"},
@@ -30,9 +31,9 @@ ALLOWED = {
                  "calibrate"},
     "optimize_json": {"optimize", "cost", "spec"},
     "sweep": {"api", "optimize", "optimize_json", "search", "cost", "spec", "errors", "catalog",
-              "runtime"},
+              "runtime", "output_file"},
     "cli": {"api", "optimize", "optimize_json", "sweep", "search", "cost", "spec", "errors",
-            "catalog", "calibrate", "emit", "serve", "runtime"},
+            "catalog", "calibrate", "emit", "serve", "runtime", "output_file"},
 }
 # Third-party libraries each layer must not import.
 FORBIDDEN = {

@@ -9,10 +9,12 @@ a 30-digit or a 5,000-digit integer, a fraction, a list, a table, arrays nested 
 paths that are missing, folders, /dev/zero, /proc/self/mem, not UTF-8 or empty. Issue 37 adds
 model names an engine would read as options, the optional fields of a results line, duplicate
 JSON keys and tier names, nccl-tests rows flagged #wrong or faster than the GPU's links, an FP4
-KV cache below Blackwell, and names holding markup or formulas (shown as written). Each case
-runs in-process through click's CliRunner under a time limit (tests/bad_input.py).
-Derandomized and bounded: about 600 cases, under half a minute. The numeric flags:
-tests/test_bad_flags_generated.py.
+KV cache below Blackwell, names holding markup or formulas (shown as written), and hostile
+names, sizes and files (a model name outside the zoo or 5,000 characters long, a kernel_table
+path, a length file that never ends or holds '²', a sweep of 20,000 problems, `sweep -o` on a
+file that is not a results file, which must stay byte-identical). Each case runs in-process
+through click's CliRunner under a time limit (tests/bad_input.py). Derandomized and bounded:
+about 1,000 cases, under a minute. The numeric flags: tests/test_bad_flags_generated.py.
 """
 from __future__ import annotations
 
@@ -463,6 +465,58 @@ def test_a_name_with_markup_or_a_formula_shows_as_written(work: Path, optimized:
     summary = (out / "summary.md").read_text(encoding="utf-8").split("## ")[0]
     assert "<a " not in summary and "<img" not in summary
     assert len([line for line in summary.splitlines() if line.startswith("|")]) == 2 + 3
+
+
+# ---- hostile names, sizes and files (issue 37) ------------------------------------------------
+
+def hostile_case(work: Path, case: str) -> tuple[list[object], list[str], Path | None]:
+    """The arguments of one issue-37 case, the needles of its error line, and a file that
+    must be left byte-identical (None: none)."""
+    folder = work / "hostile"
+    folder.mkdir(exist_ok=True)
+    if case.startswith("model "):
+        name = {"model ../": "../clusters/presets/dgx-h100", "model long": "m" * 5000}[case]
+        return ["estimate", "--model", name, "--cluster", "dgx-h100", "--gpus", "8"], \
+            ["unknown model"], None
+    if case.startswith("kernel_table "):
+        table = {"kernel_table ../": "../../tmp/t", "kernel_table /": "/tmp/t.npz"}[case]
+        path = folder / "cluster.toml"
+        assert 'kernel_table = "h100_sxm"' in CLUSTER_TEXT
+        path.write_text(CLUSTER_TEXT.replace('kernel_table = "h100_sxm"',
+                                             f'kernel_table = "{table}"'), encoding="utf-8")
+        return ["estimate", "--model", "llama3.2-1b", "--cluster", path, "--gpus", "8"], \
+            [str(path), "kernel_table"], None
+    if case.startswith("lengths "):
+        source = "/dev/zero"
+        if case == "lengths superscript":
+            source = str(folder / "lengths.txt")
+            Path(source).write_text("²\n", encoding="utf-8")
+        return ["serve", *BASE_ARGS["serve"], "--input-len", f"@{source}"], \
+            ["--input-len", source], None
+    if case == "sweep grid":  # small enough to stay bounded in this process if it regresses
+        return ["sweep", *BASE_ARGS["sweep"][:4], "--gpus", "1-20000", "-o",
+                folder / "r.jsonl"], ["20,000 problems", "--max-problems"], None
+    path = folder / "conf.json"  # sweep -o on a file that is not a results file
+    path.write_bytes({"sweep -o config": b'{"my": "config"}',
+                      "sweep -o binary": bytes(range(256)) * 4}[case])
+    return ["sweep", *BASE_ARGS["sweep"], "-o", path], [str(path)], path
+
+
+HOSTILE_CASES = ("model ../", "model long", "kernel_table ../", "kernel_table /",
+                 "lengths /dev/zero", "lengths superscript", "sweep grid", "sweep -o config",
+                 "sweep -o binary")
+
+
+@GENERATED
+@given(case=st.sampled_from(HOSTILE_CASES))
+def test_a_hostile_name_size_or_output_file_is_one_line(work: Path, case: str) -> None:
+    if case == "lengths /dev/zero" and not Path("/dev/zero").exists():
+        return
+    args, needles, kept = hostile_case(work, case)
+    before = kept.read_bytes() if kept is not None else None
+    assert_one_line_error(invoke(*args), *needles)
+    if kept is not None:
+        assert kept.read_bytes() == before
 
 
 # ---- valid controls and determinism -----------------------------------------------------------

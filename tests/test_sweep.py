@@ -75,13 +75,19 @@ def test_sweep_problems_are_every_combination_once(models, gpus, seq_lens) -> No
 @given(num_lines=st.integers(0, 4), cut=st.integers(0, 400))
 def test_a_torn_last_line_is_cut_off_and_redone(num_lines: int, cut: int) -> None:
     """Whatever prefix of a line a kill -9 leaves, the complete lines survive, the torn one is
-    gone, and the next append makes a valid file with no repeated key."""
+    gone, and the next append makes a valid file with no repeated key. A file holding only a
+    torn line is not known to be a results file (issue 37): refused, and left as it was."""
     lines = [line_for("llama3.2-1b", 8 * (i + 1)) for i in range(num_lines)]
     torn = json.dumps(line_for("qwen3-8b", 8)).encode()
     cut = min(cut, len(torn) - 1)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "results.jsonl"
         path.write_bytes(b"".join(json.dumps(x).encode() + b"\n" for x in lines) + torn[:cut])
+        if not lines and cut:
+            with pytest.raises(InputError, match="not a results file"):
+                ResultsFile(path)
+            assert path.read_bytes() == torn[:cut]
+            return
         with ResultsFile(path) as results:
             assert results.num_torn_bytes == cut
             assert results.done_keys == {key_of_line(x) for x in lines}

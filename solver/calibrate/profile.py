@@ -18,6 +18,7 @@ from solver.calibrate.fit import DEFAULT_TOLERANCE, Measurement, fit_curve
 from solver.catalog import load_cluster_spec
 from solver.catalog.tomlfile import load_json, validate_spec
 from solver.errors import InputError
+from solver.output_file import write_output_file
 from solver.spec import ClusterSpec, TierSpec
 from solver.spec.calibration import (
     COLLECTIVES,
@@ -108,10 +109,7 @@ def render_profile_json(profile: CalibrationProfile) -> str:
 
 
 def write_profile(profile: CalibrationProfile, path: str | Path) -> None:
-    try:
-        Path(path).write_text(render_profile_json(profile), encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"-o ({path}): cannot write ({exc.__class__.__name__}: {exc})") from None
+    write_output_file(path, render_profile_json(profile))
 
 
 def load_profile(path: str | Path) -> CalibrationProfile:

@@ -41,9 +41,14 @@ def load_model_spec(ref: str) -> ModelSpec:
         from solver.catalog.hf import model_spec_from_hf_config
 
         return model_spec_from_hf_config(load_json(path), source=str(path))
-    if path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError:  # a name too long for a path (ENAMETOOLONG) is not a file
+        is_file = False
+    if is_file:
         raise InputError(f"{ref}: model files must end in .toml (zoo format) or .json (HF config)")
-    zoo_file = data_dir("models") / f"{ref.lower()}.toml"
-    if zoo_file.is_file():
-        return load_zoo_toml(zoo_file)
-    raise unknown_name_error("model", ref, list_zoo_names(), "see `parplan models`")
+    # A zoo name is one of the zoo's files, never a path (`../clusters/presets/dgx-h100`).
+    known = list_zoo_names()
+    if ref.lower() in known:
+        return load_zoo_toml(data_dir("models") / f"{ref.lower()}.toml")
+    raise unknown_name_error("model", ref, known, "see `parplan models`")

@@ -8,7 +8,10 @@ dependencies inside the command, so `parplan --help` imports click alone and sta
 
 from __future__ import annotations
 
+import errno
 import importlib
+import io
+import os
 import sys
 
 import click
@@ -59,10 +62,30 @@ class _ParplanGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(name, line) for name, (_, line) in sorted(_COMMANDS.items())])
 
+    def invoke(self, ctx: click.Context) -> object:
+        """The command; an output error leaves as _OutputError, past click's own handling of
+        a closed pipe (exit 1, no word)."""
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if _is_output_error(exc):
+                raise _OutputError(exc) from None
+            raise
+
     def main(self, args=None, prog_name=None, **extra):  # type: ignore[override]
         extra["standalone_mode"] = False
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            sys.stdout = _ClosedOutput()
         try:
             super().main(args=args, prog_name=prog_name or "parplan", **extra)
+            sys.stdout.flush()  # a full disk shows here, not in the interpreter's exit
+        except (_OutputError, OSError) as exc:
+            cause = exc.args[0] if isinstance(exc, _OutputError) else exc
+            if not _is_output_error(cause):
+                raise
+            _drop_stdout()
+            click.echo(f"error: cannot write the output ({cause.strerror or cause})", err=True)
+            sys.exit(2)
         except ParplanError as exc:
             click.echo(f"error: {render_one_line(str(exc))}", err=True)
             sys.exit(2)
@@ -73,9 +96,40 @@ class _ParplanGroup(click.Group):
             message = render_one_line(exc.format_message())
             click.echo(f"error: {message} (see `parplan --help`)", err=True)
             sys.exit(exc.exit_code)
-        except BrokenPipeError:  # `parplan models | head`
-            sys.exit(0)
         sys.exit(0)
+
+
+# What writing the output can fail with (a closed pipe is a BrokenPipeError): a full disk or
+# quota, a file over its size limit, stdout closed, an I/O error. Any other OSError is a bug.
+OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EBADF, errno.EIO}
+
+
+class _OutputError(Exception):
+    """An OSError from writing the output (args[0]), carried past click's main."""
+
+
+def _is_output_error(exc: OSError) -> bool:
+    return isinstance(exc, BrokenPipeError) or exc.errno in OUTPUT_ERRNOS
+
+
+class _ClosedOutput(io.TextIOBase):
+    """sys.stdout when the process started without one: writing to it is an OSError (EBADF),
+    answered like any other output error, and a command that prints nothing runs."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's own flush at exit does not fail a
+    second time on what is still buffered (a traceback after our error line)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # CliRunner's or _ClosedOutput
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, descriptor)
+    os.close(null)
 
 
 @click.group(cls=_ParplanGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -21,6 +21,8 @@ from solver.spec.strict import FLOAT_RANGE, MAX_COUNT, MAX_GPUS, Limit
 MAX_TOP = Limit(100, "plans", "a longer ranking is not read")
 MAX_ZERO_STAGE = Limit(3, "", "ZeRO has stages 0 to 3")
 MAX_JOBS = Limit(4096, "worker processes", "more than any machine's cores")
+MAX_PROBLEMS = Limit(10_000_000, "problems", "a sweep's problems are built in memory, about "
+                                            "200 bytes each, before the first is solved")
 MAX_TIME_LIMIT_S = 86_400.0  # a day: the layout programs of one problem
 MAX_DAYS = 36_500.0  # a century of training
 

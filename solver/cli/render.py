@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import json
 import sys
 from collections.abc import Sequence
@@ -29,7 +31,14 @@ def make_console(err: bool = False, width: int = PLAIN_WIDTH) -> Any:
     from rich.console import Console
 
     stream = sys.stderr if err else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else width, highlight=False)
+    console = Console(file=stream, width=None if stream.isatty() else width, highlight=False)
+    console.on_broken_pipe = _raise_broken_pipe  # rich's own exits 1 without a word
+    return console
+
+
+def _raise_broken_pipe() -> None:
+    """A closed pipe is an output error like any other (solver.cli answers it in one line)."""
+    raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 def _natural_width(table: Any) -> int:

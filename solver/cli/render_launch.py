@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
 from solver.cli.render import echo_table
-from solver.errors import InputError
+from solver.output_file import write_output_file
 from solver.spec.plan_json import render_layout_json
 
 MAX_RANK_ROWS = 64
@@ -69,13 +68,6 @@ def _brace(group: list[int]) -> str:
     return "{" + ",".join(str(r) for r in group) + "}"
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"-o {path}: cannot write it ({exc.strerror or exc})") from None
-
-
 def echo_launch(launch_format: str, target: Any, emitted: Any, *, as_json: bool,
                 output: str | None, validation: str | None) -> None:
     """Stdout gets the settings (the groups: tables, or their JSON with --json); -o FILE gets
@@ -86,7 +78,7 @@ def echo_launch(launch_format: str, target: Any, emitted: Any, *, as_json: bool,
     else:
         content = emitted.text
     if output is not None:
-        _write(output, content)
+        write_output_file(output, content)  # whole or not at all
         click.echo(f"wrote {output} ({launch_format}, {target.layout.num_ranks} ranks)")
     elif launch_format == "groups" and not as_json:
         echo_groups(target, emitted.settings)

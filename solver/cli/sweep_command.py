@@ -12,6 +12,7 @@ import click
 from solver.cli.options import framework_option
 from solver.cli.params import (
     MAX_JOBS,
+    MAX_PROBLEMS,
     MAX_TIME_LIMIT_S,
     MAX_TOP,
     BoundedInt,
@@ -27,6 +28,9 @@ from solver.spec.job import PRECISIONS, JobSpec
 from solver.spec.strict import MAX_BATCH, MAX_SEQ_LEN
 
 ENGINES = ("layout", "even")  # solver.optimize.ENGINES (imported lazily: --help stays fast)
+# An hour or two of a 2-core machine at the zoo's measured 1.5-2.9 problems/s (README, "Sweeps
+# and reports", benchmarks/sweep.py), far more on larger problems; a typo in a range is more.
+DEFAULT_MAX_PROBLEMS = 10_000
 
 
 def _default(field: str) -> str:
@@ -60,6 +64,9 @@ def _default(field: str) -> str:
                    "x this in CP-SAT's deterministic seconds, as optimize).")
 @click.option("--jobs", "-j", type=BoundedInt(1, MAX_JOBS), default=None,
               help="Worker processes (default: the usable cores; 1 solves in this process).")
+@click.option("--max-problems", type=BoundedInt(1, MAX_PROBLEMS), default=DEFAULT_MAX_PROBLEMS,
+              show_default=True,
+              help="Refuse a sweep of more problems than this (counted before any is built).")
 @click.option("--executor", type=click.Choice(["process", "ray"]), default="process",
               show_default=True, help="Local worker processes, or Ray (parplan[ray]).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -69,8 +76,8 @@ def _default(field: str) -> str:
 @fail_on_infeasible_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
-          engine: str, time_limit: float, jobs: int | None, executor: str, output: str,
-          quiet: bool, memory_headroom: Any, fail_on_infeasible: bool) -> None:
+          engine: str, time_limit: float, jobs: int | None, max_problems: int, executor: str,
+          output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
@@ -85,11 +92,10 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
         load_model_spec,
     )
     from solver.errors import InputError, ParplanError
-    from solver.sweep.execute import default_jobs, start_run
-    from solver.sweep.outcome import SolveSettings
     from solver.sweep.problems import (
         build_sweep_problems,
         check_jobs,
+        check_problem_count,
         expand_names,
         key_of_line,
         order_longest_first,
@@ -106,19 +112,26 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     if not precision_list:
         raise InputError(f"--precision {precisions!r}: give at least one of "
                          f"{', '.join(PRECISIONS)}")
+    model_names = expand_names("--models", models.split(","), list_zoo_names(), load_model_spec)
+    cluster_names = expand_names("--clusters", clusters.split(","), list_preset_names(),
+                                 load_cluster_spec)
+    check_problem_count([model_names, cluster_names, gpu_counts, seq_lens, global_batches,
+                         precision_list], max_problems)
     check_jobs(seq_lens, global_batches, precision_list)
-    problems = build_sweep_problems(
-        expand_names("--models", models.split(","), list_zoo_names(), load_model_spec),
-        expand_names("--clusters", clusters.split(","), list_preset_names(), load_cluster_spec),
-        gpu_counts, seq_lens, global_batches, precision_list, framework)
+    problems = build_sweep_problems(model_names, cluster_names, gpu_counts, seq_lens,
+                                    global_batches, precision_list, framework)
+    # The solver's imports (half a second) come after the checks, so bad input answers fast.
+    from solver.sweep.execute import default_jobs, start_run
+    from solver.sweep.outcome import SolveSettings
+
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
                              memory_headroom=memory_headroom)
     start = time.perf_counter()
     with ResultsFile(output) as results:
         results.check_settings(settings.as_line_fields())
         if results.num_torn_bytes and not quiet:
-            click.echo(f"{output}: cut off a torn last line ({results.num_torn_bytes} bytes); "
-                       "its problem is solved again", err=True)
+            click.echo(f"{output}: a torn last line ({results.num_torn_bytes} bytes) is cut off "
+                       "before the first new line; its problem is solved again", err=True)
         done = results.done_keys
         wanted = {p.key for p in problems}
         # Problems of this sweep answered by an earlier run count for --fail-on-infeasible too.

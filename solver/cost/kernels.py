@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,9 @@ import numpy as np
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "catalog" / "kernels"
 MS = 1e-3
+# 64 MiB: the packaged tables expand to under 1 MB (B200's, 469 arrays: 792,744 bytes); a
+# compressed archive can declare gigabytes in a few MB.
+MAX_KERNEL_TABLE_BYTES = 2**26
 # The grids' head dims (benchmarks/build_kernel_tables.py) and MLA's fixed geometry.
 MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM = 192, 128
 
@@ -173,13 +177,21 @@ WORK = {"gemm": gemm_flop, "attention": attention_flop, "mla": mla_flop}
 
 @functools.lru_cache(maxsize=None)
 def load_kernel_table(name: str) -> KernelTable:
-    """The packaged table `name` (a GpuSpec.kernel_table), loaded once per process."""
-    path = KERNEL_DIR / f"{name}.npz"
-    if not path.is_file():
-        from solver.errors import InputError
+    """The packaged table `name` (a GpuSpec.kernel_table), loaded once per process: a name
+    of KERNEL_DIR's tables only (no path leaves it), whose arrays expand to at most
+    MAX_KERNEL_TABLE_BYTES (the sizes the archive declares, checked before it is loaded)."""
+    from solver.errors import InputError
 
-        raise InputError(f"kernel_table '{name}': no packaged table {path.name} "
+    if name not in list_kernel_tables():
+        raise InputError(f"kernel_table '{name}': no packaged table of that name "
                          f"(known: {', '.join(list_kernel_tables())})")
+    path = KERNEL_DIR / f"{name}.npz"
+    with zipfile.ZipFile(path) as archive:
+        expanded_bytes = sum(member.file_size for member in archive.infolist())
+    if expanded_bytes > MAX_KERNEL_TABLE_BYTES:
+        raise InputError(f"kernel_table '{name}': its arrays expand to {expanded_bytes:,} "
+                         f"bytes, more than {MAX_KERNEL_TABLE_BYTES:,} (64 MiB; the packaged "
+                         "tables hold under 1 MB)")
     with np.load(path, allow_pickle=False) as data:
         arrays = {key: data[key] for key in data.files}
     grids: dict[str, KernelGrid] = {}

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
-from solver.spec.strict import MAX_SEQ_LEN, InputSpec
+from solver.spec.strict import MAX_SEQ_LEN, InputSpec, read_input_file
 
 MAX_SUPPORT_POINTS = 64  # equal-probability bins of a long distribution
 MAX_LENGTHS_IN_FILE = 10_000_000
@@ -159,8 +159,8 @@ def parse_length_distribution(text: str, flag: str) -> LengthDistribution:
 def load_length_file(path: Path, flag: str) -> LengthDistribution:
     """An empirical distribution from a file of lengths (see parse_length_distribution)."""
     where = f"{flag} @{path}"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    try:  # at most MAX_FILE_BYTES: `@/dev/zero` is refused, not read without end
+        lines = read_input_file(path).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
         raise ValueError(f"{where}: cannot read the file ({reason})") from None
@@ -169,8 +169,9 @@ def load_length_file(path: Path, flag: str) -> LengthDistribution:
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
-        # ASCII digits only: "²" and "٣" are str.isdigit but int() refuses the first
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_SEQ_LEN.most:
+        # isdigit() alone holds superscripts ('²') that int() refuses.
+        whole = text.isascii() and text.isdigit() and len(text) <= 20
+        if not whole or not 1 <= int(text) <= MAX_SEQ_LEN.most:
             raise ValueError(f"{where}: line {number}: {text[:40]!r} is not a whole number of "
                              f"tokens between 1 and {MAX_SEQ_LEN.most:,}")
         values.append(int(text))

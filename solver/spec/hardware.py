@@ -67,7 +67,8 @@ class GpuSpec(InputSpec):
     block_scaled_formats: tuple[BlockScaledFormat, ...] = ()
     # The packaged table of measured kernel times (solver/catalog/kernels/<name>.npz) the
     # compute model interpolates in; None: the datasheet path (peaks x fitted efficiencies).
-    kernel_table: str | None = None
+    # A name, never a path: no file outside that folder is read (issue 37).
+    kernel_table: str | None = Field(default=None, pattern=r"^[a-z0-9_]{1,64}$")
     # The GPU's own link to its host CPU, per direction, GB/s, from the datasheet: PCIe x16
     # (Gen4 32, Gen5 64, Gen6 128) or NVLink-C2C on Grace superchips; what activation and
     # optimizer offload move over (solver.cost.offload). None: unknown (no offload planned).

@@ -81,6 +81,23 @@ def expand_names(option: str, patterns: Sequence[str], known: Sequence[str],
     return names
 
 
+def check_problem_count(axes: Sequence[Sequence[Any]], most: int) -> int:
+    """The number of problems of a sweep whose axes (models, clusters, GPU counts, seq_lens,
+    global_batches, precisions) are `axes`, counted without building them (repeated values
+    count once, as build_sweep_problems keeps them); an InputError when it exceeds `most`:
+    `--gpus 1-1000000` on every model and cluster is 663 million problems, which would fill
+    the memory before the first one is solved."""
+    count = 1
+    for values in axes:
+        count *= len(set(values))
+    if count > most:
+        sizes = " x ".join(f"{len(set(values)):,}" for values in axes)
+        raise InputError(f"the sweep has {count:,} problems ({sizes} models, clusters, GPU "
+                         "counts, seq_lens, global_batches, precisions), more than "
+                         f"--max-problems {most:,}: narrow the lists or raise --max-problems")
+    return count
+
+
 def check_jobs(seq_lens: Iterable[int], global_batches: Iterable[int],
                precisions: Iterable[str]) -> None:
     """Raise the InputError of the first job the options cannot make."""

@@ -118,11 +118,15 @@ def write_report(lines: Sequence[dict[str, Any]], directory: str | Path, charts:
     groups = build_groups(rows)
     data = build_page_data(lines, groups, token_budget, fronts)
     files = [directory / "summary.csv", directory / "summary.md"]
-    write_csv(rows, files[0])
-    write_markdown(rows, groups, files[1])
     library, skipped = (None, "not asked for (--no-charts)")
     if charts:
         library, skipped = load_chart_library()
     data["charts_missing"] = skipped or ""
-    files.append(write_html(data, library, directory))
+    try:  # a full disk is one line naming the folder (the page itself: whole or not at all)
+        write_csv(rows, files[0])
+        write_markdown(rows, groups, files[1])
+        files.append(write_html(data, library, directory))
+    except OSError as exc:
+        raise InputError(f"-o {directory}: cannot write the report ({exc.strerror or exc})") \
+            from None
     return Report(directory, tuple(files), count_statuses(rows), skipped)

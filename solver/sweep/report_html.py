@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from solver.output_file import write_output_file
+
 TITLE = "parplan sweep report"
 
 
@@ -71,5 +73,5 @@ def render_page(data: dict[str, Any], chart_library: str | None) -> str:
 
 def write_html(data: dict[str, Any], chart_library: str | None, directory: Path) -> Path:
     path = directory / "index.html"
-    path.write_text(render_page(data, chart_library), encoding="utf-8")
+    write_output_file(path, render_page(data, chart_library))
     return path
