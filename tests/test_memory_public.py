@@ -65,20 +65,82 @@ def test_every_row_names_its_source_counter_and_configuration(public, rows) -> N
         assert row["measured_kind"] in public.COUNTER_VIEW, row["id"]
         assert row["measured_unit"] in public.UNIT_BYTES, row["id"]
         assert row["measured"] > 0, row["id"]
-        assert set(row["needs"]) <= set(public.MISSING_FEATURES), row["id"]
+        assert set(row["needs"]) <= set(public.MISSING_FEATURES) | set(public.MAPPED_FEATURES), \
+            row["id"]
+        assert row["framework"] in public.FRAMEWORK_PROFILE, row["id"]
 
 
-def test_rows_needing_a_missing_feature_are_listed_not_compared(rows, summary) -> None:
-    """A row whose `needs` is not empty is skipped with the features it needs named; every
-    other row is compared. torchtune's README rows all need pure bf16 states, LoRA or a chunked
-    loss; Hugging Face's BERT rows need fp32 training and a BERT spec."""
-    needing = {row["id"] for row in rows if row["needs"]}
+def test_rows_needing_a_missing_feature_are_listed_not_compared(public, rows, summary) -> None:
+    """A row whose `needs` names a missing feature is skipped with the missing features named;
+    every other row is compared, its mapped needs as profile features. torchtune's LoRA rows
+    need LoRA; Hugging Face's BERT rows need fp32 training and a BERT spec; torchtitan's
+    2026-08 rows its chunked LM head (ChunkedLossWrapper), which the chunked loss is not."""
+    needing = {row["id"] for row in rows if set(row["needs"]) - set(public.MAPPED_FEATURES)}
     assert {r["id"] for r in summary["skipped"]} == needing
     assert {r["id"] for r in summary["rows"]} == {row["id"] for row in rows} - needing
     assert all(r["reason"].startswith("needs ") for r in summary["skipped"])
     skipped = {r["id"]: r for r in summary["skipped"]}
     assert "lora" in skipped["tune-2409-8b-lora-4090"]["reason"]
     assert "fp32_training" in skipped["hf-2302-bert-large-vanilla"]["reason"]
+    assert skipped["tt-2608-8b-bf16"]["reason"] == "needs chunked_linear_loss"
+    # Only the missing features are named: pure bf16 states are mapped, optimizer_in_bwd not.
+    assert skipped["tune-2411-3b-opt-in-bwd"]["reason"] == "needs optimizer_in_backward"
+    compared = {r["id"] for r in summary["rows"]}
+    assert {"tune-2411-3b-packed", "tune-2411-3b-compile", "tune-2411-3b-chunked-ce",
+            "tune-2411-3b-ac"} <= compared
+
+
+def test_mapped_needs_are_one_rule(public) -> None:
+    """Each mapped need is one profile feature for every row (module docstring): torchtune's
+    dtype bf16 is pure_bf16, with AdamW8bit pure_bf16_adam8bit (solver.cost.training_states),
+    CEWithChunkedOutputLoss the chunked loss, the eager attention the unfused kernel; torchtune
+    runs under the generic profile (plain PyTorch)."""
+    build = public.build_mapped_features
+    assert build([]) == {}
+    assert build(["bf16_training_states"]) == {"training_states": "pure_bf16"}
+    assert build(["8bit_adam"]) == {"training_states": "adam8bit"}
+    assert build(["8bit_adam", "bf16_training_states", "lora"]) == {
+        "training_states": "pure_bf16_adam8bit"}
+    assert build(["bf16_training_states", "loss_implementation=chunked"]) == {
+        "training_states": "pure_bf16", "loss_implementation": "chunked"}
+    assert build(["unfused_attention_memory"]) == {"attention_kernel": "unfused"}
+    assert public.FRAMEWORK_PROFILE["torchtune"] == "generic"
+
+
+def test_torchtune_rows_take_pure_bf16_states_and_their_loss(public, rows) -> None:
+    """torchtune README @1814feb, optimization flags table (Llama 3.2 3B, batch 2 x 4,096
+    packed tokens, bf16: "all activations, gradients and optimizer states are in bfloat16",
+    recipes/full_finetune_single_device.py): the states are 8 B per parameter, 2 each for the
+    weights, gradients and AdamW's two moments; '+ Packed Dataset' has the generic profile's
+    eager loss (6 B per logit), '+ Compile' the compiled one (4 B), '+ Chunked Cross Entropy'
+    the chunked one (4 + 8/8 = 5 B; solver.cost.memory.loss). Logits: 8,192 x 128,256."""
+    from solver.cost.candidates import Candidates
+    from solver.cost.frameworks import build_framework_profile
+    from solver.cost.memory import estimate_memory
+    from solver.spec import JobSpec, ParallelConfig
+
+    by_id = {row["id"]: row for row in rows}
+    logits = 2 * 4096 * 128256
+    for name, per_logit in (("tune-2411-3b-packed", 6.0), ("tune-2411-3b-compile", 4.0),
+                            ("tune-2411-3b-chunked-ce", 5.0)):
+        row = by_id[name]
+        features = {"fused_elementwise": row["torch_compile"],
+                    "loss_implementation": "compiled" if row["loss_compiled"] else "eager",
+                    **public.build_mapped_features(row["needs"])}
+        config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, ep=1, zero=0, micro_batch=2,
+                                recompute=row["recompute"])
+        job = JobSpec(seq_len=4096, global_batch=2, precision="bf16")
+        spec = public.build_row_model_spec(row)
+        breakdown = estimate_memory(spec, job, Candidates.from_configs([config]),
+                                    build_framework_profile("generic", features).memory_options())
+        items = breakdown.items
+        params = items["weights"][0] / 2.0
+        assert items["grads"][0] == pytest.approx(2.0 * params), name
+        assert items["optimizer"][0] == pytest.approx(4.0 * params), name
+        assert items["logits"][0] == pytest.approx(logits * per_logit), name
+        # The benchmark predicts the row with these features, in the allocated view.
+        assert public.predict_view_bytes(row) == pytest.approx(
+            float(breakdown.views["allocated"][0]))
 
 
 def test_counters_map_to_their_views(public) -> None:
@@ -110,14 +172,24 @@ def test_two_layer_llama4_keeps_the_first_layers(public, rows) -> None:
 
 
 PINNED = {
-    # id: (measured GB, predicted / measured - 1) from benchmarks/memory_accuracy.py today.
+    # id: (measured GB, predicted / measured - 1) from benchmarks/memory_accuracy.py today. The
+    # compiled loss's 4 B per logit (was 6 B; solver.cost.memory.loss COMPILED_LOSS_LOGITS_BYTES:
+    # the bf16 logits and their bf16 gradient, "~d_input for fw+bw" for a compiled
+    # F.cross_entropy, pytorch compiler team in Dao-AILab/quack#48) lowered every compiled-loss
+    # row by 2 B per logit: trainy -0.7% -> -9.4%, the MI300x row +0.5% -> -4.8%, B200
+    # +16.5% -> +10.4%, the 2-layer Llama 4 rows -10% -> -28% (logits 53 of their 113 GB).
     "dgxc-llama3.1-8b-bf16-mbs4": (194.41, 0.0411),      # Megatron-Bridge, max allocated
-    "trainy-2506-8b-8nodes": (50.434, -0.0065),          # torchtitan on H200, max reserved
+    "trainy-2506-8b-8nodes": (50.434, -0.0940),          # torchtitan on H200, max reserved
     "ao-2503-h100-8b-bf16": (51.164, -0.0463),           # torchao/torchtitan, eager loss
-    "ao-2508-mi300x-8b-bf16": (41.973, 0.0048),          # compiled loss
-    "ao-2508-b200-8b-bf16": (36.196, 0.1652),            # same configuration, 5.4 GiB less
-    "ao-2510-b200-llama4-2l-bf16": (156.283, -0.0985),   # 2-layer Llama 4 Scout, EP 4
-    "titan-2412-t4-70b-2d": (77.202, -0.2488),           # the worst row
+    "ao-2508-mi300x-8b-bf16": (41.973, -0.0477),         # compiled loss
+    "ao-2508-b200-8b-bf16": (36.196, 0.1042),            # same configuration, 5.4 GiB less
+    "ao-2510-b200-llama4-2l-bf16": (156.283, -0.2764),   # 2-layer Llama 4 Scout, EP 4
+    "titan-2412-t4-70b-2d": (77.202, -0.2488),           # 70B, FSDP 32 x TP 8
+    # torchtune under the generic profile, pure bf16 (max active = the allocated view).
+    "tune-2411-3b-packed": (64.425, -0.0864),            # eager loss: 6 B, torchtune's ~12 B
+    "tune-2411-3b-compile": (54.761, -0.1370),           # compiled: 4 B, torchtune's ~8 B
+    "tune-2411-3b-chunked-ce": (46.064, 0.0488),         # chunked: 5 B, compiled chunks ~2.25 B
+    "tune-2411-3b-ac": (26.736, 0.2470),                 # full AC: the gradients counted whole
 }
 
 
@@ -130,24 +202,31 @@ def test_pinned_rows_are_stable(summary) -> None:
 
 
 def test_summary_per_framework_and_source(summary) -> None:
-    """Medians overall, per framework profile and per source document; the bounds are a ratchet
-    on today's numbers (overall median 6.9%, p90 16.5%; torchtitan 7.1% over 32 rows), not the
-    issue's target of 7% per framework, which torchtitan misses."""
+    """Medians overall, per framework and per source document; the bounds are a ratchet on
+    today's numbers, not the issue's target of 7% per framework, which torchtitan and torchtune
+    miss: 37 rows, overall median 8.6%, p90 22.6% (33 rows, 6.9% and 16.5% before the compiled
+    loss went from 6 to 4 B per logit and the four torchtune rows were compared); torchtitan
+    8.3% over 32 rows (was 7.1%), torchtune 11.2% over 4, Megatron 4.1% over 1. The worst row
+    is a 2-layer Llama 4 run (-30.6%), whose logits are half of its prediction."""
     assert sum(s["count"] for s in summary["by_framework"].values()) == summary["count"]
     assert sum(s["count"] for s in summary["by_source"].values()) == summary["count"]
-    assert set(summary["by_source"]) == {"nvidia-dgxc", "torchao", "torchtitan", "trainy"}
-    assert summary["median_abs_error"] <= 0.07
-    assert summary["p90_abs_error"] <= 0.17
-    assert summary["by_framework"]["torchtitan"]["median_abs_error"] <= 0.075
-    assert summary["worst"][0] == "titan-2412-t4-70b-2d"
+    assert set(summary["by_source"]) == {"nvidia-dgxc", "torchao", "torchtitan", "torchtune",
+                                         "trainy"}
+    assert summary["count"] == 37
+    assert summary["median_abs_error"] <= 0.09
+    assert summary["p90_abs_error"] <= 0.23
+    assert summary["by_framework"]["torchtitan"]["median_abs_error"] <= 0.085
+    assert summary["by_framework"]["torchtune"]["median_abs_error"] <= 0.115
+    assert summary["worst"][0] == "ao-2510-b200-llama4-2l-mxfp8-all"
 
 
 @settings(max_examples=12, deadline=None)
 @given(st.data())
-def test_views_are_ordered_on_every_compared_row(public, rows, data) -> None:
+def test_views_are_ordered_on_every_compared_row(public, rows, summary, data) -> None:
     """Property: for any compared row, what max_memory_allocated would see is at most what
     max_memory_reserved would, which is at most what nvidia-smi would."""
-    row = data.draw(st.sampled_from([r for r in rows if not r["needs"]]))
+    compared = {r["id"] for r in summary["rows"]}
+    row = data.draw(st.sampled_from([r for r in rows if r["id"] in compared]))
     predicted = {kind: public.predict_view_bytes({**row, "measured_kind": kind})
                  for kind in ("max_allocated", "max_reserved", "device")}
     assert predicted["max_allocated"] <= predicted["max_reserved"] <= predicted["device"]
