@@ -72,7 +72,9 @@ def test_allocated_view_against_vllms_profile_log() -> None:
 
 def test_reserved_view_against_vllms_profile_log() -> None:
     """reserved = device - non-torch: 71.69 - 1 GiB of CUDA context = 70.69 GiB predicted
-    (the 1 GiB CUDA-graph pool inside, as vLLM >= 0.21 counts it in the budget) against
+    (the 1 GiB CUDA-graph pool inside, as vLLM counts it in the budget since 0.21: "CUDA graph
+    memory profiling is enabled (default since v0.21.0)", gpu_worker.py's log in
+    https://github.com/gpustack/runner/pull/251) against
     71.29 - 1.79 = 69.50 GiB logged before any graph was captured (+1.7%: our 1 GiB of
     context against the log's 1.79 GiB of non-torch memory)."""
     _, views = llama_8b_on_one_h100()

@@ -29,16 +29,19 @@ splits it (vllm/utils/mem_utils.py memory_profiling and MemorySnapshot.measure:
 non_torch_memory = cuda_memory (mem_get_info) - torch.cuda.memory_reserved(); the worker's
 determine_available_memory gives the KV cache the rest):
 
-    allocated  torch.cuda.max_memory_allocated(): the weights, the KV cache (vLLM allocates
-               its blocks as torch tensors, gpu_model_runner initialize_kv_cache) and the
+    allocated  torch.cuda.max_memory_allocated(): the weights, the KV cache (torch tensors:
+               vllm/v1/worker/gpu_model_runner.py _allocate_kv_cache_tensors, one
+               torch.zeros(size, dtype=torch.int8) per KV-cache tensor) and the
                activation peak of a max_num_batched_tokens batch (the profile run's
                torch_peak_increase, "PyTorch activation peak memory").
     reserved   torch.cuda.max_memory_reserved(): allocated plus the CUDA graphs' memory pool,
                which is torch's (vllm/compilation/cuda_graph.py CUDAGraphWrapper captures with
                torch.cuda.graph(pool=current_platform.get_global_graph_pool()) and keeps only
-               weak references to the outputs, so the pool stays reserved, not allocated). No
+               weak references to the outputs, so the pool stays reserved, not allocated);
+               inside the budget, as vLLM counts it since 0.21 ("CUDA graph memory profiling
+               is enabled (default since v0.21.0)", gpu_worker.py's log line). No
                fragmentation is counted: vLLM empties the cache after profiling and allocates
-               the KV cache in one tensor per layer.
+               the KV cache in whole tensors.
     device     nvidia-smi: reserved plus what torch never sees: the CUDA context and NCCL's
                communicators ("non_torch_memory"); the total, what --gpu-memory-utilization
                bounds and what every fit is judged on.
