@@ -52,8 +52,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_time_table,
     )
     from solver.cost.caveats import list_time_caveats
-    from solver.spec.plan import MEMORY_VIEWS
-    from solver.spec.plan_json import render_plan_json
+    from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
     features = pop_framework_features(degrees)
     result = run_estimate(
@@ -79,7 +78,7 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
             "plans": [render_plan_json(plan)],
             # What reports each view of a plan's memory (`allocated_gb`, `reserved_gb`,
             # `device_gb`): the view a measured number is compared with.
-            "memory_views": {f"{view}_gb": source for view, source in MEMORY_VIEWS.items()},
+            "memory_views": render_memory_views_json(),
             "notes": list(list_time_caveats(result.model_spec)),
         }
         if result.blocks:  # a block pattern: time and memory by block kind

@@ -6,6 +6,7 @@ Memory is shown in decimal GB (1e9 bytes).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -95,7 +96,13 @@ VIEW_LABELS = {"allocated": "allocated (torch.cuda)", "reserved": "reserved (tor
 
 def render_views_line(stage: StageMemory) -> str:
     """Which view a measured number is compared with (MEMORY_VIEWS), and that view's value."""
-    parts = [f"{source} with {view} ({format_significant(stage.view_bytes(view) / 1e9)} GB)"
+    return render_views_text({view: stage.view_bytes(view) for view in MEMORY_VIEWS})
+
+
+def render_views_text(view_bytes: Mapping[str, float]) -> str:
+    """Which view a measured number is compared with (MEMORY_VIEWS), and the bytes in each
+    (`view_bytes`, a training stage's or a serving plan's)."""
+    parts = [f"{source} with {view} ({format_significant(view_bytes[view] / 1e9)} GB)"
              for view, source in MEMORY_VIEWS.items()]
     return ("compare a measured peak by what reported it: " + "; ".join(parts)
             + "; fits are judged on device")

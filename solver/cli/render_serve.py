@@ -1,5 +1,6 @@
 """Rendering `serve` answers: the JSON of DESIGN.md, the ranked table, the why, the vLLM
-command, and the infeasibility explanation. Memory in decimal GB (1e9 bytes)."""
+command, and the infeasibility explanation. Memory in decimal GB (1e9 bytes), per GPU, in
+items and in the three views users measure it in (MEMORY_VIEWS, solver.cost.serve_memory)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from typing import Any
 import click
 
 from solver.cli.render import echo_infeasible, echo_ranked
-from solver.spec.plan_json import render_answer_head, render_infeasible_json
+from solver.cli.render_plan import render_views_text
+from solver.spec.plan import MEMORY_VIEWS
+from solver.spec.plan_json import (
+    render_answer_head,
+    render_infeasible_json,
+    render_memory_views_json,
+    to_gb,
+)
 
 
 def _sglang_engine(problem: Any, degrees: dict[str, int],
@@ -40,6 +48,7 @@ def _plan_json(plan: Any, problem: Any) -> dict[str, Any]:
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "ep": plan.ep, "replicas": plan.replicas,
         "gpus": plan.num_gpus, "expert_parallel": plan.ep > 1, "fits": plan.fits,
         "memory_gb": {k: round(v / 1e9, 3) for k, v in plan.memory_bytes.items()},
+        **{f"{view}_gb": to_gb(plan.views_bytes[view]) for view in MEMORY_VIEWS},
         "kv_bytes_per_token": round(plan.kv_bytes_per_token, 1),
         "kv_cache_tokens": plan.kv_tokens,
         "max_concurrent_sequences": plan.max_sequences,
@@ -123,6 +132,9 @@ def render_serve_json(result: Any) -> dict[str, Any]:
         "workload": _workload_json(job),
         "num_feasible": result.num_feasible,
         "plans": [_plan_json(plan, problem) for plan in result.plans],
+        # What reports each view of a plan's memory: the view a measured number is compared
+        # with (vLLM's own log splits it the same way: solver.cost.serve_memory).
+        "memory_views": render_memory_views_json(),
     }
     if result.pareto is not None:
         answer["pareto"] = _pareto_json(result.pareto)
@@ -152,19 +164,23 @@ def echo_serve_result(result: Any) -> None:
     replicas = any(plan.replicas > 1 for plan in result.plans)
     loaded = job.load.kind != "none"  # the load table below replaces the batch columns
     columns = (["#", "tp", "pp", "dp", "ep"] + (["replicas"] if replicas else [])
-               + ["GPUs", "weights GB", "KV GB", f"seqs @{job.context:,}"]
+               + ["GPUs", "weights GB", "KV GB", *VIEW_COLUMNS.values(),
+                  f"seqs @{job.context:,}"]
                + ([] if loaded else ["batch", "TTFT ms alone", "TPOT ms @batch", "tokens/s",
                                      "tokens/s/GPU"]))
     rows = []
     for i, plan in enumerate(result.plans, start=1):
         row = [i, plan.tp, plan.pp, plan.dp, plan.ep] + ([plan.replicas] if replicas else [])
         row += [plan.num_gpus, round(plan.memory_bytes["weights"] / 1e9, 1),
-                round(plan.memory_bytes["kv_cache"] / 1e9, 1), plan.max_sequences]
+                round(plan.memory_bytes["kv_cache"] / 1e9, 1),
+                *(round(plan.views_bytes[view] / 1e9, 1) for view in VIEW_COLUMNS),
+                plan.max_sequences]
         if not loaded:
             row += [plan.batch, round(plan.ttft_s * 1e3, 1), round(plan.tpot_s * 1e3, 1),
                     round(plan.tokens_per_s), round(plan.tokens_per_s_per_gpu)]
         rows.append(row)
-    echo_ranked(result, columns, rows)
+    echo_ranked(result, columns, rows,
+                note="memory per GPU of plan 1: " + render_views_text(result.plans[0].views_bytes))
     _echo_load(result)
     if result.pareto is not None:
         _echo_pareto(result.pareto)
@@ -177,6 +193,11 @@ def echo_serve_result(result: Any) -> None:
         click.echo(f"  note: {note}")
     click.echo("sglang:")
     click.echo(f"  {sglang_command(problem, best)}")
+
+
+# The views' columns in the ranked table (MEMORY_VIEWS; device is the total), short: the
+# line under the table spells them out.
+VIEW_COLUMNS = {"allocated": "alloc GB", "reserved": "resv GB", "device": "device GB"}
 
 
 def _describe_workload(job: Any) -> str:

@@ -22,6 +22,33 @@ key (qk_rope_head_dim) once per layer, on every TP rank (not split by heads). Wi
 pattern (solver.cost.blocks.estimate_layer_cache_bytes) windowed layers keep at most their
 window and Mamba-2 / DeltaNet layers a constant state per sequence, as vLLM's hybrid KV-cache
 manager allocates them; the bytes per token are then those of a `context`-token sequence.
+
+The three views of an engine's memory (issue 43; the views and what reports each are
+solver.spec.plan.MEMORY_VIEWS, as for training plans: solver.cost.memory.views), split as vLLM
+splits it (vllm/utils/mem_utils.py memory_profiling and MemorySnapshot.measure:
+non_torch_memory = cuda_memory (mem_get_info) - torch.cuda.memory_reserved(); the worker's
+determine_available_memory gives the KV cache the rest):
+
+    allocated  torch.cuda.max_memory_allocated(): the weights, the KV cache (torch tensors:
+               vllm/v1/worker/gpu_model_runner.py _allocate_kv_cache_tensors, one
+               torch.zeros(size, dtype=torch.int8) per KV-cache tensor) and the
+               activation peak of a max_num_batched_tokens batch (the profile run's
+               torch_peak_increase, "PyTorch activation peak memory").
+    reserved   torch.cuda.max_memory_reserved(): allocated plus the CUDA graphs' memory pool,
+               which is torch's (vllm/compilation/cuda_graph.py CUDAGraphWrapper captures with
+               torch.cuda.graph(pool=current_platform.get_global_graph_pool()) and keeps only
+               weak references to the outputs, so the pool stays reserved, not allocated);
+               inside the budget, as vLLM counts it since 0.21 ("CUDA graph memory profiling
+               is enabled (default since v0.21.0)", gpu_worker.py's log line). No
+               fragmentation is counted: vLLM empties the cache after profiling and allocates
+               the KV cache in whole tensors.
+    device     nvidia-smi: reserved plus what torch never sees: the CUDA context and NCCL's
+               communicators ("non_torch_memory"); the total, what --gpu-memory-utilization
+               bounds and what every fit is judged on.
+Worked number (estimate_serving_memory's): Llama-3.1-8B, one H100, bf16, util 0.9: allocated
+16.06 + 1.36 + 57.40 = 74.82 GB, reserved + 1 GiB of graphs = 75.90 GB, device + 1 GiB of
+CUDA context = 76.97 GB (the budget); vLLM's profile log of Llama-3-8B on one H100 (vllm PR
+#10511): 14.96 + 1.26 + 53.29 = 69.51 GiB = 74.64 GB allocated, 71.29 GiB = 76.55 GB requested.
 """
 
 from __future__ import annotations
@@ -35,6 +62,7 @@ from solver.cost.block_cache import estimate_cache_bytes_per_token, estimate_mix
 from solver.cost.serve_round import ACTIVATION_BYTES
 from solver.cost.serve_step import attention_params_per_gpu
 from solver.spec import ModelSpec
+from solver.spec.plan import MEMORY_VIEWS
 
 GIB = 2**30
 
@@ -128,7 +156,9 @@ def estimate_kv_bytes_per_token(model_spec: ModelSpec, context: int,
 
 @dataclass(frozen=True)
 class ServeMemory:
-    """Bytes per GPU (worst stage) and what the KV cache holds, one entry per candidate."""
+    """Bytes per GPU (worst stage) and what the KV cache holds, one entry per candidate;
+    `graph_bytes` is the part of `other_bytes` in torch's CUDA-graph pool (the rest, the CUDA
+    context and NCCL, torch never sees)."""
 
     budget_bytes: np.ndarray
     weights_bytes: np.ndarray
@@ -138,6 +168,7 @@ class ServeMemory:
     kv_bytes_per_token: np.ndarray
     kv_tokens: np.ndarray
     max_sequences: np.ndarray
+    graph_bytes: np.ndarray
 
     @property
     def fits(self) -> np.ndarray:
@@ -168,7 +199,8 @@ def estimate_activation_bytes(model_spec: ModelSpec, tokens: int, sequences: int
 
 @dataclass(frozen=True)
 class ServeReserves:
-    """Non-torch memory vLLM sets aside (GiB): the CUDA context, its captured CUDA graphs and,
+    """Memory vLLM sets aside besides weights, activations and KV cache (GiB): the CUDA context,
+    its captured CUDA graphs (torch's graph pool: reserved, not allocated) and,
     for an engine of more than one GPU, NCCL's communicators (solver.serve.job.ServeConstants
     gives the sources)."""
 
@@ -197,6 +229,7 @@ def estimate_serving_memory(model_spec: ModelSpec, budget_bytes: float, context:
     multi_gpu = (tp * pp > 1) | (model_spec.is_moe & (dp > 1))
     other = (reserves.cuda_context_gib + reserves.cuda_graph_gib
              + np.where(multi_gpu, reserves.nccl_gib, 0.0)) * GIB
+    graphs = np.full(len(tp), reserves.cuda_graph_gib * GIB)
     budget = np.full(len(tp), float(budget_bytes))
     kv_cache = np.maximum(budget - weights - activations - other, 0.0)
     per_token = estimate_kv_bytes_per_token(model_spec, context, kv_bytes_per_element, tp, pp)
@@ -204,7 +237,22 @@ def estimate_serving_memory(model_spec: ModelSpec, budget_bytes: float, context:
     return ServeMemory(budget_bytes=budget, weights_bytes=weights,
                        activations_bytes=activations, other_bytes=other,
                        kv_cache_bytes=kv_cache, kv_bytes_per_token=per_token,
-                       kv_tokens=kv_tokens, max_sequences=np.floor(kv_tokens / context))
+                       kv_tokens=kv_tokens, max_sequences=np.floor(kv_tokens / context),
+                       graph_bytes=graphs)
+
+
+def estimate_serving_views(memory: ServeMemory) -> dict[str, np.ndarray]:
+    """Bytes per GPU in each view (MEMORY_VIEWS) of each engine (see the module docstring):
+
+        allocated = weights + KV cache + activations
+        reserved  = allocated + CUDA-graph pool
+        device    = reserved + CUDA context + NCCL = weights + KV + activations + other
+    device is the plan's total. Worked number in the module docstring."""
+    allocated = memory.weights_bytes + memory.kv_cache_bytes + memory.activations_bytes
+    reserved = allocated + memory.graph_bytes
+    device = allocated + memory.other_bytes
+    views = {"allocated": allocated, "reserved": reserved, "device": device}
+    return {view: views[view] for view in MEMORY_VIEWS}
 
 
 def estimate_min_tp(weight_bytes: float, usable_bytes_per_gpu: float) -> int:

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from solver.cost.serve_memory import estimate_serving_views
 from solver.serve.enumerate import RankedServe, load_is_active
 from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.load import ServeLoad, estimate_max_num_seqs
@@ -22,7 +23,9 @@ from solver.spec.model_ref import render_model_reference, render_model_tokens
 @dataclass(frozen=True)
 class ServePlan:
     """A serving configuration (degrees) and what the model predicts for it; bytes per GPU
-    of the worst stage, seconds, tokens per second of the whole deployment."""
+    of the worst stage, seconds, tokens per second of the whole deployment. `memory_bytes`
+    holds the items and their total; `views_bytes` the same memory in the three views
+    (solver.spec.plan.MEMORY_VIEWS, solver.cost.serve_memory): device is the total."""
 
     tp: int
     pp: int
@@ -32,6 +35,7 @@ class ServePlan:
     num_gpus: int
     fits: bool
     memory_bytes: dict[str, float]
+    views_bytes: dict[str, float]
     kv_bytes_per_token: float
     kv_tokens: int
     max_sequences: int
@@ -80,6 +84,7 @@ def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, 
     c, e = ranked.candidates, ranked.estimate
     tokens, _ = scheduler_limits(problem)
     max_seqs = estimate_max_num_seqs(problem, ranked.load)
+    views = estimate_serving_views(e.memory)
     plans = []
     for i in range(len(c)):
         row = c.row(i)
@@ -89,9 +94,12 @@ def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, 
                  "activations": memory.activations_bytes[i], "other": memory.other_bytes[i]}
         items = {k: float(v) for k, v in items.items()}
         items["total"] = sum(items.values())
+        plan_views = {view: float(values[i]) for view, values in views.items()}
+        # Our invariant (solver.cost.serve_memory): the device view is the total.
+        assert abs(plan_views["device"] - items["total"]) <= 1e-9 * items["total"], plan_views
         plans.append(ServePlan(
             **row, num_gpus=int(e.num_gpus[i]), fits=bool(memory.fits[i]),
-            memory_bytes=items, kv_bytes_per_token=float(memory.kv_bytes_per_token[i]),
+            memory_bytes=items, views_bytes=plan_views, kv_bytes_per_token=float(memory.kv_bytes_per_token[i]),
             kv_tokens=int(memory.kv_tokens[i]), max_sequences=int(memory.max_sequences[i]),
             batch=int(e.batch[i]), ttft_s=float(e.ttft_s[i]), tpot_s=float(e.tpot_s[i]),
             tpot_idle_s=float(e.tpot_idle_s[i]), latency_s=float(e.latency_s[i]),

@@ -54,6 +54,12 @@ def render_views_gb(stage: StageMemory) -> dict[str, float]:
     return {f"{view}_gb": to_gb(stage.view_bytes(view)) for view in MEMORY_VIEWS}
 
 
+def render_memory_views_json() -> dict[str, str]:
+    """`memory_views` of an answer: what reports each view (`allocated_gb`, `reserved_gb`,
+    `device_gb`), the view a measured number is compared with (MEMORY_VIEWS)."""
+    return {f"{view}_gb": source for view, source in MEMORY_VIEWS.items()}
+
+
 def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
     """`layout` of a plan: pp, vpp, the Megatron layout text (`syntax`), and per virtual stage
     (model order) the pipeline stage it runs on, its decoder layers, how many of them recompute
