@@ -73,9 +73,9 @@ def test_offload_moves_what_the_recomputed_moe_layer_still_saves() -> None:
 
 
 def test_offload_with_the_moe_module_recomputed_is_refused_as_megatron_refuses_it() -> None:
-    """`estimate` refuses --activation-offload with --recompute-modules moe on a MoE model in
-    one line naming the rule, exit 2 (it printed -8.3 GB of activations for Mixtral-8x7B
-    before); a dense model offloads core_attn and attn_proj only, which Megatron takes with
+    """`estimate` and `launch` refuse --activation-offload with --recompute-modules moe on a
+    MoE model in one line naming the rule, exit 2 (estimate crashed with a traceback on -8.3 GB
+    of activations for Mixtral-8x7B before, launch emitted flags Megatron rejects); a dense model offloads core_attn and attn_proj only, which Megatron takes with
     moe in the module list; without selective recompute the list is not used."""
     args = ["estimate", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", str(S),
             "--recompute", "selective", "--recompute-modules", "core_attn,moe",
@@ -85,6 +85,12 @@ def test_offload_with_the_moe_module_recomputed_is_refused_as_megatron_refuses_i
     assert ("--activation-offload with --recompute selective --recompute-modules core_attn moe: "
             "offload_not_inside_recomputed_moe") in moe.output
     assert "Traceback" not in moe.output
+    # launch would have emitted --recompute-modules core_attn moe with --offload-modules
+    # core_attn attn_proj expert_fc1 moe_act, which Megatron's config check rejects.
+    launch = CliRunner().invoke(cli, ["launch", "--format", "megatron", "--model",
+                                      "mixtral-8x7b", "--ep", "8", *args[1:]])
+    assert launch.exit_code == 2, launch.output
+    assert "offload_not_inside_recomputed_moe" in launch.output
     dense = CliRunner().invoke(cli, [*args, "--model", "llama3.1-8b"])
     assert dense.exit_code == 0, dense.output
     assert refuse_activation_offload(MIXTRAL, ("moe",), "none") is None

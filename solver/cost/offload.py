@@ -263,6 +263,18 @@ def activation_offload_levels(model_spec: ModelSpec, recompute_modules: tuple[st
                  if refuse_activation_offload(model_spec, recompute_modules, level) is None)
 
 
+def check_activation_offload(constants: TimeConstants, model_spec: ModelSpec,
+                             recompute_levels: tuple[str, ...]) -> None:
+    """An InputError naming the flags where activation offload is on at a recompute level
+    Megatron refuses it with (refuse_activation_offload)."""
+    for level in recompute_levels if constants.activation_offload else ():
+        why = refuse_activation_offload(model_spec, constants.recompute_modules, level)
+        if why is not None:
+            modules = (f" --recompute-modules {' '.join(constants.recompute_modules)}"
+                       if level == "selective" else "")
+            raise InputError(f"--activation-offload with --recompute {level}{modules}: {why}")
+
+
 def check_offload(constants: TimeConstants, cluster: ClusterSpec, framework: str,
                   recompute_levels: tuple[str, ...], zero_stages: tuple[int, ...],
                   model_spec: ModelSpec) -> None:
@@ -274,12 +286,7 @@ def check_offload(constants: TimeConstants, cluster: ClusterSpec, framework: str
     if constants.optimizer_offload and framework == "deepspeed" and 0 in zero_stages:
         raise InputError("--optimizer-offload with --zero 0: DeepSpeed offloads the optimizer "
                          "of ZeRO stages 1-3 only (zero_optimization.offload_optimizer)")
-    for level in recompute_levels if constants.activation_offload else ():
-        why = refuse_activation_offload(model_spec, constants.recompute_modules, level)
-        if why is not None:
-            modules = (f" --recompute-modules {' '.join(constants.recompute_modules)}"
-                       if level == "selective" else "")
-            raise InputError(f"--activation-offload with --recompute {level}{modules}: {why}")
+    check_activation_offload(constants, model_spec, recompute_levels)
     for feature in ("optimizer_offload", "activation_offload"):
         if getattr(constants, feature) and not offload_available(cluster, feature):
             flag = "--" + feature.replace("_", "-")
