@@ -7,8 +7,8 @@ input (megatron/core/transformer/transformer_config.py __post_init__, core @ d98
 it used to subtract the experts' offloaded bytes from a layer that no longer held them: a
 Mixtral-8x7B MoE layer at s 4096 went to -0.28 GB, the stage to -8.3 GB.
 
-Property: every memory item, every per-stage and per-layer term is >= 0, and a layer offloads
-no more than it saves, over every option combination the planner takes (recompute module
+Property: every memory item, every per-stage and per-layer term is >= 0, a layer keeps at
+least its input under any recompute module set, and offloads no more than it saves, over every option combination the planner takes (recompute module
 sets, activation offload, layer-level CPU offloading, eager or fused element-wise ops,
 FlashAttention or not)."""
 
@@ -181,12 +181,14 @@ def _assert_non_negative(model_spec, job, config, options: MemoryOptions) -> Non
     terms = estimate_activation_terms(model_spec, job, candidates, options)
     for name in ("layer", "first", "last", "not_last", "working", "offload_margin"):
         assert np.all(terms[name] >= 0), (name, terms[name])
+    kept = estimate_activation_terms(model_spec, job, candidates, options.model_copy(
+        update={"activation_offload": False, "cpu_offloading_num_layers": 0}))
+    # Without offload a layer keeps at least its input (the recompute term, input less
+    # layer, is <= 0): every recompute module keeps its own input.
+    assert np.all(kept["recompute"] <= 1e-9 * np.abs(kept["layer"])), kept["recompute"]
     if options.activation_offload:
         # Offload moves only what a layer saves: each kind's offloaded bytes are within what
         # the layer keeps without the offload.
         offloaded = estimate_kind_offload_bytes(model_spec, job, candidates, options)
-        saved = estimate_activation_terms(
-            model_spec, job, candidates,
-            options.model_copy(update={"activation_offload": False}))["layer"]
         assert np.all(offloaded >= 0)
-        assert np.all(offloaded <= saved * (1 + 1e-12)), (offloaded, saved)
+        assert np.all(offloaded <= kept["layer"] * (1 + 1e-12)), (offloaded, kept["layer"])
