@@ -304,7 +304,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
     check_offload(profile.time_constants, cluster_spec, framework, (config.recompute,),
-                  (config.zero,))
+                  (config.zero,), model_spec)
     check_layer_offload(profile.time_constants, model_spec, cluster_spec, (config.pp,),
                         (config.recompute,))
     check_feature_precision(profile.time_constants, job.precision)

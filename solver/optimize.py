@@ -18,7 +18,12 @@ from solver.cost.frameworks import (
     offload_ladder,
     with_memory_savers,
 )
-from solver.cost.offload import check_layer_offload, check_offload, offload_available
+from solver.cost.offload import (
+    activation_offload_levels,
+    check_layer_offload,
+    check_offload,
+    offload_available,
+)
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.recompute_modules import recompute_module_sets
 from solver.cost.row_memo import forget_all
@@ -120,8 +125,9 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     pins = dict(pins or {})
     constants = profile.time_constants
     if constants.activation_offload:  # what is left, or the pin check_offload refuses
-        pins["recompute"] = tuple(code for code in pins.get("recompute", (0, 1, 2))
-                                  if code != 2) or (2,)
+        levels = tuple(RECOMPUTE_LEVELS[code] for code in pins.get("recompute", (0, 1, 2)))
+        runs = activation_offload_levels(model_spec, constants.recompute_modules, levels)
+        pins["recompute"] = tuple(RECOMPUTE_LEVELS.index(level) for level in runs or levels)
     if constants.optimizer_offload and framework == "deepspeed":
         pins["zero"] = tuple(stage for stage in pins.get("zero", (0, 1, 2, 3)) if stage) or (0,)
     if constants.cpu_offloading_num_layers:  # Megatron runs it at pp 1 without recompute
@@ -132,7 +138,7 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     check_feature_precision(constants, precision)
     check_offload(constants, cluster_spec, framework,
                   tuple(RECOMPUTE_LEVELS[code] for code in pins.get("recompute", (0,))),
-                  pins.get("zero", (1,)))
+                  pins.get("zero", (1,)), model_spec)
     return Problem(model_spec=model_spec, cluster=cluster_spec, job=job, num_gpus=num_gpus,
                    framework=framework, objective=objective, pins=pins,
                    allow_tp_across_nodes=allow_tp_across_nodes,

@@ -282,7 +282,7 @@ def test_op_level_selective_recompute_costs_time_and_saves_memory() -> None:
     """Megatron's selective recompute (the attention core) is free under FlashAttention;
     torchtitan's op-level SAC recomputes half the GEMMs, the grouped experts and every
     element-wise op, and keeps 59,520 of Llama-3-8B's 110,720 B per token and layer
-    (activations._op_level_bytes docstring)."""
+    (op_level.estimate_op_level_bytes docstring)."""
     megatron = framework_time_constants("megatron")
     op_level = megatron.model_copy(update={"selective_recompute": "op_level"})
     none = step("llama3.1-8b", megatron, recompute="none", dp=8)

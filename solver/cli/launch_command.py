@@ -155,7 +155,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.emit.target import LaunchTarget, check_pipeline_layout, parse_launch_pipeline
 
     from solver.cost.frameworks import build_framework_profile
-    from solver.cost.offload import check_layer_offload
+    from solver.cost.offload import check_activation_offload, check_layer_offload
 
     ctx = click.get_current_context()
     launch_format, version = _format_and_version(launch_format, target_text)
@@ -187,6 +187,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     check_parallel_config(model_spec, job, num_gpus, config)
     check_layer_offload(profile.time_constants, model_spec, None, (config.pp,),
                         (config.recompute,))
+    check_activation_offload(profile.time_constants, model_spec, (config.recompute,))
     pipeline = None
     if layout_text is not None:
         pipeline = parse_launch_pipeline(layout_text, model_spec, config)

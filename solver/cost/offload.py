@@ -233,19 +233,60 @@ def check_layer_offload(constants: TimeConstants, model_spec: ModelSpec,
             raise InputError(f"{flag}: {why}")
 
 
+def refuse_activation_offload(model_spec: ModelSpec, recompute_modules: tuple[str, ...],
+                              level: str) -> str | None:
+    """Why Megatron's fine-grained activation offloading (--activation-offload: the offload
+    modules core_attn attn_proj, and expert_fc1 moe_act on MoE models, solver.emit.megatron)
+    does not run at recompute `level`, or None where it does:
+      offload_not_with_full_recompute  it pairs with selective recompute, not full
+          (docs/user-guide/features/fine_grained_activation_offloading.md, Compatibility)
+      offload_not_inside_recomputed_moe  selective recompute of the moe module wraps the
+          whole MoE forward in a checkpoint, which saves only the block's input, so there is
+          nothing inside it to offload: transformer_config.py __post_init__ asserts "Cannot
+          offload {'moe_act', 'expert_fc1'} while recomputing the entire MoE layer" (core @
+          d98e8a6; a dense model offloads neither, so Megatron takes it there)."""
+    if level == "full":
+        return ("offload_not_with_full_recompute: Megatron's fine-grained activation "
+                "offloading pairs with selective recompute, not full")
+    if level == "selective" and model_spec.is_moe and "moe" in recompute_modules:
+        return ("offload_not_inside_recomputed_moe: Megatron refuses to offload expert_fc1 "
+                "and moe_act while --recompute-modules moe recomputes the whole MoE block "
+                "(transformer_config.py)")
+    return None
+
+
+def activation_offload_levels(model_spec: ModelSpec, recompute_modules: tuple[str, ...],
+                              levels: tuple[str, ...]) -> tuple[str, ...]:
+    """The recompute `levels` Megatron's fine-grained activation offloading runs with
+    (refuse_activation_offload)."""
+    return tuple(level for level in levels
+                 if refuse_activation_offload(model_spec, recompute_modules, level) is None)
+
+
+def check_activation_offload(constants: TimeConstants, model_spec: ModelSpec,
+                             recompute_levels: tuple[str, ...]) -> None:
+    """An InputError naming the flags where activation offload is on at a recompute level
+    Megatron refuses it with (refuse_activation_offload)."""
+    for level in recompute_levels if constants.activation_offload else ():
+        why = refuse_activation_offload(model_spec, constants.recompute_modules, level)
+        if why is not None:
+            modules = (f" --recompute-modules {' '.join(constants.recompute_modules)}"
+                       if level == "selective" else "")
+            raise InputError(f"--activation-offload with --recompute {level}{modules}: {why}")
+
+
 def check_offload(constants: TimeConstants, cluster: ClusterSpec, framework: str,
-                  recompute_levels: tuple[str, ...], zero_stages: tuple[int, ...]) -> None:
+                  recompute_levels: tuple[str, ...], zero_stages: tuple[int, ...],
+                  model_spec: ModelSpec) -> None:
     """An InputError naming the flag where an offload that is on cannot run or be costed:
-    activation offload with full recompute (Megatron's fine-grained offloading pairs with
-    selective recompute: fine_grained_activation_offloading.md, Compatibility), DeepSpeed's
-    optimizer offload below ZeRO-1 (offload_optimizer is a zero_optimization option of stages
-    1-3), or a GPU or cluster file without the bandwidths it needs."""
+    activation offload at a recompute level Megatron refuses it with (full, or selective of
+    the moe module: refuse_activation_offload), DeepSpeed's optimizer offload below ZeRO-1
+    (offload_optimizer is a zero_optimization option of stages 1-3), or a GPU or cluster file
+    without the bandwidths it needs."""
     if constants.optimizer_offload and framework == "deepspeed" and 0 in zero_stages:
         raise InputError("--optimizer-offload with --zero 0: DeepSpeed offloads the optimizer "
                          "of ZeRO stages 1-3 only (zero_optimization.offload_optimizer)")
-    if constants.activation_offload and "full" in recompute_levels:
-        raise InputError("--activation-offload with --recompute full: Megatron's fine-grained "
-                         "activation offloading pairs with selective recompute, not full")
+    check_activation_offload(constants, model_spec, recompute_levels)
     for feature in ("optimizer_offload", "activation_offload"):
         if getattr(constants, feature) and not offload_available(cluster, feature):
             flag = "--" + feature.replace("_", "-")

@@ -37,12 +37,14 @@ from itertools import combinations
 
 import numpy as np
 
-from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, Candidates
+from solver.cost.candidates import RECOMPUTE_SELECTIVE, Candidates
+from solver.cost.offload import activation_offload_levels
 from solver.cost.steptime import StepTime
 from solver.search.enumerate import FirstPass, Ranked, least_bound
 from solver.search.layout_search import LayoutSearch, ranked_keys, ranking_floor
 from solver.search.program_memo import WorkBudget
 from solver.search.space import Problem, variable_domains
+from solver.spec import RECOMPUTE_LEVELS
 from solver.spec.plan import Plan
 
 
@@ -65,8 +67,11 @@ def offload_variant(problem: Problem, offloads: tuple[str, ...]) -> Problem | No
     domains = variable_domains(problem)
     pins = dict(problem.pins)
     if "activation_offload" in offloads:
-        pins["recompute"] = tuple(level for level in pins.get("recompute", domains["recompute"])
-                                  if level != RECOMPUTE_FULL)
+        codes = pins.get("recompute", domains["recompute"])
+        runs = activation_offload_levels(problem.model_spec,
+                                         problem.memory_options.recompute_modules,
+                                         tuple(RECOMPUTE_LEVELS[code] for code in codes))
+        pins["recompute"] = tuple(RECOMPUTE_LEVELS.index(level) for level in runs)
     if "optimizer_offload" in offloads and problem.framework == "deepspeed":
         pins["zero"] = tuple(stage for stage in pins.get("zero", domains["zero"]) if stage)
     if any(not values for values in pins.values()):

@@ -46,6 +46,7 @@ from solver.cost.candidates import (
     Candidates,
 )
 from solver.cost.memory import eager
+from solver.cost.memory.op_level import estimate_op_level_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.spec import JobSpec, ModelSpec
 from solver.spec.blocks import ATTENTION_MIXERS
@@ -125,37 +126,6 @@ def _mlp_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     return split, replicated
 
 
-def _op_level_bytes(model_spec: ModelSpec, moe: bool) -> tuple[float, float]:
-    """(divided by tp, replicated without SP) bytes per token one layer keeps under
-    torchtitan's per-op selective checkpointing (solver.cost.frameworks): the layer input, the
-    attention output and its log-sum-exp, the all-to-all outputs, and every second GEMM's
-    output, taken as half of the layer's GEMM output bytes; the grouped expert GEMMs are
-    recomputed. Llama-3-8B: 2h + half of (q, k, v, wo, w1, w3, w2 = 43,008 outputs) + the
-    attention output 2h + 4a = 59,520 B per token against 110,720 without recompute."""
-    m, h = model_spec, model_spec.hidden_size
-    heads = m.num_attention_heads
-    k_heads = heads if m.is_mla else m.kv_heads
-    columns = heads * m.qk_head_dim + k_heads * (m.qk_head_dim + m.value_head_dim)
-    if m.is_mla:
-        columns += (m.q_lora_rank or 0) + (m.kv_lora_rank or 0)
-    rows = float(h)  # the output projection's
-    all_to_all = 0.0
-    if not moe:
-        columns += (2 if m.mlp_type == "gated" else 1) * m.intermediate_size
-        rows += h
-    elif m.num_shared_experts:
-        width = m.num_shared_experts * (m.shared_expert_intermediate_size
-                                        or m.moe_intermediate_size or 0)
-        columns += (2 if m.mlp_type == "gated" else 1) * width
-        rows += h
-    if moe:
-        # dispatched and combined, at the experts' token width
-        all_to_all = 2 * BF16_BYTES * m.moe_token_width * m.num_experts_per_tok
-    split = (BF16_BYTES * (0.5 * columns + heads * m.value_head_dim) + FP32_BYTES * heads
-             + all_to_all)
-    return split, BF16_BYTES * (h + 0.5 * rows)
-
-
 def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                                     options: MemoryOptions, moe: bool
                                     ) -> tuple[np.ndarray | float, float]:
@@ -218,7 +188,11 @@ def estimate_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Cand
       expert_fc1  the routed copies' fc1 input (h wide on each of the etp ranks)
       moe_act     the routed experts' activation input (2 F_e per copy)
     The dense MLP, the norms and the router stay (Megatron offers no module for the dense
-    MLP; attn_norm / mlp_norm are fused into TE's LayerNormLinear in dense layers).
+    MLP; attn_norm / mlp_norm are fused into TE's LayerNormLinear in dense layers). Only what
+    is saved moves: a recomputed core_attn or mla_up_proj leaves its checkpoint's inputs, and
+    a MoE block recomputed whole (--recompute-modules moe) keeps only its input, which
+    Megatron refuses to combine with offloading expert_fc1 / moe_act (asserted here, refused
+    by solver.cost.offload.refuse_activation_offload).
     Worked number: Llama-3.1-8B (h 4096, 32 heads of 128, 8 KV heads), bf16, s 8192, b 1,
     tp 1: Q, K, V 2 x (4096 + 1024 + 1024) + the projection input 2 x 4096 + the LSE 4 x 32 =
     20,608 B per token, 168.8 MB per layer."""
@@ -230,6 +204,12 @@ def estimate_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Cand
                 update={"recompute_modules": ("mla_up_proj",)}), moe)
         split = split - mla
     if moe:
+        # The routed experts' inputs are saved, so offloadable, only where the MoE block runs
+        # outside a recompute checkpoint: the callers refuse selective recompute of the moe
+        # module with the offload, as Megatron does (solver.cost.offload.
+        # refuse_activation_offload: offload_not_inside_recomputed_moe).
+        assert "moe" not in options.recompute_modules or not np.any(
+            candidates.recompute == RECOMPUTE_SELECTIVE), "offload inside a recomputed MoE"
         m = model_spec
         copies = m.num_experts_per_tok * options.moe_capacity_factor
         split = split + copies * (candidates.etp * _linear_input_bytes(job) * m.hidden_size
@@ -279,12 +259,15 @@ def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candida
     layer_input = _per_gpu(job, candidates, options, 0.0, BF16_BYTES * model_spec.hidden_size)
     selective = candidates.recompute == RECOMPUTE_SELECTIVE
     if options.selective_recompute == "op_level":
-        op_level = _per_gpu(job, candidates, options, *_op_level_bytes(model_spec, moe))
+        op_level = _per_gpu(job, candidates, options,
+                            *estimate_op_level_bytes(model_spec, moe))
         saved = np.where(selective, op_level, saved)
     elif set(options.recompute_modules) - {"core_attn"}:
         dropped = _per_gpu(job, candidates, options, *estimate_module_recompute_bytes(
             model_spec, job, candidates, options, moe))
-        saved = np.where(selective, np.maximum(saved - dropped, layer_input), saved)
+        # A recomputed module keeps its input, so the layer keeps at least its own
+        # (tests/test_offload_recompute.py checks it rather than a clamp here).
+        saved = np.where(selective, saved - dropped, saved)
     return np.where(candidates.recompute == RECOMPUTE_FULL, layer_input, saved)
 
 
