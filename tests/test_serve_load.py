@@ -16,7 +16,12 @@ from solver.cost.serve_step import StageShape, estimate_step_compute_s
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
-from solver.cost.serve_load import estimate_load_point, largest_rate
+from solver.cost.serve_load import (
+    estimate_load_point,
+    interpolate_curve,
+    largest_rate,
+    weighted_mean,
+)
 from solver.serve.load import estimate_load_curves, estimate_serving_load, meets_slo
 from solver.serve.workload import LengthDistribution, ServeLoadSpec
 
@@ -204,3 +209,31 @@ def test_the_rate_found_meets_the_slo_when_evaluated_again() -> None:
         alone = estimate_load_point(curves.take(i), rate[i:i + 1])
         assert float(alone.ttft_s[0]) == float(batch.ttft_s[i])
         assert float(alone.tpot_s[0]) == float(batch.tpot_s[i])
+
+
+@pytest.mark.parametrize("model, gpus, ttft, tpot", [
+    ("mixtral-8x7b", 2, 173.5, 36.0),
+    ("mixtral-8x7b", 2, 173.5 * 1.03125, 36.0 * 1.03125),
+    ("qwen2.5-7b", 8, 115.5, 45.1),  # 5 of its 9 plans were reported at 0 req/s
+])
+def test_every_plan_carries_what_a_grid_of_rates_finds(model: str, gpus: int, ttft: float,
+                                                       tpot: float) -> None:
+    """The oracle of the bisection: 64 evenly spaced rates per engine up to its stable bound,
+    each evaluated within the SLO or not. Each plan's reported load is at least the largest
+    rate of the grid that meets it. Before the fix a plan whose limit fell at its TTFT
+    could be reported at 0: Qwen2.5-7B on 8 H100s at 115.5 / 45.1 ms had tp 1 dp 8 (grid
+    118.9 req/s), tp 2 dp 4 (121.2) and three others at 0."""
+    problem = problem_of(model, gpus, ttft, tpot)
+    candidates = enumerate_serving(problem)
+    load = estimate_serving_load(problem, candidates)
+    curves = load.curves
+    n, points = len(candidates), 64
+    tau_one = interpolate_curve(curves, curves.round_s, np.ones(n))
+    idle = weighted_mean(curves.service_s[:, 0, :], curves.weights)
+    top = np.minimum(curves.d_max / (curves.output_mean * tau_one), 1.0 / idle)
+    rates = top[:, None] * np.arange(1, points + 1)[None, :] / points
+    grid = curves.take(np.repeat(np.arange(n), points))
+    ok = meets_slo(problem, estimate_load_point(grid, rates.ravel())).reshape(n, points)
+    found = np.where(ok, rates, 0.0).max(axis=1) * curves.engines
+    assert np.all(found > 0)
+    assert np.all(load.max_rate_per_s >= found * (1 - 1e-9))
