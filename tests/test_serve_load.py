@@ -16,8 +16,13 @@ from solver.cost.serve_step import StageShape, estimate_step_compute_s
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
-from solver.cost.serve_load import estimate_load_point
-from solver.serve.load import estimate_load_curves, estimate_serving_load
+from solver.cost.serve_load import (
+    estimate_load_point,
+    interpolate_curve,
+    largest_rate,
+    weighted_mean,
+)
+from solver.serve.load import estimate_load_curves, estimate_serving_load, meets_slo
 from solver.serve.workload import LengthDistribution, ServeLoadSpec
 
 
@@ -166,3 +171,69 @@ def test_fp4_weights_are_nvfp4_bytes_and_faster_decode() -> None:
             c = ServeCandidates(tp=8, pp=1, dp=1, ep=1, replicas=1)
             idle[precision] = float(estimate_serving_load(problem, c).tpot_idle_s[0])
         assert idle["fp4"] < idle["fp8"]
+
+
+def test_a_looser_slo_keeps_every_plans_load_issue_38_counterexample() -> None:
+    """Hypothesis' counterexample (issue 38): Mixtral-8x7B on 2 H100s, TTFT 173.5 ms, TPOT
+    36 ms, 1.03125 looser. The bisection of the tp 2 plan accepted 12.428 req/s at p90 TTFT
+    178.92187 ms, just under 173.5 x 1.03125 = 178.921875 ms; evaluated again beside the other
+    plans' rates, the quantile's Poisson bracket (then the batch's largest mean) moved its grid
+    and the same rate read 178.92188 ms, so the plan was reported at 0 and the best load fell
+    from 12.026 to 11.964 req/s (another plan's). Each plan, not only the best, must keep its
+    load under the looser SLO."""
+    tight = problem_of("mixtral-8x7b", 2, 173.5, 36.0)
+    loose = problem_of("mixtral-8x7b", 2, 173.5 * 1.03125, 36.0 * 1.03125)
+    candidates = enumerate_serving(tight)
+    assert len(candidates) == len(enumerate_serving(loose)) == 5
+    rates = [estimate_serving_load(p, candidates).max_rate_per_s for p in (tight, loose)]
+    assert np.all(rates[1] >= rates[0] * (1 - 1e-9))
+    assert np.all(rates[0] > 0)  # the tp 1 dp 2 ep 2 plan was at 0 under the tight SLO too
+    assert best_load(loose) >= best_load(tight) * (1 - 1e-9)
+
+
+def test_the_rate_found_meets_the_slo_when_evaluated_again() -> None:
+    """largest_rate's answer is a rate its bisection accepted; every plan evaluated again at it
+    (now beside the other plans' answers) meets the SLO, and so does each plan alone: a row's
+    latency depends on its own rate only. Prompts spread 1,024-3,072 tokens (several support
+    lengths, so the weighted means are sums)."""
+    problem = problem_of("mixtral-8x7b", 2, 173.5 * 1.03125, 36.0 * 1.03125)
+    problem = problem.model_copy(update={"job": problem.job.model_copy(update={
+        "input_lengths": LengthDistribution(kind="uniform", low=1024, high=3072)})})
+    candidates = enumerate_serving(problem)
+    curves = estimate_load_curves(problem, candidates)
+    assert len(curves.weights) > 1
+    rate = largest_rate(curves, lambda p: meets_slo(problem, p))
+    batch = estimate_load_point(curves, rate)
+    assert np.all(meets_slo(problem, batch) == (rate > 0))
+    for i in range(len(candidates)):
+        alone = estimate_load_point(curves.take(i), rate[i:i + 1])
+        assert float(alone.ttft_s[0]) == float(batch.ttft_s[i])
+        assert float(alone.tpot_s[0]) == float(batch.tpot_s[i])
+
+
+@pytest.mark.parametrize("model, gpus, ttft, tpot", [
+    ("mixtral-8x7b", 2, 173.5, 36.0),
+    ("mixtral-8x7b", 2, 173.5 * 1.03125, 36.0 * 1.03125),
+    ("qwen2.5-7b", 8, 115.5, 45.1),  # 5 of its 9 plans were reported at 0 req/s
+])
+def test_every_plan_carries_what_a_grid_of_rates_finds(model: str, gpus: int, ttft: float,
+                                                       tpot: float) -> None:
+    """The oracle of the bisection: 64 evenly spaced rates per engine up to its stable bound,
+    each evaluated within the SLO or not. Each plan's reported load is at least the largest
+    rate of the grid that meets it. Before the fix a plan whose limit fell at its TTFT
+    could be reported at 0: Qwen2.5-7B on 8 H100s at 115.5 / 45.1 ms had tp 1 dp 8 (grid
+    118.9 req/s), tp 2 dp 4 (121.2) and three others at 0."""
+    problem = problem_of(model, gpus, ttft, tpot)
+    candidates = enumerate_serving(problem)
+    load = estimate_serving_load(problem, candidates)
+    curves = load.curves
+    n, points = len(candidates), 64
+    tau_one = interpolate_curve(curves, curves.round_s, np.ones(n))
+    idle = weighted_mean(curves.service_s[:, 0, :], curves.weights)
+    top = np.minimum(curves.d_max / (curves.output_mean * tau_one), 1.0 / idle)
+    rates = top[:, None] * np.arange(1, points + 1)[None, :] / points
+    grid = curves.take(np.repeat(np.arange(n), points))
+    ok = meets_slo(problem, estimate_load_point(grid, rates.ravel())).reshape(n, points)
+    found = np.where(ok, rates, 0.0).max(axis=1) * curves.engines
+    assert np.all(found > 0)
+    assert np.all(load.max_rate_per_s >= found * (1 - 1e-9))

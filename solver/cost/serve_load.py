@@ -73,6 +73,13 @@ def _rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.take_along_axis(values, index[:, None], axis=1)[:, 0]
 
 
+def weighted_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """sum_k values[..., k] weights[k], row by row: a row's mean must not depend on the rows
+    batched with it (a BLAS matrix-vector product sums in an order that does), or a rate a
+    bisection accepted can fail when evaluated again (largest_rate)."""
+    return (values * weights).sum(axis=-1)
+
+
 def interpolate_curve(curves: LoadCurves, values: np.ndarray, d: np.ndarray) -> np.ndarray:
     """Row-wise linear interpolation of values[N, G] (or [N, G, K]) at populations d (N,)."""
     grid = curves.d_grid
@@ -124,8 +131,8 @@ def estimate_load_point(curves: LoadCurves, rate_per_engine: np.ndarray) -> Load
     tpot_mean = interpolate_curve(curves, curves.round_s, decoding + 1.0)
     tpot = tpot_mean + NormalDist().inv_cdf(q) * estimate_tpot_std_s(curves, decoding)
     service = interpolate_curve(curves, curves.service_s, decoding)
-    mean_s = service @ curves.weights
-    second = (service ** 2) @ curves.weights
+    mean_s = weighted_mean(service, curves.weights)
+    second = weighted_mean(service ** 2, curves.weights)
     rho = lam * mean_s
     wait = estimate_mg1_wait_s(lam, mean_s, second)
     stable = stable & (rho < 1.0)
@@ -167,8 +174,8 @@ def estimate_prefill_queue(curves: LoadCurves, rate_per_engine
     `rate_per_engine`: the M/G/1 prefill queue with nothing decoding beside the chunks."""
     lam = np.maximum(np.asarray(rate_per_engine, dtype=float), 0.0)
     service = curves.service_s[:, 0, :]
-    mean_s = service @ curves.weights
-    second = (service ** 2) @ curves.weights
+    mean_s = weighted_mean(service, curves.weights)
+    second = weighted_mean(service ** 2, curves.weights)
     rho = lam * mean_s
     wait = estimate_mg1_wait_s(lam, mean_s, second)
     stable = rho < 1.0
@@ -191,7 +198,7 @@ def within_slo(point: LoadPoint, max_ttft_s: float | None, max_tpot_s: float | N
 def largest_rate(curves: LoadCurves, accept) -> np.ndarray:
     """The largest rate per engine that `accept`(point) holds at (bisection; 0 if none)."""
     tau_one = interpolate_curve(curves, curves.round_s, np.ones(len(curves.d_max)))
-    idle_service = curves.service_s[:, 0, :] @ curves.weights
+    idle_service = weighted_mean(curves.service_s[:, 0, :], curves.weights)
     high = np.minimum(curves.d_max / (curves.output_mean * np.maximum(tau_one, 1e-12)),
                       1.0 / np.maximum(idle_service, 1e-12))
     high = np.where(curves.d_max >= 1, high, 0.0)

@@ -79,24 +79,29 @@ def estimate_ttft_quantile_s(q: float, busy, window_s, built_s, rho, mean_wait_s
     # mu, is then small beside it).
     service = service + np.where(mu > MAX_POISSON_MEAN, mu * step, 0.0)
     mu = np.where(mu > MAX_POISSON_MEAN, 0.0, mu)
-    top = float(np.max(mu, initial=0.0))
-    count = (int(np.ceil(top + POISSON_TAIL_SIGMAS * np.sqrt(top) + POISSON_TAIL_SIGMAS)) + 1
-             if top > 0 else 1)
-    j = np.arange(count, dtype=float)
+    # A row's terms and bracket come from its own mean only, and its terms are summed in
+    # order: its quantile is then the same whatever rows it is batched with, which a
+    # bisection over rates (solver.cost.serve_load.largest_rate) needs to accept a rate
+    # that the row, evaluated again beside other rates, still accepts.
+    reach = mu + POISSON_TAIL_SIGMAS * np.sqrt(mu) + POISSON_TAIL_SIGMAS
+    counts = np.where(mu > 0, np.ceil(reach) + 1.0, 1.0)
+    j = np.arange(float(np.max(counts, initial=1.0)))
     log_w = -mu[..., None] + j * np.log(np.maximum(mu[..., None], 1e-300)) - _log_factorial(j)
     weights = np.where(mu[..., None] > 0, np.exp(log_w), (j == 0).astype(float))
+    weights = np.where(j < counts[..., None], weights, 0.0)
     shift = service[..., None] + j * step[..., None]
 
     def cdf(t):  # t (N, G) -> P(TTFT <= t) (N, G)
         parts = estimate_residual_wait_cdf(t[..., None] - shift[:, None, :],
                                            *(v[:, None, None] for v in (b, window, built, r,
                                                                         wait)))
-        return (weights[:, None, :] * parts).sum(axis=-1)
+        # A running sum: the zero terms past a row's count leave it exactly as it was.
+        return np.cumsum(weights[:, None, :] * parts, axis=-1)[..., -1]
 
     m = np.where(r > 0, wait / np.where(r > 0, np.maximum(r, 1e-300), 1.0), 0.0)
     tail = m * np.log(np.maximum(r, 1e-300) / np.maximum(1.0 - q, 1e-12) * 4.0)
     high = (service + built + window + np.maximum(tail, 0.0)
-            + (top + POISSON_TAIL_SIGMAS * np.sqrt(top) + POISSON_TAIL_SIGMAS) * step)
+            + reach * step)
     low = np.zeros_like(high)
     fractions = np.linspace(0.0, 1.0, GRID_POINTS + 1)[1:]
     for _ in range(GRID_PASSES):  # the first grid point where the CDF reaches q, refined
