@@ -28,10 +28,9 @@ from rich.table import Table
 from published import PublishedRun, load_published_runs
 from solver.cost.candidates import Candidates
 from solver.cost.efficiency import ComputeConstants
-from solver.cost.frameworks import ATTENTION_SWITCHES
+from solver.cost.frameworks import ATTENTION_SWITCHES, framework_time_constants
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
-from solver.cost.time_constants import framework_time_constants
 
 MIN_SWEEP_RUNS = 3
 # BLOOM's benchmarks switched from fp16 (DeepSpeed ZeRO-1) to the bf16 optimizer on 02-28.

@@ -1,10 +1,12 @@
 """The import rules of STYLE.md: imports go downward only (cli -> api -> search -> cost -> spec),
-heavy libraries stay out of the layers that must not need them, and `parplan --help` does not
+no module imports itself back through others (not even from inside a function), heavy
+libraries stay out of the layers that must not need them, and `parplan --help` does not
 import numpy, ortools or pydantic-heavy machinery it does not need."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +77,75 @@ def test_imports_go_downward_only(path: Path) -> None:
             assert target == layer or target in ALLOWED[layer], f"{layer} imports solver.{target}"
         else:
             assert top[0] not in FORBIDDEN.get(layer, set()), f"{layer} imports {top[0]}"
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of a solver source file (a package is its __init__.py)."""
+    parts = path.relative_to(SOLVER.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+SOLVER_MODULES = {module_name(p): p for p in sorted(SOLVER.rglob("*.py"))}
+
+
+def solver_imports(path: Path) -> set[str]:
+    """The solver modules `path` imports anywhere: at module level, inside functions and under
+    TYPE_CHECKING alike (an import moved into a function still runs the other module's code
+    at call time, and a type-only one still says the two modules need each other).
+    `from solver.a import b` is solver.a.b when that is a module, else solver.a."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [name if name in SOLVER_MODULES else node.module for name in names]
+        else:
+            continue
+        for name in names:
+            while name not in SOLVER_MODULES and "." in name:
+                name = name.rsplit(".", 1)[0]
+            if name in SOLVER_MODULES:
+                found.add(name)
+    return found - {module_name(path)} if path.is_relative_to(SOLVER) else found
+
+
+def find_import_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of `graph` (module -> the modules it imports) as [a, ..., a], [] when there
+    is none (graphlib's topological sort finds it)."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_import_cycles() -> None:
+    """Issue 35 item 6: the solver package's import graph, function-level and TYPE_CHECKING
+    imports included, has no cycle; a shared definition lives in the lower module of the two
+    (STYLE.md: a function-level import that only breaks a cycle hides a design question)."""
+    graph = {name: solver_imports(path) for name, path in SOLVER_MODULES.items()}
+    cycle = find_import_cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(reversed(cycle))
+
+
+def test_the_cycle_check_sees_every_import(tmp_path: Path) -> None:
+    """The collector sees imports inside functions and under TYPE_CHECKING, resolves a name
+    imported from a module to that module, and the search reports a cycle it is given."""
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from solver.spec.blocks import MIXERS\n"
+        "if TYPE_CHECKING:\n    from solver.spec.model import ModelSpec\n"
+        "def f():\n    from solver.emit import validate\n    import solver.cost.comm\n",
+        encoding="utf-8")
+    assert solver_imports(source) == {"solver.spec.blocks", "solver.spec.model",
+                                      "solver.emit.validate", "solver.cost.comm"}
+    # `launch --validate` loads its checks only when asked (a lazy import, not a cycle).
+    assert "solver.emit.validate" in solver_imports(SOLVER / "cli" / "launch_command.py")
+    cycle = find_import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert set(cycle) == {"a", "b", "c"} and cycle[0] == cycle[-1] and len(cycle) == 4
+    assert find_import_cycle({"a": {"b"}, "b": set(), "d": {"a", "b"}}) == []
 
 
 def test_only_the_cli_prints_or_exits() -> None:

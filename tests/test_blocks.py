@@ -35,7 +35,7 @@ from solver.cost.memory.options import MemoryOptions
 from solver.cost.steptime import estimate_step_seconds
 from solver.errors import InputError
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
-from solver.spec.blocks import estimate_context_tokens, estimate_mamba_params, render_pattern
+from solver.spec.blocks import render_pattern
 
 CONFIG_DIR = Path(__file__).resolve().parent / "data" / "hf_configs"
 PLAIN_ZOO = [m.name for m in load_zoo() if not m.is_hybrid]
@@ -148,7 +148,7 @@ def test_sliding_context_is_the_mean_of_min_i_w(window: int, seq: int) -> None:
     spec = with_pattern(load_model_spec("llama3.1-8b"), sliding_window=window,
                         layer_types=("sliding_attention",) * 32)
     exact = sum(min(i, window) for i in range(1, seq + 1)) / seq
-    got = estimate_context_tokens(spec, "sliding_attention", seq)
+    got = spec.context_tokens("sliding_attention", seq)
     if window < seq:
         assert got == pytest.approx(min(exact, seq / 2))
     else:
@@ -165,8 +165,9 @@ def test_mamba_mixer_parameters_follow_the_modeling_code() -> None:
     spec = hf("nemotron-h-8b")
     expected = (4096 * (2 * 8192 + 2 * 8 * 128 + 128) + (8192 + 2048) * 5 + 3 * 128 + 8192
                 + 8192 * 4096)
-    assert estimate_mamba_params(spec) == expected == 109_635_968
-    assert render_pattern(spec) == "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+    assert spec.mamba_params_per_layer == expected == 109_635_968
+    assert (render_pattern(spec.layer_mixers, spec.layer_mlps)
+            == "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
 
 
 def test_ssd_flops_follow_the_chunked_algorithm() -> None:
@@ -256,11 +257,11 @@ def test_models_show_prints_the_block_pattern(name: str) -> None:
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
     spec = load_model_spec(name)
-    assert shown["block_pattern"] == render_pattern(spec)
+    assert shown["block_pattern"] == render_pattern(spec.layer_mixers, spec.layer_mlps)
     assert shown["total_params"] == spec.total_params
     assert shown["active_params"] == spec.active_params
     text = CliRunner().invoke(cli, ["models", "show", name]).output
-    assert f"block pattern: {render_pattern(spec)}" in text
+    assert f"block pattern: {render_pattern(spec.layer_mixers, spec.layer_mlps)}" in text
 
 
 @pytest.mark.parametrize("name", HYBRID_ZOO)

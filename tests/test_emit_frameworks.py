@@ -17,12 +17,12 @@ except ModuleNotFoundError:  # Python 3.10
 from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
 from solver.emit import DEFAULT_ORDER, FORMATS
 from solver.emit.deepspeed import render_deepspeed
-from solver.emit.formats import RENDERERS
+from solver.emit.formats import RENDERERS, render_torchtitan
 from solver.emit.layout import build_rank_layout
 from solver.emit.megatron import render_megatron
 from solver.emit.megatron_pipeline import megatron_split
 from solver.emit.target import LaunchTarget, check_pipeline_layout
-from solver.emit.torchtitan import render_torchtitan, torchtitan_split
+from solver.emit.torchtitan import torchtitan_split
 from solver.emit.validate import validate_emitted
 from solver.emit.vllm import render_vllm
 from solver.errors import InputError
@@ -317,16 +317,16 @@ def test_validation_never_accepts_what_it_did_not_check(
     with the reason; a parser's usage error is the framework's rejection."""
     import argparse
 
-    from solver.emit import validate
+    from solver.emit import check_harness
 
     target = make_target(num_gpus=16, tp=2, pp=2)
-    monkeypatch.setattr(validate, "installed_version", lambda distribution: None)
+    monkeypatch.setattr(check_harness, "installed_version", lambda distribution: None)
     for launch_format in ("megatron", "megatron-bridge", "torchtitan", "torchtitan-python",
                           "deepspeed", "vllm"):
         line = validate_emitted(launch_format, target, RENDERERS[launch_format](target))
         assert line.startswith(f"{launch_format}@") and ": not checked: " in line, line
         assert "accepted" not in line and "is not installed" in line
-    monkeypatch.setattr(validate, "installed_version", lambda distribution: "0.18.0")
+    monkeypatch.setattr(check_harness, "installed_version", lambda distribution: "0.18.0")
     line = validate_emitted("deepspeed", target, render_deepspeed(target))
     assert line == ("deepspeed@0.19: not checked: the ds_config (deepspeed 0.18.0 is installed; "
                     "the file is for 0.19)")
@@ -338,11 +338,11 @@ def test_validation_never_accepts_what_it_did_not_check(
         parser.add_argument("--tensor-model-parallel-size", type=int)
         parser.parse_args(["--tensor-model-parallel-size", "two"])
 
-    with pytest.raises(validate.Rejected) as refused:
-        validate.run_parser("the parser", parse)
+    with pytest.raises(check_harness.Rejected) as refused:
+        check_harness.run_parser("the parser", parse)
     assert refused.value.message == ("x: error: argument --tensor-model-parallel-size: "
                                      "invalid int value: 'two'")
-    checked = validate.Validation("deepspeed@0.19", accepted=["DeepSpeedConfig"],
+    checked = check_harness.Validation("deepspeed@0.19", accepted=["DeepSpeedConfig"],
                                   unchecked=["the model code (needs the model)"])
     assert checked.render() == ("deepspeed@0.19: accepted by DeepSpeedConfig. not checked: the "
                                 "model code (needs the model)")

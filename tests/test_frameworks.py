@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import PROFILES, build_framework_profile
+from solver.cost.frameworks import PROFILES, build_framework_profile, framework_time_constants
 from solver.cost.host_time import estimate_host_s
 from solver.cost.layer_time import (
     _domain_dedup,
@@ -24,11 +24,7 @@ from solver.cost.layer_time import (
 from solver.cost.memory.activations import estimate_layer_activation_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.steptime import estimate_step_time
-from solver.cost.time_constants import (
-    TE_MODULE_OPS,
-    TimeConstants,
-    framework_time_constants,
-)
+from solver.cost.time_constants import TE_MODULE_OPS, TimeConstants
 from solver.errors import InputError
 from solver.spec import JobSpec, ParallelConfig
 from solver.spec.framework import FEATURES, FrameworkFeatures

@@ -19,6 +19,7 @@ from solver.cost.host_time import (
     estimate_host_wait_s,
     estimate_selective_host_s,
 )
+from solver.cost.frameworks import framework_time_constants
 from solver.cost.layer_time import estimate_layer_terms
 from solver.cost.precision import load_recipe
 from solver.cost.steptime import estimate_step_time
@@ -28,7 +29,6 @@ from solver.cost.time_constants import (
     KernelLaunches,
     TimeConstants,
     estimate_host_op_s,
-    framework_time_constants,
 )
 from solver.spec import JobSpec, ParallelConfig
 

@@ -137,7 +137,9 @@ def test_even_split_goes_out_as_megatron_0_16_builds_it() -> None:
     """Nemotron-H-8B (52 layers) on pp 4: 13 a rank, MambaStack's own split: the plain
     pattern, no split flag, no layout flag."""
     flags, _ = launch_flags("--pp", "4", "--tp", "2")
-    assert flags["--hybrid-override-pattern"] == render_pattern(load_model_spec("nemotron-h-8b"))
+    nemotron = load_model_spec("nemotron-h-8b")
+    assert flags["--hybrid-override-pattern"] == render_pattern(nemotron.layer_mixers,
+                                                                nemotron.layer_mlps)
     assert "--hybrid-layer-pattern" not in flags
     assert "--pipeline-model-parallel-layout" not in flags
     assert "--decoder-first-pipeline-num-layers" not in flags
@@ -164,7 +166,7 @@ def test_other_splits_go_out_as_pattern_segments(pp: int, vpp: int, layout: str,
                                  layout)
     segmented = flags["--hybrid-layer-pattern"]
     spec = load_model_spec("nemotron-h-8b")
-    assert segmented.replace("|", "") == render_pattern(spec)
+    assert segmented.replace("|", "") == render_pattern(spec.layer_mixers, spec.layer_mlps)
     symbols = layer_symbols(spec)
     start = 0
     for v, count in enumerate(counts):

@@ -29,9 +29,10 @@ from solver.emit.bridge import (
     pick_recipe,
     render_override,
 )
+from solver.emit.check_harness import installed_version
 from solver.emit.formats import render_launch
 from solver.emit.megatron import build_megatron_args
-from solver.emit.validate import installed_version, validate_emitted
+from solver.emit.validate import validate_emitted
 
 # The ConfigContainer's sections (Megatron-Bridge 0.3.1 training/config.py ConfigContainer).
 SECTIONS = {"model", "train", "optimizer", "ddp", "scheduler", "dataset", "logger", "tokenizer",

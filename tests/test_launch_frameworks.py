@@ -24,10 +24,11 @@ import pytest
 from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
 from solver.cost.frameworks import build_framework_profile
 from solver.emit import TARGETS
+from solver.emit.check_harness import installed_version
 from solver.emit.formats import render_launch
 from solver.emit.layout import build_rank_layout
 from solver.emit.target import Emitted, LaunchTarget, parse_launch_pipeline
-from solver.emit.validate import installed_version, validate_emitted
+from solver.emit.validate import validate_emitted
 
 REQUIRED = os.environ.get("PARPLAN_REQUIRE_FRAMEWORKS") == "1"
 DISTRIBUTIONS = {"megatron": "megatron-core", "torchtitan": "torchtitan",

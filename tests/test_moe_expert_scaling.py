@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from solver.catalog import list_zoo_names, load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
 from solver.cost.efficiency import ComputeConstants
+from solver.cost.frameworks import framework_time_constants
 from solver.cost.kernels import list_kernel_tables, load_kernel_table, moe_flop
 from solver.cost.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
 from solver.cost.serve_step import StageShape, estimate_step_compute_s
 from solver.cost.steptime import estimate_step_time
-from solver.cost.time_constants import framework_time_constants
 from solver.spec import JobSpec, ParallelConfig
 
 REL = 1e-9  # float rounding of the line's samples

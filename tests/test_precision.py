@@ -135,7 +135,7 @@ def test_tensor_parallel_time_falls_with_the_gathered_bytes() -> None:
     from solver.catalog import load_cluster_spec, load_model_spec
     from solver.cost.candidates import Candidates
     from solver.cost.steptime import estimate_step_time
-    from solver.cost.time_constants import framework_time_constants
+    from solver.cost.frameworks import framework_time_constants
     from solver.spec import ParallelConfig
 
     model_spec, cluster = load_model_spec("llama3.1-70b"), load_cluster_spec("dgx-b200")

@@ -241,7 +241,7 @@ def test_blocking_launches_cost_what_blooms_own_ab_test_allows(rows) -> None:
 
     from solver.cost.candidates import Candidates
     from solver.cost.steptime import estimate_step_time
-    from solver.cost.time_constants import framework_time_constants
+    from solver.cost.frameworks import framework_time_constants
 
     for dp in (1, 2):
         run = _map_row({**rows["bloom-0220-topo-6"], "id": "bloom-0217-blocking-ab",

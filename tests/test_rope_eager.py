@@ -17,9 +17,10 @@ import pytest
 from solver.catalog import load_cluster_spec, load_gpu_spec, load_model_spec
 from solver.catalog.hf import model_spec_from_hf_config
 from solver.cost.efficiency import ComputeConstants
+from solver.cost.frameworks import framework_time_constants
 from solver.cost.layer_compute import estimate_layer_compute_s
 from solver.cost.rope_eager import estimate_eager_rope_s
-from solver.cost.time_constants import TimeConstants, framework_time_constants
+from solver.cost.time_constants import TimeConstants
 from solver.errors import InputError
 from solver.spec import JobSpec
 from solver.spec.rope import RopeScaling

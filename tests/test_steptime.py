@@ -373,7 +373,8 @@ def test_deepspeed_zero2_reduces_every_micro_batch_and_gathers_inside_the_step()
     inside the optimizer step, so the forward side is the whole gather. With one micro-batch
     ZeRO-2 costs what ZeRO-1 does."""
     from solver.cost.data_parallel import estimate_dp_collectives_s
-    from solver.cost.time_constants import TimeConstants, framework_time_constants
+    from solver.cost.frameworks import framework_time_constants
+    from solver.cost.time_constants import TimeConstants
 
     model, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
     job = JobSpec(seq_len=4096, global_batch=256)

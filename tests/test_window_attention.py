@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
+from solver.cost.frameworks import framework_time_constants
 from solver.cost.kernels import attention_flop, load_kernel_table, window_attention_flop
 from solver.cost.kernels_attention import estimate_table_window_rate
 from solver.cost.layer_compute import estimate_layer_compute_s
 from solver.cost.steptime import _degrees
-from solver.cost.time_constants import framework_time_constants
 from solver.spec import JobSpec, ParallelConfig
 
 # AIConfigurator 095f58a h100_sxm context_attention_perf (TRT-LLM 1.3.0rc20), bf16, head dim 64,
@@ -25,7 +25,7 @@ H100_WINDOW_128_MS = 0.21407999595006308
 
 
 def test_window_work_is_the_mean_keys_per_query() -> None:
-    """Query i sees min(i + 1, w) keys: w - w (w - 1) / (2 s) on average (solver.spec.blocks);
+    """Query i sees min(i + 1, w) keys: w - w (w - 1) / (2 s) on average (ModelSpec.context_tokens);
     at s = 4096, w = 128: 126.02 keys; a window of the whole sequence is causal attention."""
     context = 128 - 128 * 127 / (2 * 4096)
     assert window_attention_flop(1, 4096, 64, 64, 128) == pytest.approx(

@@ -81,7 +81,7 @@ def show(ref: str, as_json: bool) -> None:
     summary["mtp"] = {"depths": model_spec.mtp_depths, "modules": model_spec.mtp_modules,
                       "loss_scale_per_depth": model_spec.mtp_loss_scale_per_depth}
     summary["flops_per_token_4k"] = model_spec.flops_per_token(4096)
-    summary["block_pattern"] = render_pattern(model_spec)
+    summary["block_pattern"] = render_pattern(model_spec.layer_mixers, model_spec.layer_mlps)
     summary["block_kinds"] = block_kind_counts(model_spec)
     summary["spec"] = model_spec.model_dump(exclude_defaults=True)
     if as_json:

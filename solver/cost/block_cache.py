@@ -9,7 +9,7 @@ import numpy as np
 
 from solver.cost.blocks import BF16_BYTES, estimate_mixer_core_flops
 from solver.spec import ModelSpec
-from solver.spec.blocks import ATTENTION_MIXERS, estimate_mixer_params
+from solver.spec.blocks import ATTENTION_MIXERS
 
 
 def estimate_layer_cache_bytes(model_spec: ModelSpec, mixer: str, context: int,
@@ -76,14 +76,14 @@ def estimate_mixer_params_per_gpu(model_spec: ModelSpec, mixer: str, tp: np.ndar
     them (`attention_per_gpu`), Mamba-2 and DeltaNet split by tp."""
     if mixer in ATTENTION_MIXERS:
         return attention_per_gpu
-    return estimate_mixer_params(model_spec, mixer) / np.asarray(tp, dtype=float)
+    return model_spec.mixer_params(mixer) / np.asarray(tp, dtype=float)
 
 
 def estimate_prefill_core_share(model_spec: ModelSpec, context: np.ndarray) -> np.ndarray:
     """A block pattern's prefill attention work per layer, averaged over its layers, as a
     share of one full causal attention layer's over prompts of `context` tokens: a full layer
     1, a sliding or chunked one its window's share of the context
-    (solver.spec.blocks.estimate_context_tokens, vectorised over contexts), a Mamba, DeltaNet
+    (ModelSpec.context_tokens, vectorised over contexts), a Mamba, DeltaNet
     or mixer-less layer 0 (their scans: estimate_prefill_scan_flops). Worked number: Gemma 3
     27B (52 of 62 layers sliding over 1024 tokens) at 8192: (10 + 52 x 960.06 / 4096) / 62 =
     0.358."""

@@ -6,7 +6,7 @@ Kinds 0 and 1 (full attention + dense MLP, full attention + MoE) stay with the p
 code paths, unchanged. The other kinds are costed here, two ways:
   windowed  (sliding or chunked attention, dense or MoE MLP): the plain kind's costs with the
             attention core's FLOPs and time scaled by the context the window leaves
-            (solver.spec.blocks.estimate_context_tokens); parameters and saved activations
+            (ModelSpec.context_tokens); parameters and saved activations
             are the plain kind's (FlashAttention keeps one log-sum-exp per head and token
             whatever the window; an eager masked softmax still stores s x s scores), so a
             windowed layer never costs more than a full one;
@@ -39,7 +39,7 @@ from solver.cost.efficiency import (
     estimate_streaming_s,
 )
 from solver.spec import GpuSpec, ModelSpec
-from solver.spec.blocks import ATTENTION_MIXERS, estimate_context_tokens, estimate_mixer_params
+from solver.spec.blocks import ATTENTION_MIXERS
 
 BF16_BYTES = 2.0
 FP32_BYTES = 4.0
@@ -75,7 +75,7 @@ def estimate_mixer_core_flops(model_spec: ModelSpec, mixer: str, seq_len: int,
                               causal: bool = True) -> float:
     """Forward FLOPs per token of a mixer's non-GEMM core (the GEMMs are 2 x its parameters).
 
-        attention  2 ctx a (d_qk + d_v), ctx from estimate_context_tokens (window, chunk)
+        attention  2 ctx a (d_qk + d_v), ctx from ModelSpec.context_tokens (window, chunk)
         mamba      SSD with chunks of Q (Dao & Gu 2024, arXiv:2405.21060, §6): C B^T per group
                    2 Q N G, its masked product with X 2 Q P H, chunk states and the output
                    from them 2 N P H each: 2 Q N G + 2 Q P H + 4 N P H
@@ -87,7 +87,7 @@ def estimate_mixer_core_flops(model_spec: ModelSpec, mixer: str, seq_len: int,
     262,144 + 2,097,152 + 4,194,304 = 6,553,600 per token."""
     m = model_spec
     if mixer in ATTENTION_MIXERS:
-        ctx = estimate_context_tokens(m, mixer, seq_len, causal)
+        ctx = m.context_tokens(mixer, seq_len, causal)
         return 2.0 * ctx * m.num_attention_heads * (m.qk_head_dim + m.value_head_dim)
     if mixer == "mamba":
         q, n, g = m.chunk_size, m.ssm_state_size or 0, m.n_groups or 0
@@ -106,7 +106,7 @@ def estimate_pattern_forward_flops(model_spec: ModelSpec, seq_len: int) -> float
     core."""
     total = 0.0
     for mixer, mlp in zip(model_spec.layer_mixers, model_spec.layer_mlps):
-        gemm = estimate_mixer_params(model_spec, mixer)
+        gemm = model_spec.mixer_params(mixer)
         if mlp == "dense":
             gemm += model_spec.dense_mlp_params_per_layer
         elif mlp == "moe":
@@ -143,7 +143,7 @@ def estimate_kind_params(model_spec: ModelSpec, tp: np.ndarray, ep: np.ndarray,
     ReplicatedLinear) and are GEMM weights."""
     m = model_spec
     mixer, mlp = m.block_kinds[kind]
-    split = float(estimate_mixer_params(m, mixer))
+    split = float(m.mixer_params(mixer))
     gemm_split = split
     split += m.norm_params_per_layer
     replicated, replicated_gemm, expert = 0.0, 0.0, np.zeros(np.shape(tp))
@@ -244,8 +244,8 @@ class LayerPieces:
 
 def _core_ratio(model_spec: ModelSpec, mixer: str, seq_len: int) -> float:
     """A windowed attention core's work over full attention's."""
-    full = estimate_context_tokens(model_spec, "full_attention", seq_len)
-    return estimate_context_tokens(model_spec, mixer, seq_len) / full
+    full = model_spec.context_tokens("full_attention", seq_len)
+    return model_spec.context_tokens(mixer, seq_len) / full
 
 
 def _scan_s(model_spec: ModelSpec, mixer: str, seq_len: int, p: LayerPieces
@@ -306,7 +306,7 @@ def estimate_kind_compute_parts(model_spec: ModelSpec, seq_len: int, kind: int,
         gemm, gemm_bwd = p.attention
         core, core_bwd = measured or (p.dense["core"] * ratio, p.dense["core_bwd"] * ratio)
     elif mixer != "none":
-        gemm, gemm_bwd = p.gemms(float(estimate_mixer_params(model_spec, mixer)))
+        gemm, gemm_bwd = p.gemms(float(model_spec.mixer_params(mixer)))
         core, core_bwd = _scan_s(model_spec, mixer, seq_len, p)
     else:
         gemm, gemm_bwd, core, core_bwd = zero, zero, zero, zero

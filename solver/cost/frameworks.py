@@ -502,6 +502,11 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
     return FrameworkProfile(name=framework, time_constants=constants)
 
 
+def framework_time_constants(framework: str) -> TimeConstants:
+    """The TimeConstants of `framework`'s profile, no feature overridden."""
+    return build_framework_profile(framework).time_constants
+
+
 def check_training_states_supported(framework: str, constants: TimeConstants) -> None:
     """An InputError where `framework` has no setting for constants' training states (UNSUPPORTED):
     what an emitter of its launch settings refuses rather than writes."""

@@ -64,7 +64,7 @@ def attention_flop(batch, seq, heads, head_dim):
 
 def window_attention_flop(batch, seq, heads, head_dim, window):
     """Causal attention over a sliding window of `window` keys: query i sees min(i + 1, w)
-    keys, w - w (w - 1) / (2 s) on average (solver.spec.blocks.estimate_context_tokens), at
+    keys, w - w (w - 1) / (2 s) on average (ModelSpec.context_tokens), at
     4 flops per query-key-channel (QK^T and PV): 4 b h s ctx d, which is attention_flop's
     2 b h s^2 d for a window of the whole sequence."""
     seq = np.asarray(seq, dtype=float)

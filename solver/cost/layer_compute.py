@@ -56,7 +56,6 @@ from solver.cost.precision import BF16, load_recipe
 from solver.cost.rope_eager import estimate_eager_rope_s
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
-from solver.spec.blocks import estimate_context_tokens
 
 BF16_BYTES = 2.0
 # Unfused attention (Megatron's and TE's baddbmm -> FusedScaleMaskSoftmax -> bmm) materialises
@@ -279,8 +278,8 @@ def _window_core(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
             and not constants.triton_attention):
         return None
     tp, cp = d["tp"], d["cp"]
-    share = (estimate_context_tokens(model_spec, "sliding_attention", job.seq_len)
-             / estimate_context_tokens(model_spec, "full_attention", job.seq_len))
+    share = (model_spec.context_tokens("sliding_attention", job.seq_len)
+             / model_spec.context_tokens("full_attention", job.seq_len))
     rows = d["micro_batch"] * job.seq_len / cp
     flops = share * rows * estimate_attention_core_flops(model_spec, job.seq_len) / tp
     measured = estimate_table_window_attention_s(

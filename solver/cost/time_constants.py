@@ -1,7 +1,7 @@
 """The constants and switches of the step-time model (solver.cost.steptime): which DP
 collectives overlap compute, how often they run, in which dtype gradients are reduced, which
 kernels the frameworks run and how many the host launches. What each training framework sets
-them to is its profile (solver.cost.frameworks; `framework_time_constants` here).
+them to is its profile (solver.cost.frameworks, `framework_time_constants`).
 
 Every constant has a physical meaning and a source; the switches are framework behaviour read
 from the frameworks' code or documentation, never fitted.
@@ -350,11 +350,3 @@ def dp_overlaps(constants: TimeConstants, pp: np.ndarray) -> np.ndarray:
     if constants.dp_overlap == "without_pipeline":
         return pp == 1
     return np.full(pp.shape, constants.dp_overlap == "always")
-
-
-def framework_time_constants(framework: str) -> TimeConstants:
-    """The TimeConstants of `framework`'s profile (solver.cost.frameworks, where each feature
-    is sourced; `build_framework_profile` also applies single-feature overrides)."""
-    from solver.cost.frameworks import build_framework_profile
-
-    return build_framework_profile(framework).time_constants

@@ -35,7 +35,7 @@ import types
 from solver.emit.bridge import VERSION, pick_recipe
 from solver.emit.check_megatron import NEEDS_TE, plan_gpu
 from solver.emit.target import Emitted, LaunchTarget
-from solver.emit.validate import (
+from solver.emit.check_harness import (
     Rejected,
     Validation,
     environment,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from solver.emit.deepspeed import VERSION
 from solver.emit.target import Emitted, LaunchTarget
-from solver.emit.validate import Validation, require_version, run_check
+from solver.emit.check_harness import Validation, require_version, run_check
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 from solver.emit.megatron import VERSION
 from solver.emit.target import Emitted, LaunchTarget
-from solver.emit.validate import (
+from solver.emit.check_harness import (
     Rejected,
     Validation,
     environment,

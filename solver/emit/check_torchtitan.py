@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from solver.emit.target import Emitted, LaunchTarget
-from solver.emit.validate import Validation, require_version, run_check, run_parser
+from solver.emit.check_harness import Validation, require_version, run_check, run_parser
 
 # Registry models standing in for a model torchtitan 0.3 does not ship (dense, MoE).
 STAND_INS = {False: ("llama3", "llama3_8b"), True: ("qwen3", "qwen3_30b_a3b")}

@@ -15,7 +15,7 @@ import os
 import shlex
 
 from solver.emit.target import Emitted, LaunchTarget
-from solver.emit.validate import (
+from solver.emit.check_harness import (
     Validation,
     environment,
     require_version,

@@ -11,9 +11,20 @@ from solver.emit.groups import render_groups
 from solver.emit.megatron import render_megatron
 from solver.emit.target import Emitted, LaunchTarget
 from solver.emit.torch_script import render_torch_module
-from solver.emit.torchtitan import render_torchtitan
+from solver.emit.torchtitan import render_torchtitan_toml
+from solver.emit.torchtitan_cli import render_torchtitan_cli
 from solver.emit.torchtitan_python import render_torchtitan_python
 from solver.emit.vllm import render_vllm
+
+
+def render_torchtitan(target: LaunchTarget) -> Emitted:
+    """torchtitan's settings for the target's release: 0.2's TOML job config
+    (solver.emit.torchtitan), later releases' command-line overrides
+    (solver.emit.torchtitan_cli)."""
+    if target.version == "0.2":
+        return render_torchtitan_toml(target)
+    return render_torchtitan_cli(target)
+
 
 RENDERERS: dict[str, Callable[[LaunchTarget], Emitted]] = {
     "groups": render_groups,

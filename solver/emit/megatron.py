@@ -34,8 +34,7 @@ import shlex
 
 import numpy as np
 
-from solver.cost.frameworks import check_training_states_supported
-from solver.cost.time_constants import framework_time_constants
+from solver.cost.frameworks import check_training_states_supported, framework_time_constants
 from solver.emit.layout import build_rank_layout
 from solver.emit.target import Emitted, LaunchTarget
 from solver.emit.megatron_hybrid import build_mamba_hybrid_flags

@@ -133,7 +133,8 @@ def build_mamba_hybrid_flags(target: LaunchTarget, pipeline: PipelineLayout
     mtp = "".join(MTP_SEPARATOR + "*" + ("E" if m.is_moe else "-")
                   for _ in range(m.mtp_depths))
     if split is not None and not mtp:
-        return [*sizes, ("--hybrid-override-pattern", render_pattern(m)), *split], warnings, []
+        pattern = render_pattern(m.layer_mixers, m.layer_mlps)
+        return [*sizes, ("--hybrid-override-pattern", pattern), *split], warnings, []
     if split is not None and c.pp == 1:
         note = (f"--hybrid-layer-pattern appends the {m.mtp_depths} MTP "
                 "depth(s) after '/': Megatron-Core 0.17 or later (core_v0.16's MambaModel has "

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import math
 
-from solver.cost.frameworks import check_training_states_supported
-from solver.cost.time_constants import framework_time_constants
+from solver.cost.frameworks import check_training_states_supported, framework_time_constants
 from solver.emit.quoting import render_comment_text, render_toml_value
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
@@ -260,13 +259,10 @@ def render_header(target: LaunchTarget, what: str) -> str:
     return "".join(f"# {render_comment_text(line)}\n" for line in (render_plan_line(target), what))
 
 
-def render_torchtitan(target: LaunchTarget) -> Emitted:
-    """torchtitan 0.3's command-line overrides (solver.emit.torchtitan_cli), or for 0.2 the
-    sections as TOML, headed by the plan they come from."""
-    if target.version != "0.2":
-        from solver.emit.torchtitan_cli import render_torchtitan_cli
-
-        return render_torchtitan_cli(target)
+def render_torchtitan_toml(target: LaunchTarget) -> Emitted:
+    """torchtitan 0.2's sections as TOML, headed by the plan they come from (0.3's
+    command-line overrides: solver.emit.torchtitan_cli; which release gets which:
+    solver.emit.formats.render_torchtitan)."""
     sections, warnings, notes = build_torchtitan_config(target)
     header = (f"{render_plan_line(target)}\ntorchtitan 0.2: merge into your job config "
               "(--job.config_file)")

@@ -1,8 +1,8 @@
 """`launch --validate`: hand the emitted file to the framework's own whole-file check.
 
 None of the frameworks is a dependency (the `frameworks` extra installs the versions of
-solver.emit.TARGETS): each is imported here, lazily, inside `quiet()` so that its logging does
-not reach the emitted text. A check says what it ran ("accepted by ...") and, separately, what
+solver.emit.TARGETS): each check imports its framework lazily, inside `quiet()`
+(solver.emit.check_harness) so that its logging does not reach the emitted text. A check says what it ran ("accepted by ...") and, separately, what
 it could not check and why; a file the framework refuses is "rejected" with the framework's own
 message. Nothing is "accepted" that no framework code looked at. What each check runs:
   megatron    Megatron-LM's parse_args + validate_args + core_transformer_config_from_args
@@ -27,133 +27,16 @@ message. Nothing is "accepted" that no framework code looked at. What each check
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from importlib import metadata
+from collections.abc import Callable
 
 from solver.emit import TARGETS
+from solver.emit.check_bridge import check_bridge
+from solver.emit.check_deepspeed import check_deepspeed
+from solver.emit.check_harness import Rejected, Validation
+from solver.emit.check_megatron import check_megatron
+from solver.emit.check_torchtitan import check_torchtitan, check_torchtitan_python
+from solver.emit.check_vllm import check_vllm
 from solver.emit.target import Emitted, LaunchTarget
-
-INSTALL_HINT = "pip install 'parplan[frameworks]'"
-
-
-class Rejected(Exception):
-    """The framework refused the file: `check` is what refused it, the message its own."""
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
-        self.message = " ".join(message.split()) or "no message"
-
-
-@dataclass
-class Validation:
-    """What a check ran and what it left unchecked (each "what (why)")."""
-
-    name: str
-    accepted: list[str] = field(default_factory=list)
-    unchecked: list[str] = field(default_factory=list)
-    rejected: Rejected | None = None
-
-    def render(self) -> str:
-        """One line: rejected, accepted (and what was not checked), or only not checked."""
-        if self.rejected is not None:
-            return f"{self.name}: rejected by {self.rejected.check}: {self.rejected.message}"
-        parts = []
-        if self.accepted:
-            parts.append("accepted by " + "; ".join(self.accepted))
-        if self.unchecked:
-            parts.append("not checked: " + "; ".join(self.unchecked))
-        return f"{self.name}: " + ". ".join(parts)
-
-
-def installed_version(distribution: str) -> str | None:
-    """The installed version of a distribution (pip name), None when it is not installed."""
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def require_version(validation: Validation, distribution: str, wanted: str, what: str) -> bool:
-    """Whether `distribution` is installed at version `wanted` (a release prefix, "0.19" or
-    "core_v0.16" for 0.16.x); otherwise says so in `validation` as `what` left unchecked."""
-    found = installed_version(distribution)
-    prefix = wanted.removeprefix("core_v")
-    if found is None:
-        validation.unchecked.append(f"{what} ({distribution} is not installed: {INSTALL_HINT})")
-        return False
-    if found != prefix and not found.startswith(prefix + "."):
-        validation.unchecked.append(f"{what} ({distribution} {found} is installed; the file is "
-                                    f"for {prefix})")
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[io.StringIO]:
-    """Run framework code with its prints and log lines caught (they would land in the
-    emitted text on stdout); yields what they wrote."""
-    caught = io.StringIO()
-    with contextlib.redirect_stdout(caught), contextlib.redirect_stderr(caught):
-        yield caught
-
-
-@contextlib.contextmanager
-def environment(**values: str) -> Iterator[None]:
-    """Environment variables set for the duration of a check, then restored."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def run_parser(check: str, parse: Callable[[], object]) -> object:
-    """Run an argparse / tyro parser: its usage error (SystemExit, message on stderr) becomes
-    Rejected with the message's error lines."""
-    with quiet() as caught:
-        try:
-            return parse()
-        except SystemExit as exc:
-            if exc.code in (0, None):
-                raise Rejected(check, "the parser exited without parsing") from None
-            raise Rejected(check, error_lines(caught.getvalue())) from None
-
-
-def run_check(check: str, run: Callable[[], object]) -> object:
-    """Run one framework check quietly: whatever it raises is its refusal (the framework's
-    own checks are asserts, ValueErrors, pydantic errors ...)."""
-    with quiet():
-        try:
-            return run()
-        except Rejected:
-            raise
-        except Exception as exc:  # the framework's own message is the answer
-            raise Rejected(check, str(exc) or exc.__class__.__name__) from None
-
-
-def error_lines(text: str) -> str:
-    """The lines of a parser's error output that say what is wrong: argparse's "error:" line,
-    else the text of tyro's box without usage lines and help pointers."""
-    errors = [line.strip() for line in text.splitlines() if ": error: " in line]
-    if errors:
-        return " ".join(errors)
-    kept = []
-    for line in text.splitlines():
-        line = line.strip(" │╭╮╰╯─┃━").strip()
-        if not line or line.startswith(("usage:", "For full helptext", "in ", "─", "-" * 5)):
-            continue
-        kept.append(line)
-    return " ".join(kept[:6])
 
 
 def _check_torch(target: LaunchTarget, emitted: Emitted, validation: Validation) -> None:
@@ -164,29 +47,22 @@ def _check_torch(target: LaunchTarget, emitted: Emitted, validation: Validation)
     validation.accepted.append("Python's compile (the module compiles)")
 
 
-def _checks() -> dict[str, Callable[[LaunchTarget, Emitted, Validation], None]]:
-    from solver.emit.check_bridge import check_bridge
-    from solver.emit.check_deepspeed import check_deepspeed
-    from solver.emit.check_megatron import check_megatron
-    from solver.emit.check_torchtitan import check_torchtitan, check_torchtitan_python
-    from solver.emit.check_vllm import check_vllm
-
-    return {"megatron": check_megatron, "megatron-bridge": check_bridge, "torchtitan": check_torchtitan,
-            "torchtitan-python": check_torchtitan_python,
-            "deepspeed": check_deepspeed, "vllm": check_vllm, "torch": _check_torch}
+CHECKS: dict[str, Callable[[LaunchTarget, Emitted, Validation], None]] = {
+    "megatron": check_megatron, "megatron-bridge": check_bridge,
+    "torchtitan": check_torchtitan, "torchtitan-python": check_torchtitan_python,
+    "deepspeed": check_deepspeed, "vllm": check_vllm, "torch": _check_torch}
 
 
 def validate_emitted(launch_format: str, target: LaunchTarget, emitted: Emitted) -> str:
     """One line: what the framework's own checks accepted or rejected, and what they could not
     check and why."""
-    checks = _checks()
-    if launch_format not in checks:
+    if launch_format not in CHECKS:
         return f"{launch_format}: not checked (no framework reads it)"
     version = target.version or TARGETS.get(launch_format, ("",))[0]
     name = f"{launch_format}@{version}" if version else launch_format
     validation = Validation(name)
     try:
-        checks[launch_format](target, emitted, validation)
+        CHECKS[launch_format](target, emitted, validation)
     except Rejected as exc:
         validation.rejected = exc
     return validation.render()

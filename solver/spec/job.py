@@ -28,7 +28,7 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_LEVELS: tuple[Recompute, ...] = ("none", "selective", "full")
 # The frameworks whose rules (solver.search.constraints) and timing
-# (solver.cost.time_constants.framework_time_constants) parplan knows.
+# (solver.cost.frameworks.framework_time_constants) parplan knows.
 Framework = Literal["megatron", "torchtitan", "deepspeed", "generic"]
 FRAMEWORKS: tuple[Framework, ...] = ("megatron", "torchtitan", "deepspeed", "generic")
 

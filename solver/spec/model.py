@@ -25,7 +25,6 @@ from solver.spec.blocks import (
     BASE_KINDS,
     Mixer,
     Mlp,
-    estimate_context_tokens,
 )
 from solver.spec.model_params import ParameterCounts
 from solver.spec.rope import RopeScaling
@@ -332,7 +331,7 @@ class ModelSpec(InputSpec, ParameterCounts):
     def at_length(self, seq_len: int) -> ModelSpec:
         """The model as it runs on sequences of at most `seq_len` tokens. A sliding window or
         an attention chunk no shorter than the sequence masks nothing (every query sees every
-        earlier key: estimate_context_tokens gives full attention's context and the KV cache
+        earlier key: context_tokens gives full attention's context and the KV cache
         keeps every token), so such layers are full-attention layers, and a pattern left all
         plain is dropped. Every cost is unchanged (up to the order of float sums); the layout
         program sees fewer kinds of layer (Gemma 2's 4096-token windows at seq_len 4096: a
@@ -356,6 +355,26 @@ class ModelSpec(InputSpec, ParameterCounts):
         """Layers with a softmax-attention mixer (full, sliding or chunked)."""
         return sum(1 for mixer in self.layer_mixers if mixer in ATTENTION_MIXERS)
 
+    def context_tokens(self, mixer: str, seq_len: int, causal: bool = True) -> float:
+        """Keys a query attends to on average in an attention layer of a sequence of seq_len.
+
+            full      s/2 causal (s otherwise)
+            sliding   w - w(w-1)/(2s) for w < s (query i sees min(i, w) keys, the exact
+                      mean), never above full attention's s/2
+            chunked   c/2 causal inside chunks of c <= s (c otherwise), else as full
+        (FlashAttention skips the blocks a window masks out, so its work follows these
+        counts.) Worked number: Gemma 3, w = 1024, s = 8192: 1024 - 1024 * 1023 / 16384
+        = 960.06."""
+        full = seq_len / 2 if causal else float(seq_len)
+        if mixer == "sliding_attention" and self.sliding_window and self.sliding_window < seq_len:
+            w = self.sliding_window
+            return min(full, w - w * (w - 1) / (2.0 * seq_len)) if causal else float(w)
+        if (mixer == "chunked_attention" and self.attention_chunk_size
+                and self.attention_chunk_size < seq_len):
+            c = self.attention_chunk_size
+            return c / 2 if causal else float(c)
+        return full
+
     # ---- FLOPs -------------------------------------------------------------------------------
 
     def attention_flops_per_token(self, seq_len: int, causal: bool = True) -> float:
@@ -363,7 +382,7 @@ class ModelSpec(InputSpec, ParameterCounts):
         (d_qk + d_v) per layer, ctx = seq_len (or seq_len / 2 on average when causal)."""
         if self.has_block_kinds:  # each attention layer over its own context (window, chunk)
             width = 2 * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
-            return sum(width * estimate_context_tokens(self, mixer, seq_len, causal)
+            return sum(width * self.context_tokens(mixer, seq_len, causal)
                        for mixer in self.layer_mixers if mixer in ATTENTION_MIXERS)
         ctx = seq_len / 2 if causal else seq_len
         per_layer = 2 * ctx * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)

@@ -8,7 +8,7 @@ zoo tests pin the totals to the model cards.
 
 from __future__ import annotations
 
-from solver.spec.blocks import estimate_mixer_params, estimate_mlp_params
+from solver.spec.blocks import ATTENTION_MIXERS
 
 
 class ParameterCounts:
@@ -19,8 +19,28 @@ class ParameterCounts:
     def kind_params(self, kind: int, active: bool = False) -> int:
         """Parameters of one layer of kind `kind` (norms included)."""
         mixer, mlp = self.block_kinds[kind]
-        return (estimate_mixer_params(self, mixer) + estimate_mlp_params(self, mlp, active)
-                + self.norm_params_per_layer)
+        return self.mixer_params(mixer) + self.mlp_params(mlp, active) + self.norm_params_per_layer
+
+    def mixer_params(self, mixer: str) -> int:
+        """Parameters of one layer's token mixer (solver.spec.blocks names the mixers)."""
+        if mixer in ATTENTION_MIXERS:
+            return self.attention_params_per_layer
+        if mixer == "mamba":
+            return self.mamba_params_per_layer
+        if mixer == "linear_attention":
+            return self.deltanet_params_per_layer
+        return 0
+
+    def mlp_params(self, mlp: str, active: bool = False) -> int:
+        """Parameters of one layer's MLP (`active`: the top-k routed experts only)."""
+        if mlp == "dense":
+            return self.dense_mlp_params_per_layer
+        if mlp == "moe":
+            routed = self.num_experts_per_tok if active else self.num_experts
+            return (self.router_params_per_layer + routed * self.expert_params
+                    + self.shared_expert_params_per_layer
+                    + self.latent_projection_params_per_layer)
+        return 0
 
     def _norm_params(self, width: int) -> int:
         return width * (2 if self.norm_type == "layernorm" and self.norm_bias else 1)
@@ -56,6 +76,41 @@ class ParameterCounts:
         if self.attention_sinks:
             params += heads
         return params
+
+    @property
+    def mamba_params_per_layer(self) -> int:
+        """One Mamba-2 mixer (transformers NemotronHMamba2Mixer / Megatron MambaMixer): in_proj
+        h -> 2 d_inner + 2 G N + H (z, x, B, C, dt), a depthwise conv1d of width conv_kernel
+        over the d_inner + 2 G N channels x, B, C (with bias when use_conv_bias), dt_bias,
+        A_log and D per head, the gated RMSNorm over d_inner and out_proj d_inner -> h;
+        d_inner = H x P. Nemotron-H-8B (h 4096, H 128, P 64, G 8, N 128, kernel 4):
+        76,021,760 + 51,200 + 384 + 8,192 + 33,554,432 = 109,635,968."""
+        h, heads = self.hidden_size, self.mamba_num_heads or 0
+        inner = heads * (self.mamba_head_dim or 0)
+        bc = 2 * (self.n_groups or 0) * (self.ssm_state_size or 0)
+        conv_channels = inner + bc
+        in_proj = h * (2 * inner + bc + heads) + (2 * inner + bc + heads
+                                                  if self.mamba_proj_bias else 0)
+        conv = conv_channels * self.conv_kernel + (conv_channels if self.use_conv_bias else 0)
+        out_proj = inner * h + (h if self.mamba_proj_bias else 0)
+        return in_proj + conv + 3 * heads + inner + out_proj
+
+    @property
+    def deltanet_params_per_layer(self) -> int:
+        """One gated DeltaNet mixer (transformers Qwen3NextGatedDeltaNet): in_proj_qkvz
+        h -> 2 key_dim + 2 value_dim, in_proj_ba h -> 2 value heads, a bias-free depthwise
+        conv1d over q, k, v (2 key_dim + value_dim channels), dt_bias and A_log per value head,
+        the gated RMSNorm over one value head and out_proj value_dim -> h.
+        Qwen3-Next-80B-A3B (h 2048, 16 key / 32 value heads of 128, kernel 4): 25,165,824
+        + 131,072 + 32,768 + 64 + 128 + 8,388,608 = 33,718,464."""
+        h = self.hidden_size
+        key_dim = (self.linear_num_key_heads or 0) * (self.linear_key_head_dim or 0)
+        value_heads = self.linear_num_value_heads or 0
+        value_dim = value_heads * (self.linear_value_head_dim or 0)
+        projections = h * (2 * key_dim + 2 * value_dim) + h * 2 * value_heads
+        conv = (2 * key_dim + value_dim) * self.linear_conv_kernel_dim
+        return (projections + conv + 2 * value_heads + (self.linear_value_head_dim or 0)
+                + value_dim * h)
 
     def _ffn_params(self, width: int, h: int | None = None) -> int:
         """One feed-forward block h -> width -> h (gated: three matrices); h defaults to
@@ -238,7 +293,7 @@ class ParameterCounts:
         parts["dense_mlp"] = mlps.count("dense") * self.dense_mlp_params_per_layer
         for mixer, key in (("mamba", "mamba"), ("linear_attention", "linear_attention")):
             if mixer in mixers:
-                parts[key] = mixers.count(mixer) * estimate_mixer_params(self, mixer)
+                parts[key] = mixers.count(mixer) * self.mixer_params(mixer)
         assert sum(parts.values()) == self.total_params
         return parts
 
