@@ -10,17 +10,23 @@ from solver.cli.options import (
     degree_options,
     framework_feature_options,
     framework_option,
-    planning_options,
+    make_planning_options,
     pop_framework_features,
 )
 from solver.cli.params import BoundedInt
+from solver.cli.plan_option import DEGREE_NAMES, plan_file_options
 from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.strict import MAX_LAYERS
 
 
 @click.command()
-@planning_options
+@make_planning_options(gpus_required=False, model_required=False)
 @degree_options
+@plan_file_options("Re-estimate a plan of this `optimize --json` / `estimate --json` output "
+                   "(--rank N), a single plan object, or line N of a `sweep -o` results file "
+                   "(--line N): its model, cluster, GPUs, job, framework and features, "
+                   "degrees, memory savers, offloads, recompute modules and layout; flags "
+                   "given override the file's.")
 @click.option("--per-stage", is_flag=True, help="Show every pipeline stage, not only the worst.")
 @click.option("--layout", metavar="SPEC", default=None,
               help="Layers per virtual stage in Megatron's --pipeline-model-parallel-layout "
@@ -33,14 +39,14 @@ from solver.spec.strict import MAX_LAYERS
                   "overlap, gradient reduce dtype); the flags below override single features.")
 @framework_feature_options
 @memory_headroom_option
-def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
-             segment_gpus: int | None, seq_len: int,
+def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
+             gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
-             calibration: str | None, as_json: bool,
-             per_stage: bool, layout: str | None, recompute_num_layers: int | None,
+             calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
+             plan_line: int | None, per_stage: bool, layout: str | None, recompute_num_layers: int | None,
              framework: str, memory_headroom: Any, **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
-    of the GPUs."""
+    of the GPUs (with --plan FILE, --model, --cluster and --gpus default to the file's)."""
     from solver.search.constraints import MEMORY_CONSTRAINT
     from solver.api import estimate as run_estimate
     from solver.cli.render import echo_json
@@ -52,16 +58,31 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_time_table,
     )
     from solver.cost.caveats import list_time_caveats
+    from solver.cli.plan_option import check_plan_problem, plan_problem_names
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
-    features = pop_framework_features(degrees)
+    features: Any = pop_framework_features(degrees)
+    job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
+                                  "precision": precision}
+    plan_values = _plan_values(model, cluster, num_gpus, plan_path, plan_rank, plan_line,
+                               job_values, framework, features, memory_headroom,
+                               recompute_num_layers)
+    plan_file, pipeline, layout_source = None, None, ""
+    if plan_values is not None:
+        (plan_file, model, cluster, num_gpus, framework, features, memory_headroom, pipeline,
+         layout_source) = plan_values
+        degrees = {name: getattr(plan_file.config, name) for name in DEGREE_NAMES}
+    else:
+        model, cluster, num_gpus = plan_problem_names(None, model, cluster, num_gpus)
     result = run_estimate(
-        model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len, features=features,
-        global_batch=global_batch, precision=precision, token_budget=token_budget,
-        calibration=calibration, framework=framework, layout=layout,
+        model, cluster, num_gpus, gpus_per_node=gpus_per_node, features=features,
+        token_budget=token_budget, calibration=calibration, framework=framework, layout=layout,
         recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
-        memory_headroom=memory_headroom, **degrees,
+        memory_headroom=memory_headroom, pipeline_layout=pipeline, layout_source=layout_source,
+        **job_values, **degrees,
     )
+    if plan_file is not None:
+        check_plan_problem(plan_file, result.model_spec.name, result.cluster.name, num_gpus)
     plan = result.plan
     if as_json:
         answer: dict[str, Any] = {
@@ -128,3 +149,48 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_sources_table(result.calibration, result.curve_sources)
     if not plan.fits:
         echo_fixes(result.fixes)
+
+
+def _plan_values(model: str | None, cluster: str | None, num_gpus: int | None,
+                 plan_path: str | None, plan_rank: int, plan_line: int | None,
+                 job_values: dict[str, Any], framework: str, features: Any,
+                 memory_headroom: Any, recompute_num_layers: int | None) -> tuple | None:
+    """With --plan FILE: the PlanFile (its degrees), and the model, cluster, GPUs, framework,
+    feature overrides, memory headroom and pipeline layout (and its field, for messages) the
+    plan was costed with, the options given overriding the file's; `job_values` takes the
+    file's job. None without --plan."""
+    from solver.cli.plan_option import (
+        given,
+        plan_framework_features,
+        plan_problem_names,
+        read_plan_option,
+    )
+    from solver.errors import InputError
+    from solver.spec.headroom import parse_memory_headroom
+
+    ctx = click.get_current_context()
+    plan_file = read_plan_option(ctx, plan_path, plan_rank, plan_line, job_values)
+    if plan_file is None:
+        return None
+    if recompute_num_layers is not None:
+        raise InputError(f"--recompute-num-layers with --plan {plan_path}: the plan's layout "
+                         "says what each virtual stage recomputes")
+    model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
+    config = plan_file.config
+    if config.num_gpus != num_gpus:
+        raise InputError(f"--gpus {num_gpus}: the plan of {plan_file.path} runs on tp x cp x "
+                         f"pp x dp = {config.num_gpus} GPUs")
+    if plan_file.framework is not None:
+        if given(ctx, "framework") and framework != plan_file.framework:
+            raise InputError(f"--framework {framework} with --plan {plan_path}: the plan was "
+                             f"costed under {plan_file.framework}")
+        framework = plan_file.framework
+    features = plan_framework_features(plan_file, framework, features.given())
+    if memory_headroom is None and plan_file.memory_headroom:
+        try:
+            memory_headroom = parse_memory_headroom(plan_file.memory_headroom)
+        except InputError as exc:
+            raise InputError(f"{plan_file.path}: field 'memory_headroom': {exc}") from None
+    where = f"plans.{plan_file.index - 1}.layout" if "model" in plan_file.problem else "layout"
+    return (plan_file, model, cluster, num_gpus, framework, features, memory_headroom,
+            plan_file.layout, f"{plan_file.path}: field '{where}'")
