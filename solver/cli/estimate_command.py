@@ -58,7 +58,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         echo_time_table,
     )
     from solver.cost.caveats import list_time_caveats
-    from solver.cli.plan_option import check_plan_problem, plan_problem_names
+    from solver.cli.plan_option import plan_problem_names
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
     features: Any = pop_framework_features(degrees)
@@ -81,8 +81,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         memory_headroom=memory_headroom, pipeline_layout=pipeline, layout_source=layout_source,
         **job_values, **degrees,
     )
-    if plan_file is not None:
-        check_plan_problem(plan_file, result.model_spec.name, result.cluster.name, num_gpus)
+
     plan = result.plan
     if as_json:
         answer: dict[str, Any] = {
@@ -159,7 +158,9 @@ def _plan_values(model: str | None, cluster: str | None, num_gpus: int | None,
     feature overrides, memory headroom and pipeline layout (and its field, for messages) the
     plan was costed with, the options given overriding the file's; `job_values` takes the
     file's job. None without --plan."""
+    from solver.catalog import load_cluster_spec, load_model_spec
     from solver.cli.plan_option import (
+        check_plan_problem,
         given,
         plan_framework_features,
         plan_problem_names,
@@ -175,7 +176,12 @@ def _plan_values(model: str | None, cluster: str | None, num_gpus: int | None,
     if recompute_num_layers is not None:
         raise InputError(f"--recompute-num-layers with --plan {plan_path}: the plan's layout "
                          "says what each virtual stage recomputes")
+    # A --model or --cluster given names the file's (by the spec's name, as the file does).
+    stated = {"model": model and load_model_spec(model).name,
+              "cluster": cluster and load_cluster_spec(cluster).name}
     model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
+    check_plan_problem(plan_file, stated["model"] or plan_file.problem.get("model"),
+                       stated["cluster"] or plan_file.problem.get("cluster"), num_gpus)
     config = plan_file.config
     if config.num_gpus != num_gpus:
         raise InputError(f"--gpus {num_gpus}: the plan of {plan_file.path} runs on tp x cp x "
