@@ -163,6 +163,13 @@ def test_sweep_results_line(tmp_path: Path) -> None:
                      str(path), "more than one JSON value", "--line N")
     assert_bad_input(CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--line", "3"]),
                      "--line 3", "has 2 line(s)")
+    # The same reader behind `launch --plan`: line 2's plan 1 is launched on 16 GPUs.
+    launched = CliRunner().invoke(cli, ["launch", "--plan", str(path), "--line", "2",
+                                        "--json"])
+    assert launched.exit_code == 0, launched.output
+    groups = json.loads(launched.stdout)
+    best = lines[1]["plans"][0]
+    assert groups["world_size"] == 16 and len(groups["groups"]["tp"][0]) == best["tp"]
 
 
 def test_single_plan_object_takes_the_problem_from_flags(optimized: tuple[Path, dict],
