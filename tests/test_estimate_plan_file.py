@@ -239,3 +239,20 @@ def test_bad_plan_files_are_one_line_naming_the_file_and_field(
                                               "--gpus", "8"]), "--rank 2", "give --plan")
     assert_bad_input(CliRunner().invoke(cli, ["estimate", "--cluster", "dgx-h100", "--gpus",
                                               "8"]), "--model: required")
+
+
+def test_torchtitan_features_that_move_each_other(tmp_path: Path) -> None:
+    """torchtitan's --fused-elementwise also compiles the loss unless --loss-implementation
+    says otherwise (solver.cost.frameworks.build_framework_profile): a plan costed with fused
+    element-wise ops and an eager loss is read back with both, not with the compiled loss."""
+    path = tmp_path / "titan.json"
+    answer = optimize_json(path, "--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus",
+                           "8", "--framework", "torchtitan", "--fused-elementwise",
+                           "--loss-implementation", "eager")
+    assert answer["framework_features"]["fused_elementwise"] is True
+    assert answer["framework_features"]["loss_implementation"] == "eager"
+    for rank, plan in enumerate(answer["plans"], 1):
+        estimated = estimate_plan_json(str(path), "--rank", str(rank))
+        assert estimated["framework"] == "torchtitan"
+        assert estimated["framework_features"] == answer["framework_features"]
+        assert_reproduces(plan, estimated["plans"][0])

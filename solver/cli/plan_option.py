@@ -106,7 +106,8 @@ def plan_problem_names(plan_file: Any, model: str | None, cluster: str | None,
 def plan_framework_features(plan_file: Any, framework: str, flags: dict[str, Any]
                             ) -> dict[str, Any]:
     """The feature overrides under which `framework`'s profile is the one the plan was costed
-    with: the file's `framework_features` that differ from the bare profile's, the memory
+    with: the file's `framework_features` that differ from the bare profile's (and any a flag
+    of those moved: they must come out as the file states them), the memory
     savers and offloads the plan turned on, the module set its selective recompute chose, and
     last the feature flags given (`flags`: FrameworkFeatures.given())."""
     from solver.cost.frameworks import build_framework_profile
@@ -114,15 +115,20 @@ def plan_framework_features(plan_file: Any, framework: str, flags: dict[str, Any
 
     features: dict[str, Any] = {}
     if plan_file.features is not None:
-        bare = build_framework_profile(framework).features()
-        for name, value in plan_file.features.given().items():
-            listed = list(value) if isinstance(value, tuple) else value
-            if bare.get(name) != listed:
-                features[name] = value
-        try:
-            build_framework_profile(framework, features)
-        except InputError as exc:
-            raise InputError(f"{plan_file.path}: field 'framework_features': {exc}") from None
+        stated = {name: list(value) if isinstance(value, tuple) else value
+                  for name, value in plan_file.features.given().items()}
+        # Only what differs from the profile is overridden; a feature whose flag moves another
+        # (torchtitan's --fused-elementwise sets the loss) is then pinned as well.
+        for _ in range(3):
+            try:
+                built = build_framework_profile(framework, features).features()
+            except InputError as exc:
+                raise InputError(f"{plan_file.path}: field 'framework_features': {exc}"
+                                 ) from None
+            differ = [name for name, value in stated.items() if built.get(name) != value]
+            features.update({name: getattr(plan_file.features, name) for name in differ})
+        # Every feature given is set as given: pinning the moved ones cannot move others.
+        assert not differ, differ
     features.update({name: True for name in plan_file.memory_savers + plan_file.offloads})
     if plan_file.recompute_modules:
         features["recompute_modules"] = plan_file.recompute_modules
