@@ -225,7 +225,7 @@ def test_bad_plan_files_are_one_line_naming_the_file_and_field(
     assert_bad_input(estimate(wrong), "value.json", "moe_dispatcher")
     headroom = write("headroom.json", {**answer, "plans": [
         {**answer["plans"][0], "memory_headroom": "lots"}]})
-    assert_bad_input(estimate(headroom), "headroom.json", "field 'memory_headroom'")
+    assert_bad_input(estimate(headroom), "headroom.json", "field 'plans.0.memory_headroom'")
     degrees = write("degrees.json", {**answer, "plans": [{**answer["plans"][0], "tp": 0}]})
     assert_bad_input(estimate(degrees), "degrees.json", "plans.0", "tp")
     assert_bad_input(estimate(str(path), "--tp", "2"), "--tp with --plan",

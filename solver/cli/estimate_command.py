@@ -43,8 +43,9 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
              gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
-             plan_line: int | None, per_stage: bool, layout: str | None, recompute_num_layers: int | None,
-             framework: str, memory_headroom: Any, **degrees: Any) -> None:
+             plan_line: int | None, per_stage: bool, layout: str | None,
+             recompute_num_layers: int | None, framework: str, memory_headroom: Any,
+             **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
     of the GPUs (with --plan FILE, --model, --cluster and --gpus default to the file's)."""
     from solver.search.constraints import MEMORY_CONSTRAINT
@@ -61,27 +62,22 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.cli.plan_option import plan_problem_names
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
-    features: Any = pop_framework_features(degrees)
+    features = pop_framework_features(degrees)
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
-    plan_values = _plan_values(model, cluster, num_gpus, plan_path, plan_rank, plan_line,
-                               job_values, framework, features, memory_headroom,
-                               recompute_num_layers)
-    plan_file, pipeline, layout_source = None, None, ""
-    if plan_values is not None:
-        (plan_file, model, cluster, num_gpus, framework, features, memory_headroom, pipeline,
-         layout_source) = plan_values
-        degrees = {name: getattr(plan_file.config, name) for name in DEGREE_NAMES}
-    else:
-        model, cluster, num_gpus = plan_problem_names(None, model, cluster, num_gpus)
+    # The problem and plan of the flags, or of --plan FILE (the flags given override it).
+    values: dict[str, Any] = {"model": model, "cluster": cluster, "num_gpus": num_gpus,
+                              "framework": framework, "features": features,
+                              "memory_headroom": memory_headroom, **degrees}
+    if plan_path is None:
+        values["model"], values["cluster"], values["num_gpus"] = plan_problem_names(
+            None, model, cluster, num_gpus)
+    values.update(_plan_values(values, plan_path, plan_rank, plan_line, job_values,
+                               recompute_num_layers))
     result = run_estimate(
-        model, cluster, num_gpus, gpus_per_node=gpus_per_node, features=features,
-        token_budget=token_budget, calibration=calibration, framework=framework, layout=layout,
-        recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
-        memory_headroom=memory_headroom, pipeline_layout=pipeline, layout_source=layout_source,
-        **job_values, **degrees,
-    )
-
+        gpus_per_node=gpus_per_node, token_budget=token_budget, calibration=calibration,
+        layout=layout, recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
+        **job_values, **values)
     plan = result.plan
     if as_json:
         answer: dict[str, Any] = {
@@ -150,14 +146,14 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         echo_fixes(result.fixes)
 
 
-def _plan_values(model: str | None, cluster: str | None, num_gpus: int | None,
-                 plan_path: str | None, plan_rank: int, plan_line: int | None,
-                 job_values: dict[str, Any], framework: str, features: Any,
-                 memory_headroom: Any, recompute_num_layers: int | None) -> tuple | None:
-    """With --plan FILE: the PlanFile (its degrees), and the model, cluster, GPUs, framework,
-    feature overrides, memory headroom and pipeline layout (and its field, for messages) the
-    plan was costed with, the options given overriding the file's; `job_values` takes the
-    file's job. None without --plan."""
+def _plan_values(values: dict[str, Any], plan_path: str | None, plan_rank: int,
+                 plan_line: int | None, job_values: dict[str, Any],
+                 recompute_num_layers: int | None) -> dict[str, Any]:
+    """With --plan FILE, what replaces `values` (the flags': model, cluster, num_gpus,
+    framework, features, memory_headroom and the degrees): the problem, the framework and the
+    feature overrides, the memory headroom, the degrees and the pipeline layout (with its field,
+    for messages) the plan was costed with, the options given overriding the file's;
+    `job_values` takes the file's job. Nothing without --plan."""
     from solver.catalog import load_cluster_spec, load_model_spec
     from solver.cli.plan_option import (
         check_plan_problem,
@@ -172,31 +168,38 @@ def _plan_values(model: str | None, cluster: str | None, num_gpus: int | None,
     ctx = click.get_current_context()
     plan_file = read_plan_option(ctx, plan_path, plan_rank, plan_line, job_values)
     if plan_file is None:
-        return None
+        return {}
     if recompute_num_layers is not None:
         raise InputError(f"--recompute-num-layers with --plan {plan_path}: the plan's layout "
                          "says what each virtual stage recomputes")
+    model, cluster, num_gpus = values["model"], values["cluster"], values["num_gpus"]
     # A --model or --cluster given names the file's (by the spec's name, as the file does).
-    stated = {"model": model and load_model_spec(model).name,
-              "cluster": cluster and load_cluster_spec(cluster).name}
+    named = {"model": model and load_model_spec(model).name,
+             "cluster": cluster and load_cluster_spec(cluster).name}
     model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
-    check_plan_problem(plan_file, stated["model"] or plan_file.problem.get("model"),
-                       stated["cluster"] or plan_file.problem.get("cluster"), num_gpus)
+    check_plan_problem(plan_file, named["model"] or plan_file.problem.get("model"),
+                       named["cluster"] or plan_file.problem.get("cluster"), num_gpus)
     config = plan_file.config
     if config.num_gpus != num_gpus:
         raise InputError(f"--gpus {num_gpus}: the plan of {plan_file.path} runs on tp x cp x "
                          f"pp x dp = {config.num_gpus} GPUs")
+    framework = values["framework"]
     if plan_file.framework is not None:
         if given(ctx, "framework") and framework != plan_file.framework:
             raise InputError(f"--framework {framework} with --plan {plan_path}: the plan was "
                              f"costed under {plan_file.framework}")
         framework = plan_file.framework
-    features = plan_framework_features(plan_file, framework, features.given())
-    if memory_headroom is None and plan_file.memory_headroom:
+    headroom = values["memory_headroom"]
+    if headroom is None and plan_file.memory_headroom:
         try:
-            memory_headroom = parse_memory_headroom(plan_file.memory_headroom)
+            headroom = parse_memory_headroom(plan_file.memory_headroom)
         except InputError as exc:
-            raise InputError(f"{plan_file.path}: field 'memory_headroom': {exc}") from None
-    where = f"plans.{plan_file.index - 1}.layout" if "model" in plan_file.problem else "layout"
-    return (plan_file, model, cluster, num_gpus, framework, features, memory_headroom,
-            plan_file.layout, f"{plan_file.path}: field '{where}'")
+            field = ".".join(filter(None, (plan_file.where, "memory_headroom")))
+            raise InputError(f"{plan_file.path}: field '{field}': {exc}") from None
+    layout_field = ".".join(filter(None, (plan_file.where, "layout")))
+    return {"model": model, "cluster": cluster, "num_gpus": num_gpus, "framework": framework,
+            "features": plan_framework_features(plan_file, framework,
+                                                values["features"].given()),
+            "memory_headroom": headroom, "pipeline_layout": plan_file.layout,
+            "layout_source": f"{plan_file.path}: field '{layout_field}'",
+            **{name: getattr(config, name) for name in DEGREE_NAMES}}

@@ -79,7 +79,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
            gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
            global_batch: int, precision: str, token_budget: int | None,
            calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
-           plan_line: int | None, layout_text: str | None, launch_format: str | None, target_text: str | None,
+           plan_line: int | None, layout_text: str | None, launch_format: str | None,
+           target_text: str | None,
            order: str, validate: bool, output: str | None, **degrees: Any) -> None:
     """Rank layout and process groups of a plan (--format groups), a runnable torch module
     that builds them, or the settings of Megatron-LM, Megatron-Bridge, torchtitan, DeepSpeed or

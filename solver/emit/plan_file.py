@@ -63,6 +63,8 @@ class PlanFile:
     framework: str | None = None
     features: FrameworkFeatures | None = None
     memory_headroom: str | None = None
+    # The plan's field in the file ("plans.0"; "" where the file is the plan), for messages.
+    where: str = ""
 
 
 def _read_json(path: str, line: int | None = None) -> tuple[Any, str]:
@@ -154,7 +156,7 @@ def _read_plan(plan: Any, path: str, rank: int, where: str, answer: dict[str, An
                            "offload")
     return PlanFile(path=path, index=rank, config=config, problem=problem, layout=layout,
                     memory_savers=savers, recompute_modules=modules, offloads=offloads,
-                    memory_headroom=headroom)
+                    memory_headroom=headroom, where=where)
 
 
 def _read_framework(answer: dict[str, Any], path: str
