@@ -256,3 +256,13 @@ def test_torchtitan_features_that_move_each_other(tmp_path: Path) -> None:
         assert estimated["framework"] == "torchtitan"
         assert estimated["framework_features"] == answer["framework_features"]
         assert_reproduces(plan, estimated["plans"][0])
+
+
+def test_tables_name_the_plan_they_estimate(optimized: tuple[Path, dict]) -> None:
+    path, answer = optimized
+    result = CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--rank", "3"])
+    assert result.exit_code == 0, result.output
+    heading, degrees = result.stdout.splitlines()[:2]
+    assert heading.endswith(f"; plan 3 of {path}")
+    plan = answer["plans"][2]
+    assert degrees.startswith(f"tp {plan['tp']} pp {plan['pp']} dp {plan['dp']}")

@@ -115,6 +115,8 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     states = result.profile.time_constants.training_states
     if states != "mixed":
         heading += f", {states} training states"
+    if plan_path is not None:
+        heading += f"; plan {plan_rank} of {plan_path}" + (f":{plan_line}" if plan_line else "")
     if per_stage:
         echo_stage_table(plan, heading)
     else:
