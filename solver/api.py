@@ -7,8 +7,9 @@ option, its value and the rule), and evaluates the memory model on every pipelin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -36,7 +37,7 @@ from solver.cost.frameworks import (
 )
 from solver.cost.offload import check_layer_offload, check_offload
 from solver.cost.time_constants import TimeConstants
-from solver.emit.target import parse_launch_pipeline
+from solver.emit.target import check_pipeline_layout, parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
 from solver.search.constraints import structural_constraints
 from solver.spec.layout_syntax import render_pipeline_layout
@@ -284,8 +285,10 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
              calibration: str | None = None, framework: str = "megatron",
              options: MemoryOptions | None = None, layout: str | None = None,
              recompute_num_layers: int | None = None, segment_gpus: int | None = None,
-             features: FrameworkFeatures | None = None,
-             memory_headroom: MemoryHeadroom | None = None, **degrees: int | str) -> Estimate:
+             features: FrameworkFeatures | Mapping[str, Any] | None = None,
+             memory_headroom: MemoryHeadroom | None = None,
+             pipeline_layout: PipelineLayout | None = None, layout_source: str = "--plan",
+             **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
@@ -293,8 +296,10 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     (solver.cost.frameworks: timing and what `selective` keeps) with `features` overriding
     single features, as in `parplan optimize`. `layout`: Megatron's
     --pipeline-model-parallel-layout text (default: the even split), with
-    `recompute_num_layers` recomputed in each virtual stage under --recompute full;
-    `memory_headroom`: memory the plan must leave free on each GPU."""
+    `recompute_num_layers` recomputed in each virtual stage under --recompute full, or
+    `pipeline_layout` (a plan file's, checked against the model and degrees with errors naming
+    `layout_source`) where no `layout` text is given; `memory_headroom`: memory the plan must
+    leave free on each GPU."""
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
@@ -314,6 +319,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
         even = build_default_layout(model_spec, config, options or MemoryOptions())
         text = layout if layout is not None else render_pipeline_layout(even)
         pipeline = parse_launch_pipeline(text, model_spec, config, recompute_num_layers)
+    elif pipeline_layout is not None:
+        pipeline = check_pipeline_layout(pipeline_layout, model_spec, config, layout_source)
     plan = estimate_plan(model_spec, cluster_spec, job, config, options,
                          profile.time_constants, pipeline)
     fixes = () if plan.fits else suggest_memory_fixes(

@@ -10,17 +10,23 @@ from solver.cli.options import (
     degree_options,
     framework_feature_options,
     framework_option,
-    planning_options,
+    make_planning_options,
     pop_framework_features,
 )
 from solver.cli.params import BoundedInt
+from solver.cli.plan_option import DEGREE_NAMES, plan_file_options
 from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.strict import MAX_LAYERS
 
 
 @click.command()
-@planning_options
+@make_planning_options(gpus_required=False, model_required=False)
 @degree_options
+@plan_file_options("Re-estimate a plan of this `optimize --json` / `estimate --json` output "
+                   "(--rank N), a single plan object, or line N of a `sweep -o` results file "
+                   "(--line N): its model, cluster, GPUs, job, framework and features, "
+                   "degrees, memory savers, offloads, recompute modules and layout; flags "
+                   "given override the file's.")
 @click.option("--per-stage", is_flag=True, help="Show every pipeline stage, not only the worst.")
 @click.option("--layout", metavar="SPEC", default=None,
               help="Layers per virtual stage in Megatron's --pipeline-model-parallel-layout "
@@ -33,14 +39,15 @@ from solver.spec.strict import MAX_LAYERS
                   "overlap, gradient reduce dtype); the flags below override single features.")
 @framework_feature_options
 @memory_headroom_option
-def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
-             segment_gpus: int | None, seq_len: int,
+def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
+             gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
-             calibration: str | None, as_json: bool,
-             per_stage: bool, layout: str | None, recompute_num_layers: int | None,
-             framework: str, memory_headroom: Any, **degrees: Any) -> None:
+             calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
+             plan_line: int | None, per_stage: bool, layout: str | None,
+             recompute_num_layers: int | None, framework: str, memory_headroom: Any,
+             **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
-    of the GPUs."""
+    of the GPUs (with --plan FILE, --model, --cluster and --gpus default to the file's)."""
     from solver.search.constraints import MEMORY_CONSTRAINT
     from solver.api import estimate as run_estimate
     from solver.cli.render import echo_json
@@ -52,16 +59,25 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_time_table,
     )
     from solver.cost.caveats import list_time_caveats
+    from solver.cli.plan_option import plan_problem_names
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
     features = pop_framework_features(degrees)
+    job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
+                                  "precision": precision}
+    # The problem and plan of the flags, or of --plan FILE (the flags given override it).
+    values: dict[str, Any] = {"model": model, "cluster": cluster, "num_gpus": num_gpus,
+                              "framework": framework, "features": features,
+                              "memory_headroom": memory_headroom, **degrees}
+    if plan_path is None:
+        values["model"], values["cluster"], values["num_gpus"] = plan_problem_names(
+            None, model, cluster, num_gpus)
+    values.update(_plan_values(values, plan_path, plan_rank, plan_line, job_values,
+                               recompute_num_layers))
     result = run_estimate(
-        model, cluster, num_gpus, gpus_per_node=gpus_per_node, seq_len=seq_len, features=features,
-        global_batch=global_batch, precision=precision, token_budget=token_budget,
-        calibration=calibration, framework=framework, layout=layout,
-        recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
-        memory_headroom=memory_headroom, **degrees,
-    )
+        gpus_per_node=gpus_per_node, token_budget=token_budget, calibration=calibration,
+        layout=layout, recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
+        **job_values, **values)
     plan = result.plan
     if as_json:
         answer: dict[str, Any] = {
@@ -99,6 +115,8 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     states = result.profile.time_constants.training_states
     if states != "mixed":
         heading += f", {states} training states"
+    if plan_path is not None:
+        heading += f"; plan {plan_rank} of {plan_path}" + (f":{plan_line}" if plan_line else "")
     if per_stage:
         echo_stage_table(plan, heading)
     else:
@@ -128,3 +146,62 @@ def estimate(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         echo_sources_table(result.calibration, result.curve_sources)
     if not plan.fits:
         echo_fixes(result.fixes)
+
+
+def _plan_values(values: dict[str, Any], plan_path: str | None, plan_rank: int,
+                 plan_line: int | None, job_values: dict[str, Any],
+                 recompute_num_layers: int | None) -> dict[str, Any]:
+    """With --plan FILE, what replaces `values` (the flags': model, cluster, num_gpus,
+    framework, features, memory_headroom and the degrees): the problem, the framework and the
+    feature overrides, the memory headroom, the degrees and the pipeline layout (with its field,
+    for messages) the plan was costed with, the options given overriding the file's;
+    `job_values` takes the file's job. Nothing without --plan."""
+    from solver.catalog import load_cluster_spec, load_model_spec
+    from solver.cli.plan_option import (
+        check_plan_problem,
+        given,
+        plan_framework_features,
+        plan_problem_names,
+        read_plan_option,
+    )
+    from solver.errors import InputError
+    from solver.spec.headroom import parse_memory_headroom
+
+    ctx = click.get_current_context()
+    plan_file = read_plan_option(ctx, plan_path, plan_rank, plan_line, job_values)
+    if plan_file is None:
+        return {}
+    if recompute_num_layers is not None:
+        raise InputError(f"--recompute-num-layers with --plan {plan_path}: the plan's layout "
+                         "says what each virtual stage recomputes")
+    model, cluster, num_gpus = values["model"], values["cluster"], values["num_gpus"]
+    # A --model or --cluster given names the file's (by the spec's name, as the file does).
+    named = {"model": model and load_model_spec(model).name,
+             "cluster": cluster and load_cluster_spec(cluster).name}
+    model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
+    check_plan_problem(plan_file, named["model"] or plan_file.problem.get("model"),
+                       named["cluster"] or plan_file.problem.get("cluster"), num_gpus)
+    config = plan_file.config
+    if config.num_gpus != num_gpus:
+        raise InputError(f"--gpus {num_gpus}: the plan of {plan_file.path} runs on tp x cp x "
+                         f"pp x dp = {config.num_gpus} GPUs")
+    framework = values["framework"]
+    if plan_file.framework is not None:
+        if given(ctx, "framework") and framework != plan_file.framework:
+            raise InputError(f"--framework {framework} with --plan {plan_path}: the plan was "
+                             f"costed under {plan_file.framework}")
+        framework = plan_file.framework
+    headroom = values["memory_headroom"]
+    if headroom is None and plan_file.memory_headroom:
+        try:
+            headroom = parse_memory_headroom(plan_file.memory_headroom)
+        except InputError as exc:
+            field = ".".join(filter(None, (plan_file.where, "memory_headroom")))
+            raise InputError(f"{plan_file.path}: field '{field}': {exc}") from None
+    layout_field = ".".join(filter(None, (plan_file.where, "layout")))
+    return {"model": model, "cluster": cluster, "num_gpus": num_gpus, "framework": framework,
+            "features": plan_framework_features(plan_file, framework,
+                                                values["features"].given()),
+            "memory_headroom": headroom, "pipeline_layout": plan_file.layout,
+            "layout_source": f"{plan_file.path}: field '{layout_field}'",
+            **{name: getattr(config, name) for name in DEGREE_NAMES}}

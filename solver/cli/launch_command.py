@@ -12,79 +12,18 @@ from solver.cli.options import (
     make_planning_options,
     pop_framework_features,
 )
-from solver.cli.params import MAX_TOP, BoundedInt
+from solver.cli.plan_option import (
+    check_plan_problem,
+    plan_file_options,
+    plan_problem_names,
+    read_plan_option,
+)
 from solver.emit import DEFAULT_ORDER, FORMAT_ALIASES, FORMATS, TARGETS
-from solver.spec.job import ParallelConfig
 
-# The degree flags of `degree_options` (dp is the rest of the GPUs).
-DEGREE_NAMES = tuple(name for name in ParallelConfig.model_fields if name != "dp")
 # Formats that are a framework with a profile (solver.cost.frameworks).
 PROFILED_FORMATS = ("megatron", "torchtitan", "deepspeed")
 # Formats that write another form of a profiled framework's settings.
 PROFILES_OF = {"torchtitan-python": "torchtitan", "megatron-bridge": "megatron"}
-# Job options a plan file fills in when they are left at their defaults.
-JOB_OPTIONS = ("seq_len", "global_batch", "precision")
-
-
-def _given(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
-
-
-def _read_plan(ctx: click.Context, plan_path: str | None, plan_rank: int,
-               job_values: dict[str, Any]) -> Any:
-    """The plan file's chosen plan, with its job values filling the options left at defaults;
-    None when degree flags describe the plan."""
-    from solver.emit.plan_file import load_plan_file
-    from solver.errors import InputError
-
-    if plan_path is None:
-        if _given(ctx, "plan_rank"):
-            raise InputError(f"--rank {plan_rank} picks a plan of --plan FILE; give --plan")
-        return None
-    flags = [name for name in DEGREE_NAMES if _given(ctx, name)]
-    if flags:
-        raise InputError(f"--{flags[0].replace('_', '-')} with --plan {plan_path}: give the plan "
-                         "file or degree flags, not both")
-    plan_file = load_plan_file(plan_path, plan_rank)
-    for name in JOB_OPTIONS:
-        if name in plan_file.problem and not _given(ctx, name):
-            job_values[name] = plan_file.problem[name]
-    return plan_file
-
-
-def _check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,
-                        num_gpus: int) -> None:
-    from solver.errors import InputError
-
-    stated = plan_file.problem
-    for field, ours in (("model", model_name), ("cluster", cluster_name), ("gpus", num_gpus)):
-        if field in stated and stated[field] != ours:
-            raise InputError(f"{plan_file.path}: field '{field}': the plan is for "
-                             f"{stated[field]}, not {ours} (--{field})")
-
-
-def _problem_names(plan_file: Any, model: str | None, cluster: str | None,
-                   num_gpus: int | None) -> tuple[str, str, int]:
-    """--model, --cluster and --gpus, each from the plan file where the flag is not given."""
-    from solver.errors import InputError
-
-    stated = plan_file.problem if plan_file is not None else {}
-    values = {"model": model, "cluster": cluster, "gpus": num_gpus}
-    for field in values:
-        if values[field] is None:
-            if field not in stated:
-                where = (f"{plan_file.path} names no '{field}'" if plan_file is not None
-                         else "or a --plan FILE that names it")
-                raise InputError(f"--{field}: required ({where})")
-            values[field] = stated[field]
-    if not isinstance(values["gpus"], int) or isinstance(values["gpus"], bool):
-        raise InputError(f"{plan_file.path}: field 'gpus': must be a whole number, got "
-                         f"{values['gpus']!r}")
-    for field in ("model", "cluster"):
-        if not isinstance(values[field], str):
-            raise InputError(f"{plan_file.path}: field '{field}': must be a name, got "
-                             f"{values[field]!r}")
-    return values["model"], values["cluster"], values["gpus"]
 
 
 def _format_and_version(launch_format: str | None, target_text: str | None) -> tuple[str, str]:
@@ -116,10 +55,8 @@ def _format_and_version(launch_format: str | None, target_text: str | None) -> t
 @click.command()
 @make_planning_options(gpus_required=False, model_required=False)
 @degree_options
-@click.option("--plan", "plan_path", metavar="FILE", default=None,
-              help="Launch a plan of this `optimize --json` / `estimate --json` output.")
-@click.option("--rank", "plan_rank", type=BoundedInt(1, MAX_TOP), default=1, show_default=True,
-              help="Which plan of --plan (1 = the first, the best).")
+@plan_file_options("Launch a plan of this `optimize --json` / `estimate --json` output, "
+                   "a single plan object or a `sweep -o` results file (with --line).")
 @click.option("--layout", "layout_text", metavar="SPEC", default=None,
               help="What each virtual pipeline stage holds, in Megatron's "
                    "--pipeline-model-parallel-layout syntax (e.g. 'E|(t|)*126,L'); replaces the "
@@ -142,7 +79,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
            gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
            global_batch: int, precision: str, token_budget: int | None,
            calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
-           layout_text: str | None, launch_format: str | None, target_text: str | None,
+           plan_line: int | None, layout_text: str | None, launch_format: str | None,
+           target_text: str | None,
            order: str, validate: bool, output: str | None, **degrees: Any) -> None:
     """Rank layout and process groups of a plan (--format groups), a runnable torch module
     that builds them, or the settings of Megatron-LM, Megatron-Bridge, torchtitan, DeepSpeed or
@@ -165,7 +103,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     framework = framework if framework in PROFILED_FORMATS else "megatron"
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
-    plan_file = _read_plan(ctx, plan_path, plan_rank, job_values)
+    plan_file = read_plan_option(ctx, plan_path, plan_rank, plan_line, job_values)
     # The memory savers the plan turned on to fit, unless a flag says otherwise.
     savers: dict[str, Any] = {name: True for name in ((plan_file.memory_savers
                                                        + plan_file.offloads)
@@ -175,12 +113,12 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
         savers["recompute_modules"] = plan_file.recompute_modules
     features = {**savers, **pop_framework_features(degrees).given()}
     profile = build_framework_profile(framework, features)
-    model, cluster, num_gpus = _problem_names(plan_file, model, cluster, num_gpus)
+    model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
         calibration=calibration, segment_gpus=segment_gpus, **job_values)
     if plan_file is not None:
-        _check_plan_problem(plan_file, model_spec.name, cluster_spec.name, num_gpus)
+        check_plan_problem(plan_file, model_spec.name, cluster_spec.name, num_gpus)
         config = plan_file.config
     else:
         config = build_parallel_config(num_gpus, **degrees)
