@@ -20,7 +20,7 @@ from solver.cost.frameworks import (
 )
 from solver.cost.offload import check_layer_offload, check_offload, offload_available
 from solver.catalog import list_gpu_names, load_gpu_spec
-from solver.cost.recompute_modules import recompute_module_sets
+from solver.cost.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
 from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
@@ -110,9 +110,7 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     # The recompute module sets the search tries (solver.search.module_variants): the first is the
     # problem's own.
     module_sets = recompute_module_sets(model_spec, framework, profile.time_constants, features)
-    if module_sets:
-        profile = profile.model_copy(update={"time_constants": profile.time_constants.model_copy(
-            update={"recompute_modules": module_sets[0]})})
+    profile = with_default_recompute_modules(profile, model_spec, features)
     # The offloads the search tries (solver.search.module_variants), where the catalog has the
     # bandwidths; one a flag turned on holds for every plan, within its rules.
     offloads = tuple(name for name in offload_ladder(framework, features, precision)
@@ -210,7 +208,8 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
         built = searched.namer(build_ranked_plans(searched.problem,
                                                   take_ranked(searched.ranked, positions)))
         plans.update({(id(searched), p): plan for p, plan in zip(positions, built)})
-    ranked_plans = tuple(plans[id(s), p] for s, p in merged.chosen)
+    ranked_plans = _by_own_time(problem.objective,
+                                tuple(plans[id(s), p] for s, p in merged.chosen))
     winner = merged.chosen[0][0]
     assert winner.ranked is not None
     solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
@@ -236,6 +235,20 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
                           num_candidates=counted.num_candidates,
                           num_memory_checked=counted.num_memory_checked if alone else None,
                           plans=ranked_plans, why=tuple(why), step_lower_bound_s=floor)
+
+
+def _by_own_time(objective: str, plans: tuple[Plan, ...]) -> tuple[Plan, ...]:
+    """The merged top re-ranked by the plans' own step times: a plan that turns memory savers
+    on is costed with them (solver.ranked_plans.build_ranked_plans), its ranking time without
+    (an upper bound). By time then fewer offloads (module_variants._rank_key), stable where
+    they tie; a memory ranking keeps its order (savers do not move its memory)."""
+    if objective != "time":
+        return plans
+
+    def key(plan: Plan) -> tuple[float, int]:
+        assert plan.time is not None
+        return plan.time.step_seconds, len(plan.offloads)
+    return tuple(sorted(plans, key=key))
 
 
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:
