@@ -6,7 +6,7 @@ train a token budget in time. Library front door beside `solver.api` (cli -> opt
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -22,12 +22,14 @@ from solver.cost.offload import check_layer_offload, check_offload, offload_avai
 from solver.catalog import list_gpu_names, load_gpu_spec
 from solver.cost.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
+from solver.cost.steptime import StepTime
 from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import (
     Merged,
     RankedSearch,
     Search,
+    Searched,
     merged_ranking,
     search_module_sets,
     take_ranked,
@@ -38,7 +40,7 @@ from solver.search.feasible import any_feasible
 from solver.search.explain import explain_choice, find_conflicts
 from solver.search.layout_search import LayoutSearch, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
-from solver.ranked_plans import build_ranked_plans, explain_offloads, explain_savers
+from solver.ranked_plans import cost_ranked_plans, explain_offloads, explain_savers
 from solver.spec import ClusterSpec
 from solver.spec.framework import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom
@@ -201,20 +203,26 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
     """The merged top as plans, each costed through its own search's problem, and the
     winner explained by its own search (`compare`: with a second search where the problem's
     own search found the winner, explain_choice)."""
-    plans: dict[tuple[int, int], Plan] = {}
+    costed: dict[tuple[int, int], tuple[Plan, StepTime]] = {}
     for searched in {id(s): s for s, _ in merged.chosen}.values():
         positions = [p for s, p in merged.chosen if s is searched]
         assert searched.ranked is not None
-        built = searched.namer(build_ranked_plans(searched.problem,
-                                                  take_ranked(searched.ranked, positions)))
-        plans.update({(id(searched), p): plan for p, plan in zip(positions, built)})
-    ranked_plans = _by_own_time(problem.objective,
-                                tuple(plans[id(s), p] for s, p in merged.chosen))
-    winner = merged.chosen[0][0]
+        pairs = cost_ranked_plans(searched.problem, take_ranked(searched.ranked, positions))
+        named = searched.namer(tuple(plan for plan, _ in pairs))
+        costed.update({(id(searched), p): (plan, step)
+                       for p, plan, (_, step) in zip(positions, named, pairs)})
+    chosen = _by_own_time(problem.objective, merged.chosen, costed)
+    ranked_plans = tuple(costed[id(s), p][0] for s, p in chosen)
+    winner = chosen[0][0]
     assert winner.ranked is not None
     solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
         if compare and winner.problem is problem else None
-    why = list(explain_choice(winner.problem, merged_ranking(merged.chosen), solve_pinned))
+    # The explanation reads the plans' own step times (those with memory savers re-timed).
+    steps = [costed[id(s), p][1] for s, p in chosen]
+    ranking = replace(merged_ranking(chosen), step_time=StepTime(**{
+        f.name: np.concatenate([getattr(step, f.name) for step in steps])
+        for f in fields(StepTime)}))
+    why = list(explain_choice(winner.problem, ranking, solve_pinned))
     # After the fit check: the memory savers the winner turns on to fit, its offloads.
     why = why[:1] + explain_savers(winner.problem, ranked_plans[0]) + explain_offloads(
         winner.problem, ranked_plans[0]) + why[1:]
@@ -237,18 +245,21 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
                           plans=ranked_plans, why=tuple(why), step_lower_bound_s=floor)
 
 
-def _by_own_time(objective: str, plans: tuple[Plan, ...]) -> tuple[Plan, ...]:
+def _by_own_time(objective: str, chosen: tuple[tuple[Searched, int], ...],
+                 costed: dict[tuple[int, int], tuple[Plan, StepTime]]
+                 ) -> tuple[tuple[Searched, int], ...]:
     """The merged top re-ranked by the plans' own step times: a plan that turns memory savers
-    on is costed with them (solver.ranked_plans.build_ranked_plans), its ranking time without
+    on is costed with them (solver.ranked_plans.cost_ranked_plans), its ranking time without
     (an upper bound). By time then fewer offloads (module_variants._rank_key), stable where
     they tie; a memory ranking keeps its order (savers do not move its memory)."""
     if objective != "time":
-        return plans
+        return chosen
 
-    def key(plan: Plan) -> tuple[float, int]:
+    def key(entry: tuple[Searched, int]) -> tuple[float, int]:
+        plan = costed[id(entry[0]), entry[1]][0]
         assert plan.time is not None
         return plan.time.step_seconds, len(plan.offloads)
-    return tuple(sorted(plans, key=key))
+    return tuple(sorted(chosen, key=key))
 
 
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:

@@ -22,7 +22,12 @@ from solver.spec.plan import Equivalent, Plan
 
 
 def build_ranked_plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
-    """The ranked plans with their stages' memory, the memory savers each needs and its
+    """The ranked plans (cost_ranked_plans)."""
+    return tuple(plan for plan, _ in cost_ranked_plans(problem, ranked))
+
+
+def cost_ranked_plans(problem: Problem, ranked: Ranked) -> tuple[tuple[Plan, StepTime], ...]:
+    """The ranked plans, each with its own StepTime (one row), with with their stages' memory, the memory savers each needs and its
     equivalent settings; each selective plan names its module set (Plan.recompute_modules).
 
     Memory savers (Problem.memory_savers): each plan gets the shortest prefix of them under
@@ -64,8 +69,9 @@ def build_ranked_plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
             continue
         assert step is not None
         options = dict(levels)[plan.memory_savers]
-        answer.append(_leanest_first(problem, plan, _equivalents(problem, plan, folded, options),
-                                     options, step))
+        answer.append((_leanest_first(problem, plan, _equivalents(problem, plan, folded,
+                                                                  options), options, step),
+                       step))
     return tuple(answer)
 
 
