@@ -175,3 +175,13 @@ def test_optimize_top_plans_reestimate_exactly(model: str, gpus: int, framework:
         assert plan.worst_stage.total_bytes == pytest.approx(again.worst_stage.total_bytes,
                                                              rel=1e-9)
         assert plan.recompute_modules == again.recompute_modules
+
+
+def test_drift2_the_optimize_table_names_each_selective_plans_set() -> None:
+    """Megatron-DeepSpeed's selective is Megatron's attention core (no --recompute-modules
+    flag): the table's note names the set, not a Megatron flag."""
+    answer = CliRunner().invoke(cli, ["optimize", *LLAMA, "--framework", "deepspeed",
+                                      "--recompute", "selective", "--engine", "even",
+                                      "--top", "2"])
+    assert answer.exit_code == 0, answer.output
+    assert "selective recomputes: #1 core_attn; #2 core_attn" in answer.output
