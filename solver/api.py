@@ -36,6 +36,7 @@ from solver.cost.frameworks import (
     check_training_states_zero,
 )
 from solver.cost.offload import check_layer_offload, check_offload
+from solver.cost.recompute_modules import named_recompute_modules, with_default_recompute_modules
 from solver.cost.time_constants import TimeConstants
 from solver.emit.target import check_pipeline_layout, parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
@@ -304,7 +305,9 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
         segment_gpus=segment_gpus, memory_headroom=memory_headroom)
-    profile = build_framework_profile(framework, features)
+    # What `selective` recomputes: the module set `optimize` starts from (one definition).
+    profile = with_default_recompute_modules(build_framework_profile(framework, features),
+                                             model_spec, features)
     options = profile.memory_options(options, cluster_spec)
     config = build_parallel_config(num_gpus, **degrees)
     check_parallel_config(model_spec, job, num_gpus, config)
@@ -323,6 +326,8 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
         pipeline = check_pipeline_layout(pipeline_layout, model_spec, config, layout_source)
     plan = estimate_plan(model_spec, cluster_spec, job, config, options,
                          profile.time_constants, pipeline)
+    plan = plan.model_copy(update={"recompute_modules": named_recompute_modules(
+        profile.time_constants, config.recompute)})
     fixes = () if plan.fits else suggest_memory_fixes(
         model_spec, cluster_spec, job, num_gpus, config, options)
     sources = tuple(describe_sources(cluster_spec)) if calibration is not None else ()

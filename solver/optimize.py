@@ -6,7 +6,7 @@ train a token budget in time. Library front door beside `solver.api` (cli -> opt
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -25,14 +25,16 @@ from solver.cost.offload import (
     offload_available,
 )
 from solver.catalog import list_gpu_names, load_gpu_spec
-from solver.cost.recompute_modules import recompute_module_sets
+from solver.cost.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
+from solver.cost.steptime import StepTime
 from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import (
     Merged,
     RankedSearch,
     Search,
+    Searched,
     merged_ranking,
     search_module_sets,
     take_ranked,
@@ -43,7 +45,7 @@ from solver.search.feasible import any_feasible
 from solver.search.explain import explain_choice, find_conflicts
 from solver.search.layout_search import LayoutSearch, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
-from solver.ranked_plans import build_ranked_plans, explain_offloads, explain_savers
+from solver.ranked_plans import cost_ranked_plans, explain_offloads, explain_savers
 from solver.spec import ClusterSpec
 from solver.spec.framework import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom
@@ -115,9 +117,7 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     # The recompute module sets the search tries (solver.search.module_variants): the first is the
     # problem's own.
     module_sets = recompute_module_sets(model_spec, framework, profile.time_constants, features)
-    if module_sets:
-        profile = profile.model_copy(update={"time_constants": profile.time_constants.model_copy(
-            update={"recompute_modules": module_sets[0]})})
+    profile = with_default_recompute_modules(profile, model_spec, features)
     # The offloads the search tries (solver.search.module_variants), where the catalog has the
     # bandwidths; one a flag turned on holds for every plan, within its rules.
     offloads = tuple(name for name in offload_ladder(framework, features, precision)
@@ -209,19 +209,26 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
     """The merged top as plans, each costed through its own search's problem, and the
     winner explained by its own search (`compare`: with a second search where the problem's
     own search found the winner, explain_choice)."""
-    plans: dict[tuple[int, int], Plan] = {}
+    costed: dict[tuple[int, int], tuple[Plan, StepTime]] = {}
     for searched in {id(s): s for s, _ in merged.chosen}.values():
         positions = [p for s, p in merged.chosen if s is searched]
         assert searched.ranked is not None
-        built = searched.namer(build_ranked_plans(searched.problem,
-                                                  take_ranked(searched.ranked, positions)))
-        plans.update({(id(searched), p): plan for p, plan in zip(positions, built)})
-    ranked_plans = tuple(plans[id(s), p] for s, p in merged.chosen)
-    winner = merged.chosen[0][0]
+        pairs = cost_ranked_plans(searched.problem, take_ranked(searched.ranked, positions))
+        named = searched.namer(tuple(plan for plan, _ in pairs))
+        costed.update({(id(searched), p): (plan, step)
+                       for p, plan, (_, step) in zip(positions, named, pairs)})
+    chosen = _by_own_time(problem.objective, merged.chosen, costed)
+    ranked_plans = tuple(costed[id(s), p][0] for s, p in chosen)
+    winner = chosen[0][0]
     assert winner.ranked is not None
     solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
         if compare and winner.problem is problem else None
-    why = list(explain_choice(winner.problem, merged_ranking(merged.chosen), solve_pinned))
+    # The explanation reads the plans' own step times (those with memory savers re-timed).
+    steps = [costed[id(s), p][1] for s, p in chosen]
+    ranking = replace(merged_ranking(chosen), step_time=StepTime(**{
+        f.name: np.concatenate([getattr(step, f.name) for step in steps])
+        for f in fields(StepTime)}))
+    why = list(explain_choice(winner.problem, ranking, solve_pinned))
     # After the fit check: the memory savers the winner turns on to fit, its offloads.
     why = why[:1] + explain_savers(winner.problem, ranked_plans[0]) + explain_offloads(
         winner.problem, ranked_plans[0]) + why[1:]
@@ -242,6 +249,23 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
                           num_candidates=counted.num_candidates,
                           num_memory_checked=counted.num_memory_checked if alone else None,
                           plans=ranked_plans, why=tuple(why), step_lower_bound_s=floor)
+
+
+def _by_own_time(objective: str, chosen: tuple[tuple[Searched, int], ...],
+                 costed: dict[tuple[int, int], tuple[Plan, StepTime]]
+                 ) -> tuple[tuple[Searched, int], ...]:
+    """The merged top re-ranked by the plans' own step times: a plan that turns memory savers
+    on is costed with them (solver.ranked_plans.cost_ranked_plans), its ranking time without
+    (an upper bound). By time then fewer offloads (module_variants._rank_key), stable where
+    they tie; a memory ranking keeps its order (savers do not move its memory)."""
+    if objective != "time":
+        return chosen
+
+    def key(entry: tuple[Searched, int]) -> tuple[float, int]:
+        plan = costed[id(entry[0]), entry[1]][0]
+        assert plan.time is not None
+        return plan.time.step_seconds, len(plan.offloads)
+    return tuple(sorted(chosen, key=key))
 
 
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:

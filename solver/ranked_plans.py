@@ -9,7 +9,10 @@ import numpy as np
 from solver.api import estimate_plans
 from solver.cost.frameworks import FrameworkProfile, with_memory_savers
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
+from solver.cost.memory.layout import build_default_layout
+from solver.cost.recompute_modules import named_recompute_modules
 from solver.cost.steptime import StepTime, estimate_layout_step_time
+from solver.cost.time_constants import TimeConstants
 from solver.search.enumerate import Ranked
 from solver.search.space import Problem
 from solver.spec import RECOMPUTE_LEVELS
@@ -19,39 +22,70 @@ from solver.spec.plan import Equivalent, Plan
 
 
 def build_ranked_plans(problem: Problem, ranked: Ranked) -> tuple[Plan, ...]:
-    """The ranked plans with their stages' memory, the memory savers each needs and its
-    equivalent settings; the step times are the ranking's.
+    """The ranked plans (cost_ranked_plans)."""
+    return tuple(plan for plan, _ in cost_ranked_plans(problem, ranked))
+
+
+def cost_ranked_plans(problem: Problem, ranked: Ranked) -> tuple[tuple[Plan, StepTime], ...]:
+    """The ranked plans, each with its own StepTime (one row), with with their stages' memory, the memory savers each needs and its
+    equivalent settings; each selective plan names its module set (Plan.recompute_modules).
 
     Memory savers (Problem.memory_savers): each plan gets the shortest prefix of them under
-    which it fits (the search admitted it with all of them). They only shorten the step (less
-    DP traffic, a lighter optimizer step), so the ranking's time, costed without them, is an
-    upper bound; plans keep the ranking's order."""
+    which it fits (the search admitted it with all of them), and is costed, memory and step
+    time, with exactly that prefix on: the profile `launch --plan` writes and `estimate`
+    re-costs (grad_reduce_in_bf16 halves its DP bytes). The step times of plans without savers
+    are the ranking's; a saver only shortens the step, so the ranking's time of a plan with
+    savers (costed without them) is an upper bound of its own, and the top K of the ranking is
+    the top K by those bounds (solver.optimize._answer re-sorts it by the plans' own times)."""
     configs = ranked.candidates.to_configs()
     layouts = list(ranked.layouts or [None] * len(configs))
     plans: list[Plan | None] = [None] * len(configs)
+    steps: list[StepTime | None] = [None] * len(configs)
     pending = np.arange(len(configs))
     levels = saver_levels(problem)
     for position, (savers, options) in enumerate(levels):
+        constants = saver_constants(problem, savers)
+        chosen = [layouts[i] if layouts[i] is not None
+                  else build_default_layout(problem.model_spec, configs[i], options)
+                  for i in pending]
+        step = ranked.step_time.take(pending) if not savers else estimate_layout_step_time(
+            problem.model_spec, problem.cluster, problem.job, [configs[i] for i in pending],
+            chosen, constants)
         estimated = estimate_plans(problem.model_spec, problem.cluster, problem.job,
-                                   [configs[i] for i in pending], options,
-                                   problem.time_constants, [layouts[i] for i in pending],
-                                   ranked.step_time.take(pending))
+                                   [configs[i] for i in pending], options, constants, chosen,
+                                   step)
         last = position == len(levels) - 1
-        for row, plan in zip(pending, estimated):
+        for index, (row, plan) in enumerate(zip(pending, estimated)):
             if plan.fits or last:
-                plans[row] = plan.model_copy(update={"memory_savers": savers})
+                plans[row] = _named(problem, plan.model_copy(update={"memory_savers": savers}))
+                steps[row] = step.take(np.array([index]))
         pending = np.array([row for row in pending if plans[row] is None], dtype=np.int64)
         if len(pending) == 0:
             break
     twins = ranked.twins or ((),) * len(plans)
     answer = []
-    for row, (plan, folded) in enumerate(zip(plans, twins)):
+    for plan, step, folded in zip(plans, steps, twins):
         if plan is None:
             continue
+        assert step is not None
         options = dict(levels)[plan.memory_savers]
-        answer.append(_leanest_first(problem, plan, _equivalents(problem, plan, folded, options),
-                                     options, ranked.step_time.take(np.array([row]))))
+        answer.append((_leanest_first(problem, plan, _equivalents(problem, plan, folded,
+                                                                  options), options, step),
+                       step))
     return tuple(answer)
+
+
+def _named(problem: Problem, plan: Plan) -> Plan:
+    """The plan naming what its selective recompute recomputes (named_recompute_modules)."""
+    return plan.model_copy(update={"recompute_modules": named_recompute_modules(
+        problem.time_constants, plan.config.recompute)})
+
+
+def saver_constants(problem: Problem, savers: tuple[str, ...]) -> TimeConstants:
+    """The problem's TimeConstants with `savers` on: what a plan that turns them on is timed
+    with (the same profile as its memory, saver_levels)."""
+    profile = FrameworkProfile(name=problem.framework, time_constants=problem.time_constants)
+    return with_memory_savers(profile, savers).time_constants
 
 
 def _leanest_first(problem: Problem, plan: Plan, equivalents: tuple[Equivalent, ...],
@@ -65,12 +99,13 @@ def _leanest_first(problem: Problem, plan: Plan, equivalents: tuple[Equivalent, 
         return plan.model_copy(update={"equivalent": equivalents})
     config = plan.config.model_copy(update={"recompute": leanest.recompute})
     swapped = estimate_plans(problem.model_spec, problem.cluster, problem.job, [config],
-                             options, problem.time_constants, [plan.layout], step)[0]
+                             options, saver_constants(problem, plan.memory_savers),
+                             [plan.layout], step)[0]
     others = tuple(e for e in equivalents if e is not leanest) + (
         Equivalent(recompute=plan.config.recompute, total_bytes=plan.worst_stage.total_bytes),)
-    return swapped.model_copy(update={"memory_savers": plan.memory_savers,
-                                      "equivalent": tuple(sorted(others,
-                                                                 key=lambda e: e.total_bytes))})
+    return _named(problem, swapped).model_copy(update={
+        "memory_savers": plan.memory_savers,
+        "equivalent": tuple(sorted(others, key=lambda e: e.total_bytes))})
 
 
 def _equivalents(problem: Problem, plan: Plan, twins: tuple[tuple[int, float], ...],
@@ -102,7 +137,7 @@ def explain_savers(problem: Problem, plan: Plan) -> list[str]:
     flags = " and ".join("--" + name.replace("_", "-") for name in plan.memory_savers)
     return [f"memory savers: {flags} (without them the worst stage needs "
             f"{without / 1e9:.1f} GB of the {plan.usable_memory_bytes / 1e9:.1f} GB usable; "
-            "they only shorten the step, which is costed without them)"]
+            "the step is costed with them on, as launched)"]
 
 
 def explain_offloads(problem: Problem, plan: Plan) -> list[str]:

@@ -41,6 +41,10 @@ MEGATRON_LM_FLAGS = {
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--no-gradient-accumulation-fusion",
     "--ckpt-format", "--micro-batch-size", "--global-batch-size", "--seq-length",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16",
+    # _add_training_args: --recompute-modules nargs='*' (default ["core_attn"]), the
+    # TransformerConfig field recompute_modules; launch writes it for selective plans whose
+    # set is not the default (solver.emit.megatron).
+    "--recompute-modules",
     "--fp8-format", "--use-tp-pp-dp-mapping", "--overlap-grad-reduce", "--overlap-param-gather",
     "--fp8-recipe", "--fp4-format", "--fp4-recipe",
     # _add_distributed_args (commit d98e8a64, 2026) and the TransformerConfig fields

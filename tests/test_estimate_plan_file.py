@@ -6,12 +6,9 @@ and gives the same memory and step time.
 
 The oracle is the optimizer itself: `optimize` costs its plans with the same cost model
 (solver.ranked_plans.build_ranked_plans: estimate_plans on each plan's layout), so a plan read
-back must give its numbers to the rounding of the JSON (relative 1e-9). Known drift, not this
-reader's: `optimize` costs a plan's step time without the memory savers it turns on to fit
-(solver.ranked_plans: "the ranking's time, costed without them, is an upper bound") while
-`estimate` costs them on (issue 35 drift 3: 21.88 s against 21.57 s in the issue); the
-property compares memory for every plan and time for the plans without memory savers, and
-`test_memory_saver_plan_keeps_its_step_time` is the xfail that holds drift 3.
+back must give its numbers to the rounding of the JSON (relative 1e-9), memory and step
+time alike: since issue 35's drift 3 was fixed, `optimize` times each plan with the memory
+savers it turns on (solver.ranked_plans.cost_ranked_plans), as `estimate` does.
 """
 
 from __future__ import annotations
@@ -34,9 +31,6 @@ from solver.sweep.problems import SweepProblem
 # What an estimated plan does not carry (the search's own fields): the settings of the same
 # step time, and the names of what the search turned on (the estimate's profile has them on).
 SEARCH_FIELDS = {"equivalent", "memory_savers", "recompute_modules", "offloads"}
-# What depends on the step time (compared only where drift 3 cannot move it).
-TIME_FIELDS = {"step_seconds", "tokens_per_second", "tokens_per_second_per_gpu",
-               "tflops_per_gpu", "mfu", "time_seconds", "train_days", "gpu_hours"}
 # Small zoo models of each kind: dense, hybrid (Mamba + attention), MLA MoE, GQA MoE.
 MODELS = ("llama3.2-1b", "nemotron-h-8b", "deepseek-v2-lite", "qwen3-30b-a3b")
 CLUSTERS = ("dgx-h100", "dgx-a100-80gb")
@@ -84,9 +78,8 @@ def estimate_plan_json(*args: str) -> dict[str, Any]:
 
 
 def assert_reproduces(plan: dict[str, Any], estimated: dict[str, Any]) -> None:
-    """The estimate gives the plan's memory items, stages and views, and its step time where
-    the plan turns no memory saver on (drift 3)."""
-    skip = SEARCH_FIELDS | (TIME_FIELDS if plan.get("memory_savers") else set())
+    """The estimate gives the plan's memory items, stages and views, and its step time."""
+    skip = SEARCH_FIELDS
     assert_close({k: v for k, v in plan.items() if k not in skip},
                  {k: v for k, v in estimated.items() if k not in skip})
 
@@ -135,8 +128,6 @@ def test_plan_with_a_memory_saver_keeps_its_memory(optimized: tuple[Path, dict])
         plan["memory_gb"]["grads"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 35 drift 3: optimize costs a plan's step time "
-                   "without the memory savers it turns on (solver.ranked_plans), estimate with")
 def test_memory_saver_plan_keeps_its_step_time(optimized: tuple[Path, dict]) -> None:
     path, answer = optimized
     rank = next(i for i, plan in enumerate(answer["plans"], 1) if plan.get("memory_savers"))

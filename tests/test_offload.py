@@ -184,9 +184,26 @@ def test_an_offload_never_raises_memory_nor_shortens_the_step(model, tp, pp, zer
     assert slow.step_s[0] >= fast.step_s[0]
 
 
+def _own_seconds(variant, candidates: Candidates) -> np.ndarray:
+    """The step time of each candidate (even split) under the shortest prefix of the problem's
+    memory savers with which it fits: what the plan is launched and timed with (issue 35)."""
+    from solver.ranked_plans import saver_constants, saver_levels
+
+    levels = saver_levels(variant)
+    seconds = np.full(len(candidates.tp), np.nan)
+    for position, (savers, options) in enumerate(levels):
+        total = estimate_memory(variant.model_spec, variant.job, candidates, options).total
+        step = estimate_step_time(variant.model_spec, variant.cluster, variant.job, candidates,
+                                  saver_constants(variant, savers)).step_s
+        chosen = np.isnan(seconds) & ((total <= variant.cluster.usable_memory_bytes)
+                                      | (position == len(levels) - 1))
+        seconds[chosen] = step[chosen]
+    return seconds
+
+
 def _oracle_top(problem, top: int) -> list[tuple]:
     """Every combination of the problem's offloads enumerated apart (the plain oracle),
-    ranked by time, then fewer offloads, then memory; the same configuration offloading again
+    each plan timed with the memory savers it needs (_own_seconds), ranked by time, then fewer offloads, then memory; the same configuration offloading again
     dropped (no module sets here: the flag fixes the modules)."""
     rows: list[tuple] = []
     for offloads in ((), ("optimizer_offload",), ("activation_offload",),
@@ -201,9 +218,9 @@ def _oracle_top(problem, top: int) -> list[tuple]:
         if len(feasible) == 0:
             continue
         ranked = fold_twins(rank(variant, feasible), 2 * top)
+        own = _own_seconds(variant, ranked.candidates)
         for i, config in enumerate(ranked.candidates.to_configs()):
-            rows.append((round(float(ranked.step_time.step_s[i]), 9), len(offloads),
-                         config, offloads))
+            rows.append((round(float(own[i]), 9), len(offloads), config, offloads))
     rows.sort(key=lambda row: row[:2])
     seen, answer = set(), []
     for seconds, _, config, offloads in rows:
@@ -313,7 +330,8 @@ def test_optimize_names_the_offloads_and_launch_plan_turns_them_on(tmp_path) -> 
 
 
 def _oracle_over_module_sets(problem, top: int) -> list[tuple]:
-    """Every (module set, offloads) pair enumerated apart and ranked by time, then fewer
+    """Every (module set, offloads) pair enumerated apart, each plan timed with the memory
+    savers it needs (_own_seconds), and ranked by time, then fewer
     offloads, then memory; a configuration offloading where it ranked before dropped."""
     from solver.search.module_variants import module_variant
 
@@ -332,9 +350,10 @@ def _oracle_over_module_sets(problem, top: int) -> list[tuple]:
             if len(feasible) == 0:
                 continue
             ranked = rank(variant, feasible)
+            own = _own_seconds(variant, ranked.candidates)
             for i, config in enumerate(ranked.candidates.to_configs()):
                 named = modules if config.recompute == "selective" else ()
-                rows.append((round(float(ranked.step_time.step_s[i]), 9), len(offloads),
+                rows.append((round(float(own[i]), 9), len(offloads),
                              float(ranked.memory_bytes[i]), config, named, offloads))
     rows.sort(key=lambda row: row[:3])
     seen, answer = set(), []

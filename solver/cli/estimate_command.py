@@ -136,7 +136,8 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
                     for k in result.blocks])
     from solver.cli.render_features import render_memory_assumptions
 
-    click.echo("\n".join(render_memory_assumptions(result.profile, result.job.precision)))
+    click.echo("\n".join(render_memory_assumptions(result.profile, result.job.precision,
+                                                     plan.config.recompute)))
     if plan.config.pp > 1 or plan.layout is not None and any(
             s.recompute_layers not in (0, s.layers) for s in plan.layout.stages):
         echo_layout_table(plan)

@@ -94,6 +94,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
 
     from solver.cost.frameworks import build_framework_profile
     from solver.cost.offload import check_activation_offload, check_layer_offload
+    from solver.cost.recompute_modules import with_default_recompute_modules
 
     ctx = click.get_current_context()
     launch_format, version = _format_and_version(launch_format, target_text)
@@ -117,6 +118,9 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
         calibration=calibration, segment_gpus=segment_gpus, **job_values)
+    # What `selective` recomputes where neither the plan nor a flag says: estimate's and
+    # optimize's default set (with_default_recompute_modules).
+    profile = with_default_recompute_modules(profile, model_spec, features)
     if plan_file is not None:
         check_plan_problem(plan_file, model_spec.name, cluster_spec.name, num_gpus)
         config = plan_file.config

@@ -44,8 +44,10 @@ def render_loss_assumption(profile: FrameworkProfile) -> str:
     return LOSS_HELD[options.loss_implementation]
 
 
-def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list[str]:
-    """One line per memory feature of `profile` for a job at `precision`."""
+def render_memory_assumptions(profile: FrameworkProfile, precision: str,
+                              recompute: str | None = None) -> list[str]:
+    """One line per memory feature of `profile` for a job at `precision`; what selective
+    recompute recomputes only where the plan's `recompute` is selective (or not given)."""
     constants = profile.time_constants
     if precision == "bf16":
         copies = "none (bf16)"
@@ -94,7 +96,8 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str) -> list
             f"  fp8 weight copies: {copies}",
             f"  optimizer state: {optimizer}",
             f"  gradients: {gradients}",
-            f"  --recompute selective: {selective}",
+            *([f"  --recompute selective: {selective}"]
+              if recompute in (None, "selective") else []),
             f"  MoE dispatcher buffers: {DISPATCHER_BUFFERS[constants.moe_dispatcher]}",
             f"  loss: {render_loss_assumption(profile)}",
             *render_offload_assumptions(profile)]

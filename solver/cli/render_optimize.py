@@ -90,11 +90,12 @@ def _flags_note(plans: Any, field: str, head: str) -> str | None:
 
 
 def _modules_note(plans: Any) -> str | None:
-    """What each selective plan recomputes where the search chose it (Plan.recompute_modules),
-    as the launch flag."""
+    """What each selective plan recomputes (Plan.recompute_modules: Megatron's
+    --recompute-modules, which `launch --plan` writes; Megatron-DeepSpeed's and the generic
+    profile's selective is core_attn, with no flag)."""
     used = [(i, p.recompute_modules) for i, p in enumerate(plans, start=1)
             if p.recompute_modules]
     if not used:
         return None
     return "selective recomputes: " + "; ".join(
-        f"#{i} --recompute-modules {' '.join(modules)}" for i, modules in used)
+        f"#{i} {','.join(modules)}" for i, modules in used)

@@ -78,9 +78,11 @@ LABELS_TIME = {
 
 
 def render_config(plan: Plan) -> str:
+    """The degrees, with what a selective plan recomputes (Plan.recompute_modules)."""
     c = plan.config
+    modules = f" ({','.join(plan.recompute_modules)})" if plan.recompute_modules else ""
     return (f"tp {c.tp} pp {c.pp} dp {c.dp} cp {c.cp} ep {c.ep} etp {c.etp} vpp {c.vpp} "
-            f"zero {c.zero} micro-batch {c.micro_batch} recompute {c.recompute}")
+            f"zero {c.zero} micro-batch {c.micro_batch} recompute {c.recompute}{modules}")
 
 
 def _rows(stage: StageMemory) -> list[tuple[str, float]]:

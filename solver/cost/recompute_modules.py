@@ -29,6 +29,10 @@ FlashAttention, whose backward recomputes the attention core anyway).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from solver.cost.frameworks import FrameworkProfile
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ModelSpec
 from solver.spec.framework import FrameworkFeatures, RecomputeModule
@@ -38,7 +42,7 @@ MODULE_RECOMPUTE_FRAMEWORKS = ("megatron",)
 
 
 def recompute_module_sets(model_spec: ModelSpec, framework: str, constants: TimeConstants,
-                          overrides: FrameworkFeatures | None = None
+                          overrides: FrameworkFeatures | Mapping[str, Any] | None = None
                           ) -> tuple[tuple[RecomputeModule, ...], ...]:
     """The module sets the search tries for `--recompute selective`, cheapest first (module
     docstring); () where the framework has no module list, its selective recompute is not the
@@ -46,7 +50,7 @@ def recompute_module_sets(model_spec: ModelSpec, framework: str, constants: Time
     Worked examples: Llama-3.1-8B (dense, FlashAttention): (core_attn, mlp) only;
     DeepSeek-V3: (core_attn, moe_act, layernorm), then with mla_up_proj, then mlp, then
     shared_experts added."""
-    given = overrides.given() if overrides is not None else {}
+    given = overrides.given() if isinstance(overrides, FrameworkFeatures) else (overrides or {})
     if (framework not in MODULE_RECOMPUTE_FRAMEWORKS or "recompute_modules" in given
             or constants.selective_recompute != "attention_core"):
         return ()
@@ -67,3 +71,29 @@ def recompute_module_sets(model_spec: ModelSpec, framework: str, constants: Time
     if light == ("core_attn",) and constants.flash_attention:
         sets = sets[1:]
     return tuple(sets)
+
+
+def with_default_recompute_modules(profile: FrameworkProfile, model_spec: ModelSpec,
+                                   overrides: FrameworkFeatures | Mapping[str, Any] | None = None
+                                   ) -> FrameworkProfile:
+    """`profile` with what `--recompute selective` recomputes on `model_spec` by default: the
+    first set the search tries (recompute_module_sets), or the profile's own where there is no
+    search (a --recompute-modules flag, torchtitan's op level, no module list). The one
+    definition `estimate`, `optimize` and `launch` share, so that "selective" is one module set
+    per profile and model. Llama-3.1-8B under Megatron with FlashAttention: (core_attn, mlp),
+    core_attn alone being no recompute at all (FlashAttention's backward recomputes the
+    scores anyway)."""
+    sets = recompute_module_sets(model_spec, profile.name, profile.time_constants, overrides)
+    if not sets:
+        return profile
+    return profile.model_copy(update={"time_constants": profile.time_constants.model_copy(
+        update={"recompute_modules": sets[0]})})
+
+
+def named_recompute_modules(constants: TimeConstants, recompute: str) -> tuple[str, ...]:
+    """The module set a plan at `recompute` names (Plan.recompute_modules): the profile's
+    under selective recompute of Megatron's modules (attention_core), () otherwise (none and
+    full recompute no module set; torchtitan's op level has none)."""
+    if recompute != "selective" or constants.selective_recompute != "attention_core":
+        return ()
+    return tuple(constants.recompute_modules)

@@ -48,12 +48,15 @@ def group_slug(model: str, job: dict[str, Any]) -> str:
 
 
 def render_config(row: dict[str, Any]) -> str:
-    """`tp 8 pp 2 dp 4 zero 1 mb 1 selective`, with cp, ep, etp and vpp only when > 1."""
+    """`tp 8 pp 2 dp 4 zero 1 mb 1 selective (core_attn,mlp)`, with cp, ep, etp and vpp only
+    when > 1 and the module set where selective names one."""
     if row["status"] not in ("optimal", "feasible"):
         return row["status"]
     parts = [f"tp {row['tp']}", f"pp {row['pp']}", f"dp {row['dp']}"]
     parts += [f"{name} {row[name]}" for name in ("cp", "ep", "etp", "vpp") if row[name] > 1]
     parts += [f"zero {row['zero']}", f"mb {row['micro_batch']}", str(row["recompute"])]
+    if row.get("recompute_modules") and row["recompute"] == "selective":
+        parts[-1] += f" ({','.join(row['recompute_modules'])})"  # what selective recomputes
     return " ".join(parts)
 
 
@@ -75,6 +78,7 @@ def build_summary_rows(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         plans = line.get("plans") or []
         best = plans[0] if plans else {}
         row.update({name: best.get(name, "") for name in DEGREES})
+        row["recompute_modules"] = best.get("recompute_modules") or []
         row["memory_gb"] = best.get("memory_gb", {}).get("total", "") if best else ""
         row.update({name: best.get(name, "") for name in METRICS[1:] + VIEW_COLUMNS})
         row["note"] = _note(line)
