@@ -152,9 +152,10 @@ def explain_offloads(problem: Problem, plan: Plan) -> list[str]:
     options = problem.memory_options.model_copy(update=plain)
     without = estimate_layout_memory(problem.model_spec, problem.job, plan.config, plan.layout,
                                      options).total.max()
+    # The same plan without its offloads, timed with its own memory savers (as plan.time is).
+    timed = saver_constants(problem, plan.memory_savers).model_copy(update=plain)
     faster = estimate_layout_step_time(problem.model_spec, problem.cluster, problem.job,
-                                       [plan.config], [plan.layout],
-                                       constants.model_copy(update=plain)).step_s[0]
+                                       [plan.config], [plan.layout], timed).step_s[0]
     flags = " and ".join("--" + name.replace("_", "-") for name in offloads)
     return [f"offloads: {flags} (without them the worst stage needs {without / 1e9:.1f} GB of "
             f"the {plan.usable_memory_bytes / 1e9:.1f} GB usable; they add "

@@ -185,3 +185,19 @@ def test_drift2_the_optimize_table_names_each_selective_plans_set() -> None:
                                       "--top", "2"])
     assert answer.exit_code == 0, answer.output
     assert "selective recomputes: #1 core_attn; #2 core_attn" in answer.output
+
+
+def test_drift3_the_offloads_time_is_taken_with_the_plans_savers() -> None:
+    """The explanation's "they add X s to the step" compares the plan with itself without its
+    offloads, both timed with the plan's own memory savers: README's first problem (Llama-3.1-8B
+    on 8 H100s) offloads activations behind compute, which adds nothing; timing the baseline
+    without the savers printed their speed-up as the offload's (-0.00621 s)."""
+    from solver.ranked_plans import explain_offloads, saver_constants
+
+    result = solve(build_problem("llama3.1-8b", "dgx-h100", 8), top=5)
+    plan = next(p for p in result.plans if p.offloads and p.memory_savers)
+    problem = result.problem.model_copy(update={"time_constants": saver_constants(
+        result.problem, ()).model_copy(update={name: True for name in plan.offloads})})
+    line = explain_offloads(problem, plan)[0]
+    added = float(line.rsplit("they add ", 1)[1].split(" s ")[0])
+    assert added >= 0.0, line
