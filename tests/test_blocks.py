@@ -300,7 +300,9 @@ def test_estimate_optimize_serve_and_launch_run(name: str) -> None:
 def test_a_bad_pattern_is_one_line_naming_the_field(tmp_path: Path, update: dict,
                                                     problem: str) -> None:
     spec = load_model_spec("llama3.1-8b")
-    data = {k: v for k, v in spec.model_dump().items() if v is not None}
+    # (tables such as rope_scaling are left out: json.dumps does not write TOML tables)
+    data = {k: v for k, v in spec.model_dump().items()
+            if v is not None and not isinstance(v, dict)}
     data.update({k: list(v) if isinstance(v, tuple) else v for k, v in update.items()})
     lines = [f"{k} = {json.dumps(v)}" for k, v in data.items()]
     path = tmp_path / "bad.toml"

@@ -68,6 +68,10 @@ MEGATRON_LM_FLAGS = {
     "--moe-router-score-function", "--moe-router-enable-expert-bias",
     "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
     "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers",
+    # core_v0.16.1 _add_network_size_args (--rotary-base type=int, --use-rope-scaling,
+    # --rope-scaling-factor) and TransformerConfig attention_dropout / hidden_dropout
+    "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor", "--attention-dropout",
+    "--hidden-dropout",
 }
 # torchtitan/config/job_config.py (TOML releases): fields of Parallelism, Training,
 # ActivationCheckpoint.
@@ -133,8 +137,9 @@ def test_megatron_seed_70b_example() -> None:
         "--num-layers", "80", "--hidden-size", "8192", "--ffn-hidden-size", "28672",
         "--num-attention-heads", "64", "--group-query-attention", "--num-query-groups", "8",
         "--seq-length", "4096", "--max-position-embeddings", "4096", "--vocab-size", "32000",
-        "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--swiglu",
-        "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+        "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+        "--rotary-base", "10000", "--attention-dropout", "0", "--hidden-dropout", "0",
+        "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
         "--recompute-granularity", "selective", "--bf16"]
 
 
@@ -302,13 +307,22 @@ def test_megatron_cuda_graph_scope_follows_megatron_cores_rules() -> None:
 
     all_moe = flags_of("qwen3-30b-a3b", 16, ep=16, recompute="none")
     assert all_moe["--cuda-graph-scope"] == ["attn", "moe_router", "moe_preprocess"]
-    assert "--attention-dropout" not in all_moe
+    assert all_moe["--attention-dropout"] == ["0"]  # the model's own (ModelSpec default 0)
     first_dense = flags_of("deepseek-v2-lite", 8, ep=8, recompute="selective")
     assert first_dense["--cuda-graph-scope"] == ["attn", "mlp", "moe_router", "moe_preprocess"]
     assert first_dense["--attention-dropout"] == ["0"]
     dense = flags_of("llama3.1-8b", 8, tp=2, recompute="full")
     assert dense["--cuda-graph-scope"] == ["attn", "mlp"]
-    assert "--attention-dropout" not in dense
+    # a model that trains with attention dropout 0.1: graphed recomputed attention forces 0
+    # (one flag, replacing the model's), without graphs the model's 0.1 goes out
+    target = make_target("deepseek-v2-lite", 8, ep=8, recompute="selective")
+    wet = replace(target, model_spec=target.model_spec.model_copy(
+        update={"attention_dropout": 0.1}))
+    forced = [f for f in build_megatron_args(replace(wet, time_constants=graphs))[0]
+              if f[0] == "--attention-dropout"]
+    assert forced == [("--attention-dropout", "0")]
+    plain = [f for f in build_megatron_args(wet)[0] if f[0] == "--attention-dropout"]
+    assert plain == [("--attention-dropout", "0.1")]
 
 
 def test_every_format_has_a_renderer() -> None:

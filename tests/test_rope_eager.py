@@ -68,10 +68,16 @@ def test_a_bad_rope_scaling_is_one_error_naming_it(value: object, problem: str) 
 
 
 def test_other_rope_types_and_older_type_key() -> None:
-    """Only YaRN is read; DeepSeek-era configs name it `type`."""
+    """YaRN and Llama 3's tables are read, others not; DeepSeek-era configs name it `type`.
+    Llama 3's scaling stretches frequencies only: attention factor 1 (transformers
+    modeling_rope_utils._compute_llama3_parameters returns attention_factor 1.0)."""
     config = json.loads(GPT_OSS_CONFIG.read_text())
     llama3 = {**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
-    assert model_spec_from_hf_config(llama3, "x.json").rope_scaling is None
+    spec = model_spec_from_hf_config(llama3, "x.json")
+    assert spec.rope_scaling is not None and spec.rope_scaling.rope_type == "llama3"
+    assert spec.rope_attention_factor == 1.0
+    dynamic = {**config, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    assert model_spec_from_hf_config(dynamic, "x.json").rope_scaling is None
     older = {**config, "rope_scaling": {"type": "yarn", "factor": 40.0, "mscale": 1.0,
                                         "mscale_all_dim": 1.0}}
     assert model_spec_from_hf_config(older, "x.json").rope_attention_factor == 1.0

@@ -36,6 +36,7 @@ from solver.catalog.hf_fields import (
     read_bool,
     read_int,
     read_mtp,
+    read_rope_and_dropout,
     read_rope_scaling,
     read_routed_experts,
     show_value,
@@ -74,6 +75,7 @@ def _map_llama(cfg: Config, source: str) -> Fields:
         "qkv_bias": attention_bias,
         "o_bias": attention_bias,
         "mlp_bias": read_bool(cfg, source, "mlp_bias", False),
+        **read_rope_scaling(cfg, source),  # Llama 3.1 / 3.2: rope_type llama3
     }
 
 
@@ -326,7 +328,7 @@ def model_spec_from_hf_config(data: object, source: str) -> ModelSpec:
     if not isinstance(model_type, str) or model_type not in _FAMILIES:
         raise field_error(source, "model_type",
                      f"unsupported value {show_value(model_type)}; supported: {supported}")
-    fields = _FAMILIES[model_type](data, source)
+    fields = {**read_rope_and_dropout(data, source), **_FAMILIES[model_type](data, source)}
     fields.update(name=_name_from_source(source, model_type), model_type=model_type,
                   source=source)
     return validate_spec(ModelSpec, fields, source)

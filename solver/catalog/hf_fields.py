@@ -160,26 +160,45 @@ def read_body(cfg: Config, source: str, *, max_positions: int, tied: bool) -> Fi
     }
 
 
-# The YaRN keys of `rope_scaling` that ModelSpec keeps (solver.spec.rope.RopeScaling).
+# The keys of `rope_scaling` that ModelSpec keeps (solver.spec.rope.RopeScaling), by rope type.
 YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
              "mscale_all_dim", "attention_factor", "truncate")
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
+               "original_max_position_embeddings")
+ROPE_KEYS = {"yarn": YARN_KEYS, "llama3": LLAMA3_KEYS}
+ROPE_NAMES = {"yarn": "YaRN", "llama3": "Llama 3"}
+
+
+def read_rope_and_dropout(cfg: Config, source: str) -> Fields:
+    """`rope_theta`, `attention_dropout` and `hidden_dropout` where the config states them
+    (any family: they change no cost; launch files write them)."""
+    fields: Fields = {}
+    if cfg.get("rope_theta") is not None:
+        fields["rope_theta"] = read_number(cfg, source, "rope_theta", 0.0, maximum=1e12)
+    for key in ("attention_dropout", "hidden_dropout"):
+        if cfg.get(key) is not None:
+            fields[key] = read_number(cfg, source, key, 0.0, maximum=0.999)
+    return fields
 
 
 def read_rope_scaling(cfg: Config, source: str) -> Fields:
-    """`rope_scaling` where its rope_type (older configs: `type`) is YaRN, as its YARN_KEYS;
-    nothing for another rope type or none (absent or null)."""
+    """`rope_scaling` where its rope_type (older configs: `type`) is YaRN or Llama 3's, as its
+    ROPE_KEYS; nothing for another rope type or none (absent or null)."""
     value = cfg.get("rope_scaling")
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise field_error(source, "rope_scaling",
                           f"must be an object or null, got {show_value(value)}")
-    if value.get("rope_type", value.get("type")) != "yarn":
+    rope_type = value.get("rope_type", value.get("type"))
+    if rope_type not in ROPE_KEYS:
         return {}
     if "factor" not in value:
-        raise field_error(source, "rope_scaling", "a YaRN table needs its 'factor'")
-    return {"rope_scaling": {key: value[key] for key in YARN_KEYS
-                             if value.get(key) is not None}}
+        raise field_error(source, "rope_scaling", f"a {ROPE_NAMES[rope_type]} table needs its "
+                                                  "'factor'")
+    return {"rope_scaling": {"rope_type": rope_type,
+                             **{key: value[key] for key in ROPE_KEYS[rope_type]
+                                if value.get(key) is not None}}}
 
 
 def read_routed_experts(cfg: Config, source: str, *, experts_key: str, top_k_key: str,

@@ -95,9 +95,11 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
         modules = ("attn",) + (("mlp",) if dense else ()) + (
             ("moe_router", "moe_preprocess") if is_moe else ())
         flags += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-scope", *modules)]
-        if c.recompute == "selective" and "core_attn" in constants.recompute_modules:
+        if (c.recompute == "selective" and "core_attn" in constants.recompute_modules
+                and m.attention_dropout > 0):
             # transformer_config.py __post_init__: "attention dropout is not supported with
-            # graphed attention recomputation" (Megatron's default dropout is 0.1)
+            # graphed attention recomputation"; this 0 replaces the model's own dropout,
+            # which goes out with the architecture (megatron_model)
             flags.append(("--attention-dropout", "0"))
             notes.append("graphed attention with its core recomputed needs attention dropout "
                          "0 (Megatron-Core refuses it otherwise): the flags set it; take attn "
@@ -204,7 +206,8 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
     flags += [("--micro-batch-size", str(c.micro_batch)),
               ("--global-batch-size", str(job.global_batch))]
     architecture, architecture_warnings = architecture_flags(target)
-    flags += architecture
+    forced = {flag[0] for flag in feature_flags}  # e.g. graphed attention's dropout 0
+    flags += [flag for flag in architecture if flag[0] not in forced]
     warnings += architecture_warnings
     recompute, recompute_warnings, recompute_notes = recompute_flags(target, pipeline)
     flags += recompute

@@ -63,6 +63,14 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
                         "flags ask for rope")
         position = "rope"
     flags.append(("--position-embedding-type", position))
+    if position == "rope":
+        rope_flags, rope_warnings = build_rope_flags(m)
+        flags += rope_flags
+        warnings += rope_warnings
+    # TransformerConfig attention_dropout / hidden_dropout (core_v0.16.1 default 0.1 each):
+    # the model's own, 0 for decoder pretraining configs (ModelSpec).
+    flags += [("--attention-dropout", f"{m.attention_dropout:g}"),
+              ("--hidden-dropout", f"{m.hidden_dropout:g}")]
     if m.mlp_type == "gated":
         flags.append(("--swiglu",))
     if not m.tie_word_embeddings:
@@ -106,6 +114,45 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
         block_flags, block_warnings = build_block_flags(m, target.config.cp)
         flags += block_flags
         warnings += block_warnings
+    return flags, warnings
+
+
+# Megatron-Core's Llama 3 RoPE scaling (rotary_pos_embedding.py RotaryEmbedding._apply_scaling,
+# core_v0.16.1): only the factor comes from the flags (--rope-scaling-factor); the bands and the
+# original context are these defaults, Llama 3.1's and 3.2's (config.json rope_scaling).
+MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192}
+
+
+def build_rope_flags(m: ModelSpec) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The rotary base (--rotary-base, an int in Megatron's parser; default 10000) and Llama 3's
+    RoPE scaling (--use-rope-scaling --rope-scaling-factor F). Worked numbers: Llama 3.1 8B,
+    rope_theta 500000 and factor 8 -> --rotary-base 500000 --use-rope-scaling
+    --rope-scaling-factor 8. What Megatron cannot express as the model has it is a warning."""
+    flags: list[tuple[str, ...]] = []
+    warnings: list[str] = []
+    if m.rope_theta is None:
+        warnings.append("the model states no rope_theta: Megatron's --rotary-base default "
+                        "10000 applies")
+    elif m.rope_theta != int(m.rope_theta):
+        warnings.append(f"rope_theta {m.rope_theta:g} is not an integer and Megatron's "
+                        "--rotary-base takes one: the flags leave it out")
+    else:
+        flags.append(("--rotary-base", str(int(m.rope_theta))))
+    scaling = m.rope_scaling
+    if scaling is None:
+        return flags, warnings
+    if scaling.rope_type == "llama3":
+        flags += [("--use-rope-scaling",), ("--rope-scaling-factor", f"{scaling.factor:g}")]
+        for key, fixed in MEGATRON_LLAMA3_ROPE.items():
+            value = getattr(scaling, key)
+            if value is not None and value != fixed:
+                warnings.append(f"rope_scaling {key} is {value:g} but Megatron's Llama 3 "
+                                f"scaling fixes it at {fixed:g}: the model trains with {fixed:g}")
+    elif not m.is_mla:  # MLA models: MLATransformerConfig's own YaRN (rope_type "yarn")
+        warnings.append(f"rope_scaling {scaling.rope_type} (factor {scaling.factor:g}) is not "
+                        "in the flags: Megatron-LM core_v0.16 has no flag for a non-MLA "
+                        "model's YaRN; set it in the model provider")
     return flags, warnings
 
 

@@ -68,8 +68,16 @@ class ModelSpec(InputSpec, ParameterCounts):
     qk_norm_over: Literal["head", "projection"] = "head"
     embedding_norm: bool = False
     position_embedding_type: Literal["rope", "learned", "alibi"] = "rope"
-    # HF `rope_scaling` where it is YaRN (solver.spec.rope; other rope types change no cost).
+    # HF `rope_theta`: the rotary base (Megatron --rotary-base); None where the config states
+    # none (launch files then keep the framework's default and say so).
+    rope_theta: float | None = Field(default=None, gt=0)
+    # HF `rope_scaling` where it is YaRN or Llama 3's (solver.spec.rope; no cost reads Llama 3's).
     rope_scaling: RopeScaling | None = None
+    # Dropout as the config states it (HF `attention_dropout`; `hidden_dropout` where the
+    # family has one): 0 for decoder pretraining configs (LlamaConfig attention_dropout=0.0,
+    # and LlamaDecoderLayer has no residual dropout), where Megatron's defaults are 0.1.
+    attention_dropout: float = Field(default=0.0, ge=0, lt=1)
+    hidden_dropout: float = Field(default=0.0, ge=0, lt=1)
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False

@@ -27,12 +27,16 @@ from solver.spec.strict import MAX_SEQ_LEN, InputSpec
 
 
 class RopeScaling(InputSpec):
-    """A YaRN `rope_scaling` table as config.json writes it (keys and meanings of transformers'
-    YaRN; beta_fast, beta_slow, original_max_position_embeddings and truncate are kept as
-    read, no cost uses them)."""
+    """A YaRN or Llama 3 `rope_scaling` table as config.json writes it (keys and meanings of
+    transformers' YaRN and llama3 rope types; beta_fast, beta_slow,
+    original_max_position_embeddings, truncate and the llama3 frequency factors are kept as
+    read, no cost uses them; launch files write them)."""
 
-    rope_type: Literal["yarn"] = "yarn"
+    rope_type: Literal["yarn", "llama3"] = "yarn"
     factor: float = Field(gt=0)
+    # Llama 3's frequency bands (transformers' _compute_llama3_parameters; Llama 3.1: 1 and 4)
+    low_freq_factor: float | None = Field(default=None, gt=0)
+    high_freq_factor: float | None = Field(default=None, gt=0)
     original_max_position_embeddings: Annotated[int, MAX_SEQ_LEN] | None = Field(
         default=None, gt=0)
     beta_fast: float | None = Field(default=None, gt=0)
@@ -44,7 +48,10 @@ class RopeScaling(InputSpec):
 
     @property
     def yarn_attention_factor(self) -> float:
-        """The factor on the rotary cos and sin (module docstring)."""
+        """The factor on the rotary cos and sin (module docstring); 1 for Llama 3's scaling,
+        which stretches the frequencies only (_compute_llama3_parameters returns 1.0)."""
+        if self.rope_type == "llama3":
+            return 1.0
         if self.attention_factor is not None:
             return self.attention_factor
         if self.mscale is not None and self.mscale_all_dim is not None:
