@@ -121,3 +121,24 @@ def test_rope_flags_carry_the_spec_values(theta: int, factor: float) -> None:
     assert flags == [("--rotary-base", str(theta)), ("--use-rope-scaling",),
                      ("--rope-scaling-factor", f"{factor:g}")]
     assert warnings == []
+
+
+def test_bridge_overrides_carry_the_same_architecture() -> None:
+    """Megatron-Bridge 0.3.1 GPTModelProvider fields (gpt_provider.py: rotary_base,
+    rope_scaling, rope_scaling_factor; TransformerConfig attention_dropout, hidden_dropout):
+    Llama 3.1 8B's values, as its Bridge provider Llama31ModelProvider8B has them
+    (llama_provider.py: rotary_base 500_000, rope_scaling True, rope_scaling_factor 8.0)."""
+    from solver.emit.bridge import build_bridge_overrides, render_bridge
+
+    target = make_target("llama3.1-8b", 8, tp=2)
+    overrides, _, _ = build_bridge_overrides(target)
+    assert {key: overrides[key] for key in (
+        "model.rotary_base", "model.rope_scaling", "model.rope_scaling_factor",
+        "model.attention_dropout", "model.hidden_dropout")} == {
+        "model.rotary_base": 500000, "model.rope_scaling": True,
+        "model.rope_scaling_factor": 8, "model.attention_dropout": 0,
+        "model.hidden_dropout": 0}
+    assert "model.use_rope_scaling" not in overrides
+    assert "model.rope_scaling=true" in render_bridge(target).text
+    llama2 = build_bridge_overrides(make_target("llama2-7b", 8))[0]
+    assert llama2["model.rotary_base"] == 10000 and "model.rope_scaling" not in llama2

@@ -82,6 +82,9 @@ FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
     "--untie-embeddings-and-output-weights": (("model.share_embeddings_and_output_weights",),
                                               False),
     "--no-gradient-accumulation-fusion": (("model.gradient_accumulation_fusion",), False),
+    # GPTModelProvider rope_scaling: bool (Bridge 0.3.1 gpt_provider.py; Llama 3.1's provider
+    # sets it True with rope_scaling_factor 8.0, llama_provider.py)
+    "--use-rope-scaling": (("model.rope_scaling",), True),
     "--decoder-first-pipeline-num-layers": (("model.num_layers_in_first_pipeline_stage",), None),
     "--decoder-last-pipeline-num-layers": (("model.num_layers_in_last_pipeline_stage",), None),
     "--seq-length": (("model.seq_length", "dataset.sequence_length"), None),
@@ -232,8 +235,11 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
     if not own:
         notes.append(f"Megatron-Bridge {VERSION} has no recipe for {target.model_spec.name}: "
                      f"the overrides set its whole architecture on {recipe}'s provider (same "
-                     "attention and activation); its RoPE base and scaling stay the recipe's: "
-                     "check them against the model")
+                     "attention and activation)" + (
+                         "; its RoPE base and scaling stay the recipe's: check them against "
+                         "the model" if "--rotary-base" not in given else
+                         ", rotary base and Llama 3 RoPE scaling included; other RoPE "
+                         "scaling stays the recipe's"))
     return overrides, warnings, notes
 
 
