@@ -142,3 +142,13 @@ def test_bridge_overrides_carry_the_same_architecture() -> None:
     assert "model.rope_scaling=true" in render_bridge(target).text
     llama2 = build_bridge_overrides(make_target("llama2-7b", 8))[0]
     assert llama2["model.rotary_base"] == 10000 and "model.rope_scaling" not in llama2
+
+
+def test_gpt2_style_dropout_keys_are_read() -> None:
+    """openai-community/gpt2 config.json (tests/data/hf_configs/gpt2.json): attn_pdrop 0.1,
+    resid_pdrop 0.1 are its attention and residual dropouts, Megatron's attention_dropout and
+    hidden_dropout (the bias-dropout-add after attention and MLP)."""
+    config = json.loads((LLAMA31_CONFIG.parent / "gpt2.json").read_text())
+    spec = model_spec_from_hf_config(config, "gpt2/config.json")
+    assert (spec.attention_dropout, spec.hidden_dropout) == (0.1, 0.1)
+    assert spec.rope_theta is None

@@ -171,13 +171,16 @@ ROPE_NAMES = {"yarn": "YaRN", "llama3": "Llama 3"}
 
 def read_rope_and_dropout(cfg: Config, source: str) -> Fields:
     """`rope_theta`, `attention_dropout` and `hidden_dropout` where the config states them
-    (any family: they change no cost; launch files write them)."""
+    (any family: they change no cost; launch files write them); GPT-2-style configs name the
+    dropouts `attn_pdrop` and `resid_pdrop` (GPT2Config: 0.1 each)."""
     fields: Fields = {}
     if cfg.get("rope_theta") is not None:
         fields["rope_theta"] = read_number(cfg, source, "rope_theta", 0.0, maximum=1e12)
-    for key in ("attention_dropout", "hidden_dropout"):
-        if cfg.get(key) is not None:
-            fields[key] = read_number(cfg, source, key, 0.0, maximum=0.999)
+    for field, keys in (("attention_dropout", ("attention_dropout", "attn_pdrop")),
+                        ("hidden_dropout", ("hidden_dropout", "resid_pdrop"))):
+        key = next((key for key in keys if cfg.get(key) is not None), None)
+        if key is not None:
+            fields[field] = read_number(cfg, source, key, 0.0, maximum=0.999)
     return fields
 
 
