@@ -23,6 +23,7 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bad_input import assert_one_line_error
 from solver.cli import cli
 from solver.spec.headroom import MemoryHeadroom
 from solver.sweep.outcome import SolveSettings, solve_sweep_problem
@@ -35,14 +36,6 @@ SEARCH_FIELDS = {"equivalent", "memory_savers", "recompute_modules", "offloads"}
 MODELS = ("llama3.2-1b", "nemotron-h-8b", "deepseek-v2-lite", "qwen3-30b-a3b")
 CLUSTERS = ("dgx-h100", "dgx-a100-80gb")
 SCALES = (8, 32)
-
-
-def assert_bad_input(result: Result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def assert_close(want: Any, got: Any, where: str = "plan") -> None:
@@ -150,9 +143,9 @@ def test_sweep_results_line(tmp_path: Path) -> None:
         assert estimated["gpus"] == 16 and estimated["global_batch"] == 256
         assert estimated["plans"][0]["memory_headroom"] == "10%"
         assert_reproduces(plan, estimated["plans"][0])
-    assert_bad_input(CliRunner().invoke(cli, ["estimate", "--plan", str(path)]),
+    assert_one_line_error(CliRunner().invoke(cli, ["estimate", "--plan", str(path)]),
                      str(path), "more than one JSON value", "--line N")
-    assert_bad_input(CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--line", "3"]),
+    assert_one_line_error(CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--line", "3"]),
                      "--line 3", "has 2 line(s)")
     # The same reader behind `launch --plan`: line 2's plan 1 is launched on 16 GPUs.
     launched = CliRunner().invoke(cli, ["launch", "--plan", str(path), "--line", "2",
@@ -171,12 +164,12 @@ def test_single_plan_object_takes_the_problem_from_flags(optimized: tuple[Path, 
     assert not plan.get("memory_savers")
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan), encoding="utf-8")
-    assert_bad_input(CliRunner().invoke(cli, ["estimate", "--plan", str(path)]),
+    assert_one_line_error(CliRunner().invoke(cli, ["estimate", "--plan", str(path)]),
                      "--model: required", f"{path} names no 'model'")
     estimated = estimate_plan_json(str(path), "--model", "llama3.2-1b", "--cluster",
                                    "dgx-h100", "--gpus", "8")
     assert_reproduces(plan, estimated["plans"][0])
-    assert_bad_input(CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--model",
+    assert_one_line_error(CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--model",
                                               "llama3.2-1b", "--cluster", "dgx-h100",
                                               "--gpus", "16"]),
                      "--gpus 16", "= 8 GPUs")
@@ -202,33 +195,33 @@ def test_bad_plan_files_are_one_line_naming_the_file_and_field(
     def estimate(*args: str) -> Result:
         return CliRunner().invoke(cli, ["estimate", "--plan", *args])
 
-    assert_bad_input(estimate(str(tmp_path / "absent.json")), "no such file")
-    assert_bad_input(estimate(write("text.json", "plans: 1")), "text.json", "not JSON")
-    assert_bad_input(estimate(str(path), "--rank", "9"), "--rank 9", "holds 3 plan(s)")
+    assert_one_line_error(estimate(str(tmp_path / "absent.json")), "no such file")
+    assert_one_line_error(estimate(write("text.json", "plans: 1")), "text.json", "not JSON")
+    assert_one_line_error(estimate(str(path), "--rank", "9"), "--rank 9", "holds 3 plan(s)")
     bad_framework = write("framework.json", {**answer, "framework": "jax"})
-    assert_bad_input(estimate(bad_framework), "framework.json", "field 'framework'", "'jax'")
+    assert_one_line_error(estimate(bad_framework), "framework.json", "field 'framework'", "'jax'")
     unknown = write("unknown.json", {**answer, "framework_features": {
         **answer["framework_features"], "warp_drive": True}})
-    assert_bad_input(estimate(unknown), "unknown.json",
+    assert_one_line_error(estimate(unknown), "unknown.json",
                      "field 'framework_features.warp_drive'", "unknown feature")
     wrong = write("value.json", {**answer, "framework_features": {
         **answer["framework_features"], "moe_dispatcher": "carrier_pigeon"}})
-    assert_bad_input(estimate(wrong), "value.json", "moe_dispatcher")
+    assert_one_line_error(estimate(wrong), "value.json", "moe_dispatcher")
     headroom = write("headroom.json", {**answer, "plans": [
         {**answer["plans"][0], "memory_headroom": "lots"}]})
-    assert_bad_input(estimate(headroom), "headroom.json", "field 'plans.0.memory_headroom'")
+    assert_one_line_error(estimate(headroom), "headroom.json", "field 'plans.0.memory_headroom'")
     degrees = write("degrees.json", {**answer, "plans": [{**answer["plans"][0], "tp": 0}]})
-    assert_bad_input(estimate(degrees), "degrees.json", "plans.0", "tp")
-    assert_bad_input(estimate(str(path), "--tp", "2"), "--tp with --plan",
+    assert_one_line_error(estimate(degrees), "degrees.json", "plans.0", "tp")
+    assert_one_line_error(estimate(str(path), "--tp", "2"), "--tp with --plan",
                      "not both")
-    assert_bad_input(estimate(str(path), "--framework", "torchtitan"),
+    assert_one_line_error(estimate(str(path), "--framework", "torchtitan"),
                      "--framework torchtitan", "costed under megatron")
-    assert_bad_input(estimate(str(path), "--model", "llama3.1-8b"), "field 'model'",
+    assert_one_line_error(estimate(str(path), "--model", "llama3.1-8b"), "field 'model'",
                      "llama3.2-1b")
-    assert_bad_input(CliRunner().invoke(cli, ["estimate", "--rank", "2", "--model",
+    assert_one_line_error(CliRunner().invoke(cli, ["estimate", "--rank", "2", "--model",
                                               "llama3.2-1b", "--cluster", "dgx-h100",
                                               "--gpus", "8"]), "--rank 2", "give --plan")
-    assert_bad_input(CliRunner().invoke(cli, ["estimate", "--cluster", "dgx-h100", "--gpus",
+    assert_one_line_error(CliRunner().invoke(cli, ["estimate", "--cluster", "dgx-h100", "--gpus",
                                               "8"]), "--model: required")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from bad_input import assert_one_line_error
 from solver.cli import cli
 
 BASE = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100"]
@@ -17,14 +18,6 @@ BASE = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100"]
 
 def run(*args: str) -> Result:
     return CliRunner().invoke(cli, [*BASE, *args])
-
-
-def assert_bad_input(result: Result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -105,31 +98,31 @@ def test_validate_says_what_it_did() -> None:
 
 
 def test_bad_input_is_one_line_and_exit_2(optimized: Path, tmp_path: Path) -> None:
-    assert_bad_input(run("--gpus", "8", "--format", "slurm"), "--format", "slurm")
-    assert_bad_input(run("--gpus", "16", "--plan", str(optimized), "--rank", "9"),
+    assert_one_line_error(run("--gpus", "8", "--format", "slurm"), "--format", "slurm")
+    assert_one_line_error(run("--gpus", "16", "--plan", str(optimized), "--rank", "9"),
                      "--rank 9", str(optimized), "holds 3 plan(s)")
-    assert_bad_input(run("--gpus", "8", "--rank", "2"), "--rank 2", "--plan")
-    assert_bad_input(run("--gpus", "16", "--plan", str(optimized), "--tp", "2"),
+    assert_one_line_error(run("--gpus", "8", "--rank", "2"), "--rank 2", "--plan")
+    assert_one_line_error(run("--gpus", "16", "--plan", str(optimized), "--tp", "2"),
                      "--tp", "not both")
-    assert_bad_input(run("--gpus", "8", "--plan", str(optimized)), "field 'gpus'", "16")
-    assert_bad_input(run("--gpus", "8", "--order", "tp-dp-xx"), "unknown axis 'xx'")
-    assert_bad_input(run("--gpus", "8", "--plan", str(tmp_path / "none.json")), "no such file")
+    assert_one_line_error(run("--gpus", "8", "--plan", str(optimized)), "field 'gpus'", "16")
+    assert_one_line_error(run("--gpus", "8", "--order", "tp-dp-xx"), "unknown axis 'xx'")
+    assert_one_line_error(run("--gpus", "8", "--plan", str(tmp_path / "none.json")), "no such file")
     broken = tmp_path / "broken.json"
     broken.write_text('{"plans": [', encoding="utf-8")
-    assert_bad_input(run("--gpus", "8", "--plan", str(broken)), str(broken), "not JSON")
+    assert_one_line_error(run("--gpus", "8", "--plan", str(broken)), str(broken), "not JSON")
     plans = json.loads(optimized.read_text())
     del plans["plans"][0]["tp"]
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps(plans), encoding="utf-8")
-    assert_bad_input(run("--gpus", "16", "--plan", str(missing)),
+    assert_one_line_error(run("--gpus", "16", "--plan", str(missing)),
                      str(missing), "field 'plans.0.tp'", "missing")
     plans["plans"][0]["tp"] = 0
     zero = tmp_path / "zero.json"
     zero.write_text(json.dumps(plans), encoding="utf-8")
-    assert_bad_input(run("--gpus", "16", "--plan", str(zero)), str(zero), "'tp'")
+    assert_one_line_error(run("--gpus", "16", "--plan", str(zero)), str(zero), "'tp'")
     other = CliRunner().invoke(cli, ["launch", "--model", "llama2-7b", "--cluster", "dgx-h100",
                                      "--gpus", "16", "--plan", str(optimized)])
-    assert_bad_input(other, "field 'model'", "llama3.1-8b")
+    assert_one_line_error(other, "field 'model'", "llama3.1-8b")
 
 
 def test_layout_option_reaches_the_framework_settings() -> None:
@@ -184,25 +177,25 @@ def test_plan_file_layout_reaches_the_framework_settings(optimized: Path,
     plan["layout"]["stages"][1]["layers"] = 8
     short = tmp_path / "short.json"
     short.write_text(json.dumps(answer), encoding="utf-8")
-    assert_bad_input(run("--gpus", "16", "--plan", str(short)), str(short),
+    assert_one_line_error(run("--gpus", "16", "--plan", str(short)), str(short),
                      "field 'plans.0.layout'", "31 decoder layers", "llama3.1-8b has 32")
     plan["layout"]["stages"][1]["layers"] = -1
     negative = tmp_path / "negative.json"
     negative.write_text(json.dumps(answer), encoding="utf-8")
-    assert_bad_input(run("--gpus", "16", "--plan", str(negative)), str(negative),
+    assert_one_line_error(run("--gpus", "16", "--plan", str(negative)), str(negative),
                      "'stages.1.layers'")
 
 
 def test_bad_layout_option_is_one_line_and_exit_2() -> None:
-    assert_bad_input(run("--gpus", "8", "--pp", "4", "--layout", "E|t*32|L"),
+    assert_one_line_error(run("--gpus", "8", "--pp", "4", "--layout", "E|t*32|L"),
                      "--layout 'E|t*32|L'", "3 virtual stages", "pp 4 x vpp 1 needs 4")
-    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "Et*16|t*15,L"),
+    assert_one_line_error(run("--gpus", "8", "--pp", "2", "--layout", "Et*16|t*15,L"),
                      "--layout 'Et*16|t*15,L'", "31 decoder layers", "the model has 32")
-    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "t*16|t*16,L"),
+    assert_one_line_error(run("--gpus", "8", "--pp", "2", "--layout", "t*16|t*16,L"),
                      "E (embedding) appears 0 times")
-    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "Et*16|t*16,x"),
+    assert_one_line_error(run("--gpus", "8", "--pp", "2", "--layout", "Et*16|t*16,x"),
                      "unknown character 'x'")
-    assert_bad_input(run("--gpus", "8", "--pp", "2", "--layout", "E|t*16|t*16,L",
+    assert_one_line_error(run("--gpus", "8", "--pp", "2", "--layout", "E|t*16|t*16,L",
                          "--vpp", "2"), "needs 4")
 
 
@@ -230,9 +223,9 @@ def test_plan_file_names_the_model_cluster_and_gpus(optimized: Path, tmp_path: P
     del answer["cluster"]
     nameless = tmp_path / "nameless.json"
     nameless.write_text(json.dumps(answer), encoding="utf-8")
-    assert_bad_input(CliRunner().invoke(cli, ["launch", "--plan", str(nameless)]),
+    assert_one_line_error(CliRunner().invoke(cli, ["launch", "--plan", str(nameless)]),
                      "--cluster: required", "names no 'cluster'")
-    assert_bad_input(CliRunner().invoke(cli, ["launch", "--model", "llama3.1-8b"]),
+    assert_one_line_error(CliRunner().invoke(cli, ["launch", "--model", "llama3.1-8b"]),
                      "--cluster: required", "--plan FILE")
 
 
@@ -266,8 +259,8 @@ def test_target_picks_the_framework_version() -> None:
     titan = run("--gpus", "8", "--tp", "2", "--target", "torchtitan@0.2")
     assert titan.exit_code == 0, titan.output
     assert "[parallelism]" in titan.stdout
-    assert_bad_input(run("--gpus", "8", "--target", "torchtitan@9.9"), "--target torchtitan@9.9",
+    assert_one_line_error(run("--gpus", "8", "--target", "torchtitan@9.9"), "--target torchtitan@9.9",
                      "versions: 0.3, 0.2")
-    assert_bad_input(run("--gpus", "8", "--target", "slurm@1"), "unknown framework 'slurm'")
-    assert_bad_input(run("--gpus", "8", "--target", "vllm@0.33", "--format", "megatron"),
+    assert_one_line_error(run("--gpus", "8", "--target", "slurm@1"), "unknown framework 'slurm'")
+    assert_one_line_error(run("--gpus", "8", "--target", "vllm@0.33", "--format", "megatron"),
                      "give one framework")
