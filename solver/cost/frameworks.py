@@ -211,9 +211,13 @@ def _megatron() -> TimeConstants:
       cross_entropy_loss_fusion = False, core_v0.12 to core_v0.19): tensor_parallel.
       vocab_parallel_cross_entropy, its fp32 copy beside the bf16 logits (6 B per logit);
       --loss-implementation fused is Transformer Engine's in-place kernel
-      (--cross-entropy-fusion-impl te)."""
+      (--cross-entropy-fusion-impl te).
+    moe quantization padding on: with fp8 or fp4 the grouped experts pad and un-pad each local
+      expert's rows by copy (experts.py TEGroupedMLP, core_r0.13.0-0.18.0; `launch` asks for
+      no router padding; solver.cost.quantization_padding)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, scaled_rope_eager=True,
-                         pipeline_sends="overlapped", launches=MEGATRON_LAUNCHES)
+                         pipeline_sends="overlapped", moe_quantization_padding=True,
+                         launches=MEGATRON_LAUNCHES)
 
 
 def _torchtitan() -> TimeConstants:

@@ -15,8 +15,9 @@ ep*etp GPUs, shared experts split by TP). Its parts (LAYER_PARTS):
                         expert GEMMs (else twice); plus the all-to-all dispatcher's sort of
                         the received copies by local expert and back (_chunk_sort_s),
                         the framework's eager work around the grouped GEMMs (expert biases,
-                        a SwiGLU limit: solver.cost.moe_eager), and FP8 current scaling's
-                        amax reads (solver.cost.fp8_scaling)
+                        a SwiGLU limit: solver.cost.moe_eager), FP8 current scaling's
+                        amax reads (solver.cost.fp8_scaling) and the quantized grouped
+                        GEMM's row padding copies (solver.cost.quantization_padding)
   core, core_bwd        the attention core (measured kernel and FlashAttention-3's backward
                         ratio, or the datasheet fraction and TimeConstants' FLOP ratio;
                         unfused attention: its batched GEMMs, twice over backward, and the
@@ -53,6 +54,7 @@ from solver.cost.kernels import load_kernel_table
 from solver.cost.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
 from solver.cost.moe_eager import estimate_expert_eager_s
 from solver.cost.precision import BF16, load_recipe
+from solver.cost.quantization_padding import estimate_routed_padding_s
 from solver.cost.rope_eager import estimate_eager_rope_s
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
@@ -189,8 +191,9 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
                                                         experts / d["ep"], d["etp"])
     scaling, scaling_bwd = estimate_routed_scaling_s(model_spec, gpu, constants, recipe, fused,
                                                      pairs, d["etp"])
-    routed = routed + chunk_sort + eager + scaling
-    routed_bwd = routed_bwd + chunk_sort + eager_bwd + scaling_bwd
+    padding, padding_bwd = estimate_routed_padding_s(model_spec, gpu, constants, recipe, pairs)
+    routed = routed + chunk_sort + eager + scaling + padding
+    routed_bwd = routed_bwd + chunk_sort + eager_bwd + scaling_bwd + padding_bwd
     token_width = model_spec.moe_token_width
     routed_inputs = pairs * (token_width + model_spec.moe_intermediate_size / d["etp"])
     shared_inputs = gemm_inputs if model_spec.num_shared_experts else 0.0

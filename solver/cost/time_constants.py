@@ -291,6 +291,11 @@ class TimeConstants(BaseModel):
     # first (solver.cost.fp8_scaling). Off: delayed scaling, TE's default and what `launch`
     # asks for. Only the `fp8` precision reads it.
     fp8_current_scaling: bool = False
+    # The experts pad each local expert's rows to the quantized GEMM's alignment with a copy of
+    # their input and output, forward and backward (Megatron-Core TEGroupedMLP with fp8 or fp4:
+    # TE Fp8Padding / Fp8Unpadding; solver.cost.quantization_padding). Off: no such copies
+    # (BF16 reads nothing of it; a run with --moe-router-padding-for-quantization turns it off).
+    moe_quantization_padding: bool = False
     # CUDA_LAUNCH_BLOCKING=1 (a run's environment, not a framework's): every kernel launch
     # returns only when the kernel has run ("Disables asynchronous kernel launches", CUDA
     # Programming Guide, CUDA Environment Variables), so the host never runs ahead and each
