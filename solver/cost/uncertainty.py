@@ -44,6 +44,9 @@ from statistics import NormalDist
 
 import numpy as np
 
+from solver.spec.headroom import MemoryHeadroom
+from solver.spec.model import ModelSpec
+
 ERROR_MODEL_PATH = Path(__file__).resolve().parent.parent / "catalog" / "error_model.json"
 DEFAULT_INTERVAL_LEVEL = 0.8
 # Today's rule for "fits" (the predicted total within the usable memory) is a fit probability
@@ -261,3 +264,30 @@ def estimate_serve_interval(error_model: ErrorModel, metric: str, point: np.ndar
     """The `level` interval of a serving metric (ttft, tpot, throughput) around `point`."""
     sigma = error_model.serve_sigma.get(metric, error_model.serve_sigma[""])
     return estimate_interval(point, np.full(np.shape(point), sigma), level)
+
+
+def model_arch_kind(model_spec: ModelSpec) -> str:
+    """"hybrid" (some Mamba or linear-attention layers), "moe" or "dense": the error model's
+    categories (benchmarks/published.py ARCH_KINDS)."""
+    if set(model_spec.layer_types or ()) & {"mamba", "linear_attention"}:
+        return "hybrid"
+    return "moe" if model_spec.is_moe else "dense"
+
+
+def build_fit_headroom_share(error_model: ErrorModel, framework: str,
+                             min_fit_probability: float) -> float:
+    """The share of the usable memory the search may fill for plans to fit with at least
+    `min_fit_probability` under the framework's memory error (1 at the default 0.5)."""
+    if not DEFAULT_MIN_FIT_PROBABILITY <= min_fit_probability < 1.0:
+        raise ValueError(f"min fit probability {min_fit_probability} must be in [0.5, 1)")
+    return usable_share_for_fit_probability(min_fit_probability,
+                                            memory_sigma(error_model, framework))
+
+
+def build_fit_headroom(headroom: MemoryHeadroom | None, share: float) -> MemoryHeadroom | None:
+    """The headroom that leaves plans `share` of what `headroom` leaves usable: capacity *
+    (1 - f) - b scaled by s is capacity * (1 - (1 - f) s) - b s. None and 1: unchanged."""
+    if share == 1.0:
+        return headroom
+    base = headroom or MemoryHeadroom()
+    return MemoryHeadroom(fraction=1.0 - (1.0 - base.fraction) * share, bytes=base.bytes * share)
