@@ -28,7 +28,7 @@ Memory has one log-normal sigma per framework profile (same shrinkage), serving 
 does not move it (one cost model).
 
 Worked numbers: with sigma_step 0.1 the 80% interval of a 2.0 s step is 2.0 * exp(-/+1.2816 *
-0.1) = [1.759, 2.274] s; a plan at 90% of its usable memory with memory sigma 0.08 fits with
+0.1) = [1.759, 2.273] s; a plan at 90% of its usable memory with memory sigma 0.08 fits with
 probability Phi(log(1 / 0.9) / 0.08) = Phi(1.317) = 0.906.
 """
 
