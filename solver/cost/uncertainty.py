@@ -236,7 +236,7 @@ def _winner_flip(parts: np.ndarray, names: Sequence[str], sigmas: np.ndarray
     for k, name in enumerate(names):
         delta = parts[0, k] - parts[1:, k]  # how much faster the first grows per unit change
         gap = steps[1:] - steps[0]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             change = np.where(delta != 0, gap / delta, np.inf)
         # A change of x > -1 (a part cannot shrink below nothing) that makes plan j win.
         valid = np.isfinite(change) & (change > -1.0) & (gap >= 0)
