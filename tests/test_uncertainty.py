@@ -5,8 +5,10 @@ error_model.json)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +207,22 @@ def test_sweep_line_with_and_without_the_fields_loads() -> None:
     line["plans"][0]["fit_probability"] = 1.5
     with pytest.raises(InputError, match="fit_probability"):
         parse_result_line(json.dumps(line).encode(), "results.jsonl:1")
+
+
+def test_error_model_script_reproduces_the_stored_fit(capsys: pytest.CaptureFixture) -> None:
+    """benchmarks/error_model.py --check: refitting the public rows gives the stored file byte
+    for byte (the fit is deterministic), and the coverage tables it prints are computed."""
+    benchmarks = str(ROOT / "benchmarks")
+    sys.path.insert(0, benchmarks)
+    try:
+        spec = importlib.util.spec_from_file_location("error_model", ROOT / "benchmarks" /
+                                                      "error_model.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        module.main(["--check"])
+    finally:
+        sys.path.remove(benchmarks)
+    printed = capsys.readouterr().out
+    assert "leave-one-source-out coverage of the 80% intervals" in printed
+    assert "| llm-foundry" in printed
