@@ -226,3 +226,25 @@ def test_error_model_script_reproduces_the_stored_fit(capsys: pytest.CaptureFixt
     printed = capsys.readouterr().out
     assert "leave-one-source-out coverage of the 80% intervals" in printed
     assert "| llm-foundry" in printed
+
+
+def test_sweep_lines_take_the_interval_level(tmp_path: Path) -> None:
+    output = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(cli, [
+        "sweep", "--models", "llama3.2-1b", "--clusters", "dgx-h100", "--gpus", "8",
+        "--seq-len", "2048", "--global-batch", "64", "--top", "2", "--jobs", "1",
+        "--interval-level", "0.9", "-o", str(output), "-q"])
+    assert result.exit_code == 0, result.output
+    line = json.loads(output.read_text(encoding="utf-8").splitlines()[0])
+    assert line["uncertainty"]["interval_level"] == 0.9
+    wide = line["plans"][0]["step_seconds_interval"]
+    narrow = run_json("optimize", *PROBLEM, "--top", "2", "--json")["plans"][0]
+    assert wide[0] < narrow["step_seconds_interval"][0] <= narrow["step_seconds_interval"][1] \
+        < wide[1]
+
+
+def test_serve_table_shows_the_intervals() -> None:
+    output = CliRunner().invoke(cli, ["serve", "--model", "llama3.2-1b", "--cluster", "dgx-h100",
+                                      "--gpus", "1", "--context", "4096", "--top", "1",
+                                      "--interval-level", "0.9"]).output
+    assert "90% intervals of plan 1" in output and "TTFT" in output

@@ -62,6 +62,20 @@ def render_serve_intervals(plan: Any, level: float) -> dict[str, list[float]]:
     return answer
 
 
+def render_serve_interval_text(plan: Any, level: float) -> str:
+    """"80% intervals of plan 1: TTFT 20.8-85.9 ms, TPOT 28.8-70.5 ms, 18,879-62,332 tokens/s"
+    (render_serve_intervals)."""
+    intervals = render_serve_intervals(plan, level)
+    parts = [f"{label} {intervals[name][0]:,.1f}-{intervals[name][1]:,.1f} ms"
+             for label, name in (("TTFT", "ttft_ms_interval"), ("TPOT", "tpot_ms_interval"))
+             if name in intervals]
+    if "tokens_per_second_interval" in intervals:
+        low, high = intervals["tokens_per_second_interval"]
+        parts.append(f"{low:,.0f}-{high:,.0f} tokens/s")
+    return (f"{level:.0%} intervals of plan 1 (serving error model of the public vLLM and "
+            f"SGLang runs): " + ", ".join(parts))
+
+
 def _plan_json(plan: Any, problem: Any, level: float = 0.8) -> dict[str, Any]:
     return {
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "ep": plan.ep, "replicas": plan.replicas,
@@ -168,7 +182,7 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
     return answer
 
 
-def echo_serve_result(result: Any) -> None:
+def echo_serve_result(result: Any, level: float = 0.8) -> None:
     problem = result.problem
     job = problem.job
     click.echo(f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
@@ -203,6 +217,7 @@ def echo_serve_result(result: Any) -> None:
     echo_ranked(result, columns, rows,
                 note="memory per GPU of plan 1: " + render_views_text(result.plans[0].views_bytes))
     _echo_load(result)
+    click.echo(render_serve_interval_text(result.plans[0], level))
     if result.pareto is not None:
         _echo_pareto(result.pareto)
     if result.disaggregated is not None:

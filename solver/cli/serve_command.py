@@ -214,5 +214,5 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     if as_json:
         echo_json(render_serve_json(result, interval_level))
     else:
-        echo_serve_result(result)
+        echo_serve_result(result, interval_level)
     exit_if_infeasible(result.status == "infeasible", fail_on_infeasible)
