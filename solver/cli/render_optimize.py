@@ -37,6 +37,9 @@ def echo_result(result: Any, gpus_for_days: float | None,
     cluster = problem.cluster
     if cluster.memory_headroom.label():
         heading += f"; plans fit {cluster.memory_headroom.describe(cluster.gpu_memory_bytes)}"
+    if min_fit_probability != DEFAULT_MIN_FIT_PROBABILITY:
+        heading += (f" (with --min-fit-probability {min_fit_probability:g}: what fits with that "
+                    "chance under the memory error model)")
     click.echo(heading)
     if result.status == "infeasible":
         echo_infeasible(result, "the model, the job or the cluster")
