@@ -226,38 +226,32 @@ def time_sigma(fit: dict[str, Any], row: dict[str, Any]) -> float:
     return float(estimate_step_sigma(model, row["levels"], _as_arrays(row["parts"]))[0])
 
 
+def coverage_row(family: str, held: Sequence[dict[str, Any]], fitted: Any,
+                 sigma: Callable[[Any, dict[str, Any]], float]) -> dict[str, Any]:
+    """A family's rows, the share inside their LEVEL intervals under `fitted`, and the median
+    relative width of those intervals ((high - low) / point)."""
+    z = interval_z(LEVEL)
+    sigmas = np.array([sigma(fitted, r) for r in held])
+    errors = np.array([r["error"] for r in held])
+    return {"family": family, "rows": len(held),
+            "coverage": float(np.mean(np.abs(errors) <= z * sigmas)),
+            "median_width": float(np.median(2 * np.sinh(z * sigmas)))}
+
+
 def leave_one_out(rows: Sequence[dict[str, Any]],
                   fit: Callable[[list[dict[str, Any]]], Any],
                   sigma: Callable[[Any, dict[str, Any]], float]) -> list[dict[str, Any]]:
-    """Per source family: rows, share inside the LEVEL interval fitted without it, and the
-    median relative width of those intervals ((high - low) / point)."""
-    z = interval_z(LEVEL)
-    table = []
-    families = sorted({r["family"] for r in rows})
-    for family in families:
-        held = [r for r in rows if r["family"] == family]
-        fitted = fit([r for r in rows if r["family"] != family])
-        sigmas = np.array([sigma(fitted, r) for r in held])
-        errors = np.array([r["error"] for r in held])
-        table.append({"family": family, "rows": len(held),
-                      "coverage": float(np.mean(np.abs(errors) <= z * sigmas)),
-                      "median_width": float(np.median(2 * np.sinh(z * sigmas)))})
-    return table
+    """Per source family, coverage_row with the fit of the other families' rows."""
+    return [coverage_row(family, [r for r in rows if r["family"] == family],
+                         fit([r for r in rows if r["family"] != family]), sigma)
+            for family in sorted({r["family"] for r in rows})]
 
 
 def in_sample(rows: Sequence[dict[str, Any]], fitted: Any,
               sigma: Callable[[Any, dict[str, Any]], float]) -> list[dict[str, Any]]:
-    """As leave_one_out, with the fit of every row (the source's own category seen)."""
-    z = interval_z(LEVEL)
-    table = []
-    for family in sorted({r["family"] for r in rows}):
-        held = [r for r in rows if r["family"] == family]
-        sigmas = np.array([sigma(fitted, r) for r in held])
-        errors = np.array([r["error"] for r in held])
-        table.append({"family": family, "rows": len(held),
-                      "coverage": float(np.mean(np.abs(errors) <= z * sigmas)),
-                      "median_width": float(np.median(2 * np.sinh(z * sigmas)))})
-    return table
+    """Per source family, coverage_row with the fit of every row (its own category seen)."""
+    return [coverage_row(family, [r for r in rows if r["family"] == family], fitted, sigma)
+            for family in sorted({r["family"] for r in rows})]
 
 
 def render_coverage(title: str, table: Sequence[dict[str, Any]],
