@@ -21,6 +21,7 @@ from solver.cli import cli
 from solver.errors import InputError
 from solver.cost.uncertainty import (
     ERROR_MODEL_PATH,
+    TIME_GROUPS,
     ErrorModel,
     build_fit_headroom,
     describe_flip,
@@ -274,3 +275,9 @@ def test_serve_table_shows_the_intervals() -> None:
                                       "--gpus", "1", "--context", "4096", "--top", "1",
                                       "--interval-level", "0.9"]).output
     assert "90% intervals of plan 1" in output and "TTFT" in output
+
+
+def test_every_time_part_has_an_error_group() -> None:
+    # A part outside TIME_GROUPS would be left out of the intervals and the draws.
+    grouped = [p for names in TIME_GROUPS.values() for p in names]
+    assert sorted(grouped) == sorted(TIME_PARTS)
