@@ -31,6 +31,7 @@ from solver.cost.efficiency import ComputeConstants
 from solver.cost.frameworks import ATTENTION_SWITCHES, framework_time_constants
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.spec.plan import TIME_PARTS
 
 MIN_SWEEP_RUNS = 3
 # BLOOM's benchmarks switched from fp16 (DeepSpeed ZeRO-1) to the bf16 optimizer on 02-28.
@@ -47,24 +48,35 @@ SOURCE_FRAMEWORKS = {"megatron-lm": "megatron", "megatron-bridge": "megatron",
 
 def evaluate(runs: Sequence[PublishedRun], constants: TimeConstants | None = None,
              compute: ComputeConstants | None = None) -> list[tuple[PublishedRun, float]]:
-    """(run, predicted tokens/s per GPU) in the order of `runs`; runs that share model, cluster
-    and job go through estimate_step_time in one vectorised call. Each run starts from its
-    source's framework profile (SOURCE_FRAMEWORKS), or from `constants` when given, with the
-    switches its source states (framework_switches); `compute` replaces the compute constants
-    of whichever it starts from (what benchmarks/fit_time.py varies)."""
+    """(run, predicted tokens/s per GPU) in the order of `runs` (estimate_runs)."""
+    return [(run, step["tokens_per_s_per_gpu"])
+            for run, step in estimate_runs(runs, constants, compute)]
+
+
+def estimate_runs(runs: Sequence[PublishedRun], constants: TimeConstants | None = None,
+                  compute: ComputeConstants | None = None
+                  ) -> list[tuple[PublishedRun, dict[str, float]]]:
+    """(run, its StepTime as floats: the TIME_PARTS seconds, step_s, tokens_per_s_per_gpu)
+    in the order of `runs`; runs that share model, cluster and job go through
+    estimate_step_time in one vectorised call. Each run starts from its source's framework
+    profile (SOURCE_FRAMEWORKS), or from `constants` when given, with the switches its source
+    states (framework_switches); `compute` replaces the compute constants of whichever it
+    starts from (what benchmarks/fit_time.py varies)."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for index, run in enumerate(runs):
         switches = tuple(sorted(framework_switches(run).items()))
         groups[(run.model_spec, run.cluster, run.job, run.source_group, switches)].append(index)
-    predicted = np.empty(len(runs))
+    steps: list[dict[str, float]] = [{} for _ in runs]
     for (model_spec, cluster, job, group, switches), indices in groups.items():
         candidates = Candidates.from_configs([runs[i].parallel for i in indices])
         base = constants or framework_time_constants(SOURCE_FRAMEWORKS[group])
         update = dict(switches) if compute is None else {**dict(switches), "compute": compute}
         run_constants = base.model_copy(update=update)
         estimate = estimate_step_time(model_spec, cluster, job, candidates, run_constants)
-        predicted[indices] = estimate.tokens_per_s_per_gpu
-    return [(run, float(p)) for run, p in zip(runs, predicted)]
+        for position, index in enumerate(indices):
+            steps[index] = {name: float(getattr(estimate, name)[position])
+                            for name in (*TIME_PARTS, "step_s", "tokens_per_s_per_gpu")}
+    return list(zip(runs, steps))
 
 
 def framework_switches(run: PublishedRun) -> dict[str, bool | float]:

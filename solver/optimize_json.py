@@ -5,18 +5,43 @@ out for the model (notes: solver.cost.caveats), and conflicts, rules and fixes w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from solver.cost.caveats import list_time_caveats
 from solver.cost.frameworks import FrameworkProfile
+from solver.cost.uncertainty import (
+    DEFAULT_INTERVAL_LEVEL,
+    DEFAULT_MIN_FIT_PROBABILITY,
+    describe_flip,
+    estimate_fastest_odds,
+    estimate_fit_probability,
+    estimate_interval,
+    estimate_step_sigma,
+    load_error_model,
+    memory_sigma,
+    model_arch_kind,
+    time_category,
+    usable_share_for_fit_probability,
+)
 from solver.optimize import OptimizeResult
+from solver.spec.model import ModelSpec
+from solver.spec.plan import TIME_PARTS, Plan
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
 
-def render_result_json(result: OptimizeResult) -> dict[str, Any]:
+def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_LEVEL,
+                       min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY
+                       ) -> dict[str, Any]:
     """The JSON of `optimize` (DESIGN.md): status, solve_seconds, the problem, plans (best
-    first), and conflicts, rules and fixes when infeasible (else why). One line of a sweep."""
+    first) with their `level` intervals, fit probability and p_fastest (issue 36), and
+    conflicts, rules and fixes when infeasible (else why). One line of a sweep."""
     problem = result.problem
+    odds = render_plans_uncertainty(result.plans, problem.model_spec, problem.cluster.gpu.name,
+                                    problem.framework, problem.job.precision, level,
+                                    min_fit_probability)
     answer: dict[str, Any] = {
         **render_answer_head(result),
         "seq_len": problem.job.seq_len,
@@ -34,11 +59,67 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
         else round(result.step_lower_bound_s, 6),
         "optimality_gap": None if result.optimality_gap is None
         else round(result.optimality_gap, 4),
-        "plans": [render_plan_json(plan) for plan in result.plans],
+        "plans": [{**render_plan_json(plan), **extra}
+                  for plan, extra in zip(result.plans, odds["plans"])],
         "notes": list(list_time_caveats(problem.model_spec)),
+        "uncertainty": odds["uncertainty"],
     }
     if result.status == "infeasible":
         answer.update(render_infeasible_json(result))
     else:
         answer["why"] = list(result.why)
     return answer
+
+
+def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_name: str,
+                             framework: str, precision: str,
+                             level: float = DEFAULT_INTERVAL_LEVEL,
+                             min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY
+                             ) -> dict[str, Any]:
+    """Issue 36's fields (solver.cost.uncertainty): per plan `step_seconds_interval`,
+    `tokens_per_second_per_gpu_interval`, `memory_gb_interval` ([low, high] at `level`),
+    `fit_probability`, and with more than one timed plan `p_fastest` and `tied_with_best`;
+    `uncertainty`: the level, the category the error model used, the fit-probability rule and
+    what would change the winner."""
+    extras: list[dict[str, Any]] = [{} for _ in plans]
+    if not plans:
+        return {"plans": extras, "uncertainty": None}
+    error_model = load_error_model()
+    levels = time_category(framework, model_arch_kind(model_spec), gpu_name, precision)
+    total = np.array([p.worst_stage.total_bytes for p in plans])
+    sigma_memory = memory_sigma(error_model, framework)
+    # --min-fit-probability searched under a usable memory cut by this share
+    # (build_fit_headroom): the plan's chance is against the memory before the cut.
+    share = usable_share_for_fit_probability(min_fit_probability, sigma_memory)
+    usable = np.array([p.usable_memory_bytes for p in plans]) / share
+    low, high = estimate_interval(total, np.full(len(plans), sigma_memory), level)
+    fit = estimate_fit_probability(total, usable, sigma_memory)
+    for i, extra in enumerate(extras):
+        extra["memory_gb_interval"] = [round(float(low[i]) / 1e9, 3), round(float(high[i]) / 1e9, 3)]
+        extra["fit_probability"] = round(float(fit[i]), 4)
+    timed = [i for i, p in enumerate(plans) if p.time is not None]
+    summary: dict[str, Any] = {
+        "interval_level": level, "category": "/".join(levels),
+        "memory_sigma": sigma_memory,
+        "min_fit_probability": min_fit_probability,
+        "winner_change": None}
+    if timed:
+        parts = {name: np.array([plans[i].time.time_seconds.get(name, 0.0) for i in timed])
+                 for name in TIME_PARTS}
+        step = np.array([plans[i].time.step_seconds for i in timed])
+        sigma = estimate_step_sigma(error_model, levels, parts)
+        step_low, step_high = estimate_interval(step, sigma, level)
+        for k, i in enumerate(timed):
+            tokens = plans[i].time.tokens_per_second_per_gpu
+            extras[i]["step_seconds_interval"] = [round(float(step_low[k]), 6),
+                                                  round(float(step_high[k]), 6)]
+            extras[i]["tokens_per_second_per_gpu_interval"] = [
+                round(float(tokens * step[k] / step_high[k]), 3),
+                round(float(tokens * step[k] / step_low[k]), 3)]
+        if len(timed) > 1:
+            odds = estimate_fastest_odds(error_model, levels, parts, level)
+            for k, i in enumerate(timed):
+                extras[i]["p_fastest"] = round(float(odds.p_fastest[k]), 4)
+                extras[i]["tied_with_best"] = bool(odds.tied_with_best[k])
+            summary["winner_change"] = describe_flip(odds)
+    return {"plans": extras, "uncertainty": summary}

@@ -31,7 +31,9 @@ from solver.sweep.problems import SweepProblem
 
 # What an estimated plan does not carry (the search's own fields): the settings of the same
 # step time, and the names of what the search turned on (the estimate's profile has them on).
-SEARCH_FIELDS = {"equivalent", "memory_savers", "recompute_modules", "offloads"}
+# (p_fastest and tied_with_best compare a plan with the others listed: estimate has one.)
+SEARCH_FIELDS = {"equivalent", "memory_savers", "recompute_modules", "offloads", "p_fastest",
+                 "tied_with_best"}
 # Small zoo models of each kind: dense, hybrid (Mamba + attention), MLA MoE, GQA MoE.
 MODELS = ("llama3.2-1b", "nemotron-h-8b", "deepseek-v2-lite", "qwen3-30b-a3b")
 CLUSTERS = ("dgx-h100", "dgx-a100-80gb")

@@ -16,7 +16,10 @@ PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "gpus", "expert_parallel", "fit
              "memory_gb", "allocated_gb", "reserved_gb", "device_gb", "kv_bytes_per_token", "kv_cache_tokens", "max_concurrent_sequences",
              "batch", "ttft_ms", "tpot_ms", "tpot_idle_ms", "request_latency_s",
              "tokens_per_second", "tokens_per_second_per_gpu", "decode_step_ms",
-             "vllm_command", "sglang_command", "notes", "load", "scheduler"}
+             "vllm_command", "sglang_command", "notes", "load", "scheduler",
+             # issue 36: intervals from the serving error model
+             "ttft_ms_interval", "tpot_ms_interval", "tokens_per_second_interval",
+             "tokens_per_second_per_gpu_interval"}
 
 
 def serve(*args: str):

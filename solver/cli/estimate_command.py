@@ -15,7 +15,7 @@ from solver.cli.options import (
 )
 from solver.cli.params import BoundedInt
 from solver.cli.plan_option import DEGREE_NAMES, plan_file_options
-from solver.cli.shared_flags import memory_headroom_option
+from solver.cli.shared_flags import interval_level_option, memory_headroom_option
 from solver.spec.strict import MAX_LAYERS
 
 
@@ -39,13 +39,14 @@ from solver.spec.strict import MAX_LAYERS
                   "overlap, gradient reduce dtype); the flags below override single features.")
 @framework_feature_options
 @memory_headroom_option
+@interval_level_option
 def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
              gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
              global_batch: int, precision: str, token_budget: int | None,
              calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
              plan_line: int | None, per_stage: bool, layout: str | None,
              recompute_num_layers: int | None, framework: str, memory_headroom: Any,
-             **degrees: Any) -> None:
+             interval_level: float, **degrees: Any) -> None:
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
     of the GPUs (with --plan FILE, --model, --cluster and --gpus default to the file's)."""
     from solver.search.constraints import MEMORY_CONSTRAINT
@@ -79,6 +80,10 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         layout=layout, recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
         **job_values, **values)
     plan = result.plan
+    from solver.optimize_json import render_plans_uncertainty
+
+    odds = render_plans_uncertainty([plan], result.model_spec, result.cluster.gpu.name,
+                                    result.profile.name, result.job.precision, interval_level)
     if as_json:
         answer: dict[str, Any] = {
             "status": "feasible" if plan.fits else "infeasible",
@@ -91,7 +96,8 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             "precision": result.job.precision,
             "framework": result.profile.name,
             "framework_features": result.profile.features(),
-            "plans": [render_plan_json(plan)],
+            "plans": [{**render_plan_json(plan), **odds["plans"][0]}],
+            "uncertainty": odds["uncertainty"],
             # What reports each view of a plan's memory (`allocated_gb`, `reserved_gb`,
             # `device_gb`): the view a measured number is compared with.
             "memory_views": render_memory_views_json(),
@@ -122,6 +128,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     else:
         echo_memory_table(plan, heading)
     echo_time_table(plan)
+    click.echo(render_estimate_uncertainty(plan, odds))
     for note in list_time_caveats(result.model_spec):
         click.echo(f"note: {note}")
     if result.blocks:
@@ -206,3 +213,19 @@ def _plan_values(values: dict[str, Any], plan_path: str | None, plan_rank: int,
             "memory_headroom": headroom, "pipeline_layout": plan_file.layout,
             "layout_source": f"{plan_file.path}: field '{layout_field}'",
             **{name: getattr(config, name) for name in DEGREE_NAMES}}
+
+
+def render_estimate_uncertainty(plan: Any, odds: dict[str, Any]) -> str:
+    """"80% interval: step 5.36-7.08 s, 9,256-12,237 tokens/s per GPU, memory 71.5-89.8 GB;
+    77% chance it fits" (solver.cost.uncertainty)."""
+    extra, summary = odds["plans"][0], odds["uncertainty"]
+    parts = []
+    if "step_seconds_interval" in extra:
+        low, high = extra["step_seconds_interval"]
+        tokens = extra["tokens_per_second_per_gpu_interval"]
+        parts += [f"step {low:#.3g}-{high:#.3g} s",
+                  f"{tokens[0]:,.0f}-{tokens[1]:,.0f} tokens/s per GPU"]
+    low, high = extra["memory_gb_interval"]
+    parts.append(f"memory {low:.1f}-{high:.1f} GB")
+    return (f"{summary['interval_level']:.0%} interval ({summary['category']} error model): "
+            f"{', '.join(parts)}; {extra['fit_probability']:.0%} chance it fits")

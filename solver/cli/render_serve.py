@@ -4,12 +4,15 @@ items and in the three views users measure it in (MEMORY_VIEWS, solver.cost.serv
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
+import numpy as np
 
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import render_views_text
+from solver.cost.uncertainty import estimate_serve_interval, load_error_model
 from solver.spec.plan import MEMORY_VIEWS
 from solver.spec.plan_json import (
     render_answer_head,
@@ -43,7 +46,37 @@ def sglang_command(problem: Any, plan: Any) -> str:
     return render_sglang(_sglang_engine(problem, degrees, plan.scheduler if loaded else None))
 
 
-def _plan_json(plan: Any, problem: Any) -> dict[str, Any]:
+def render_serve_intervals(plan: Any, level: float) -> dict[str, list[float]]:
+    """Issue 36: `level` intervals of TTFT, TPOT (ms) and throughput from the serving error
+    model (solver.cost.uncertainty, one sigma per metric)."""
+    error_model = load_error_model()
+    values = {"ttft_ms": ("ttft", plan.ttft_s * 1e3), "tpot_ms": ("tpot", plan.tpot_s * 1e3),
+              "tokens_per_second": ("throughput", plan.tokens_per_s),
+              "tokens_per_second_per_gpu": ("throughput", plan.tokens_per_s_per_gpu)}
+    answer = {}
+    for name, (metric, value) in values.items():
+        if not math.isfinite(value):
+            continue
+        low, high = estimate_serve_interval(error_model, metric, np.array([value]), level)
+        answer[f"{name}_interval"] = [round(float(low[0]), 3), round(float(high[0]), 3)]
+    return answer
+
+
+def render_serve_interval_text(plan: Any, level: float) -> str:
+    """"80% intervals of plan 1: TTFT 20.8-85.9 ms, TPOT 28.8-70.5 ms, 18,879-62,332 tokens/s"
+    (render_serve_intervals)."""
+    intervals = render_serve_intervals(plan, level)
+    parts = [f"{label} {intervals[name][0]:,.1f}-{intervals[name][1]:,.1f} ms"
+             for label, name in (("TTFT", "ttft_ms_interval"), ("TPOT", "tpot_ms_interval"))
+             if name in intervals]
+    if "tokens_per_second_interval" in intervals:
+        low, high = intervals["tokens_per_second_interval"]
+        parts.append(f"{low:,.0f}-{high:,.0f} tokens/s")
+    return (f"{level:.0%} intervals of plan 1 (serving error model of the public vLLM and "
+            f"SGLang runs): " + ", ".join(parts))
+
+
+def _plan_json(plan: Any, problem: Any, level: float = 0.8) -> dict[str, Any]:
     return {
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "ep": plan.ep, "replicas": plan.replicas,
         "gpus": plan.num_gpus, "expert_parallel": plan.ep > 1, "fits": plan.fits,
@@ -65,6 +98,7 @@ def _plan_json(plan: Any, problem: Any) -> dict[str, Any]:
         "notes": list(plan.notes),
         "load": _load_json(plan.load),
         "scheduler": dict(plan.scheduler),
+        **render_serve_intervals(plan, level),
     }
 
 
@@ -111,7 +145,7 @@ def _workload_json(job: Any) -> dict[str, Any]:
             "max_num_batched_tokens": job.max_num_batched_tokens}
 
 
-def render_serve_json(result: Any) -> dict[str, Any]:
+def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
     """DESIGN.md: status, solve_seconds, plans (best first); conflicts and fixes if
     infeasible; the winner's vLLM command."""
     problem = result.problem
@@ -131,7 +165,8 @@ def render_serve_json(result: Any) -> dict[str, Any]:
         "min_tokens_per_s": job.min_tokens_per_s,
         "workload": _workload_json(job),
         "num_feasible": result.num_feasible,
-        "plans": [_plan_json(plan, problem) for plan in result.plans],
+        "plans": [_plan_json(plan, problem, level) for plan in result.plans],
+        "interval_level": level,
         # What reports each view of a plan's memory: the view a measured number is compared
         # with (vLLM's own log splits it the same way: solver.cost.serve_memory).
         "memory_views": render_memory_views_json(),
@@ -147,7 +182,7 @@ def render_serve_json(result: Any) -> dict[str, Any]:
     return answer
 
 
-def echo_serve_result(result: Any) -> None:
+def echo_serve_result(result: Any, level: float = 0.8) -> None:
     problem = result.problem
     job = problem.job
     click.echo(f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
@@ -182,6 +217,7 @@ def echo_serve_result(result: Any) -> None:
     echo_ranked(result, columns, rows,
                 note="memory per GPU of plan 1: " + render_views_text(result.plans[0].views_bytes))
     _echo_load(result)
+    click.echo(render_serve_interval_text(result.plans[0], level))
     if result.pareto is not None:
         _echo_pareto(result.pareto)
     if result.disaggregated is not None:

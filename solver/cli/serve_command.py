@@ -8,6 +8,7 @@ import click
 
 from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat
 from solver.cli.shared_flags import (
+    interval_level_option,
     exit_if_infeasible,
     fail_on_infeasible_option,
     memory_headroom_option,
@@ -142,6 +143,7 @@ def _longest(lengths: Any) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @memory_headroom_option
 @fail_on_infeasible_option
+@interval_level_option
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
           input_len: Any, output_len: Any, request_rate: float | None,
           concurrency: int | None, slo_percentile: str, max_num_seqs: int | None,
@@ -150,7 +152,7 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
           kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
           max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
           calibration: str | None, as_json: bool, memory_headroom: Any,
-          fail_on_infeasible: bool) -> None:
+          fail_on_infeasible: bool, interval_level: float) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
 
@@ -210,7 +212,7 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
     if report_dir is not None:
         write_serve_report(result, report_dir)
     if as_json:
-        echo_json(render_serve_json(result))
+        echo_json(render_serve_json(result, interval_level))
     else:
-        echo_serve_result(result)
+        echo_serve_result(result, interval_level)
     exit_if_infeasible(result.status == "infeasible", fail_on_infeasible)

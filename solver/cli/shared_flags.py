@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import click
 
-from solver.cli.params import MemoryHeadroomParam
+from solver.cli.params import FiniteFloat, MemoryHeadroomParam
 
 F = TypeVar("F", bound=Callable[..., object])
 # The exit status of --fail-on-infeasible (2 is bad input, 1 an unexpected failure).
@@ -36,3 +36,20 @@ def exit_if_infeasible(infeasible: bool, fail_on_infeasible: bool) -> None:
     """Leave with INFEASIBLE_EXIT when asked to and the answer is infeasible."""
     if infeasible and fail_on_infeasible:
         sys.exit(INFEASIBLE_EXIT)
+
+
+def interval_level_option(command: F) -> F:
+    """--interval-level (parameter interval_level): the two-sided level of every interval."""
+    return click.option(
+        "--interval-level", type=FiniteFloat(0.5, 0.99), default=0.8, show_default=True,
+        help="Level of the intervals on step time, throughput and memory (and serving's "
+             "TTFT, TPOT, throughput), from the error model of the public runs "
+             "(benchmarks/error_model.py).")(command)
+
+
+def min_fit_probability_option(command: F) -> F:
+    """--min-fit-probability (parameter min_fit_probability)."""
+    return click.option(
+        "--min-fit-probability", type=FiniteFloat(0.5, 0.99), default=0.5, show_default=True,
+        help="Keep only plans that fit with at least this chance under the memory error "
+             "model; 0.5 is today's rule: the predicted total within the usable memory.")(command)

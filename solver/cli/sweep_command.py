@@ -22,6 +22,7 @@ from solver.cli.params import (
 from solver.cli.shared_flags import (
     exit_if_infeasible,
     fail_on_infeasible_option,
+    interval_level_option,
     memory_headroom_option,
 )
 from solver.spec.job import PRECISIONS, JobSpec
@@ -74,10 +75,12 @@ def _default(field: str) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @memory_headroom_option
 @fail_on_infeasible_option
+@interval_level_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
           engine: str, time_limit: float, jobs: int | None, max_problems: int, executor: str,
-          output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool) -> None:
+          output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
+          interval_level: float) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
@@ -125,7 +128,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     from solver.sweep.outcome import SolveSettings
 
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
-                             memory_headroom=memory_headroom)
+                             memory_headroom=memory_headroom, interval_level=interval_level)
     start = time.perf_counter()
     with ResultsFile(output) as results:
         results.check_settings(settings.as_line_fields())

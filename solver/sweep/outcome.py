@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL
 from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
@@ -25,6 +26,8 @@ class SolveSettings:
     engine: str = "layout"
     time_limit_s: float = 10.0
     memory_headroom: MemoryHeadroom | None = None
+    # The level of each plan's intervals (issue 36; the line's uncertainty.interval_level).
+    interval_level: float = DEFAULT_INTERVAL_LEVEL
 
     def as_line_fields(self) -> dict[str, Any]:
         headroom = self.memory_headroom.label() if self.memory_headroom else ""
@@ -60,7 +63,7 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
         return {"status": "error", "error": str(exc),
                 "solve_seconds": round(time.perf_counter() - start, 3),
                 **problem.as_dict(), **settings.as_line_fields(), "plans": []}
-    line = render_result_json(result)
+    line = render_result_json(result, settings.interval_level)
     line.update(problem.as_dict())  # the names as given (a file path stays a path)
     line.update(settings.as_line_fields())
     return line

@@ -85,6 +85,11 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         "twins": " or ".join(str(e.get("recompute")) for e in equivalent if isinstance(e, dict)),
         "layout": (plan.get("layout") or {}).get("syntax") or "",
         "launch": render_launch_line(line, plan),
+        # Issue 36 (absent from lines written before it: None).
+        "step_interval": plan.get("step_seconds_interval"),
+        "memory_interval": plan.get("memory_gb_interval"),
+        "fit_probability": plan.get("fit_probability"),
+        "p_fastest": plan.get("p_fastest"),
     }
 
 

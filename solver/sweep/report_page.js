@@ -298,6 +298,17 @@
       el("dt", {}, ["step time"]), el("dd", {}, [time]),
       el("dt", {}, ["tokens/s per GPU"]), el("dd", {}, [fmt(plan.rate_per_gpu)])
     ];
+    // Issue 36 (absent from lines written before it).
+    if (plan.step_interval) items.push(el("dt", {}, ["step time interval"]),
+      el("dd", {}, [fmt(plan.step_interval[0]) + "-" + fmt(plan.step_interval[1]) + " s"]));
+    if (plan.memory_interval) items.push(el("dt", {}, ["memory interval"]),
+      el("dd", {}, [fmt(plan.memory_interval[0]) + "-" + fmt(plan.memory_interval[1]) + " GB"]));
+    if (plan.fit_probability !== null && plan.fit_probability !== undefined) {
+      items.push(el("dt", {}, ["chance it fits"]), el("dd", {}, [Math.round(100 * plan.fit_probability) + "%"]));
+    }
+    if (plan.p_fastest !== null && plan.p_fastest !== undefined) {
+      items.push(el("dt", {}, ["chance it is the fastest listed"]), el("dd", {}, [Math.round(100 * plan.p_fastest) + "%"]));
+    }
     if (plan.layout) items.push(el("dt", {}, ["pipeline layout"]), el("dd", {}, [el("code", {}, [plan.layout])]));
     if (plan.twins) items.push(el("dt", {}, ["same step time with"]), el("dd", {}, ["recompute " + plan.twins]));
     return el("dl", {}, items);

@@ -5,7 +5,8 @@ A results line is the JSON of `optimize --json` plus the problem's key and the s
 against the fields the report and the resume read: the key (KEY_FIELDS), the status, and per
 plan the degrees and the metrics, and the optional fields it shows (why, rules,
 optimality_gap, memory_headroom; a plan's usable_memory_gb, time_seconds, equivalent,
-layout, memory_savers, offloads, recompute_modules), in pydantic's strict mode and within
+layout, memory_savers, offloads, recompute_modules, and issue 36's intervals, fit_probability
+and p_fastest), in pydantic's strict mode and within
 the limits of any input (solver.spec.strict: no `true` for a GPU count, no string for a
 number, no nan or infinity, no count beyond its limit; other fields are kept as they are).
 A bad line is one error naming the file, the line and the field: `results.jsonl:3: field
@@ -72,6 +73,9 @@ class LayoutRow(_Line):
     syntax: str | None = None
 
 
+Interval = Annotated[list[NonNegativeFloat], Field(min_length=2, max_length=2)]
+
+
 class PlanRow(_Line):
     """The fields of a plan the report reads; the optional ones as `optimize --json` writes
     them (solver.spec.plan_json), or absent, or null."""
@@ -104,6 +108,14 @@ class PlanRow(_Line):
     memory_savers: list[str] | None = None
     offloads: list[str] | None = None
     recompute_modules: list[str] | None = None
+    # Issue 36 (solver.cost.uncertainty): [low, high] intervals, the chance the plan fits and
+    # that it is the fastest of its line; lines written before have none.
+    step_seconds_interval: Interval | None = None
+    tokens_per_second_per_gpu_interval: Interval | None = None
+    memory_gb_interval: Interval | None = None
+    fit_probability: float | None = Field(default=None, ge=0, le=1)
+    p_fastest: float | None = Field(default=None, ge=0, le=1)
+    tied_with_best: bool | None = None
 
     @field_validator("memory_savers", "offloads", "recompute_modules")
     @classmethod
