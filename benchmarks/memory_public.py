@@ -45,16 +45,17 @@ MISSING_FEATURES (LoRA, fp32 training, a BERT encoder spec, torchtitan's chunked
 is listed with that reason and not compared: mapping it onto something else would measure the
 mapping.
 
-Known gaps of the mapping, left in the comparison (nothing is fitted): torchtune's decoder
+torchtune's loss is counted as torchtune runs it (build_torchtune_loss_options): its decoder
 returns fp32 logits (modules/transformer.py TransformerDecoder.forward, `self.output(h).float()`
-@1814feb) where the profiles' losses start from bf16 ones, and its compile_loss compiles each
-chunk of CEWithChunkedOutputLoss, which the chunked loss counts as eager chunks
-(solver.cost.memory.loss): on the 3B rows (8,192 tokens x 128,256) the eager loss holds about
-12 B per logit against generic's 6 B, the compiled one about 8 B against 4 B and the compiled
-chunks about 2.25 B against 5 B [B: read from the code, not measured]. And the generic
-profile counts the gradients whole beside the activations at the loss, where torch.optim's
+@1814feb) unless chunked, so its eager loss holds torchtitan's 12 B per logit and its compiled
+loss 8 B (fp32 logits saved, fp32 gradient), and compile_loss compiles each chunk of
+CEWithChunkedOutputLoss, 2 + 2/8 = 2.25 B (solver.cost.memory.loss) [B: read from the code,
+not measured].
+
+Known gap of the mapping, left in the comparison (nothing is fitted): the generic profile
+counts the gradients whole beside the activations at the loss, where torch.optim's
 zero_grad(set_to_none=True) (the recipe's) leaves them to be allocated during the backward:
-with full recompute, little else is held there ('+ Activation Checkpointing', +25%).
+with full recompute, little else is held there ('+ Activation Checkpointing', +13.9%).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ import numpy as np
 
 from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.frameworks import EAGER_CROSS_ENTROPY_LOGITS_BYTES, build_framework_profile
 from solver.cost.memory import estimate_memory
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
@@ -141,6 +142,18 @@ def build_row_model_spec(row: dict[str, Any]) -> ModelSpec:
     return ModelSpec.model_validate({**fields, **cut, "num_hidden_layers": layers})
 
 
+def build_torchtune_loss_options(loss_implementation: str, loss_compiled: bool
+                                 ) -> dict[str, Any]:
+    """What torchtune's loss holds, as MemoryOptions (module docstring, torchtune @1814feb):
+    unchunked, the decoder returns fp32 logits (`.float()`), so its eager F.cross_entropy runs
+    torchtitan's ops (12 B per logit, frameworks.EAGER_CROSS_ENTROPY_LOGITS_BYTES) and its
+    compiled loss keeps fp32 logits (8 B); chunked, the chunks stay bf16 and compile_loss
+    compiles each chunk's cross-entropy (2.25 B)."""
+    return {"logits_fp32_from_model": loss_implementation != "chunked",
+            "logits_bytes": EAGER_CROSS_ENTROPY_LOGITS_BYTES,
+            "loss_chunks_compiled": loss_implementation == "chunked" and loss_compiled}
+
+
 def predict_view_bytes(row: dict[str, Any]) -> float:
     """The row's counter, predicted: its view's items under its framework's profile."""
     config = ParallelConfig(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], ep=row["ep"],
@@ -161,6 +174,9 @@ def predict_view_bytes(row: dict[str, Any]) -> float:
     features.update(build_mapped_features(row["needs"]))
     options = build_framework_profile(FRAMEWORK_PROFILE[row["framework"]],
                                       features).memory_options()
+    if row["framework"] == "torchtune":
+        options = options.model_copy(update=build_torchtune_loss_options(
+            features["loss_implementation"], bool(row["loss_compiled"])))
     breakdown = estimate_memory(build_row_model_spec(row), job,
                                 Candidates.from_configs([config]), options)
     view = COUNTER_VIEW[row["measured_kind"]]

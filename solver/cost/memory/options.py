@@ -128,6 +128,21 @@ class MemoryOptions(BaseModel):
                            the bytes their code keeps, "fused_linear" (the LM head fused with
                            the loss) one chunk of logits and the head's input gradient
                            (solver.cost.memory.loss.estimate_logits_bytes, each with its source).
+      logits_fp32_from_model False
+                           the model hands the loss fp32 logits: torchtune's TransformerDecoder
+                           returns `self.output(h).float()` (TiedEmbeddingTransformerDecoder
+                           `F.linear(h, tok_embeddings.weight).float()`) unless its output is
+                           chunked (modules/transformer.py @1814feb). A compiled loss then keeps
+                           the fp32 logits and writes an fp32 gradient: 8 B per logit, not 4
+                           (loss.estimate_compiled_loss_bytes_per_logit). An eager loss on them
+                           runs the same ops as torchtitan's F.cross_entropy(pred.float()), whose
+                           12 B logits_bytes gives.
+      loss_chunks_compiled False
+                           the chunked loss's per-chunk upcast and cross-entropy are compiled
+                           (torchtune compile_loss: CEWithChunkedOutputLoss.compute_cross_entropy
+                           under torch.compile, training/_compile.py @1814feb): 2 + 2/8 B per
+                           logit, not the eager chunks' 4 + 8/8 (loss.
+                           estimate_chunked_loss_bytes_per_logit).
     Temporary buffers and fixed overheads (§3.1 FSDP, §3.4):
       zero3_prefetch_layers 1
                            ZeRO-3 keeps the current and the prefetched layer gathered (FSDP2:
@@ -243,3 +258,5 @@ class MemoryOptions(BaseModel):
     fused_elementwise: bool = True
     rmsnorm_fp32_copy: bool = True
     loss_implementation: LossImplementation = "eager"
+    logits_fp32_from_model: bool = False
+    loss_chunks_compiled: bool = False
