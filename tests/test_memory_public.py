@@ -213,9 +213,10 @@ def test_pinned_rows_are_stable(summary) -> None:
 def test_summary_per_framework_and_source(summary) -> None:
     """Medians overall, per framework and per source document; the bounds are a ratchet on
     today's numbers, not the issue's target of 7% per framework, which torchtitan and torchtune
-    misses: none now. 37 rows, overall median 3.7%, p90 17.3%; torchtitan 2.6% over 32 rows
-    (8.3% before the allocator's cache was grown into the GPU's room; 7.1% before the compiled
-    loss went from 6 to 4 B per logit), torchtune 3.7% over 4 (11.2% before its loss was
+    misses: none now. 37 rows, overall median 2.6%, p90 17.3%; torchtitan 2.0% over 32 rows
+    (2.6% before torch.distributed.pipelining's buffers were counted, 8.3% before the
+    allocator's cache was grown into the GPU's room; 7.1% before the compiled loss went from 6
+    to 4 B per logit), torchtune 3.7% over 4 (11.2% before its loss was
     counted as torchtune runs it), Megatron 4.1% over 1. Overall before: 8.6% and 22.6%. The
     worst row is a 2-layer Llama 4 run (-26.3%), whose logits are half of its prediction; the
     B200 8B rows are +17% (the same configuration measures 5.8 GiB less than on MI300x).
@@ -225,11 +226,11 @@ def test_summary_per_framework_and_source(summary) -> None:
     assert set(summary["by_source"]) == {"nvidia-dgxc", "torchao", "torchtitan", "torchtune",
                                          "trainy"}
     assert summary["count"] == 37
-    assert summary["median_abs_error"] <= 0.04
+    assert summary["median_abs_error"] <= 0.03
     assert summary["p90_abs_error"] <= 0.18
     for framework, medians in summary["by_framework"].items():
         assert medians["median_abs_error"] <= 0.07, framework  # the issue's target
-    assert summary["by_framework"]["torchtitan"]["median_abs_error"] <= 0.03
+    assert summary["by_framework"]["torchtitan"]["median_abs_error"] <= 0.021
     assert summary["worst"][0] == "ao-2510-b200-llama4-2l-mxfp8-all"
 
 

@@ -208,6 +208,20 @@ class MemoryOptions(BaseModel):
       keep_stage_outputs   a 1/tp slice of each in-flight micro-batch's stage output stays
                            alive until its backward (DeepSpeed's pipeline engine partitions it
                            over the TP group; Megatron frees it once sent).
+                           torchtitan's torch.distributed.pipelining keeps it too: the stage's
+                           forward_one_chunk stores `fwd_cache[chunk] = (output_tuple, inputs)`
+                           until that micro-batch's backward (stage.py), its residual stream
+                           sequence-sharded under TP (1/tp).
+      pipeline_grad_buffers False
+                           torch.distributed.pipelining allocates, on every stage but the last,
+                           one buffer for the gradient of the stage's output per micro-batch of
+                           the step, when the schedule is prepared, and keeps them
+                           (stage.py _prepare_backward_infra: grad_recv_info[chunk] =
+                           _create_grad_recv_info(...) for every chunk, each _RecvInfo holding
+                           _make_tensor_from_meta(output meta)): num_microbatches x the stage
+                           output per virtual stage held (overheads.
+                           estimate_pipeline_grad_buffer_bytes). solver.cost.frameworks sets it
+                           for torchtitan.
     Eager code (solver.cost.memory.eager; FrameworkProfile.memory_options sets both flags
     from the profile's attention kernel and fused_elementwise):
       fused_elementwise True
@@ -255,6 +269,7 @@ class MemoryOptions(BaseModel):
     cpu_offloading_num_layers: int = Field(default=0, ge=0)
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False
+    pipeline_grad_buffers: bool = False
     fused_elementwise: bool = True
     rmsnorm_fp32_copy: bool = True
     loss_implementation: LossImplementation = "eager"
