@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_memory_properties import MOE_GQA, MOE_MLA, problems
 
@@ -314,3 +314,29 @@ def test_the_roomy_cache_keeps_the_views_ordered_and_what_fits(problem, fragment
     assert np.all(bigger["reserved"] >= roomy["reserved"])
     assert np.array_equal(roomy["device"] <= capacity * (1 + 1e-12),
                           tight["device"] <= capacity * (1 + 1e-12))
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems(), st.sampled_from(["tp", "pp", "cp", "ep", "dp"]),
+       st.floats(min_value=8.0, max_value=300.0))
+def test_the_roomy_views_never_rise_with_a_sharding_degree(problem, degree: str,
+                                                            capacity_gib: float) -> None:
+    """Property: on a GPU of any size, a worst stage's reserved and device views with the
+    allocator's cache grown into the room never rise when a sharding degree doubles (where the
+    views under pressure do not: test_memory_properties.doubled). reserved' = max(tight,
+    min((1 + ROOMY) x allocated, capacity - outside)) grows with what the allocator and the
+    others hold."""
+    from test_memory_properties import doubled
+
+    model_spec, job, config = problem
+    changed = doubled(model_spec, job, config, degree)
+    capacity = capacity_gib * GIB
+    rows = Candidates.from_configs([config, changed])
+    breakdown = estimate_memory(model_spec, job, rows)
+    tight, roomy = breakdown.views, breakdown.views_with_room(capacity)
+    assume(all(tight[view][1] <= tight[view][0] * (1 + 1e-12) for view in tight))
+    # (The default options: what lies outside the allocator is the same in both.)
+    assert tight["device"][1] - tight["reserved"][1] == pytest.approx(
+        tight["device"][0] - tight["reserved"][0])
+    for view in ("allocated", "reserved", "device"):
+        assert roomy[view][1] <= roomy[view][0] * (1 + 1e-12), view
