@@ -9,8 +9,9 @@ row): torchtitan's own benchmark tables and NVFP4 page, Trainy's torchtitan runs
 float8 / MX / MoE training tables (torchtitan runs on H100, MI300X and B200), torchtune's README
 tables, Hugging Face transformers' single-GPU training guide and NVIDIA dgxc-benchmarking's
 Megatron-Bridge log. Each is compared in the view its counter measured (max allocated or active:
-the allocated items; max reserved: plus fragmentation; nvidia-smi: everything, CUDA context and
-NCCL included), per framework profile and per source; rows that need a feature the memory model
+the allocated items; max reserved: plus the allocator's cache, grown into the room the row's GPU
+leaves; nvidia-smi: everything, CUDA context and NCCL included), per framework profile and per
+source; rows that need a feature the memory model
 lacks are listed with the feature, not compared. Nothing is fitted to these rows.
 
 Data: benchmarks/data/published_memory.jsonl (copied from the shared reference data): 74

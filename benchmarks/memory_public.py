@@ -10,7 +10,10 @@ Views (what each counter sees, in solver.cost.memory's items):
              active_bytes.all.peak: the allocated blocks plus freed ones still awaiting a stream,
              which the model does not count). Each view is solver.cost.memory.views' (the breakdown's).
   reserved   torch.cuda.max_memory_reserved (what torchtitan logs as `memory: X GiB`): the
-             allocated items plus the caching allocator's fragmentation.
+             allocated items plus the caching allocator's cache, grown into the room the row's
+             GPU leaves (CATALOG_GPU: its memory in clusters/gpus/; solver.cost.memory.views.
+             estimate_memory_views_with_room: 11.56% of allocated where it fits, 5% under
+             pressure).
   device     nvidia-smi / pynvml's used memory: every item, CUDA context and NCCL included.
 
 Fixed rules, one per source, where a source leaves a detail out:
@@ -45,16 +48,17 @@ MISSING_FEATURES (LoRA, fp32 training, a BERT encoder spec, torchtitan's chunked
 is listed with that reason and not compared: mapping it onto something else would measure the
 mapping.
 
-Known gaps of the mapping, left in the comparison (nothing is fitted): torchtune's decoder
+torchtune's loss is counted as torchtune runs it (build_torchtune_loss_options): its decoder
 returns fp32 logits (modules/transformer.py TransformerDecoder.forward, `self.output(h).float()`
-@1814feb) where the profiles' losses start from bf16 ones, and its compile_loss compiles each
-chunk of CEWithChunkedOutputLoss, which the chunked loss counts as eager chunks
-(solver.cost.memory.loss): on the 3B rows (8,192 tokens x 128,256) the eager loss holds about
-12 B per logit against generic's 6 B, the compiled one about 8 B against 4 B and the compiled
-chunks about 2.25 B against 5 B [B: read from the code, not measured]. And the generic
-profile counts the gradients whole beside the activations at the loss, where torch.optim's
+@1814feb) unless chunked, so its eager loss holds torchtitan's 12 B per logit and its compiled
+loss 8 B (fp32 logits saved, fp32 gradient), and compile_loss compiles each chunk of
+CEWithChunkedOutputLoss, 2 + 2/8 = 2.25 B (solver.cost.memory.loss) [B: read from the code,
+not measured].
+
+Known gap of the mapping, left in the comparison (nothing is fitted): the generic profile
+counts the gradients whole beside the activations at the loss, where torch.optim's
 zero_grad(set_to_none=True) (the recipe's) leaves them to be allocated during the backward:
-with full recompute, little else is held there ('+ Activation Checkpointing', +25%).
+with full recompute, little else is held there ('+ Activation Checkpointing', +13.9%).
 """
 
 from __future__ import annotations
@@ -65,9 +69,9 @@ from typing import Any
 
 import numpy as np
 
-from solver.catalog import load_model_spec
+from solver.catalog import load_gpu_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.frameworks import EAGER_CROSS_ENTROPY_LOGITS_BYTES, build_framework_profile
 from solver.cost.memory import estimate_memory
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
@@ -76,6 +80,11 @@ MODERN_PATH = Path(__file__).resolve().parent / "data" / "modern_memory.jsonl"
 COUNTER_VIEW = {"max_allocated": "allocated", "max_active": "allocated",
                 "max_reserved": "reserved", "device": "device"}
 UNIT_BYTES = {"GiB": 2**30, "GB": 1e9, "MiB": 2**20}
+# The catalog GPU (clusters/gpus/) of each row's `gpu`, whose memory bounds the allocator's
+# cache (solver.cost.memory.views.estimate_memory_views_with_room); a GPU the catalog lacks
+# (RTX A6000, V100) keeps the views under pressure.
+CATALOG_GPU = {"H100-96GB": "h100-96gb", "H100": "h100-sxm", "H200-141GB": "h200",
+               "B200": "b200", "MI300X": "mi300x", "A100": "a100-80gb", "RTX 4090": "rtx-4090"}
 # The profile each source's framework ran under (module docstring): torchtune and the Hugging
 # Face Trainer are plain PyTorch, the generic profile.
 FRAMEWORK_PROFILE = {"torchtitan": "torchtitan", "megatron": "megatron",
@@ -141,6 +150,18 @@ def build_row_model_spec(row: dict[str, Any]) -> ModelSpec:
     return ModelSpec.model_validate({**fields, **cut, "num_hidden_layers": layers})
 
 
+def build_torchtune_loss_options(loss_implementation: str, loss_compiled: bool
+                                 ) -> dict[str, Any]:
+    """What torchtune's loss holds, as MemoryOptions (module docstring, torchtune @1814feb):
+    unchunked, the decoder returns fp32 logits (`.float()`), so its eager F.cross_entropy runs
+    torchtitan's ops (12 B per logit, frameworks.EAGER_CROSS_ENTROPY_LOGITS_BYTES) and its
+    compiled loss keeps fp32 logits (8 B); chunked, the chunks stay bf16 and compile_loss
+    compiles each chunk's cross-entropy (2.25 B)."""
+    return {"logits_fp32_from_model": loss_implementation != "chunked",
+            "logits_bytes": EAGER_CROSS_ENTROPY_LOGITS_BYTES,
+            "loss_chunks_compiled": loss_implementation == "chunked" and loss_compiled}
+
+
 def predict_view_bytes(row: dict[str, Any]) -> float:
     """The row's counter, predicted: its view's items under its framework's profile."""
     config = ParallelConfig(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], ep=row["ep"],
@@ -161,10 +182,16 @@ def predict_view_bytes(row: dict[str, Any]) -> float:
     features.update(build_mapped_features(row["needs"]))
     options = build_framework_profile(FRAMEWORK_PROFILE[row["framework"]],
                                       features).memory_options()
+    if row["framework"] == "torchtune":
+        options = options.model_copy(update=build_torchtune_loss_options(
+            features["loss_implementation"], bool(row["loss_compiled"])))
     breakdown = estimate_memory(build_row_model_spec(row), job,
                                 Candidates.from_configs([config]), options)
     view = COUNTER_VIEW[row["measured_kind"]]
-    return float(breakdown.views[view][0])
+    if row["gpu"] not in CATALOG_GPU:
+        return float(breakdown.views[view][0])
+    capacity = load_gpu_spec(CATALOG_GPU[row["gpu"]]).memory_gib * 2**30
+    return float(breakdown.views_with_room(capacity)[view][0])
 
 
 def summarize_errors(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -228,3 +228,57 @@ def test_launch_files_ask_for_the_plans_loss() -> None:
         target = replace(eager, time_constants=constants)
         sections, _, _ = build_torchtitan_config(target)
         assert sections.get("compile", {}).get("components") == components, features
+
+
+def torchtune_loss_bytes(implementation: str, **flags: bool) -> float:
+    options = MemoryOptions(loss_implementation=implementation, **flags)
+    return float(estimate_logits_bytes(LLAMA_8B, JOB_8K, ONE_GPU, options)[0])
+
+
+def test_fp32_logits_from_the_model_double_the_compiled_loss() -> None:
+    """torchtune's decoder returns `self.output(h).float()` (modules/transformer.py @1814feb,
+    TransformerDecoder.forward; `F.linear(h, tok_embeddings.weight).float()` when tied) and
+    compile_loss compiles the whole CEWithChunkedOutputLoss-less loss (training/_compile.py):
+    the compiled cross-entropy saves its fp32 input and writes an fp32 gradient, 4 + 4 = 8 B
+    per logit against 2 + 2 = 4 B from bf16 logits: 8.41 GB for Llama 3 8B at 8K."""
+    assert torchtune_loss_bytes("compiled", logits_fp32_from_model=True) == pytest.approx(
+        LOGITS_8K * 8.0)
+    assert torchtune_loss_bytes("compiled", logits_fp32_from_model=True) / 1e9 == \
+        pytest.approx(8.41, abs=0.01)
+    assert torchtune_loss_bytes("compiled") == pytest.approx(LOGITS_8K * 4.0)
+    # The eager loss's bytes are logits_bytes' (MemoryOptions docstring), unchanged by it.
+    assert torchtune_loss_bytes("eager", logits_fp32_from_model=True) == \
+        torchtune_loss_bytes("eager")
+
+
+def test_compiled_chunks_keep_bf16_chunks_and_one_chunks_gradient() -> None:
+    """torchtune compile_loss compiles CEWithChunkedOutputLoss.compute_cross_entropy, each
+    chunk's `F.cross_entropy(logits.float(), ...)`, not the chunking (training/_compile.py
+    @1814feb; ce_chunked_output_loss.py, num_output_chunks = 8): 2 + 2/8 = 2.25 B per logit
+    against the eager chunks' 4 + 8/8 = 5 B: 2.36 GB for Llama 3 8B at 8K."""
+    assert torchtune_loss_bytes("chunked", loss_chunks_compiled=True) == pytest.approx(
+        LOGITS_8K * 2.25)
+    assert torchtune_loss_bytes("chunked") == pytest.approx(LOGITS_8K * 5.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(models=MODELS), st.sampled_from(["eager", "compiled", "chunked", "fused",
+                                                 "fused_linear"]))
+def test_fp32_logits_never_lower_and_compiled_chunks_never_raise(problem, value: str) -> None:
+    """Property: handing the loss fp32 logits never lowers the logits term or the worst
+    stage's total; compiling the chunks never raises them; the chunked loss stays at or below
+    the eager one with either switch."""
+    model_spec, job, config = problem
+    candidates = Candidates.from_configs([config])
+
+    def both(implementation: str, **flags: bool) -> tuple[float, float]:
+        options = MemoryOptions(loss_implementation=implementation, **flags)
+        return (float(estimate_logits_bytes(model_spec, job, candidates, options)[0]),
+                float(estimate_memory(model_spec, job, candidates, options).total[0]))
+
+    plain, fp32 = both(value), both(value, logits_fp32_from_model=True)
+    compiled_chunks = both(value, loss_chunks_compiled=True)
+    for low, high in ((plain, fp32), (compiled_chunks, plain)):
+        assert low[0] <= high[0] * (1 + 1e-12) and low[1] <= high[1] * (1 + 1e-12)
+    for flags in ({}, {"logits_fp32_from_model": True}, {"loss_chunks_compiled": True}):
+        assert both("chunked", **flags)[0] <= both("eager", **flags)[0] * (1 + 1e-12)

@@ -144,7 +144,12 @@ class FrameworkProfile(BaseModel):
                                   "recompute_modules": constants.recompute_modules,
                                   "moe_dispatcher": constants.moe_dispatcher,
                                   "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS,
-                                  "fsdp_unsharded_under_pp": self.name == "torchtitan"}
+                                  "fsdp_unsharded_under_pp": self.name == "torchtitan",
+                                  # torch.distributed.pipelining's kept stage outputs and
+                                  # gradient receive buffers (MemoryOptions).
+                                  "keep_stage_outputs": base.keep_stage_outputs
+                                  or self.name == "torchtitan",
+                                  "pipeline_grad_buffers": self.name == "torchtitan"}
         if self.name in EAGER_CROSS_ENTROPY_FRAMEWORKS:
             update["logits_bytes"] = EAGER_CROSS_ENTROPY_LOGITS_BYTES
         # The attention kernel and element-wise fusion move memory as well as time

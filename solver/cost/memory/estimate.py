@@ -30,7 +30,11 @@ from solver.cost.memory.terms import (
     compose_stage_total,
     estimate_memory_terms,
 )
-from solver.cost.memory.views import allocator_items, estimate_memory_views
+from solver.cost.memory.views import (
+    allocator_items,
+    estimate_memory_views,
+    estimate_memory_views_with_room,
+)
 from solver.spec import JobSpec, ModelSpec, ParallelConfig, PipelineLayout
 
 __all__ = ["ITEMS", "MAIN_ITEMS", "OTHER_ITEMS"]
@@ -59,6 +63,11 @@ class MemoryBreakdown:
     @property
     def total(self) -> np.ndarray:
         return self.views["device"]
+
+    def views_with_room(self, capacity_bytes: float) -> dict[str, np.ndarray]:
+        """The views on a GPU of `capacity_bytes`, the allocator's cache grown into its room
+        (solver.cost.memory.views.estimate_memory_views_with_room); fits are unchanged."""
+        return estimate_memory_views_with_room(self.views, capacity_bytes)
 
     def take(self, index: np.ndarray | int) -> MemoryBreakdown:
         index = np.atleast_1d(index)

@@ -11,9 +11,12 @@ main head plus each MTP depth):
 
   eager         T*W*logits_bytes: the framework's unfused loss (Megatron's vocab-parallel
                 cross-entropy 6 B, torchtitan's F.cross_entropy 12 B: MemoryOptions)
-  compiled      T*W*COMPILED_LOSS_LOGITS_BYTES (4: the bf16 logits saved, the bf16 gradient)
+  compiled      T*W*COMPILED_LOSS_LOGITS_BYTES (4: the bf16 logits saved, the bf16 gradient;
+                8 where the model hands the loss fp32 logits, MemoryOptions.
+                logits_fp32_from_model)
   chunked       T*W*(4 + 8/CHUNKED_LOSS_NUM_CHUNKS): each chunk's fp32 log-softmax saved,
-                one chunk's two fp32 gradients at a time
+                one chunk's two fp32 gradients at a time; T*W*(2 + 2/8) with each chunk's
+                cross-entropy compiled (MemoryOptions.loss_chunks_compiled)
   fused         T*W*2: the gradient written into the bf16 logits in place
   fused_linear  rows*W*2 + T*h*2: one chunk of `rows` logits and the head's input gradient;
                 the full logits never exist
@@ -60,6 +63,13 @@ CHUNKED_LOSS_NUM_CHUNKS = 8
 # train.py @e23bb707; the upcast saves nothing). 4 + 8/8 = 5 B.
 CHUNKED_LOSS_SAVED_BYTES = FP32_BYTES
 CHUNKED_LOSS_CHUNK_BYTES = 2 * FP32_BYTES
+# The same chunks with each chunk's upcast and cross-entropy compiled (torchtune compile_loss:
+# `loss.compute_cross_entropy = torch.compile(loss.compute_cross_entropy)` for
+# CEWithChunkedOutputLoss, training/_compile.py @1814feb; the chunking itself stays eager):
+# as the compiled loss above, each chunk keeps its bf16 logits (2 B per logit over all chunks)
+# and one chunk's backward writes its bf16 gradient (2 B over a chunk). 2 + 2/8 = 2.25 B.
+COMPILED_CHUNK_SAVED_BYTES = BF16_BYTES
+COMPILED_CHUNK_GRAD_BYTES = BF16_BYTES
 
 # A fused cross-entropy kernel that writes the logits' gradient into the logits in place:
 # Transformer Engine's parallel_cross_entropy (Megatron --cross-entropy-loss-fusion
@@ -84,6 +94,27 @@ def estimate_liger_chunk_rows(tokens: np.ndarray, hidden_size: int, vocab_entrie
     return np.minimum(chunk, tokens)
 
 
+def estimate_compiled_loss_bytes_per_logit(options: MemoryOptions) -> float:
+    """Bytes per logit of the compiled loss: the logits it is given, saved, and their gradient
+    in the same dtype, 2 x the input's bytes: bf16 logits 2 + 2 = 4 (COMPILED_LOSS_LOGITS_BYTES),
+    or fp32 ones 4 + 4 = 8 where the model upcasts them before the loss
+    (MemoryOptions.logits_fp32_from_model: torchtune's `self.output(h).float()`). The bf16
+    gradient ToCopyBackward then makes (2 B) comes after the fp32 input is freed."""
+    return 2.0 * (FP32_BYTES if options.logits_fp32_from_model else BF16_BYTES)
+
+
+def estimate_chunked_loss_bytes_per_logit(options: MemoryOptions) -> float:
+    """Bytes per logit of the chunked loss, CHUNKED_LOSS_NUM_CHUNKS chunks: what every chunk
+    keeps for the backward plus one chunk's backward working set,
+
+        eager chunks     4 + 8/8 = 5 B   (fp32 log-softmax kept; fp32 NLL and log-softmax grads)
+        compiled chunks  2 + 2/8 = 2.25 B (bf16 chunk kept; its bf16 gradient written)
+    compiled where MemoryOptions.loss_chunks_compiled (torchtune compile_loss)."""
+    if options.loss_chunks_compiled:
+        return COMPILED_CHUNK_SAVED_BYTES + COMPILED_CHUNK_GRAD_BYTES / CHUNKED_LOSS_NUM_CHUNKS
+    return CHUNKED_LOSS_SAVED_BYTES + CHUNKED_LOSS_CHUNK_BYTES / CHUNKED_LOSS_NUM_CHUNKS
+
+
 def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                           options: MemoryOptions) -> np.ndarray:
     """Logits and cross-entropy buffers held by the last stage at its peak, by
@@ -104,9 +135,8 @@ def estimate_logits_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candi
         return heads * (rows * width * BF16_BYTES + head_input_grad)
     per_logit = {
         "eager": options.logits_bytes,
-        "compiled": COMPILED_LOSS_LOGITS_BYTES,
-        "chunked": CHUNKED_LOSS_SAVED_BYTES
-        + CHUNKED_LOSS_CHUNK_BYTES / CHUNKED_LOSS_NUM_CHUNKS,
+        "compiled": estimate_compiled_loss_bytes_per_logit(options),
+        "chunked": estimate_chunked_loss_bytes_per_logit(options),
         "fused": FUSED_LOSS_LOGITS_BYTES,
     }[implementation]
     head_backward = logits * BF16_BYTES + head_input_grad

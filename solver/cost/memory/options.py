@@ -128,6 +128,21 @@ class MemoryOptions(BaseModel):
                            the bytes their code keeps, "fused_linear" (the LM head fused with
                            the loss) one chunk of logits and the head's input gradient
                            (solver.cost.memory.loss.estimate_logits_bytes, each with its source).
+      logits_fp32_from_model False
+                           the model hands the loss fp32 logits: torchtune's TransformerDecoder
+                           returns `self.output(h).float()` (TiedEmbeddingTransformerDecoder
+                           `F.linear(h, tok_embeddings.weight).float()`) unless its output is
+                           chunked (modules/transformer.py @1814feb). A compiled loss then keeps
+                           the fp32 logits and writes an fp32 gradient: 8 B per logit, not 4
+                           (loss.estimate_compiled_loss_bytes_per_logit). An eager loss on them
+                           runs the same ops as torchtitan's F.cross_entropy(pred.float()), whose
+                           12 B logits_bytes gives.
+      loss_chunks_compiled False
+                           the chunked loss's per-chunk upcast and cross-entropy are compiled
+                           (torchtune compile_loss: CEWithChunkedOutputLoss.compute_cross_entropy
+                           under torch.compile, training/_compile.py @1814feb): 2 + 2/8 B per
+                           logit, not the eager chunks' 4 + 8/8 (loss.
+                           estimate_chunked_loss_bytes_per_logit).
     Temporary buffers and fixed overheads (§3.1 FSDP, §3.4):
       zero3_prefetch_layers 1
                            ZeRO-3 keeps the current and the prefetched layer gathered (FSDP2:
@@ -193,6 +208,20 @@ class MemoryOptions(BaseModel):
       keep_stage_outputs   a 1/tp slice of each in-flight micro-batch's stage output stays
                            alive until its backward (DeepSpeed's pipeline engine partitions it
                            over the TP group; Megatron frees it once sent).
+                           torchtitan's torch.distributed.pipelining keeps it too: the stage's
+                           forward_one_chunk stores `fwd_cache[chunk] = (output_tuple, inputs)`
+                           until that micro-batch's backward (stage.py), its residual stream
+                           sequence-sharded under TP (1/tp).
+      pipeline_grad_buffers False
+                           torch.distributed.pipelining allocates, on every stage but the last,
+                           one buffer for the gradient of the stage's output per micro-batch of
+                           the step, when the schedule is prepared, and keeps them
+                           (stage.py _prepare_backward_infra: grad_recv_info[chunk] =
+                           _create_grad_recv_info(...) for every chunk, each _RecvInfo holding
+                           _make_tensor_from_meta(output meta)): num_microbatches x the stage
+                           output per virtual stage held (overheads.
+                           estimate_pipeline_grad_buffer_bytes). solver.cost.frameworks sets it
+                           for torchtitan.
     Eager code (solver.cost.memory.eager; FrameworkProfile.memory_options sets both flags
     from the profile's attention kernel and fused_elementwise):
       fused_elementwise True
@@ -240,6 +269,9 @@ class MemoryOptions(BaseModel):
     cpu_offloading_num_layers: int = Field(default=0, ge=0)
     account_for_embedding_in_pipeline_split: bool = False
     keep_stage_outputs: bool = False
+    pipeline_grad_buffers: bool = False
     fused_elementwise: bool = True
     rmsnorm_fp32_copy: bool = True
     loss_implementation: LossImplementation = "eager"
+    logits_fp32_from_model: bool = False
+    loss_chunks_compiled: bool = False

@@ -7,8 +7,10 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory.options import GIB, MemoryOptions
+from solver.spec import JobSpec, ModelSpec
 
 FLOAT8_BYTES = 1.0
+BF16_BYTES = 2.0
 
 
 def estimate_zero3_gather_bytes(candidates: Candidates, largest_layer_params: np.ndarray,
@@ -57,3 +59,26 @@ def estimate_fragmentation_bytes(allocated: np.ndarray, options: MemoryOptions) 
     Worked number: 194.4 GB allocated * 0.12 = 23.3 GB, the 216.9 GB reserved of the
     Llama-3.1-8B log (notes §3.4)."""
     return allocated * options.fragmentation
+
+
+
+def estimate_pipeline_grad_buffer_bytes(model_spec: ModelSpec, job: JobSpec,
+                                        candidates: Candidates, options: MemoryOptions
+                                        ) -> np.ndarray:
+    """Bytes per GPU of the gradient receive buffers torch.distributed.pipelining keeps for one
+    (virtual) stage that is not the last (MemoryOptions.pipeline_grad_buffers), 0 without them:
+
+        num_microbatches * (s * b / cp) * h * 2 B / (tp under sequence parallelism)
+    one buffer of the stage's bf16 output per micro-batch of the step (global_batch /
+    (dp * micro_batch)); the composition counts it on every stage but the last
+    (solver.cost.memory.terms; once per GPU, though each virtual stage of an interleaved
+    schedule keeps its own: a lower bound there).
+    Worked number: Llama-3.1-405B, tp 8, pp 8, dp 8, b 4, s 8192 (torchtitan 2024-12, Table
+    5, 1F1B): 8 micro-batches x 4 x 1,024 x 16,384 x 2 B = 1.07 GB on each stage but the last.
+    """
+    if not options.pipeline_grad_buffers:
+        return np.zeros(len(candidates))
+    num_micro = np.maximum(job.global_batch // (candidates.dp * candidates.micro_batch), 1)
+    tokens = job.seq_len * candidates.micro_batch / candidates.cp
+    sharded = candidates.tp if options.sequence_parallel else 1
+    return num_micro * tokens * model_spec.hidden_size * BF16_BYTES / sharded

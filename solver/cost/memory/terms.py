@@ -31,7 +31,11 @@ from solver.cost.memory.dispatcher import estimate_dispatcher_bytes
 from solver.cost.memory.layer_offload import estimate_layer_offload_saved_bytes
 from solver.cost.memory.loss import estimate_logits_bytes
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.memory.overheads import estimate_fixed_bytes, estimate_zero3_gather_bytes
+from solver.cost.memory.overheads import (
+    estimate_fixed_bytes,
+    estimate_pipeline_grad_buffer_bytes,
+    estimate_zero3_gather_bytes,
+)
 from solver.cost.blocks import hybrid_kinds
 from solver.cost.memory.states import (
     StageParams,
@@ -170,6 +174,10 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
         estimate_low_precision_weight_bytes_per_param(job.precision, options))
     activation = estimate_activation_terms(model_spec, job, candidates, options)
     logits = estimate_logits_bytes(model_spec, job, candidates, options)
+    # torch.distributed.pipelining's gradient receive buffers, none on the last stage (fixed
+    # on every stage, taken back on the last). Interleaved, each virtual stage keeps its own:
+    # counted once, a lower bound (the terms do not depend on vpp, MEMORY_DEGREES).
+    grad_buffers = estimate_pipeline_grad_buffer_bytes(model_spec, job, candidates, options)
 
     def activations(values: np.ndarray) -> np.ndarray:
         return _item_matrix(n, {"activations": values})
@@ -182,7 +190,7 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
              # Layer-level CPU offloading (one stage, one micro-batch: layer_offload).
              "activations": activation["offload_margin"] - estimate_layer_offload_saved_bytes(
                  model_spec, candidates, options.cpu_offloading_num_layers,
-                 activation["layer"])}
+                 activation["layer"]) + grad_buffers}
     terms = MemoryTerms(
         fixed=_item_matrix(n, fixed),
         per_layer=np.stack([states(dense), states(moe), *map(states, extra)], axis=1),
@@ -190,7 +198,7 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
         recompute_in_flight=np.stack(saved, axis=1),
         first=states(first),
         first_in_flight=activations(activation["first"]),
-        last=states(last) + activations(activation["last"])
+        last=states(last) + activations(activation["last"] - grad_buffers)
         + _item_matrix(n, {"logits": logits}),
         not_last_in_flight=activations(activation["not_last"]),
         working=activations(activation["working"]),
