@@ -25,6 +25,7 @@ from solver.cost.offload import (
     offload_available,
 )
 from solver.catalog import list_gpu_names, load_gpu_spec
+from solver.cost.candidates import Candidates
 from solver.cost.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
 from solver.cost.steptime import StepTime
@@ -223,11 +224,8 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
     assert winner.ranked is not None
     solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
         if compare and winner.problem is problem else None
-    # The explanation reads the plans' own step times (those with memory savers re-timed).
     steps = [costed[id(s), p][1] for s, p in chosen]
-    ranking = replace(merged_ranking(chosen), step_time=StepTime(**{
-        f.name: np.concatenate([getattr(step, f.name) for step in steps])
-        for f in fields(StepTime)}))
+    ranking = as_listed(merged_ranking(chosen), ranked_plans, steps)
     why = list(explain_choice(winner.problem, ranking, solve_pinned))
     # After the fit check: the memory savers the winner turns on to fit, its offloads.
     why = why[:1] + explain_savers(winner.problem, ranked_plans[0]) + explain_offloads(
@@ -268,11 +266,28 @@ def _by_own_time(objective: str, chosen: tuple[tuple[Searched, int], ...],
     return tuple(sorted(chosen, key=key))
 
 
+def as_listed(ranking: Ranked, plans: tuple[Plan, ...], steps: list[StepTime]) -> Ranked:
+    """`ranking` as its plans are listed, for the explanation: each plan's own configuration
+    (the leanest of its twins), step time (with the memory savers it turns on) and
+    worst-stage memory (under those savers), so that the why reads the table's and the
+    JSON's numbers (issue 39: the why gave the winner 80.8 GB, the ranking's memory with every
+    saver on, where the table said 83.1)."""
+    return replace(ranking, candidates=Candidates.from_configs([p.config for p in plans]),
+                   step_time=StepTime(**{f.name: np.concatenate([getattr(s, f.name)
+                                                                 for s in steps])
+                                         for f in fields(StepTime)}),
+                   memory_bytes=np.array([p.worst_stage.total_bytes for p in plans]))
+
+
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:
-    """The best plan of `problem` with `engine` (for the explanation's comparisons)."""
-    if engine == "layout":
-        return solve_with_layouts(problem, 1, time_limit_s)[0]
-    return solve_by_enumeration(problem, 1)
+    """The best plan of `problem` with `engine` (for the explanation's comparisons), as
+    `optimize` with the same pins would list it (as_listed)."""
+    ranked = solve_with_layouts(problem, 1, time_limit_s)[0] if engine == "layout" \
+        else solve_by_enumeration(problem, 1)
+    if ranked is None:
+        return None
+    costed = cost_ranked_plans(problem, ranked)
+    return as_listed(ranked, tuple(plan for plan, _ in costed), [step for _, step in costed])
 
 
 def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:

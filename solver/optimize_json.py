@@ -10,6 +10,7 @@ from typing import Any
 from solver.cost.caveats import list_time_caveats
 from solver.cost.frameworks import FrameworkProfile
 from solver.optimize import OptimizeResult
+from solver.ranked_plans import TIE_TOLERANCE, tied_with_best
 from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
 
 
@@ -34,7 +35,9 @@ def render_result_json(result: OptimizeResult) -> dict[str, Any]:
         else round(result.step_lower_bound_s, 6),
         "optimality_gap": None if result.optimality_gap is None
         else round(result.optimality_gap, 4),
-        "plans": [render_plan_json(plan) for plan in result.plans],
+        "tie_tolerance": TIE_TOLERANCE,
+        "plans": [{**render_plan_json(plan), "tied_with_best": tied}
+                  for plan, tied in zip(result.plans, tied_with_best(result.plans))],
         "notes": list(list_time_caveats(problem.model_spec)),
     }
     if result.status == "infeasible":

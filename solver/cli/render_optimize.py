@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -9,6 +11,7 @@ import click
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import echo_layout_table
 from solver.cost.caveats import list_time_caveats
+from solver.ranked_plans import TIE_TOLERANCE, tied_with_best
 
 
 def recompute_label(plan: Any) -> str:
@@ -16,9 +19,24 @@ def recompute_label(plan: Any) -> str:
     "selective = none" where either setting gives the same step time."""
     layout = plan.layout
     if layout is None or plan.config.recompute != "full":
-        return " = ".join([plan.config.recompute] + [e.recompute for e in plan.equivalent])
+        return " = ".join(_settings(plan, "recompute"))
     recomputed = sum(s.recompute_layers for s in layout.stages)
     return "full" if recomputed == layout.num_layers else f"full {recomputed}/{layout.num_layers}"
+
+
+def zero_label(plan: Any) -> str:
+    """The zero column: "0 = 1" where either stage gives the same plan (dp x cp = 1,
+    solver.search.twins)."""
+    return " = ".join(str(z) for z in _settings(plan, "zero"))
+
+
+def _settings(plan: Any, name: str) -> list[Any]:
+    """The plan's `name` setting, then the other values its equivalent settings take."""
+    values = [getattr(plan.config, name)]
+    for twin in plan.equivalent:
+        if getattr(twin, name) not in values:
+            values.append(getattr(twin, name))
+    return values
 
 
 def echo_result(result: Any, gpus_for_days: float | None) -> None:
@@ -37,27 +55,89 @@ def echo_result(result: Any, gpus_for_days: float | None) -> None:
     if result.status == "infeasible":
         echo_infeasible(result, "the model, the job or the cluster")
         return
-    budget = problem.job.token_budget is not None
-    columns = ["#", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mb", "recompute",
-               "device GB", "step s", "tokens/s", "MFU %"] + (["days"] if budget else [])
-    rows = []
-    for i, plan in enumerate(result.plans, start=1):
-        c, t = plan.config, plan.time
-        assert t is not None
-        row = [i, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp, c.zero, c.micro_batch,
-               recompute_label(plan), round(plan.worst_stage.total_bytes / 1e9, 1),
-               round(t.step_seconds, 3), round(t.tokens_per_second), round(100 * t.mfu, 1)]
-        if budget:
-            row.append(round(t.train_days or 0.0, 1))
-        rows.append(row)
-    notes = [n for n in (_twins_note(result.plans), _savers_note(result.plans),
-                         _modules_note(result.plans), _offloads_note(result.plans)) if n]
+    plans = result.plans
+    columns = plan_columns(plans, problem.job.token_budget is not None)
+    wide = [c for c in columns if c.wide]
+    narrow = [c for c in columns if c.narrow]
+    tied = tied_with_best(plans)
+    rows = [[c.cell(i, plan, tied[i - 1]) for c in wide] for i, plan in enumerate(plans, 1)]
+    compact = [[c.cell(i, plan, tied[i - 1]) for c in narrow]
+               for i, plan in enumerate(plans, 1)]
+    legend = "; ".join(f"{c.header}: {c.meaning}" for c in narrow if c.meaning)
+    notes = [n for n in (_ties_note(tied), _twins_note(plans), _savers_note(plans),
+                         _modules_note(plans), _offloads_note(plans)) if n]
     notes += [f"note: {note}" for note in list_time_caveats(problem.model_spec)]
-    echo_ranked(result, columns, rows, "\n".join(notes) or None)
-    best = result.plans[0]
+    echo_ranked(result, [c.header for c in wide], rows, "\n".join(notes) or None,
+                narrow=([c.header for c in narrow], compact, legend))
+    best = plans[0]
     if best.config.pp > 1 or (best.config.recompute == "full"
                               and recompute_label(best) != best.config.recompute):
         echo_layout_table(best)
+
+
+# The mark of a plan tied with the best in the # column.
+TIE_MARK = "≈"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the ranking: its header, the cell of plan #i (`tied`: with the best), and
+    in which layouts it shows (wide: one column per degree; narrow: below the terminal's
+    width, degrees merged), with what its header means in the narrow layout's legend."""
+
+    header: str
+    cell: Callable[[int, Any, bool], Any]
+    wide: bool = True
+    narrow: bool = True
+    meaning: str = ""
+
+
+MERGED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")
+
+
+def plan_columns(plans: Any, budget: bool) -> list[Column]:
+    """The ranking's columns; "modules" where the listed selective plans recompute different
+    module sets (issue 39: rows that looked the same differed only there)."""
+    sets = {p.recompute_modules for p in plans if p.config.recompute == "selective"}
+    degree = [Column(name, lambda i, p, t, n=name: getattr(p.config, n), narrow=False)
+              for name in MERGED]
+    columns = [
+        Column("#", lambda i, p, t: f"{i}{TIE_MARK}" if t and i > 1 else i),
+        *degree,
+        Column("degrees", lambda i, p, t: "/".join(str(getattr(p.config, n)) for n in MERGED),
+               wide=False, meaning="/".join(MERGED)),
+        Column("zero", lambda i, p, t: _number_or_label(zero_label(p))),
+        Column("mb", lambda i, p, t: p.config.micro_batch),
+        Column("recompute", lambda i, p, t: recompute_label(p)),
+    ]
+    if len(sets) > 1:
+        columns.append(Column("modules", lambda i, p, t: ",".join(p.recompute_modules)
+                              if p.config.recompute == "selective" else ""))
+    columns += [
+        Column("device GB", lambda i, p, t: round(p.worst_stage.total_bytes / 1e9, 1),
+               narrow=False),
+        Column("GB", lambda i, p, t: round(p.worst_stage.total_bytes / 1e9, 1), wide=False,
+               meaning="device GB of the worst stage"),
+        Column("step s", lambda i, p, t: round(p.time.step_seconds, 3)),
+        Column("tokens/s", lambda i, p, t: round(p.time.tokens_per_second)),
+        Column("MFU %", lambda i, p, t: round(100 * p.time.mfu, 1)),
+    ]
+    if budget:
+        columns.append(Column("days", lambda i, p, t: round(p.time.train_days or 0.0, 1)))
+    return columns
+
+
+def _number_or_label(label: str) -> int | str:
+    """A label that is one number as that number (right-aligned with the others)."""
+    return int(label) if label.isdigit() else label
+
+
+def _ties_note(tied: list[bool]) -> str | None:
+    """What the tie mark means, where a plan after the first carries it."""
+    if not any(tied[1:]):
+        return None
+    return (f"{TIE_MARK}: step time within {100 * TIE_TOLERANCE:g}% of #1's, closer than the "
+            "time model orders plans (benchmarks/choice.py)")
 
 
 def _twins_note(plans: Any) -> str | None:
@@ -65,8 +145,9 @@ def _twins_note(plans: Any) -> str | None:
     extra = [e.total_bytes - p.worst_stage.total_bytes for p in plans for e in p.equivalent]
     if not extra:
         return None
-    return (f"recompute a = b: the same step time with either setting (the first listed needs "
-            f"the least memory; the other up to {max(extra) / 1e9:.2f} GB more)")
+    return (f"recompute or zero a = b: the same step time with either setting (the first listed "
+            f"needs the least memory; the other up to {max(extra) / 1e9:.2f} GB more; a ZeRO "
+            "stage shards nothing at dp x cp = 1)")
 
 
 def _savers_note(plans: Any) -> str | None:
