@@ -64,7 +64,10 @@ def _build_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any
         table = Table(title=Text(title), title_justify="left", show_lines=False)
     for i, name in enumerate(columns):
         numeric = rows and all(isinstance(r[i], (int, float)) for r in rows)
-        table.add_column(Text(name), justify="right" if numeric else "left", no_wrap=i == 0)
+        # A cell without a space cannot wrap: the column keeps its width, the others wrap.
+        whole = i == 0 or all(" " not in format_number(r[i]) for r in rows)
+        table.add_column(Text(name), justify="right" if numeric else "left", no_wrap=whole,
+                         overflow="fold")
     for row in rows:
         table.add_row(*(Text("no", style=ALERT_STYLE) if v is False else Text(format_number(v))
                         for v in row))

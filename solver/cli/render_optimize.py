@@ -111,7 +111,7 @@ def plan_columns(plans: Any, budget: bool) -> list[Column]:
         Column("recompute", lambda i, p, t: recompute_label(p)),
     ]
     if len(sets) > 1:
-        columns.append(Column("modules", lambda i, p, t: ",".join(p.recompute_modules)
+        columns.append(Column("modules", lambda i, p, t: ", ".join(p.recompute_modules)
                               if p.config.recompute == "selective" else ""))
     columns += [
         Column("device GB", lambda i, p, t: round(p.worst_stage.total_bytes / 1e9, 1),
