@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from solver.cli.help_groups import GroupedCommand
 from solver.cli.options import (
     degree_options,
     framework_feature_options,
@@ -19,7 +20,7 @@ from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.strict import MAX_LAYERS
 
 
-@click.command()
+@click.command(cls=GroupedCommand)
 @make_planning_options(gpus_required=False, model_required=False)
 @degree_options
 @plan_file_options("Re-estimate a plan of this `optimize --json` / `estimate --json` output "
