@@ -80,6 +80,18 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         layout=layout, recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
         **job_values, **values)
     plan = result.plan
+    fixes = result.fixes
+    if not plan.fits:  # the search's advice first (solver.estimate_fixes), then single changes
+        from solver.estimate_fixes import suggest_estimate_fixes
+        from solver.optimize import build_problem
+
+        problem = build_problem(
+            values["model"], values["cluster"], result.num_gpus, gpus_per_node=gpus_per_node,
+            token_budget=token_budget, framework=values["framework"],
+            calibration=calibration, segment_gpus=segment_gpus, features=values["features"],
+            memory_headroom=values["memory_headroom"], **job_values)
+        fixes = tuple(suggest_estimate_fixes(problem, plan.config,
+                                             plan.recompute_modules)) + fixes
     if as_json:
         answer: dict[str, Any] = {
             "status": "feasible" if plan.fits else "infeasible",
@@ -102,7 +114,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             answer["block_kinds"] = [dict(vars(kind)) for kind in result.blocks]
         if not plan.fits:
             answer["conflicts"] = [MEMORY_CONSTRAINT]
-            answer["fixes"] = list(result.fixes)
+            answer["fixes"] = list(fixes)
         if result.calibration is not None:
             from solver.cli.render_calibration import render_sources_json
 
@@ -147,7 +159,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
 
         echo_sources_table(result.calibration, result.curve_sources)
     if not plan.fits:
-        echo_fixes(result.fixes)
+        echo_fixes(fixes)
 
 
 def _plan_values(values: dict[str, Any], plan_path: str | None, plan_rank: int,
