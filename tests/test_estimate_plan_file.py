@@ -30,8 +30,10 @@ from solver.sweep.outcome import SolveSettings, solve_sweep_problem
 from solver.sweep.problems import SweepProblem
 
 # What an estimated plan does not carry (the search's own fields): the settings of the same
-# step time, and the names of what the search turned on (the estimate's profile has them on).
-SEARCH_FIELDS = {"equivalent", "memory_savers", "recompute_modules", "offloads"}
+# step time, the names of what the search turned on (the estimate's profile has them on), and
+# whether its step time ties the ranking's best.
+SEARCH_FIELDS = {"equivalent", "memory_savers", "recompute_modules", "offloads",
+                 "tied_with_best"}
 # Small zoo models of each kind: dense, hybrid (Mamba + attention), MLA MoE, GQA MoE.
 MODELS = ("llama3.2-1b", "nemotron-h-8b", "deepseek-v2-lite", "qwen3-30b-a3b")
 CLUSTERS = ("dgx-h100", "dgx-a100-80gb")

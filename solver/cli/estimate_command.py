@@ -82,16 +82,9 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     plan = result.plan
     fixes = result.fixes
     if not plan.fits:  # the search's advice first (solver.estimate_fixes), then single changes
-        from solver.estimate_fixes import suggest_estimate_fixes
-        from solver.optimize import build_problem
-
-        problem = build_problem(
-            values["model"], values["cluster"], result.num_gpus, gpus_per_node=gpus_per_node,
-            token_budget=token_budget, framework=values["framework"],
-            calibration=calibration, segment_gpus=segment_gpus, features=values["features"],
-            memory_headroom=values["memory_headroom"], **job_values)
-        fixes = tuple(suggest_estimate_fixes(problem, plan.config,
-                                             plan.recompute_modules)) + fixes
+        fixes = _search_fixes(result, values, job_values, gpus_per_node=gpus_per_node,
+                              token_budget=token_budget, calibration=calibration,
+                              segment_gpus=segment_gpus) + fixes
     if as_json:
         answer: dict[str, Any] = {
             "status": "feasible" if plan.fits else "infeasible",
@@ -160,6 +153,25 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         echo_sources_table(result.calibration, result.curve_sources)
     if not plan.fits:
         echo_fixes(fixes)
+
+
+def _search_fixes(result: Any, values: dict[str, Any], job_values: dict[str, Any],
+                  **problem: Any) -> tuple[str, ...]:
+    """The search's fixes for an estimate that does not fit (solver.estimate_fixes), on the
+    problem of its flags (or plan file): the same model, cluster, GPUs, job and features."""
+    from solver.estimate_fixes import suggest_estimate_fixes
+    from solver.optimize import build_problem
+    from solver.spec.framework import FrameworkFeatures
+
+    features = values["features"]
+    if features is not None and not isinstance(features, FrameworkFeatures):  # a plan file's
+        features = FrameworkFeatures(**{k: v for k, v in features.items() if v is not None})
+    searched = build_problem(values["model"], values["cluster"], result.num_gpus,
+                             framework=values["framework"], features=features,
+                             memory_headroom=values["memory_headroom"], **problem,
+                             **job_values)
+    return tuple(suggest_estimate_fixes(searched, result.plan.config,
+                                        result.plan.recompute_modules))
 
 
 def _plan_values(values: dict[str, Any], plan_path: str | None, plan_rank: int,
