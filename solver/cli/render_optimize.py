@@ -98,7 +98,6 @@ MERGED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")
 def plan_columns(plans: Any, budget: bool) -> list[Column]:
     """The ranking's columns; "modules" where the listed selective plans recompute different
     module sets (issue 39: rows that looked the same differed only there)."""
-    sets = {p.recompute_modules for p in plans if p.config.recompute == "selective"}
     degree = [Column(name, lambda i, p, t, n=name: getattr(p.config, n), narrow=False)
               for name in MERGED]
     columns = [
@@ -110,7 +109,7 @@ def plan_columns(plans: Any, budget: bool) -> list[Column]:
         Column("mb", lambda i, p, t: p.config.micro_batch),
         Column("recompute", lambda i, p, t: recompute_label(p)),
     ]
-    if len(sets) > 1:
+    if _modules_differ(plans):
         columns.append(Column("modules", lambda i, p, t: ", ".join(p.recompute_modules)
                               if p.config.recompute == "selective" else ""))
     columns += [
@@ -125,6 +124,11 @@ def plan_columns(plans: Any, budget: bool) -> list[Column]:
     if budget:
         columns.append(Column("days", lambda i, p, t: round(p.time.train_days or 0.0, 1)))
     return columns
+
+
+def _modules_differ(plans: Any) -> bool:
+    """Whether the listed selective plans recompute more than one module set."""
+    return len({p.recompute_modules for p in plans if p.config.recompute == "selective"}) > 1
 
 
 def _number_or_label(label: str) -> int | str:
@@ -173,10 +177,11 @@ def _flags_note(plans: Any, field: str, head: str) -> str | None:
 def _modules_note(plans: Any) -> str | None:
     """What each selective plan recomputes (Plan.recompute_modules: Megatron's
     --recompute-modules, which `launch --plan` writes; Megatron-DeepSpeed's and the generic
-    profile's selective is core_attn, with no flag)."""
+    profile's selective is core_attn, with no flag); none where the table has them in a
+    column (plan_columns: the sets differ)."""
     used = [(i, p.recompute_modules) for i, p in enumerate(plans, start=1)
             if p.recompute_modules]
-    if not used:
+    if not used or _modules_differ(plans):
         return None
     return "selective recomputes: " + "; ".join(
         f"#{i} {','.join(modules)}" for i, modules in used)
