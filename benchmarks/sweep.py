@@ -53,7 +53,7 @@ PHASES = [
     ("  plans of the merged top K", "solver/ranked_plans.py", "build_ranked_plans"),
     ("  explain the winner", "solver/search/explain.py", "explain_choice"),
     ("  explain infeasible: conflicts", "solver/search/explain.py", "find_conflicts"),
-    ("  explain infeasible: fixes (re-solves)", "solver/optimize.py", "suggest_fixes"),
+    ("  explain infeasible: fixes (re-solves)", "solver/fixes.py", "suggest_fixes"),
     ("JSON line", "solver/optimize_json.py", "render_result_json"),
 ]
 

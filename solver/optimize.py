@@ -24,7 +24,7 @@ from solver.cost.offload import (
     check_offload,
     offload_available,
 )
-from solver.catalog import list_gpu_names, load_gpu_spec
+from solver.cost.candidates import Candidates
 from solver.cost.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
 from solver.cost.steptime import StepTime
@@ -41,12 +41,11 @@ from solver.search.module_variants import (
 )
 from solver.search.constraints import MEMORY_CONSTRAINT, build_constraints
 from solver.search.enumerate import FirstPass, Ranked, solve_by_enumeration
-from solver.search.feasible import any_feasible
 from solver.search.explain import explain_choice, find_conflicts
 from solver.search.layout_search import LayoutSearch, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
+from solver.fixes import suggest_fixes
 from solver.ranked_plans import cost_ranked_plans, explain_offloads, explain_savers
-from solver.spec import ClusterSpec
 from solver.spec.framework import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.job import RECOMPUTE_LEVELS
@@ -223,11 +222,8 @@ def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
     assert winner.ranked is not None
     solve_pinned = (lambda pinned: _solve_top(pinned, engine, time_limit_s)) \
         if compare and winner.problem is problem else None
-    # The explanation reads the plans' own step times (those with memory savers re-timed).
     steps = [costed[id(s), p][1] for s, p in chosen]
-    ranking = replace(merged_ranking(chosen), step_time=StepTime(**{
-        f.name: np.concatenate([getattr(step, f.name) for step in steps])
-        for f in fields(StepTime)}))
+    ranking = as_listed(merged_ranking(chosen), ranked_plans, steps)
     why = list(explain_choice(winner.problem, ranking, solve_pinned))
     # After the fit check: the memory savers the winner turns on to fit, its offloads.
     why = why[:1] + explain_savers(winner.problem, ranked_plans[0]) + explain_offloads(
@@ -268,98 +264,28 @@ def _by_own_time(objective: str, chosen: tuple[tuple[Searched, int], ...],
     return tuple(sorted(chosen, key=key))
 
 
+def as_listed(ranking: Ranked, plans: tuple[Plan, ...], steps: list[StepTime]) -> Ranked:
+    """`ranking` as its plans are listed, for the explanation: each plan's own configuration
+    (the leanest of its twins), step time (with the memory savers it turns on) and
+    worst-stage memory (under those savers), so that the why reads the table's and the
+    JSON's numbers (issue 39: the why gave the winner 80.8 GB, the ranking's memory with every
+    saver on, where the table said 83.1)."""
+    return replace(ranking, candidates=Candidates.from_configs([p.config for p in plans]),
+                   step_time=StepTime(**{f.name: np.concatenate([getattr(s, f.name)
+                                                                 for s in steps])
+                                         for f in fields(StepTime)}),
+                   memory_bytes=np.array([p.worst_stage.total_bytes for p in plans]))
+
+
 def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:
-    """The best plan of `problem` with `engine` (for the explanation's comparisons)."""
-    if engine == "layout":
-        return solve_with_layouts(problem, 1, time_limit_s)[0]
-    return solve_by_enumeration(problem, 1)
-
-
-def suggest_fixes(problem: Problem, conflicts: tuple[str, ...]) -> list[str]:
-    """Changes that make the problem feasible, cheapest first: lift a pin, more GPUs, a GPU
-    with more memory, TP across nodes, no framework rule."""
-    fixes: list[str] = []
-    for name in conflicts:
-        if name.startswith("pin_"):
-            variable = name.removeprefix("pin_")
-            pins = {k: v for k, v in problem.pins.items() if k != variable}
-            if any_feasible(problem.model_copy(update={"pins": pins})):
-                fixes.append(f"drop the pin on {variable}")
-    node = problem.cluster.gpus_per_node
-    for factor in MORE_GPUS_FACTORS:
-        more = max(problem.num_gpus * factor, node)
-        more = -(-more // node) * node
-        if any_feasible(problem.model_copy(update={"num_gpus": more})):
-            fixes.append(f"--gpus {more}")
-            break
-    if SPLIT_RULES & set(conflicts):
-        for count in _nearby_round_counts(problem):
-            if f"--gpus {count}" not in fixes and any_feasible(
-                    problem.model_copy(update={"num_gpus": count})):
-                fixes.append(f"--gpus {count} (a count that splits evenly)")
-                break
-    if "batch_divides" in conflicts:
-        for batch in _nearby_global_batches(problem):
-            job = problem.job.model_copy(update={"global_batch": batch})
-            if any_feasible(problem.model_copy(update={"job": job})):
-                fixes.append(f"--global-batch {batch}")
-                break
-    if MEMORY_CONSTRAINT in conflicts:
-        bigger = _bigger_gpu(problem.cluster)
-        if bigger is not None and any_feasible(problem.model_copy(update={"cluster": bigger})):
-            fixes.append(f"a GPU with more memory: {bigger.gpu.name} "
-                         f"({bigger.gpu.memory_gib * 2**30 / 1e9:.0f} GB)")
-    if {"tp_within_nvlink", "etp_within_nvlink"} & set(conflicts):
-        if any_feasible(problem.model_copy(update={"allow_tp_across_nodes": True})):
-            fixes.append("--allow-tp-across-nodes")
-    if any(n.startswith(("megatron_", "torchtitan_", "deepspeed_")) for n in conflicts):
-        if any_feasible(problem.model_copy(update={"framework": "generic"})):
-            fixes.append("another framework (--framework generic lifts the framework rules)")
-    return fixes
-
-
-# The GPU counts suggest_fixes tries: the request times 2, 4, ..., 1024 (the first that works).
-MORE_GPUS_FACTORS = tuple(2**k for k in range(1, 11))
-# Rules on how the GPU count splits into degrees: a nearby count may satisfy them.
-SPLIT_RULES = frozenset({"batch_divides", "cp_splits_sequence", "tp_divides_heads",
-                         "tp_divides_kv_heads", "tp_kv_heads_compatible", "ep_divides_experts",
-                         "expert_ranks_fit_stage", "pp_at_most_layers",
-                         "virtual_stages_fit_layers"})
-# Round counts tried: whole nodes of the form 2^a or 3 x 2^a, within a factor of 2.
-NEARBY_TRIES = 6
-
-
-def _nearby_round_counts(problem: Problem) -> list[int]:
-    """Whole-node GPU counts of the form 2^a or 3 x 2^a within a factor of 2 of the request,
-    nearest first (the fewest odd factors: they split into powers-of-two degrees)."""
-    node, n = problem.cluster.gpus_per_node, problem.num_gpus
-    counts = {base << shift for base in (1, 3) for shift in range(0, 40)
-              if n // 2 <= base << shift <= 2 * n}
-    counts = {c for c in counts if c % node == 0 and c != n}
-    return sorted(counts, key=lambda c: (abs(c - n), c))[:NEARBY_TRIES]
-
-
-def _nearby_global_batches(problem: Problem) -> list[int]:
-    """Global batches within a factor of 2 of the request that the GPU count can split evenly:
-    d x 2^a, d a divisor of the GPU count's odd part (DBRX on 23,040 = 45 x 2^9 GPUs asks
-    1,024: 960, 1152, 1280, 768, ...), nearest first."""
-    n, batch = problem.num_gpus, problem.job.global_batch
-    odd = n >> ((n & -n).bit_length() - 1)
-    near = {d << shift for d in range(1, odd + 1) if odd % d == 0 for shift in range(0, 40)
-            if batch // 2 <= d << shift <= 2 * batch}
-    near.discard(batch)
-    return sorted(near, key=lambda m: (abs(m - batch), m))[:NEARBY_TRIES]
-
-
-def _bigger_gpu(cluster: ClusterSpec) -> ClusterSpec | None:
-    """The same cluster with the smallest catalog GPU of the same vendor that has more memory."""
-    current = cluster.gpu
-    options = [load_gpu_spec(name) for name in list_gpu_names()]
-    larger = sorted((g for g in options if g.vendor == current.vendor
-                     and g.memory_gib > current.memory_gib), key=lambda g: g.memory_gib)
-    if not larger:
+    """The best plan of `problem` with `engine` (for the explanation's comparisons), as
+    `optimize` with the same pins would list it (as_listed)."""
+    ranked = solve_with_layouts(problem, 1, time_limit_s)[0] if engine == "layout" \
+        else solve_by_enumeration(problem, 1)
+    if ranked is None:
         return None
-    return cluster.model_copy(update={"gpu": larger[0]})
+    costed = cost_ranked_plans(problem, ranked)
+    return as_listed(ranked, tuple(plan for plan, _ in costed), [step for _, step in costed])
 
 
 def fewest_gpus(problem: Problem, days: float, engine: str = "layout",

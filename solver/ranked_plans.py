@@ -4,6 +4,7 @@ settings (solver.search.twins), shown as the leanest of them."""
 
 from __future__ import annotations
 
+
 import numpy as np
 
 from solver.api import estimate_plans
@@ -97,33 +98,36 @@ def _leanest_first(problem: Problem, plan: Plan, equivalents: tuple[Equivalent, 
     leanest = min(equivalents, key=lambda e: e.total_bytes, default=None)
     if leanest is None or leanest.total_bytes >= plan.worst_stage.total_bytes:
         return plan.model_copy(update={"equivalent": equivalents})
-    config = plan.config.model_copy(update={"recompute": leanest.recompute})
+    config = plan.config.model_copy(update={"recompute": leanest.recompute,
+                                            "zero": leanest.zero})
     swapped = estimate_plans(problem.model_spec, problem.cluster, problem.job, [config],
                              options, saver_constants(problem, plan.memory_savers),
                              [plan.layout], step)[0]
     others = tuple(e for e in equivalents if e is not leanest) + (
-        Equivalent(recompute=plan.config.recompute, total_bytes=plan.worst_stage.total_bytes),)
+        Equivalent(recompute=plan.config.recompute, zero=plan.config.zero,
+                   total_bytes=plan.worst_stage.total_bytes),)
     return _named(problem, swapped).model_copy(update={
         "memory_savers": plan.memory_savers,
         "equivalent": tuple(sorted(others, key=lambda e: e.total_bytes))})
 
 
-def _equivalents(problem: Problem, plan: Plan, twins: tuple[tuple[int, float], ...],
+def _equivalents(problem: Problem, plan: Plan, twins: tuple[tuple[int, int, float], ...],
                  options: MemoryOptions) -> tuple[Equivalent, ...]:
-    """The plan's twins (recompute code, worst-stage bytes under the search's options) as
-    Equivalent settings under the plan's own savers: re-costed where the plan turns fewer on
-    than the search assumed, and kept where they fit with them."""
+    """The plan's twins (recompute code, ZeRO stage, worst-stage bytes under the search's
+    options) as Equivalent settings under the plan's own savers: re-costed where the plan
+    turns fewer on than the search assumed, and kept where they fit with them."""
     if options is problem.memory_options:
-        return tuple(Equivalent(recompute=RECOMPUTE_LEVELS[code], total_bytes=memory_bytes)
-                     for code, memory_bytes in twins)
+        return tuple(Equivalent(recompute=RECOMPUTE_LEVELS[code], zero=zero,
+                                total_bytes=memory_bytes) for code, zero, memory_bytes in twins)
     assert plan.layout is not None  # estimate_plans gives every plan its layout
     kept = []
-    for code, _ in twins:
-        config = plan.config.model_copy(update={"recompute": RECOMPUTE_LEVELS[code]})
+    for code, zero, _ in twins:
+        config = plan.config.model_copy(update={"recompute": RECOMPUTE_LEVELS[code],
+                                                "zero": zero})
         total = float(estimate_layout_memory(problem.model_spec, problem.job, config,
                                              plan.layout, options).total.max())
         if total <= plan.usable_memory_bytes:
-            kept.append(Equivalent(recompute=config.recompute, total_bytes=total))
+            kept.append(Equivalent(recompute=config.recompute, zero=zero, total_bytes=total))
     return tuple(kept)
 
 

@@ -29,13 +29,16 @@ ALLOWED = {
     "serve": {"search", "cost", "spec", "errors"},
     "api": {"search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve"},
     "ranked_plans": {"api", "search", "cost", "spec", "errors"},
-    "optimize": {"api", "ranked_plans", "search", "cost", "spec", "errors", "catalog",
+    "fixes": {"search", "spec", "errors", "catalog"},
+    "optimize": {"api", "ranked_plans", "fixes", "search", "cost", "spec", "errors", "catalog",
                  "calibrate"},
-    "optimize_json": {"optimize", "cost", "spec"},
+    "estimate_fixes": {"optimize", "fixes", "search", "spec"},
+    "optimize_json": {"optimize", "ranked_plans", "cost", "spec"},
     "sweep": {"api", "optimize", "optimize_json", "search", "cost", "spec", "errors", "catalog",
               "runtime", "output_file"},
-    "cli": {"api", "optimize", "optimize_json", "sweep", "search", "cost", "spec", "errors",
-            "catalog", "calibrate", "emit", "serve", "runtime", "output_file"},
+    "cli": {"api", "optimize", "optimize_json", "estimate_fixes", "ranked_plans", "sweep",
+            "search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve",
+            "runtime", "output_file"},
 }
 # Third-party libraries each layer must not import.
 FORBIDDEN = {

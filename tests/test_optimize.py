@@ -289,7 +289,7 @@ def test_gpus_for_days_finds_the_fewest_node_multiples() -> None:
 
 def test_nearby_round_counts_are_whole_nodes_nearest_first() -> None:
     """2^a or 3 x 2^a GPUs within a factor of 2, whole nodes, nearest first."""
-    from solver.optimize import _nearby_round_counts
+    from solver.fixes import _nearby_round_counts
 
     assert _nearby_round_counts(build_problem("llama3.1-8b", "dgx-h100", 23040)) == [
         24576, 16384, 32768, 12288]
@@ -301,7 +301,7 @@ def test_nearby_round_counts_are_whole_nodes_nearest_first() -> None:
 def test_nearby_global_batches_split_evenly_nearest_first() -> None:
     """d x 2^a with d dividing the GPU count's odd part (23,040 = 45 x 2^9), within a factor
     of 2 of the request, nearest first (ties: the smaller)."""
-    from solver.optimize import _nearby_global_batches
+    from solver.fixes import _nearby_global_batches
 
     problem = build_problem("dbrx", "dgx-h100", 23040)
     assert _nearby_global_batches(problem) == [960, 1152, 768, 1280, 720, 640]

@@ -20,8 +20,10 @@ from solver.spec.framework import FrameworkFeatures
 
 
 def distinct_key(plan) -> tuple:
-    """What a plan is apart from the merged knob: its step time and every other degree."""
-    degrees = plan.config.model_dump(exclude={"recompute"})
+    """What a plan is apart from the merged knobs: its step time and every other degree (the
+    ZeRO stage too where dp x cp > 1; issue 39)."""
+    sharded = plan.config.dp * plan.config.cp > 1
+    degrees = plan.config.model_dump(exclude={"recompute"} if sharded else {"recompute", "zero"})
     return (round(plan.time.step_seconds, 9), tuple(sorted(degrees.items())),
             plan.config.recompute == "full")
 
@@ -43,7 +45,11 @@ def test_top_k_plans_are_distinct_and_equivalents_are_no_better(problem, engine)
     assert len(set(keys)) == len(keys)
     for plan in result.plans:
         for twin in plan.equivalent:
-            assert {twin.recompute, plan.config.recompute} == {"none", "selective"}
+            # Twins differ in recompute none / selective, or in the ZeRO stage at dp x cp = 1.
+            assert {twin.recompute, plan.config.recompute} in ({"none", "selective"},
+                                                               {plan.config.recompute})
+            assert twin.zero == plan.config.zero or plan.config.dp * plan.config.cp == 1
+            assert (twin.recompute, twin.zero) != (plan.config.recompute, plan.config.zero)
             assert twin.total_bytes >= plan.worst_stage.total_bytes * (1 - 1e-9)
 
 
@@ -64,8 +70,8 @@ def test_even_engine_top_k_is_the_oracles_distinct_top_k(problem) -> None:
     order = sorted(range(len(configs)), key=lambda i: own[configs[i].model_dump_json()])
     assert [p.config for p in result.plans] == [configs[i] for i in order]
     for plan, twins in zip(result.plans, [oracle.twins[i] for i in order]):
-        expected = [("none", "selective", "full")[code] for code, _ in twins]
-        got = [e.recompute for e in plan.equivalent]
+        expected = [(("none", "selective", "full")[code], zero) for code, zero, _ in twins]
+        got = [(e.recompute, e.zero) for e in plan.equivalent]
         # Re-costed under the plan's own memory savers, a twin that needs more of them to fit
         # is no equivalent (solver.ranked_plans._equivalents): with MoE layers the search's
         # selective (moe_act, layernorm) needs less memory than none at the same step time.
@@ -112,7 +118,8 @@ def test_llama2_13b_top_5_lists_five_distinct_plans() -> None:
                                       "--no-optimizer-offload", "--no-activation-offload"])
     plans = json.loads(answer.output)["plans"]
     assert (plans[0]["tp"], plans[0]["pp"], plans[0]["vpp"]) == (2, 2, 8)
-    assert plans[0]["equivalent"] == [{"recompute": "none", "memory_gb": 83.991}]
+    assert plans[0]["equivalent"] == [{"recompute": "none", "zero": plans[0]["zero"],
+                                       "memory_gb": 83.991}]
     table = CliRunner().invoke(cli, ["optimize", "--model", "llama2-13b", "--cluster",
                                      "dgx-h100", "--gpus", "16", "--top", "5",
                                      "--recompute-modules", "core_attn",

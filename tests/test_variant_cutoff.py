@@ -70,17 +70,25 @@ def test_plans_of_two_module_sets_are_not_twins() -> None:
 
     config = ParallelConfig(tp=1, pp=4, vpp=9, dp=256, ep=8, recompute="selective")
 
-    def searched(modules: tuple[str, ...], offloads: int, layout: str):
+    def searched(modules: tuple[str, ...], offloads: int, layout: str, step_s: float = 1.0,
+                 memory_bytes: float = 7e10):
         ranked = SimpleNamespace(candidates=SimpleNamespace(config=lambda _: config),
-                                 layouts=(layout,))
+                                 layouts=(layout,),
+                                 step_time=SimpleNamespace(step_s=np.array([step_s])),
+                                 memory_bytes=np.array([memory_bytes]))
         problem = SimpleNamespace(time_constants=SimpleNamespace(recompute_modules=modules))
         return SimpleNamespace(ranked=ranked, problem=problem, offloads=offloads)
 
     first = searched(("core_attn", "mlp"), 1, "A")
-    other_set = searched(("core_attn", "mla_up_proj"), 1, "A")
+    other_set = searched(("core_attn", "mla_up_proj"), 1, "A", step_s=1.01)
     same_set = searched(("core_attn", "mlp"), 1, "B")
     kept = _without_offloaded_twins([(first, 0), (other_set, 0), (same_set, 0)])
     assert [entry for entry, _ in kept] == [first, other_set]
+    # Issue 39: another module set of the same step time and memory is the same plan.
+    same_cost = searched(("core_attn", "moe_act"), 0, "A")
+    other_memory = searched(("core_attn", "layernorm"), 0, "A", memory_bytes=6e10)
+    kept = _without_offloaded_twins([(first, 0), (same_cost, 0), (other_memory, 0)])
+    assert [entry for entry, _ in kept] == [first, other_memory]
 
 
 def test_the_explanation_reads_the_listed_plans() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from solver.cli.help_groups import GroupedCommand
 from solver.cli.options import (
     degree_options,
     framework_feature_options,
@@ -19,7 +20,7 @@ from solver.cli.shared_flags import interval_level_option, memory_headroom_optio
 from solver.spec.strict import MAX_LAYERS
 
 
-@click.command()
+@click.command(cls=GroupedCommand)
 @make_planning_options(gpus_required=False, model_required=False)
 @degree_options
 @plan_file_options("Re-estimate a plan of this `optimize --json` / `estimate --json` output "
@@ -84,6 +85,11 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
 
     odds = render_plans_uncertainty([plan], result.model_spec, result.cluster.gpu.name,
                                     result.profile.name, result.job.precision, interval_level)
+    fixes = result.fixes
+    if not plan.fits:  # the search's advice first (solver.estimate_fixes), then single changes
+        fixes = _search_fixes(result, values, job_values, gpus_per_node=gpus_per_node,
+                              token_budget=token_budget, calibration=calibration,
+                              segment_gpus=segment_gpus) + fixes
     if as_json:
         answer: dict[str, Any] = {
             "status": "feasible" if plan.fits else "infeasible",
@@ -107,7 +113,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             answer["block_kinds"] = [dict(vars(kind)) for kind in result.blocks]
         if not plan.fits:
             answer["conflicts"] = [MEMORY_CONSTRAINT]
-            answer["fixes"] = list(result.fixes)
+            answer["fixes"] = list(fixes)
         if result.calibration is not None:
             from solver.cli.render_calibration import render_sources_json
 
@@ -153,7 +159,26 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
 
         echo_sources_table(result.calibration, result.curve_sources)
     if not plan.fits:
-        echo_fixes(result.fixes)
+        echo_fixes(fixes)
+
+
+def _search_fixes(result: Any, values: dict[str, Any], job_values: dict[str, Any],
+                  **problem: Any) -> tuple[str, ...]:
+    """The search's fixes for an estimate that does not fit (solver.estimate_fixes), on the
+    problem of its flags (or plan file): the same model, cluster, GPUs, job and features."""
+    from solver.estimate_fixes import suggest_estimate_fixes
+    from solver.optimize import build_problem
+    from solver.spec.framework import FrameworkFeatures
+
+    features = values["features"]
+    if features is not None and not isinstance(features, FrameworkFeatures):  # a plan file's
+        features = FrameworkFeatures(**{k: v for k, v in features.items() if v is not None})
+    searched = build_problem(values["model"], values["cluster"], result.num_gpus,
+                             framework=values["framework"], features=features,
+                             memory_headroom=values["memory_headroom"], **problem,
+                             **job_values)
+    return tuple(suggest_estimate_fixes(searched, result.plan.config,
+                                        result.plan.recompute_modules))
 
 
 def _plan_values(values: dict[str, Any], plan_path: str | None, plan_rank: int,

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from solver.cli.help_groups import GroupedCommand
 from solver.cli.options import (
     framework_feature_options,
     framework_option,
@@ -50,7 +51,7 @@ def _pin_options(command):
     return command
 
 
-@click.command()
+@click.command(cls=GroupedCommand)
 @make_planning_options(gpus_required=False)
 @_pin_options
 @click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,

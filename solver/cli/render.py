@@ -64,7 +64,10 @@ def _build_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any
         table = Table(title=Text(title), title_justify="left", show_lines=False)
     for i, name in enumerate(columns):
         numeric = rows and all(isinstance(r[i], (int, float)) for r in rows)
-        table.add_column(Text(name), justify="right" if numeric else "left", no_wrap=i == 0)
+        # A cell without a space cannot wrap: the column keeps its width, the others wrap.
+        whole = i == 0 or all(" " not in format_number(r[i]) for r in rows)
+        table.add_column(Text(name), justify="right" if numeric else "left", no_wrap=whole,
+                         overflow="fold")
     for row in rows:
         table.add_row(*(Text("no", style=ALERT_STYLE) if v is False else Text(format_number(v))
                         for v in row))
@@ -72,15 +75,25 @@ def _build_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any
 
 
 def echo_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-               short_columns: Sequence[str] | None = None) -> None:
+               short_columns: Sequence[str] | None = None,
+               narrow: tuple[Sequence[str], Sequence[Sequence[Any]], str] | None = None
+               ) -> None:
     """A rich table; numbers right-aligned to the precision they carry, `False` cells (does
     not fit) as a red "no". `short_columns`: labels for when the table is wider than the
     console (a file: PLAIN_WIDTH), in a compact table followed by a line spelling out the
-    shortened ones."""
-    table = _build_table(title, columns, rows)
-    natural = _natural_width(table)
+    shortened ones. `narrow`: (columns, rows, legend) of another layout of the same table
+    (merged cells) for a terminal narrower than the table, printed compact with its legend,
+    so that nothing is cut. A title wider than the table is a line of its own (a table wraps
+    its title)."""
+    natural = _natural_width(_build_table(title, columns, rows))
     console = make_console(width=natural)
     limit = console.width if console.is_terminal else PLAIN_WIDTH
+    if narrow is not None and console.is_terminal and natural > limit:
+        narrow_columns, narrow_rows, legend = narrow
+        _print_titled(console, title, _build_table("", narrow_columns, narrow_rows,
+                                                   compact=True))
+        console.print(legend, markup=False)
+        return
     if short_columns is not None and natural > limit:
         table = _build_table(title, short_columns, rows, compact=True)
         console = make_console(width=max(PLAIN_WIDTH, _natural_width(table)))
@@ -88,6 +101,18 @@ def echo_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
         console.print("; ".join(f"{short}: {full}" for short, full in zip(short_columns, columns)
                                 if short != full), markup=False)
         return
+    _print_titled(console, title, _build_table("", columns, rows))
+
+
+def _print_titled(console: Any, title: str, table: Any) -> None:
+    """`table` (untitled) under `title`, the title a line of its own where it is wider than
+    the table, which would wrap it."""
+    from rich.text import Text
+
+    if len(title) > min(_natural_width(table), console.width):
+        console.print(Text(title), soft_wrap=True)
+    else:
+        table.title = Text(title)
     console.print(table)
 
 
@@ -134,9 +159,11 @@ def echo_infeasible(result: Any, what_to_change: str) -> None:
 
 
 def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-                note: str | None = None) -> None:
-    """The ranked plans as a table titled with how they were found, a note on the table, then
-    the why."""
+                note: str | None = None,
+                narrow: tuple[Sequence[str], Sequence[Sequence[Any]], str] | None = None
+                ) -> None:
+    """The ranked plans as a table titled with how they were found (`narrow`: its layout
+    for a narrow terminal, echo_table), a note on the table, then the why."""
     if result.num_feasible is not None:
         counted = f"of {result.num_feasible:,} feasible plans"
     elif result.num_memory_checked is not None:  # memory checked as far as the top needed
@@ -150,7 +177,7 @@ def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any
         status += (", the best proven optimal, the rest not" if gap == 0
                    else f", the best within {100 * gap:.1f}% of the optimum")
     echo_table(f"top {len(rows)} {counted} ({status}, {result.engine}, "
-               f"{result.solve_seconds:.2f} s)", columns, rows)
+               f"{result.solve_seconds:.2f} s)", columns, rows, narrow=narrow)
     if note:
         click.echo(note)
     click.echo("why:")

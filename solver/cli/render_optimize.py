@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -18,9 +20,24 @@ def recompute_label(plan: Any) -> str:
     "selective = none" where either setting gives the same step time."""
     layout = plan.layout
     if layout is None or plan.config.recompute != "full":
-        return " = ".join([plan.config.recompute] + [e.recompute for e in plan.equivalent])
+        return " = ".join(_settings(plan, "recompute"))
     recomputed = sum(s.recompute_layers for s in layout.stages)
     return "full" if recomputed == layout.num_layers else f"full {recomputed}/{layout.num_layers}"
+
+
+def zero_label(plan: Any) -> str:
+    """The zero column: "0 = 1" where either stage gives the same plan (dp x cp = 1,
+    solver.search.twins)."""
+    return " = ".join(str(z) for z in _settings(plan, "zero"))
+
+
+def _settings(plan: Any, name: str) -> list[Any]:
+    """The plan's `name` setting, then the other values its equivalent settings take."""
+    values = [getattr(plan.config, name)]
+    for twin in plan.equivalent:
+        if getattr(twin, name) not in values:
+            values.append(getattr(twin, name))
+    return values
 
 
 def echo_result(result: Any, gpus_for_days: float | None,
@@ -44,34 +61,97 @@ def echo_result(result: Any, gpus_for_days: float | None,
     if result.status == "infeasible":
         echo_infeasible(result, "the model, the job or the cluster")
         return
-    budget = problem.job.token_budget is not None
-    odds = render_plans_uncertainty(result.plans, problem.model_spec, problem.cluster.gpu.name,
+    plans = result.plans
+    odds = render_plans_uncertainty(plans, problem.model_spec, problem.cluster.gpu.name,
                                     problem.framework, problem.job.precision, level,
                                     min_fit_probability)
-    columns = ["#", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mb", "recompute",
-               "device GB", "step s", f"{level:.0%} step s", "tokens/s", "MFU %", "fits",
-               "p fastest"] + (["days"] if budget else [])
-    rows = []
-    for i, (plan, extra) in enumerate(zip(result.plans, odds["plans"]), start=1):
-        c, t = plan.config, plan.time
-        assert t is not None
-        row = [i, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp, c.zero, c.micro_batch,
-               recompute_label(plan), round(plan.worst_stage.total_bytes / 1e9, 1),
-               round(t.step_seconds, 3), render_interval(extra.get("step_seconds_interval")),
-               round(t.tokens_per_second), round(100 * t.mfu, 1), render_fits(plan, extra),
-               render_p_fastest(extra)]
-        if budget:
-            row.append(round(t.train_days or 0.0, 1))
-        rows.append(row)
-    notes = [n for n in (_twins_note(result.plans), _savers_note(result.plans),
-                         _modules_note(result.plans), _offloads_note(result.plans)) if n]
+    extras = odds["plans"]
+    columns = plan_columns(plans, problem.job.token_budget is not None, level)
+    wide = [c for c in columns if c.wide]
+    narrow = [c for c in columns if c.narrow]
+    rows = [[c.cell(i, plan, extras[i - 1]) for c in wide] for i, plan in enumerate(plans, 1)]
+    compact = [[c.cell(i, plan, extras[i - 1]) for c in narrow]
+               for i, plan in enumerate(plans, 1)]
+    legend = "; ".join(f"{c.header}: {c.meaning}" for c in narrow if c.meaning)
+    notes = [n for n in (_twins_note(plans), _savers_note(plans),
+                         _modules_note(plans), _offloads_note(plans)) if n]
     notes += [f"note: {note}" for note in list_time_caveats(problem.model_spec)]
-    notes.append(render_uncertainty_note(odds["uncertainty"]))
-    echo_ranked(result, columns, rows, "\n".join(notes) or None)
-    best = result.plans[0]
+    if odds["uncertainty"] is not None:
+        notes.append(render_uncertainty_note(odds["uncertainty"]))
+    echo_ranked(result, [c.header for c in wide], rows, "\n".join(notes) or None,
+                narrow=([c.header for c in narrow], compact, legend))
+    best = plans[0]
     if best.config.pp > 1 or (best.config.recompute == "full"
                               and recompute_label(best) != best.config.recompute):
         echo_layout_table(best)
+
+
+# The mark of a plan tied with the best in the # column.
+TIE_MARK = "≈"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the ranking: its header, the cell of plan #i (from the plan and its issue-36
+    fields: intervals, fit probability, p_fastest, tied_with_best), and
+    in which layouts it shows (wide: one column per degree; narrow: below the terminal's
+    width, degrees merged), with what its header means in the narrow layout's legend."""
+
+    header: str
+    cell: Callable[[int, Any, dict[str, Any]], Any]
+    wide: bool = True
+    narrow: bool = True
+    meaning: str = ""
+
+
+MERGED = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")
+
+
+def plan_columns(plans: Any, budget: bool,
+                 level: float = DEFAULT_INTERVAL_LEVEL) -> list[Column]:
+    """The ranking's columns; "modules" where the listed selective plans recompute different
+    module sets (issue 39: rows that looked the same differed only there)."""
+    degree = [Column(name, lambda i, p, t, n=name: getattr(p.config, n), narrow=False)
+              for name in MERGED]
+    columns = [
+        Column("#", lambda i, p, x: f"{i}{TIE_MARK}" if x.get("tied_with_best") and i > 1
+               else i),
+        *degree,
+        Column("degrees", lambda i, p, t: "/".join(str(getattr(p.config, n)) for n in MERGED),
+               wide=False, meaning="/".join(MERGED)),
+        Column("zero", lambda i, p, t: _number_or_label(zero_label(p))),
+        Column("mb", lambda i, p, t: p.config.micro_batch),
+        Column("recompute", lambda i, p, t: recompute_label(p)),
+    ]
+    if _modules_differ(plans):
+        columns.append(Column("modules", lambda i, p, t: ", ".join(p.recompute_modules)
+                              if p.config.recompute == "selective" else ""))
+    columns += [
+        Column("device GB", lambda i, p, t: round(p.worst_stage.total_bytes / 1e9, 1),
+               narrow=False),
+        Column("GB", lambda i, p, t: round(p.worst_stage.total_bytes / 1e9, 1), wide=False,
+               meaning="device GB of the worst stage"),
+        Column("step s", lambda i, p, t: round(p.time.step_seconds, 3)),
+        Column(f"{level:.0%} step s",
+               lambda i, p, x: render_interval(x.get("step_seconds_interval")), narrow=False),
+        Column("tokens/s", lambda i, p, t: round(p.time.tokens_per_second)),
+        Column("MFU %", lambda i, p, t: round(100 * p.time.mfu, 1)),
+        Column("fits", lambda i, p, x: render_fits(p, x)),
+        Column("p fastest", lambda i, p, x: render_p_fastest(x)),
+    ]
+    if budget:
+        columns.append(Column("days", lambda i, p, t: round(p.time.train_days or 0.0, 1)))
+    return columns
+
+
+def _modules_differ(plans: Any) -> bool:
+    """Whether the listed selective plans recompute more than one module set."""
+    return len({p.recompute_modules for p in plans if p.config.recompute == "selective"}) > 1
+
+
+def _number_or_label(label: str) -> int | str:
+    """A label that is one number as that number (right-aligned with the others)."""
+    return int(label) if label.isdigit() else label
 
 
 def _twins_note(plans: Any) -> str | None:
@@ -79,8 +159,9 @@ def _twins_note(plans: Any) -> str | None:
     extra = [e.total_bytes - p.worst_stage.total_bytes for p in plans for e in p.equivalent]
     if not extra:
         return None
-    return (f"recompute a = b: the same step time with either setting (the first listed needs "
-            f"the least memory; the other up to {max(extra) / 1e9:.2f} GB more)")
+    return (f"recompute or zero a = b: the same step time with either setting (the first listed "
+            f"needs the least memory; the other up to {max(extra) / 1e9:.2f} GB more; a ZeRO "
+            "stage shards nothing at dp x cp = 1)")
 
 
 def _savers_note(plans: Any) -> str | None:
@@ -106,10 +187,11 @@ def _flags_note(plans: Any, field: str, head: str) -> str | None:
 def _modules_note(plans: Any) -> str | None:
     """What each selective plan recomputes (Plan.recompute_modules: Megatron's
     --recompute-modules, which `launch --plan` writes; Megatron-DeepSpeed's and the generic
-    profile's selective is core_attn, with no flag)."""
+    profile's selective is core_attn, with no flag); none where the table has them in a
+    column (plan_columns: the sets differ)."""
     used = [(i, p.recompute_modules) for i, p in enumerate(plans, start=1)
             if p.recompute_modules]
-    if not used:
+    if not used or _modules_differ(plans):
         return None
     return "selective recomputes: " + "; ".join(
         f"#{i} {','.join(modules)}" for i, modules in used)
@@ -129,10 +211,10 @@ def render_fits(plan: Any, extra: dict[str, Any]) -> str:
 
 
 def render_p_fastest(extra: dict[str, Any]) -> str:
-    """"24% =" for a plan tied with the best within the model's error, "3%" otherwise."""
+    """"24%": the chance the plan is the fastest (its tie with #1 is the # column's mark)."""
     if "p_fastest" not in extra:
         return ""
-    return f"{extra['p_fastest']:.0%}" + (" =" if extra["tied_with_best"] else "")
+    return f"{extra['p_fastest']:.0%}"
 
 
 def render_uncertainty_note(summary: dict[str, Any]) -> str:
@@ -143,7 +225,8 @@ def render_uncertainty_note(summary: dict[str, Any]) -> str:
     text = (f"uncertainty: {summary['interval_level']:.0%} intervals and chances from the "
             f"error model of the public runs ({summary['category']}; benchmarks/error_model.py);"
             f" plans listed fit by {rule} (--min-fit-probability "
-            f"{summary['min_fit_probability']:g}); '=': tied with #1 within the model's error")
+            f"{summary['min_fit_probability']:g}); {TIE_MARK}: tied with #1 within the model's "
+            "error")
     if summary["winner_change"]:
         text += f"; {summary['winner_change']}"
     return text

@@ -153,11 +153,13 @@ def echo_stage_table(plan: Plan, heading: str) -> None:
 
 
 def echo_fixes(fixes: tuple[str, ...]) -> None:
+    """The changes after which the plan fits, cheapest first (solver.estimate_fixes, then
+    single changes), or that the search found none."""
     if fixes:
-        echo_alert("does not fit; single changes that fit: " + ", ".join(fixes))
+        echo_alert("does not fit; changes that fit: " + "; ".join(fixes))
     else:
-        echo_alert("does not fit; no single change of zero, recompute, micro-batch, tp or pp "
-                   "fits: add GPUs or use GPUs with more memory")
+        echo_alert("does not fit; the search found no change that fits (up to 1024 times the "
+                   "GPUs, or a GPU with more memory)")
 
 
 def _chunk_label(chunk: VirtualStage) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from solver.cli.help_groups import FRAMEWORK, GroupedCommand
 from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat
 from solver.cli.shared_flags import (
     interval_level_option,
@@ -79,7 +80,7 @@ def _longest(lengths: Any) -> str:
     return f"up to {lengths.maximum}"
 
 
-@click.command()
+@click.command(cls=GroupedCommand, groups={"engine": FRAMEWORK})
 @click.option("--model", required=True, metavar="NAME|PATH",
               help="Zoo name, zoo-format TOML or Hugging Face config.json.")
 @click.option("--cluster", required=True, metavar="NAME|PATH",

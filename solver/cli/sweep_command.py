@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from solver.cli.help_groups import GroupedCommand
 from solver.cli.options import framework_option
 from solver.cli.params import (
     MAX_JOBS,
@@ -38,7 +39,7 @@ def _default(field: str) -> str:
     return str(JobSpec.model_fields[field].default)
 
 
-@click.command()
+@click.command(cls=GroupedCommand)
 @click.option("--models", required=True, metavar="all|NAMES|GLOB",
               help="Comma-separated zoo names, globs (llama3*), model files, or all.")
 @click.option("--clusters", required=True, metavar="all|NAMES|GLOB",

@@ -128,8 +128,8 @@ class Ranked:
     every candidate's memory: it then says how many meet the other rules, `num_candidates`,
     and how many it checked, `num_memory_checked`). `layouts`: each candidate's pipeline
     layout (None: the even split); `rows`: where each sits in the candidates it was chosen
-    from. `twins`: per plan, the (recompute code, worst-stage memory) of each plan folded into
-    it (solver.search.twins); None before folding (fold_twins)."""
+    from. `twins`: per plan, the (recompute code, ZeRO stage, worst-stage memory) of each plan
+    folded into it (solver.search.twins); None before folding (fold_twins)."""
 
     candidates: Candidates
     step_time: StepTime
@@ -139,7 +139,7 @@ class Ranked:
     num_memory_checked: int | None = None
     layouts: tuple[PipelineLayout, ...] | None = None
     rows: np.ndarray | None = None
-    twins: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    twins: tuple[tuple[tuple[int, int, float], ...], ...] | None = None
 
 
 def fold_twins(ranked: Ranked, top: int | None = None) -> Ranked:
@@ -149,8 +149,8 @@ def fold_twins(ranked: Ranked, top: int | None = None) -> Ranked:
     groups = group_candidate_twins(ranked.candidates, positions, ranked.step_time.step_s)
     groups = groups[:top] if top is not None else groups
     kept = np.array([g[0] for g in groups], dtype=np.int64)
-    twins = tuple(tuple((int(ranked.candidates.recompute[p]), float(ranked.memory_bytes[p]))
-                        for p in g[1:]) for g in groups)
+    twins = tuple(tuple((int(ranked.candidates.recompute[p]), int(ranked.candidates.zero[p]),
+                         float(ranked.memory_bytes[p])) for p in g[1:]) for g in groups)
     return replace(ranked, candidates=ranked.candidates.take(kept),
                    step_time=ranked.step_time.take(kept), memory_bytes=ranked.memory_bytes[kept],
                    layouts=None if ranked.layouts is None else tuple(ranked.layouts[p]
@@ -173,8 +173,8 @@ def rank(problem: Problem, candidates: Candidates, top: int | None = None,
         problem.model_spec, problem.job, candidates, problem.memory_options)[0]
     primary, secondary = (seconds, memory) if problem.objective == "time" else (
         memory, seconds)
-    # Only rows whose primary value is at most the (2 top)-th smallest can be among the top
-    # distinct plans (ties included): sort those.
+    # Only rows whose primary value is at most the (TWINS_PER_PLAN top)-th smallest can be
+    # among the top distinct plans (ties included): sort those.
     rows = np.arange(len(candidates))
     if top is not None and TWINS_PER_PLAN * top < len(candidates):
         bar = np.partition(primary, TWINS_PER_PLAN * top - 1)[TWINS_PER_PLAN * top - 1]
@@ -255,7 +255,7 @@ def fastest_that_fit(problem: Problem, candidates: Candidates, top: int,
     unchecked = np.flatnonzero(seconds <= below_s)
     skipped = len(candidates) - len(unchecked)
     batch = max(FIRST_MEMORY_BATCH, 4 * top)
-    # The (2 top)-th fastest that fits is no faster than the top-th distinct plan.
+    # The (TWINS_PER_PLAN top)-th fastest that fits is no faster than the top-th distinct plan.
     enough = TWINS_PER_PLAN * top
     while len(unchecked):
         if len(unchecked) > batch:

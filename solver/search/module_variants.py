@@ -40,6 +40,7 @@ import numpy as np
 from solver.cost.candidates import RECOMPUTE_SELECTIVE, Candidates
 from solver.cost.offload import activation_offload_levels
 from solver.cost.steptime import StepTime
+from solver.search.twins import STEP_DECIMALS
 from solver.search.enumerate import FirstPass, Ranked, least_bound
 from solver.search.layout_search import LayoutSearch, ranked_keys, ranking_floor
 from solver.search.program_memo import WorkBudget
@@ -189,8 +190,11 @@ def _without_offloaded_twins(entries: list[tuple[Searched, int]]
     configuration and, if it recomputes selectively, the same module set: the offload buys
     nothing there, whatever the layouts (the one before is at least as fast). Plans of two
     module sets are two plans, even with one layout (DeepSeek-V3 on 1,024 GB200s: the 'mlp'
-    set's 3rd-fastest plan was dropped as a twin of the 'mla_up_proj' set's fastest)."""
+    set's 3rd-fastest plan was dropped as a twin of the 'mla_up_proj' set's fastest), unless
+    they take the same step time and memory (issue 39: one plan, one row): the first listed
+    stands for both."""
     seen: set[tuple[str, tuple[str, ...]]] = set()
+    costs: set[tuple[str, float, float]] = set()
     kept = []
     for searched, position in entries:
         ranked = searched.ranked
@@ -199,9 +203,14 @@ def _without_offloaded_twins(entries: list[tuple[Searched, int]]
         modules = searched.problem.time_constants.recompute_modules \
             if config.recompute == "selective" else ()
         twin = (config.model_dump_json(), tuple(modules))
-        if twin in seen and searched.offloads:
+        # Issue 39: two module sets of equal step time and memory are one plan.
+        cost = (config.model_dump_json(), round(float(ranked.step_time.step_s[position]),
+                                                STEP_DECIMALS),
+                round(float(ranked.memory_bytes[position])))
+        if (twin in seen and searched.offloads) or (modules and cost in costs):
             continue
         seen.add(twin)
+        costs.add(cost)
         kept.append((searched, position))
     return kept
 

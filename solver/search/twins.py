@@ -1,11 +1,17 @@
-"""Twin plans: plans of one mesh and schedule that differ only in recompute none vs selective
-and take the same step time (FlashAttention keeps no attention scores, so selective recompute
-adds no time; it saves a little memory or none). A top-K lists the first of such twins, in the
-ranking's order, and names the others as equivalent settings, so that it holds K distinct plans.
+"""Twin plans: plans of one mesh and schedule that take the same step time and differ only in
+- recompute none vs selective (FlashAttention keeps no attention scores, so selective
+  recompute adds no time; it saves a little memory or none), or
+- the ZeRO stage where the data-parallel group it shards over has one rank (dp x cp = 1:
+  Megatron's distributed optimizer and FSDP shard over DP x CP, solver.cost.memory.states;
+  issue 39: Llama 3.1 70B on 8 H100 listed zero 0 and zero 1 at pp 8, dp 1 as #1 and #2 with
+  the same numbers).
+A top-K lists the first of such twins, in the ranking's order, and names the others as
+equivalent settings, so that it holds K distinct plans.
 
 The later twin is never better: same step time, and it comes later in the order (step time,
-worst-stage memory, degrees), so it needs at least as much memory. Each plan has at most one
-twin (the other of none / selective), so the 2K first plans of a ranking hold K distinct ones.
+worst-stage memory, degrees), so it needs at least as much memory. A plan has at most
+TWINS_PER_PLAN - 1 twins (4 ZeRO stages x none / selective), so the TWINS_PER_PLAN x K first
+plans of a ranking hold K distinct ones.
 """
 
 from __future__ import annotations
@@ -19,11 +25,22 @@ from solver.search.space import VARIABLES
 
 # Step times are compared to the nanosecond (a step takes milliseconds at least).
 STEP_DECIMALS = 9
-# Rows of a ranking that surely hold K distinct plans: TWINS_PER_PLAN x K.
-TWINS_PER_PLAN = 2
+# Rows of a ranking that surely hold K distinct plans: TWINS_PER_PLAN x K (ZeRO 0-3 at
+# dp x cp = 1, each with recompute none and selective).
+TWINS_PER_PLAN = 8
 
 assert VARIABLES[-1] == "recompute"
 MESH = VARIABLES[:-1]
+_CP, _DP, _ZERO = (MESH.index(name) for name in ("cp", "dp", "zero"))
+
+
+def twin_mesh(mesh: Sequence[int]) -> tuple[int, ...]:
+    """The mesh as twins share it: the ZeRO stage left out (-1) where dp x cp = 1, as it
+    shards over a group of one rank."""
+    key = tuple(int(v) for v in mesh)
+    if key[_CP] * key[_DP] == 1:
+        return key[:_ZERO] + (-1,) + key[_ZERO + 1:]
+    return key
 
 
 def group_twins(seconds: Sequence[float], meshes: Sequence[tuple[int, ...]],
@@ -33,7 +50,7 @@ def group_twins(seconds: Sequence[float], meshes: Sequence[tuple[int, ...]],
     groups: list[list[int]] = []
     where: dict[tuple, int] = {}
     for position, (step_s, mesh, code) in enumerate(zip(seconds, meshes, recompute)):
-        key = (tuple(mesh), int(code) == RECOMPUTE_FULL, round(float(step_s), STEP_DECIMALS))
+        key = (twin_mesh(mesh), int(code) == RECOMPUTE_FULL, round(float(step_s), STEP_DECIMALS))
         if key in where:
             groups[where[key]].append(position)
         else:

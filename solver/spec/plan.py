@@ -91,12 +91,14 @@ class PlanTime(BaseModel):
 
 
 class Equivalent(BaseModel):
-    """Another setting of a plan that gives the same step time (solver.search.twins), and the
-    worst-stage bytes it needs (at least the plan's)."""
+    """Another setting of a plan that gives the same step time (solver.search.twins): its
+    recompute and ZeRO stage (the plan's where only the other differs), and the worst-stage
+    bytes it needs (at least the plan's)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     recompute: Recompute
+    zero: int = Field(ge=0, le=3)
     total_bytes: float = Field(ge=0)
 
 

@@ -105,8 +105,8 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
     }
     if plan.layout is not None:
         answer["layout"] = render_layout_json(plan.layout)
-    answer["equivalent"] = [{"recompute": e.recompute, "memory_gb": to_gb(e.total_bytes)}
-                            for e in plan.equivalent]
+    answer["equivalent"] = [{"recompute": e.recompute, "zero": e.zero,
+                             "memory_gb": to_gb(e.total_bytes)} for e in plan.equivalent]
     if plan.memory_savers:
         answer["memory_savers"] = list(plan.memory_savers)
     if plan.recompute_modules:

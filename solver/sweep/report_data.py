@@ -62,6 +62,14 @@ def render_launch_line(line: dict[str, Any], plan: dict[str, Any]) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
+def _twin_text(plan: dict[str, Any], twin: dict[str, Any]) -> str:
+    """What an `equivalent` setting changes: "recompute none", "zero 1" (results written
+    before issue 39 name the recompute only)."""
+    changed = [f"{name} {twin[name]}" for name in ("recompute", "zero")
+               if name in twin and twin[name] != plan.get(name)]
+    return ", ".join(changed) or f"recompute {twin.get('recompute')}"
+
+
 def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
                ) -> dict[str, Any]:
     rate = float(plan["tokens_per_second"])
@@ -82,7 +90,7 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         "mfu": float(plan["mfu"]),
         "days": days,
         "gpu_hours": gpu_hours,
-        "twins": " or ".join(str(e.get("recompute")) for e in equivalent if isinstance(e, dict)),
+        "twins": " or ".join(_twin_text(plan, e) for e in equivalent if isinstance(e, dict)),
         "layout": (plan.get("layout") or {}).get("syntax") or "",
         "launch": render_launch_line(line, plan),
         # Issue 36 (absent from lines written before it: None).

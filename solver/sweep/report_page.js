@@ -243,7 +243,7 @@
       var tr = el("tr", { className: "plan" }, [
         el("td", {}, [String(rank + 1)]),
         el("td", { className: "config" }, [plan.config +
-          (plan.twins ? " (same step time with recompute " + plan.twins + ")" : "")]),
+          (plan.twins ? " (same step time with " + plan.twins + ")" : "")]),
         el("td", { className: "num" }, [fmt(plan.step)]),
         el("td", { className: "num" }, [gap]),
         el("td", { className: "num" }, [fmt(plan.rate)]),
@@ -310,7 +310,7 @@
       items.push(el("dt", {}, ["chance it is the fastest listed"]), el("dd", {}, [Math.round(100 * plan.p_fastest) + "%"]));
     }
     if (plan.layout) items.push(el("dt", {}, ["pipeline layout"]), el("dd", {}, [el("code", {}, [plan.layout])]));
-    if (plan.twins) items.push(el("dt", {}, ["same step time with"]), el("dd", {}, ["recompute " + plan.twins]));
+    if (plan.twins) items.push(el("dt", {}, ["same step time with"]), el("dd", {}, [plan.twins]));
     return el("dl", {}, items);
   }
 
