@@ -47,9 +47,11 @@ NAMED = {
                                  "max_problems", "executor", "disaggregated", "pareto")},
     **{name: FRAMEWORK for name in ("framework", "max_num_seqs", "max_num_batched_tokens",
                                     "kv_cache_dtype")},
-    **{name: MEMORY for name in ("memory_headroom", "gpu_memory_utilization")},
+    **{name: MEMORY for name in ("memory_headroom", "gpu_memory_utilization",
+                                 "min_fit_probability")},
     **{name: OUTPUT for name in ("as_json", "fail_on_infeasible", "output", "report_dir",
-                                 "per_stage", "quiet", "help", "_click_default_help")},
+                                 "per_stage", "quiet", "help", "_click_default_help",
+                                 "interval_level")},
 }
 
 
