@@ -13,6 +13,7 @@ from solver.cli.render_plan import echo_layout_table
 from solver.cost.caveats import list_time_caveats
 from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL, DEFAULT_MIN_FIT_PROBABILITY
 from solver.optimize_json import render_plans_uncertainty
+from solver.spec.figures import format_significant
 
 
 def recompute_label(plan: Any) -> str:
@@ -198,10 +199,10 @@ def _modules_note(plans: Any) -> str | None:
 
 
 def render_interval(interval: list[float] | None) -> str:
-    """"5.36-7.08" (empty without an interval)."""
+    """"5.36-7.08", "370-488" (three significant figures; empty without an interval)."""
     if interval is None:
         return ""
-    return f"{interval[0]:#.3g}-{interval[1]:#.3g}"
+    return f"{format_significant(interval[0])}-{format_significant(interval[1])}"
 
 
 def render_fits(plan: Any, extra: dict[str, Any]) -> str:
