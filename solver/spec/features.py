@@ -290,6 +290,23 @@ FEATURE_DECLARATIONS: tuple[Feature, ...] = (
                 "parameters (components/optimizer.py OptimizersContainer: \"only supports "
                 "Adam and AdamW\"): no pure bf16, no 8-bit states")},
         emit={"deepspeed": "bf16_master_weights_and_grads"}),
+    # Added the way docs/adding_a_feature.md shows (issue 35): the cost switch is
+    # TimeConstants.moe_router_fusion (KernelLaunches.router_fused: TE PR 1883, the router's
+    # host ops "from 72 to 31"), the Megatron emitter writes the flag (Megatron-Bridge takes it
+    # as model.moe_router_fusion, solver.emit.bridge).
+    Feature(
+        name="moe_router_fusion", annotation=bool, flag_kind="switch",
+        help="Fused MoE router kernels (Megatron --moe-router-fusion, Transformer Engine >= "
+             "2.7): top-k routing and the aux loss in 31 host ops for 72.",
+        sources={"megatron": "transformer_config.py moe_router_fusion (core_v0.14-core_v0.16, "
+                             "default False: \"Enable fusion for MoE TopK routing and aux-loss "
+                             "computation\")"},
+        unsupported={"torchtitan": {True: "torchtitan's router runs eager PyTorch ops "
+                                    "(moe.py TokenChoiceTopKRouter): no fused router kernel"},
+                     "deepspeed": {True: "DeepSpeed-MoE's gate runs eager PyTorch ops "
+                                   "(sharded_moe.py top1gating / top2gating): no fused router "
+                                   "kernel"}},
+        emit={"megatron": "--moe-router-fusion", "megatron-bridge": "model.moe_router_fusion"}),
 )
 
 # Declarations by name.
