@@ -11,6 +11,7 @@ from solver.cli.options import (
     framework_option,
     make_planning_options,
     pop_framework_features,
+    resolve_framework,
 )
 from solver.cli.params import (
     MAX_DAYS,
@@ -85,12 +86,15 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
+    from solver.cli.render_features import render_profile_assumptions, render_profile_json
     from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, solve
     from solver.optimize_json import render_result_json
 
-    features = pop_framework_features(pin_values)
+    # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
+    resolved, features = resolve_framework(framework, model, pop_framework_features(pin_values))
+    framework = resolved.framework
     pins = {name: values for name, values in pin_values.items()
             if name in PIN_OPTIONS and values is not None}
     for name in ("tp", "pp", "cp", "ep"):
@@ -128,6 +132,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         sources = describe_sources(result.problem.cluster)
     if as_json:
         answer = render_result_json(result)
+        answer["framework_profile"] = render_profile_json(resolved, features)
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json
 
@@ -135,6 +140,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         echo_json(answer)
     else:
         echo_result(result, gpus_for_days)
+        click.echo("\n".join(render_profile_assumptions(resolved, features)))
         if calibration is not None:
             from solver.cli.render_calibration import echo_sources_table
 
