@@ -52,7 +52,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.search.constraints import MEMORY_CONSTRAINT
     from solver.api import estimate as run_estimate
     from solver.cli.render import echo_json
-    from solver.cli.render_features import render_profile_json
+    from solver.spec.profiles import render_profile_json
     from solver.cli.render_plan import (
         echo_fixes,
         echo_layout_table,
@@ -95,7 +95,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             "precision": result.job.precision,
             "framework": result.profile.name,
             "framework_features": result.profile.features(),
-            "framework_profile": render_profile_json(resolved, features),
+            "framework_profile": render_profile_json(resolved, features.given()),
             "plans": [render_plan_json(plan)],
             # What reports each view of a plan's memory (`allocated_gb`, `reserved_gb`,
             # `device_gb`): the view a measured number is compared with.

@@ -86,7 +86,8 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
-    from solver.cli.render_features import render_profile_assumptions, render_profile_json
+    from solver.cli.render_features import render_profile_assumptions
+    from solver.spec.profiles import render_profile_json
     from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, solve
@@ -132,7 +133,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         sources = describe_sources(result.problem.cluster)
     if as_json:
         answer = render_result_json(result)
-        answer["framework_profile"] = render_profile_json(resolved, features)
+        answer["framework_profile"] = render_profile_json(resolved, features.given())
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json
 

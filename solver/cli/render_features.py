@@ -4,12 +4,10 @@ as `framework_features`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from solver.cost.frameworks import FrameworkProfile
 from solver.spec.feature_rules import render_feature_value
 from solver.spec.features import FEATURE_BY_NAME, FrameworkFeatures
-from solver.spec.profiles import ResolvedProfile
+from solver.spec.profiles import ResolvedProfile, feature_sources
 
 
 # What each MoE dispatcher keeps of its own (solver.cost.memory.dispatcher).
@@ -134,33 +132,12 @@ def render_offload_assumptions(profile: FrameworkProfile) -> list[str]:
             f"  layer-level CPU offloading: {layer_level}"]
 
 
-def _feature_sources(resolved: ResolvedProfile, features: FrameworkFeatures
-                     ) -> dict[str, tuple[Any, str]]:
-    """Each feature the release or a flag sets: its value and where it comes from (the
-    release's source, or the flag)."""
-    out: dict[str, tuple[Any, str]] = {}
-    for name, value in features.given().items():
-        from_release = name in resolved.features and resolved.features[name] == value
-        out[name] = (value, resolved.sources[name] if from_release else "flag")
-    return out
-
-
 def render_profile_assumptions(resolved: ResolvedProfile, features: FrameworkFeatures
                                ) -> list[str]:
     """The framework profile's lines: its NAME@RELEASE, each feature its release or a flag
     sets and where from; the rest are the framework's defaults (solver.cost.frameworks)."""
     lines = [f"framework profile {resolved.label} (runs {resolved.framework}):"]
-    for name, (value, source) in _feature_sources(resolved, features).items():
+    for name, (value, source) in feature_sources(resolved, features.given()).items():
         lines.append(f"  {FEATURE_BY_NAME[name].flag} {render_feature_value(value)}: {source}")
     lines.append(f"  every other feature: {resolved.framework}'s defaults")
     return lines
-
-
-def render_profile_json(resolved: ResolvedProfile,
-                        features: FrameworkFeatures | None = None) -> dict[str, Any]:
-    """The profile for JSON answers: its name, the framework that runs, and the source of each
-    feature its release (or, given `features`, a flag) sets."""
-    given = features if features is not None else FrameworkFeatures(**resolved.features)
-    return {"name": resolved.label, "framework": resolved.framework,
-            "sources": {name: source
-                        for name, (_, source) in _feature_sources(resolved, given).items()}}

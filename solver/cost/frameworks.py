@@ -255,11 +255,11 @@ PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deep
 # Feature values a framework does not offer, from the declarations' `unsupported`:
 # framework -> (feature, value) -> why (a flag asking for one is an error naming the flag;
 # a count's value is True for any number of layers).
-UNSUPPORTED: dict[str, dict[tuple[str, Any], str]] = {}
-for _feature in FEATURE_DECLARATIONS:
-    for _framework, _whys in _feature.unsupported.items():
-        UNSUPPORTED.setdefault(_framework, {}).update(
-            {(_feature.name, value): why for value, why in _whys.items()})
+UNSUPPORTED: dict[str, dict[tuple[str, Any], str]] = {
+    framework: {(feature.name, value): why for feature in FEATURE_DECLARATIONS
+                for value, why in feature.unsupported.get(framework, {}).items()}
+    for framework in dict.fromkeys(name for feature in FEATURE_DECLARATIONS
+                                   for name in feature.unsupported)}
 
 
 def _flag(feature: str) -> str:

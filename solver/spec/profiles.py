@@ -80,29 +80,25 @@ _BRIDGE_SOURCES = {
 #                 v0.2.0 workload_base_configs.py, v0.3.0-v0.5.0
 #                 gpt_oss_workload_base_configs.py)
 _QWEN3 = {"moe_router_fusion": True}
+_QWEN3_235B = {**_QWEN3, "tp_comm_overlap": False}
+_NEMOTRON_3_NANO = {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"}
+_GPT_OSS_120B = {"ep_comm_overlap": False, "recompute_modules": ("layernorm", "moe_act")}
+_QWEN3_30B_HYBRIDEP = {**_QWEN3, "ep_comm_overlap": False, "moe_dispatcher": "hybridep"}
 _BRIDGE_MODELS: dict[str, dict[str, dict[str, Any]]] = {
     "25.09": {"deepseek-v3": {"moe_dispatcher": "deepep",
                               "recompute_modules": ("mla_up_proj", "mlp"),
                               "moe_router_fusion": True},
               "qwen3-235b-a22b": {**_QWEN3, "ep_comm_overlap": False},
               "qwen3-30b-a3b": {**_QWEN3, "ep_comm_overlap": False}},
-    "25.11": {"qwen3-235b-a22b": {**_QWEN3, "tp_comm_overlap": False},
-              "qwen3-30b-a3b": _QWEN3},
-    "26.02": {"qwen3-235b-a22b": {**_QWEN3, "tp_comm_overlap": False},
-              "qwen3-30b-a3b": {**_QWEN3, "moe_dispatcher": "deepep"}},
-    "26.04": {"qwen3-235b-a22b": {**_QWEN3, "tp_comm_overlap": False},
-              "qwen3-30b-a3b": {**_QWEN3, "ep_comm_overlap": False,
-                                "moe_dispatcher": "hybridep"}},
-    "26.06": {"qwen3-235b-a22b": {**_QWEN3, "tp_comm_overlap": False},
-              "qwen3-30b-a3b": {**_QWEN3, "ep_comm_overlap": False,
-                                "moe_dispatcher": "hybridep"}},
+    "25.11": {"qwen3-235b-a22b": _QWEN3_235B, "qwen3-30b-a3b": _QWEN3,
+              "gpt-oss-120b": _GPT_OSS_120B},
+    "26.02": {"qwen3-235b-a22b": _QWEN3_235B,
+              "qwen3-30b-a3b": {**_QWEN3, "moe_dispatcher": "deepep"},
+              "nemotron-3-nano-30b-a3b": _NEMOTRON_3_NANO, "gpt-oss-120b": _GPT_OSS_120B},
+    **{release: {"qwen3-235b-a22b": _QWEN3_235B, "qwen3-30b-a3b": _QWEN3_30B_HYBRIDEP,
+                 "nemotron-3-nano-30b-a3b": _NEMOTRON_3_NANO, "gpt-oss-120b": _GPT_OSS_120B}
+       for release in ("26.04", "26.06")},
 }
-for _release in ("26.02", "26.04", "26.06"):
-    _BRIDGE_MODELS[_release]["nemotron-3-nano-30b-a3b"] = {"ep_comm_overlap": False,
-                                                           "moe_dispatcher": "hybridep"}
-for _release in ("25.11", "26.02", "26.04", "26.06"):
-    _BRIDGE_MODELS[_release]["gpt-oss-120b"] = {"ep_comm_overlap": False,
-                                                "recompute_modules": ("layernorm", "moe_act")}
 # The Megatron-Bridge package each NeMo release ships (its git tag), where `launch` writes it.
 _BRIDGE_TAGS = {"25.09": "e4bb622", "25.11": "v0.2.0", "26.02": "v0.3.0", "26.04": "v0.4.0",
                 "26.06": "v0.5.0"}
@@ -172,3 +168,23 @@ def render_profile_features(resolved: ResolvedProfile) -> list[str]:
     block of every output."""
     return [f"{FEATURE_BY_NAME[name].flag} {render_feature_value(value)}: "
             f"{resolved.sources[name]}" for name, value in resolved.features.items()]
+
+
+def feature_sources(resolved: ResolvedProfile, given: Mapping[str, Any]
+                    ) -> dict[str, tuple[Any, str]]:
+    """Each feature the release or a flag sets (`given`: the release's features with the
+    flags' over them): its value and where it comes from, the release's source or "flag"."""
+    out: dict[str, tuple[Any, str]] = {}
+    for name, value in given.items():
+        from_release = name in resolved.features and resolved.features[name] == value
+        out[name] = (value, resolved.sources[name] if from_release else "flag")
+    return out
+
+
+def render_profile_json(resolved: ResolvedProfile, given: Mapping[str, Any] | None = None
+                        ) -> dict[str, Any]:
+    """The profile in JSON answers: its name, the framework that runs, and the source of each
+    feature its release (or, in `given`, a flag) sets."""
+    sources = feature_sources(resolved, resolved.features if given is None else given)
+    return {"name": resolved.label, "framework": resolved.framework,
+            "sources": {name: source for name, (_, source) in sources.items()}}
