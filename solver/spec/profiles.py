@@ -10,7 +10,7 @@ profile of solver.cost.frameworks); a bare name is the newest release.
 
 A Megatron-Bridge release runs Megatron-Core (its framework is megatron): its features are
 flags over Megatron's profile, so `launch` writes each one, and every output lists them with
-their sources (render_profile_features). The releases' dates and tags: NeMo 25.09 is
+their sources (feature_sources). The releases' dates and tags: NeMo 25.09 is
 NVIDIA-NeMo/Megatron-Bridge e4bb622 (scripts/performance/run_script.py, configs/*/*.yaml),
 25.11 tag v0.2.0, 26.02 v0.3.0, 26.04 v0.4.0, 26.06 v0.5.0
 (scripts/performance/configs/<family>/*_llm_pretrain.py, *workload_base_configs.py).
@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from solver.errors import InputError
-from solver.spec.feature_rules import render_feature_value
-from solver.spec.features import FEATURE_BY_NAME
 
 
 @dataclass(frozen=True)
@@ -161,13 +159,6 @@ def resolve_profile(text: str, model_name: str | None = None) -> ResolvedProfile
     label = f"{family}@{release}" if release else family
     return ResolvedProfile(label=label, framework=chosen.framework, release=chosen,
                            features={**chosen.features, **model_features}, sources=sources)
-
-
-def render_profile_features(resolved: ResolvedProfile) -> list[str]:
-    """One line per feature the release turns on or sets, with its source: the assumptions
-    block of every output."""
-    return [f"{FEATURE_BY_NAME[name].flag} {render_feature_value(value)}: "
-            f"{resolved.sources[name]}" for name, value in resolved.features.items()]
 
 
 def feature_sources(resolved: ResolvedProfile, given: Mapping[str, Any]
