@@ -30,12 +30,13 @@ from published import DATA_PATH, PublishedRun, _map_row, _Unmappable  # noqa: E4
 from time_accuracy import (  # noqa: E402
     BLOOM_BF16_OPTIMIZER_FROM,
     SOURCE_FRAMEWORKS,
-    bridge_moe_recipe,
+    run_profile,
 )
 
 from solver.cost.candidates import Candidates  # noqa: E402
 from solver.cost.frameworks import build_framework_profile  # noqa: E402
 from solver.cost.memory import ITEMS, MemoryOptions, estimate_memory  # noqa: E402
+from solver.spec.profiles import resolve_profile  # noqa: E402
 
 GIB = 2**30
 
@@ -129,9 +130,9 @@ def run_memory_options(run: PublishedRun) -> MemoryOptions:
         base = MemoryOptions(logits_bytes=LLM_FOUNDRY_LOGITS_BYTES)
     elif run.source_group == "megatron-bridge":
         # The recompute the tables do not state, from the release's recipe
-        # (time_accuracy.BRIDGE_MOE_RECIPES: DeepSeek-V3 on H100 at 25.09 recomputes
-        # mla_up_proj and mlp under selective granularity).
-        recipe = bridge_moe_recipe(run)
+        # (its megatron-bridge@<release> profile, solver.spec.profiles: DeepSeek-V3 on H100 at
+        # 25.09 recomputes mla_up_proj and mlp under selective granularity).
+        recipe = resolve_profile(run_profile(run), run.model_spec.name).features
         features = {**MEGATRON_BRIDGE_RECIPE_FEATURES,
                     "fp8_param_gather": run.precision != "bf16",
                     **({"recompute_modules": recipe["recompute_modules"]}

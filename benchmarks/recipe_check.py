@@ -64,7 +64,7 @@ from known_to_run import (  # noqa: E402
 from solver.optimize import build_problem, solve  # noqa: E402
 from solver.search.space import Problem  # noqa: E402
 from solver.spec import RECOMPUTE_LEVELS  # noqa: E402
-from solver.spec.framework import OFFLOADS, FrameworkFeatures  # noqa: E402
+from solver.spec.features import OFFLOADS, FrameworkFeatures  # noqa: E402
 from solver.spec.plan import Plan  # noqa: E402
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "recipes.jsonl"

@@ -32,6 +32,7 @@ from solver.cost.frameworks import ATTENTION_SWITCHES, framework_time_constants
 from solver.cost.flops import estimate_model_flops_per_token
 from solver.cost.steptime import TimeConstants, estimate_step_time
 from solver.spec.plan import TIME_PARTS
+from solver.spec.profiles import resolve_profile
 
 MIN_SWEEP_RUNS = 3
 # BLOOM's benchmarks switched from fp16 (DeepSpeed ZeRO-1) to the bf16 optimizer on 02-28.
@@ -120,8 +121,10 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         return {**common, "grad_accumulation_bytes_per_param": 18.0, "grad_reduce_bytes": 4.0,
                 "zero1_grad_all_reduce": True}
     if run.source_group == "megatron-bridge":
-        return {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True,
-                **bridge_moe_recipe(run)}
+        # The row's own release's profile (solver.spec.profiles: megatron-bridge@<release>,
+        # with its recipe for the row's model) and the FP8 recipe the row ran.
+        return {**resolve_profile(run_profile(run), run.model_spec.name).features,
+                **bridge_precision_recipe(run)}
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
     # LLM Foundry's tables (2023) ran FlashAttention in Triton: submit_benchmarks.py defaults
@@ -135,65 +138,28 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     return foundry
 
 
-# What Megatron-Bridge's H100 performance recipes set for each MoE model, by the release a row
-# comes from (NeMo 25.09 = NVIDIA-NeMo/Megatron-Bridge e4bb622, scripts/performance/run_script.py
-# and configs/qwen3/*.yaml; 25.11 = tag v0.2.0, 26.02 = v0.3.0, 26.04 = v0.4.0, 26.06 = v0.5.0,
-# scripts/performance/configs/<family>/*workload_base_configs.py). Unlisted: the defaults above.
-#   deepseek-v3   25.09: DeepEP on H100 (`enable_deepep = gpu in ["h100"]`), EP all-to-all overlap
-#                 (`A2A_1F1B`), recompute_modules ["mla_up_proj", "mlp"]
-#   qwen3-235b    25.09: tp_comm_overlap only (no overlap_moe_expert_parallel_comm); from 25.11
-#                 moe_a2a_overlap=True (the default above)
-#   qwen3-30b     25.09: tp_comm_overlap only; 25.11-26.02 (pp 2, vp 12) moe_a2a_overlap=True,
-#                 26.02 with the flex dispatcher's DeepEP backend (qwen3_workload_base_configs.py
-#                 QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: moe_flex_dispatcher_backend);
-#                 26.04-26.06 (ep 16, pp 1) moe_a2a_overlap=False with the flex dispatcher's
-#                 HybridEP backend (qwen3_llm_pretrain.py: moe_token_dispatcher_type = "flex")
-#   qwen3 (both)  every release: moe_router_fusion=True (25.09 configs/qwen3/*.yaml model:
-#                 moe_router_fusion: true; v0.2.0-v0.5.0 qwen3_llm_pretrain.py
-#                 set_qwen3_common_configs); qwen3-235b from 25.11 on H100
-#                 CommOverlapConfig(tp_comm_overlap=False) (qwen3_235b_a22b_*h100* in
-#                 qwen3_llm_pretrain.py, v0.2.0-v0.5.0; 25.09's run_script.py passed True)
-#   deepseek-v3   25.09: moe_router_fusion: true (configs/deepseek/deepseek_v3_llm_pretrain.yaml)
+# What each Megatron-Bridge release's performance recipes turn on is its profile
+# (solver.spec.profiles, `--framework megatron-bridge@<release>`); the rows also name the FP8
+# recipe they ran, which is the job's precision rather than a framework feature:
 #   FP8 on H100   per-tensor FP8 with current scaling ("fp8_cs", Float8CurrentScaling) for both
 #                 Qwen3 models in every release and DeepSeek-V3's primary 25.09 row: the 25.09
 #                 yamls' h100 perf_matrix lists fp8_cs (DeepSeek-V3 also fp8_ss, the blockwise
 #                 variant) and Qwen3-30B's fp8_cs entry sets the row's mbs 2; v0.2.0-v0.5.0 ship
 #                 only *_H100_FP8_CS_* presets for them (workload_base_configs.py,
 #                 qwen3_workload_base_configs.py); the 25.11 table says FP8-CS
-#   gpt-oss-120b  every release: no moe_a2a_overlap (GPT_OSS_120B_..._H100_BF16 sets pp 4 and
-#                 recompute_modules ["layernorm", "moe_act"] only; the field defaults to False);
-#                 those recompute modules (v0.2.0 workload_base_configs.py, v0.3.0-v0.5.0
-#                 gpt_oss_workload_base_configs.py), which replace Megatron's default core_attn
-BRIDGE_MOE_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
-    ("deepseek-v3", "25.09"): {"moe_dispatcher": "deepep",
-                               "recompute_modules": ("mla_up_proj", "mlp"),
-                               "moe_router_fusion": True, "fp8_current_scaling": True},
-    ("qwen3-235b-a22b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True,
-                                   "fp8_current_scaling": True},
-    **{("qwen3-235b-a22b", release): {"tp_comm_overlap": False, "moe_router_fusion": True,
-                                      "fp8_current_scaling": True}
-       for release in ("25.11", "26.02", "26.04", "26.06")},
-    ("qwen3-30b-a3b", "25.09"): {"ep_comm_overlap": False, "moe_router_fusion": True,
-                                 "fp8_current_scaling": True},
-    ("qwen3-30b-a3b", "25.11"): {"moe_router_fusion": True, "fp8_current_scaling": True},
-    ("qwen3-30b-a3b", "26.02"): {"moe_dispatcher": "deepep", "moe_router_fusion": True,
-                                 "fp8_current_scaling": True},
-    ("qwen3-30b-a3b", "26.04"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep",
-                                 "moe_router_fusion": True, "fp8_current_scaling": True},
-    ("qwen3-30b-a3b", "26.06"): {"ep_comm_overlap": False, "moe_dispatcher": "hybridep",
-                                 "moe_router_fusion": True, "fp8_current_scaling": True},
-    # Nemotron 3 Nano (26.02-26.06 rows): the family's base config sets the flex dispatcher's
-    # HybridEP backend and no moe_a2a_overlap (nemotron_3_nano_workload_base_configs.py,
-    # BASE_NEMOTRON_3_NANO_CONFIG moe_flex_dispatcher_backend="hybridep"; read at 0011573,
-    # whose H100 entries keep the base tp 4 where the rows state tp 1, so the releases the
-    # rows ran may differ in more than tp).
-    **{("nemotron-3-nano-30b-a3b", release): {"ep_comm_overlap": False,
-                                              "moe_dispatcher": "hybridep"}
-       for release in ("26.02", "26.04", "26.06")},
-    **{("gpt-oss-120b", release): {"ep_comm_overlap": False,
-                                   "recompute_modules": ("layernorm", "moe_act")}
-       for release in ("25.11", "26.02", "26.04", "26.06")},
-}
+BRIDGE_FP8_CURRENT_SCALING: tuple[tuple[str, str], ...] = (
+    ("deepseek-v3", "25.09"),
+    *((model, release) for model in ("qwen3-235b-a22b", "qwen3-30b-a3b")
+      for release in ("25.09", "25.11", "26.02", "26.04", "26.06")))
+
+
+def run_profile(run: PublishedRun) -> str:
+    """The `--framework` profile a row is predicted with: a Megatron-Bridge row its own
+    release's (megatron-bridge@26.02), the others their source's framework
+    (SOURCE_FRAMEWORKS)."""
+    if run.source_group == "megatron-bridge":
+        return f"megatron-bridge@{bridge_release(run)}"
+    return SOURCE_FRAMEWORKS[run.source_group]
 
 
 def bridge_release(run: PublishedRun) -> str:
@@ -202,9 +168,10 @@ def bridge_release(run: PublishedRun) -> str:
     return ".".join(run.id.split("-")[2].split(".")[:2])
 
 
-def bridge_moe_recipe(run: PublishedRun) -> dict[str, Any]:
-    """The switches BRIDGE_MOE_RECIPES gives the row's model and release (none for dense)."""
-    return dict(BRIDGE_MOE_RECIPES.get((run.model_spec.name, bridge_release(run)), {}))
+def bridge_precision_recipe(run: PublishedRun) -> dict[str, Any]:
+    """FP8 with current scaling where the row ran it (BRIDGE_FP8_CURRENT_SCALING)."""
+    key = (run.model_spec.name, bridge_release(run))
+    return {"fp8_current_scaling": True} if key in BRIDGE_FP8_CURRENT_SCALING else {}
 
 
 # ---- statistics -------------------------------------------------------------------------------
@@ -295,6 +262,7 @@ def render_splits(console: Console, results: Sequence[tuple[PublishedRun, float]
         ("all", lambda r: "all runs"),
         ("source", lambda r: r.source_group),
         ("framework", lambda r: SOURCE_FRAMEWORKS[r.source_group]),
+        ("profile", run_profile),
         ("gpu", lambda r: r.gpu),
         ("arch", lambda r: r.arch_kind),
         ("precision", lambda r: r.precision),

@@ -20,7 +20,7 @@ v0.2.0). Nothing is fitted to these rows.
 from __future__ import annotations
 
 from solver.api import estimate
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 # (model, cp, measured TPS/GPU): Table 2 (8B) and Table 6 (405B).
 ROWS = (("llama3.1-8b", 1, 3890), ("llama3.1-8b", 2, 2540), ("llama3.1-8b", 4, 1071),

@@ -51,7 +51,7 @@ from solver.spec import (
     ParallelConfig,
     PipelineLayout,
 )
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.plan import Plan, PlanTime, StageMemory
 

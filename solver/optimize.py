@@ -46,7 +46,7 @@ from solver.search.layout_search import LayoutSearch, solve_with_layouts
 from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.fixes import suggest_fixes
 from solver.ranked_plans import cost_ranked_plans, explain_offloads, explain_savers
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.job import RECOMPUTE_LEVELS
 from solver.spec.plan import Plan

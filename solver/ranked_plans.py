@@ -18,7 +18,7 @@ from solver.search.enumerate import Ranked
 from solver.search.space import Problem
 from solver.spec import RECOMPUTE_LEVELS
 from solver.spec.figures import format_significant
-from solver.spec.framework import OFFLOADS
+from solver.spec.features import OFFLOADS
 from solver.spec.plan import Equivalent, Plan
 
 

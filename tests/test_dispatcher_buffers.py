@@ -139,7 +139,8 @@ def test_estimate_names_the_dispatcher_buffers_and_counts_them() -> None:
                                        "--moe-dispatcher", "hybridep"])
     assert refused.exit_code == 2
     assert refused.output.strip() == ("error: --moe-dispatcher hybridep: DeepSpeed-MoE dispatches "
-                                      "with all-to-all only (--framework deepspeed)")
+                                      "with all-to-all only (--framework deepspeed) "
+                                      "[framework_lacks_feature]")
 
 
 def test_hybridep_in_one_nvlink_domain_keeps_no_rdma_buffers() -> None:
@@ -149,7 +150,7 @@ def test_hybridep_in_one_nvlink_domain_keeps_no_rdma_buffers() -> None:
     4,096 x 64 x (14,336 + 1,024 + 224) + 4,096 x 64 x 256 = 4.152 GB; on 8-GPU H100 nodes the
     same group needs 5.232 GB (test_hybridep_deepseek_v3_at_ep_64)."""
     from solver.api import estimate
-    from solver.spec.framework import FrameworkFeatures
+    from solver.spec.features import FrameworkFeatures
 
     one_domain = 4096 * 64 * (14_336 + 1024 + 224) + 4096 * 64 * 256
     assert estimate_hybridep_buffer_bytes(7168, 4096, 64, 256, 4, 64) == one_domain == 4_152_360_960

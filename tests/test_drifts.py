@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from solver.api import estimate
 from solver.cli import cli
 from solver.optimize import build_problem, solve
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 from solver.spec.layout_syntax import render_pipeline_layout
 from solver.spec.plan import Plan
 

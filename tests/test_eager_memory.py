@@ -28,7 +28,7 @@ from solver.cost.memory.eager import estimate_unfused_core_bytes
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.offload import refuse_activation_offload
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 LLAMA31_8B = load_model_spec("llama3.1-8b")  # h 4096, 32 heads (8 KV) of 128, F 14336
 GPT3_175B = ModelSpec(name="gpt3-175b", hidden_size=12288, intermediate_size=4 * 12288,

@@ -13,7 +13,7 @@ import pytest
 from solver.optimize import build_problem, solve
 from solver.search.explain import SURPRISES
 from solver.spec.figures import format_significant
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 # Llama 3.1 405B at 8K tokens on 512 H100s: the winner splits each sequence over 2 GPUs (cp 2),
 # a choice the rule of thumb keeps for long sequences.

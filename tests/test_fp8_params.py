@@ -26,7 +26,7 @@ from solver.cost.frameworks import build_framework_profile, memory_saver_ladder
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.cost.memory.states import estimate_fp8_param_saved_bytes_per_param
 from solver.spec import JobSpec, ParallelConfig
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 
 @pytest.mark.parametrize(("precision", "expected"), [

@@ -27,7 +27,7 @@ from solver.cost.steptime import estimate_step_time
 from solver.cost.time_constants import TE_MODULE_OPS, TimeConstants
 from solver.errors import InputError
 from solver.spec import JobSpec, ParallelConfig
-from solver.spec.framework import FEATURES, FrameworkFeatures
+from solver.spec.features import FEATURES, FrameworkFeatures
 from solver.spec.job import FRAMEWORKS
 
 H100 = load_cluster_spec("dgx-h100")
@@ -66,7 +66,8 @@ def test_megatron_profile() -> None:
     fine_grained_activation_offloading = False; model_parallel_config.py
     cpu_offloading_num_layers = 0, cross_entropy_loss_fusion = False (the unfused
     vocab-parallel cross-entropy: loss eager); training states mixed (optimizer_config.py:
-    main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype torch.float32)."""
+    main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype torch.float32); router unfused
+    (transformer_config.py moe_router_fusion = False)."""
     profile = build_framework_profile("megatron")
     assert profile.features() == {
         "attention_kernel": "native", "fused_elementwise": True, "cuda_graphs": False,
@@ -77,7 +78,7 @@ def test_megatron_profile() -> None:
         "recompute_modules": ["core_attn"], "optimizer_offload": False,
         "activation_offload": False, "fp8_all_gather": False,
         "cpu_offloading_num_layers": 0, "loss_implementation": "eager",
-        "training_states": "mixed"}
+        "training_states": "mixed", "moe_router_fusion": False}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from solver.cli import cli
 from solver.errors import InputError
 from solver.optimize import build_problem, solve
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom, parse_memory_headroom
 
 H100_BYTES = 80 * 2**30  # 85.9 GB

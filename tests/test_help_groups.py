@@ -20,7 +20,7 @@ from solver.cli.help_groups import (
     option_group,
 )
 from solver.search.space import VARIABLES
-from solver.spec.framework import FEATURES, MEMORY_SAVERS, OFFLOADS
+from solver.spec.features import FEATURES, MEMORY_SAVERS, OFFLOADS
 
 COMMANDS = ("optimize", "estimate", "serve", "sweep")
 

@@ -81,7 +81,7 @@ def test_megatron_bridge_runs_reduce_gradients_in_bf16() -> None:
 
 def test_deepseek_v3_runs_recompute_the_recipe_modules(summary: dict) -> None:
     """Megatron-Bridge @ad151f3 (2025-09-30) scripts/performance/run_script.py lines 89-90
-    (time_accuracy.BRIDGE_MOE_RECIPES): on H100, DeepSeek-V3 recomputes ["mla_up_proj", "mlp"]
+    (solver.spec.profiles, megatron-bridge@25.09): on H100, DeepSeek-V3 recomputes ["mla_up_proj", "mlp"]
     under selective granularity
     (configs/deepseek/deepseek_v3_llm_pretrain.yaml); the 25.09 table's two H100 rows (tp 2,
     pp 8, vpp 4, ep 64) fit with it (91.7 GB with core_attn alone)."""

@@ -47,7 +47,7 @@ def _estimate(layers: int, cluster: str = "gb200-nvl72"):
 
 
 def _features(values):
-    from solver.spec.framework import FrameworkFeatures
+    from solver.spec.features import FrameworkFeatures
 
     return FrameworkFeatures(**values)
 

@@ -23,7 +23,8 @@ from solver.cost.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.cost.memory.states import estimate_fp8_copy_bytes_per_param
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
-from solver.spec.framework import RECOMPUTE_MODULES, FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
+from solver.spec.framework import RECOMPUTE_MODULES
 from solver.spec.job import PRECISIONS
 
 SMALL = ModelSpec(name="dense-small", hidden_size=1024, intermediate_size=2816,

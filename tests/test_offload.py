@@ -38,7 +38,7 @@ from solver.optimize import build_problem, solve
 from solver.search.enumerate import enumerate_feasible, fold_twins, rank
 from solver.search.module_variants import offload_variant
 from solver.spec import JobSpec, ParallelConfig
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 JOB = JobSpec(seq_len=8192, global_batch=512)
 

@@ -36,7 +36,8 @@ from solver.cost.time_constants import TimeConstants
 from solver.errors import InputError
 from solver.optimize import build_problem
 from solver.spec import JobSpec, ParallelConfig
-from solver.spec.framework import RECOMPUTE_MODULES, FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
+from solver.spec.framework import RECOMPUTE_MODULES
 
 MIXTRAL = load_model_spec("mixtral-8x7b")  # h 4096, 32 heads (8 KV), 8 experts top-2, F_e 14336
 S = 4096

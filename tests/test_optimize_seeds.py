@@ -13,7 +13,7 @@ from solver.cost.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
 from solver.search.constraints import build_constraints
 from solver.spec import ParallelConfig
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 
 def place(model, cluster, gpus, seq, batch, seed: dict, framework="megatron"):

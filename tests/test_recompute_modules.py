@@ -26,7 +26,7 @@ from solver.cost.memory.activations import estimate_module_recompute_bytes
 from solver.cost.recompute_modules import recompute_module_sets
 from solver.optimize import build_problem, solve
 from solver.spec import JobSpec, ParallelConfig
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 DEEPSEEK_LIGHT = ("core_attn", "moe_act", "layernorm")
 DEEPSEEK_HEAVY = (*DEEPSEEK_LIGHT, "mla_up_proj", "mlp", "shared_experts")

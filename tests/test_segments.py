@@ -30,7 +30,7 @@ from solver.emit.layout import assign_tiers, build_rank_layout
 from solver.errors import InputError
 from solver.optimize import build_problem, solve
 from solver.spec import ClusterSpec, ParallelConfig, TierSpec
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 GB = 1e9
 

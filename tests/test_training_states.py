@@ -39,7 +39,7 @@ from solver.emit.megatron import render_megatron
 from solver.emit.target import LaunchTarget
 from solver.errors import InputError
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 LOW_STATES = ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")
 # Where each framework takes them (solver.cost.frameworks.UNSUPPORTED).

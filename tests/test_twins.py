@@ -16,7 +16,7 @@ from solver.cli import cli
 from solver.optimize import build_problem, solve
 from solver.search.enumerate import enumerate_feasible, fold_twins, rank
 from solver.search.twins import group_twins
-from solver.spec.framework import FrameworkFeatures
+from solver.spec.features import FrameworkFeatures
 
 
 def distinct_key(plan) -> tuple:

@@ -13,6 +13,7 @@ from solver.cli.options import (
     framework_option,
     make_planning_options,
     pop_framework_features,
+    resolve_framework,
 )
 from solver.cli.params import BoundedInt
 from solver.cli.plan_option import DEGREE_NAMES, plan_file_options
@@ -53,6 +54,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.search.constraints import MEMORY_CONSTRAINT
     from solver.api import estimate as run_estimate
     from solver.cli.render import echo_json
+    from solver.spec.profiles import render_profile_json
     from solver.cli.render_plan import (
         echo_fixes,
         echo_layout_table,
@@ -64,7 +66,9 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.cli.plan_option import plan_problem_names
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
-    features = pop_framework_features(degrees)
+    # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
+    resolved, features = resolve_framework(framework, model, pop_framework_features(degrees))
+    framework = resolved.framework
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
     # The problem and plan of the flags, or of --plan FILE (the flags given override it).
@@ -102,6 +106,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             "precision": result.job.precision,
             "framework": result.profile.name,
             "framework_features": result.profile.features(),
+            "framework_profile": render_profile_json(resolved, features.given()),
             "plans": [{**render_plan_json(plan), **odds["plans"][0]}],
             "uncertainty": odds["uncertainty"],
             # What reports each view of a plan's memory (`allocated_gb`, `reserved_gb`,
@@ -147,10 +152,14 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
                      f"{k.recompute_seconds_per_layer:.4g}", f"{100 * k.work_share:.1f}%",
                      f"{k.bytes_per_layer / 1e9:.3f}", k.layers_on_worst_stage)
                     for k in result.blocks])
-    from solver.cli.render_features import render_memory_assumptions
+    from solver.cli.render_features import (
+        render_memory_assumptions,
+        render_profile_assumptions,
+    )
 
     click.echo("\n".join(render_memory_assumptions(result.profile, result.job.precision,
                                                      plan.config.recompute)))
+    click.echo("\n".join(render_profile_assumptions(resolved, features)))
     if plan.config.pp > 1 or plan.layout is not None and any(
             s.recompute_layers not in (0, s.layers) for s in plan.layout.stages):
         echo_layout_table(plan)
@@ -168,7 +177,7 @@ def _search_fixes(result: Any, values: dict[str, Any], job_values: dict[str, Any
     problem of its flags (or plan file): the same model, cluster, GPUs, job and features."""
     from solver.estimate_fixes import suggest_estimate_fixes
     from solver.optimize import build_problem
-    from solver.spec.framework import FrameworkFeatures
+    from solver.spec.features import FrameworkFeatures
 
     features = values["features"]
     if features is not None and not isinstance(features, FrameworkFeatures):  # a plan file's

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from solver.search.space import VARIABLES
-from solver.spec.framework import FEATURES, MEMORY_SAVERS, OFFLOADS
+from solver.spec.features import FEATURES, MEMORY_SAVERS, OFFLOADS
 
 PINS = "degrees and pins"
 JOB = "problem: model, cluster, job"

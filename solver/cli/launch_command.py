@@ -15,10 +15,12 @@ from solver.cli.options import (
 from solver.cli.plan_option import (
     check_plan_problem,
     plan_file_options,
+    plan_framework_features,
     plan_problem_names,
     read_plan_option,
 )
 from solver.emit import DEFAULT_ORDER, FORMAT_ALIASES, FORMATS, TARGETS
+from solver.spec.profiles import profile_names
 
 # Formats that are a framework with a profile (solver.cost.frameworks).
 PROFILED_FORMATS = ("megatron", "torchtitan", "deepspeed")
@@ -52,6 +54,38 @@ def _format_and_version(launch_format: str | None, target_text: str | None) -> t
     return name, version
 
 
+def _profile_version(framework_text: str, launch_format: str, version: str) -> str:
+    """The version `launch_format` is written for under --framework NAME@RELEASE: the
+    release's own (megatron-bridge@26.02 -> 0.3) where the format is that framework's."""
+    from solver.spec.profiles import resolve_profile
+
+    resolved = resolve_profile(framework_text)
+    family = resolved.label.partition("@")[0]
+    return resolved.release.target if family == launch_format and resolved.release.target \
+        else version
+
+
+def _release_features(framework_text: str, framework: str, launch_format: str, version: str,
+                      target_text: str | None, model: str | None) -> dict[str, Any]:
+    """The features --framework's release sets for `model`, after checking that it runs the
+    framework --format writes and that the release is the version written (--target)."""
+    from solver.errors import InputError
+    from solver.spec.profiles import resolve_profile
+
+    resolved = resolve_profile(framework_text, model)
+    if resolved.framework != framework:
+        raise InputError(f"--framework {framework_text} with --format {launch_format}: the "
+                         f"profile runs {resolved.framework}, the format writes {framework}'s "
+                         "settings")
+    family = resolved.label.partition("@")[0]
+    if family == launch_format and resolved.release.target != version:
+        written = ", ".join(TARGETS.get(launch_format, ()))
+        runs = resolved.release.target or "a version launch does not write"
+        raise InputError(f"--framework {framework_text}: launch writes {launch_format} "
+                         f"{version}, the profile's release runs {runs} (written: {written})")
+    return dict(resolved.features)
+
+
 @click.command()
 @make_planning_options(gpus_required=False, model_required=False)
 @degree_options
@@ -68,6 +102,10 @@ def _format_and_version(launch_format: str | None, target_text: str | None) -> t
               help="A framework's settings for that version: "
                    + ", ".join(f"{n}@{v}" for n, vs in TARGETS.items() for v in vs)
                    + " (--format FRAMEWORK: the first of its versions).")
+@click.option("--framework", "framework_text", type=click.Choice(profile_names()), default=None,
+              help="The profile the plan was costed under (NAME@RELEASE, as estimate and "
+                   "optimize take it): its release's features are written; it must run "
+                   "--format's framework and agree with --target.")
 @click.option("--order", default=DEFAULT_ORDER, show_default=True,
               help="Rank order, innermost axis first (tp-cp-ep-pp-dp is Megatron's "
                    "--use-tp-pp-dp-mapping).")
@@ -80,7 +118,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
            global_batch: int, precision: str, token_budget: int | None,
            calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
            plan_line: int | None, layout_text: str | None, launch_format: str | None,
-           target_text: str | None,
+           target_text: str | None, framework_text: str | None,
            order: str, validate: bool, output: str | None, **degrees: Any) -> None:
     """Rank layout and process groups of a plan (--format groups), a runnable torch module
     that builds them, or the settings of Megatron-LM, Megatron-Bridge, torchtitan, DeepSpeed or
@@ -102,6 +140,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     # features: what `estimate` and `optimize` cost under the same flags.
     framework = PROFILES_OF.get(launch_format, launch_format)
     framework = framework if framework in PROFILED_FORMATS else "megatron"
+    if framework_text is not None and target_text is None:
+        version = _profile_version(framework_text, launch_format, version)
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
     plan_file = read_plan_option(ctx, plan_path, plan_rank, plan_line, job_values)
@@ -112,7 +152,16 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     # ... and what its selective recompute recomputes where the search chose it.
     if plan_file is not None and plan_file.recompute_modules and framework == "megatron":
         savers["recompute_modules"] = plan_file.recompute_modules
-    features = {**savers, **pop_framework_features(degrees).given()}
+    flags = pop_framework_features(degrees).given()
+    if plan_file is not None and plan_file.framework == framework:
+        # Exactly what the plan was costed with: its features, savers, offloads and modules.
+        features = plan_framework_features(plan_file, framework, flags)
+    else:
+        features = {**savers, **flags}
+    if framework_text is not None:
+        release_features = _release_features(framework_text, framework, launch_format,
+                                             version, target_text, model)
+        features = {**release_features, **features}
     profile = build_framework_profile(framework, features)
     model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
     model_spec, cluster_spec, job = load_problem_specs(

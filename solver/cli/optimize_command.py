@@ -12,6 +12,7 @@ from solver.cli.options import (
     framework_option,
     make_planning_options,
     pop_framework_features,
+    resolve_framework,
 )
 from solver.cli.params import (
     MAX_DAYS,
@@ -91,6 +92,8 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
+    from solver.cli.render_features import render_profile_assumptions
+    from solver.spec.profiles import render_profile_json
     from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, solve
@@ -102,7 +105,9 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         load_error_model,
     )
 
-    features = pop_framework_features(pin_values)
+    # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
+    resolved, features = resolve_framework(framework, model, pop_framework_features(pin_values))
+    framework = resolved.framework
     # --min-fit-probability: the search fills only the share of the memory that fits with that
     # chance (1 at the default 0.5).
     memory_headroom = build_fit_headroom(memory_headroom, build_fit_headroom_share(
@@ -144,6 +149,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         sources = describe_sources(result.problem.cluster)
     if as_json:
         answer = render_result_json(result, interval_level, min_fit_probability)
+        answer["framework_profile"] = render_profile_json(resolved, features.given())
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json
 
@@ -151,6 +157,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         echo_json(answer)
     else:
         echo_result(result, gpus_for_days, interval_level, min_fit_probability)
+        click.echo("\n".join(render_profile_assumptions(resolved, features)))
         if calibration is not None:
             from solver.cli.render_calibration import echo_sources_table
 

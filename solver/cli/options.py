@@ -14,18 +14,9 @@ from typing import TypeVar
 import click
 
 from solver.cli.params import MAX_ZERO_STAGE, BoundedInt
-from solver.spec.framework import (
-    ATTENTION_KERNELS,
-    DP_OVERLAPS,
-    FEATURES,
-    FP8_WEIGHT_COPIES,
-    LOSS_IMPLEMENTATIONS,
-    RECOMPUTE_MODULES,
-    MOE_DISPATCHERS,
-    SELECTIVE_RECOMPUTES,
-    TRAINING_STATES,
-    FrameworkFeatures,
-)
+from solver.spec.features import FEATURE_DECLARATIONS, FEATURES, Feature, FrameworkFeatures
+from solver.spec.framework import RECOMPUTE_MODULES
+from solver.spec.profiles import ResolvedProfile, profile_names, resolve_profile
 from solver.spec.job import FRAMEWORKS, PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
 from solver.spec.strict import MAX_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOKENS
 
@@ -64,84 +55,46 @@ def _default(spec: type, field: str) -> object:
     return spec.model_fields[field].default
 
 
-def framework_option(help_text: str) -> Callable[[F], F]:
-    """--framework: whose rules (optimize) and timing (optimize, estimate) to assume."""
-    return click.option("--framework", type=click.Choice(FRAMEWORKS), default="megatron",
-                        show_default=True, help=help_text)
+def framework_option(help_text: str, versioned: bool = True) -> Callable[[F], F]:
+    """--framework: whose rules (optimize) and timing (optimize, estimate) to assume; a
+    `versioned` command takes NAME@RELEASE (solver.spec.profiles: resolve_framework)."""
+    names = profile_names() if versioned else FRAMEWORKS
+    return click.option("--framework", type=click.Choice(names), default="megatron",
+                        show_default=True,
+                        help=help_text + (" NAME@RELEASE picks a release's features (a bare "
+                                          "name: the newest)." if versioned else ""))
+
+
+def resolve_framework(framework: str, model: str | None, features: FrameworkFeatures
+                      ) -> tuple[ResolvedProfile, FrameworkFeatures]:
+    """--framework NAME[@RELEASE] for `model` (a zoo name gets its release recipe's
+    features): the resolved profile, and its release's features with the flags' over them."""
+    resolved = resolve_profile(framework, model)
+    return resolved, FrameworkFeatures(**{**resolved.features, **features.given()})
 
 
 def framework_feature_options(command: F) -> F:
-    """Flags that override single features of the --framework profile (solver.cost.frameworks;
-    parameters named as FrameworkFeatures' fields, collected by `pop_framework_features`)."""
-    return _apply(command, [
-        click.option("--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=None,
-                     help="Attention kernels: native (FlashAttention-3 / cuDNN), flash2 "
-                          "(FlashAttention-2, Ampere instructions on Hopper), triton (2022 "
-                          "FlashAttention in Triton) or unfused (keeps the s x s "
-                          "probabilities for backward)."),
-        click.option("--fused-elementwise/--eager-elementwise", default=None,
-                     help="Fused norms, RoPE and SwiGLU (TE, torch.compile) or eager ops "
-                          "(more launches, and more activations saved for backward)."),
-        click.option("--cuda-graphs/--no-cuda-graphs", default=None,
-                     help="Replay captured kernels without host launches."),
-        click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
-                     help="MoE token dispatcher (deepep, hybridep: one copy per NVLink "
-                          "domain, forwarded inside it)."),
-        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
-                     help="Hide TP/SP collectives behind the GEMMs."),
-        click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=None,
-                     help="Hide EP all-to-alls behind another micro-batch's compute."),
-        click.option("--dp-overlap", type=click.Choice(DP_OVERLAPS), default=None,
-                     help="When DP collectives overlap compute."),
-        click.option("--selective-recompute", type=click.Choice(SELECTIVE_RECOMPUTES),
-                     default=None,
-                     help="What --recompute selective recomputes: attention_core (Megatron) or "
-                          "op_level (torchtitan: all but every second GEMM and the attention)."),
-        click.option("--fp8-weight-copies", type=click.Choice(FP8_WEIGHT_COPIES), default=None,
-                     help="Quantised weight copies below bf16: transformer_engine (cached "
-                          "row- and column-wise, sharded like the weights) or none (torchao "
-                          "float8 casts on the fly)."),
-        click.option("--precision-aware-optimizer/--no-precision-aware-optimizer",
-                     default=None,
-                     help="Adam moments and main gradients in bf16 (Megatron "
-                          "--use-precision-aware-optimizer)."),
-        click.option("--grad-reduce-in-bf16/--no-grad-reduce-in-bf16", default=None,
-                     help="Gradient buffer and DP reduction in bf16, not fp32."),
-        click.option("--fp8-param-gather/--no-fp8-param-gather", default=None,
-                     help="Below bf16, Transformer Engine's quantised weights are the "
-                          "parameters, with no bf16 copy (Megatron --fp8-param-gather)."),
-        click.option("--optimizer-offload/--no-optimizer-offload", default=None,
-                     help="Optimizer state in host memory, stepped on the CPU (Megatron "
-                          "--optimizer-cpu-offload, DeepSpeed ZeRO-Offload); default: the "
-                          "search's choice (optimize), off (estimate)."),
-        click.option("--activation-offload/--no-activation-offload", default=None,
-                     help="Attention and expert activations to host memory between forward "
-                          "and backward (Megatron --fine-grained-activation-offloading); "
-                          "default: the search's choice (optimize), off (estimate)."),
-        click.option("--cpu-offloading-num-layers", type=BoundedInt(0, MAX_LAYERS),
-                     default=None, metavar="N",
-                     help="The first N decoder layers' activations to host memory (Megatron "
-                          "layer-level CPU offloading; pp 1, no recompute; default 0)."),
-        click.option("--fp8-all-gather/--no-fp8-all-gather", default=None,
-                     help="torchao float8: FSDP gathers the weights in float8 (torchtitan "
-                          "enable_fsdp_float8_all_gather; with --precision fp8)."),
-        click.option("--recompute-modules", default=None, metavar="M,M,...",
-                     callback=_split_modules,
-                     help="Modules --recompute selective recomputes (Megatron): "
-                          + ",".join(RECOMPUTE_MODULES) + " (default core_attn)."),
-        click.option("--loss-implementation", type=click.Choice(LOSS_IMPLEMENTATIONS),
-                     default=None,
-                     help="How the loss runs, what the last stage holds for the logits: eager "
-                          "(the framework's own), compiled (torch.compile), chunked (upcast "
-                          "per chunk), fused (gradient written into the logits: Transformer "
-                          "Engine, Liger) or fused_linear (LM head fused with the loss: "
-                          "Liger); default: the framework's."),
-        click.option("--training-states", type=click.Choice(TRAINING_STATES), default=None,
-                     help="Weights, gradients and Adam state: mixed (the framework's fp32 "
-                          "master and moments; default), pure_bf16 (all bf16, no master: "
-                          "8 B per parameter), adam8bit (8-bit block-wise moments, "
-                          "bitsandbytes / torchao) or pure_bf16_adam8bit."),
-    ])
+    """Flags that override single features of the --framework profile, one per feature
+    declaration (solver.spec.features; parameters named as FrameworkFeatures' fields,
+    collected by `pop_framework_features`)."""
+    return _apply(command, [_feature_option(feature) for feature in FEATURE_DECLARATIONS])
+
+
+def _feature_option(feature: Feature) -> Callable[[F], F]:
+    """The click option of one declared feature: a choice, an on/off switch (its off flag
+    `--no-...` unless declared), a count of layers, or a module list."""
+    if feature.flag_kind == "switch":
+        off = feature.off_flag or "--no-" + feature.flag[2:]
+        return click.option(f"{feature.flag}/{off}", feature.name, default=None,
+                            help=feature.help)
+    if feature.flag_kind == "count":
+        return click.option(feature.flag, feature.name, default=None, metavar="N",
+                            type=BoundedInt(feature.minimum, MAX_LAYERS), help=feature.help)
+    if feature.flag_kind == "modules":
+        return click.option(feature.flag, feature.name, default=None, metavar="M,M,...",
+                            callback=_split_modules, help=feature.help)
+    return click.option(feature.flag, feature.name, default=None, help=feature.help,
+                        type=click.Choice(feature.choices))
 
 
 def _split_modules(ctx: click.Context, param: click.Parameter, value: str | None

@@ -5,6 +5,9 @@ as `framework_features`."""
 from __future__ import annotations
 
 from solver.cost.frameworks import FrameworkProfile
+from solver.spec.feature_rules import render_feature_value
+from solver.spec.features import FEATURE_BY_NAME, FrameworkFeatures
+from solver.spec.profiles import ResolvedProfile, feature_sources
 
 
 # What each MoE dispatcher keeps of its own (solver.cost.memory.dispatcher).
@@ -127,3 +130,14 @@ def render_offload_assumptions(profile: FrameworkProfile) -> list[str]:
         f"link's rate")
     return [f"  optimizer offload: {optimizer}", f"  activation offload: {activations}",
             f"  layer-level CPU offloading: {layer_level}"]
+
+
+def render_profile_assumptions(resolved: ResolvedProfile, features: FrameworkFeatures
+                               ) -> list[str]:
+    """The framework profile's lines: its NAME@RELEASE, each feature its release or a flag
+    sets and where from; the rest are the framework's defaults (solver.cost.frameworks)."""
+    lines = [f"framework profile {resolved.label} (runs {resolved.framework}):"]
+    for name, (value, source) in feature_sources(resolved, features.given()).items():
+        lines.append(f"  {FEATURE_BY_NAME[name].flag} {render_feature_value(value)}: {source}")
+    lines.append(f"  every other feature: {resolved.framework}'s defaults")
+    return lines

@@ -5,39 +5,10 @@ command builds its profile here (`build_framework_profile`), so `optimize`, `est
 `launch` agree.
 
 A profile's features are fields of TimeConstants, the step-time model's one set of switches:
-the profile chooses their values, nothing repeats them. FEATURES lists the ones a flag may
-override:
-
-  attention_kernel     native (FlashAttention-3 / cuDNN fused attention: the GPU's own
-                       tensor-core instructions), flash2 (FlashAttention-2 kernels, Ampere's
-                       mma.sync: GpuSpec.legacy_mma_fraction of a Hopper peak), triton
-                       (2022 FlashAttention in Triton) or unfused
-                       (TimeConstants.flash_attention, native_attention_kernels,
-                       triton_attention)
-  fused_elementwise    fused norms / RoPE / SwiGLU (TE, apex, torch.compile) or eager ops
-  cuda_graphs          captured kernels replay without host launches
-  moe_dispatcher       alltoall | allgather | deepep | hybridep (EP traffic, its SMs)
-  tp_comm_overlap      TP/SP collectives behind the GEMMs (TE userbuffers)
-  ep_comm_overlap      EP all-to-all behind another micro-batch's compute
-  dp_overlap           DP collectives behind compute (always | never | without_pipeline)
-  selective_recompute  what --recompute selective recomputes: attention_core | op_level
-  fp8_weight_copies    quantised weight copies kept below bf16: transformer_engine | none
-                       (memory only: MemoryOptions.fp8_weight_copies)
-  precision_aware_optimizer  Adam's moments in bf16 (memory, optimizer step)
-  grad_reduce_in_bf16  a bf16 gradient buffer reduced in bf16 (memory, DP traffic)
-  fp8_param_gather     below bf16, TE's quantised weights are the parameters, no bf16 copy
-                       (memory: MemoryOptions.fp8_params)
-  recompute_modules    Megatron's --recompute-modules under selective (memory, recompute time)
-  optimizer_offload    the optimizer state and step on the host (solver.cost.offload)
-  activation_offload   Megatron's fine-grained activation offloading (solver.cost.offload)
-  fp8_all_gather       torchao float8's FSDP2 all-gather in float8 (torchtitan; memory only)
-  cpu_offloading_num_layers  Megatron's layer-level CPU offloading of the first N layers'
-                       activations (solver.cost.memory.layer_offload, solver.cost.offload)
-  loss_implementation  eager | compiled | chunked | fused | fused_linear: how the loss is
-                       computed (memory only: solver.cost.memory.loss; LOSS_IMPLEMENTATIONS)
-  training_states      mixed | pure_bf16 | adam8bit | pure_bf16_adam8bit: weights, gradients
-                       and Adam state below mixed precision (solver.cost.training_states;
-                       memory, optimizer step, and in pure bf16 the DP gradient bytes)
+the profile chooses their values, nothing repeats them. The features a flag may override are
+declared once in solver.spec.features (flag, values, frameworks, refusals, cost switch, emitters),
+their rules with each other in solver.spec.feature_rules; memory_options derives MemoryOptions
+from the profile (the declarations' memory_copy fields as they are, the rest below),
 and, not overridable, the host ops per layer (TimeConstants.launches, counted below), the
 DP details (zero*_...) and the gradient-reduction dtypes (grad_reduce_in_bf16 makes them
 bf16).
@@ -68,7 +39,16 @@ from solver.cost.time_constants import TimeConstants
 from solver.cost.training_states import estimate_training_state_options, is_pure
 from solver.errors import InputError, format_validation_error
 from solver.spec import ClusterSpec
-from solver.spec.framework import FEATURES, MEMORY_SAVERS, OFFLOADS, FrameworkFeatures
+from solver.spec.feature_rules import refuse_features
+from solver.spec.features import (
+    FEATURE_BY_NAME,
+    FEATURE_DECLARATIONS,
+    FEATURES,
+    MEMORY_COPIES,
+    MEMORY_SAVERS,
+    OFFLOADS,
+    FrameworkFeatures,
+)
 
 # Megatron --exp-avg-dtype / --exp-avg-sq-dtype bf16: two fp32 moments become bf16 (2 x 2 B).
 ADAM_MOMENTS_BF16_SAVED_BYTES = 2 * (4.0 - 2.0)
@@ -95,14 +75,8 @@ EAGER_CROSS_ENTROPY_LOGITS_BYTES = 12.0
 # default, 6 B), and the generic profile keeps that default [B].
 EAGER_CROSS_ENTROPY_FRAMEWORKS = ("torchtitan",)
 
-# The TimeConstants switches of each attention kernel.
-ATTENTION_SWITCHES = {
-    kernel: {"flash_attention": flash, "native_attention_kernels": native,
-             "triton_attention": triton}
-    for kernel, (flash, native, triton) in {"native": (True, True, False),
-                                            "flash2": (True, False, False),
-                                            "triton": (True, False, True),
-                                            "unfused": (False, False, False)}.items()}
+# The TimeConstants switches of each attention kernel (its declaration's time_switches).
+ATTENTION_SWITCHES = FEATURE_BY_NAME["attention_kernel"].time_switches or {}
 
 
 
@@ -115,16 +89,18 @@ class FrameworkProfile(BaseModel):
     time_constants: TimeConstants
 
     def features(self) -> dict[str, Any]:
-        """The named features and their values (attention_kernel from its two switches)."""
+        """The named features and their values (FEATURES' order; a feature with switches,
+        the attention kernel, read back from them)."""
         constants = self.time_constants
-        # A list for the module list: what JSON gives back (sweep lines compare equal).
-        values = {name: list(value) if isinstance(value, tuple) else value
-                  for name in FEATURES if name != "attention_kernel"
-                  for value in (getattr(constants, name),)}
-        kernel = ("unfused" if not constants.flash_attention
-                  else "triton" if constants.triton_attention
-                  else "native" if constants.native_attention_kernels else "flash2")
-        return {"attention_kernel": kernel, **values}
+        values: dict[str, Any] = {}
+        for feature in FEATURE_DECLARATIONS:
+            value = (getattr(constants, feature.name) if not feature.time_reads
+                     else next(value for value, switches in feature.time_reads
+                               if all(getattr(constants, field) == on
+                                      for field, on in switches.items())))
+            # A list for the module list: what JSON gives back (sweep lines compare equal).
+            values[feature.name] = list(value) if isinstance(value, tuple) else value
+        return values
 
     def memory_options(self, base: MemoryOptions | None = None,
                        cluster: ClusterSpec | None = None) -> MemoryOptions:
@@ -139,17 +115,14 @@ class FrameworkProfile(BaseModel):
         domain the job fills (MemoryOptions.nvlink_domain_gpus)."""
         base = base or MemoryOptions()
         constants = self.time_constants
-        update: dict[str, Any] = {"selective_recompute": constants.selective_recompute,
-                                  "fp8_weight_copies": constants.fp8_weight_copies,
-                                  "recompute_modules": constants.recompute_modules,
-                                  "moe_dispatcher": constants.moe_dispatcher,
-                                  "fp32_sharded_params": self.name in FSDP_FP32_PARAM_FRAMEWORKS,
-                                  "fsdp_unsharded_under_pp": self.name == "torchtitan",
-                                  # torch.distributed.pipelining's kept stage outputs and
-                                  # gradient receive buffers (MemoryOptions).
-                                  "keep_stage_outputs": base.keep_stage_outputs
-                                  or self.name == "torchtitan",
-                                  "pipeline_grad_buffers": self.name == "torchtitan"}
+        # The features MemoryOptions takes as they are (their declarations' memory_copy).
+        update: dict[str, Any] = {name: getattr(constants, name) for name in MEMORY_COPIES}
+        update["fp32_sharded_params"] = self.name in FSDP_FP32_PARAM_FRAMEWORKS
+        update["fsdp_unsharded_under_pp"] = self.name == "torchtitan"
+        # torch.distributed.pipelining's kept stage outputs and gradient receive buffers
+        # (MemoryOptions).
+        update["keep_stage_outputs"] = base.keep_stage_outputs or self.name == "torchtitan"
+        update["pipeline_grad_buffers"] = self.name == "torchtitan"
         if self.name in EAGER_CROSS_ENTROPY_FRAMEWORKS:
             update["logits_bytes"] = EAGER_CROSS_ENTROPY_LOGITS_BYTES
         # The attention kernel and element-wise fusion move memory as well as time
@@ -158,7 +131,6 @@ class FrameworkProfile(BaseModel):
         # Megatron-DeepSpeed, benchmarks/memory_accuracy.py) stays so.
         update["flash_attention"] = base.flash_attention and constants.flash_attention
         update["fused_elementwise"] = base.fused_elementwise and constants.fused_elementwise
-        update["loss_implementation"] = constants.loss_implementation
         if constants.precision_aware_optimizer:
             update["optimizer_bytes"] = max(base.optimizer_bytes - ADAM_MOMENTS_BF16_SAVED_BYTES,
                                             0.0)
@@ -169,11 +141,6 @@ class FrameworkProfile(BaseModel):
         # fp8 parameters: Megatron's TE parameters (MemoryOptions.fp8_params).
         if constants.fp8_param_gather and self.name == "megatron":
             update["fp8_params"] = True
-        # Offload to the host (MemoryOptions.optimizer_offload, activation_offload).
-        update["optimizer_offload"] = constants.optimizer_offload
-        update["activation_offload"] = constants.activation_offload
-        update["fp8_all_gather"] = constants.fp8_all_gather
-        update["cpu_offloading_num_layers"] = constants.cpu_offloading_num_layers
         if cluster is not None:
             update["nvlink_domain_gpus"] = cluster.job_segment_gpus
         if constants.grad_reduce_in_bf16 and self.name == "megatron":
@@ -293,50 +260,14 @@ def _deepspeed() -> TimeConstants:
 
 PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed,
             "generic": TimeConstants}
-# Feature values a framework does not offer: (feature, value) -> why (a flag asking for one is
-# an error naming the flag).
-_DEEPSPEED_LOSS = ("Megatron-DeepSpeed computes Megatron's vocab-parallel cross-entropy "
-                   "(eager)")
-UNSUPPORTED = {
-    "megatron": {("fp8_all_gather", True): "Megatron gathers fp8 weights with "
-                 "--fp8-param-gather (Transformer Engine), not torchao's float8 all-gather",
-                 ("loss_implementation", "compiled"): "Megatron's --cross-entropy-loss-fusion "
-                 "native compiles its cross-entropy in pieces that still keep the fp32 logits "
-                 "(fusions/fused_cross_entropy.py calculate_logits_max): eager's memory; "
-                 "fused is Transformer Engine's kernel",
-                 ("loss_implementation", "chunked"): "Megatron-Core has no chunked loss",
-                 ("loss_implementation", "fused_linear"): "Megatron-Core core_v0.16 does not "
-                 "fuse the output layer with the loss",
-                 **{("training_states", states): "Megatron keeps main parameters in fp32 or "
-                    "fp16 (--main-params-dtype) and its moments in TE's FusedAdam "
-                    "(--use-precision-aware-optimizer --exp-avg-dtype): no pure bf16 training, "
-                    "no block-wise 8-bit Adam"
-                    for states in ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")}},
-    "deepspeed": {("fp8_all_gather", True): "torchao's float8 all-gather is FSDP2's, not "
-                  "DeepSpeed ZeRO-3's",
-                  ("activation_offload", True): "DeepSpeed offloads activation checkpoints "
-                  "(cpu_checkpointing), not Megatron's fine-grained groups",
-                  ("moe_dispatcher", "deepep"): "DeepSpeed-MoE dispatches with all-to-all only",
-                  ("moe_dispatcher", "hybridep"): "DeepSpeed-MoE dispatches with all-to-all only",
-                  ("cuda_graphs", True): "DeepSpeed captures CUDA graphs for inference only",
-                  **{("loss_implementation", value): _DEEPSPEED_LOSS
-                     for value in ("compiled", "chunked", "fused", "fused_linear")}},
-    "torchtitan": {("moe_dispatcher", "allgather"): "torchtitan has no all-gather dispatcher",
-                   **{("training_states", states): "torchtitan's optimizers are torch.optim "
-                      "Adam / AdamW over FSDP2's fp32 parameters (components/optimizer.py "
-                      "OptimizersContainer: \"only supports Adam and AdamW\"): no pure bf16, "
-                      "no 8-bit states"
-                      for states in ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")},
-                   ("optimizer_offload", True): "torchtitan offloads parameters, gradients and "
-                   "optimizer together (FSDP2 CPUOffloadPolicy), not the optimizer alone",
-                   ("activation_offload", True): "torchtitan has no activation offloading",
-                   ("loss_implementation", "chunked"): "torchtitan's releases compute the "
-                   "whole loss (the chunked loss of #996 was removed by #1033)",
-                   ("loss_implementation", "fused"): "torchtitan has no fused cross-entropy "
-                   "kernel",
-                   ("loss_implementation", "fused_linear"): "torchtitan's releases (v0.2.x) do "
-                   "not fuse the LM head with the loss"},
-}
+# Feature values a framework does not offer, from the declarations' `unsupported`:
+# framework -> (feature, value) -> why (a flag asking for one is an error naming the flag;
+# a count's value is True for any number of layers).
+UNSUPPORTED: dict[str, dict[tuple[str, Any], str]] = {
+    framework: {(feature.name, value): why for feature in FEATURE_DECLARATIONS
+                for value, why in feature.unsupported.get(framework, {}).items()}
+    for framework in dict.fromkeys(name for feature in FEATURE_DECLARATIONS
+                                   for name in feature.unsupported)}
 
 
 def _flag(feature: str) -> str:
@@ -364,7 +295,8 @@ def memory_saver_ladder(framework: str, overrides: FrameworkFeatures | None = No
     low = load_recipe(precision).low_precision and given.get(
         "fp8_weight_copies", "transformer_engine") == "transformer_engine"
     return tuple(name for name in MEMORY_SAVERS
-                 if name not in given and (low or name != "fp8_param_gather"))
+                 if name not in given and (low or name != "fp8_param_gather")
+                 and _rules_allow(framework, given, name))
 
 
 # The offloads (solver.spec.framework.OFFLOADS) each framework runs: Megatron both
@@ -397,16 +329,17 @@ def offload_ladder(framework: str, overrides: FrameworkFeatures | None = None,
     given = overrides.given() if overrides is not None else {}
     fp8_params = framework == "megatron" and precision not in OFFLOAD_FP8_PARAM_PRECISIONS \
         and given.get("fp8_param_gather", True) is not False
-    # Megatron refuses fine-grained activation offloading with layer-level CPU offloading
-    # (transformer_config.py: "fine_grained_activation_offloading cannot be enabled with
-    # cpu_offloading").
-    layer_offload = bool(given.get("cpu_offloading_num_layers"))
-    # The host optimizers (DeepSpeedCPUAdam, Megatron's CPU AdamW) step fp32 states only.
-    low_states = given.get("training_states", "mixed") != "mixed"
     return tuple(name for name in OFFLOAD_FRAMEWORKS.get(framework, ())
-                 if name not in given
-                 and not ((fp8_params or low_states) and name == "optimizer_offload")
-                 and not (layer_offload and name == "activation_offload"))
+                 if name not in given and _rules_allow(framework, given, name)
+                 and not (fp8_params and name == "optimizer_offload"))
+
+
+def _rules_allow(framework: str, given: Mapping[str, Any], name: str) -> bool:
+    """Whether turning feature `name` on under the `given` flags breaks no FEATURE_RULES
+    (Megatron's layer-level CPU offloading refuses fine-grained activation offloading; the
+    host optimizers step fp32 states only: solver.spec.feature_rules)."""
+    values = {**build_framework_profile(framework, given).features(), name: True}
+    return refuse_features(framework, values, given=()) is None
 
 
 def with_memory_savers(profile: FrameworkProfile, savers: tuple[str, ...]) -> FrameworkProfile:
@@ -428,21 +361,18 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
     if isinstance(overrides, FrameworkFeatures):
         overrides = overrides.given()
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    for feature, value in given.items():
+    for feature in given:
         if feature not in FEATURES:
             raise InputError(f"{_flag(feature)}: not a framework feature ({', '.join(FEATURES)})")
-        why = UNSUPPORTED.get(framework, {}).get((feature, value))
-        if feature == "cpu_offloading_num_layers" and value and framework != "megatron":
-            why = "layer-level CPU offloading is Megatron's (--cpu-offloading-num-layers)"
-        if why:
-            raise InputError(f"{_flag(feature)} {_render(value)}: {why} (--framework "
-                             f"{framework})")
     try:
         features = FrameworkFeatures(**given)
     except ValidationError as exc:
         feature = str(exc.errors()[0]["loc"][0])
         raise InputError(format_validation_error(_flag(feature), exc)) from None
     update = features.given()
+    why = refuse_features(framework, update)  # a value the framework lacks
+    if why:
+        raise InputError(why)
     kernel = update.pop("attention_kernel", None)
     if kernel is not None:
         update.update(ATTENTION_SWITCHES[kernel])
@@ -458,9 +388,11 @@ def build_framework_profile(framework: str, overrides: FrameworkFeatures | Mappi
         # reduce in the gradient's dtype).
         update["grad_reduce_bytes"] = BF16_GRAD_BYTES
         update["zero3_grad_reduce_bytes"] = BF16_GRAD_BYTES
-    constants = constants.model_copy(update=update)
-    _check_training_states(constants)
-    return FrameworkProfile(name=framework, time_constants=constants)
+    profile = FrameworkProfile(name=framework, time_constants=constants.model_copy(update=update))
+    why = refuse_features(framework, profile.features(), given=())  # FEATURE_RULES
+    if why:
+        raise InputError(why)
+    return profile
 
 
 def framework_time_constants(framework: str) -> TimeConstants:
@@ -474,7 +406,8 @@ def check_training_states_supported(framework: str, constants: TimeConstants) ->
     states = constants.training_states
     why = UNSUPPORTED.get(framework, {}).get(("training_states", states))
     if why:
-        raise InputError(f"--training-states {states}: {why} (--framework {framework})")
+        raise InputError(f"--training-states {states}: {why} (--framework {framework}) "
+                         "[framework_lacks_feature]")
 
 
 def check_training_states_zero(framework: str, constants: TimeConstants,
@@ -486,22 +419,3 @@ def check_training_states_zero(framework: str, constants: TimeConstants,
         raise InputError(f"--training-states {states}: DeepSpeed takes bf16 master weights "
                          "(bf16_master_weights_and_grads) with ZeRO 1, 2 or 3, not --zero 0 "
                          "[deepspeed_bf16_master_needs_zero]")
-
-
-def _check_training_states(constants: TimeConstants) -> None:
-    """An InputError where --training-states meets a feature that keeps fp32 Adam states: the
-    precision-aware optimizer (its own bf16 moments beside an fp32 master) or the optimizer on
-    the host (DeepSpeedCPUAdam and Megatron's CPU AdamW step fp32 states)."""
-    states = constants.training_states
-    if states == "mixed":
-        return
-    for feature in ("precision_aware_optimizer", "optimizer_offload"):
-        if getattr(constants, feature):
-            raise InputError(f"--training-states {states}: not with {_flag(feature)}, whose "
-                             "optimizer keeps its own fp32 states")
-
-
-def _render(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)

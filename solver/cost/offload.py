@@ -209,8 +209,8 @@ def check_layer_offload(constants: TimeConstants, model_spec: ModelSpec,
                         recompute_levels: tuple[str, ...]) -> None:
     """An InputError naming the flag where Megatron's layer-level CPU offloading cannot run
     (transformer_config.py __post_init__): N not below the model's layers, with pipeline
-    parallelism, with recompute, with fine-grained activation offloading or CUDA graphs of
-    layers; or, given the `cluster` to cost it on, a GPU without a host link."""
+    parallelism, with recompute (its rules with other features are FEATURE_RULES,
+    solver.spec.feature_rules); or, given the `cluster` to cost it on, a GPU without a host link."""
     offloaded = constants.cpu_offloading_num_layers
     if not offloaded:
         return
@@ -222,9 +222,6 @@ def check_layer_offload(constants: TimeConstants, model_spec: ModelSpec,
          "Megatron's CPU offloading runs without pipeline parallelism (--pp 1)"),
         (any(level != "none" for level in recompute_levels),
          "Megatron's CPU offloading does not run with activation recompute (--recompute none)"),
-        (constants.activation_offload,
-         "Megatron refuses it with fine-grained activation offloading (--activation-offload)"),
-        (constants.cuda_graphs, "Megatron refuses it with per-layer CUDA graphs (--cuda-graphs)"),
         (cluster is not None and cluster.gpu.host_link_gb_per_s is None,
          f"gpu '{cluster.gpu.name if cluster else ''}' has no host_link_gb_per_s in its file, "
          "so the offload cannot be costed"))

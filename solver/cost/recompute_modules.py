@@ -35,7 +35,8 @@ from typing import Any
 from solver.cost.frameworks import FrameworkProfile
 from solver.cost.time_constants import TimeConstants
 from solver.spec import ModelSpec
-from solver.spec.framework import FrameworkFeatures, RecomputeModule
+from solver.spec.features import FrameworkFeatures
+from solver.spec.framework import RecomputeModule
 
 # The frameworks whose selective recompute takes a module list (Megatron's --recompute-modules).
 MODULE_RECOMPUTE_FRAMEWORKS = ("megatron",)

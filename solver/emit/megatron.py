@@ -86,6 +86,8 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
         else:
             flags.append(("--moe-token-dispatcher-type", dispatcher))
         flags.append(("--moe-grouped-gemm",))
+        if constants.moe_router_fusion:  # TE's fused top-k and aux loss (TE >= 2.7)
+            flags.append(("--moe-router-fusion",))
     if constants.cuda_graphs:
         # mlp only where the model has dense MLP layers (megatron-core 0.16.1
         # transformer_config.py __post_init__: "mlp cuda graph is only supported for dense

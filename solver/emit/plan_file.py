@@ -27,13 +27,8 @@ from pydantic import ValidationError
 
 from solver.errors import InputError, format_validation_error
 from solver.spec import ParallelConfig, PipelineLayout
-from solver.spec.framework import (
-    FEATURES,
-    MEMORY_SAVERS,
-    OFFLOADS,
-    RECOMPUTE_MODULES,
-    FrameworkFeatures,
-)
+from solver.spec.features import FEATURES, MEMORY_SAVERS, OFFLOADS, FrameworkFeatures
+from solver.spec.framework import RECOMPUTE_MODULES
 from solver.spec.job import FRAMEWORKS
 from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
 from solver.spec.strict import describe_parse_error, parse_json, read_input_file

@@ -1,15 +1,13 @@
-"""FrameworkFeatures: the single features of a framework profile a user may override
-(`--attention-kernel`, `--moe-dispatcher`, `--cuda-graphs`, ...), and the vocabulary of their
-values, written once for the CLI's choices, the step-time model's switches
-(solver.cost.time_constants) and the profiles (solver.cost.frameworks, which says what each
-framework does and where that is written).
+"""The vocabulary of the framework features' values (`--attention-kernel`, `--moe-dispatcher`,
+...), written once for the feature declarations (solver.spec.features), the step-time model's
+switches (solver.cost.time_constants) and the profiles (solver.cost.frameworks, which says what
+each framework does and where that is written).
 """
 
 from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
 
 # native: FlashAttention-3 / cuDNN fused attention, written for the GPU's own tensor-core
 # instructions; flash2: FlashAttention-2 (Ampere's mma.sync); triton: FlashAttention in Triton
@@ -44,50 +42,3 @@ FP8_WEIGHT_COPIES: tuple[Fp8WeightCopies, ...] = get_args(Fp8WeightCopies)
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)
 LOSS_IMPLEMENTATIONS: tuple[LossImplementation, ...] = get_args(LossImplementation)
 TRAINING_STATES: tuple[TrainingStates, ...] = get_args(TrainingStates)
-
-
-class FrameworkFeatures(BaseModel):
-    """Overrides of a framework profile's features; None keeps the profile's value."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    attention_kernel: AttentionKernel | None = None
-    fused_elementwise: bool | None = None
-    cuda_graphs: bool | None = None
-    moe_dispatcher: MoeDispatcher | None = None
-    tp_comm_overlap: bool | None = None
-    ep_comm_overlap: bool | None = None
-    dp_overlap: DpOverlap | None = None
-    selective_recompute: SelectiveRecompute | None = None
-    fp8_weight_copies: Fp8WeightCopies | None = None
-    precision_aware_optimizer: bool | None = None
-    grad_reduce_in_bf16: bool | None = None
-    fp8_param_gather: bool | None = None
-    recompute_modules: tuple[RecomputeModule, ...] | None = None
-    optimizer_offload: bool | None = None
-    activation_offload: bool | None = None
-    fp8_all_gather: bool | None = None
-    # Megatron's layer-level CPU offloading: the first N decoder layers' activations go to
-    # the host (--cpu-offloading-num-layers; 0 is off).
-    cpu_offloading_num_layers: int | None = Field(default=None, ge=0)
-    loss_implementation: LossImplementation | None = None
-    training_states: TrainingStates | None = None
-
-    def given(self) -> dict[str, object]:
-        """The features that are set."""
-        return {name: value for name, value in self if value is not None}
-
-
-# Features that only lower memory and never add step time, in the order the search turns them
-# on where a plan needs them (solver.cost.frameworks.memory_saver_ladder); a plan names the
-# ones it uses (Plan.memory_savers) and `launch --plan` emits them.
-MEMORY_SAVERS: tuple[str, ...] = ("grad_reduce_in_bf16", "precision_aware_optimizer",
-                                  "fp8_param_gather")
-
-# Features that lower memory at a cost in step time (host transfers, a CPU optimizer step): the
-# search tries them where it can (solver.cost.offload, solver.search.module_variants); a plan
-# names the ones it uses (Plan.offloads) and `launch --plan` emits them.
-OFFLOADS: tuple[str, ...] = ("optimizer_offload", "activation_offload")
-
-# The features a flag may override, in FrameworkFeatures' order.
-FEATURES: tuple[str, ...] = tuple(FrameworkFeatures.model_fields)

@@ -14,6 +14,7 @@ from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
 from solver.spec.headroom import MemoryHeadroom
+from solver.spec.profiles import render_profile_json, resolve_profile
 from solver.sweep.problems import SweepProblem
 
 
@@ -64,6 +65,8 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
                 "solve_seconds": round(time.perf_counter() - start, 3),
                 **problem.as_dict(), **settings.as_line_fields(), "plans": []}
     line = render_result_json(result, settings.interval_level)
+    # The profile, as optimize --json names it (a sweep takes bare framework names).
+    line["framework_profile"] = render_profile_json(resolve_profile(problem.framework))
     line.update(problem.as_dict())  # the names as given (a file path stays a path)
     line.update(settings.as_line_fields())
     return line

@@ -29,7 +29,8 @@ from pydantic import (
 )
 
 from solver.errors import InputError, format_validation_error
-from solver.spec.framework import MEMORY_SAVERS, OFFLOADS, RECOMPUTE_MODULES
+from solver.spec.features import MEMORY_SAVERS, OFFLOADS
+from solver.spec.framework import RECOMPUTE_MODULES
 from solver.spec.strict import (
     MAX_BATCH,
     MAX_SEQ_LEN,
