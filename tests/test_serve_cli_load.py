@@ -87,3 +87,17 @@ def test_context_defaults_to_the_model_length_capped_by_what_fits() -> None:
     assert longer["status"] == "infeasible"
     text = serve("--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "2").output
     assert "the model's 131,072 does not fit; no --context given" in text
+
+
+def test_pool_pins_hold_each_pool_of_a_disaggregated_plan() -> None:
+    """--prefill-tp 4 --decode-tp 2: every split keeps them; --prefill-tp 3 leaves the prefill
+    pool nothing (64 heads), and the answer names the pin; a pool pin needs --disaggregated."""
+    args = ("--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "8", "--context",
+            "8k", "--request-rate", "2", "--disaggregated")
+    answer = serve_json(*args, "--prefill-tp", "4", "--decode-tp", "2")
+    splits = [p for p in answer["disaggregated"]["plans"] if p["kind"] == "disaggregated"]
+    assert splits and all(p["prefill"]["tp"] == 4 and p["decode"]["tp"] == 2 for p in splits)
+    none = serve_json(*args, "--prefill-tp", "3")
+    assert "pin_prefill_tp" in none["disaggregated"]["why"]
+    assert_one_line_error(serve(*BASE, "--context", "8k", "--decode-tp", "2"),
+                          "--decode-tp", "--disaggregated")

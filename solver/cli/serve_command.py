@@ -176,6 +176,22 @@ def _longest(lengths: Any) -> str:
                    "A-B or a list.")
 @click.option("--replicas", "pin_replicas", type=PinSpec(1), default=None,
               help="Pin the independent engine copies: a value, a range A-B or a list.")
+@click.option("--prefill-tp", "pool_prefill_tp", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the prefill pool's tp.")
+@click.option("--prefill-pp", "pool_prefill_pp", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the prefill pool's pp.")
+@click.option("--prefill-dp", "pool_prefill_dp", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the prefill pool's dp.")
+@click.option("--prefill-ep", "pool_prefill_ep", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the prefill pool's ep.")
+@click.option("--decode-tp", "pool_decode_tp", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the decode pool's tp.")
+@click.option("--decode-pp", "pool_decode_pp", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the decode pool's pp.")
+@click.option("--decode-dp", "pool_decode_dp", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the decode pool's dp.")
+@click.option("--decode-ep", "pool_decode_ep", type=PinSpec(1), default=None,
+              help="With --disaggregated: pin the decode pool's ep.")
 @memory_headroom_option
 @fail_on_infeasible_option
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
@@ -209,7 +225,15 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
         reason = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         raise InputError(f"--client / --burstiness: {reason}") from None
     pins = {name.removeprefix("pin_"): values for name, values in pin_values.items()
-            if values is not None}
+            if values is not None and name.startswith("pin_")}
+    pool_pins: dict[str, dict[str, tuple[int, ...]]] = {}
+    for name, values in pin_values.items():
+        if values is not None and name.startswith("pool_"):
+            pool, degree = name.removeprefix("pool_").split("_")
+            if not disaggregated:
+                raise InputError(f"--{pool}-{degree}: pins a disaggregated pool; add "
+                                 "--disaggregated")
+            pool_pins.setdefault(pool, {})[degree] = values
     model_spec = load_model_spec(model)
     cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
     if memory_headroom is not None:
@@ -253,7 +277,7 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     except ValidationError as exc:
         raise InputError(format_validation_error("serve options", exc)) from None
     problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
-                           job=job, pins=pins)
+                           job=job, pins=pins, pool_pins=pool_pins)
     other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
     result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto,
                            disaggregated=disaggregated)

@@ -27,6 +27,7 @@ WeightPrecision = Literal["bf16", "fp8", "int4", "fp4"]
 KvCacheDtype = Literal["auto", "fp8", "fp4"]
 ServeObjective = Literal["throughput", "latency", "gpus"]
 PinnedDegree = Literal["tp", "pp", "dp", "ep", "replicas"]  # SERVE_VARIABLES
+PoolDegree = Literal["tp", "pp", "dp", "ep"]  # a disaggregated pool's engine
 ContextSource = Literal["given", "model", "fits"]  # --context, the model's length, what fits
 NVFP4_KV_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0  # fp4 data + one fp8 scale per 16 (ServeJob)
 
@@ -155,6 +156,10 @@ class ServeProblem(InputSpec):
     constants: ServeConstants = ServeConstants()
     # Degrees pinned as in optimize (--tp 8, --pp 1-4): the values each may take.
     pins: dict[PinnedDegree, tuple[int, ...]] = Field(default_factory=dict)
+    # A disaggregated plan's pools pinned apart (--prefill-tp 8, --decode-tp 2-4); `pins`
+    # holds both pools.
+    pool_pins: dict[Literal["prefill", "decode"], dict[PoolDegree, tuple[int, ...]]] = Field(
+        default_factory=dict)
 
 
 def scheduler_limits(problem: ServeProblem) -> tuple[int, int]:
