@@ -4,25 +4,12 @@ as in optimize, and --context defaulting to the model's length capped by what fi
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from click.testing import CliRunner
 
 from bad_input import assert_one_line_error
-from solver.cli import cli
+from test_serve_cli import serve, serve_json
 
 BASE = ("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8")
-
-
-def serve(*args: str):
-    return CliRunner().invoke(cli, ["serve", *args])
-
-
-def serve_json(*args: str) -> dict:
-    result = serve(*args, "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def test_at_load_rates_are_tokens_per_second() -> None:

@@ -93,6 +93,30 @@ def _longest(lengths: Any) -> str:
     return f"up to {lengths.maximum}"
 
 
+# The degrees `serve` pins (solver.serve.job.PinnedDegree) and what each means in vLLM's terms.
+PIN_HELP = {"tp": "tp", "pp": "pp", "dp": "dp (vLLM --data-parallel-size)",
+            "ep": "ep (1, or tp x dp with --enable-expert-parallel)",
+            "replicas": "the independent engine copies"}
+POOLS = ("prefill", "decode")
+POOL_DEGREES = ("tp", "pp", "dp", "ep")  # solver.serve.job.PoolDegree
+
+
+def _pin_options(command):
+    """--tp ... --replicas as optimize's pins (a value, a range A-B or a list), and
+    --prefill-tp ... --decode-ep for one pool of a disaggregated plan."""
+    for pool in reversed(POOLS):
+        for name in reversed(POOL_DEGREES):
+            command = click.option(f"--{pool}-{name}", f"pool_{pool}_{name}", type=PinSpec(1),
+                                   default=None,
+                                   help=f"With --disaggregated: pin the {pool} pool's "
+                                        f"{name}.")(command)
+    for name in reversed(PIN_HELP):
+        command = click.option(f"--{name}", f"pin_{name}", type=PinSpec(1), default=None,
+                               help=f"Pin {PIN_HELP[name]}: a value, a range A-B or a "
+                                    "list.")(command)
+    return command
+
+
 @click.command()
 @click.option("--model", required=True, metavar="NAME|PATH",
               help="Zoo name, zoo-format TOML or Hugging Face config.json.")
@@ -165,33 +189,7 @@ def _longest(lengths: Any) -> str:
 @click.option("--calibration", metavar="FILE", default=None,
               help="Fitted bandwidth curves (`parplan calibrate`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@click.option("--tp", "pin_tp", type=PinSpec(1), default=None,
-              help="Pin tp: a value, a range A-B or a list.")
-@click.option("--pp", "pin_pp", type=PinSpec(1), default=None,
-              help="Pin pp: a value, a range A-B or a list.")
-@click.option("--dp", "pin_dp", type=PinSpec(1), default=None,
-              help="Pin dp (vLLM --data-parallel-size): a value, a range A-B or a list.")
-@click.option("--ep", "pin_ep", type=PinSpec(1), default=None,
-              help="Pin ep (1, or tp x dp with --enable-expert-parallel): a value, a range "
-                   "A-B or a list.")
-@click.option("--replicas", "pin_replicas", type=PinSpec(1), default=None,
-              help="Pin the independent engine copies: a value, a range A-B or a list.")
-@click.option("--prefill-tp", "pool_prefill_tp", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the prefill pool's tp.")
-@click.option("--prefill-pp", "pool_prefill_pp", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the prefill pool's pp.")
-@click.option("--prefill-dp", "pool_prefill_dp", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the prefill pool's dp.")
-@click.option("--prefill-ep", "pool_prefill_ep", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the prefill pool's ep.")
-@click.option("--decode-tp", "pool_decode_tp", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the decode pool's tp.")
-@click.option("--decode-pp", "pool_decode_pp", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the decode pool's pp.")
-@click.option("--decode-dp", "pool_decode_dp", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the decode pool's dp.")
-@click.option("--decode-ep", "pool_decode_ep", type=PinSpec(1), default=None,
-              help="With --disaggregated: pin the decode pool's ep.")
+@_pin_options
 @memory_headroom_option
 @fail_on_infeasible_option
 def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
