@@ -157,7 +157,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("source", "metric", "client"):
         groups: dict[str, list] = {}
         for r in results:
-            name = r[key].split("_")[0] if key == "metric" else r[key]
+            name = r[key].split("_")[0] if key == "metric" else r.get(key, "-")
             groups.setdefault(name, []).append(r)
         by[key] = {name: stats(rs) for name, rs in sorted(groups.items())}
     worst = sorted(results, key=lambda r: -abs(r["error"]))[:WORST]
