@@ -18,9 +18,14 @@ Left out: runs that were offered more than they served (datacrunch's 8 and 16 re
 1,024 + 1,024 tokens delivered 3,515 and 4,288 of about 4,270 and 8,540 output tokens/s), whose
 numbers are those of a growing queue, not of a load.
 
-Loads: `request_rate` (Poisson arrivals), `concurrency` (closed loop), `burst` (N prompts sent
-at once: the engine runs at its most requests/s, the model's largest stable rate) and `batch`
-(benchmark_latency.py: one prefill of the batch's prompts, then output - 1 decode steps).
+Loads: `request_rate`, `concurrency`, `burst` (N prompts sent at once) and `batch`
+(benchmark_latency.py: one prefill of the batch's prompts, then output - 1 decode steps). Each
+row names the benchmark client that sent its load (`client`, `client_why`), and is predicted
+with that client (solver/serve/workload.py CLIENTS): `poisson` for a request rate
+(sglang.bench_serving and benchmark_serving.py draw Poisson gaps by default), `closed` for a
+concurrency (synchronised waves, solver/cost/serve_closed.py) and for a burst, whose waiting
+queue keeps the batch full as a closed loop of that many users does (its max_request_rate is
+that loop's rate); without a client a burst row is read as the largest stable Poisson rate.
 
 Metrics: ttft_/tpot_ mean_ms or pXX_ms (the model at that SLO percentile), itl_p50_ms (the
 median gap between tokens: the round of the decodes alone at the mean population, since a
@@ -66,9 +71,11 @@ def build_problem(row: dict[str, Any], load: dict[str, Any] | None = None
                   ) -> tuple[ServeProblem, ServeCandidates]:
     """The row's serving problem and its one engine (tp x pp GPUs per DP rank)."""
     load = row["load"] if load is None else load
-    spec = ServeLoadSpec(request_rate=load.get("request_rate"),
-                         concurrency=load.get("concurrency"),
-                         slo_percentile=_percentile(row["metric"]))
+    client = row.get("client") if load else None
+    concurrency = load.get("concurrency", load.get("burst") if client == "closed" else None)
+    spec = ServeLoadSpec(request_rate=load.get("request_rate"), concurrency=concurrency,
+                         slo_percentile=_percentile(row["metric"]), client=client,
+                         burstiness=row.get("burstiness"))
     lengths = {f"{side}_lengths": parse_length_distribution(row[f"{side}_lengths"], side)
                for side in ("input", "output") if f"{side}_lengths" in row}
     job = ServeJob(context=row["context"], input_len=row["input_len"],
@@ -101,6 +108,9 @@ def predict(row: dict[str, Any]) -> float:
     metric, load = row["metric"], row["load"]
     if metric == "batch_latency_ms":
         return _batch_latency_s(row) * 1e3
+    if metric == "max_request_rate" and row.get("client") == "closed":
+        problem, engine = build_problem(row)
+        return float(estimate_serving_load(problem, engine).point.rate_per_s[0])
     if metric == "max_request_rate":
         problem, engine = build_problem(row, {})
         curves = estimate_load_curves(problem, engine)
@@ -128,6 +138,7 @@ def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         predicted = predict(row)
         results.append({"id": row["id"], "source": row["source"], "engine": row["engine"],
+                        "client": row.get("client", "-"),
                         "metric": row["metric"], "measured": row["measured"],
                         "predicted": round(predicted, 3),
                         "error": round(predicted / row["measured"] - 1.0, 4)})
@@ -143,14 +154,15 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "median_signed": float(np.median(errors))}
 
     by = {}
-    for key in ("source", "metric"):
+    for key in ("source", "metric", "client"):
         groups: dict[str, list] = {}
         for r in results:
-            name = r[key] if key == "source" else r[key].split("_")[0]
+            name = r[key].split("_")[0] if key == "metric" else r.get(key, "-")
             groups.setdefault(name, []).append(r)
         by[key] = {name: stats(rs) for name, rs in sorted(groups.items())}
     worst = sorted(results, key=lambda r: -abs(r["error"]))[:WORST]
     return {"all": stats(results), "by_source": by["source"], "by_metric": by["metric"],
+            "by_client": by["client"],
             "worst": [r["id"] for r in worst]}
 
 
@@ -160,10 +172,11 @@ def main() -> None:
     if "--json" in sys.argv:
         print(json.dumps({"rows": results, "summary": summary}, indent=1))
         return
-    print(f"{'row':44} {'metric':24} {'measured':>9} {'predicted':>9} {'error':>7}")
+    print(f"{'row':44} {'metric':24} {'client':8} {'measured':>9} {'predicted':>9} "
+          f"{'error':>7}")
     for r in results:
-        print(f"{r['id']:44} {r['metric']:24} {r['measured']:9.2f} {r['predicted']:9.2f} "
-              f"{100 * r['error']:+6.1f}%")
+        print(f"{r['id']:44} {r['metric']:24} {r['client']:8} {r['measured']:9.2f} "
+              f"{r['predicted']:9.2f} {100 * r['error']:+6.1f}%")
 
     def line(name: str, s: dict[str, float]) -> str:
         return (f"  {name:72} {s['rows']:3d} rows  median |error| "
@@ -175,6 +188,9 @@ def main() -> None:
         print(line(name, s))
     print("by metric:")
     for name, s in summary["by_metric"].items():
+        print(line(name, s))
+    print("by client:")
+    for name, s in summary["by_client"].items():
         print(line(name, s))
     print(line("all", summary["all"]))
     print("worst rows: " + ", ".join(summary["worst"]))

@@ -39,7 +39,12 @@ NAMED = {
                               "plan_line", "models", "clusters", "gpu_counts", "seq_lens",
                               "global_batches", "precisions")},
     **{name: SERVICE for name in ("request_rate", "concurrency", "slo_percentile",
-                                  "max_ttft_ms", "max_tpot_ms", "min_tokens_per_s")},
+                                  "max_ttft_ms", "max_tpot_ms", "min_tokens_per_s", "client",
+                                  "burstiness")},
+    # serve's pins: --tp ... --replicas, and --prefill-tp ... --decode-ep per pool.
+    **{f"pin_{name}": PINS for name in ("tp", "pp", "dp", "ep", "replicas")},
+    **{f"pool_{pool}_{name}": PINS for pool in ("prefill", "decode")
+       for name in ("tp", "pp", "dp", "ep")},
     **{name: PINS for name in ("no_tp", "no_pp", "no_cp", "no_ep", "layout",
                                "recompute_num_layers")},
     **{name: SEARCH for name in ("top", "engine", "time_limit", "objective",

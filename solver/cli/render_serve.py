@@ -112,7 +112,10 @@ def _load_json(load: dict[str, Any]) -> dict[str, Any]:
     def convert(part: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in part.items():
-            if key.endswith("_s"):
+            if "_per_s" in key:  # a rate: tokens per second, as the plan's own keys
+                out[key.replace("_per_s", "_per_second")] = (
+                    None if value is None else round(value, 4))
+            elif key.endswith("_s"):
                 out[key.removesuffix("_s") + "_ms"] = _ms(value)
             else:
                 out[key] = round(value, 4) if isinstance(value, float) else value
@@ -140,6 +143,8 @@ def _workload_json(job: Any) -> dict[str, Any]:
     return {"input": lengths(job.input_distribution),
             "output": lengths(job.output_distribution),
             "request_rate": load.request_rate, "concurrency": load.concurrency,
+            "client": load.client_name,
+            "burstiness": (load.burstiness or 1.0) if load.client_name == "gamma" else None,
             "slo_percentile": load.slo_percentile,
             "max_num_seqs": job.max_num_seqs,
             "max_num_batched_tokens": job.max_num_batched_tokens}
@@ -154,6 +159,7 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
         **render_answer_head(result),
         "gpu": problem.cluster.gpu.name,
         "context": job.context,
+        "context_source": job.context_source,
         "input_len": job.input_len,
         "output_len": job.output_len,
         "precision": job.precision,
@@ -186,7 +192,8 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
     problem = result.problem
     job = problem.job
     click.echo(f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
-               f"({problem.cluster.name}), context {job.context:,}, requests of "
+               f"({problem.cluster.name}), context {job.context:,}{_context_note(problem)}, "
+               f"requests of "
                f"{job.input_len:,} + {job.output_len:,} tokens, {job.precision} weights, "
                f"objective {job.objective}")
     if job.load.kind != "none" or job.input_lengths or job.output_lengths:
@@ -236,11 +243,29 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
 VIEW_COLUMNS = {"device": "device GB"}
 
 
+def _context_note(problem: Any) -> str:
+    """Where the context came from when --context was not given (solver.serve.context)."""
+    source = problem.job.context_source
+    longest = problem.model_spec.max_position_embeddings
+    if source == "model":
+        return " (the model's max_position_embeddings; no --context given)"
+    if source == "fits":
+        return (f" (the longest any plan's KV cache holds: the model's {longest:,} does not "
+                "fit; no --context given)")
+    return ""
+
+
 def _describe_workload(job: Any) -> str:
+    from solver.serve.workload import CLIENTS
+
     load = job.load
-    offered = (f"{load.request_rate:g} requests/s (Poisson)" if load.request_rate is not None
-               else f"{load.concurrency:,} concurrent users" if load.concurrency is not None
-               else "no load given")
+    client = load.client_name
+    how = CLIENTS[client] if client is not None else ""
+    if client == "gamma":
+        how += f", burstiness {load.burstiness or 1.0:g}"
+    offered = (f"{load.request_rate:g} requests/s, {how}" if load.request_rate is not None
+               else f"{load.concurrency:,} concurrent users, {how}"
+               if load.concurrency is not None else "no load given")
     return (f"input {job.input_distribution.describe()}, output "
             f"{job.output_distribution.describe()} tokens, {offered}, SLO at "
             f"p{load.slo_percentile}")

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from solver.cli.help_groups import FRAMEWORK, GroupedCommand
-from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat
+from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat, PinSpec
 from solver.cli.shared_flags import (
     interval_level_option,
     exit_if_infeasible,
@@ -74,10 +74,49 @@ def _request_lengths(context: int, input_len: int | None, output_len: int | None
     return input_len, output_len
 
 
+def _default_context(model_spec: Any, cluster_spec: Any, num_gpus: int, precision: str,
+                     kv_cache_dtype: str, gpu_memory_utilization: float, engine: str,
+                     pins: dict[str, tuple[int, ...]]) -> tuple[int, str]:
+    """--context not given: the model's length, capped by what fits (solver.serve.context)."""
+    from solver.serve import ServeJob, ServeProblem
+    from solver.serve.context import fit_default_context
+
+    longest = model_spec.max_position_embeddings
+    job = ServeJob(context=longest, input_len=1, output_len=1, precision=precision,
+                   kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+                   engine=engine)
+    return fit_default_context(ServeProblem(model_spec=model_spec, cluster=cluster_spec,
+                                            num_gpus=num_gpus, job=job, pins=pins))
+
+
 def _longest(lengths: Any) -> str:
     if lengths.kind == "fixed":
         return str(lengths.maximum)
     return f"up to {lengths.maximum}"
+
+
+# The degrees `serve` pins (solver.serve.job.PinnedDegree) and what each means in vLLM's terms.
+PIN_HELP = {"tp": "tp", "pp": "pp", "dp": "dp (vLLM --data-parallel-size)",
+            "ep": "ep (1, or tp x dp with --enable-expert-parallel)",
+            "replicas": "the independent engine copies"}
+POOLS = ("prefill", "decode")
+POOL_DEGREES = ("tp", "pp", "dp", "ep")  # solver.serve.job.PoolDegree
+
+
+def _pin_options(command):
+    """--tp ... --replicas as optimize's pins (a value, a range A-B or a list), and
+    --prefill-tp ... --decode-ep for one pool of a disaggregated plan."""
+    for pool in reversed(POOLS):
+        for name in reversed(POOL_DEGREES):
+            command = click.option(f"--{pool}-{name}", f"pool_{pool}_{name}", type=PinSpec(1),
+                                   default=None,
+                                   help=f"With --disaggregated: pin the {pool} pool's "
+                                        f"{name}.")(command)
+    for name in reversed(PIN_HELP):
+        command = click.option(f"--{name}", f"pin_{name}", type=PinSpec(1), default=None,
+                               help=f"Pin {PIN_HELP[name]}: a value, a range A-B or a "
+                                    "list.")(command)
+    return command
 
 
 @click.command(cls=GroupedCommand, groups={"engine": FRAMEWORK})
@@ -89,8 +128,10 @@ def _longest(lengths: Any) -> str:
               help="GPUs available (objective gpus: at most this many).")
 @click.option("--gpus-per-node", type=BoundedInt(1, MAX_GPUS), default=None,
               help="GPUs per node (overrides the preset).")
-@click.option("--context", required=True, type=ContextLength(),
-              help="Longest sequence to serve (vLLM --max-model-len), e.g. 32k.")
+@click.option("--context", type=ContextLength(), default=None,
+              help="Longest sequence to serve (vLLM --max-model-len), e.g. 32k [default: the "
+                   "model's max_position_embeddings, as vLLM's, or the longest any plan's KV "
+                   "cache holds if that does not fit; the answer says which].")
 @click.option("--input-len", type=LengthSpec(), default=None,
               help="Prompt tokens per request: N, LO-HI (uniform) or @FILE (one length a "
                    "line) [default: 2048, less if the context is short].")
@@ -101,6 +142,14 @@ def _longest(lengths: Any) -> str:
               help="Load: requests per second of the deployment (Poisson arrivals).")
 @click.option("--concurrency", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
               help="Load: concurrent users of the deployment (closed loop).")
+@click.option("--client", type=click.Choice(["closed", "poisson", "gamma"]), default=None,
+              help="How the benchmark client sends the load: closed (--concurrency: "
+                   "vllm bench serve --max-concurrency, synchronised waves), poisson or gamma "
+                   "(--request-rate; gamma with --burstiness) [default: closed with "
+                   "--concurrency, poisson with --request-rate].")
+@click.option("--burstiness", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="--client gamma: vllm bench serve's --burstiness, the gamma shape of the "
+                   "gaps between requests (1: Poisson; below 1 burstier) [default: 1].")
 @click.option("--slo-percentile", type=click.Choice(["p50", "p90", "p95", "p99"]), default="p90",
               show_default=True, help="Percentile at which TTFT and TPOT meet their limits "
                                       "under a load.")
@@ -142,18 +191,20 @@ def _longest(lengths: Any) -> str:
 @click.option("--calibration", metavar="FILE", default=None,
               help="Fitted bandwidth curves (`parplan calibrate`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@_pin_options
 @memory_headroom_option
 @fail_on_infeasible_option
 @interval_level_option
-def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, context: int,
-          input_len: Any, output_len: Any, request_rate: float | None,
-          concurrency: int | None, slo_percentile: str, max_num_seqs: int | None,
+def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
+          context: int | None, input_len: Any, output_len: Any, request_rate: float | None,
+          concurrency: int | None, client: str | None, burstiness: float | None,
+          slo_percentile: str, max_num_seqs: int | None,
           max_num_batched_tokens: int | None, engine: str, disaggregated: bool, pareto: bool,
           report_dir: str | None, precision: str,
           kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
           max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
           calibration: str | None, as_json: bool, memory_headroom: Any,
-          fail_on_infeasible: bool, interval_level: float) -> None:
+          fail_on_infeasible: bool, interval_level: float, **pin_values: Any) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
 
@@ -167,6 +218,32 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
 
     if request_rate is not None and concurrency is not None:
         raise InputError("--request-rate and --concurrency: give one load, not both")
+    try:
+        load = ServeLoadSpec(request_rate=request_rate, concurrency=concurrency,
+                             slo_percentile=int(slo_percentile[1:]), client=client,
+                             burstiness=burstiness)
+    except ValidationError as exc:  # the load's own rule, as one line naming the flags
+        reason = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise InputError(f"--client / --burstiness: {reason}") from None
+    pins = {name.removeprefix("pin_"): values for name, values in pin_values.items()
+            if values is not None and name.startswith("pin_")}
+    pool_pins: dict[str, dict[str, tuple[int, ...]]] = {}
+    for name, values in pin_values.items():
+        if values is not None and name.startswith("pool_"):
+            pool, degree = name.removeprefix("pool_").split("_")
+            if not disaggregated:
+                raise InputError(f"--{pool}-{degree}: pins a disaggregated pool; add "
+                                 "--disaggregated")
+            pool_pins.setdefault(pool, {})[degree] = values
+    model_spec = load_model_spec(model)
+    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
+    if memory_headroom is not None:
+        cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
+    context_source = "given"
+    if context is None:
+        context, context_source = _default_context(model_spec, cluster_spec, num_gpus,
+                                                   precision, kv_cache_dtype,
+                                                   gpu_memory_utilization, engine, pins)
     if report_dir is not None and not pareto:
         raise InputError(f"--report {report_dir}: the page draws the Pareto front; add --pareto")
     inputs, outputs = input_len, output_len
@@ -185,10 +262,6 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
         input_len = max(1, round(inputs.mean))
     if outputs is not None and outputs.kind != "fixed":
         output_len = max(1, round(outputs.mean))
-    model_spec = load_model_spec(model)
-    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
-    if memory_headroom is not None:
-        cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
     try:
         job = ServeJob(context=context, input_len=input_len, output_len=output_len,
                        precision=precision, kv_cache_dtype=kv_cache_dtype,
@@ -199,14 +272,13 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, co
                        else None,
                        output_lengths=outputs if outputs is not None and outputs.kind != "fixed"
                        else None,
-                       load=ServeLoadSpec(request_rate=request_rate, concurrency=concurrency,
-                                          slo_percentile=int(slo_percentile[1:])),
+                       load=load, context_source=context_source,
                        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                        engine=engine)
     except ValidationError as exc:
         raise InputError(format_validation_error("serve options", exc)) from None
     problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
-                           job=job)
+                           job=job, pins=pins, pool_pins=pool_pins)
     other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
     result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto,
                            disaggregated=disaggregated)

@@ -7,6 +7,15 @@ Poisson arrivals at rate lam, independent service times S with utilization rho =
 
 M/D/1 (every S = s): E[W] = rho s / (2 (1 - rho)); M/M/1 (E[S^2] = 2 / mu^2): rho / (mu - lam).
 
+Bursty (gamma) arrivals, GI/G/1: `vllm bench serve --burstiness k` draws the gaps between
+requests from a gamma distribution of shape k and scale 1 / (rate k) (vllm/benchmarks/serve.py
+get_request): mean 1 / rate, squared coefficient of variation c_a^2 = 1 / k (k = 1: Poisson).
+The mean wait is Kingman's heavy-traffic approximation in the Allen-Cunneen form, which is
+Pollaczek-Khinchine's exactly at c_a^2 = 1 (Allen, Probability, Statistics and Queueing
+Theory, 1990, §6.4; Kingman 1962 below):
+
+    E[W] = E[W_M/G/1] (c_a^2 + c_s^2) / (1 + c_s^2),   c_s^2 = E[S^2] / E[S]^2 - 1
+
 Waiting-time percentiles: an arrival finds the server idle with probability 1 - rho (PASTA,
 exact for M/G/1), otherwise it waits an exponential time whose mean makes E[W] right:
 
@@ -67,6 +76,28 @@ def estimate_mg1_wait_s(rate_per_s, service_mean_s, service_second_moment_s2) ->
     with np.errstate(divide="ignore", invalid="ignore"):
         wait = rate * np.asarray(service_second_moment_s2, dtype=float) / (2.0 * (1.0 - rho))
     return np.where(rho < 1.0, np.where(rate > 0, wait, 0.0), np.inf)
+
+
+def estimate_gig1_wait_s(rate_per_s, service_mean_s, service_second_moment_s2,
+                         arrival_scv) -> np.ndarray:
+    """The mean wait under arrivals whose gaps have squared coefficient of variation
+    `arrival_scv` (module docstring: Allen-Cunneen), Pollaczek-Khinchine's at 1. M/D/1 at
+    rho 0.5, s = 1 s (0.5 s) under gamma gaps of burstiness 0.5 (c_a^2 = 2):
+    0.5 x (2 + 0) / (1 + 0) = 1.0 s; evenly spaced arrivals (c_a^2 = 0) of constant work
+    never wait."""
+    mean = np.asarray(service_mean_s, dtype=float)
+    second = np.asarray(service_second_moment_s2, dtype=float)
+    wait = estimate_mg1_wait_s(rate_per_s, mean, second)
+    safe = np.where(mean > 0, mean, 1.0)
+    service_scv = np.where(mean > 0, np.maximum(second / safe ** 2 - 1.0, 0.0), 0.0)
+    factor = (np.asarray(arrival_scv, dtype=float) + service_scv) / (1.0 + service_scv)
+    return np.where(np.isfinite(wait), wait * factor, wait)
+
+
+def gamma_arrival_scv(burstiness: float) -> float:
+    """c_a^2 of vLLM's gamma gaps of shape `burstiness` (module docstring): 1 / k; 0 for an
+    infinite burstiness (vLLM's constant gaps)."""
+    return 0.0 if burstiness == float("inf") else 1.0 / burstiness
 
 
 def estimate_wait_quantile_s(mean_wait_s, utilization, q: float) -> np.ndarray:

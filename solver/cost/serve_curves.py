@@ -52,6 +52,7 @@ class LoadShape:
     quantile: float
     budget: int
     max_seqs: int
+    arrival_scv: float = 1.0  # c_a^2 of the open loop's gaps (1: Poisson; solver.cost.queueing)
 
     @property
     def input_mean(self) -> float:
@@ -67,7 +68,7 @@ class LoadCurves:
     """Per candidate (rows) and decode population (grid columns): the round time, the queue's
     work of each input support length and the prompt's own latency, with the workload."""
 
-    d_grid: np.ndarray        # (N, G) decoding sequences, 0 .. d_max + 1
+    d_grid: np.ndarray        # (N, G) decoding sequences, 0 .. what KV and budget allow + 1
     round_s: np.ndarray       # (N, G) tau(d)
     service_s: np.ndarray     # (N, G, K) the prefill queue's work of I_k at d
     service_q_s: np.ndarray   # (N, G) S(I at the SLO quantile): whole rounds
@@ -84,6 +85,8 @@ class LoadCurves:
     steps_per_schedule: int = 1  # rounds between scheduler calls (vLLM V0 multi-step)
     lag_rounds: int = 0  # rounds an overlapping scheduler has already built
     input_mean: float = 0.0  # E[I], the prompt tokens another prompt adds to a round
+    arrival_scv: float = 1.0  # c_a^2 of the open loop's gaps between requests
+    round_budget: np.ndarray | None = None  # (N,) tokens a round holds: pp x B
 
     def take(self, index) -> LoadCurves:
         """The candidates at `index` (an int keeps one row as a batch of one)."""
@@ -95,7 +98,9 @@ class LoadCurves:
                        else self.decode_round_s[pick],
                        prefill_token_s=None if self.prefill_token_s is None
                        else self.prefill_token_s[pick],
-                       engines=self.engines[pick], num_gpus=self.num_gpus[pick])
+                       engines=self.engines[pick], num_gpus=self.num_gpus[pick],
+                       round_budget=None if self.round_budget is None
+                       else self.round_budget[pick])
 
 
 def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndarray,
@@ -113,7 +118,9 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
     share = 0.0 if phase == "decode" else input_mean / output_mean
     d_max = np.minimum(np.minimum(kv_seqs, shape.max_seqs),
                        round_budget[:, 0, 0] / (1.0 + share))
-    top = np.maximum(d_max, 1.0) + 1.0
+    # The grid spans what the KV cache and the budget allow, not max_num_seqs: a larger limit
+    # then moves d_max along the same grid, never the grid under the rounds it reads.
+    top = np.maximum(np.minimum(kv_seqs, round_budget[:, 0, 0] / (1.0 + share)), 1.0) + 1.0
     exponents = np.linspace(0.0, 1.0, GRID_POINTS - 1)
     d_grid = np.concatenate([np.zeros((n, 1)), top[:, None] ** exponents[None, :]], axis=1)
     # Columns: the round, the full round, the decodes alone, the full chunk, one remainder per
@@ -164,5 +171,6 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
                       num_gpus=np.asarray(num_gpus, dtype=float), quantile=shape.quantile,
                       steps_per_schedule=engine.overhead.steps_per_schedule,
                       lag_rounds=engine.overhead.lag_rounds, input_mean=input_mean,
+                      arrival_scv=shape.arrival_scv, round_budget=round_budget[:, 0, 0],
                       tpot_variance=estimate_tpot_variance_coefficients(
                           lengths, weights, shape.output_lengths, shape.output_weights))

@@ -43,6 +43,7 @@ import numpy as np
 
 from solver.cost.queueing import (
     estimate_feedback_variance_ratio,
+    estimate_gig1_wait_s,
     estimate_mg1_wait_s,
     estimate_wait_quantile_s,
 )
@@ -96,16 +97,18 @@ def interpolate_curve(curves: LoadCurves, values: np.ndarray, d: np.ndarray) -> 
 
 def estimate_tpot_std_s(curves: LoadCurves, decoding: np.ndarray) -> np.ndarray:
     """The spread of a request's TPOT over requests at a mean population `decoding`: Campbell's
-    theorem over its decode window (solver.cost.queueing), with c_d the decode round's slope
-    at the population and c_p the seconds a prefill token adds there, widened by the loop
-    gain of slower rounds at a larger population (R(g), the linear noise approximation)."""
+    theorem over its decode window (solver.cost.queueing), with c_d what one more decode row
+    adds to a round the request already decodes in (the slope past decoding + 1 rows: the
+    first row's fixed cost, the weights streamed once, is the request's own) and c_p the
+    seconds a prefill token adds at the population, widened by the loop gain of slower rounds
+    at a larger population (R(g), the linear noise approximation)."""
     a, b, c = curves.tpot_variance
     if curves.decode_round_s is None:
         decode_round, prefill = curves.round_s, np.zeros_like(curves.round_s)
     else:
         decode_round, prefill = curves.decode_round_s, curves.prefill_token_s
-    c_d = np.maximum(interpolate_curve(curves, decode_round, decoding + 1.0)
-                     - interpolate_curve(curves, decode_round, decoding), 0.0)
+    c_d = np.maximum(interpolate_curve(curves, decode_round, decoding + 2.0)
+                     - interpolate_curve(curves, decode_round, decoding + 1.0), 0.0)
     c_p = interpolate_curve(curves, prefill, decoding)
     tau = interpolate_curve(curves, curves.round_s, decoding)
     slope = (interpolate_curve(curves, curves.round_s, decoding + 1.0) - tau)
@@ -114,27 +117,44 @@ def estimate_tpot_std_s(curves: LoadCurves, decoding: np.ndarray) -> np.ndarray:
     return np.sqrt(variance * estimate_feedback_variance_ratio(gain))
 
 
-def estimate_load_point(curves: LoadCurves, rate_per_engine: np.ndarray) -> LoadPoint:
-    """Latency at `rate_per_engine` requests/s on every engine (module docstring)."""
-    q = curves.quantile
+def estimate_open_population(curves: LoadCurves, rate_per_engine: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """(decoding, found): the smallest fixed point of the fluid balance d = lam E[O] tau(d) at
+    `rate_per_engine` (module docstring), and whether the grid holds one."""
     lam = np.maximum(np.asarray(rate_per_engine, dtype=float), 0.0)
-    out = curves.output_mean
-    gap = curves.d_grid - lam[:, None] * out * curves.round_s
+    gap = curves.d_grid - lam[:, None] * curves.output_mean * curves.round_s
     above = (gap >= 0.0) & (np.arange(gap.shape[1]) > 0)[None, :]
     found = above.any(axis=1) & (lam > 0)
     j = np.where(found, np.argmax(above, axis=1), 1)
     g0, g1 = _rows(gap, j - 1), _rows(gap, j)
     x0, x1 = _rows(curves.d_grid, j - 1), _rows(curves.d_grid, j)
     decoding = np.where(found, x0 + (x1 - x0) * (-g0) / np.where(g1 > g0, g1 - g0, 1.0), 0.0)
-    decoding = np.where(lam > 0, decoding, 0.0)
+    return np.where(lam > 0, decoding, 0.0), found
+
+
+def estimate_load_point(curves: LoadCurves, rate_per_engine: np.ndarray) -> LoadPoint:
+    """Latency at `rate_per_engine` requests/s on every engine (module docstring)."""
+    lam = np.maximum(np.asarray(rate_per_engine, dtype=float), 0.0)
+    decoding, found = estimate_open_population(curves, lam)
     stable = (lam == 0) | (found & (decoding <= curves.d_max))
+    return compose_load_point(curves, lam, decoding, stable)
+
+
+def compose_load_point(curves: LoadCurves, rate_per_engine: np.ndarray, decoding: np.ndarray,
+                       stable: np.ndarray) -> LoadPoint:
+    """TTFT, TPOT and throughput of open-loop arrivals at `rate_per_engine` with `decoding`
+    sequences decoding on each engine (module docstring); the gaps between arrivals have the
+    curves' c_a^2 (1: Poisson)."""
+    q = curves.quantile
+    lam = rate_per_engine
+    out = curves.output_mean
     tpot_mean = interpolate_curve(curves, curves.round_s, decoding + 1.0)
     tpot = tpot_mean + NormalDist().inv_cdf(q) * estimate_tpot_std_s(curves, decoding)
     service = interpolate_curve(curves, curves.service_s, decoding)
     mean_s = weighted_mean(service, curves.weights)
     second = weighted_mean(service ** 2, curves.weights)
     rho = lam * mean_s
-    wait = estimate_mg1_wait_s(lam, mean_s, second)
+    wait = estimate_gig1_wait_s(lam, mean_s, second, curves.arrival_scv)
     stable = stable & (rho < 1.0)
     # The round in progress: its residual is uniform over it, when the engine is busy at all
     # (1 - P(empty), the Poisson occupancy of the requests in the system).
@@ -214,26 +234,6 @@ def largest_rate(curves: LoadCurves, accept) -> np.ndarray:
 def largest_stable_rate(curves: LoadCurves) -> np.ndarray:
     """The most requests/s per engine the queues stay bounded at (no SLO)."""
     return largest_rate(curves, lambda p: p.stable)
-
-
-def estimate_closed_point(curves: LoadCurves, users: np.ndarray) -> LoadPoint:
-    """The operating point of `users` closed-loop users per engine (module docstring)."""
-    stable_max = largest_stable_rate(curves)
-    rate = largest_rate(curves,
-                        lambda p: p.stable & (p.concurrency / curves.engines <= users))
-    rate = np.minimum(rate, stable_max)
-    point = estimate_load_point(curves, rate)
-    in_system = point.concurrency / curves.engines
-    saturated = np.isfinite(in_system) & (in_system < users * (1 - 1e-6)) & (rate > 0)
-    extra = np.where(saturated, (users - in_system) / np.maximum(rate, 1e-300), 0.0)
-    extra = np.where(rate > 0, extra, 0.0)
-    return LoadPoint(
-        rate_per_s=point.rate_per_s, stable=point.stable & (rate > 0),
-        decoding=point.decoding, ttft_s=point.ttft_s + extra, tpot_s=point.tpot_s,
-        ttft_mean_s=point.ttft_mean_s + extra, tpot_mean_s=point.tpot_mean_s,
-        concurrency=np.where(rate > 0, users * curves.engines, 0.0),
-        tokens_per_s=point.tokens_per_s, tokens_per_s_per_gpu=point.tokens_per_s_per_gpu,
-        tokens_per_s_per_user=point.tokens_per_s_per_user)
 
 
 def estimate_max_num_seqs(curves: LoadCurves, max_seqs: int, max_tpot_s: float | None

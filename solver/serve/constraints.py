@@ -28,6 +28,7 @@ node, pipeline parallel size = nodes"):
                               node when its GPUs meet over PCIe only).
   pp_across_nodes             an engine larger than a node takes whole nodes (tp x pp a
                               multiple of the node), so only pipeline hand-offs cross nodes.
+Pins: pin_tp, pin_pp, pin_dp, pin_ep, pin_replicas (--tp 8, --pp 1-4, as optimize's).
 Targets: memory_fits_hbm (one --context sequence fits the KV cache; vLLM refuses to start
 otherwise), ttft_within_slo, tpot_within_slo, throughput_meets_target, gpus_at_most
 (objective gpus). Every rule reads tp, pp, dp and ep only, never the GPU count: adding whole
@@ -86,6 +87,21 @@ def _model_rules(problem: ServeProblem) -> list[Constraint]:
                    lambda v: (v["ep"] > 1) | (width % (v["tp"] * v["dp"]) == 0)),
     ]
     return rules
+
+
+def _pin_rules(problem: ServeProblem) -> list[Constraint]:
+    """pin_<degree>: --tp / --pp / --dp / --ep / --replicas, as optimize's pins
+    (solver.search.constraints): the degree takes one of the pinned values. Each reads the
+    copies too, so it is checked once a dense model's dp holds them (solver.serve.enumerate
+    binds both when it scales out)."""
+    def pin(name: str, allowed: tuple[int, ...]) -> Constraint:
+        values = np.array(sorted(allowed))
+        shown = ", ".join(str(x) for x in values)
+        reads = (name,) if name == "replicas" else (name, "replicas")
+        return Constraint(f"pin_{name}", reads, f"{name} pinned to {{{shown}}}",
+                          lambda v: np.isin(v[name], values))
+
+    return [pin(name, allowed) for name, allowed in sorted(problem.pins.items())]
 
 
 def _kv_cache_rules(problem: ServeProblem) -> list[Constraint]:
@@ -216,8 +232,8 @@ def _load_rules(problem: ServeProblem) -> list[Constraint]:
 
 def build_serve_constraints(problem: ServeProblem) -> tuple[Constraint, ...]:
     """Every constraint: the model's rules, placement, then the targets (costly, last)."""
-    return tuple(_model_rules(problem) + _kv_cache_rules(problem) + _placement_rules(problem)
-                 + _target_rules(problem))
+    return tuple(_model_rules(problem) + _pin_rules(problem) + _kv_cache_rules(problem)
+                 + _placement_rules(problem) + _target_rules(problem))
 
 
 def is_hard(constraint: Constraint) -> bool:

@@ -99,6 +99,7 @@ class DisaggResult:
     prefill_curves: LoadCurves | None = None
     decode_curves: LoadCurves | None = None
     kv_tokens: np.ndarray | None = None  # each engine's KV cache per DP rank, tokens
+    pinned_out: str = ""  # the pool pin that leaves a pool no engine, if one does
 
     @property
     def winner(self) -> SplitPlan | None:
@@ -167,6 +168,7 @@ def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
                   estimate_load_curves(problem, engines, "decode"))
         kv_tokens = estimate_serving_memory(problem, engines).kv_tokens
         split = _disaggregated(problem, engines, *curves, kv_tokens)
+    pinned_out = find_pool_pin_conflict(problem, engines)
     plans += split
     plans.sort(key=lambda p: (-p.max_rate_per_s, p.num_gpus, p.kind != "aggregated",
                               p.ttft_s + job.output_len * p.tpot_s))
@@ -175,7 +177,34 @@ def search_disaggregated(problem: ServeProblem, top: int = 5) -> DisaggResult:
     return DisaggResult(plans=tuple(plans[:top]), best_aggregated=aggregated,
                         best_disaggregated=best_split, candidates=tuple(split),
                         engines=engines, prefill_curves=curves[0], decode_curves=curves[1],
-                        kv_tokens=kv_tokens)
+                        kv_tokens=kv_tokens, pinned_out=pinned_out)
+
+
+def within_pool_pins(problem: ServeProblem, pool: str, engines: ServeCandidates
+                     ) -> np.ndarray:
+    """Which engines a pool's pins (--prefill-tp, --decode-dp, ...) allow."""
+    ok = np.ones(len(engines), dtype=bool)
+    for name, values in problem.pool_pins.get(pool, {}).items():
+        ok &= np.isin(getattr(engines, name), np.array(values))
+    return ok
+
+
+def find_pool_pin_conflict(problem: ServeProblem, engines: ServeCandidates) -> str:
+    """The pool pin that leaves its pool no engine the rules allow, as one line naming it
+    ('' where every pinned pool keeps one)."""
+    for pool, pins in sorted(problem.pool_pins.items()):
+        if within_pool_pins(problem, pool, engines).any():
+            continue
+        for name, values in sorted(pins.items()):
+            alone = problem.model_copy(update={"pool_pins": {pool: {name: values}}})
+            if not within_pool_pins(alone, pool, engines).any():
+                shown = ", ".join(str(v) for v in sorted(values))
+                return (f"pin_{pool}_{name}: {pool} {name} pinned to {{{shown}}} leaves the "
+                        f"{pool} pool no engine the rules allow")
+        return (f"pin_{pool}: the {pool} pins together ("
+                + ", ".join(f"{k} {sorted(v)}" for k, v in sorted(pins.items()))
+                + f") leave the {pool} pool no engine the rules allow")
+    return ""
 
 
 def _aggregated(problem: ServeProblem) -> list[SplitPlan]:
@@ -221,7 +250,9 @@ def _disaggregated(problem: ServeProblem, engines: ServeCandidates, prefill_curv
     decode_rate = largest_rate(decode_curves,
                                lambda p: meets_slo(_without(problem, "ttft"), p))
     pair_i, pair_j = np.nonzero(nixl_pairs(engines, engines, problem.model_spec)
-                                & (gpus[:, None] + gpus[None, :] <= n))
+                                & (gpus[:, None] + gpus[None, :] <= n)
+                                & within_pool_pins(problem, "prefill", engines)[:, None]
+                                & within_pool_pins(problem, "decode", engines)[None, :])
     if len(pair_i) == 0:
         return []
     curves = prefill_curves.take(pair_i)
@@ -314,6 +345,8 @@ def describe_split(plan: SplitPlan) -> str:
 def explain_disaggregation(result: DisaggResult) -> str:
     """Why the winner is aggregated or disaggregated, with the load each kind carries."""
     agg, split = result.best_aggregated, result.best_disaggregated
+    if split is None and result.pinned_out:
+        return f"no disaggregated split: {result.pinned_out}"
     if split is None:
         return "no disaggregated split fits: every split leaves a pool without a fitting engine"
     if agg is None:

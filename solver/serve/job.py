@@ -26,6 +26,9 @@ SeqLen = Annotated[int, MAX_SEQ_LEN]
 WeightPrecision = Literal["bf16", "fp8", "int4", "fp4"]
 KvCacheDtype = Literal["auto", "fp8", "fp4"]
 ServeObjective = Literal["throughput", "latency", "gpus"]
+PinnedDegree = Literal["tp", "pp", "dp", "ep", "replicas"]  # SERVE_VARIABLES
+PoolDegree = Literal["tp", "pp", "dp", "ep"]  # a disaggregated pool's engine
+ContextSource = Literal["given", "model", "fits"]  # --context, the model's length, what fits
 NVFP4_KV_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0  # fp4 data + one fp8 scale per 16 (ServeJob)
 
 
@@ -57,6 +60,9 @@ class ServeJob(InputSpec):
     # V0's --num-scheduler-steps (multi-step scheduling, vLLM 0.6-0.10 only).
     engine: EngineName = "vllm"
     num_scheduler_steps: int = Field(default=1, ge=1, le=256)
+    # Where `context` came from: --context, else the model's max_position_embeddings, else
+    # the longest that fits (solver.serve.context).
+    context_source: ContextSource = "given"
 
     @model_validator(mode="after")
     def _check_lengths(self) -> ServeJob:
@@ -148,6 +154,12 @@ class ServeProblem(InputSpec):
     num_gpus: GpuCount = Field(gt=0)
     job: ServeJob
     constants: ServeConstants = ServeConstants()
+    # Degrees pinned as in optimize (--tp 8, --pp 1-4): the values each may take.
+    pins: dict[PinnedDegree, tuple[int, ...]] = Field(default_factory=dict)
+    # A disaggregated plan's pools pinned apart (--prefill-tp 8, --decode-tp 2-4); `pins`
+    # holds both pools.
+    pool_pins: dict[Literal["prefill", "decode"], dict[PoolDegree, tuple[int, ...]]] = Field(
+        default_factory=dict)
 
 
 def scheduler_limits(problem: ServeProblem) -> tuple[int, int]:

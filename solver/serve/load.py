@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost import serve_load
+from solver.cost.serve_closed import estimate_closed_point
 from solver.cost.serve_curves import LoadCurves, LoadShape, estimate_load_curves as _curves
 from solver.cost.serve_load import (
     LoadPoint,
-    estimate_closed_point,
     estimate_load_point,
     interpolate_curve,
     largest_rate,
@@ -41,7 +41,8 @@ def build_load_shape(problem: ServeProblem) -> LoadShape:
     return LoadShape(input_lengths=lengths, input_weights=weights,
                      input_quantile_len=inputs.quantile(job.load.quantile),
                      output_lengths=out_lengths, output_weights=out_weights,
-                     quantile=job.load.quantile, budget=budget, max_seqs=max_seqs)
+                     quantile=job.load.quantile, budget=budget, max_seqs=max_seqs,
+                     arrival_scv=job.load.arrival_scv)
 
 
 def estimate_load_curves(problem: ServeProblem, c: ServeCandidates,

@@ -8,10 +8,13 @@ few weighted support points (`support`): the lengths themselves for a fixed or a
 empirical one, else the midpoints of equal-probability bins, so that means and second moments
 of non-linear service times (chunked prefill, quadratic attention) are sums over the points.
 
-The **load** is either an open arrival rate (requests per second of the whole deployment,
-Poisson arrivals as in `benchmark_serving.py --request-rate`) or a closed concurrency (that
-many users, each sending its next request when the last one finishes, as `--max-concurrency`
-with an unbounded rate).
+The **load** is either an open arrival rate (requests per second of the whole deployment) or
+a closed concurrency (that many users, each sending its next request when the last one
+finishes). The **client** says how a benchmark sends them (CLIENTS): `closed` at a
+concurrency (`vllm bench serve --max-concurrency N` with an unbounded rate, sglang.bench_serving
+--max-concurrency, genai-perf --concurrency: synchronised waves, solver.cost.serve_closed),
+`poisson` at a rate (`--request-rate`, burstiness 1) or `gamma` at a rate with `--burstiness`
+k (gaps of shape k, vllm/benchmarks/serve.py get_request; solver.cost.queueing).
 """
 
 from __future__ import annotations
@@ -22,11 +25,16 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
+from solver.cost.queueing import gamma_arrival_scv
 from solver.spec.strict import MAX_SEQ_LEN, InputSpec, read_input_file
 
 MAX_SUPPORT_POINTS = 64  # equal-probability bins of a long distribution
 MAX_LENGTHS_IN_FILE = 10_000_000
 SloPercentile = Literal[50, 90, 95, 99]
+Client = Literal["closed", "poisson", "gamma"]
+CLIENTS = {"closed": "closed loop, synchronised waves (vllm bench serve --max-concurrency)",
+           "poisson": "Poisson arrivals (vllm bench serve --request-rate)",
+           "gamma": "gamma arrivals (vllm bench serve --request-rate --burstiness)"}
 
 
 class LengthDistribution(InputSpec):
@@ -113,12 +121,42 @@ class ServeLoadSpec(InputSpec):
     request_rate: float | None = Field(default=None, gt=0)
     concurrency: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
     slo_percentile: SloPercentile = 90
+    # None: closed at a concurrency, poisson at a rate. burstiness: gamma's shape k.
+    client: Client | None = None
+    burstiness: float | None = Field(default=None, gt=0, le=1e6)
 
     @model_validator(mode="after")
     def _one_load(self) -> ServeLoadSpec:
         if self.request_rate is not None and self.concurrency is not None:
             raise ValueError("give a request rate or a concurrency, not both")
+        if self.client == "closed" and self.request_rate is not None:
+            raise ValueError("client closed runs a concurrency (--concurrency), not a "
+                             "request rate")
+        if self.client in ("poisson", "gamma") and self.concurrency is not None:
+            raise ValueError(f"client {self.client} sends a request rate (--request-rate), "
+                             "not a concurrency")
+        if self.client is not None and self.kind == "none":
+            raise ValueError(f"client {self.client} needs a load (a request rate or a "
+                             "concurrency)")
+        if self.burstiness is not None and self.client != "gamma":
+            raise ValueError(f"burstiness ({self.burstiness:g}) is the gamma client's; "
+                             f"client is {self.client or 'not given'}")
         return self
+
+    @property
+    def client_name(self) -> str | None:
+        """The client that sends the load (None without a load)."""
+        if self.kind == "none":
+            return None
+        return self.client or ("closed" if self.kind == "concurrency" else "poisson")
+
+    @property
+    def arrival_scv(self) -> float:
+        """c_a^2 of the open loop's gaps: 1 / burstiness for gamma (1 if not given, vLLM's
+        default), 1 for Poisson (solver.cost.queueing.gamma_arrival_scv)."""
+        if self.client_name != "gamma":
+            return 1.0
+        return gamma_arrival_scv(1.0 if self.burstiness is None else self.burstiness)
 
     @property
     def quantile(self) -> float:
