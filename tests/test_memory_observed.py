@@ -119,8 +119,8 @@ def test_the_dgxc_row_is_reproduced_through_the_clis_json() -> None:
         plan["device_gb"] - plan["reserved_gb"], abs=0.002)
     assert plan["fits"] is True and plan["gpu_memory_gb"] == pytest.approx(268.59 * GIB / GB,
                                                                            abs=0.001)
-    assert answer["memory_views"]["reserved_gb_observed"].startswith(
-        "torch.cuda.max_memory_reserved() on this GPU")
+    assert answer["memory_views"]["reserved_gb_observed"] == (
+        "torch.cuda.max_memory_reserved() as it reads on this GPU")
     assert plan["stages"][0]["reserved_gb_observed"] == 225.802
 
 

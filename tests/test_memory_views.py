@@ -228,10 +228,8 @@ def test_estimate_json_carries_the_views_and_what_reports_them() -> None:
         "allocated_gb": "torch.cuda.max_memory_allocated()",
         "reserved_gb": "torch.cuda.max_memory_reserved()",
         "device_gb": "nvidia-smi, or an out-of-memory error",
-        "reserved_gb_observed": "torch.cuda.max_memory_reserved() on this GPU, the "
-                                "allocator's cache grown into its room",
-        "device_gb_observed": "nvidia-smi on this GPU, the allocator's cache grown into its "
-                              "room"}
+        "reserved_gb_observed": "torch.cuda.max_memory_reserved() as it reads on this GPU",
+        "device_gb_observed": "nvidia-smi as it reads on this GPU"}
     # 215 GB does not fit an 80 GiB H100: no room, the counters read what the plan needs.
     assert [plan["reserved_gb_observed"], plan["device_gb_observed"]] == [212.518, 215.203]
     assert run_estimate("--json").stdout == result.stdout  # deterministic

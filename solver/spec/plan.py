@@ -28,13 +28,12 @@ MEMORY_VIEWS = {
     "reserved": "torch.cuda.max_memory_reserved()",
     "device": "nvidia-smi, or an out-of-memory error",
 }
-# The views whose reading on the plan's GPU differs from what the plan needs, each with what
-# reports it: the allocator's cache grows into the room the GPU leaves
+# The views whose reading on the plan's GPU can differ from what the plan needs, each with
+# what reports it: a training plan's allocator cache grows into the room the GPU leaves
 # (solver.cost.memory.views.estimate_memory_views_with_room); allocated does not move.
 OBSERVED_VIEWS = {
-    "reserved": "torch.cuda.max_memory_reserved() on this GPU, the allocator's cache grown "
-                "into its room",
-    "device": "nvidia-smi on this GPU, the allocator's cache grown into its room",
+    "reserved": "torch.cuda.max_memory_reserved() as it reads on this GPU",
+    "device": "nvidia-smi as it reads on this GPU",
 }
 
 
