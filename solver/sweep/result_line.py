@@ -7,8 +7,9 @@ plan the degrees and the metrics, and the optional fields it shows (why, rules,
 optimality_gap, memory_headroom; a plan's memory views and their observed readings,
 usable_memory_gb, time_seconds, equivalent, layout, memory_savers, offloads,
 recompute_modules, and issue 36's intervals, fit_probability and p_fastest), in pydantic's
-strict mode and within the limits of any input (solver.spec.strict: no `true` for a GPU count, no string for a
-number, no nan or infinity, no count beyond its limit; other fields are kept as they are).
+strict mode and within the limits of any input (solver.spec.strict: no `true` for a GPU
+count, no string for a number, no nan or infinity, no count beyond its limit; other fields
+are kept as they are).
 A bad line is one error naming the file, the line and the field: `results.jsonl:3: field
 'plans': Input should be a valid list`.
 """
