@@ -72,7 +72,7 @@ import numpy as np
 from solver.catalog import load_gpu_spec, load_model_spec
 from solver.cost.candidates import Candidates
 from solver.cost.frameworks import EAGER_CROSS_ENTROPY_LOGITS_BYTES, build_framework_profile
-from solver.cost.memory import estimate_memory
+from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 MODERN_PATH = Path(__file__).resolve().parent / "data" / "modern_memory.jsonl"
@@ -162,8 +162,9 @@ def build_torchtune_loss_options(loss_implementation: str, loss_compiled: bool
             "loss_chunks_compiled": loss_implementation == "chunked" and loss_compiled}
 
 
-def predict_view_bytes(row: dict[str, Any]) -> float:
-    """The row's counter, predicted: its view's items under its framework's profile."""
+def build_row_problem(row: dict[str, Any]
+                      ) -> tuple[ModelSpec, JobSpec, ParallelConfig, MemoryOptions]:
+    """The row's model, job, degrees and memory options under its framework's profile."""
     config = ParallelConfig(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], ep=row["ep"],
                             zero=row["zero"], micro_batch=row["micro_batch"],
                             recompute=row["recompute"])
@@ -185,8 +186,15 @@ def predict_view_bytes(row: dict[str, Any]) -> float:
     if row["framework"] == "torchtune":
         options = options.model_copy(update=build_torchtune_loss_options(
             features["loss_implementation"], bool(row["loss_compiled"])))
-    breakdown = estimate_memory(build_row_model_spec(row), job,
-                                Candidates.from_configs([config]), options)
+    return build_row_model_spec(row), job, config, options
+
+
+def predict_view_bytes(row: dict[str, Any]) -> float:
+    """The row's counter, predicted: its view's items under its framework's profile; on a
+    catalog GPU as the counter reads it there, through MemoryBreakdown.views_with_room, the
+    function every plan's observed views come from (solver.api.estimate_plans)."""
+    model_spec, job, config, options = build_row_problem(row)
+    breakdown = estimate_memory(model_spec, job, Candidates.from_configs([config]), options)
     view = COUNTER_VIEW[row["measured_kind"]]
     if row["gpu"] not in CATALOG_GPU:
         return float(breakdown.views[view][0])

@@ -102,9 +102,10 @@ def build_parallel_config(num_gpus: int, **degrees: int | str) -> ParallelConfig
         raise InputError(format_validation_error("parallel degrees", exc)) from None
 
 
-def _stage_memory(breakdown: MemoryBreakdown, row: int, views: dict[str, np.ndarray]
-                  ) -> StageMemory:
-    """Row `row` of `breakdown` (whose views are `views`) as a StageMemory."""
+def _stage_memory(breakdown: MemoryBreakdown, row: int, views: dict[str, np.ndarray],
+                  observed: dict[str, np.ndarray]) -> StageMemory:
+    """Row `row` of `breakdown` (whose views are `views`, and `observed` on the plan's GPU:
+    MemoryBreakdown.views_with_room) as a StageMemory."""
     values = {name: float(breakdown.items[name][row]) for name in MAIN_ITEMS + OTHER_ITEMS}
     return StageMemory(
         stage=int(breakdown.stage[row]),
@@ -112,6 +113,8 @@ def _stage_memory(breakdown: MemoryBreakdown, row: int, views: dict[str, np.ndar
         other_bytes={name: values[name] for name in OTHER_ITEMS},
         allocated_bytes=float(views["allocated"][row]),
         reserved_bytes=float(views["reserved"][row]),
+        observed_reserved_bytes=float(observed["reserved"][row]),
+        observed_device_bytes=float(observed["device"][row]),
     )
 
 
@@ -172,10 +175,13 @@ def estimate_plans(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     for index, (config, layout) in enumerate(zip(configs, chosen)):
         stages = estimate_layout_memory(model_spec, job, config, layout, options)
         views = stages.views
+        # What the counters read on this GPU: the allocator's cache grown into the room of
+        # the whole GPU (the headroom is the user's margin; the allocator does not see it).
+        observed = stages.views_with_room(cluster.gpu_memory_bytes)
         plans.append(Plan(
             config=config, gpu_memory_bytes=cluster.gpu_memory_bytes,
             memory_headroom=cluster.memory_headroom,
-            stages=tuple(_stage_memory(stages, i, views) for i in range(config.pp)),
+            stages=tuple(_stage_memory(stages, i, views, observed) for i in range(config.pp)),
             time=_plan_time(job, config, step, index), layout=layout))
     return tuple(plans)
 

@@ -29,7 +29,12 @@ from solver.cost.uncertainty import (
 from solver.optimize import OptimizeResult
 from solver.spec.model import ModelSpec
 from solver.spec.plan import TIME_PARTS, Plan
-from solver.spec.plan_json import render_answer_head, render_infeasible_json, render_plan_json
+from solver.spec.plan_json import (
+    render_answer_head,
+    render_infeasible_json,
+    render_memory_views_json,
+    render_plan_json,
+)
 
 
 def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_LEVEL,
@@ -63,6 +68,8 @@ def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_L
                   for plan, extra in zip(result.plans, odds["plans"])],
         "notes": list(list_time_caveats(problem.model_spec)),
         "uncertainty": odds["uncertainty"],
+        # What reports each view of a plan's memory, the needed and the observed ones.
+        "memory_views": render_memory_views_json(),
     }
     if result.status == "infeasible":
         answer.update(render_infeasible_json(result))

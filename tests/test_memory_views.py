@@ -227,7 +227,11 @@ def test_estimate_json_carries_the_views_and_what_reports_them() -> None:
     assert answer["memory_views"] == {
         "allocated_gb": "torch.cuda.max_memory_allocated()",
         "reserved_gb": "torch.cuda.max_memory_reserved()",
-        "device_gb": "nvidia-smi, or an out-of-memory error"}
+        "device_gb": "nvidia-smi, or an out-of-memory error",
+        "reserved_gb_observed": "torch.cuda.max_memory_reserved() as it reads on this GPU",
+        "device_gb_observed": "nvidia-smi as it reads on this GPU"}
+    # 215 GB does not fit an 80 GiB H100: no room, the counters read what the plan needs.
+    assert [plan["reserved_gb_observed"], plan["device_gb_observed"]] == [212.518, 215.203]
     assert run_estimate("--json").stdout == result.stdout  # deterministic
 
 
@@ -242,17 +246,20 @@ def test_results_lines_with_and_without_the_views_load_and_report() -> None:
     its views empty and the report shows its total as the device view. A negative view is
     refused with the field named."""
     plan = json.loads(run_estimate("--json").stdout)["plans"][0]
-    old = {k: v for k, v in plan.items() if k not in VIEW_KEYS}
+    old = {k: v for k, v in plan.items()
+           if k not in VIEW_KEYS + ("reserved_gb_observed", "device_gb_observed")}
     lines = [results_line(plan, gpus=8), results_line(old, gpus=16)]
     for number, line in enumerate(lines, start=1):
         parse_result_line(json.dumps(line).encode(), f"results.jsonl:{number}")
     summary = build_summary_rows(lines)
-    assert [(r["allocated_gb"], r["reserved_gb"], r["memory_gb"]) for r in summary] == [
-        (202.398, 212.518, 215.203), ("", "", 215.203)]
+    assert [(r["allocated_gb"], r["reserved_gb"], r["reserved_gb_observed"], r["memory_gb"])
+            for r in summary] == [(202.398, 212.518, 212.518, 215.203), ("", "", "", 215.203)]
     data = build_page_data(lines, [], 1e12)
     assert [p["plans"][0]["views"] for p in data["problems"]] == [
         {"allocated": 202.398, "reserved": 212.518, "device": 215.203},
         {"allocated": None, "reserved": None, "device": 215.203}]
+    assert [p["plans"][0]["views_observed"] for p in data["problems"]] == [
+        {"reserved": 212.518, "device": 215.203}, {"reserved": None, "device": None}]
     assert data["memory_views"]["reserved"] == "torch.cuda.max_memory_reserved()"
     bad = {**plan, "reserved_gb": -1.0}
     with pytest.raises(InputError, match="bad.jsonl:1.*reserved_gb"):

@@ -21,7 +21,9 @@ from solver.spec.plan_json import render_plan_json
 def make_plan(layout: PipelineLayout | None, config: ParallelConfig) -> Plan:
     stages = tuple(StageMemory(stage=i, weights_bytes=10e9 + i * 1e9, grads_bytes=0,
                                optimizer_bytes=0, activations_bytes=0, other_bytes={},
-                               allocated_bytes=10e9 + i * 1e9, reserved_bytes=10e9 + i * 1e9)
+                               allocated_bytes=10e9 + i * 1e9, reserved_bytes=10e9 + i * 1e9,
+                               observed_reserved_bytes=10e9 + i * 1e9,
+                               observed_device_bytes=10e9 + i * 1e9)
                    for i in range(config.pp))
     return Plan(config=config, gpu_memory_bytes=80e9, stages=stages, layout=layout)
 

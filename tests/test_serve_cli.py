@@ -13,7 +13,9 @@ from click.testing import CliRunner
 from solver.cli import cli
 
 PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "gpus", "expert_parallel", "fits",
-             "memory_gb", "allocated_gb", "reserved_gb", "device_gb", "kv_bytes_per_token", "kv_cache_tokens", "max_concurrent_sequences",
+             "memory_gb", "allocated_gb", "reserved_gb", "device_gb", "reserved_gb_observed",
+             "device_gb_observed", "kv_bytes_per_token", "kv_cache_tokens",
+             "max_concurrent_sequences",
              "batch", "ttft_ms", "tpot_ms", "tpot_idle_ms", "request_latency_s",
              "tokens_per_second", "tokens_per_second_per_gpu", "decode_step_ms",
              "vllm_command", "sglang_command", "notes", "load", "scheduler",

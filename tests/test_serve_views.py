@@ -35,7 +35,7 @@ from solver.cost.serve_memory import estimate_serving_views
 from solver.serve import ServeJob, ServeProblem, solve_serving
 from solver.serve.candidates import ServeCandidates
 from solver.serve.memory import estimate_serving_memory
-from solver.spec.plan import MEMORY_VIEWS
+from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS
 
 GIB = 2**30
 # vLLM PR #10511, Meta-Llama-3-8B on one H100 (module docstring), GiB.
@@ -95,8 +95,9 @@ def test_serve_json_carries_the_views_and_names_them() -> None:
                                       "dgx-h100", "--gpus", "1", "--context", "8k", "--json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert answer["memory_views"] == {f"{view}_gb": source
-                                      for view, source in MEMORY_VIEWS.items()}
+    assert answer["memory_views"] == {
+        **{f"{view}_gb": source for view, source in MEMORY_VIEWS.items()},
+        **{f"{view}_gb_observed": source for view, source in OBSERVED_VIEWS.items()}}
     plan = answer["plans"][0]
     assert plan["device_gb"] == plan["memory_gb"]["total"]
     assert plan["allocated_gb"] == pytest.approx(

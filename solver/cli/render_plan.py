@@ -14,7 +14,7 @@ import click
 from solver.cli.render import echo_alert, echo_table
 from solver.spec.layout import VirtualStage
 from solver.spec.layout_syntax import render_pipeline_layout
-from solver.spec.plan import MEMORY_VIEWS, Plan, StageMemory
+from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS, Plan, StageMemory
 from solver.spec.figures import format_significant
 from solver.spec.plan_json import MAIN
 from solver.spec.plan_json import to_gb as _gb
@@ -94,29 +94,45 @@ def _rows(stage: StageMemory) -> list[tuple[str, float]]:
 # The rows of the views in the memory table (the device view is the total).
 VIEW_LABELS = {"allocated": "allocated (torch.cuda)", "reserved": "reserved (torch.cuda)",
                "device": "total (device)"}
+# The rows of the observed views (OBSERVED_VIEWS): what the counters read on the plan's GPU.
+OBSERVED_LABELS = {"reserved": "reserved on this GPU (torch.cuda)",
+                   "device": "device on this GPU (nvidia-smi)"}
 
 
 def render_views_line(stage: StageMemory) -> str:
-    """Which view a measured number is compared with (MEMORY_VIEWS), and that view's value."""
-    return render_views_text({view: stage.view_bytes(view) for view in MEMORY_VIEWS})
+    """Which view a measured number is compared with (MEMORY_VIEWS), and that view's value on
+    the plan's GPU (OBSERVED_VIEWS) beside what the plan needs."""
+    return render_views_text({view: stage.view_bytes(view) for view in MEMORY_VIEWS},
+                             {view: stage.observed_view_bytes(view) for view in MEMORY_VIEWS})
 
 
-def render_views_text(view_bytes: Mapping[str, float]) -> str:
+def render_views_text(view_bytes: Mapping[str, float],
+                      observed_bytes: Mapping[str, float] | None = None) -> str:
     """Which view a measured number is compared with (MEMORY_VIEWS), and the bytes in each
-    (`view_bytes`, a training stage's or a serving plan's)."""
-    parts = [f"{source} with {view} ({format_significant(view_bytes[view] / 1e9)} GB)"
-             for view, source in MEMORY_VIEWS.items()]
+    (`view_bytes`, a training stage's or a serving plan's); where `observed_bytes` (the views
+    on the plan's GPU) reads otherwise, that number first: "reserved (226 GB on this GPU,
+    213 GB needed)"."""
+    parts = []
+    for view, source in MEMORY_VIEWS.items():
+        needed = format_significant(view_bytes[view] / 1e9)
+        observed = (needed if observed_bytes is None
+                    else format_significant(observed_bytes[view] / 1e9))
+        value = (f"{needed} GB" if observed == needed
+                 else f"{observed} GB on this GPU, {needed} GB needed")
+        parts.append(f"{source} with {view} ({value})")
     return ("compare a measured peak by what reported it: " + "; ".join(parts)
-            + "; fits are judged on device")
+            + "; fits are judged on device (needed)")
 
 
 def echo_memory_table(plan: Plan, heading: str) -> None:
     """The memory table of the worst stage: each item, the allocated and reserved views, the
-    total (the device view), the capacity, whether it fits; then which view a measurement is
-    compared with."""
+    total (the device view), the reserved and device views on this GPU (OBSERVED_VIEWS), the
+    capacity, whether it fits; then which view a measurement is compared with."""
     worst = plan.worst_stage
     rows: list[tuple[str, Any]] = list(_rows(worst))
     rows += [(VIEW_LABELS[view], _gb(worst.view_bytes(view))) for view in MEMORY_VIEWS]
+    rows += [(OBSERVED_LABELS[view], _gb(worst.observed_view_bytes(view)))
+             for view in OBSERVED_VIEWS]
     rows.append(("GPU capacity", _gb(plan.gpu_memory_bytes)))
     if plan.memory_headroom.label():
         rows.append((f"usable ({plan.memory_headroom.label()} headroom)",

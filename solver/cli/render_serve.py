@@ -13,7 +13,7 @@ import numpy as np
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import render_views_text
 from solver.cost.uncertainty import estimate_serve_interval, load_error_model
-from solver.spec.plan import MEMORY_VIEWS
+from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS
 from solver.spec.plan_json import (
     render_answer_head,
     render_infeasible_json,
@@ -82,6 +82,11 @@ def _plan_json(plan: Any, problem: Any, level: float = 0.8) -> dict[str, Any]:
         "gpus": plan.num_gpus, "expert_parallel": plan.ep > 1, "fits": plan.fits,
         "memory_gb": {k: round(v / 1e9, 3) for k, v in plan.memory_bytes.items()},
         **{f"{view}_gb": to_gb(plan.views_bytes[view]) for view in MEMORY_VIEWS},
+        # On this GPU the counters read the views themselves: vLLM empties the allocator's
+        # cache before and after its profile run and gives the KV cache all of
+        # util x HBM less the profiled peak (vllm/v1/worker/gpu_worker.py
+        # determine_available_memory), so no cache grows into the room left.
+        **{f"{view}_gb_observed": to_gb(plan.views_bytes[view]) for view in OBSERVED_VIEWS},
         "kv_bytes_per_token": round(plan.kv_bytes_per_token, 1),
         "kv_cache_tokens": plan.kv_tokens,
         "max_concurrent_sequences": plan.max_sequences,

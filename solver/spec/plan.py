@@ -4,6 +4,10 @@ Memory is per GPU and per pipeline stage, in bytes, itemized: the four model-sta
 activation terms, plus named other items (logits, temporary buffers, fixed reserves), and in
 the three views users measure it in (MEMORY_VIEWS, solver.cost.memory.views): allocated,
 reserved and device, the total. The worst stage's device view decides whether the plan fits.
+Beside them, what the counters would read on the plan's GPU (OBSERVED_VIEWS): PyTorch's caching
+allocator keeps its cache while the GPU has room, so reserved and device read higher on a roomy
+GPU than the views the plan needs (solver.cost.memory.views.estimate_memory_views_with_room);
+allocated is the same in both, and fits are judged on the needed device view.
 `time` is the step-time model's answer: seconds per step, throughput, MFU, the breakdown of the
 step, and the days and GPU-hours of the job's token budget when it has one.
 """
@@ -24,11 +28,19 @@ MEMORY_VIEWS = {
     "reserved": "torch.cuda.max_memory_reserved()",
     "device": "nvidia-smi, or an out-of-memory error",
 }
+# The views whose reading on the plan's GPU can differ from what the plan needs, each with
+# what reports it: a training plan's allocator cache grows into the room the GPU leaves
+# (solver.cost.memory.views.estimate_memory_views_with_room); allocated does not move.
+OBSERVED_VIEWS = {
+    "reserved": "torch.cuda.max_memory_reserved() as it reads on this GPU",
+    "device": "nvidia-smi as it reads on this GPU",
+}
 
 
 class StageMemory(BaseModel):
     """Bytes per GPU on one pipeline stage: items, and the allocated and reserved views (the
-    device view is the total)."""
+    device view is the total); `observed_reserved_bytes` and `observed_device_bytes`: the
+    reserved and device views as the counters read them on the plan's GPU (OBSERVED_VIEWS)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -40,14 +52,23 @@ class StageMemory(BaseModel):
     other_bytes: dict[str, float]
     allocated_bytes: float = Field(ge=0)
     reserved_bytes: float = Field(ge=0)
+    observed_reserved_bytes: float = Field(ge=0)
+    observed_device_bytes: float = Field(ge=0)
 
     @model_validator(mode="after")
     def _views_are_ordered(self) -> StageMemory:
-        # Our invariant (solver.cost.memory.views): allocated <= reserved <= device; the items
-        # are summed in another order for the total, hence the rounding allowance.
+        # Our invariant (solver.cost.memory.views): allocated <= reserved <= device, and the
+        # observed views at least the needed ones; the items are summed in another order for
+        # the total, hence the rounding allowance.
         slack = 1e-9 * self.total_bytes
         assert self.allocated_bytes <= self.reserved_bytes <= self.total_bytes + slack, (
             self.allocated_bytes, self.reserved_bytes, self.total_bytes)
+        assert self.reserved_bytes <= self.observed_reserved_bytes <= (
+            self.observed_device_bytes + slack), (self.reserved_bytes,
+                                                  self.observed_reserved_bytes,
+                                                  self.observed_device_bytes)
+        assert self.total_bytes <= self.observed_device_bytes + slack, (
+            self.total_bytes, self.observed_device_bytes)
         return self
 
     @property
@@ -68,6 +89,12 @@ class StageMemory(BaseModel):
         """Bytes in `view` (MEMORY_VIEWS)."""
         return {"allocated": self.allocated_bytes, "reserved": self.reserved_bytes,
                 "device": self.device_bytes}[view]
+
+    def observed_view_bytes(self, view: str) -> float:
+        """Bytes in `view` (MEMORY_VIEWS) as the counter reads it on the plan's GPU: the
+        observed reserved and device views, allocated as it is."""
+        return {"allocated": self.allocated_bytes, "reserved": self.observed_reserved_bytes,
+                "device": self.observed_device_bytes}[view]
 
 
 TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "dp", "pp", "bubble",

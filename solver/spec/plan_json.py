@@ -1,6 +1,8 @@
 """The JSON of a plan (DESIGN.md, "Interfaces"): degrees, `fits`, `memory_gb` of the worst
-stage and its views (`allocated_gb`, `reserved_gb`, `device_gb`: issue 43, MEMORY_VIEWS), the
-time fields, every stage, and the layout when the plan has one. Shared by the CLI
+stage and its views (`allocated_gb`, `reserved_gb`, `device_gb`: issue 43, MEMORY_VIEWS) with
+`reserved_gb_observed` and `device_gb_observed` (what those counters read on the plan's GPU,
+the allocator's cache grown into its room: OBSERVED_VIEWS), the time fields, every stage, and
+the layout when the plan has one. Shared by the CLI
 (`optimize --json`, `estimate --json`) and the sweep's result lines, so the shape is written
 once; solver.emit.plan_file reads it back.
 
@@ -14,7 +16,7 @@ from typing import Any
 from solver.spec.job import PARALLEL_FIELDS
 from solver.spec.layout import PipelineLayout
 from solver.spec.layout_syntax import render_pipeline_layout
-from solver.spec.plan import MEMORY_VIEWS, Plan, StageMemory
+from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS, Plan, StageMemory
 
 DEGREES = PARALLEL_FIELDS
 MAIN = ("weights", "grads", "optimizer", "activations")
@@ -49,15 +51,23 @@ def render_memory_gb(stage: StageMemory) -> dict[str, float]:
 
 
 def render_views_gb(stage: StageMemory) -> dict[str, float]:
-    """`allocated_gb reserved_gb device_gb` in GB: what torch.cuda.max_memory_allocated(),
-    torch.cuda.max_memory_reserved() and nvidia-smi would show (MEMORY_VIEWS)."""
-    return {f"{view}_gb": to_gb(stage.view_bytes(view)) for view in MEMORY_VIEWS}
+    """`allocated_gb reserved_gb device_gb` in GB: what the plan needs in the views of
+    torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved() and nvidia-smi
+    (MEMORY_VIEWS); then `reserved_gb_observed device_gb_observed`: what those counters read on
+    the plan's GPU, its allocator's cache grown into the room (OBSERVED_VIEWS)."""
+    views = {f"{view}_gb": to_gb(stage.view_bytes(view)) for view in MEMORY_VIEWS}
+    views.update({f"{view}_gb_observed": to_gb(stage.observed_view_bytes(view))
+                  for view in OBSERVED_VIEWS})
+    return views
 
 
 def render_memory_views_json() -> dict[str, str]:
     """`memory_views` of an answer: what reports each view (`allocated_gb`, `reserved_gb`,
-    `device_gb`), the view a measured number is compared with (MEMORY_VIEWS)."""
-    return {f"{view}_gb": source for view, source in MEMORY_VIEWS.items()}
+    `device_gb`, and `reserved_gb_observed`, `device_gb_observed`: the same counters on the
+    plan's GPU), the view a measured number is compared with (MEMORY_VIEWS, OBSERVED_VIEWS)."""
+    views = {f"{view}_gb": source for view, source in MEMORY_VIEWS.items()}
+    views.update({f"{view}_gb_observed": source for view, source in OBSERVED_VIEWS.items()})
+    return views
 
 
 def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
@@ -79,7 +89,8 @@ def render_layout_json(layout: PipelineLayout) -> dict[str, Any]:
 
 def render_plan_json(plan: Plan) -> dict[str, Any]:
     """One plan: degrees, fits, memory_gb of the worst stage, its views (allocated_gb,
-    reserved_gb, device_gb: device_gb is memory_gb.total), other_gb items, every stage, and
+    reserved_gb, device_gb: device_gb is memory_gb.total; reserved_gb_observed and
+    device_gb_observed on the plan's GPU: render_views_gb), other_gb items, every stage, and
     `layout` when the plan has one, and `equivalent`: the other settings of the same step time
     (solver.search.twins) with the worst-stage memory each needs, and `memory_savers` when the
     plan needs framework features on to fit, `recompute_modules` when the search chose what

@@ -5,7 +5,9 @@ fronts of each group.
 Per problem: the key, the status, the GPU's memory (and what plans may use of it), the conflicts
 and fixes of an infeasible problem, the error of a failed one, the explanation of a solved one.
 Per plan: the degrees, the worst stage's memory by item and in its three views (allocated,
-reserved, device: `memory_views` says what reports each; null in lines written before them),
+reserved, device: `memory_views` says what reports each; null in lines written before them)
+and the reserved and device views on the problem's GPU (`views_observed`, OBSERVED_VIEWS:
+`observed_views` says what reports each; null in lines written before them),
 the step time by part, tokens/s, MFU,
 the days and GPU-hours for the report's token budget, the recompute settings of the same step
 time (twins), and the `parplan launch` command that writes its framework settings.
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from solver.api import estimate_train_days
-from solver.spec.plan import MEMORY_VIEWS
+from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS
 from solver.spec.plan_json import DEGREES
 from solver.sweep.report_fronts import Front, FrontPoint, build_front
 from solver.sweep.tables import JOB_FIELDS, Group, count_statuses, group_slug, render_config, \
@@ -82,6 +84,8 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         "memory": {name: float(plan["memory_gb"].get(name, 0.0))
                    for name in (*MEMORY_ITEMS, "total")},
         "views": _views(plan),
+        "views_observed": {view: None if plan.get(f"{view}_gb_observed") is None
+                           else float(plan[f"{view}_gb_observed"]) for view in OBSERVED_VIEWS},
         "time": {name: float((plan.get("time_seconds") or {}).get(name, 0.0))
                  for name in TIME_PARTS},
         "step": float(plan["step_seconds"]),
@@ -177,5 +181,6 @@ def build_page_data(lines: Sequence[dict[str, Any]], groups: Sequence[Group],
         "token_budget_label": budget_label,
         "memory_items": list(MEMORY_ITEMS),
         "memory_views": dict(MEMORY_VIEWS),
+        "observed_views": dict(OBSERVED_VIEWS),
         "time_parts": list(TIME_PARTS),
     }

@@ -292,9 +292,15 @@
     }).map(function (view) {
       return view + " " + fmt(plan.views[view]) + " GB (" + data.memory_views[view] + ")";
     }).join(", ");
+    var observed = Object.keys(data.observed_views).filter(function (view) {
+      return plan.views_observed[view] !== null;
+    }).map(function (view) {
+      return view + " " + fmt(plan.views_observed[view]) + " GB (" + data.observed_views[view] + ")";
+    }).join(", ");
     var items = [
       el("dt", {}, ["memory (worst stage)"]), el("dd", {}, [memory]),
       el("dt", {}, ["memory views"]), el("dd", {}, [views]),
+      el("dt", {}, ["views on this GPU"]), el("dd", {}, [observed || "not in this line"]),
       el("dt", {}, ["step time"]), el("dd", {}, [time]),
       el("dt", {}, ["tokens/s per GPU"]), el("dd", {}, [fmt(plan.rate_per_gpu)])
     ];

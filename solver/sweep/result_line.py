@@ -4,11 +4,12 @@ A results line is the JSON of `optimize --json` plus the problem's key and the s
 (solver.sweep.outcome). A file can be edited by hand or damaged, so each line is checked
 against the fields the report and the resume read: the key (KEY_FIELDS), the status, and per
 plan the degrees and the metrics, and the optional fields it shows (why, rules,
-optimality_gap, memory_headroom; a plan's usable_memory_gb, time_seconds, equivalent,
-layout, memory_savers, offloads, recompute_modules, and issue 36's intervals, fit_probability
-and p_fastest), in pydantic's strict mode and within
-the limits of any input (solver.spec.strict: no `true` for a GPU count, no string for a
-number, no nan or infinity, no count beyond its limit; other fields are kept as they are).
+optimality_gap, memory_headroom; a plan's memory views and their observed readings,
+usable_memory_gb, time_seconds, equivalent, layout, memory_savers, offloads,
+recompute_modules, and issue 36's intervals, fit_probability and p_fastest), in pydantic's
+strict mode and within the limits of any input (solver.spec.strict: no `true` for a GPU
+count, no string for a number, no nan or infinity, no count beyond its limit; other fields
+are kept as they are).
 A bad line is one error naming the file, the line and the field: `results.jsonl:3: field
 'plans': Input should be a valid list`.
 """
@@ -97,6 +98,10 @@ class PlanRow(_Line):
     allocated_gb: float | None = Field(default=None, ge=0)
     reserved_gb: float | None = Field(default=None, ge=0)
     device_gb: float | None = Field(default=None, ge=0)
+    # The same views on the plan's GPU (solver.spec.plan.OBSERVED_VIEWS): lines written
+    # before have none.
+    reserved_gb_observed: float | None = Field(default=None, ge=0)
+    device_gb_observed: float | None = Field(default=None, ge=0)
     gpu_memory_gb: float = Field(ge=0)
     step_seconds: float = Field(ge=0)
     tokens_per_second: float = Field(ge=0)

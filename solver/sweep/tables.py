@@ -15,9 +15,10 @@ from solver.sweep.problems import KEY_FIELDS, key_of_line
 
 METRICS = ("memory_gb", "step_seconds", "tokens_per_second", "tokens_per_second_per_gpu",
            "mfu")
-# The best plan's allocated and reserved views (memory_gb is its total, the device view);
-# empty for lines written before issue 43.
-VIEW_COLUMNS = ("allocated_gb", "reserved_gb")
+# The best plan's allocated and reserved views (memory_gb is its total, the device view), and
+# the reserved view as torch.cuda.max_memory_reserved() reads it on the problem's GPU
+# (solver.spec.plan.OBSERVED_VIEWS); empty for lines written before them.
+VIEW_COLUMNS = ("allocated_gb", "reserved_gb", "reserved_gb_observed")
 SUMMARY_COLUMNS = KEY_FIELDS + ("status",) + DEGREES + METRICS + VIEW_COLUMNS + ("note",)
 JOB_FIELDS = ("seq_len", "global_batch", "precision", "framework", "objective")
 

@@ -37,6 +37,9 @@ unmap pages on the same path). The fragmentation item is what it keeps under pre
 MemoryOptions.fragmentation); with room and no retry it keeps ROOMY_CACHE_FRACTION, what the
 dgxc Llama-3.1-8B log shows: max reserved 216.89 GB over max allocated 194.41 GB with
 "mem-alloc-retires: 0" (dgxc-benchmarking llama3.1/README.md line 490 @841f546).
+Every plan carries these views of its GPU as its observed ones (solver.spec.plan.OBSERVED_VIEWS,
+`reserved_gb_observed` and `device_gb_observed`: solver.api.estimate_plans), and
+benchmarks/memory_public.py compares its public counters through the same function.
 Worked number: Llama-3.1-8B, dp 8, ZeRO-1, b 4, s 8192, no recompute, default options:
 allocated 202.4 GB (dgxc log: max allocated 194.41 GB), reserved 202.4 x 1.05 = 212.5 GB
 (216.89 GB), device 212.5 + 1 GiB + 1.5 GiB = 215.2 GB.
