@@ -123,3 +123,33 @@ def test_dp_latency_grows_with_the_dp_degree(tp: int, doublings: int) -> None:
                                  for dp in dps])
     gather = estimate_dp_collectives_s(model, cluster, c, TimeConstants())["params_all_gather"]
     assert np.all(np.diff(gather) >= -1e-12)
+
+
+def test_calibrated_tiers_charge_each_call_on_the_measured_curve(tmp_path) -> None:
+    """On a tier with measured curves (`parplan calibrate`, the DGX H100 NVLink log of
+    tests/data/nccl: 13 us at 8 B) each DP call is a message on the curve: FSDP's 81 gathers
+    (80 layers and the root of Llama-3.1-70B) cost at least 80 curve floors more than one
+    gather of the same bytes."""
+    import json
+
+    from click.testing import CliRunner
+
+    from solver.cli import cli
+    from solver.optimize import build_problem
+
+    data = Path(__file__).parent / "data" / "nccl"
+    profile = tmp_path / "measured.json"
+    result = CliRunner().invoke(cli, [
+        "calibrate", "nccl-tests", str(data / "nvidia_dgxc_dgx_h100_1node_nvls_all_reduce.txt"),
+        "--cluster", "dgx-h100", "-o", str(profile)])
+    assert result.exit_code == 0, result.output
+    floor_s = min(curve["knots"][0]["time_us"]
+                  for curve in json.loads(profile.read_text())["tiers"]["nvlink"].values()) * 1e-6
+    problem = build_problem("llama3.1-70b", "dgx-h100", 8, seq_len=4096, global_batch=64,
+                            calibration=str(profile), framework="generic")
+    model, cluster = problem.model_spec, problem.cluster
+    c = candidates(dp=8, zero=1)  # ZeRO 1-2: per unit under FSDP, per bucket elsewhere
+    per_unit = estimate_dp_collectives_s(model, cluster, c, TimeConstants())
+    one_call = estimate_dp_collectives_s(model, cluster, c, TimeConstants(dp_bucket_params=1e15))
+    assert one_call["params_all_gather"][0] > 0
+    assert per_unit["params_all_gather"][0] >= one_call["params_all_gather"][0] + 80 * floor_s
