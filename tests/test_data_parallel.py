@@ -25,19 +25,25 @@ def candidates(**degrees: int) -> Candidates:
 
 
 def test_llama_8b_gradient_all_reduce_on_one_node() -> None:
-    """nccl-tests PERFORMANCE.md: all-reduce time = latency + bytes x 2(n-1)/n / busbw. One
-    stage of Llama-3.1-8B (8,030,261,248 parameters) with fp32 gradients over dp = 8 on a
-    DGX H100 (NVLink tier: 360 GB/s bus bandwidth, 15.6 us): 2 x 7/8 x 32.12 GB / 360 GB/s
-    = 0.1561 s; reduce-scatter half of that; the bf16 all-gather a quarter."""
+    """nccl-tests PERFORMANCE.md: bytes x 2(n-1)/n / busbw, plus NCCL's latency per call
+    (solver.cost.nccl_latency, tuning.cc). One stage of Llama-3.1-8B (8,030,261,248 parameters)
+    with fp32 gradients over dp = 8 on a DGX H100 (NVLink tier: 360 GB/s bus bandwidth):
+    ZeRO-0 under FSDP frameworks is torch DDP, 1,226 buckets of 25 MiB; ring LL128 on one node
+    (14 + 14 x 1.9 = 40.6 us a call) beats Simple (56 us): 1,226 x 40.6 us + 2 x 7/8 x 32.12 GB
+    / (0.92 x 360 GB/s) = 0.2195 s (a 25 MiB ring all-reduce at a 260 GB/s bus bandwidth, about
+    what nccl-tests measures there on H100, takes 1,226 x 176 us = 0.216 s). ZeRO 1-2 move the
+    same bytes per FSDP unit (33: 32 layers and the root) by ring Simple (8.4 + 7 x 3.4 = 32.2 us,
+    beating LL128's 27.3 us and 8% less bandwidth): the reduce-scatter half of the bytes, the
+    bf16 all-gather a quarter."""
     model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
     got = estimate_dp_collectives_s(model_spec, cluster, candidates(dp=8), CONSTANTS)
     grads = 8_030_261_248 * 4.0
-    assert got["grads_all_reduce"][0] == pytest.approx(2 * 7 / 8 * grads / 360e9 + 15.6e-6,
-                                                       rel=1e-6)
-    assert got["grads_reduce_scatter"][0] == pytest.approx(7 / 8 * grads / 360e9 + 15.6e-6,
-                                                           rel=1e-6)
-    assert got["params_all_gather"][0] == pytest.approx(7 / 8 * grads / 2 / 360e9 + 15.6e-6,
-                                                        rel=1e-6)
+    assert got["grads_all_reduce"][0] == pytest.approx(
+        1226 * 40.6e-6 + 2 * 7 / 8 * grads / (0.92 * 360e9), rel=1e-6)
+    assert got["grads_reduce_scatter"][0] == pytest.approx(
+        33 * 32.2e-6 + 7 / 8 * grads / 360e9, rel=1e-6)
+    assert got["params_all_gather"][0] == pytest.approx(
+        33 * 32.2e-6 + 7 / 8 * grads / 2 / 360e9, rel=1e-6)
 
 
 def test_optimizer_streams_thirty_bytes_per_local_parameter() -> None:

@@ -44,7 +44,7 @@ from solver.spec.calibration import Collective, CollectiveCurve, select_curve
 UNIQUE_BELOW = 256
 
 __all__ = ["Collective", "GroupLink", "collective_factor", "estimate_collective_s",
-           "estimate_curve_s", "estimate_group_link"]
+           "estimate_curve_s", "estimate_group_link", "estimate_group_nodes"]
 
 
 def collective_factor(op: Collective, num_ranks: np.ndarray | int) -> np.ndarray:
@@ -135,6 +135,25 @@ def _group_link(cluster: ClusterSpec, stride_arr: np.ndarray, degree_arr: np.nda
         return GroupLink(bandwidth_bytes_per_s=bandwidth, latency_s=latency)
     return GroupLink(bandwidth_bytes_per_s=bandwidth, latency_s=latency, tier_index=tier_index,
                      share=group_share, tiers=cluster.tiers)
+
+
+def estimate_group_nodes(cluster: ClusterSpec, stride: np.ndarray | int,
+                         degree: np.ndarray | int) -> tuple[np.ndarray, bool]:
+    """(the most nodes one group of `degree` ranks `stride` apart touches, whether the ranks
+    inside a node meet over NVLink): NCCL's nNodes and intra-node path. A node is the innermost
+    tier's (placement) domain, an NVLink segment on NVL72 (NCCL's multi-node NVLink treats the
+    NVLink domain as one node); without a scale-up tier every GPU is its own node.
+    Worked number: dgx-h100, a DP group of 512 with stride 1 touches 64 nodes; with stride 8
+    (TP = 8 inside each node) 512."""
+    stride_arr, degree_arr = np.broadcast_arrays(
+        np.asarray(stride, dtype=np.int64), np.asarray(degree, dtype=np.int64))
+    inner = cluster.tiers[0]
+    if inner.kind == "network":
+        return degree_arr.copy(), False
+    if cluster.placement_spans[0] is None:
+        return np.ones_like(degree_arr), inner.kind == "nvlink"
+    _, nodes = _count_worst_parts(stride_arr, degree_arr, int(cluster.placement_spans[0]))
+    return nodes, inner.kind == "nvlink"
 
 
 def _count_worst_parts(stride: np.ndarray, degree: np.ndarray, domain_span: int

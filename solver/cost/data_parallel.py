@@ -12,6 +12,10 @@ Per step-sync (steptime.py decides what hides behind compute):
     grads_reduce_scatter   ZeRO 1, 2: the same bytes, reduce-scattered
     params_all_gather      ZeRO 1-3: the bf16 parameters gathered back (ZeRO-3: every pass)
     zero3_reduce_scatter   ZeRO 3: each micro-batch's gradients (zero3_grad_reduce_bytes)
+Each sync's bytes travel in several calls (estimate_dp_calls: FSDP units or the framework's
+buckets), and each call pays NCCL's latency for its group's ranks and nodes
+(solver.cost.nccl_latency), which grows with the DP degree: a ring all-gather over 512 ranks
+of 64 nodes waits 1.1 ms (LL128) where 128 ranks of 16 nodes wait 0.3 ms.
 The optimizer streams optimizer_bytes_per_param through HBM for every parameter the GPU
 updates: all of its shard (ZeRO 0) or 1 / (its DP group) of it (ZeRO >= 1).
 """
@@ -22,8 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.cost.comm import (
+    Collective,
+    GroupLink,
+    collective_factor,
+    estimate_collective_s,
+    estimate_group_link,
+    estimate_group_nodes,
+)
 from solver.cost.efficiency import estimate_streaming_s
+from solver.cost.nccl_latency import estimate_nccl_time_s
 from solver.cost.training_states import estimate_optimizer_step_bytes
 from solver.spec import ClusterSpec, ModelSpec
 
@@ -112,14 +124,59 @@ def estimate_dp_collectives_s(model_spec: ModelSpec, cluster: ClusterSpec, candi
         bf16 = constants.grad_reduce_in_bf16  # TimeConstants.grad_reduce_in_bf16
         grad_bytes = BF16_BYTES if bf16 else constants.grad_reduce_bytes
         zero3_grad_bytes = BF16_BYTES if bf16 else constants.zero3_grad_reduce_bytes
+        stride = candidates.tp if kind == "dense" else candidates.etp * candidates.ep
+        nodes, nvlink = estimate_group_nodes(cluster, stride, ranks)
         for name, op, per_param in (
                 ("grads_all_reduce", "all_reduce", grad_bytes),
                 ("grads_reduce_scatter", "reduce_scatter", grad_bytes),
                 ("params_all_gather", "all_gather",
                  _gathered_bytes_per_param(model_spec, candidates, kind, local, constants)),
                 ("zero3_reduce_scatter", "reduce_scatter", zero3_grad_bytes)):
-            out[name] = out[name] + estimate_collective_s(op, local * per_param, ranks, link)
+            calls = estimate_dp_calls(model_spec, candidates, constants, name, local,
+                                      local * per_param, ranks)
+            out[name] = out[name] + _estimate_calls_s(op, local * per_param, ranks, nodes,
+                                                      calls, link, nvlink)
     return out
+
+
+def estimate_dp_calls(model_spec: ModelSpec, candidates: Any, constants: TimeConstants,
+                      name: str, local: np.ndarray, size_bytes: np.ndarray, ranks: np.ndarray
+                      ) -> np.ndarray:
+    """How many collectives carry the DP collective `name` (COLLECTIVES) of one sync
+    (TimeConstants.dp_bucket_params): one per FSDP unit (the largest stage's layers and the
+    root unit), torch DDP's 25 MiB buckets for ZeRO-0 under FSDP frameworks, or the framework's
+    buckets of parameters; ZeRO-3's gathers and reduce-scatters one per unit everywhere.
+
+    Worked number: MPT-1b (24 layers) under LLM Foundry's FSDP: 25 all-gathers and 25
+    reduce-scatters a sync; Megatron with dp 512 buckets of max(40e6, 512e6) = 512e6
+    parameters: a 1.3e9-parameter shard in 3."""
+    units = np.ceil(model_spec.num_hidden_layers / np.asarray(candidates.pp)) + 1.0
+    if name == "zero3_reduce_scatter":
+        return units
+    if constants.dp_bucket_params is None:  # FSDP: per unit; its ZeRO-0 is torch DDP
+        if name == "grads_all_reduce":
+            return np.maximum(np.ceil(size_bytes / constants.ddp_bucket_bytes), 1.0)
+        return units
+    bucket = np.maximum(constants.dp_bucket_params,
+                        constants.dp_bucket_params_per_rank * np.asarray(ranks))
+    calls = np.maximum(np.ceil(local / bucket), 1.0)
+    if name == "params_all_gather":  # ZeRO-3 gathers per unit, ZeRO 1-2 by bucket
+        return np.where(np.asarray(candidates.zero) == 3, units, calls)
+    return calls
+
+
+def _estimate_calls_s(op: Collective, size_bytes: np.ndarray, ranks: np.ndarray,
+                      nodes: np.ndarray, calls: np.ndarray, link: GroupLink, nvlink: bool
+                      ) -> np.ndarray:
+    """Seconds of `calls` equal collectives moving `size_bytes` in all: NCCL's choice of
+    algorithm and protocol with its latency per call (solver.cost.nccl_latency) at the link's
+    bus bandwidth, or, on a calibrated tier, each call on the measured curve."""
+    if link.tier_index is not None:
+        return calls * estimate_collective_s(op, size_bytes / calls, ranks, link)
+    seconds = estimate_nccl_time_s(op, size_bytes, ranks, nodes, calls,
+                                   link.bandwidth_bytes_per_s, collective_factor(op, ranks),
+                                   nvlink)
+    return np.where(np.asarray(ranks) > 1, seconds, 0.0)
 
 
 def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,

@@ -186,10 +186,13 @@ def _megatron() -> TimeConstants:
       (--cross-entropy-fusion-impl te).
     moe quantization padding on: with fp8 or fp4 the grouped experts pad and un-pad each local
       expert's rows by copy (experts.py TEGroupedMLP, core_r0.13.0-0.18.0; `launch` asks for
-      no router padding; solver.cost.quantization_padding)."""
+      no router padding; solver.cost.quantization_padding).
+    DP buckets of max(40e6, 1e6 x dp_cp) parameters (training.py / distributed_data_parallel.py
+      bucket_size default with --overlap-grad-reduce)."""
     return TimeConstants(zero3_grad_reduce_bytes=4.0, scaled_rope_eager=True,
                          pipeline_sends="overlapped", moe_quantization_padding=True,
-                         launches=MEGATRON_LAUNCHES)
+                         launches=MEGATRON_LAUNCHES, dp_bucket_params=40e6,
+                         dp_bucket_params_per_rank=1e6)
 
 
 def _torchtitan() -> TimeConstants:
@@ -250,12 +253,14 @@ def _deepspeed() -> TimeConstants:
     loss eager: Megatron-DeepSpeed's GPT model computes Megatron's vocab-parallel
       cross-entropy (tensor_parallel.vocab_parallel_cross_entropy), 6 B per logit.
     bf16 master copy: pure bf16 (--training-states pure_bf16: bf16_master_weights_and_grads)
-      keeps the master as a bf16 clone of the partition (solver.cost.training_states)."""
+      keeps the master as a bf16 clone of the partition (solver.cost.training_states).
+    DP buckets of 5e8 elements (zero_optimization reduce_bucket_size / allgather_bucket_size,
+      and the pipeline engine's buffered all-reduce elements_per_buffer)."""
     return TimeConstants(dp_overlap="without_pipeline", params_gather_overlap=False,
                          zero2_reduce_every_micro_batch=True, zero0_grad_overlap=False,
                          native_attention_kernels=False, launches=DEEPSPEED_LAUNCHES,
                          offload_grads_during_backward=True, pipeline_sends="sequential",
-                         bf16_master_copy=True)
+                         bf16_master_copy=True, dp_bucket_params=5e8)
 
 
 PROFILES = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed,

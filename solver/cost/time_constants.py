@@ -216,6 +216,18 @@ class TimeConstants(BaseModel):
     # param_and_grad_buffer.py grad_dtype): 2 B per parameter replace grad_reduce_bytes and
     # zero3_grad_reduce_bytes, and the buffer halves (memory_options). Off by default.
     grad_reduce_in_bf16: bool = False
+    # How many collectives carry a DP sync's bytes (solver.cost.data_parallel): each call pays
+    # NCCL's latency for its group (solver.cost.nccl_latency). None: one per FSDP unit, a
+    # decoder layer plus the root unit with the embedding and head (PyTorch FSDP / FSDP2 as
+    # LLM Foundry and torchtitan wrap each block); ZeRO-0 then all-reduces in torch DDP's
+    # buckets of ddp_bucket_bytes (DistributedDataParallel bucket_cap_mb = 25 MiB). A number:
+    # parameters per bucket, at least dp_bucket_params_per_rank x the DP group's ranks
+    # (Megatron: max(40,000,000, 1,000,000 x dp_cp size), distributed_data_parallel.py;
+    # DeepSpeed: reduce_bucket_size / allgather_bucket_size 5e8). ZeRO-3 gathers and
+    # reduce-scatters each layer's parameters when the layer runs, in every framework.
+    dp_bucket_params: float | None = Field(default=None, gt=0)
+    dp_bucket_params_per_rank: float = Field(default=0.0, ge=0)
+    ddp_bucket_bytes: float = Field(default=25.0 * 2**20, gt=0)
     # Megatron --fp8-param-gather (arguments.py, store_true): below bf16 the GEMM weights are
     # Transformer Engine quantised tensors, with no bf16 copy beside them (memory only,
     # MemoryOptions.fp8_params; the fp8 parameter all-gather's smaller traffic is not costed,
