@@ -4,7 +4,7 @@ model. time_accuracy.py prints them; tests/test_published_loader.py holds the mo
 
 BLOOM's head dimension (chronicles-prequel.md, bigscience-workshop/bigscience
 train/tr11-176B-ml): Megatron-DeepSpeed's unfused attention loses the tensor cores when a
-head's rows are not 16-byte aligned (solver.cost.efficiency.estimate_attention_core_s). Each
+head's rows are not 16-byte aligned (solver.cost.kernels.efficiency.estimate_attention_core_s). Each
 pair runs one layout with an aligned and a misaligned head dimension; the measured ratio is
 the source's hardware TFLOP/s (or seconds per iteration, at equal FLOPs) of the aligned over
 the misaligned run.
@@ -19,7 +19,7 @@ from published import PublishedRun, _bloom_prototype_model, load_published_runs
 from time_accuracy import framework_switches
 
 from solver.cost.candidates import Candidates
-from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.step.steptime import TimeConstants, estimate_step_time
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.cost.kernels import window_attention_flop
+from solver.cost.kernels.kernels import window_attention_flop
 
 OUT = Path(__file__).resolve().parent.parent / "solver" / "catalog" / "kernels"
 GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300", "l40s")

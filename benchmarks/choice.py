@@ -77,7 +77,7 @@ from time_accuracy import (  # noqa: E402
 )
 
 from solver.api import estimate_plans  # noqa: E402
-from solver.cost.frameworks import framework_time_constants  # noqa: E402
+from solver.cost.step.frameworks import framework_time_constants  # noqa: E402
 from solver.optimize import OptimizeResult, solve  # noqa: E402
 from solver.search.space import Problem  # noqa: E402
 from solver.spec import ParallelConfig  # noqa: E402

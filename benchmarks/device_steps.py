@@ -46,7 +46,7 @@ from time_accuracy import spearman
 from solver.catalog import load_cluster_spec
 from solver.cost.candidates import Candidates
 from solver.cost.memory import MemoryOptions, estimate_memory
-from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.step.steptime import TimeConstants, estimate_step_time
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 RECOMPUTE = ("none", "full")

@@ -2,11 +2,11 @@
 measured efficiencies.
 
 Reads benchmarks/data/gemm_efficiency.csv (NVIDIA aiconfigurator measurements, A100/H100/H200/
-B200, by shape), predicts each with solver.cost.efficiency.estimate_datasheet_gemm_s (best-shape
+B200, by shape), predicts each with solver.cost.kernels.efficiency.estimate_datasheet_gemm_s (best-shape
 fraction from the GPU catalog's MAMF measurement), and picks t_kernel minimising the squared
 log error over all rows. Prints the per-GPU median/p90 error at the chosen value.
 
-These four GPUs now take their GEMMs from the kernel tables (solver/cost/kernels.py); t_kernel
+These four GPUs now take their GEMMs from the kernel tables (solver/cost/kernels/kernels.py); t_kernel
 serves the GPUs without a table (and the per-kernel cost of element-wise passes), and is fitted
 on these as the representative measured set. Rerun:
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from solver.catalog import load_gpu_spec
-from solver.cost.efficiency import ComputeConstants, estimate_datasheet_gemm_s
+from solver.cost.kernels.efficiency import ComputeConstants, estimate_datasheet_gemm_s
 
 DATA = Path(__file__).resolve().parent / "data" / "gemm_efficiency.csv"
 

@@ -1,11 +1,11 @@
 """Fit the step-time model's end-to-end constants on the public runs.
 
-The constants, each with a physical meaning (solver/cost/efficiency.py):
+The constants, each with a physical meaning (solver/cost/kernels/efficiency.py):
   elementwise_traffic_factor   element-wise HBM traffic over the minimal count
   table_rate_fraction          the share of a measured kernel's rate (timed alone, under CUDA
                                graphs) that it reaches inside a training step
 Everything else is counted (FLOPs, bytes, kernels) or measured elsewhere: GEMM and fused
-attention times from the kernel tables of the GPUs that have one (solver/cost/kernels.py), the
+attention times from the kernel tables of the GPUs that have one (solver/cost/kernels/kernels.py), the
 datasheet path's MAMF fractions and GEMM kernel cost (benchmarks/fit_gemm.py), bandwidths from
 the cluster presets.
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published import load_published_runs  # noqa: E402
 from time_accuracy import evaluate  # noqa: E402
 
-from solver.cost.efficiency import ComputeConstants  # noqa: E402
+from solver.cost.kernels.efficiency import ComputeConstants  # noqa: E402
 
 
 def loss(runs, compute: ComputeConstants) -> float:

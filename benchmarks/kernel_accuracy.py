@@ -13,7 +13,7 @@ median and 90th-percentile |predicted / measured - 1| of
                  the build left as one measured row (not filled, lowered or a median) are
                  scored, so GQA cells count only where one KV-head count was measured (none
                  on A100). Beside it, the median of the rule the table path used before
-                 (log throughput linear in log size; solver.cost.kernels says why it changed).
+                 (log throughput linear in log size; solver.cost.kernels.kernels says why it changed).
   datasheet      the path GPUs without a table take (peak x MAMF fraction roofline + t_kernel;
                  attention at attention_peak_fraction of the BF16 peak; per-expert GEMMs plus
                  the permutation traffic for MoE), at the same shapes.
@@ -31,13 +31,18 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.catalog import load_gpu_spec
-from solver.cost.efficiency import (
+from solver.cost.kernels.efficiency import (
     ComputeConstants,
     estimate_datasheet_gemm_s,
     estimate_streaming_s,
 )
-from solver.cost.kernels import KernelGrid, KernelTable, list_kernel_tables, load_kernel_table
-from solver.cost.kernels_moe import estimate_table_moe_s
+from solver.cost.kernels.kernels import (
+    KernelGrid,
+    KernelTable,
+    list_kernel_tables,
+    load_kernel_table,
+)
+from solver.cost.kernels.kernels_moe import estimate_table_moe_s
 
 GPU_OF_TABLE = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                 "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
@@ -200,7 +205,7 @@ def moe_shape_transfer_errors(table: KernelTable, shape_grid: str, corrected: bo
 
 def render_moe_shape_transfer(console: Console) -> None:
     """How well a fused-MoE shape the tables lack is predicted from the listed ones: each
-    listed shape held out in turn (solver.cost.kernels_moe.estimate_table_moe_s)."""
+    listed shape held out in turn (solver.cost.kernels.kernels_moe.estimate_table_moe_s)."""
     table = Table(title="Fused MoE, each listed shape held out and predicted from the nearest "
                         "other shape: |predicted / measured - 1|, with and without the GEMM "
                         "table's shape-efficiency correction")

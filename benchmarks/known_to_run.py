@@ -34,7 +34,7 @@ from time_accuracy import (  # noqa: E402
 )
 
 from solver.cost.candidates import Candidates  # noqa: E402
-from solver.cost.frameworks import build_framework_profile  # noqa: E402
+from solver.cost.step.frameworks import build_framework_profile  # noqa: E402
 from solver.cost.memory import ITEMS, MemoryOptions, estimate_memory  # noqa: E402
 from solver.spec.profiles import resolve_profile  # noqa: E402
 

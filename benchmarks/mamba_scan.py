@@ -1,4 +1,4 @@
-"""The Mamba-2 SSD scan's achieved share of the tensor-core peak (solver.cost.blocks
+"""The Mamba-2 SSD scan's achieved share of the tensor-core peak (solver.cost.layers.blocks
 SSD_SCAN_PEAK_FRACTION), from measured forward latencies.
 
     .venv/bin/python benchmarks/mamba_scan.py [--min-tokens T]
@@ -6,7 +6,7 @@ SSD_SCAN_PEAK_FRACTION), from measured forward latencies.
 Data: benchmarks/data/b200_mamba_chunk_scan.csv, the `mamba_chunk_scan_combined` rows of
 shared/data/kernels/b200_sxm/mamba2.csv (AIConfigurator, TensorRT-LLM 1.3.0rc15, B200; the only
 GPU with scan timings, see that folder's README). For every row: the scan's FLOPs under
-solver.cost.blocks.estimate_mixer_core_flops (Dao & Gu 2024 §6) over the measured latency, as a
+solver.cost.layers.blocks.estimate_mixer_core_flops (Dao & Gu 2024 §6) over the measured latency, as a
 share of the B200's dense bf16 peak. Printed: per model and token count, and the median over
 the rows with at least --min-tokens tokens (a training micro-batch's rows; smaller launches are
 latency-bound), which is the one constant the cost model takes. Nothing else is fitted.
@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.catalog import load_gpu_spec
-from solver.cost.blocks import SSD_SCAN_PEAK_FRACTION, estimate_mixer_core_flops
+from solver.cost.layers.blocks import SSD_SCAN_PEAK_FRACTION, estimate_mixer_core_flops
 from solver.spec import ModelSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "b200_mamba_chunk_scan.csv"
@@ -64,7 +64,7 @@ def main() -> None:
     console = Console()
     console.print(table)
     console.print(f"median share over {len(shares)} rows with >= {args.min_tokens:,} tokens: "
-                  f"{statistics.median(shares):.4f} (solver.cost.blocks.SSD_SCAN_PEAK_FRACTION "
+                  f"{statistics.median(shares):.4f} (solver.cost.layers.blocks.SSD_SCAN_PEAK_FRACTION "
                   f"= {SSD_SCAN_PEAK_FRACTION})")
 
 

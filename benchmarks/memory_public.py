@@ -71,7 +71,7 @@ import numpy as np
 
 from solver.catalog import load_gpu_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import EAGER_CROSS_ENTROPY_LOGITS_BYTES, build_framework_profile
+from solver.cost.step.frameworks import EAGER_CROSS_ENTROPY_LOGITS_BYTES, build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
@@ -127,7 +127,7 @@ def load_public_rows(path: Path = MODERN_PATH) -> list[dict[str, Any]]:
 
 def build_mapped_features(needs: list[str]) -> dict[str, Any]:
     """The profile features a row's mapped `needs` ask for (MAPPED_FEATURES); pure bf16 states
-    with 8-bit Adam are pure_bf16_adam8bit (solver.cost.training_states)."""
+    with 8-bit Adam are pure_bf16_adam8bit (solver.cost.step.training_states)."""
     features: dict[str, Any] = {}
     for need in needs:
         features.update(MAPPED_FEATURES.get(need, {}))

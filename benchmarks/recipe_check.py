@@ -34,8 +34,8 @@ layers in both):
   recipe's choice   its recompute level and modules pinned (--recompute-modules): does it fit,
                     and its step time
   tool's cheapest   recompute left to the search (none, the module sets of
-                    solver.cost.recompute_modules, full recompute per layer) and the offloads
-                    to the host (solver.cost.offload): its step time
+                    solver.cost.step.recompute_modules, full recompute per layer) and the offloads
+                    to the host (solver.cost.step.offload): its step time
 The settings above are Megatron-Bridge's; torchtitan rows take none of them. The check passes
 where the recipe's choice fits and the tool's step time is at most the recipe's (ratio <= 1).
 A recipe's layer-level CPU offloading (Megatron --cpu-offloading-num-layers: Llama 3 70B on
@@ -121,7 +121,7 @@ def recipe_problem(recipe: dict[str, Any], own: bool) -> Problem:
                             seq_len=recipe["seq_len"], global_batch=recipe["global_batch"],
                             precision=recipe["precision"], framework=framework, pins=pins,
                             features=FrameworkFeatures(**features))
-    if not bridge:  # the framework's own defaults (torchtitan: solver.cost.frameworks)
+    if not bridge:  # the framework's own defaults (torchtitan: solver.cost.step.frameworks)
         return problem
     options = problem.memory_options.model_copy(update={
         "moe_capacity_factor": BALANCED_ROUTING_CAPACITY})

@@ -9,10 +9,10 @@ Data: benchmarks/data/serve_published.jsonl, one measured number per row with it
 `lengths_assumed` says what the source leaves out and what stands in), and the engine's
 scheduler limits where its version's defaults differ from today's vLLM (`settings` cites
 them), and the engine generation whose host overhead times its steps (`engine_profile`, one
-of solver.cost.serve_overhead's, `engine_profile_why` saying why; `num_scheduler_steps` for
+of solver.cost.serving.overhead's, `engine_profile_why` saying why; `num_scheduler_steps` for
 vLLM 0.6's multi-step runs). Each row becomes a `parplan serve` problem on one engine of the
 row's degrees (tp, pp; the other GPUs are data-parallel ranks), evaluated by the load model of
-solver/cost (serve_round, serve_curves, serve_load, serve_overhead) at the row's load; no
+solver/cost/serving (round, curves, load, overhead) at the row's load; no
 constant is fitted to the rows.
 Left out: runs that were offered more than they served (datacrunch's 8 and 16 requests/s of
 1,024 + 1,024 tokens delivered 3,515 and 4,288 of about 4,270 and 8,540 output tokens/s), whose
@@ -23,7 +23,7 @@ Loads: `request_rate`, `concurrency`, `burst` (N prompts sent at once) and `batc
 row names the benchmark client that sent its load (`client`, `client_why`), and is predicted
 with that client (solver/serve/workload.py CLIENTS): `poisson` for a request rate
 (sglang.bench_serving and benchmark_serving.py draw Poisson gaps by default), `closed` for a
-concurrency (synchronised waves, solver/cost/serve_closed.py) and for a burst, whose waiting
+concurrency (synchronised waves, solver/cost/serving/closed.py) and for a burst, whose waiting
 queue keeps the batch full as a closed loop of that many users does (its max_request_rate is
 that loop's rate); without a client a burst row is read as the largest stable Poisson rate.
 
@@ -46,8 +46,8 @@ import numpy as np
 
 from solver.calibrate.profile import load_calibrated_cluster
 from solver.catalog import load_model_spec
-from solver.cost.serve_load import interpolate_curve, largest_stable_rate
-from solver.cost.serve_round import estimate_round_s
+from solver.cost.serving.load import interpolate_curve, largest_stable_rate
+from solver.cost.serving.round import estimate_round_s
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
 from solver.serve.load import estimate_load_curves, estimate_serving_load

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/time_accuracy.py [--summary-only]
 
 Every run `benchmarks/published.py` maps is predicted from its own model, cluster, job and
-parallel configuration with `solver.cost.steptime.estimate_step_time`, and compared with its
+parallel configuration with `solver.cost.step.steptime.estimate_step_time`, and compared with its
 measured tokens/s per GPU. Printed: one row per run, the median and 90th-percentile absolute
 relative error (overall and split by source group, GPU, dense/MoE, precision, recompute), the
 ten worst runs, and the Spearman rank correlation of predicted vs measured within each sweep.
@@ -27,10 +27,10 @@ from rich.table import Table
 
 from published import PublishedRun, load_published_runs
 from solver.cost.candidates import Candidates
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.frameworks import ATTENTION_SWITCHES, framework_time_constants
-from solver.cost.flops import estimate_model_flops_per_token
-from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.step.frameworks import ATTENTION_SWITCHES, framework_time_constants
+from solver.cost.layers.flops import estimate_model_flops_per_token
+from solver.cost.step.steptime import TimeConstants, estimate_step_time
 from solver.spec.plan import TIME_PARTS
 from solver.spec.profiles import resolve_profile
 
@@ -41,7 +41,7 @@ BLOOM_BF16_OPTIMIZER_FROM = "0228"
 BLOOM_0220_MB_SWEEPS = (6, 10, 11, 12)
 
 
-# The framework profile (solver.cost.frameworks) each source ran under; LLM Foundry's Composer
+# The framework profile (solver.cost.step.frameworks) each source ran under; LLM Foundry's Composer
 # (PyTorch FSDP) is none of parplan's frameworks and keeps the generic profile.
 SOURCE_FRAMEWORKS = {"megatron-lm": "megatron", "megatron-bridge": "megatron",
                      "bloom": "deepspeed", "llm-foundry": "generic"}

@@ -1,5 +1,5 @@
 """Context parallelism under torchtitan against its published CP sweeps: predicted and measured
-tokens/s per GPU, and the "cp" part of the step (solver.cost.ring_attention).
+tokens/s per GPU, and the "cp" part of the step (solver.cost.comm.ring_attention).
 
     .venv/bin/python benchmarks/torchtitan_cp.py
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from solver.calibrate.profile import CurveSource, describe_sources, load_calibrated_cluster
 from solver.catalog import load_model_spec
-from solver.cost.block_breakdown import BlockKindCost, estimate_block_breakdown
+from solver.cost.step.block_breakdown import BlockKindCost, estimate_block_breakdown
 from solver.cost.candidates import Candidates
 from solver.cost.memory import (
     MAIN_ITEMS,
@@ -27,17 +27,20 @@ from solver.cost.memory import (
     estimate_memory_total,
 )
 from solver.cost.memory.layout import build_default_layout
-from solver.cost.precision import check_precision_supported
-from solver.cost.steptime import StepTime, estimate_layout_step_time, estimate_step_time
-from solver.cost.frameworks import (
+from solver.cost.kernels.precision import check_precision_supported
+from solver.cost.step.steptime import StepTime, estimate_layout_step_time, estimate_step_time
+from solver.cost.step.frameworks import (
     FrameworkProfile,
     build_framework_profile,
     check_feature_precision,
     check_training_states_zero,
 )
-from solver.cost.offload import check_layer_offload, check_offload
-from solver.cost.recompute_modules import named_recompute_modules, with_default_recompute_modules
-from solver.cost.time_constants import TimeConstants
+from solver.cost.step.offload import check_layer_offload, check_offload
+from solver.cost.step.recompute_modules import (
+    named_recompute_modules,
+    with_default_recompute_modules,
+)
+from solver.cost.layers.time_constants import TimeConstants
 from solver.emit.target import check_pipeline_layout, parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
 from solver.search.constraints import structural_constraints
@@ -300,7 +303,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
     `calibration` is a profile of `parplan calibrate`: its measured curves replace the preset
     bandwidths and latencies of the tiers it covers; `framework` brings its profile
-    (solver.cost.frameworks: timing and what `selective` keeps) with `features` overriding
+    (solver.cost.step.frameworks: timing and what `selective` keeps) with `features` overriding
     single features, as in `parplan optimize`. `layout`: Megatron's
     --pipeline-model-parallel-layout text (default: the even split), with
     `recompute_num_layers` recomputed in each virtual stage under --recompute full, or

@@ -11,23 +11,23 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from solver.api import load_problem_specs
-from solver.cost.frameworks import (
+from solver.cost.step.frameworks import (
     build_framework_profile,
     check_feature_precision,
     memory_saver_ladder,
     offload_ladder,
     with_memory_savers,
 )
-from solver.cost.offload import (
+from solver.cost.step.offload import (
     activation_offload_levels,
     check_layer_offload,
     check_offload,
     offload_available,
 )
 from solver.cost.candidates import Candidates
-from solver.cost.recompute_modules import recompute_module_sets, with_default_recompute_modules
+from solver.cost.step.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
-from solver.cost.steptime import StepTime
+from solver.cost.step.steptime import StepTime
 from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import (
@@ -99,7 +99,7 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                   features: FrameworkFeatures | None = None,
                   memory_headroom: MemoryHeadroom | None = None) -> Problem:
     """Load the model and cluster (with a calibration profile's measured curves if given) and
-    build the Problem under the framework's profile (solver.cost.frameworks) with `features`
+    build the Problem under the framework's profile (solver.cost.step.frameworks) with `features`
     overriding single features, keeping `memory_headroom` free on each GPU; bad input is an
     InputError."""
     model_spec, cluster_spec, job = load_problem_specs(

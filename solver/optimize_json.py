@@ -1,6 +1,6 @@
 """The JSON of an `optimize` answer (DESIGN.md): status, solve_seconds, the problem, how far
 from the optimum an unproven answer may be, the plans (best first), what the step time leaves
-out for the model (notes: solver.cost.caveats), and conflicts, rules and fixes when infeasible
+out for the model (notes: solver.cost.step.caveats), and conflicts, rules and fixes when infeasible
 (else why). `optimize --json` prints it; each line of a sweep is one."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from solver.cost.caveats import list_time_caveats
-from solver.cost.frameworks import FrameworkProfile
+from solver.cost.step.caveats import list_time_caveats
+from solver.cost.step.frameworks import FrameworkProfile
 from solver.cost.uncertainty import (
     DEFAULT_INTERVAL_LEVEL,
     DEFAULT_MIN_FIT_PROBABILITY,

@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from solver.api import estimate_plans
-from solver.cost.frameworks import FrameworkProfile, with_memory_savers
+from solver.cost.step.frameworks import FrameworkProfile, with_memory_savers
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
 from solver.cost.memory.layout import build_default_layout
-from solver.cost.recompute_modules import named_recompute_modules
-from solver.cost.steptime import StepTime, estimate_layout_step_time
-from solver.cost.time_constants import TimeConstants
+from solver.cost.step.recompute_modules import named_recompute_modules
+from solver.cost.step.steptime import StepTime, estimate_layout_step_time
+from solver.cost.layers.time_constants import TimeConstants
 from solver.search.enumerate import Ranked
 from solver.search.space import Problem
 from solver.spec import RECOMPUTE_LEVELS
@@ -146,7 +146,7 @@ def explain_savers(problem: Problem, plan: Plan) -> list[str]:
 
 def explain_offloads(problem: Problem, plan: Plan) -> list[str]:
     """Why the winner offloads to the host: its worst stage without the offloads, and the step
-    time they add (solver.cost.offload)."""
+    time they add (solver.cost.step.offload)."""
     constants = problem.time_constants
     offloads = tuple(name for name in OFFLOADS if getattr(constants, name))
     if not offloads:

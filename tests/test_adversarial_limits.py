@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from bad_input import ROOT, assert_one_line_error, invoke
 from limited_run import assert_one_line, run_limited
-from solver.cost import kernels
+from solver.cost.kernels import kernels
 from solver.errors import InputError
 from solver.sweep.problems import build_sweep_problems, check_problem_count
 from solver.sweep.results import MAX_LINE_BYTES, read_results

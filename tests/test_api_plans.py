@@ -10,7 +10,7 @@ from solver.api import estimate_plans
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_all_stages
-from solver.cost.steptime import estimate_step_time
+from solver.cost.step.steptime import estimate_step_time
 from solver.spec import JobSpec, ParallelConfig
 
 

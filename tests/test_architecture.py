@@ -82,6 +82,61 @@ def test_imports_go_downward_only(path: Path) -> None:
             assert top[0] not in FORBIDDEN.get(layer, set()), f"{layer} imports {top[0]}"
 
 
+# Which folders of solver/cost each folder may import (besides itself), downward only:
+# kernels < comm < layers < memory < step, and layers < serving. "" is solver/cost's own level
+# (candidates, distinct, row_memo, uncertainty), which every folder may import and which
+# imports no folder.
+COST_ALLOWED = {
+    "": set(),
+    "kernels": {""},
+    "comm": {"", "kernels"},
+    "layers": {"", "kernels", "comm"},
+    "memory": {"", "kernels", "comm", "layers"},
+    "step": {"", "kernels", "comm", "layers", "memory"},
+    "serving": {"", "kernels", "comm", "layers"},
+}
+
+
+def cost_folder(module: str) -> str | None:
+    """The folder of solver/cost a dotted module lives in ('step' for solver.cost.step.steptime,
+    '' for solver.cost.candidates), None outside solver/cost's modules."""
+    parts = module.split(".")
+    if parts[:2] != ["solver", "cost"] or len(parts) < 3:
+        return None
+    return parts[2] if (SOLVER / "cost" / parts[2]).is_dir() else ""
+
+
+def cost_folder_violations(folder: str, imports: set[str]) -> list[str]:
+    """The imported solver/cost modules a module of `folder` may not import (COST_ALLOWED)."""
+    return sorted(name for name in imports
+                  if (target := cost_folder(name)) is not None and target != folder
+                  and target not in COST_ALLOWED[folder])
+
+
+def test_cost_folders_import_downward_only() -> None:
+    """Issue 35 item 7: solver/cost is grouped by concept, and the folders import one way
+    (function-level imports included), so a term's folder says what it may depend on."""
+    folders = {p.name for p in (SOLVER / "cost").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(COST_ALLOWED) - {""}, "a new folder of solver/cost: add it to COST_ALLOWED"
+    assert find_import_cycle(COST_ALLOWED) == []
+    for name, path in SOLVER_MODULES.items():
+        folder = cost_folder(name)
+        if folder is not None:
+            bad = cost_folder_violations(folder, solver_imports(path))
+            assert not bad, f"solver/cost/{folder or '.'}: {name} imports {', '.join(bad)}"
+    # The rule sees an upward import and lets a downward one pass.
+    assert cost_folder("solver.cost.step.steptime") == "step"
+    assert cost_folder("solver.cost.candidates") == "" and cost_folder("solver.spec") is None
+    assert cost_folder_violations("kernels", {"solver.cost.step.steptime",
+                                              "solver.cost.candidates"}) == [
+        "solver.cost.step.steptime"]
+    assert cost_folder_violations("serving", {"solver.cost.memory.options"}) == [
+        "solver.cost.memory.options"]
+    assert cost_folder_violations("step", {"solver.cost.memory.options",
+                                           "solver.cost.kernels.kernels"}) == []
+
+
 def module_name(path: Path) -> str:
     """The dotted name of a solver source file (a package is its __init__.py)."""
     parts = path.relative_to(SOLVER.parent).with_suffix("").parts
@@ -140,10 +195,10 @@ def test_the_cycle_check_sees_every_import(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\n"
         "from solver.spec.blocks import MIXERS\n"
         "if TYPE_CHECKING:\n    from solver.spec.model import ModelSpec\n"
-        "def f():\n    from solver.emit import validate\n    import solver.cost.comm\n",
+        "def f():\n    from solver.emit import validate\n    import solver.cost.comm.comm\n",
         encoding="utf-8")
     assert solver_imports(source) == {"solver.spec.blocks", "solver.spec.model",
-                                      "solver.emit.validate", "solver.cost.comm"}
+                                      "solver.emit.validate", "solver.cost.comm.comm"}
     # `launch --validate` loads its checks only when asked (a lazy import, not a cycle).
     assert "solver.emit.validate" in solver_imports(SOLVER / "cli" / "launch_command.py")
     cycle = find_import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})

@@ -1,4 +1,4 @@
-"""Block patterns (solver.spec.blocks, solver.cost.blocks): hybrid Mamba-2, gated DeltaNet,
+"""Block patterns (solver.spec.blocks, solver.cost.layers.blocks): hybrid Mamba-2, gated DeltaNet,
 sliding / chunked attention, interleaved MoE, single-block layers.
 
 Sources of the pinned numbers are named in each test; the shapes come from the HF configs in
@@ -21,18 +21,18 @@ from solver.catalog.clusters import load_cluster_spec as load_cluster
 from solver.catalog.hf import model_spec_from_hf_config
 from solver.catalog.zoo import list_zoo_names, load_model_spec, load_zoo
 from solver.cli import cli
-from solver.cost.block_cache import estimate_layer_cache_bytes
-from solver.cost.blocks import (
+from solver.cost.serving.block_cache import estimate_layer_cache_bytes
+from solver.cost.layers.blocks import (
     estimate_kind_params,
     estimate_mixer_activation_bytes,
     estimate_mixer_core_flops,
 )
 from solver.cost.candidates import Candidates
-from solver.cost.flops import estimate_model_flops_per_token
-from solver.cost.layout_terms import estimate_layout_coefficients
+from solver.cost.layers.flops import estimate_model_flops_per_token
+from solver.cost.step.layout_terms import estimate_layout_coefficients
 from solver.cost.memory import estimate_memory_total
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.steptime import estimate_step_seconds
+from solver.cost.step.steptime import estimate_step_seconds
 from solver.errors import InputError
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 from solver.spec.blocks import render_pattern
@@ -332,7 +332,7 @@ def test_scan_rate_is_the_median_of_the_measured_b200_scans() -> None:
     import csv
 
     from solver.catalog import load_gpu_spec
-    from solver.cost.blocks import SSD_SCAN_PEAK_FRACTION
+    from solver.cost.layers.blocks import SSD_SCAN_PEAK_FRACTION
 
     data = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
     peak = load_gpu_spec("b200").peak_flop_per_s("bf16")

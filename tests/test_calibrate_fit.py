@@ -23,7 +23,7 @@ from solver.calibrate.fit import (
 from solver.calibrate.nccl_tests import load_nccl_tests
 from solver.calibrate.profile import apply_profile, build_profile, choose_tier, count_domains
 from solver.catalog import load_cluster_spec
-from solver.cost.comm import estimate_collective_s, estimate_curve_s, estimate_group_link
+from solver.cost.comm.comm import estimate_collective_s, estimate_curve_s, estimate_group_link
 from solver.errors import InputError
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl"

@@ -1,4 +1,4 @@
-"""What the step time leaves out (solver.cost.caveats): declared once, shown by every output
+"""What the step time leaves out (solver.cost.step.caveats): declared once, shown by every output
 (estimate and optimize, text and JSON), and true of the public runs it quotes: the predicted
 over measured tokens/s of Megatron-Bridge's five gpt-oss-120b H100 BF16 rows
 (benchmarks/data/published_runs.jsonl, NeMo 25.11-26.04.01) lie in the range its note states."""
@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from solver.catalog import load_model_spec
 from solver.cli import cli
-from solver.cost.caveats import CAVEATS, SINK_RUNS_PREDICTED_OVER_MEASURED, list_time_caveats
+from solver.cost.step.caveats import CAVEATS, SINK_RUNS_PREDICTED_OVER_MEASURED, list_time_caveats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from solver.cost.comm import (
+from solver.cost.comm.comm import (
     GroupLink,
     collective_factor,
     estimate_collective_s,

@@ -1,4 +1,4 @@
-"""Expert-parallel all-to-all exposure under Megatron's EP A2A overlap (solver.cost.comm_ep):
+"""Expert-parallel all-to-all exposure under Megatron's EP A2A overlap (solver.cost.comm.comm_ep):
 the three phases of megatron-core 0.16.1 model_chunk_schedule_plan.py
 TransformerLayerSchedulePlan.run (combine_bwd | attn_fwd, dispatch_fwd -> dispatch_bwd |
 mlp_bwd -> mlp_fwd, combine_fwd | attn_bwd)."""
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from solver.cost.comm_ep import estimate_ep_exposed_s
+from solver.cost.comm.comm_ep import estimate_ep_exposed_s
 
 MS = 1e-3
 

@@ -1,4 +1,4 @@
-"""DP traffic, gradient accumulation and the optimizer step (solver.cost.data_parallel): pinned
+"""DP traffic, gradient accumulation and the optimizer step (solver.cost.step.data_parallel): pinned
 to hand arithmetic with the nccl-tests factors."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.cost.data_parallel import (
+from solver.cost.step.data_parallel import (
     estimate_dp_collectives_s,
     estimate_grad_accumulation_s,
     estimate_optimizer_s,
 )
 from solver.cost.candidates import Candidates
-from solver.cost.steptime import TimeConstants
+from solver.cost.step.steptime import TimeConstants
 from solver.spec import ParallelConfig
 
 CONSTANTS = TimeConstants()
@@ -26,7 +26,7 @@ def candidates(**degrees: int) -> Candidates:
 
 def test_llama_8b_gradient_all_reduce_on_one_node() -> None:
     """nccl-tests PERFORMANCE.md: bytes x 2(n-1)/n / busbw, plus NCCL's latency per call
-    (solver.cost.nccl_latency, tuning.cc). One stage of Llama-3.1-8B (8,030,261,248 parameters)
+    (solver.cost.comm.nccl_latency, tuning.cc). One stage of Llama-3.1-8B (8,030,261,248 parameters)
     with fp32 gradients over dp = 8 on a DGX H100 (NVLink tier: 360 GB/s bus bandwidth):
     ZeRO-0 under FSDP frameworks is torch DDP, 1,226 buckets of 25 MiB; ring LL128 on one node
     (14 + 14 x 1.9 = 40.6 us a call) beats Simple (56 us): 1,226 x 40.6 us + 2 x 7/8 x 32.12 GB

@@ -14,7 +14,7 @@ import pytest
 
 from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import estimate_memory
 from solver.cost.memory.dispatcher import (
     estimate_deepep_buffer_bytes,

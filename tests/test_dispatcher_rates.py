@@ -1,5 +1,5 @@
 """Measured flex-dispatcher rates across nodes (ClusterSpec.dispatcher_rates,
-solver.cost.comm_ep.estimate_dispatcher_s): DeepEP's HybridEP backend on H100 with 400 Gb/s
+solver.cost.comm.comm_ep.estimate_dispatcher_s): DeepEP's HybridEP backend on H100 with 400 Gb/s
 InfiniBand, deepseek-ai/DeepEP docs/README_Hybrid-EP.md "H100 Platform" (41cad94), the "Torch
 API" columns at 16 SMs: BF16 dispatch 54.47 / 47.36 / 41.24 GB/s, FP8 dispatch 48.26 / 42.10 /
 35.01 GB/s and combine 53.35 / 52.53 / 46.57 GB/s at 16 / 32 / 64 ranks, over the bytes its
@@ -17,9 +17,9 @@ from bad_input import ROOT, assert_one_line_error, invoke
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.comm_ep import FP8_DISPATCH_BYTES, dispatcher_fit, estimate_dispatcher_s
-from solver.cost.layer_time import _estimate_ep_fwd_s, reached_domains
-from solver.cost.steptime import TimeConstants, _degrees
+from solver.cost.comm.comm_ep import FP8_DISPATCH_BYTES, dispatcher_fit, estimate_dispatcher_s
+from solver.cost.layers.layer_time import _estimate_ep_fwd_s, reached_domains
+from solver.cost.step.steptime import TimeConstants, _degrees
 from solver.spec import ParallelConfig
 from solver.spec.hardware import DispatcherRates
 

@@ -7,7 +7,7 @@ modules, memory savers and offloads take the same step time and memory.
    solver.cost.memory.eager).
 2. "selective" was core_attn in `estimate` and core_attn,mlp (or more) in `optimize`, both
    printed "selective", and estimate printed its module set under `--recompute none`
-   (solver.cost.recompute_modules.with_default_recompute_modules, named_recompute_modules).
+   (solver.cost.step.recompute_modules.with_default_recompute_modules, named_recompute_modules).
 3. `optimize` timed a plan that needs `--grad-reduce-in-bf16` to fit without it, `estimate`
    with it: 21.88 s against 21.57 s in the issue (solver.ranked_plans.build_ranked_plans).
 """
@@ -54,7 +54,7 @@ def test_drift1_unfused_attention_moves_memory_under_recompute_none() -> None:
 
 def test_drift2_estimate_and_optimize_share_the_default_module_set() -> None:
     """One definition of what `selective` recomputes per profile and model: the first set
-    optimize searches (solver.cost.recompute_modules), core_attn alone being no recompute
+    optimize searches (solver.cost.step.recompute_modules), core_attn alone being no recompute
     under FlashAttention. Llama-3.1-8B (dense): core_attn,mlp; Qwen3-30B-A3B (MoE, no dense
     layers or shared experts): core_attn,moe_act,layernorm, the element-wise set of the
     Megatron-Bridge DeepSeek recipes (deepseek_workload_base_configs.py @0426418)."""

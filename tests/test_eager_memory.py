@@ -18,7 +18,7 @@ from test_memory_properties import DENSE_GQA, DENSE_MHA_TIED, MOE_GQA, MOE_MLA, 
 from solver.api import estimate
 from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import estimate_all_stages, estimate_memory
 from solver.cost.memory.activations import (
     estimate_activation_terms,
@@ -26,7 +26,7 @@ from solver.cost.memory.activations import (
 )
 from solver.cost.memory.eager import estimate_unfused_core_bytes
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.offload import refuse_activation_offload
+from solver.cost.step.offload import refuse_activation_offload
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 from solver.spec.features import FrameworkFeatures
 
@@ -184,8 +184,8 @@ MODELS = [DENSE_GQA, DENSE_MHA_TIED, MOE_GQA, MOE_MLA, QK_NORM]
 def memory_options(draw) -> MemoryOptions:
     """The options the eager terms interact with. Activation offload is Megatron's, whose
     selective recompute is attention_core (torchtitan, op_level, has none: UNSUPPORTED in
-    solver.cost.frameworks). Combinations Megatron refuses are left out by the test
-    (solver.cost.offload.refuse_activation_offload)."""
+    solver.cost.step.frameworks). Combinations Megatron refuses are left out by the test
+    (solver.cost.step.offload.refuse_activation_offload)."""
     modules = draw(st.sampled_from([("core_attn",), ("core_attn", "mlp"), ("mlp",),
                                     ("core_attn", "moe_act", "shared_experts", "layernorm"),
                                     ("moe", "mla_up_proj")]))

@@ -1,7 +1,7 @@
 """GEMM efficiency against measured efficiencies (NVIDIA aiconfigurator GEMM tables, H100 SXM
 bf16, as tabulated in the research notes §5.3; the full set is in
 benchmarks/data/gemm_efficiency.csv and benchmarks/fit_gemm.py reports the datasheet path's
-fit). H100 has a kernel table, so its GEMMs are those measurements (solver.cost.kernels); the
+fit). H100 has a kernel table, so its GEMMs are those measurements (solver.cost.kernels.kernels); the
 datasheet path (roofline x MAMF fraction + t_kernel) is checked on a copy of the H100 without
 its table and on H800 (same GH100 compute, no table)."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_gpu_spec
-from solver.cost.efficiency import (
+from solver.cost.kernels.efficiency import (
     ComputeConstants,
     estimate_datasheet_gemm_s,
     estimate_gemm_backward_s,

@@ -296,7 +296,7 @@ def test_megatron_cuda_graph_scope_follows_megatron_cores_rules() -> None:
     """megatron-core 0.16.1 transformer_config.py __post_init__: no mlp graph in a model whose
     every layer is MoE ("mlp cuda graph is only supported for dense layers"); graphed attention
     whose core is recomputed needs attention dropout 0 (Megatron's default is 0.1)."""
-    from solver.cost.frameworks import build_framework_profile
+    from solver.cost.step.frameworks import build_framework_profile
     from solver.emit.megatron import build_megatron_args
 
     graphs = build_framework_profile("megatron", {"cuda_graphs": True}).time_constants

@@ -101,7 +101,7 @@ def test_expert_view_follows_etp_ep_edp_pp() -> None:
 
 
 def test_strides_are_those_the_step_time_model_charges() -> None:
-    """solver/cost/steptime.py prices groups by stride under tp-cp-ep-dp-pp: TP 1, CP tp,
+    """solver/cost/step/steptime.py prices groups by stride under tp-cp-ep-dp-pp: TP 1, CP tp,
     DP tp*cp, PP tp*cp*dp; EP etp, expert-DP etp*ep."""
     c = ParallelConfig(tp=2, cp=3, dp=4, pp=5, ep=2, etp=2)
     layout = build_rank_layout(c, is_moe=True)

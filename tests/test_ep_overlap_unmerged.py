@@ -1,5 +1,5 @@
 """The EP all-to-all overlap merges a chunk's forward with another's backward only in the
-steady state (solver.cost.comm_ep.estimate_unmerged_share): Megatron-Core's
+steady state (solver.cost.comm.comm_ep.estimate_unmerged_share): Megatron-Core's
 combined_1f1b_schedule_for_no_pipelining runs the first forward and the last backward alone,
 and the interleaved schedule's warm-up forwards, (pp - 1) 2 + (v - 1) pp plus the one extra the
 overlap schedules (schedules.py get_pp_rank_microbatches, core_v0.15.0-0.17.0), and as many
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.comm_ep import estimate_unmerged_share
-from solver.cost.layer_time import STAGE_PARTS
-from solver.cost.steptime import TimeConstants, estimate_step_time, estimate_time_terms
+from solver.cost.comm.comm_ep import estimate_unmerged_share
+from solver.cost.layers.layer_time import STAGE_PARTS
+from solver.cost.step.steptime import TimeConstants, estimate_step_time, estimate_time_terms
 from solver.spec import JobSpec, ParallelConfig
 
 EP = STAGE_PARTS.index("ep")

@@ -229,7 +229,7 @@ def test_bad_plan_files_are_one_line_naming_the_file_and_field(
 
 def test_torchtitan_features_that_move_each_other(tmp_path: Path) -> None:
     """torchtitan's --fused-elementwise also compiles the loss unless --loss-implementation
-    says otherwise (solver.cost.frameworks.build_framework_profile): a plan costed with fused
+    says otherwise (solver.cost.step.frameworks.build_framework_profile): a plan costed with fused
     element-wise ops and an eager loss is read back with both, not with the compiled loss."""
     path = tmp_path / "titan.json"
     answer = optimize_json(path, "--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus",

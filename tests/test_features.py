@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_model_spec
-from solver.cost.frameworks import build_framework_profile
-from solver.cost.host_time import moe_ops_before_sync
+from solver.cost.step.frameworks import build_framework_profile
+from solver.cost.layers.host_time import moe_ops_before_sync
 from solver.errors import InputError
 from solver.spec.feature_rules import FEATURE_RULES
 from solver.spec.features import (

@@ -14,12 +14,15 @@ import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.fp8_scaling import estimate_routed_current_scaling_s, estimate_routed_scaling_s
-from solver.cost.host_time import estimate_host_s
-from solver.cost.layer_compute import estimate_layer_compute_s
-from solver.cost.precision import estimate_quantize_kernels_per_split, load_recipe
-from solver.cost.steptime import TimeConstants, _degrees
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.layers.fp8_scaling import (
+    estimate_routed_current_scaling_s,
+    estimate_routed_scaling_s,
+)
+from solver.cost.layers.host_time import estimate_host_s
+from solver.cost.layers.layer_compute import estimate_layer_compute_s
+from solver.cost.kernels.precision import estimate_quantize_kernels_per_split, load_recipe
+from solver.cost.step.steptime import TimeConstants, _degrees
 from solver.spec import JobSpec, ParallelConfig
 
 

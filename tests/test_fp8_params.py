@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from solver.catalog import load_model_spec
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile, memory_saver_ladder
+from solver.cost.step.frameworks import build_framework_profile, memory_saver_ladder
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.cost.memory.states import estimate_fp8_param_saved_bytes_per_param
 from solver.spec import JobSpec, ParallelConfig
@@ -31,7 +31,7 @@ from solver.spec.features import FrameworkFeatures
 
 @pytest.mark.parametrize(("precision", "expected"), [
     ("bf16", 0.0), ("fp8", 2.0), ("mxfp8", 2.0),
-    # NVFP4 quantises every decoder layer under Megatron's defaults (solver.cost.precision)
+    # NVFP4 quantises every decoder layer under Megatron's defaults (solver.cost.kernels.precision)
     ("nvfp4", 2.0)])
 def test_saved_bytes_per_gemm_weight(precision: str, expected: float) -> None:
     on = MemoryOptions(fp8_params=True)

@@ -1,4 +1,4 @@
-"""Framework profiles (solver.cost.frameworks): each feature pinned to the framework's code or
+"""Framework profiles (solver.cost.step.frameworks): each feature pinned to the framework's code or
 docs, the overrides' one door, and the terms the features drive (host launches, the MoE
 dispatcher, op-level selective recompute, eager element-wise ops)."""
 
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import PROFILES, build_framework_profile, framework_time_constants
-from solver.cost.host_time import estimate_host_s
-from solver.cost.layer_time import (
+from solver.cost.step.frameworks import PROFILES, build_framework_profile, framework_time_constants
+from solver.cost.layers.host_time import estimate_host_s
+from solver.cost.layers.layer_time import (
     _domain_dedup,
     estimate_layer_terms,
     layer_degrees,
@@ -23,8 +23,8 @@ from solver.cost.layer_time import (
 )
 from solver.cost.memory.activations import estimate_layer_activation_bytes
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.steptime import estimate_step_time
-from solver.cost.time_constants import TE_MODULE_OPS, TimeConstants
+from solver.cost.step.steptime import estimate_step_time
+from solver.cost.layers.time_constants import TE_MODULE_OPS, TimeConstants
 from solver.errors import InputError
 from solver.spec import JobSpec, ParallelConfig
 from solver.spec.features import FEATURES, FrameworkFeatures
@@ -258,7 +258,7 @@ def test_alltoall_dispatcher_sorts_the_received_copies_by_local_expert() -> None
     than one expert; the flex (DeepEP, HybridEP) and all-gather dispatchers permute once, as
     the measured fused MoE kernel does. Qwen3-30B-A3B at ep 8 on H100: 4096 tokens x top-8 x
     h 2048 x 2 B, read and written twice, 537 MB at 0.8 x 3.35 TB/s = 0.200 ms per pass."""
-    from solver.cost.layer_compute import _chunk_sort_s
+    from solver.cost.layers.layer_compute import _chunk_sort_s
 
     model = load_model_spec("qwen3-30b-a3b")
     d = degrees(dp=8, ep=8)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_model_spec
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_all_stages
 from solver.spec import JobSpec, ParallelConfig
 

@@ -2,7 +2,7 @@
 (arXiv 2412.19437 §2.1.2, "node-limited routing ... each token will be sent to at most M
 nodes", M = 4; config.json n_group 8, topk_group 4) confines a token's experts to its best 4 of
 8 expert groups, so DeepEP / HybridEP, which send a token once per NVLink domain it reaches,
-send fewer copies across domains (solver.cost.layer_time.reached_domains)."""
+send fewer copies across domains (solver.cost.layers.layer_time.reached_domains)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.cost.layer_time import reached_domains
-from solver.cost.steptime import TimeConstants, estimate_step_time
+from solver.cost.layers.layer_time import reached_domains
+from solver.cost.step.steptime import TimeConstants, estimate_step_time
 from solver.spec import JobSpec
 
 

@@ -1,4 +1,4 @@
-"""The host's cost of a training step as it is (issue 34, item 2; solver.cost.layer_time
+"""The host's cost of a training step as it is (issue 34, item 2; solver.cost.layers.layer_time
 estimate_host_s): the CPU time per eager op measured on each cluster's host, Transformer
 Engine modules and Megatron's router as profiled, the grouped GEMMs' quantize kernels per local
 expert, the token-count sync of dropless MoE, and what CUDA graphs capture there. Checked
@@ -14,16 +14,16 @@ from bad_input import ROOT, assert_one_line_error, invoke
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.host_time import (
+from solver.cost.layers.host_time import (
     estimate_host_s,
     estimate_host_wait_s,
     estimate_selective_host_s,
 )
-from solver.cost.frameworks import framework_time_constants
-from solver.cost.layer_time import estimate_layer_terms
-from solver.cost.precision import load_recipe
-from solver.cost.steptime import estimate_step_time
-from solver.cost.time_constants import (
+from solver.cost.step.frameworks import framework_time_constants
+from solver.cost.layers.layer_time import estimate_layer_terms
+from solver.cost.kernels.precision import load_recipe
+from solver.cost.step.steptime import estimate_step_time
+from solver.cost.layers.time_constants import (
     TE_MODULE_OPS,
     X86_HOST_OP_S,
     KernelLaunches,

@@ -1,7 +1,7 @@
 """How the frameworks build and split models with block patterns: Megatron's flags for windows
 and gated DeltaNet, its Mamba hybrid over pipeline stages (solver.emit.megatron_hybrid), and
 context parallelism of Mamba-2 and gated DeltaNet (solver.search.constraints
-block_cp_constraints and megatron_linear_attention_no_cp, solver.cost.blocks
+block_cp_constraints and megatron_linear_attention_no_cp, solver.cost.layers.blocks
 estimate_mixer_cp_s)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from solver.catalog.clusters import load_cluster_spec
 from solver.catalog.zoo import load_model_spec
 from solver.cli import cli
-from solver.cost.blocks import estimate_mixer_cp_s
-from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.cost.layers.blocks import estimate_mixer_cp_s
+from solver.cost.comm.comm import estimate_collective_s, estimate_group_link
 from solver.emit.megatron_hybrid import (
     layer_symbols,
     mamba_stack_split_flags,

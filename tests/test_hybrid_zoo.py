@@ -25,9 +25,9 @@ from solver.catalog.clusters import load_cluster_spec
 from solver.catalog.hf import model_spec_from_hf_config
 from solver.catalog.zoo import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.layout_terms import estimate_layout_coefficients
+from solver.cost.step.layout_terms import estimate_layout_coefficients
 from solver.cost.memory import estimate_memory_total
-from solver.cost.steptime import estimate_step_seconds
+from solver.cost.step.steptime import estimate_step_seconds
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent / "data" / "hf_configs"

@@ -1,4 +1,4 @@
-"""The table path's interpolation rule (solver.cost.kernels.interpolate_log_rate): between two
+"""The table path's interpolation rule (solver.cost.kernels.kernels.interpolate_log_rate): between two
 measured sizes a kernel's latency is affine in its work, so a grid whose latencies are a fixed
 part plus work at one rate is reproduced everywhere inside it, and the leave-one-out errors of
 benchmarks/kernel_accuracy.py fall below 5% on the three (GPU, op) cells the log-rate rule
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.cost.kernels import (
+from solver.cost.kernels.kernels import (
     KernelGrid,
     axis_log_factors,
     gemm_flop,
@@ -75,14 +75,14 @@ def test_held_out_points_of_the_three_cells_within_five_percent(table: str, pref
 
 
 def test_quantization_inside_the_fp8_rows_is_counted_once_in_the_backward() -> None:
-    """solver.cost.kernels.estimate_table_quantize_s: the fp8 row less the bf16 row at n = 256
+    """solver.cost.kernels.kernels.estimate_table_quantize_s: the fp8 row less the bf16 row at n = 256
     (H100, 16384 x 4096: 209 - 58 = 151 us, 7.6 B per element at 3.35 TB/s); BF16 has none.
-    The table path's backward (solver.cost.efficiency.estimate_gemm_backward_s) is the dgrad
+    The table path's backward (solver.cost.kernels.efficiency.estimate_gemm_backward_s) is the dgrad
     and wgrad lookups less one quantization of dy (M x N), which Transformer Engine quantizes
     once for both GEMMs (grad_output_preprocess)."""
     from solver.catalog import load_gpu_spec
-    from solver.cost.efficiency import ComputeConstants, estimate_gemm_backward_s
-    from solver.cost.kernels import estimate_table_gemm_s, estimate_table_quantize_s
+    from solver.cost.kernels.efficiency import ComputeConstants, estimate_gemm_backward_s
+    from solver.cost.kernels.kernels import estimate_table_gemm_s, estimate_table_quantize_s
 
     table = load_kernel_table("h100_sxm")
     quantize = float(estimate_table_quantize_s(table, "fp8", 16384, 4096))

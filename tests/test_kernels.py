@@ -1,5 +1,5 @@
 """The packaged kernel tables (solver/catalog/kernels, AIConfigurator's measured TensorRT-LLM
-kernels) and the interpolation in them (solver.cost.kernels): measured rows come back at grid
+kernels) and the interpolation in them (solver.cost.kernels.kernels): measured rows come back at grid
 points (fixtures copied from the source, tests/data/kernels), time is monotone in every size,
 throughput stays constant beyond the grid, and the README's peak table is reproduced."""
 
@@ -12,16 +12,20 @@ import numpy as np
 import pytest
 
 from solver.catalog import list_gpu_names, load_gpu_spec
-from solver.cost.efficiency import ComputeConstants, estimate_gemm_backward_s, estimate_gemm_s
-from solver.cost.kernels import (
+from solver.cost.kernels.efficiency import (
+    ComputeConstants,
+    estimate_gemm_backward_s,
+    estimate_gemm_s,
+)
+from solver.cost.kernels.kernels import (
     KERNEL_DIR,
     attention_flop,
     estimate_table_gemm_s,
     list_kernel_tables,
     load_kernel_table,
 )
-from solver.cost.kernels_moe import estimate_table_moe_s
-from solver.cost.kernels_attention import (
+from solver.cost.kernels.kernels_moe import estimate_table_moe_s
+from solver.cost.kernels.kernels_attention import (
     attention_backward_ratio,
     estimate_table_attention_rate,
     legacy_attention_factors,
@@ -174,7 +178,7 @@ def test_measured_kernels_run_at_the_fitted_share_of_their_rate_inside_a_step() 
     ComputeConstants.table_rate_fraction (0.92, benchmarks/fit_time.py) scales measured
     kernels only. H100 bf16 8192^3: 1.40 ms measured, 1.52 ms in a step; the datasheet path
     (GPUs without a table) is left as it is."""
-    from solver.cost.layer_compute import in_step
+    from solver.cost.layers.layer_compute import in_step
 
     constants = ComputeConstants()
     assert constants.table_rate_fraction == pytest.approx(0.92)
@@ -187,7 +191,7 @@ def test_measured_kernels_run_at_the_fitted_share_of_their_rate_inside_a_step() 
 
 
 def test_unlisted_moe_shape_scales_by_the_gemm_tables_shape_efficiency() -> None:
-    """solver.cost.kernels_moe.estimate_table_moe_s: a shape the MoE table lacks takes the nearest
+    """solver.cost.kernels.kernels_moe.estimate_table_moe_s: a shape the MoE table lacks takes the nearest
     listed shape's rate (same rows per expert and local experts) times the ratio of the table's
     own GEMM rates for one expert's FC1 and FC2, model shape over listed shape, at each grid
     point. gpt-oss-120b (h 2880, i 2880, top-4 of 128; openai/gpt-oss-120b config.json) falls
@@ -235,12 +239,12 @@ def test_held_out_moe_shapes_are_closer_with_the_gemm_correction() -> None:
 
 
 def test_routed_expert_backward_is_the_gemm_tables_dgrad_and_wgrad() -> None:
-    """solver.cost.kernels_moe.estimate_expert_backward_ratio: the fused MoE forward's backward
+    """solver.cost.kernels.kernels_moe.estimate_expert_backward_ratio: the fused MoE forward's backward
     takes the ratio the GEMM table gives one expert's FC1 and FC2 (kernel README caveat 2:
     dgrad is the table's (m, k, n), wgrad its (n, k, m)), as dense GEMMs do. H100 fp8:
     Qwen3-30B-A3B's experts (h 2048, i 768, gated) at 1024 rows 2.08, DeepSeek-V3's (7168,
     2048) at 2048 rows 2.22; a dtype without GEMMs keeps 2."""
-    from solver.cost.kernels_moe import estimate_expert_backward_ratio
+    from solver.cost.kernels.kernels_moe import estimate_expert_backward_ratio
 
     table = load_kernel_table("h100_sxm")
     m, h, i = 1024.0, 2048, 768

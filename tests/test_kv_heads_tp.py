@@ -18,11 +18,11 @@ from solver.catalog.clusters import load_cluster_spec
 from solver.catalog.zoo import load_model_spec
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.comm import estimate_collective_s, estimate_group_link
-from solver.cost.layer_time import estimate_layer_terms
+from solver.cost.comm.comm import estimate_collective_s, estimate_group_link
+from solver.cost.layers.layer_time import estimate_layer_terms
 from solver.cost.memory.activations import estimate_layer_activation_bytes
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.time_constants import TimeConstants
+from solver.cost.layers.time_constants import TimeConstants
 from solver.optimize import build_problem
 from solver.search.constraints import build_constraints
 from solver.spec import JobSpec, ParallelConfig

@@ -18,10 +18,10 @@ import pytest
 
 from solver.catalog.clusters import load_cluster_spec
 from solver.catalog.zoo import load_model_spec
-from solver.cost.blocks import estimate_kind_params
-from solver.cost.flops import estimate_moe_layer_flops
-from solver.cost.layer_time import estimate_layer_terms
-from solver.cost.time_constants import TimeConstants
+from solver.cost.layers.blocks import estimate_kind_params
+from solver.cost.layers.flops import estimate_moe_layer_flops
+from solver.cost.layers.layer_time import estimate_layer_terms
+from solver.cost.layers.time_constants import TimeConstants
 from solver.spec import JobSpec
 
 SUPER, ULTRA = "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b"

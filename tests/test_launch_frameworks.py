@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.emit import TARGETS
 from solver.emit.check_harness import installed_version
 from solver.emit.formats import render_launch
@@ -54,7 +54,7 @@ def make_target(model: str, cluster: str, num_gpus: int, version: str = "",
                 layout: str | None = None, precision: str = "bf16", global_batch: int = 1024,
                 features: dict | None = None, **degrees: int | str) -> LaunchTarget:
     """A plan to launch; `features`: Megatron profile features the flags ask for
-    (solver.cost.frameworks, as `launch --cuda-graphs` ... give them)."""
+    (solver.cost.step.frameworks, as `launch --cuda-graphs` ... give them)."""
     model_spec, cluster_spec, job = load_problem_specs(model, cluster, precision=precision,
                                                        global_batch=global_batch)
     config = build_parallel_config(num_gpus, **degrees)

@@ -16,7 +16,7 @@ from solver.api import estimate
 from solver.catalog import load_model_spec
 from solver.cli import cli
 from solver.cost.memory.layer_offload import estimate_offloaded_layer_counts
-from solver.cost.offload import estimate_layer_offload_s
+from solver.cost.step.offload import estimate_layer_offload_s
 
 LLAMA_70B = ["--model", "llama3.1-70b", "--cluster", "gb200-nvl72", "--gpus", "64",
              "--seq-len", "8192", "--global-batch", "128"]

@@ -10,7 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec
-from solver.cost.layout_terms import estimate_layer_time_coefficients, estimate_layout_coefficients
+from solver.cost.step.layout_terms import (
+    estimate_layer_time_coefficients,
+    estimate_layout_coefficients,
+)
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import enumerate_feasible, rules_but_memory
 from solver.search.feasible import leanest_schedules

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec
 from solver.cost.candidates import Candidates
-from solver.cost.layout_terms import (
+from solver.cost.step.layout_terms import (
     estimate_layer_time_coefficients,
     estimate_layout_coefficients,
     estimate_layout_lower_bound_s,
@@ -28,7 +28,7 @@ from solver.cost.layout_terms import (
 )
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
 from solver.cost.memory.layout import build_even_layout, layer_kinds, layout_layer_counts
-from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
+from solver.cost.step.steptime import estimate_layout_step_time, estimate_time_terms
 from solver.optimize import build_problem, solve
 from solver.search.layout_program import LayoutRules, build_layout, solve_layout
 from solver.search.layout_bounds import estimate_memory_bounds

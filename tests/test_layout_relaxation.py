@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from test_layout_program import CLUSTER, all_layouts, all_recomputes
 from test_layout_two_stages import capacity_between, patterned_models
 
-from solver.cost.layout_terms import estimate_layout_coefficients
+from solver.cost.step.layout_terms import estimate_layout_coefficients
 from solver.cost.memory.layout import layout_layer_counts
 from solver.search.layout_program import LayoutRules, build_layout
 from solver.search.layout_program import objective_bound

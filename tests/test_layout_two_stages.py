@@ -17,10 +17,10 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from test_layout_program import CLUSTER, brute_force, tiny_model
 
-from solver.cost.layout_terms import estimate_layout_coefficients
+from solver.cost.step.layout_terms import estimate_layout_coefficients
 from solver.cost.memory import estimate_layout_memory
 from solver.cost.memory.layout import build_even_layout, layout_layer_counts
-from solver.cost.steptime import estimate_layout_step_time
+from solver.cost.step.steptime import estimate_layout_step_time
 from solver.search.layout_program import LayoutRules, solve_layout
 from solver.search.layout_two_stages import answers_two_stages, solve_two_stages
 from solver.spec import JobSpec, ModelSpec, ParallelConfig

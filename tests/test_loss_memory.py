@@ -19,7 +19,7 @@ from test_memory_properties import MODELS, problems
 from solver.catalog import load_model_spec
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import PROFILES, UNSUPPORTED, build_framework_profile
+from solver.cost.step.frameworks import PROFILES, UNSUPPORTED, build_framework_profile
 from solver.cost.memory import estimate_all_stages, estimate_memory
 from solver.cost.memory.loss import estimate_liger_chunk_rows, estimate_logits_bytes
 from solver.cost.memory.options import MemoryOptions

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.cost.memory.states import estimate_fp8_copy_bytes_per_param
 from solver.spec import JobSpec, ModelSpec, ParallelConfig
@@ -44,7 +44,7 @@ def _weights_gb(model_spec: ModelSpec, precision: str, copies: str, **degrees: i
 @pytest.mark.parametrize(("precision", "expected"), [
     ("bf16", 0.0), ("fp8", 2.0), ("fp8-blockwise", 2.0625), ("mxfp8", 2.0625),
     # NVFP4: every decoder layer (Megatron's first_last_layers_bf16 is off by default;
-    # solver.cost.precision), half a byte and a sixteenth per element, two copies
+    # solver.cost.kernels.precision), half a byte and a sixteenth per element, two copies
     ("nvfp4", 2 * 0.5625)])
 def test_copy_bytes_per_precision(precision: str, expected: float) -> None:
     te = MemoryOptions(fp8_weight_copies="transformer_engine")
@@ -130,7 +130,7 @@ def test_grad_reduce_in_bf16_halves_the_buffer_and_the_dp_bytes() -> None:
     assert bf16["grads"] == pytest.approx(plain["grads"] / 2)
     assert bf16["comm_buckets"] == pytest.approx(plain["comm_buckets"] / 2)
     from solver.catalog import load_cluster_spec
-    from solver.cost.data_parallel import estimate_dp_collectives_s
+    from solver.cost.step.data_parallel import estimate_dp_collectives_s
 
     spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
     candidates = Candidates.from_configs([ParallelConfig(dp=64, zero=1)])
@@ -139,7 +139,7 @@ def test_grad_reduce_in_bf16_halves_the_buffer_and_the_dp_bytes() -> None:
         build_framework_profile("megatron", {"grad_reduce_in_bf16": on}).time_constants)
         ["grads_reduce_scatter"][0] for on in (False, True)}
     # NCCL latency per bucket + bytes / bandwidth: the same 126 buckets of 64e6 parameters
-    # (Megatron's max(40e6, 1e6 x 64)) by ring LL128 either way (solver.cost.nccl_latency), so
+    # (Megatron's max(40e6, 1e6 x 64)) by ring LL128 either way (solver.cost.comm.nccl_latency), so
     # the bandwidth part halves: 2 B x 8.03e9 x 63/64 / (0.92 x 360 GB/s) = 47.7 ms less.
     assert seconds[False] - seconds[True] == pytest.approx(
         8_030_261_248 * 2 * 63 / 64 / (0.92 * 360e9), rel=1e-3)
@@ -381,7 +381,7 @@ def test_saver_ladder_leaves_flags_alone() -> None:
     Megatron, where they save memory (FrameworkProfile.memory_options: torchtitan's FSDP2
     casts the reduced shard back to fp32, DeepSpeed's communication_data_type changes traffic
     only)."""
-    from solver.cost.frameworks import memory_saver_ladder
+    from solver.cost.step.frameworks import memory_saver_ladder
 
     assert memory_saver_ladder("megatron") == ("grad_reduce_in_bf16", "precision_aware_optimizer")
     assert memory_saver_ladder("megatron", FrameworkFeatures(grad_reduce_in_bf16=False)) == (
@@ -616,7 +616,7 @@ def test_float8_all_gather_moves_one_byte_per_layer_weight() -> None:
     bf16 for the embedding and LM head (Llama-3.1-8B: 1.05e9 of its 8.03e9 parameters), so
     (1.05 x 2 + 6.98 x 1) / 8.03 = 1.13 B against 2."""
     from solver.catalog.clusters import load_cluster_spec
-    from solver.cost.data_parallel import estimate_dp_collectives_s
+    from solver.cost.step.data_parallel import estimate_dp_collectives_s
 
     model_spec, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
     candidates = Candidates.from_configs([ParallelConfig(dp=8, zero=3)])
@@ -629,7 +629,7 @@ def test_float8_all_gather_moves_one_byte_per_layer_weight() -> None:
     assert per_param == pytest.approx(1.13, abs=0.01)
     assert fp8_s["params_all_gather"][0] < bf16_s["params_all_gather"][0]
     # Less the NCCL latency of FSDP's 33 gathers (32 layers and the root) by ring Simple on one
-    # node, 8.4 + 7 x 3.4 = 32.2 us each (solver.cost.nccl_latency), the bytes scale.
+    # node, 8.4 + 7 x 3.4 = 32.2 us each (solver.cost.comm.nccl_latency), the bytes scale.
     latency = 33 * 32.2e-6
     assert fp8_s["params_all_gather"][0] - latency == pytest.approx(
         (bf16_s["params_all_gather"][0] - latency) * per_param / 2, rel=0.02)

@@ -28,7 +28,7 @@ token of the group), so memory may rise with ep; every other degree keeps the pr
 Megatron's layer-level CPU offloading (MemoryOptions.cpu_offloading_num_layers) saves memory at
 pp 1 without recompute only, where Megatron runs it, so memory may rise from pp 1 to 2 or from
 no recompute to selective under it; every such configuration is refused (estimate, launch) or
-pinned out (optimize: solver.cost.offload.check_layer_offload), and tests/test_layer_offload.py
+pinned out (optimize: solver.cost.step.offload.check_layer_offload), and tests/test_layer_offload.py
 checks that memory never rises with the number of layers offloaded.
 """
 
@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 from solver.api import check_parallel_config, estimate_plan
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import (
     ITEMS,
     OTHER_ITEMS,
@@ -275,7 +275,7 @@ def test_no_candidates_give_empty_arrays() -> None:
     """The solvers may ask about an empty batch (every candidate cut): empty answers, no error."""
     from solver.catalog import load_model_spec
     from solver.cost.memory import estimate_memory
-    from solver.cost.steptime import estimate_step_time
+    from solver.cost.step.steptime import estimate_step_time
 
     empty = Candidates(**{name: np.zeros(0, dtype=np.int64) for name in (
         "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")})

@@ -92,7 +92,7 @@ def test_rows_needing_a_missing_feature_are_listed_not_compared(public, rows, su
 
 def test_mapped_needs_are_one_rule(public) -> None:
     """Each mapped need is one profile feature for every row (module docstring): torchtune's
-    dtype bf16 is pure_bf16, with AdamW8bit pure_bf16_adam8bit (solver.cost.training_states),
+    dtype bf16 is pure_bf16, with AdamW8bit pure_bf16_adam8bit (solver.cost.step.training_states),
     CEWithChunkedOutputLoss the chunked loss, the eager attention the unfused kernel; torchtune
     runs under the generic profile (plain PyTorch)."""
     build = public.build_mapped_features
@@ -119,7 +119,7 @@ def test_torchtune_rows_take_pure_bf16_states_and_their_loss(public, rows) -> No
     cross-entropy compiled (training/_compile.py compile_loss), 2 + 2/8 = 2.25 B.
     Logits: 8,192 x 128,256."""
     from solver.cost.candidates import Candidates
-    from solver.cost.frameworks import build_framework_profile
+    from solver.cost.step.frameworks import build_framework_profile
     from solver.cost.memory import estimate_memory
     from solver.spec import JobSpec, ParallelConfig
 

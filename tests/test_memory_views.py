@@ -23,7 +23,7 @@ from solver.catalog import load_model_spec
 from solver.catalog.clusters import load_cluster_spec
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import estimate_all_stages, estimate_memory, estimate_memory_total
 from solver.cost.memory.dispatcher import estimate_deepep_buffer_bytes
 from solver.cost.memory.options import GIB, MemoryOptions

@@ -1,4 +1,4 @@
-"""The routed experts' eager work around the grouped GEMMs (solver.cost.moe_eager), read from
+"""The routed experts' eager work around the grouped GEMMs (solver.cost.layers.moe_eager), read from
 Megatron-Core core_v0.17.0 megatron/core/transformer/moe/experts.py (TEGroupedMLP: linear_fc2
 skip_bias_add=True, _apply_bias's per-expert `t + b * p` and torch.cat) and
 megatron/core/fusions/fused_bias_geglu.py (weighted_bias_quick_geglu_impl: the clamp of both
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_gpu_spec, load_model_spec
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.layer_compute import estimate_layer_compute_s
-from solver.cost.moe_eager import estimate_expert_eager_s
-from solver.cost.time_constants import TimeConstants
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.layers.layer_compute import estimate_layer_compute_s
+from solver.cost.layers.moe_eager import estimate_expert_eager_s
+from solver.cost.layers.time_constants import TimeConstants
 from solver.spec import JobSpec
 
 H100_STREAM_BYTES_PER_S = 0.8 * 3350e9  # hbm_fraction x the H100 SXM's HBM3
@@ -63,7 +63,7 @@ def _parts(model: str, constants: TimeConstants, micro_batch: float = 1.0
 
 
 def test_gpt_oss_routed_parts_carry_it_in_every_layer_kind() -> None:
-    """Both of gpt-oss's kinds (windowed and full attention, solver.cost.blocks) route through
+    """Both of gpt-oss's kinds (windowed and full attention, solver.cost.layers.blocks) route through
     the MoE parts: the eager work sits in routed / routed_bwd and moe_act is carried."""
     parts = _parts("gpt-oss-120b", TimeConstants())
     kinds = [k for k in parts if k != "dense"]
@@ -77,8 +77,8 @@ def test_moe_act_recompute_is_charged_under_megatrons_module_list() -> None:
     """Megatron-Bridge's gpt-oss H100 recipe recomputes ["layernorm", "moe_act"]: the step pays
     the clamp path again; with moe (the whole MoE layer) it is not paid twice. At micro-batch
     2 the re-run (0.6 ms) outlasts the host's launches of a pass (0.32 ms), which would pace
-    it otherwise (solver.cost.layer_time)."""
-    from solver.cost.layer_time import estimate_layer_terms
+    it otherwise (solver.cost.layers.layer_time)."""
+    from solver.cost.layers.layer_time import estimate_layer_terms
 
     spec = load_model_spec("gpt-oss-120b")
     from solver.catalog import load_cluster_spec

@@ -3,7 +3,7 @@
 The fused-MoE grids stop at 16,384 tokens of the EP group. Looking a larger group up at the
 edge while keeping its local expert count charged the whole work at a kernel with fewer rows
 per expert, so at fixed work per GPU the rate fell as ep grew (DeepSeek-V3 on GB200 in MXFP8:
-about 2,065 TFLOP/s at ep 8, 416 at ep 64). solver.cost.kernels_moe.estimate_table_moe_s now keeps
+about 2,065 TFLOP/s at ep 8, 416 at ep 64). solver.cost.kernels.kernels_moe.estimate_table_moe_s now keeps
 the work per GPU: the best kernel on the line of constant work with no more rows per expert,
 on grids made monotone in rows per expert and local experts. These are its invariants,
 checked on every packaged table, listed and unlisted shapes, forward and backward, and in the
@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from solver.catalog import list_zoo_names, load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.frameworks import framework_time_constants
-from solver.cost.kernels import list_kernel_tables, load_kernel_table, moe_flop
-from solver.cost.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
-from solver.cost.serve_step import StageShape, estimate_step_compute_s
-from solver.cost.steptime import estimate_step_time
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.step.frameworks import framework_time_constants
+from solver.cost.kernels.kernels import list_kernel_tables, load_kernel_table, moe_flop
+from solver.cost.kernels.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
+from solver.cost.serving.step import StageShape, estimate_step_compute_s
+from solver.cost.step.steptime import estimate_step_time
 from solver.spec import JobSpec, ParallelConfig
 
 REL = 1e-9  # float rounding of the line's samples
@@ -163,7 +163,7 @@ def test_every_zoo_moe_model_compute_does_not_grow_with_ep(model_name: str, clus
 
 @pytest.mark.parametrize("model_name", ["deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b"])
 def test_serving_expert_seconds_never_grow_with_ep(model_name: str) -> None:
-    """Serving (solver.cost.serve_step): one engine step of a fixed batch per GPU, the EP group
+    """Serving (solver.cost.serving.step): one engine step of a fixed batch per GPU, the EP group
     growing with dp: the routed experts' seconds never grow with ep."""
     model_spec = load_model_spec(model_name)
     gpu = load_cluster_spec("dgx-h100").gpu

@@ -35,7 +35,7 @@ from solver.cli import cli
 from solver.cost.candidates import Candidates
 from solver.cost.memory.estimate import estimate_stage_memory
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.steptime import estimate_time_terms
+from solver.cost.step.steptime import estimate_time_terms
 from solver.errors import InputError
 from solver.spec import JobSpec, ParallelConfig
 

@@ -1,5 +1,5 @@
-"""NCCL's collective latency (solver.cost.nccl_latency) and the DP collectives it is charged to
-(solver.cost.data_parallel): pinned to NCCL's tuning.cc (NCCL 2.30.7, NVIDIA/nccl 5067397c,
+"""NCCL's collective latency (solver.cost.comm.nccl_latency) and the DP collectives it is charged to
+(solver.cost.step.data_parallel): pinned to NCCL's tuning.cc (NCCL 2.30.7, NVIDIA/nccl 5067397c,
 src/graph/tuning.cc ncclTopoTuneModel, ncclTunerConstantsDefaults) and to measured nccl-tests
 floors."""
 
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.comm import estimate_group_nodes
-from solver.cost.data_parallel import estimate_dp_calls, estimate_dp_collectives_s
-from solver.cost.frameworks import framework_time_constants
-from solver.cost.nccl_latency import estimate_nccl_latency_s, estimate_nccl_time_s
-from solver.cost.time_constants import TimeConstants
+from solver.cost.comm.comm import estimate_group_nodes
+from solver.cost.step.data_parallel import estimate_dp_calls, estimate_dp_collectives_s
+from solver.cost.step.frameworks import framework_time_constants
+from solver.cost.comm.nccl_latency import estimate_nccl_latency_s, estimate_nccl_time_s
+from solver.cost.layers.time_constants import TimeConstants
 from solver.spec import ParallelConfig
 
 DATA = Path(__file__).parent / "data" / "kernels" / "h100_sxm_nccl_512b.csv"

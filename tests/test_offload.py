@@ -1,6 +1,6 @@
 """Offload to the host (issue 17): optimizer offload (Megatron --optimizer-cpu-offload,
 DeepSpeed ZeRO-Offload) and Megatron's fine-grained activation offloading, as memory knobs with
-their step-time cost (solver.cost.offload), chosen by the search where they make a faster plan
+their step-time cost (solver.cost.step.offload), chosen by the search where they make a faster plan
 fit (solver.search.module_variants), pinned by flags, emitted by launch.
 
 Sources: the catalog's host links are datasheet rates (PCIe Gen4 x16 64 GB/s, Gen5 128 GB/s,
@@ -29,11 +29,11 @@ from solver.catalog import load_model_spec
 from solver.catalog.clusters import load_cluster_spec
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions, estimate_memory
 from solver.cost.memory.activations import estimate_offload_bytes
-from solver.cost.offload import estimate_activation_offload_s, estimate_optimizer_offload_s
-from solver.cost.steptime import estimate_step_time
+from solver.cost.step.offload import estimate_activation_offload_s, estimate_optimizer_offload_s
+from solver.cost.step.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
 from solver.search.enumerate import enumerate_feasible, fold_twins, rank
 from solver.search.module_variants import offload_variant

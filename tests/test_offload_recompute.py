@@ -3,7 +3,7 @@ saves. Megatron's fine-grained activation offloading of expert_fc1 / moe_act is 
 --recompute-modules moe, which wraps the whole MoE block in a checkpoint that keeps only its
 input (megatron/core/transformer/transformer_config.py __post_init__, core @ d98e8a6:
 "Cannot offload {...} while recomputing the entire MoE layer"); parplan refuses it too
-(solver.cost.offload.refuse_activation_offload, rule offload_not_inside_recomputed_moe) where
+(solver.cost.step.offload.refuse_activation_offload, rule offload_not_inside_recomputed_moe) where
 it used to subtract the experts' offloaded bytes from a layer that no longer held them: a
 Mixtral-8x7B MoE layer at s 4096 went to -0.28 GB, the stage to -8.3 GB.
 
@@ -31,8 +31,8 @@ from solver.cost.memory.activations import (
     estimate_kind_offload_bytes,
 )
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.offload import check_layer_offload, refuse_activation_offload
-from solver.cost.time_constants import TimeConstants
+from solver.cost.step.offload import check_layer_offload, refuse_activation_offload
+from solver.cost.layers.time_constants import TimeConstants
 from solver.errors import InputError
 from solver.optimize import build_problem
 from solver.spec import JobSpec, ParallelConfig
@@ -123,7 +123,7 @@ def memory_options(draw, model_spec, config) -> MemoryOptions:
     does."""
     modules = tuple(sorted(draw(st.sets(st.sampled_from(RECOMPUTE_MODULES), min_size=1))))
     offload = draw(st.booleans())
-    # torchtitan's op level has no activation offload (UNSUPPORTED in solver.cost.frameworks)
+    # torchtitan's op level has no activation offload (UNSUPPORTED in solver.cost.step.frameworks)
     selective = "attention_core" if offload else draw(st.sampled_from(["attention_core",
                                                                         "op_level"]))
     assume(not offload or refuse_activation_offload(model_spec, modules,

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import assume, event, given, settings
 from test_layout_program import CLUSTER, all_layouts, all_recomputes, layout_problems
 
-from solver.cost.layout_terms import estimate_layout_coefficients
+from solver.cost.step.layout_terms import estimate_layout_coefficients
 from solver.cost.memory.layout import layout_layer_counts
-from solver.cost.steptime import estimate_layout_step_time
+from solver.cost.step.steptime import estimate_layout_step_time
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
 from solver.search import layout_search

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from solver.cli import cli
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_layout_memory, estimate_memory
-from solver.cost.steptime import estimate_step_time
+from solver.cost.step.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
 from solver.search import enumerate as enumerate_module
 from solver.search.enumerate import enumerate_feasible, rank
@@ -313,7 +313,7 @@ def test_deepspeed_plans_expose_dp_traffic_behind_a_pipeline() -> None:
     so a plan's "dp" time is the whole volume of its collectives; without a pipeline ZeRO's
     overlap_comm hides the gradient reduction behind the backward, but ZeRO 1-2 gather the
     parameters inside the optimizer step (all_gather_dp_groups), exposed."""
-    from solver.cost.data_parallel import estimate_dp_collectives_s
+    from solver.cost.step.data_parallel import estimate_dp_collectives_s
 
     megatron = build_problem("llama3.1-70b", "dgx-a100-80gb", 64, framework="megatron")
     deepspeed = build_problem("llama3.1-70b", "dgx-a100-80gb", 64, framework="deepspeed")
@@ -379,7 +379,7 @@ def test_fit_check_counts_the_problem_own_bytes_per_parameter() -> None:
     moments (12 B) per parameter (solver.cost.memory.options); the precision-aware optimizer
     and bf16 gradients (Megatron --use-precision-aware-optimizer --grad-reduce-in-bf16) make
     it 2 + 2 + 8, and so does a search free to turn them on where a plan needs them (the
-    default: solver.cost.frameworks.memory_saver_ladder)."""
+    default: solver.cost.step.frameworks.memory_saver_ladder)."""
     runner = CliRunner()
     # (No offload: an offloading winner holds no optimizer state on the GPU.)
     base = ["optimize", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",

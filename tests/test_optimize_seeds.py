@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from solver.cost.candidates import Candidates
-from solver.cost.steptime import estimate_step_time
+from solver.cost.step.steptime import estimate_step_time
 from solver.optimize import build_problem, solve
 from solver.search.constraints import build_constraints
 from solver.spec import ParallelConfig

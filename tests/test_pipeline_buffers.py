@@ -15,7 +15,7 @@ from test_memory_properties import problems
 
 from solver.catalog import load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import estimate_all_stages, estimate_memory
 from solver.cost.memory.overheads import estimate_pipeline_grad_buffer_bytes
 from solver.spec import JobSpec, ParallelConfig

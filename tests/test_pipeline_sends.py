@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.cost.comm import estimate_collective_s, estimate_group_link
-from solver.cost.frameworks import framework_time_constants
-from solver.cost.pipeline_sends import estimate_exposed_transfers, estimate_pipeline_sends_s
+from solver.cost.comm.comm import estimate_collective_s, estimate_group_link
+from solver.cost.step.frameworks import framework_time_constants
+from solver.cost.comm.pipeline_sends import estimate_exposed_transfers, estimate_pipeline_sends_s
 from solver.spec import JobSpec
 
 

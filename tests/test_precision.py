@@ -1,4 +1,4 @@
-"""Precision recipes (solver.cost.precision): one list of --precision choices, a clear error
+"""Precision recipes (solver.cost.kernels.precision): one list of --precision choices, a clear error
 for a recipe the GPU lacks, the kernel-table ratios each recipe's GEMMs get, and which layers
 stay in BF16. The end-to-end recipe comparisons of issue 16 (MXFP8 a few percent slower than
 tensor-wise FP8, NVFP4 1.2-1.6x faster than MXFP8) are not fitted or pinned here: they are
@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from solver.catalog import load_gpu_spec
 from solver.cli import cli
-from solver.cost.kernels import estimate_table_gemm_s, load_kernel_table
-from solver.cost.precision import RECIPES, check_precision_supported, load_recipe
+from solver.cost.kernels.kernels import estimate_table_gemm_s, load_kernel_table
+from solver.cost.kernels.precision import RECIPES, check_precision_supported, load_recipe
 from solver.errors import InputError
 from solver.spec.job import PRECISIONS, JobSpec
 
@@ -134,8 +134,8 @@ def test_tensor_parallel_time_falls_with_the_gathered_bytes() -> None:
     above half of BF16's."""
     from solver.catalog import load_cluster_spec, load_model_spec
     from solver.cost.candidates import Candidates
-    from solver.cost.steptime import estimate_step_time
-    from solver.cost.frameworks import framework_time_constants
+    from solver.cost.step.steptime import estimate_step_time
+    from solver.cost.step.frameworks import framework_time_constants
     from solver.spec import ParallelConfig
 
     model_spec, cluster = load_model_spec("llama3.1-70b"), load_cluster_spec("dgx-b200")
@@ -161,7 +161,7 @@ TE_LAYER = (TE_FPROP + tuple((m, n, k) for m, k, n in TE_FPROP)
 
 
 def _b300_layer_ms(dtype: str, without_quantization: bool) -> float:
-    from solver.cost.kernels import estimate_table_quantize_s
+    from solver.cost.kernels.kernels import estimate_table_quantize_s
 
     table = load_kernel_table("b300_sxm")
     seconds = sum(float(estimate_table_gemm_s(table, dtype, m, n, k))
@@ -197,13 +197,13 @@ def test_training_gemms_run_the_gemm_part_at_that_rate() -> None:
     table's 1,079.5 us hold 53.0 us of quantization, so training takes 53.0 + 1,026.5 / 1.145
     = 949.5 us; serving keeps the table's kernel; the backward is the dgrad and wgrad lookups
     as training runs them, less one quantization of dy; BF16 and FP8 keep the table's time."""
-    from solver.cost.efficiency import (
+    from solver.cost.kernels.efficiency import (
         ComputeConstants,
         estimate_gemm_backward_s,
         estimate_gemm_s,
         estimate_training_table_gemm_s,
     )
-    from solver.cost.kernels import estimate_table_quantize_s
+    from solver.cost.kernels.kernels import estimate_table_quantize_s
 
     gpu, cc, table = load_gpu_spec("gb200"), ComputeConstants(), load_kernel_table("gb200")
     m, k, n = 8192, 16384, 16384
@@ -225,7 +225,7 @@ def test_training_gemms_run_the_gemm_part_at_that_rate() -> None:
 @pytest.mark.parametrize("precision", ["mxfp8", "nvfp4"])
 def test_training_gemms_without_work_take_no_time(precision: str) -> None:
     """A GEMM with no output columns (n = 0) has no quantization left to keep either."""
-    from solver.cost.efficiency import ComputeConstants, estimate_gemm_s
+    from solver.cost.kernels.efficiency import ComputeConstants, estimate_gemm_s
 
     seconds = estimate_gemm_s(load_gpu_spec("b200"), precision, np.array([8192.0, 8192.0]),
                               4096.0, np.array([0.0, 4096.0]), ComputeConstants())

@@ -240,8 +240,8 @@ def test_blocking_launches_cost_what_blooms_own_ab_test_allows(rows) -> None:
     from time_accuracy import SOURCE_FRAMEWORKS, framework_switches
 
     from solver.cost.candidates import Candidates
-    from solver.cost.steptime import estimate_step_time
-    from solver.cost.frameworks import framework_time_constants
+    from solver.cost.step.steptime import estimate_step_time
+    from solver.cost.step.frameworks import framework_time_constants
 
     for dp in (1, 2):
         run = _map_row({**rows["bloom-0220-topo-6"], "id": "bloom-0217-blocking-ab",

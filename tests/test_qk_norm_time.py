@@ -1,4 +1,4 @@
-"""QK norms cost their traffic in the step (solver.cost.layer_compute): Megatron-Core's
+"""QK norms cost their traffic in the step (solver.cost.layers.layer_compute): Megatron-Core's
 SelfAttention applies q_layernorm and k_layernorm (TE norms) to the split query and key outside
 the attention op, and the measured attention kernels (TensorRT-LLM's attention op) do not time
 them either. Each reads and writes q (heads x head dim) and k (KV heads x head dim), split over
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.cost.layer_compute import estimate_layer_compute_s
-from solver.cost.time_constants import TimeConstants
+from solver.cost.layers.layer_compute import estimate_layer_compute_s
+from solver.cost.layers.time_constants import TimeConstants
 from solver.spec import JobSpec
 
 

@@ -1,5 +1,5 @@
 """The grouped experts' FP8 / FP4 row padding (TimeConstants.moe_quantization_padding;
-solver.cost.quantization_padding). Megatron-Core TEGroupedMLP.forward pads the permuted tokens
+solver.cost.layers.quantization_padding). Megatron-Core TEGroupedMLP.forward pads the permuted tokens
 and un-pads the output whenever fp8 is on (megatron/core/transformer/moe/experts.py,
 core_r0.13.0-core_v0.18.0: `if self.config.fp8: ... self.fp8_padding(...)`,
 `self.fp8_unpadding(output, actual_tokens_per_expert)`), and TE's Fp8Padding copies every row
@@ -16,15 +16,15 @@ import pytest
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.frameworks import framework_time_constants
-from solver.cost.layer_compute import estimate_layer_compute_s
-from solver.cost.precision import load_recipe
-from solver.cost.quantization_padding import (
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.step.frameworks import framework_time_constants
+from solver.cost.layers.layer_compute import estimate_layer_compute_s
+from solver.cost.kernels.precision import load_recipe
+from solver.cost.layers.quantization_padding import (
     estimate_expert_padding_s,
     estimate_routed_padding_s,
 )
-from solver.cost.steptime import TimeConstants, _degrees
+from solver.cost.step.steptime import TimeConstants, _degrees
 from solver.spec import JobSpec, ParallelConfig
 
 

@@ -1,5 +1,5 @@
 """The search chooses Megatron's recompute modules (issue 17): which module sets it tries
-(solver.cost.recompute_modules), that their union is searched exactly (solver.search.
+(solver.cost.step.recompute_modules), that their union is searched exactly (solver.search.
 module_variants), and that plans carry their modules to `launch`.
 
 Sources: Megatron-Core --recompute-modules (core_attn, moe_act, layernorm, mla_up_proj, mlp,
@@ -20,10 +20,10 @@ from click.testing import CliRunner
 from solver.catalog import load_model_spec
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 from solver.cost.memory import MemoryOptions
 from solver.cost.memory.activations import estimate_module_recompute_bytes
-from solver.cost.recompute_modules import recompute_module_sets
+from solver.cost.step.recompute_modules import recompute_module_sets
 from solver.optimize import build_problem, solve
 from solver.spec import JobSpec, ParallelConfig
 from solver.spec.features import FrameworkFeatures
@@ -62,7 +62,7 @@ def test_module_sets_only_where_megatron_chooses_freely() -> None:
 
 
 def test_mla_up_proj_saves_most_per_parameter_rerun() -> None:
-    """The ladder's order (solver.cost.recompute_modules): DeepSeek-V3's MLA up-projections
+    """The ladder's order (solver.cost.step.recompute_modules): DeepSeek-V3's MLA up-projections
     drop 128 x (2 x 192 + 128) x 2 B = 131,072 B per token for 54.5M parameters
     (1536 x 128 x 192 + 512 x 128 x 256), 2.4e-3 B per token and parameter; a shared expert
     drops 4F = 8,192 B for 3 x 7168 x 2048 = 44.0M parameters, 1.9e-4."""
@@ -236,7 +236,7 @@ def test_a_module_set_search_cut_short_leaves_the_answer_unproven() -> None:
 
 @pytest.mark.parametrize("model", ["deepseek-v2-lite", "deepseek-v3", "glm-4.5"])
 def test_each_set_needs_no_more_memory_and_no_less_time(model: str) -> None:
-    """The sets are nested, cheapest first (solver.cost.recompute_modules): under selective
+    """The sets are nested, cheapest first (solver.cost.step.recompute_modules): under selective
     recompute, every configuration's memory never rises and its step time never falls from one
     set to the next (what module_variants relies on to search the last set first where
     nothing fits)."""
@@ -250,7 +250,7 @@ def test_each_set_needs_no_more_memory_and_no_less_time(model: str) -> None:
     candidates = enumerate_feasible(variants[0], rules_but_memory(variants[0]))
     candidates = candidates.take(np.arange(0, len(candidates), max(len(candidates) // 400, 1)))
     from solver.cost.memory import estimate_memory_total
-    from solver.cost.steptime import estimate_step_seconds
+    from solver.cost.step.steptime import estimate_step_seconds
 
     memory = [estimate_memory_total(v.model_spec, v.job, candidates, v.memory_options)[0]
               for v in variants]

@@ -1,4 +1,4 @@
-"""Context parallelism's ring attention (solver.cost.ring_attention), pinned to the code it
+"""Context parallelism's ring attention (solver.cost.comm.ring_attention), pinned to the code it
 models: Transformer Engine's AttnFuncWithCPAndKVP2P (transformer_engine/pytorch/attention/
 dot_product_attention/context_parallel.py, TransformerEngine@d0067d0) and PyTorch's
 _templated_ring_attention with the all-gather rotater (torch/distributed/tensor/experimental/
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.ring_attention import (
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.comm.ring_attention import (
     RingTraffic,
     estimate_ring_exposed_s,
     estimate_ring_traffic,

@@ -1,12 +1,12 @@
-"""The ring attention of each framework in the step time (solver.cost.ring_attention through
-solver.cost.layer_time): which ring a profile runs, and what it does to the plans."""
+"""The ring attention of each framework in the step time (solver.cost.comm.ring_attention through
+solver.cost.layers.layer_time): which ring a profile runs, and what it does to the plans."""
 
 from __future__ import annotations
 
 import pytest
 
 from solver.api import estimate
-from solver.cost.frameworks import build_framework_profile
+from solver.cost.step.frameworks import build_framework_profile
 
 
 def test_each_framework_runs_its_ring() -> None:

@@ -1,4 +1,4 @@
-"""A YaRN model's RoPE under Megatron-Core (solver.cost.rope_eager): YaRN's attention factor
+"""A YaRN model's RoPE under Megatron-Core (solver.cost.layers.rope_eager): YaRN's attention factor
 (solver.spec.rope; transformers _compute_yarn_parameters, Megatron-Core
 _yarn_get_concentration_factor), Megatron-Core's fallback from the fused RoPE to eager ops when
 that factor is not 1 (core_r0.15.0-0.18.0 megatron/core/models/common/embeddings/rope_utils.py:
@@ -16,11 +16,11 @@ import pytest
 
 from solver.catalog import load_cluster_spec, load_gpu_spec, load_model_spec
 from solver.catalog.hf import model_spec_from_hf_config
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.frameworks import framework_time_constants
-from solver.cost.layer_compute import estimate_layer_compute_s
-from solver.cost.rope_eager import estimate_eager_rope_s
-from solver.cost.time_constants import TimeConstants
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.step.frameworks import framework_time_constants
+from solver.cost.layers.layer_compute import estimate_layer_compute_s
+from solver.cost.layers.rope_eager import estimate_eager_rope_s
+from solver.cost.layers.time_constants import TimeConstants
 from solver.errors import InputError
 from solver.spec import JobSpec
 from solver.spec.rope import RopeScaling
@@ -126,7 +126,7 @@ def test_who_pays_nothing() -> None:
 
 
 def test_every_gpt_oss_layer_kind_pays_it_in_its_attention_gemms() -> None:
-    """gpt-oss's windowed and full-attention MoE kinds (solver.cost.blocks) both carry it in
+    """gpt-oss's windowed and full-attention MoE kinds (solver.cost.layers.blocks) both carry it in
     gemm / gemm_bwd, the attention block's part; nothing else moves."""
     spec, cluster = load_model_spec("gpt-oss-120b"), load_cluster_spec("dgx-h100")
     job = JobSpec(seq_len=4096, global_batch=1280)

@@ -14,9 +14,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.cost import layer_compute_kept, steptime
+from solver.cost.layers import layer_compute_kept
+from solver.cost.step import steptime
 from solver.cost.distinct import distinct_rows
-from solver.cost.layer_time import estimate_layer_terms, layer_degrees
+from solver.cost.layers.layer_time import estimate_layer_terms, layer_degrees
 from solver.cost.row_memo import RowMemo, forget_all
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
@@ -130,8 +131,8 @@ def test_offloads_keep_their_layer_terms_exact() -> None:
     """Activation offload's host transfers are worked out per distinct (layer degrees,
     recompute) with the layer terms: the same as adding them to every row; optimizer offload
     leaves the layers alone and shares the problem's kept terms."""
-    from solver.cost.offload import add_activation_offload_s
-    from solver.cost.steptime import estimate_time_terms
+    from solver.cost.step.offload import add_activation_offload_s
+    from solver.cost.step.steptime import estimate_time_terms
 
     problem = PROBLEMS["llama3.1-8b"]
     specs = (problem.model_spec, problem.cluster, problem.job)

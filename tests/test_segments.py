@@ -5,7 +5,7 @@ NVLink and a group that straddles segments pays for the share of its traffic tha
 Sources: NVIDIA GB200 NVL72 (https://www.nvidia.com/en-us/data-center/gb200-nvl72/: 18 trays of
 4 GPUs on one 72-GPU NVLink domain); SLURM topology/block and `--segment`
 (https://slurm.schedmd.com/topology.html): a job gets aligned blocks of nodes, 16 trays = 64 GPUs
-the usual choice on NVL72; the crossing shares (k-1)/(n-1) and (n-1)/(n-m) of solver.cost.comm
+the usual choice on NVL72; the crossing shares (k-1)/(n-1) and (n-1)/(n-m) of solver.cost.comm.comm
 (notes §1.4-1.5: ml-engineering's hierarchical conversion; OCI all-to-all across nodes).
 """
 
@@ -25,7 +25,7 @@ from solver.api import estimate
 from solver.catalog import load_cluster_spec, load_gpu_spec
 from solver.catalog.clusters import load_cluster_toml
 from solver.cli import cli
-from solver.cost.comm import estimate_group_link
+from solver.cost.comm.comm import estimate_group_link
 from solver.emit.layout import assign_tiers, build_rank_layout
 from solver.errors import InputError
 from solver.optimize import build_problem, solve

@@ -219,7 +219,7 @@ def test_a_higher_percentile_is_no_faster() -> None:
 
 
 def test_engine_sets_the_host_time_of_a_step() -> None:
-    """--engine picks the host overhead (solver.cost.serve_overhead): vLLM V1's 160 us a step
+    """--engine picks the host overhead (solver.cost.serving.overhead): vLLM V1's 160 us a step
     shows in the decode step's parts, SGLang's overlap scheduler shows none."""
     args = ("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "1", "--context", "8k")
     vllm, sglang = (serve_json(*args, "--engine", engine)["plans"][0]

@@ -1,6 +1,6 @@
 """Serving under the load a benchmark client offers (issue 38): the closed loop at fixed
-concurrency (solver.cost.serve_closed: synchronised waves, never more requests than users),
-open Poisson and gamma arrivals (solver.cost.queueing), and the properties the issue asks for:
+concurrency (solver.cost.serving.closed: synchronised waves, never more requests than users),
+open Poisson and gamma arrivals (solver.cost.serving.queueing), and the properties the issue asks for:
 for one plan TTFT and TPOT never fall when the concurrency or the request rate rises, and
 throughput never falls when a scheduler limit is raised."""
 
@@ -13,9 +13,13 @@ from hypothesis import strategies as st
 
 from solver.calibrate.profile import load_calibrated_cluster
 from solver.catalog import load_model_spec
-from solver.cost.queueing import estimate_gig1_wait_s, estimate_mg1_wait_s, gamma_arrival_scv
-from solver.cost.serve_closed import estimate_closed_point, estimate_wave_ttft_s
-from solver.cost.serve_load import estimate_load_point, interpolate_curve, largest_stable_rate
+from solver.cost.serving.queueing import (
+    estimate_gig1_wait_s,
+    estimate_mg1_wait_s,
+    gamma_arrival_scv,
+)
+from solver.cost.serving.closed import estimate_closed_point, estimate_wave_ttft_s
+from solver.cost.serving.load import estimate_load_point, interpolate_curve, largest_stable_rate
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
 from solver.serve.load import estimate_load_curves, estimate_serving_load
@@ -79,7 +83,7 @@ def test_one_closed_user_sees_the_idle_engine() -> None:
 
 
 def test_a_wave_of_four_prompts_is_prefilled_in_one_round() -> None:
-    """The worked number of solver.cost.serve_closed: 4 users of 1,024-token prompts under
+    """The worked number of solver.cost.serving.closed: 4 users of 1,024-token prompts under
     vLLM's 8,192-token budget come back together (g = 4) and share one round: each waits
     S(1,024) plus the 3,072 tokens of the others at c_p, the seconds a prefill token adds."""
     problem = problem_of("llama3.1-8b", "dgx-h100", 1, concurrency=4)
@@ -189,7 +193,7 @@ def _open_points(plan, lengths, arrival_scv: float, *fractions: float):
 
 @pytest.mark.xfail(strict=True, reason="open loop's TPOT percentile: mean + z sigma with "
                    "sigma linearised on the round's local slope, which falls where a MoE's "
-                   "experts saturate (solver.cost.serve_load.estimate_tpot_std_s); known, "
+                   "experts saturate (solver.cost.serving.load.estimate_tpot_std_s); known, "
                    "not fixed (issue 38)")
 def test_open_loop_tpot_percentile_never_falls_as_the_rate_rises() -> None:
     """The counterexample: Mixtral-8x7B on 2 H100s (tp 1, dp 2, ep 2), 4,000 + 200 tokens,
@@ -208,7 +212,7 @@ def test_throughput_never_falls_when_a_limit_rises(plan, users: int, limit: int,
     """A larger --max-num-seqs or --max-num-batched-tokens never lowers the largest stable
     request rate, nor a larger --max-num-seqs the closed loop's tokens/s at a concurrency. (A
     larger budget can lower the closed loop's by a hair: it groups more prompts of a wave
-    into one round, where they wait for each other: solver.cost.serve_closed.)"""
+    into one round, where they wait for each other: solver.cost.serving.closed.)"""
     model, cluster, gpus, precision, degrees = plan
     c = ServeCandidates(**degrees)
     if name == "max_num_batched_tokens":

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from solver.calibrate.profile import load_calibrated_cluster
 from solver.catalog import load_model_spec
 from solver.cli import cli
-from solver.cost.comm import estimate_collective_s, estimate_group_link
+from solver.cost.comm.comm import estimate_collective_s, estimate_group_link
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
-from solver.cost.kv_transfer import estimate_kv_transfer_bytes, estimate_prefill_kv_tokens
-from solver.cost.serve_load import estimate_prefill_queue
+from solver.cost.comm.kv_transfer import estimate_kv_transfer_bytes, estimate_prefill_kv_tokens
+from solver.cost.serving.load import estimate_prefill_queue
 from solver.serve.disagg import _largest_prefill_rate, estimate_transfer_s, search_disaggregated
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.load import estimate_load_curves, estimate_serving_load
@@ -61,7 +61,7 @@ def test_the_aggregated_plan_is_a_candidate(model: str, gpus: int, ttft: float |
 
 def test_kv_transfer_is_the_prompts_kv_over_the_tier() -> None:
     """Llama-3.1-70B at tp 8, 2,048 tokens: 2,048 x 40,960 B = 83.9 MB per GPU, sent with
-    solver.cost.comm's send_recv over NVLink (both pools in one node) or the network."""
+    solver.cost.comm.comm's send_recv over NVLink (both pools in one node) or the network."""
     problem = problem_of("llama3.1-70b", 16, None, None)
     engine = ServeCandidates(tp=8, pp=1, dp=1, ep=1, replicas=1)
     cluster = problem.cluster
@@ -97,7 +97,7 @@ def test_cli_disaggregated_answer_and_launch_lines() -> None:
 
 
 def test_kv_transfer_with_mismatched_tp_worked_numbers() -> None:
-    """solver.cost.kv_transfer: NixlConnector's decode ranks each pull their heads from one
+    """solver.cost.comm.kv_transfer: NixlConnector's decode ranks each pull their heads from one
     prefill rank, so prefill tp 4 feeding decode tp 8 sends 2 x 83.9 MB per prefill GPU for
     Llama-3.1-70B's 2,048 tokens (40,960 B per token per decode GPU); equal tp: 83.9 MB."""
     same = estimate_kv_transfer_bytes(2048.0, 40960.0, 8, 1, 8, 1)

@@ -1,4 +1,4 @@
-"""The load model (solver.serve.load and solver.cost.serve_step): properties the issue asks
+"""The load model (solver.serve.load and solver.cost.serving.step): properties the issue asks
 for (more GPUs and a looser SLO never lower the best load within the SLO), idle latency as the
 zero-load limit, Little's law in closed loops, and the datasheet step pinned to its roofline."""
 
@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from solver.calibrate.profile import load_calibrated_cluster
 from solver.catalog import load_model_spec
-from solver.cost.efficiency import ComputeConstants
-from solver.cost.serve_step import StageShape, estimate_step_compute_s
+from solver.cost.kernels.efficiency import ComputeConstants
+from solver.cost.serving.step import StageShape, estimate_step_compute_s
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
-from solver.cost.serve_load import (
+from solver.cost.serving.load import (
     estimate_load_point,
     interpolate_curve,
     largest_rate,
@@ -102,7 +102,7 @@ def test_length_distribution_raises_the_p90_ttft() -> None:
 
 def test_datasheet_decode_step_streams_the_weights() -> None:
     """One decode row on an H100 without its kernel table (the datasheet roofline of
-    solver.cost.efficiency): Llama-3.1-8B's 32 layers hold 6.98e9 linear parameters, 13.96 GB
+    solver.cost.kernels.efficiency): Llama-3.1-8B's 32 layers hold 6.98e9 linear parameters, 13.96 GB
     in bf16, streamed at 0.8 x 3.35 TB/s = 5.21 ms, plus 64 GEMMs x 8.5 us = 0.54 ms."""
     problem = problem_of("llama3.1-8b", 1)
     m = problem.model_spec
@@ -155,9 +155,9 @@ def test_one_round_model_gives_the_closed_batch_and_the_load_numbers() -> None:
 
 def test_fp4_weights_are_nvfp4_bytes_and_faster_decode() -> None:
     """fp4 weights: 0.5 + one E4M3 scale per 16 = 0.5625 bytes (NVFP4, the nvfp4 recipe of
-    solver.cost.precision); a decode round streams them, so idle TPOT drops below fp8's on a
+    solver.cost.kernels.precision); a decode round streams them, so idle TPOT drops below fp8's on a
     B200 (FP4 tensor cores) and on an H100 (weight-only, vLLM's Marlin kernels)."""
-    from solver.cost.serve_step import gemm_precision
+    from solver.cost.serving.step import gemm_precision
     from solver.serve import ServeConstants
 
     assert ServeConstants().weight_bytes("fp4") == pytest.approx(0.5625)

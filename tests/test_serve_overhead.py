@@ -1,5 +1,5 @@
-"""Engine host overhead (solver.cost.serve_overhead) and the decode-attention kernel's fixed
-cost (solver.cost.serve_step), each pinned to the profile or table it comes from, and how they
+"""Engine host overhead (solver.cost.serving.overhead) and the decode-attention kernel's fixed
+cost (solver.cost.serving.step), each pinned to the profile or table it comes from, and how they
 enter the rounds, the idle latency and the multi-step wait."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.cost.serve_overhead import EngineOverhead, engine_overhead
-from solver.cost.serve_step import DECODE_ATTENTION_KERNEL_S, StageShape, estimate_step_compute_s
+from solver.cost.serving.overhead import EngineOverhead, engine_overhead
+from solver.cost.serving.step import DECODE_ATTENTION_KERNEL_S, StageShape, estimate_step_compute_s
 from solver.serve import ServeJob
 from solver.serve.candidates import ServeCandidates
 from solver.serve.load import estimate_serving_load
@@ -150,7 +150,7 @@ def test_an_overlapping_scheduler_adds_the_round_it_has_built() -> None:
     its quantile by at most tau, TPOT not at all."""
     from dataclasses import replace
 
-    from solver.cost.serve_load import estimate_load_point, interpolate_curve
+    from solver.cost.serving.load import estimate_load_point, interpolate_curve
     from solver.serve.load import estimate_load_curves
 
     problem = with_engine(problem_of("llama3.1-8b", 1, request_rate=4.0), engine="sglang")

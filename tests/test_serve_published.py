@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from serve_accuracy import load_rows, predict, summarize  # noqa: E402
 
-from solver.cost.serve_overhead import ENGINE_NAMES  # noqa: E402
+from solver.cost.serving.overhead import ENGINE_NAMES  # noqa: E402
 
 
 def test_rows_are_sourced_and_predictable() -> None:

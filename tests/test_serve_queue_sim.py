@@ -12,9 +12,9 @@ import random
 import numpy as np
 import pytest
 
-from solver.cost.queueing import estimate_tpot_variance_coefficients
-from solver.cost.serve_curves import LoadCurves
-from solver.cost.serve_load import estimate_load_point, largest_stable_rate
+from solver.cost.serving.queueing import estimate_tpot_variance_coefficients
+from solver.cost.serving.curves import LoadCurves
+from solver.cost.serving.load import estimate_load_point, largest_stable_rate
 
 FIXED_S, PER_DECODE_S, PER_PREFILL_TOKEN_S = 10e-3, 0.1e-3, 0.02e-3
 BUDGET, INPUT, OUTPUT = 2048, 512, 64
@@ -25,7 +25,7 @@ def round_s(decode, prefill):
 
 
 def build_curves(d_max: float, points: int = 48, quantile: float = 0.5) -> LoadCurves:
-    """The curves solver.cost.serve_curves.estimate_load_curves builds, from the linear
+    """The curves solver.cost.serving.curves.estimate_load_curves builds, from the linear
     round."""
     d = np.concatenate([[0.0], (d_max + 1) ** np.linspace(0, 1, points - 1)])
     chunk = np.maximum(BUDGET - d, 1)
@@ -101,10 +101,10 @@ def test_model_holds_the_simulated_means(load: float) -> None:
 @pytest.mark.parametrize("load", [0.2, 0.5, 0.8])
 def test_p90_tpot_and_ttft_hold_the_simulated_percentiles(load: float) -> None:
     """A request's TPOT averages its rounds: the model's p90 (Campbell's theorem over the
-    request's window, widened by the loop gain of slower rounds; solver.cost.queueing) is
+    request's window, widened by the loop gain of slower rounds; solver.cost.serving.queueing) is
     within 6% of the simulated p90 over requests, its spread above the mean within 25%; the
     p90 TTFT (the quantile of residual + wait + the prompts batched with it + service,
-    solver.cost.ttft_quantile) within 4%. Measured here: p90 TPOT -1.1%, -2.9%, -5.0%; p90
+    solver.cost.serving.ttft_quantile) within 4%. Measured here: p90 TPOT -1.1%, -2.9%, -5.0%; p90
     TTFT -2.4%, -0.1%, 0.0% (the summed quantiles without the batched prompts: -11%, -6%,
     -7%)."""
     curves = build_curves(200.0, quantile=0.9)

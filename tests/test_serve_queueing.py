@@ -1,4 +1,4 @@
-"""solver.cost.queueing pinned to closed forms of queueing theory (Kleinrock, Queueing Systems
+"""solver.cost.serving.queueing pinned to closed forms of queueing theory (Kleinrock, Queueing Systems
 Vol. 1, 1975): M/M/1's mean wait rho / (mu - lam) and its exact waiting-time tail
 rho exp(-(mu - lam) t), M/D/1's mean wait rho s / (2 (1 - rho)); the TPOT spread's window
 variance (Eick, Massey and Whitt 1993) and feedback ratio (van Kampen's linear noise
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.cost.queueing import (
+from solver.cost.serving.queueing import (
     estimate_feedback_variance_ratio,
     estimate_mg1_wait_s,
     estimate_tpot_variance_coefficients,
@@ -53,7 +53,7 @@ def test_wait_quantile_worked_number() -> None:
 
 
 def test_tpot_variance_coefficients_worked_numbers() -> None:
-    """solver.cost.queueing docstring: every request 512 + 64 tokens gives A = 64, B = 8 and
+    """solver.cost.serving.queueing docstring: every request 512 + 64 tokens gives A = 64, B = 8 and
     C = 2/3 (the window average of an M/G/inf occupancy whose every service equals the window:
     Var = 2 lam T / 3)."""
     a, b, c = estimate_tpot_variance_coefficients([512], [1.0], [64], [1.0])

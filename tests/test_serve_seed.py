@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from solver.catalog import load_cluster_spec, load_gpu_spec, load_model_spec
-from solver.cost.comm import collective_factor
-from solver.cost.serve_round import TP_ALLREDUCES_PER_LAYER, estimate_tp_allreduce_bytes
+from solver.cost.comm.comm import collective_factor
+from solver.cost.serving.round import TP_ALLREDUCES_PER_LAYER, estimate_tp_allreduce_bytes
 from solver.serve import ServeJob, ServeProblem, solve_serving
 from solver.serve.candidates import ServeCandidates
 from solver.serve.constraints import build_serve_constraints

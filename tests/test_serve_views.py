@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cli import cli
-from solver.cost.serve_memory import estimate_serving_views
+from solver.cost.serving.memory import estimate_serving_views
 from solver.serve import ServeJob, ServeProblem, solve_serving
 from solver.serve.candidates import ServeCandidates
 from solver.serve.memory import estimate_serving_memory

@@ -12,8 +12,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
-from solver.cost.flops import convert_mfu, estimate_model_flops_per_token
-from solver.cost.steptime import (
+from solver.cost.layers.flops import convert_mfu, estimate_model_flops_per_token
+from solver.cost.step.steptime import (
     StageTimeContent,
     compose_step_time,
     estimate_step_time,
@@ -103,8 +103,8 @@ def test_pipeline_hand_off_sends_one_tp_slice_per_rank() -> None:
     §4.1) and DeepSpeed's pipeline engine (`is_pipe_partitioned = is_model_parallel`) split it
     before the send and all-gather it over TP on arrival. BLOOM-176B, tp 4, pp 12, dp 8,
     micro-batch 2, seq 2048: 2 x 2048 x 14336 x 2 B / 4 = 29.4 MB per send on the fabric."""
-    from solver.cost.comm import estimate_collective_s, estimate_group_link
-    from solver.cost.steptime import TimeConstants
+    from solver.cost.comm.comm import estimate_collective_s, estimate_group_link
+    from solver.cost.step.steptime import TimeConstants
 
     model, cluster = load_model_spec("bloom-176b"), load_cluster_spec("dgx-a100-80gb")
     job = JobSpec(seq_len=2048, global_batch=2048)
@@ -204,7 +204,7 @@ def test_misaligned_unfused_attention_runs_on_the_cuda_cores() -> None:
     FlashAttention: the attention core's full (unmasked) score FLOPs at the A100's FP32
     CUDA-core peak (19.5 TFLOP/s) x its matmul fraction (0.869). FlashAttention pads the head
     dimension and is unaffected; an aligned head dimension (224) is unaffected too."""
-    from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
+    from solver.cost.kernels.efficiency import ComputeConstants, estimate_attention_core_s
 
     gpu = load_cluster_spec("dgx-a100-80gb").gpu
     cc = ComputeConstants()
@@ -228,10 +228,10 @@ def test_unfused_attention_streams_its_score_matrix() -> None:
     backward runs the forward's two batched GEMMs twice over (nothing recomputed). BLOOM-176B
     at tp 8 on an A100 80 GB, mb 1, s 2048: 14 heads x 2048^2 = 58.7M scores per GPU, 470 MB
     forward at 0.8 x 2039 GB/s = 0.29 ms."""
-    from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
-    from solver.cost.flops import estimate_attention_core_flops
-    from solver.cost.layer_compute import _attention_core
-    from solver.cost.time_constants import TimeConstants
+    from solver.cost.kernels.efficiency import ComputeConstants, estimate_attention_core_s
+    from solver.cost.layers.flops import estimate_attention_core_flops
+    from solver.cost.layers.layer_compute import _attention_core
+    from solver.cost.layers.time_constants import TimeConstants
 
     model = load_model_spec("bloom-176b")
     cluster = load_cluster_spec("dgx-a100-80gb")
@@ -260,8 +260,8 @@ def test_attention_dropout_streams_the_dropped_scores_and_their_mask() -> None:
     per score forward (read P, write P' and a bool mask) and 5 B backward (read dP' and the
     mask, write dP). BLOOM-176B at tp 4, mb 2, s 2048: 2 x 28 x 2048^2 = 234.9M scores per
     GPU, 1.17 GB each way, 0.72 ms at 0.8 x 2039 GB/s."""
-    from solver.cost.layer_compute import _attention_core
-    from solver.cost.time_constants import TimeConstants
+    from solver.cost.layers.layer_compute import _attention_core
+    from solver.cost.layers.time_constants import TimeConstants
 
     model, cluster = load_model_spec("bloom-176b"), load_cluster_spec("dgx-a100-80gb")
     job = JobSpec(seq_len=2048)
@@ -283,7 +283,7 @@ def test_attention_dropout_streams_the_dropped_scores_and_their_mask() -> None:
 
 
 def test_misaligned_head_dim_without_an_fp32_peak_is_an_input_error() -> None:
-    from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
+    from solver.cost.kernels.efficiency import ComputeConstants, estimate_attention_core_s
     from solver.errors import InputError
 
     gpu = load_cluster_spec("dgx-b200").gpu
@@ -299,8 +299,8 @@ def test_deepspeed_pipeline_engine_exposes_every_dp_collective() -> None:
     ZeRO-1 all-reduces the gradients (buffered_allreduce_fallback) instead of reduce-scattering
     them (zero1_grad_all_reduce). ZeRO-3 gathers twice and reduce-scatters once per
     micro-batch."""
-    from solver.cost.data_parallel import estimate_dp_collectives_s
-    from solver.cost.steptime import TimeConstants
+    from solver.cost.step.data_parallel import estimate_dp_collectives_s
+    from solver.cost.step.steptime import TimeConstants
 
     model, cluster = load_model_spec("llama3.1-70b"), load_cluster_spec("dgx-a100-80gb")
     job = JobSpec(seq_len=4096, global_batch=256)
@@ -331,7 +331,7 @@ def test_ampere_era_attention_kernels_reach_two_thirds_of_a_hopper_peak() -> Non
     about 2/3 of an H100's peak; 2023-era FlashAttention-1/2 and Triton attention (LLM Foundry's
     tables) are such kernels. The limit applies to Hopper GPUs only (A100's own instruction is
     mma.sync) and not to native kernels (FlashAttention-3, cuDNN), the default."""
-    from solver.cost.efficiency import ComputeConstants, estimate_attention_core_s
+    from solver.cost.kernels.efficiency import ComputeConstants, estimate_attention_core_s
 
     cc = ComputeConstants()
     for preset in ("dgx-h100", "hgx-h800", "dgx-h200"):
@@ -355,7 +355,7 @@ def test_overlap_never_costs_more_than_exposing_every_collective(model, tp, pp, 
     """Hiding DP traffic behind compute can only help: one layer's share stays exposed, the
     rest hides up to the compute available, and the hidden part slows compute by the SM share
     of the communication kernels (< 1), so the overlapped "dp" part is at most the volume."""
-    from solver.cost.steptime import TimeConstants
+    from solver.cost.step.steptime import TimeConstants
 
     spec, cluster = load_model_spec(model), load_cluster_spec("dgx-h100")
     job = JobSpec(seq_len=4096, global_batch=512)
@@ -375,9 +375,9 @@ def test_deepspeed_zero2_reduces_every_micro_batch_and_gathers_inside_the_step()
     micro-batches the backward side runs n times; its ZeRO 1-2 gather the updated parameters
     inside the optimizer step, so the forward side is the whole gather. With one micro-batch
     ZeRO-2 costs what ZeRO-1 does."""
-    from solver.cost.data_parallel import estimate_dp_collectives_s
-    from solver.cost.frameworks import framework_time_constants
-    from solver.cost.time_constants import TimeConstants
+    from solver.cost.step.data_parallel import estimate_dp_collectives_s
+    from solver.cost.step.frameworks import framework_time_constants
+    from solver.cost.layers.time_constants import TimeConstants
 
     model, cluster = load_model_spec("llama3.1-8b"), load_cluster_spec("dgx-h100")
     job = JobSpec(seq_len=4096, global_batch=256)
@@ -411,10 +411,10 @@ def test_dp_overlap_window_is_the_layer_time_the_host_paces() -> None:
     shorter: the window is longer than the GPU's work, by the wait; at 16,384 tokens it is the
     GPU's."""
 
-    from solver.cost.layer_compute import estimate_backward_s, estimate_forward_s
-    from solver.cost.layer_compute_kept import estimate_framework_compute_s
-    from solver.cost.layer_time import STAGE_PARTS, estimate_layer_terms
-    from solver.cost.time_constants import TimeConstants
+    from solver.cost.layers.layer_compute import estimate_backward_s, estimate_forward_s
+    from solver.cost.layers.layer_compute_kept import estimate_framework_compute_s
+    from solver.cost.layers.layer_time import STAGE_PARTS, estimate_layer_terms
+    from solver.cost.layers.time_constants import TimeConstants
 
     model, cluster, constants = (load_model_spec("qwen3-30b-a3b"),
                                  load_cluster_spec("dgx-h100"), TimeConstants())
@@ -442,12 +442,12 @@ def test_dp_overlap_window_is_the_layer_time_the_host_paces() -> None:
 def test_even_content_keeps_the_stages_that_may_be_slowest(model_name: str, pp: int, vpp: int,
                                                            recompute: str, slots: bool) -> None:
     """The even split's stage content keeps only the stages no other stage dominates
-    (solver.cost.stage_content): its step time is the one of the same even split given stage by
+    (solver.cost.step.stage_content): its step time is the one of the same even split given stage by
     stage (estimate_layout_step_time, one row per pipeline rank), breakdown included."""
     from solver.cost.candidates import Candidates
     from solver.cost.memory import MemoryOptions
     from solver.cost.memory.layout import build_default_layout
-    from solver.cost.steptime import estimate_layout_step_time
+    from solver.cost.step.steptime import estimate_layout_step_time
     from solver.spec import ParallelConfig
 
     model = load_model_spec(model_name)

@@ -1,4 +1,4 @@
-"""Low-precision training states (issue 43, item 4; solver.cost.training_states): pure bf16 and
+"""Low-precision training states (issue 43, item 4; solver.cost.step.training_states): pure bf16 and
 8-bit Adam, each a named choice (--training-states) with its memory, its optimizer-step bytes,
 and a launch setting or a one-line refusal per framework.
 
@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from solver.api import check_parallel_config, load_problem_specs
 from solver.cli import cli
 from solver.cost.candidates import Candidates
-from solver.cost.data_parallel import estimate_optimizer_s
-from solver.cost.frameworks import build_framework_profile, offload_ladder
+from solver.cost.step.data_parallel import estimate_optimizer_s
+from solver.cost.step.frameworks import build_framework_profile, offload_ladder
 from solver.cost.memory import estimate_memory
 from solver.cost.memory.options import MemoryOptions
-from solver.cost.training_states import (
+from solver.cost.step.training_states import (
     ADAM8BIT_MOMENT_BYTES,
     estimate_optimizer_step_bytes,
     estimate_training_state_options,
@@ -42,7 +42,7 @@ from solver.spec import JobSpec, ModelSpec, ParallelConfig
 from solver.spec.features import FrameworkFeatures
 
 LOW_STATES = ("pure_bf16", "adam8bit", "pure_bf16_adam8bit")
-# Where each framework takes them (solver.cost.frameworks.UNSUPPORTED).
+# Where each framework takes them (solver.cost.step.frameworks.UNSUPPORTED).
 TAKEN = {"generic": LOW_STATES, "deepspeed": LOW_STATES, "megatron": (), "torchtitan": ()}
 
 

@@ -2,7 +2,7 @@
 2022 kernel LLM Foundry's MPT tables ran (llm-foundry scripts/train/benchmarking/
 submit_benchmarks.py, `--attn_impl` default "triton" up to 5e85bd62; llmfoundry/models/layers/
 attention.py triton_flash_attn_fn, HazyResearch's flash_attn_triton.py), at the published
-rates of solver.cost.kernels_attention.triton_attention_rates:
+rates of solver.cost.kernels.kernels_attention.triton_attention_rates:
 
 - FlashAttention-2 (Dao 2023, arXiv 2307.08691) §1: FlashAttention-1 reaches 30-50% of the
   A100's peak forward, 25-35% backward; the Triton kernel's own header: "Overall Triton
@@ -19,15 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.catalog import load_gpu_spec
-from solver.cost.efficiency import estimate_triton_attention_s, triton_padded_head_dim
-from solver.cost.frameworks import build_framework_profile
-from solver.cost.kernels_attention import (
+from solver.cost.kernels.efficiency import estimate_triton_attention_s, triton_padded_head_dim
+from solver.cost.step.frameworks import build_framework_profile
+from solver.cost.kernels.kernels_attention import (
     FA1_PEAK_FRACTIONS,
     FA2_RATES_TFLOPS,
     TRITON_SLOWDOWN_FROM_FA2,
     triton_attention_rates,
 )
-from solver.cost.time_constants import TimeConstants
+from solver.cost.layers.time_constants import TimeConstants
 
 TFLOPS = 1e12
 

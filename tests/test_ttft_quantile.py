@@ -1,4 +1,4 @@
-"""The TTFT percentile as the quantile of a sum (solver.cost.ttft_quantile): the closed-form
+"""The TTFT percentile as the quantile of a sum (solver.cost.serving.ttft_quantile): the closed-form
 distribution of residual + wait, and the quantile against sampling every part."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from solver.cost.ttft_quantile import estimate_residual_wait_cdf, estimate_ttft_quantile_s
+from solver.cost.serving.ttft_quantile import estimate_residual_wait_cdf, estimate_ttft_quantile_s
 
 
 def test_residual_and_wait_limits() -> None:

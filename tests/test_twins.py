@@ -102,7 +102,7 @@ def test_llama2_13b_top_5_lists_five_distinct_plans() -> None:
     # off), and Megatron's default selective recompute, the attention core (the search's own
     # choice of modules makes selective costlier than none: tests/test_recompute_modules.py),
     # no offload to the host (which the search did not have then). Since Megatron's
-    # interleaved schedule hides its steady-state sends (solver.cost.pipeline_sends), the top
+    # interleaved schedule hides its steady-state sends (solver.cost.comm.pipeline_sends), the top
     # plan is tp 2, pp 2, vpp 8 (0.7% ahead of pp 1's tp 2 with ZeRO 3, 68.8 GB before).
     problem = build_problem("llama2-13b", "dgx-h100", 16, features=FrameworkFeatures(
         grad_reduce_in_bf16=False, precision_aware_optimizer=False,

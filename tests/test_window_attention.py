@@ -1,7 +1,7 @@
-"""Sliding-window attention from the measured window kernels (solver.cost.kernels_attention,
+"""Sliding-window attention from the measured window kernels (solver.cost.kernels.kernels_attention,
 window.<w>.<mha|gqa> grids built from AIConfigurator's TensorRT-LLM context-attention rows with
 window_size 128 at head dim 64, gpt-oss's geometry with its sinks) and its use for windowed
-layers (solver.cost.layer_compute._window_core, solver.cost.blocks)."""
+layers (solver.cost.layers.layer_compute._window_core, solver.cost.layers.blocks)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
-from solver.cost.frameworks import framework_time_constants
-from solver.cost.kernels import attention_flop, load_kernel_table, window_attention_flop
-from solver.cost.kernels_attention import estimate_table_window_rate
-from solver.cost.layer_compute import estimate_layer_compute_s
-from solver.cost.steptime import _degrees
+from solver.cost.step.frameworks import framework_time_constants
+from solver.cost.kernels.kernels import attention_flop, load_kernel_table, window_attention_flop
+from solver.cost.kernels.kernels_attention import estimate_table_window_rate
+from solver.cost.layers.layer_compute import estimate_layer_compute_s
+from solver.cost.step.steptime import _degrees
 from solver.spec import JobSpec, ParallelConfig
 
 # AIConfigurator 095f58a h100_sxm context_attention_perf (TRT-LLM 1.3.0rc20), bf16, head dim 64,

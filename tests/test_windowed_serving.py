@@ -1,7 +1,7 @@
 """Issue 18's property on the serving side (the training side: test_blocks.py): a model whose
 block pattern is all full attention serves exactly as the plain model does, and windowing
 attention layers (sliding or chunked, vLLM's SlidingWindowSpec and ChunkedLocalAttentionSpec:
-solver.cost.block_cache) never raises the KV cache a token needs, never shrinks what the cache
+solver.cost.serving.block_cache) never raises the KV cache a token needs, never shrinks what the cache
 holds, and never slows a request or the deployment."""
 
 from __future__ import annotations
@@ -85,11 +85,14 @@ def test_windows_never_cost_more_to_serve(name: str, window: int, chunked: bool,
 
 
 def test_prefill_attention_follows_the_pattern() -> None:
-    """solver.cost.block_cache.estimate_prefill_core_share: Gemma 3 27B (10 full, 52 sliding
+    """solver.cost.serving.block_cache.estimate_prefill_core_share: Gemma 3 27B (10 full, 52 sliding
     layers of 1024) at 8192 tokens: (10 + 52 x 960.06 / 4096) / 62 = 0.358; at 1024 every
     window covers the prompt: 1. Nemotron-H-8B: its 4 attention layers of 52, whatever the
     prompt; its 24 Mamba-2 layers scan instead (6,553,600 FLOPs a token each)."""
-    from solver.cost.block_cache import estimate_prefill_core_share, estimate_prefill_scan_flops
+    from solver.cost.serving.block_cache import (
+        estimate_prefill_core_share,
+        estimate_prefill_scan_flops,
+    )
 
     gemma, nemotron = load_model_spec("gemma3-27b"), load_model_spec("nemotron-h-8b")
     share = estimate_prefill_core_share(gemma, np.array([8192.0, 1024.0]))

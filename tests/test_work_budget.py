@@ -72,7 +72,7 @@ def test_a_passed_time_limit_returns_the_even_splits_found_unproven(monkeypatch)
 def test_memory_bounds_past_their_deadline_are_looser_bounds() -> None:
     """estimate_memory_bounds stops its bisections at the deadline: the same fit test, a bound
     never above the full one (still a lower bound of every layout that fits)."""
-    from solver.cost.layout_terms import estimate_layer_time_coefficients
+    from solver.cost.step.layout_terms import estimate_layer_time_coefficients
     from solver.search.enumerate import enumerate_feasible, rules_but_memory
     from solver.search.layout_bounds import estimate_memory_bounds
 
@@ -115,7 +115,7 @@ def test_one_recompute_count_for_every_stage_is_proven_within_the_work_limit() -
     layers)): CP-SAT branches on R first. Llama-3.1-405B on 64 A100 80GB, tp 8 x pp 8, full
     recompute: the layout is proven optimal within one program's work limit (it was not:
     1.5 deterministic seconds spent, 5.8 s of wall time to prove without it)."""
-    from solver.cost.layout_terms import estimate_layout_coefficients
+    from solver.cost.step.layout_terms import estimate_layout_coefficients
     from solver.cost.memory.layout import build_default_layout
     from solver.search.constraints import memory_capacity_bytes
     from solver.search.layout_program import solve_layout

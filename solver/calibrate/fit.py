@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.calibrate.nccl_tests import NcclTable
-from solver.cost.comm import collective_factor, estimate_curve_s
+from solver.cost.comm.comm import collective_factor, estimate_curve_s
 from solver.errors import InputError
 from solver.spec.calibration import Collective, CollectiveCurve, CurveKnot, MeasuredPoint
 

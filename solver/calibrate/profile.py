@@ -4,7 +4,7 @@ A measurement belongs to a tier of the cluster: the innermost tier whose span ho
 measured ranks when they sit on one node (`nodes == 1`), else the innermost tier whose span
 holds the nodes they sit on (`nodes x gpus_per_node` GPUs); `tier=` overrides. Applying a
 profile puts its curves on the cluster's tiers (`TierSpec.curves`), so every cost function that
-takes the cluster uses them (solver.cost.comm); tiers without curves keep the preset numbers.
+takes the cluster uses them (solver.cost.comm.comm); tiers without curves keep the preset numbers.
 """
 
 from __future__ import annotations

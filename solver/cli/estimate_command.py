@@ -62,7 +62,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         echo_stage_table,
         echo_time_table,
     )
-    from solver.cost.caveats import list_time_caveats
+    from solver.cost.step.caveats import list_time_caveats
     from solver.cli.plan_option import plan_problem_names
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 

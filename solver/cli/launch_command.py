@@ -22,7 +22,7 @@ from solver.cli.plan_option import (
 from solver.emit import DEFAULT_ORDER, FORMAT_ALIASES, FORMATS, TARGETS
 from solver.spec.profiles import profile_names
 
-# Formats that are a framework with a profile (solver.cost.frameworks).
+# Formats that are a framework with a profile (solver.cost.step.frameworks).
 PROFILED_FORMATS = ("megatron", "torchtitan", "deepspeed")
 # Formats that write another form of a profiled framework's settings.
 PROFILES_OF = {"torchtitan-python": "torchtitan", "megatron-bridge": "megatron"}
@@ -130,9 +130,9 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.emit.layout import build_rank_layout
     from solver.emit.target import LaunchTarget, check_pipeline_layout, parse_launch_pipeline
 
-    from solver.cost.frameworks import build_framework_profile
-    from solver.cost.offload import check_activation_offload, check_layer_offload
-    from solver.cost.recompute_modules import with_default_recompute_modules
+    from solver.cost.step.frameworks import build_framework_profile
+    from solver.cost.step.offload import check_activation_offload, check_layer_offload
+    from solver.cost.step.recompute_modules import with_default_recompute_modules
 
     ctx = click.get_current_context()
     launch_format, version = _format_and_version(launch_format, target_text)

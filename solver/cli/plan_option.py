@@ -110,7 +110,7 @@ def plan_framework_features(plan_file: Any, framework: str, flags: dict[str, Any
     of those moved: they must come out as the file states them), the memory
     savers and offloads the plan turned on, the module set its selective recompute chose, and
     last the feature flags given (`flags`: FrameworkFeatures.given())."""
-    from solver.cost.frameworks import build_framework_profile
+    from solver.cost.step.frameworks import build_framework_profile
     from solver.errors import InputError
 
     features: dict[str, Any] = {}

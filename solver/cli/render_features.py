@@ -4,7 +4,7 @@ as `framework_features`."""
 
 from __future__ import annotations
 
-from solver.cost.frameworks import FrameworkProfile
+from solver.cost.step.frameworks import FrameworkProfile
 from solver.spec.feature_rules import render_feature_value
 from solver.spec.features import FEATURE_BY_NAME, FrameworkFeatures
 from solver.spec.profiles import ResolvedProfile, feature_sources
@@ -18,7 +18,7 @@ DISPATCHER_BUFFERS = {
     "hybridep": "HybridEP's buffers, a slot for every token of the ETPxEP group",
 }
 
-# What each --training-states keeps (solver.cost.training_states).
+# What each --training-states keeps (solver.cost.step.training_states).
 TRAINING_STATE_WORDS = {
     "pure_bf16": "bf16 weights, gradients and Adam moments, no fp32 master",
     "adam8bit": "fp32 master weights, 8-bit block-wise Adam moments (bitsandbytes / torchao)",
@@ -108,7 +108,7 @@ def render_memory_assumptions(profile: FrameworkProfile, precision: str,
 
 def render_offload_assumptions(profile: FrameworkProfile) -> list[str]:
     """The offload lines: what each offload keeps on the host and how its time is counted
-    (solver.cost.offload)."""
+    (solver.cost.step.offload)."""
     constants = profile.time_constants
     optimizer = "off (--optimizer-offload)"
     if constants.optimizer_offload:
@@ -135,7 +135,7 @@ def render_offload_assumptions(profile: FrameworkProfile) -> list[str]:
 def render_profile_assumptions(resolved: ResolvedProfile, features: FrameworkFeatures
                                ) -> list[str]:
     """The framework profile's lines: its NAME@RELEASE, each feature its release or a flag
-    sets and where from; the rest are the framework's defaults (solver.cost.frameworks)."""
+    sets and where from; the rest are the framework's defaults (solver.cost.step.frameworks)."""
     lines = [f"framework profile {resolved.label} (runs {resolved.framework}):"]
     for name, (value, source) in feature_sources(resolved, features.given()).items():
         lines.append(f"  {FEATURE_BY_NAME[name].flag} {render_feature_value(value)}: {source}")

@@ -10,7 +10,7 @@ import click
 
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import echo_layout_table
-from solver.cost.caveats import list_time_caveats
+from solver.cost.step.caveats import list_time_caveats
 from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL, DEFAULT_MIN_FIT_PROBABILITY
 from solver.optimize_json import render_plans_uncertainty
 from solver.spec.figures import format_significant

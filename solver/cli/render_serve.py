@@ -1,6 +1,6 @@
 """Rendering `serve` answers: the JSON of DESIGN.md, the ranked table, the why, the vLLM
 command, and the infeasibility explanation. Memory in decimal GB (1e9 bytes), per GPU, in
-items and in the three views users measure it in (MEMORY_VIEWS, solver.cost.serve_memory)."""
+items and in the three views users measure it in (MEMORY_VIEWS, solver.cost.serving.memory)."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
         "plans": [_plan_json(plan, problem, level) for plan in result.plans],
         "interval_level": level,
         # What reports each view of a plan's memory: the view a measured number is compared
-        # with (vLLM's own log splits it the same way: solver.cost.serve_memory).
+        # with (vLLM's own log splits it the same way: solver.cost.serving.memory).
         "memory_views": render_memory_views_json(),
     }
     if result.pareto is not None:
@@ -301,7 +301,7 @@ def _echo_load(result: Any) -> None:
                 str(plan.scheduler["max_num_seqs"])]
         rows.append(row)
     click.echo("latency: idle = one request alone; under load = the offered load, queueing "
-               "model of solver/cost/serve_load.py")
+               "model of solver/cost/serving/load.py")
     widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(head)]
     click.echo("  ".join(h.rjust(w) for h, w in zip(head, widths)))
     for row in rows:

@@ -2,7 +2,7 @@
 
 The search costs the same degree tuples many times per problem: its first pass, the even
 splits, the ranking, each layout's coefficients and the plans all work out the layer terms
-(solver.cost.layer_time) of the distinct (tp, cp, ep, etp, micro-batch) tuples among their
+(solver.cost.layers.layer_time) of the distinct (tp, cp, ep, etp, micro-batch) tuples among their
 candidates, and each recompute module set searched beside the problem (solver.search.
 module_variants) works out the same layer compute again. Those functions are pure, and each
 row's numbers are computed elementwise whatever else is in the batch, up to the last bit

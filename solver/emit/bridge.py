@@ -67,7 +67,7 @@ FALLBACK_RECIPES = {"hybrid": "nemotronh_8b_pretrain_config",
                     "mla": "deepseek_v3_pretrain_config",
                     "gated-moe": "qwen3_30b_a3b_pretrain_config",
                     "gated": "llama2_7b_pretrain_config", "plain": "gpt3_175b_pretrain_config"}
-# The precision recipes (solver.cost.precision) as Bridge's mixed-precision presets
+# The precision recipes (solver.cost.kernels.precision) as Bridge's mixed-precision presets
 # (training/mixed_precision.py: bf16_mixed, bf16_with_fp8_delayed_scaling_mixed, ...), which
 # set what Megatron's --bf16 / --fp8-* / --fp4-* flags set.
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed",

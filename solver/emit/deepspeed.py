@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import json
 
-from solver.cost.frameworks import check_training_states_supported, check_training_states_zero
-from solver.cost.training_states import is_8bit, is_pure
+from solver.cost.step.frameworks import check_training_states_supported, check_training_states_zero
+from solver.cost.step.training_states import is_8bit, is_pure
 from solver.emit.nodes import count_nodes, render_hostfile
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout
@@ -148,7 +148,7 @@ def build_deepspeed_config(target: LaunchTarget) -> tuple[dict[str, object], lis
         # only with zero_allow_untested_optimizer (deepspeed/runtime/constants.py
         # ZERO_ALLOW_UNTESTED_OPTIMIZER; transformers' integrations/deepspeed.py sets it for
         # the Trainer's own optimizer); ZeRO hands it its master partition (fp32, or bf16 in
-        # pure bf16), so its 8-bit moments sit beside it (solver.cost.training_states).
+        # pure bf16), so its 8-bit moments sit beside it (solver.cost.step.training_states).
         config["zero_allow_untested_optimizer"] = True
         notes.append("8-bit Adam: pass bitsandbytes.optim.AdamW8bit(model.parameters(), ...) "
                      "(or torchao's AdamW8bit) to deepspeed.initialize(optimizer=...); "

@@ -14,7 +14,7 @@ _add_distributed_args (--tensor-model-parallel-size, --pipeline-model-parallel-s
 --no-gradient-accumulation-fusion), _add_data_args (--seq-length), _add_mixed_precision_args
 (--bf16), _add_checkpointing_args (--ckpt-format) and _add_transformer_engine_args
 (--fp8-format {e4m3,hybrid}). There is no --virtual-pipeline-model-parallel-size any more.
-The framework profile's features (solver.cost.frameworks) go out as TransformerConfig flags
+The framework profile's features (solver.cost.step.frameworks) go out as TransformerConfig flags
 (_feature_flags: --moe-token-dispatcher-type, --moe-flex-dispatcher-backend,
 --moe-grouped-gemm, --cuda-graph-impl, --cuda-graph-scope, --tp-comm-overlap,
 --overlap-moe-expert-parallel-comm). The model's architecture goes out in full
@@ -34,7 +34,7 @@ import shlex
 
 import numpy as np
 
-from solver.cost.frameworks import check_training_states_supported, framework_time_constants
+from solver.cost.step.frameworks import check_training_states_supported, framework_time_constants
 from solver.emit.layout import build_rank_layout
 from solver.emit.target import Emitted, LaunchTarget
 from solver.emit.megatron_hybrid import build_mamba_hybrid_flags
@@ -131,7 +131,7 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
 
 
 def _offload_flags(target: LaunchTarget, notes: list[str]) -> list[tuple[str, ...]]:
-    """Megatron's flags for the offloads the plan uses (solver.cost.offload): the optimizer on
+    """Megatron's flags for the offloads the plan uses (solver.cost.step.offload): the optimizer on
     the CPU with its copies overlapped (arguments.py asserts the precision-aware optimizer's
     code path with it), activations of the modules the cost model moves."""
     constants = target.time_constants
@@ -227,7 +227,7 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
     return flags, warnings, notes
 
 
-# The precision recipes (solver.cost.precision) as _add_transformer_engine_args flags: fp8 is
+# The precision recipes (solver.cost.kernels.precision) as _add_transformer_engine_args flags: fp8 is
 # TE's default delayed per-tensor scaling with E4M3 forward / E5M2 backward ("hybrid"); the
 # block-scaled recipes run E4M3 throughout.
 PRECISION_FLAGS: dict[str, list[tuple[str, ...]]] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from solver.cost.time_constants import TimeConstants
+from solver.cost.layers.time_constants import TimeConstants
 from solver.emit.layout import RankLayout
 from solver.errors import InputError
 from solver.spec import ClusterSpec, JobSpec, ModelSpec, ParallelConfig, PipelineLayout
@@ -27,7 +27,7 @@ class LaunchTarget:
     layout: RankLayout
     pipeline: PipelineLayout | None = None
     # The framework profile's features the settings ask for (None: the format's own profile,
-    # solver.cost.frameworks).
+    # solver.cost.step.frameworks).
     time_constants: TimeConstants | None = None
     # The framework version the settings are written for (solver.emit.TARGETS; "": the
     # format's newest).

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from solver.cost.frameworks import check_training_states_supported, framework_time_constants
+from solver.cost.step.frameworks import check_training_states_supported, framework_time_constants
 from solver.emit.quoting import render_comment_text, render_toml_value
 from solver.emit.target import Emitted, LaunchTarget
 from solver.spec import PipelineLayout

@@ -43,7 +43,7 @@ KV heads under TP (tp_kv_heads_compatible, every framework): tp divides num_key_
 or is a multiple of it with each rank keeping one KV head, as Megatron-Core does from
 core_v0.16.0 (transformer_config.py: "num_query_groups ... must be a multiple or divisor of
 tensor_model_parallel_size"; attention.py all-gathers linear_qkv's output and slices the
-rank's group, PR #2565, priced by solver.cost.layer_time) and vLLM (QKVParallelLinear
+rank's group, PR #2565, priced by solver.cost.layers.layer_time) and vLLM (QKVParallelLinear
 replicates KV heads: solver.serve.constraints). torchtitan and DeepSpeed split whole KV heads
 only (tp_divides_kv_heads): torchtitan 0.3's apply_tp shards wk and wv column-wise and views
 the local shard as heads (models/llama3/model/model.py Attention.forward), DeepSpeed's AutoTP
@@ -60,7 +60,7 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory_total
-from solver.cost.training_states import is_pure
+from solver.cost.step.training_states import is_pure
 from solver.search.space import VARIABLES, Problem
 from solver.spec import JobSpec, ModelSpec
 
@@ -94,7 +94,7 @@ def model_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
 
 
 def block_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
-    """TP splits of a block pattern's mixers (solver.cost.blocks): Megatron-LM's MambaMixer
+    """TP splits of a block pattern's mixers (solver.cost.layers.blocks): Megatron-LM's MambaMixer
     asserts nheads % tp == 0 and ngroups % tp == 0 (megatron/core/ssm/mamba_mixer.py), its
     gated DeltaNet splits the key heads (and with them the value heads) over TP."""
     m, rules = model_spec, []
@@ -114,7 +114,7 @@ def block_shape_constraints(model_spec: ModelSpec) -> list[Constraint]:
 
 
 def block_cp_constraints(model_spec: ModelSpec) -> list[Constraint]:
-    """Context parallelism of a pattern's recurrent mixers (solver.cost.blocks): the sequence
+    """Context parallelism of a pattern's recurrent mixers (solver.cost.layers.blocks): the sequence
     is split over CP, and around the scan an all-to-all regroups each mixer by heads, so each
     CP rank needs whole heads. Megatron's MambaContextParallel asserts that cp divides the
     heads per TP rank, and the groups per TP rank or cp them (core_v0.16.1

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
-from solver.cost.layout_terms import (
+from solver.cost.step.layout_terms import (
     estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
 )
 from solver.cost.memory import estimate_memory_total
-from solver.cost.steptime import (
+from solver.cost.step.steptime import (
     StepTime,
     TimeTerms,
     estimate_step_seconds,

@@ -23,7 +23,7 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory_total
 from solver.cost.memory.states import estimate_sharded_state_bytes_per_param
-from solver.cost.time_constants import dp_part_overlaps
+from solver.cost.layers.time_constants import dp_part_overlaps
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
     Constraint,

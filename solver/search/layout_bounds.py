@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, Candidates
-from solver.cost.layout_terms import estimate_stage_memory_coefficients
+from solver.cost.step.layout_terms import estimate_stage_memory_coefficients
 from solver.cost.memory.layout import layer_kinds, num_layer_kinds
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.space import Problem

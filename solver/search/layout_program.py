@@ -3,7 +3,7 @@ one configuration holds, and how many of them recompute in full, for the shortes
 every stage's memory limit.
 
 For a configuration with pp stages of vpp chunks (V = pp x vpp virtual stages, model order;
-virtual stage v runs on stage v % pp) and the coefficients of solver.cost.layout_terms:
+virtual stage v runs on stage v % pp) and the coefficients of solver.cost.step.layout_terms:
 
     n_v  in [lo_v, L]     layers of virtual stage v (lo = 0 for the first and last, which hold
                           the embedding and the loss, else 1); sum_v n_v = L
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from solver.cost.layout_terms import LayoutCoefficients
+from solver.cost.step.layout_terms import LayoutCoefficients
 from solver.cost.memory.layout import layout_layer_counts
 from solver.search.layout_counts import add_kind_counts, add_stage_tables
 from solver.spec import ParallelConfig, PipelineLayout, VirtualStage

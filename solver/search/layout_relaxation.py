@@ -3,7 +3,7 @@ or beats the bar, and, below a layout CP-SAT found, that none beats it
 (solver.search.layout_program).
 
 Without recompute the step time and every stage's memory depend on a layout only through the
-layers of each kind each stage holds, C_i (a count vector; solver.cost.layout_terms), and the
+layers of each kind each stage holds, C_i (a count vector; solver.cost.step.layout_terms), and the
 sum of the stage times is the same for every layout, so a layout at least as fast as the bar
 keeps every stage's time under one M. Stage i's layers are its chunks', each chunk a run of
 consecutive layers, whose counts are D(y) - D(x) (D the prefix counts by kind). So for every
@@ -39,7 +39,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from solver.cost.layout_terms import LayoutCoefficients
+from solver.cost.step.layout_terms import LayoutCoefficients
 from solver.search.layout_program import (
     MEMORY_UNIT_BYTES,
     TIME_UNIT_S,

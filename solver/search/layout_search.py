@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_NONE, Candidates
-from solver.cost.layout_terms import (
+from solver.cost.step.layout_terms import (
     estimate_layout_coefficients,
     estimate_layer_time_coefficients,
     estimate_layout_lower_bound_s,
@@ -40,7 +40,7 @@ from solver.cost.layout_terms import (
     time_coefficients,
 )
 from solver.cost.memory.layout import build_default_layout
-from solver.cost.steptime import estimate_layout_step_time, estimate_time_terms
+from solver.cost.step.steptime import estimate_layout_step_time, estimate_time_terms
 from solver.search.constraints import memory_capacity_bytes
 from solver.search.enumerate import (
     FirstPass,

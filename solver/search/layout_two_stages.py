@@ -3,7 +3,7 @@
 With pp = 2 and no layer recomputing, the step time and both stages' memory depend on the
 layout only through the layers of each kind that stage 0 holds, a count vector c (stage 1
 holds the rest, n - c): T_0 = a.c + stage, T_1 = a.(n - c) + stage + last, mem_i affine in
-the same counts (solver.cost.layout_terms). So the layout question splits in two:
+the same counts (solver.cost.step.layout_terms). So the layout question splits in two:
 
 1. which count vectors some layout realises: the V = 2 vpp chunks cut the layers in model
    order, chunk v runs on stage v % 2, the first and last chunks may be empty and the others
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.cost.layout_terms import LayoutCoefficients
+from solver.cost.step.layout_terms import LayoutCoefficients
 from solver.cost.memory.layout import layout_layer_counts
 from solver.search.layout_program import (
     LayoutAnswer,

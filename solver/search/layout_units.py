@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost.layout_terms import LayoutCoefficients
+from solver.cost.step.layout_terms import LayoutCoefficients
 from solver.search.layout_program import MEMORY_UNIT_BYTES, TIME_UNIT_S, to_units
 
 

@@ -1,5 +1,5 @@
 """The search over Megatron's recompute module sets (Problem.recompute_module_sets,
-solver.cost.recompute_modules): the problem's own search covers the first set; each other set
+solver.cost.step.recompute_modules): the problem's own search covers the first set; each other set
 is searched apart, with recompute pinned to selective and that set in the framework profile,
 and the plans of all of them are ranked together by the objective. Every plan that recomputes
 selectively names its modules (Plan.recompute_modules), which `launch --plan` emits as
@@ -9,7 +9,7 @@ Exact: a selective plan's step time and memory depend on its module set only thr
 profile (the same cost model), so the union of the searches' top K holds the top K over every
 (configuration, module set) pair.
 
-Offloads to the host (Problem.offloads: optimizer, activations; solver.cost.offload) are
+Offloads to the host (Problem.offloads: optimizer, activations; solver.cost.step.offload) are
 searched the same way: each combination apart under each module set, with the framework's
 rules on it as pins (activation offload with no full recompute, DeepSpeed's optimizer offload
 from ZeRO-1 on), for the plans faster than the top-th found so far. An offload never shortens
@@ -38,8 +38,8 @@ from itertools import combinations
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_SELECTIVE, Candidates
-from solver.cost.offload import activation_offload_levels
-from solver.cost.steptime import StepTime
+from solver.cost.step.offload import activation_offload_levels
+from solver.cost.step.steptime import StepTime
 from solver.search.twins import STEP_DECIMALS
 from solver.search.enumerate import FirstPass, Ranked, least_bound
 from solver.search.layout_search import LayoutSearch, ranked_keys, ranking_floor

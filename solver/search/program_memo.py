@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from solver.cost.layout_terms import LayoutCoefficients
+from solver.cost.step.layout_terms import LayoutCoefficients
 from solver.search.layout_program import (
     LayoutAnswer,
     LayoutRules,

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from solver.cost.memory import MemoryOptions
-from solver.cost.time_constants import TimeConstants
+from solver.cost.layers.time_constants import TimeConstants
 from solver.spec import ClusterSpec, JobSpec, ModelSpec
 from solver.spec.job import Framework
 
@@ -43,13 +43,13 @@ class Problem(BaseModel):
     allow_tp_across_nodes: bool = False
     memory_options: MemoryOptions = MemoryOptions()
     time_constants: TimeConstants = TimeConstants()
-    # Memory savers (solver.cost.frameworks.MEMORY_SAVERS) a plan may turn on where it needs
+    # Memory savers (solver.cost.step.frameworks.MEMORY_SAVERS) a plan may turn on where it needs
     # them: memory_options has them all on (the search admits what fits with them),
     # time_constants has them off (an upper bound on the step time); solver.optimize gives each
     # plan the shortest prefix that fits.
     memory_savers: tuple[str, ...] = ()
     # Megatron's selective recompute module sets the search tries, cheapest first
-    # (solver.cost.recompute_modules): time_constants and memory_options hold the first; each
+    # (solver.cost.step.recompute_modules): time_constants and memory_options hold the first; each
     # other is searched apart with recompute pinned to selective (solver.search.module_variants).
     recompute_module_sets: tuple[tuple[str, ...], ...] = ()
     # Offloads to the host (solver.spec.framework.OFFLOADS) the search may turn on: each

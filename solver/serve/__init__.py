@@ -3,9 +3,9 @@ activations, reserves), decode and prefill time, and the TP / PP / DP / EP that 
 
     job          ServeJob, ServeConstants (with sources), ServeProblem, vLLM's batch defaults
     candidates   ServeCandidates: degree arrays
-    memory       the problem's per-GPU memory and KV capacity (solver.cost.serve_memory)
-    timing       the candidates as engines the cost model times (solver.cost.serve_round)
-    load         the load model's inputs and per-plan load (solver.cost.serve_load)
+    memory       the problem's per-GPU memory and KV capacity (solver.cost.serving.memory)
+    timing       the candidates as engines the cost model times (solver.cost.serving.round)
+    load         the load model's inputs and per-plan load (solver.cost.serving.load)
     disagg       prefill and decode pools against the best aggregated plan
     pareto       the tokens/s/user against tokens/s/GPU front
     estimate     one evaluation: batch under the TPOT SLO, latency, throughput

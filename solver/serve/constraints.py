@@ -201,7 +201,7 @@ def _idle_rules(problem: ServeProblem) -> list[Constraint]:
 
 def _load_rules(problem: ServeProblem) -> list[Constraint]:
     """With --request-rate or --concurrency: the load model's latency at that load, at the SLO
-    percentile (solver.cost.serve_load)."""
+    percentile (solver.cost.serving.load)."""
     job = problem.job
     load = job.load
     offered = (f"{load.request_rate:g} requests/s" if load.request_rate is not None

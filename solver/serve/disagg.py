@@ -7,15 +7,15 @@ Each pool is a number of copies of one engine (tp, pp, dp, ep as `parplan serve`
 them, dp ranks each serving their share). The load splits evenly over the copies' DP ranks:
 
   prefill  an M/G/1 queue of prompts with nothing decoding beside them
-           (solver.cost.serve_load.estimate_prefill_queue); its KV cache holds every prompt
+           (solver.cost.serving.load.estimate_prefill_queue); its KV cache holds every prompt
            from its first chunk until the decode side has read it (Little's law,
-           solver.cost.kv_transfer), which bounds the rate a prefill rank takes;
+           solver.cost.comm.kv_transfer), which bounds the rate a prefill rank takes;
   transfer the prompt's KV cache over the tier that joins the pools: inside the NVLink domain
            when both pools fit in it, else the cluster's network; the pools may differ in TP
            (vLLM 0.33.0's NixlConnector: the larger TP a multiple of the smaller, nixl_pairs),
            a prefill GPU then serving several decode GPUs or a decode GPU reading from several
-           prefill GPUs (solver.cost.kv_transfer, send_recv of solver.cost.comm);
-  decode   continuous batching with no prefill rounds (solver.cost.serve_load, phase "decode").
+           prefill GPUs (solver.cost.comm.kv_transfer, send_recv of solver.cost.comm.comm);
+  decode   continuous batching with no prefill rounds (solver.cost.serving.load, phase "decode").
 
 TTFT = prefill TTFT + transfer (the prefill engine returns the first token; the decode engine
 starts after the transfer), TPOT = the decode engine's. The SLO constraints separate: the
@@ -32,14 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost.comm import estimate_group_link
-from solver.cost.kv_transfer import estimate_kv_transfer_s, estimate_prefill_kv_tokens
+from solver.cost.comm.comm import estimate_group_link
+from solver.cost.comm.kv_transfer import estimate_kv_transfer_s, estimate_prefill_kv_tokens
 from solver.serve.candidates import ServeCandidates
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.job import ServeProblem
-from solver.cost.serve_curves import LoadCurves
+from solver.cost.serving.curves import LoadCurves
 from solver.spec import ModelSpec
-from solver.cost.serve_load import estimate_load_point, estimate_prefill_queue, largest_rate
+from solver.cost.serving.load import estimate_load_point, estimate_prefill_queue, largest_rate
 from solver.serve.load import (
     estimate_load_curves,
     estimate_max_num_seqs,
@@ -119,7 +119,7 @@ def estimate_transfer_s(problem: ServeProblem, prefill: ServeCandidates, same_do
                         prompt_tokens: float, decode: ServeCandidates | None = None
                         ) -> np.ndarray:
     """Seconds to move one prompt's KV cache from each prefill engine to its decode engine
-    (the same engines when `decode` is None): solver.cost.kv_transfer over NVLink when both
+    (the same engines when `decode` is None): solver.cost.comm.kv_transfer over NVLink when both
     pools sit in one NVLink domain, else over the cluster's network. Llama-3.1-70B at tp 8,
     2,048 tokens: 2,048 x 40,960 B = 83.9 MB per GPU; over a 40 GB/s network that is about
     2.1 ms, over 360 GB/s NVLink about 0.23 ms."""
@@ -290,7 +290,7 @@ def _without(problem: ServeProblem, limit: str) -> ServeProblem:
 def _largest_prefill_rate(problem: ServeProblem, curves, transfer_s: np.ndarray,
                           kv_tokens: np.ndarray) -> np.ndarray:
     """Most requests/s per prefill DP rank with TTFT + transfer within the limit and the KV
-    the rank holds (solver.cost.kv_transfer.estimate_prefill_kv_tokens) within its cache
+    the rank holds (solver.cost.comm.kv_transfer.estimate_prefill_kv_tokens) within its cache
     (bisection)."""
     limit = problem.job.max_ttft_ms
     prompt = problem.job.input_distribution.mean

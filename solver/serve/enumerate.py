@@ -84,7 +84,7 @@ def _scale_out(problem: ServeProblem, values: dict[str, np.ndarray]) -> dict[str
     rate = problem.job.load.request_rate
     if (target is None and rate is None) or len(engine) == 0:
         return values
-    if rate is not None:  # copies that carry the rate within the SLO (solver.cost.serve_load)
+    if rate is not None:  # copies that carry the rate within the SLO (solver.cost.serving.load)
         unit = estimate_serving_load(problem, ServeCandidates.from_values(values)).max_rate_per_s
         target = rate
     else:

@@ -1,7 +1,7 @@
 """One evaluation of serving candidates: memory, the batch each DP rank runs, latency and
 throughput, with the batch chosen as the largest the KV cache holds (at most vLLM's
 max_num_seqs) whose TPOT under load meets --max-tpot-ms. TPOT under load grows with the batch
-and throughput does too (solver.cost.serve_round), so a bisection over the batch finds it.
+and throughput does too (solver.cost.serving.round), so a bisection over the batch finds it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from solver.serve.candidates import ServeCandidates
 from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.memory import ServeMemory, estimate_serving_memory
-from solver.cost.serve_round import RoundParts, estimate_output_rate
+from solver.cost.serving.round import RoundParts, estimate_output_rate
 from solver.serve.timing import (
     build_engine,
     estimate_decode_round,

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from solver.cost.efficiency import ComputeConstants
+from solver.cost.kernels.efficiency import ComputeConstants
 from solver.cost.memory import MemoryOptions
-from solver.cost.serve_overhead import EngineName
+from solver.cost.serving.overhead import EngineName
 from solver.spec import ClusterSpec, ModelSpec
 from solver.serve.workload import LengthDistribution, ServeLoadSpec
 from solver.spec.strict import MAX_SEQ_LEN, GpuCount, InputSpec
@@ -56,7 +56,7 @@ class ServeJob(InputSpec):
     load: ServeLoadSpec = ServeLoadSpec()
     max_num_seqs: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
     max_num_batched_tokens: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
-    # The engine whose host overhead times the steps (solver.cost.serve_overhead) and vLLM
+    # The engine whose host overhead times the steps (solver.cost.serving.overhead) and vLLM
     # V0's --num-scheduler-steps (multi-step scheduling, vLLM 0.6-0.10 only).
     engine: EngineName = "vllm"
     num_scheduler_steps: int = Field(default=1, ge=1, le=256)
@@ -107,7 +107,7 @@ class ServeConstants(BaseModel):
                             FlashAttention forward reaches 50-73% of the A100 peak (Dao 2023,
                             arXiv 2307.08691 §4.1), ~75% with FA3 on H100: the lower end.
     gemm_peak_fraction      a GPU without a measured MAMF fraction (catalog) gets the median of
-                            the measured ones (solver.cost.efficiency.ComputeConstants).
+                            the measured ones (solver.cost.kernels.efficiency.ComputeConstants).
     cuda_context_gib 1.0    CUDA context and kernels (ml-engineering, notes §3.4; the training
                             model's MemoryOptions value).
     nccl_gib 0.4            NCCL communicators when an engine has more than one GPU:
@@ -134,9 +134,9 @@ class ServeConstants(BaseModel):
     def weight_bytes(self, precision: WeightPrecision) -> float:
         """Bytes per quantized weight: bf16 2, fp8 1, int4 0.5 + (2 + 0.5) / group (scale and
         zero point): 0.5195 with groups of 128; fp4 (NVFP4) 0.5 + one E4M3 scale per 16:
-        0.5625 (solver.cost.precision's nvfp4 recipe)."""
+        0.5625 (solver.cost.kernels.precision's nvfp4 recipe)."""
         if precision == "fp4":
-            from solver.cost.precision import load_recipe
+            from solver.cost.kernels.precision import load_recipe
 
             return load_recipe("nvfp4").element_bytes
         if precision == "int4":

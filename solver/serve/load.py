@@ -1,5 +1,5 @@
 """The serving problem under load: its workload and scheduler limits handed to the load model
-of solver.cost (serve_curves tabulates the rounds, serve_load composes TTFT and TPOT at a
+of solver.cost.serving (curves tabulates the rounds, load composes TTFT and TPOT at a
 rate), and what `parplan serve` reports of each candidate: idle latency, the operating point
 (the offered request rate or concurrency; without one, the most load within the SLO) and the
 most load it carries within the SLO.
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost import serve_load
-from solver.cost.serve_closed import estimate_closed_point
-from solver.cost.serve_curves import LoadCurves, LoadShape, estimate_load_curves as _curves
-from solver.cost.serve_load import (
+from solver.cost.serving import load as serve_load
+from solver.cost.serving.closed import estimate_closed_point
+from solver.cost.serving.curves import LoadCurves, LoadShape, estimate_load_curves as _curves
+from solver.cost.serving.load import (
     LoadPoint,
     estimate_load_point,
     interpolate_curve,
@@ -47,7 +47,7 @@ def build_load_shape(problem: ServeProblem) -> LoadShape:
 
 def estimate_load_curves(problem: ServeProblem, c: ServeCandidates,
                          phase: str = "both") -> LoadCurves:
-    """The rounds of every candidate on a grid of decode populations (solver.cost.serve_curves);
+    """The rounds of every candidate on a grid of decode populations (solver.cost.serving.curves);
     `phase` "both" (aggregated), "decode" or "prefill" (a disaggregated pool's engine)."""
     shape = build_load_shape(problem)
     memory = estimate_serving_memory(problem, c)
@@ -107,7 +107,7 @@ def estimate_serving_load(problem: ServeProblem, c: ServeCandidates) -> ServeLoa
 
 
 def estimate_max_num_seqs(problem: ServeProblem, load: ServeLoad | LoadCurves) -> np.ndarray:
-    """The --max-num-seqs to launch with (solver.cost.serve_load.estimate_max_num_seqs)."""
+    """The --max-num-seqs to launch with (solver.cost.serving.load.estimate_max_num_seqs)."""
     _, max_seqs = scheduler_limits(problem)
     curves = load if isinstance(load, LoadCurves) else load.curves
     return serve_load.estimate_max_num_seqs(curves, max_seqs, slo_limits_s(problem)[1])

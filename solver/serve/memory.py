@@ -1,4 +1,4 @@
-"""The serving problem's memory as solver.cost.serve_memory counts it: vLLM's budget on the
+"""The serving problem's memory as solver.cost.serving.memory counts it: vLLM's budget on the
 cluster's GPU, the job's precisions, context and profiling batch, the constants' reserves.
 """
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.cost import serve_memory
-from solver.cost.serve_memory import (
+from solver.cost.serving import memory as serve_memory
+from solver.cost.serving.memory import (
     ServeMemory,
     ServeReserves,
     StageWeights,
@@ -21,7 +21,7 @@ __all__ = ["ServeMemory", "StageWeights", "estimate_kv_bytes_per_token", "estima
 
 
 def estimate_stage_weights(problem: ServeProblem, c: ServeCandidates) -> StageWeights:
-    """Weights per GPU on each candidate's worst stage (solver.cost.serve_memory)."""
+    """Weights per GPU on each candidate's worst stage (solver.cost.serving.memory)."""
     return serve_memory.estimate_stage_weights(
         problem.model_spec, problem.constants.weight_bytes(problem.job.precision), c.tp, c.pp,
         c.dp)
@@ -30,7 +30,7 @@ def estimate_stage_weights(problem: ServeProblem, c: ServeCandidates) -> StageWe
 def estimate_kv_bytes_per_token(problem: ServeProblem, tp: np.ndarray, pp: np.ndarray
                                 ) -> np.ndarray:
     """KV-cache bytes one token takes on one GPU of the worst stage, at the job's KV dtype
-    and context (solver.cost.serve_memory)."""
+    and context (solver.cost.serving.memory)."""
     job = problem.job
     return serve_memory.estimate_kv_bytes_per_token(problem.model_spec, job.context,
                                                     job.kv_bytes_per_element, tp, pp)

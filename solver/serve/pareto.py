@@ -1,6 +1,6 @@
 """The throughput-interactivity front: output tokens/s per user (1 / mean TPOT) against output
 tokens/s per GPU, over every plan that fits and every load up to the most it carries stably
-(solver.cost.serve_load), as AIConfigurator and the InferenceMAX charts draw it. A point is on the
+(solver.cost.serving.load), as AIConfigurator and the InferenceMAX charts draw it. A point is on the
 front when no other point is at least as good on both axes and better on one; each point says
 whether it meets the SLO at its load. With the disaggregated search's plans
 (solver.serve.disagg), each prefill and decode pair joins the front at the same load fractions
@@ -18,8 +18,12 @@ from solver.serve.candidates import SERVE_VARIABLES
 from solver.serve.constraints import build_serve_constraints
 from solver.serve.enumerate import enumerate_serving
 from solver.serve.job import ServeProblem
-from solver.cost.kv_transfer import estimate_prefill_kv_tokens
-from solver.cost.serve_load import estimate_load_point, estimate_prefill_queue, largest_stable_rate
+from solver.cost.comm.kv_transfer import estimate_prefill_kv_tokens
+from solver.cost.serving.load import (
+    estimate_load_point,
+    estimate_prefill_queue,
+    largest_stable_rate,
+)
 from solver.serve.disagg import DisaggResult
 from solver.serve.load import PARETO_FRACTIONS, estimate_load_curves, meets_slo, slo_limits_s
 
@@ -89,7 +93,7 @@ def build_pareto_front(problem: ServeProblem, split: DisaggResult | None = None
 def _split_points(problem: ServeProblem, split: DisaggResult) -> list[ParetoPoint]:
     """The disaggregated plans at PARETO_FRACTIONS of the most each carries stably: the
     smaller of its prefill pool's and its decode pool's stable rates; a point whose prefill
-    ranks cannot hold the prompts they keep (solver.cost.kv_transfer) is left out."""
+    ranks cannot hold the prompts they keep (solver.cost.comm.kv_transfer) is left out."""
     plans = split.candidates
     engines = split.engines
     i = np.array([p.prefill_index for p in plans])

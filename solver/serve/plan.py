@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from solver.cost.serve_memory import estimate_serving_views
+from solver.cost.serving.memory import estimate_serving_views
 from solver.serve.enumerate import RankedServe, load_is_active
 from solver.serve.job import ServeProblem, scheduler_limits
 from solver.serve.load import ServeLoad, estimate_max_num_seqs
@@ -25,7 +25,7 @@ class ServePlan:
     """A serving configuration (degrees) and what the model predicts for it; bytes per GPU
     of the worst stage, seconds, tokens per second of the whole deployment. `memory_bytes`
     holds the items and their total; `views_bytes` the same memory in the three views
-    (solver.spec.plan.MEMORY_VIEWS, solver.cost.serve_memory): device is the total."""
+    (solver.spec.plan.MEMORY_VIEWS, solver.cost.serving.memory): device is the total."""
 
     tp: int
     pp: int
@@ -95,7 +95,7 @@ def build_plans(problem: ServeProblem, ranked: RankedServe) -> tuple[ServePlan, 
         items = {k: float(v) for k, v in items.items()}
         items["total"] = sum(items.values())
         plan_views = {view: float(values[i]) for view, values in views.items()}
-        # Our invariant (solver.cost.serve_memory): the device view is the total.
+        # Our invariant (solver.cost.serving.memory): the device view is the total.
         assert abs(plan_views["device"] - items["total"]) <= 1e-9 * items["total"], plan_views
         plans.append(ServePlan(
             **row, num_gpus=int(e.num_gpus[i]), fits=bool(memory.fits[i]),

@@ -1,15 +1,15 @@
 """The serving problem's engines as the cost model times them: each candidate's degrees, its
-worst stage's layers and KV bytes, and the links of its groups (solver.cost.serve_round holds
-the round, the idle TTFT and TPOT and the closed-batch rate; solver.cost.serve_load the load).
+worst stage's layers and KV bytes, and the links of its groups (solver.cost.serving.round holds
+the round, the idle TTFT and TPOT and the closed-batch rate; solver.cost.serving.load the load).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from solver.cost.comm import estimate_group_link
-from solver.cost.serve_overhead import engine_overhead
-from solver.cost.serve_round import (
+from solver.cost.comm.comm import estimate_group_link
+from solver.cost.serving.overhead import engine_overhead
+from solver.cost.serving.round import (
     Links,
     RoundParts,
     ServeEngine,
@@ -33,7 +33,7 @@ def build_links(problem: ServeProblem, c: ServeCandidates) -> Links:
 
 def build_engine(problem: ServeProblem, c: ServeCandidates,
                  kv_bytes_per_token: np.ndarray | None = None) -> ServeEngine:
-    """The candidates as solver.cost.serve_round times them (KV bytes per token: vLLM's, from
+    """The candidates as solver.cost.serving.round times them (KV bytes per token: vLLM's, from
     solver.serve.memory, unless given), with the job's engine overhead."""
     weights = estimate_stage_weights(problem, c)
     if kv_bytes_per_token is None:

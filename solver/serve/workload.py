@@ -12,9 +12,9 @@ The **load** is either an open arrival rate (requests per second of the whole de
 a closed concurrency (that many users, each sending its next request when the last one
 finishes). The **client** says how a benchmark sends them (CLIENTS): `closed` at a
 concurrency (`vllm bench serve --max-concurrency N` with an unbounded rate, sglang.bench_serving
---max-concurrency, genai-perf --concurrency: synchronised waves, solver.cost.serve_closed),
+--max-concurrency, genai-perf --concurrency: synchronised waves, solver.cost.serving.closed),
 `poisson` at a rate (`--request-rate`, burstiness 1) or `gamma` at a rate with `--burstiness`
-k (gaps of shape k, vllm/benchmarks/serve.py get_request; solver.cost.queueing).
+k (gaps of shape k, vllm/benchmarks/serve.py get_request; solver.cost.serving.queueing).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
-from solver.cost.queueing import gamma_arrival_scv
+from solver.cost.serving.queueing import gamma_arrival_scv
 from solver.spec.strict import MAX_SEQ_LEN, InputSpec, read_input_file
 
 MAX_SUPPORT_POINTS = 64  # equal-probability bins of a long distribution
@@ -153,7 +153,7 @@ class ServeLoadSpec(InputSpec):
     @property
     def arrival_scv(self) -> float:
         """c_a^2 of the open loop's gaps: 1 / burstiness for gamma (1 if not given, vLLM's
-        default), 1 for Poisson (solver.cost.queueing.gamma_arrival_scv)."""
+        default), 1 for Poisson (solver.cost.serving.queueing.gamma_arrival_scv)."""
         if self.client_name != "gamma":
             return 1.0
         return gamma_arrival_scv(1.0 if self.burstiness is None else self.burstiness)

@@ -5,7 +5,7 @@ bytes), given by its knots (S_k, t_k): between two knots it is one alpha-beta se
 t = alpha_i + S * factor(n) / busbw_i, with busbw_i in nccl-tests' bus-bandwidth units for the
 measured group of `num_ranks` ranks. Below the first knot the time is the latency floor t_0;
 above the last knot the last segment continues (its busbw is the plateau). How the knots are
-chosen is `solver.calibrate.fit`; how the comm model uses a curve is `solver.cost.comm`.
+chosen is `solver.calibrate.fit`; how the comm model uses a curve is `solver.cost.comm.comm`.
 
 `num_domains` is the number of inner-tier domains (nodes, for the fabric) the measured group
 spanned: a group of n ranks over k > 1 nodes sends only (k-1)/(n-1) of its bus traffic over the

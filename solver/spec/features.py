@@ -8,10 +8,10 @@ Everything else is derived from FEATURE_DECLARATIONS:
   MEMORY_SAVERS       features that only lower memory, in the order the search tries them
   OFFLOADS            features that lower memory at a cost in step time
   the CLI flags       solver.cli.options.framework_feature_options
-  the profile         solver.cost.frameworks.build_framework_profile writes each value into
+  the profile         solver.cost.step.frameworks.build_framework_profile writes each value into
                       TimeConstants (the field of the feature's name, or `time_switches`),
                       memory_options copies the `memory_copy` ones into MemoryOptions
-  refusals            solver.cost.frameworks.UNSUPPORTED (from `unsupported`) and FEATURE_RULES
+  refusals            solver.cost.step.frameworks.UNSUPPORTED (from `unsupported`) and FEATURE_RULES
                       (solver.spec.feature_rules): one message, one rule name, for every command
 
 docs/adding_a_feature.md shows how a feature is added.
@@ -314,12 +314,12 @@ FEATURE_BY_NAME: dict[str, Feature] = {feature.name: feature for feature in FEAT
 # The features a flag may override, in declaration order.
 FEATURES: tuple[str, ...] = tuple(FEATURE_BY_NAME)
 # Features that only lower memory and never add step time, in the order the search turns them
-# on where a plan needs them (solver.cost.frameworks.memory_saver_ladder); a plan names the
+# on where a plan needs them (solver.cost.step.frameworks.memory_saver_ladder); a plan names the
 # ones it uses (Plan.memory_savers) and `launch --plan` emits them.
 MEMORY_SAVERS: tuple[str, ...] = ("grad_reduce_in_bf16", "precision_aware_optimizer",
                                   "fp8_param_gather")
 # Features that lower memory at a cost in step time (host transfers, a CPU optimizer step): the
-# search tries them where it can (solver.cost.offload, solver.search.module_variants); a plan
+# search tries them where it can (solver.cost.step.offload, solver.search.module_variants); a plan
 # names the ones it uses (Plan.offloads) and `launch --plan` emits them.
 OFFLOADS: tuple[str, ...] = tuple(feature.name for feature in FEATURE_DECLARATIONS
                                   if feature.role == "offload")

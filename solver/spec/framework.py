@@ -1,6 +1,6 @@
 """The vocabulary of the framework features' values (`--attention-kernel`, `--moe-dispatcher`,
 ...), written once for the feature declarations (solver.spec.features), the step-time model's
-switches (solver.cost.time_constants) and the profiles (solver.cost.frameworks, which says what
+switches (solver.cost.layers.time_constants) and the profiles (solver.cost.step.frameworks, which says what
 each framework does and where that is written).
 """
 
@@ -29,7 +29,7 @@ RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mlp", "moe", "sh
 # compiled (torch.compile), upcast and computed chunk by chunk, a fused kernel that writes the
 # gradient into the logits, or fused with the LM head so the full logits never exist.
 LossImplementation = Literal["eager", "compiled", "chunked", "fused", "fused_linear"]
-# Model states below the framework's mixed precision (issue 43; solver.cost.training_states
+# Model states below the framework's mixed precision (issue 43; solver.cost.step.training_states
 # says what each keeps and streams): mixed (the framework's own), pure_bf16 (bf16 weights,
 # gradients and Adam moments, no fp32 master), adam8bit (Adam's moments in 8 bits, block-wise,
 # beside the framework's master), pure_bf16_adam8bit (both).

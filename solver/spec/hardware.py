@@ -49,7 +49,7 @@ class GpuSpec(InputSpec):
     mamf_fraction_bf16: float | None = Field(default=None, gt=0, le=1)
     mamf_fraction_fp8: float | None = Field(default=None, gt=0, le=1)
     # FP32 on the CUDA cores (no tensor cores), the datasheet's "FP32" line: what a GEMM whose
-    # rows are not 16-byte aligned falls back to (solver.cost.efficiency); None if unknown.
+    # rows are not 16-byte aligned falls back to (solver.cost.kernels.efficiency); None if unknown.
     peak_tflops_fp32: float | None = Field(default=None, gt=0)
     # The share of the dense peak that kernels written for the previous generation's MMA
     # instructions can reach (Ampere's mma.sync on Hopper: about 2/3; FlashAttention-3 paper,
@@ -63,7 +63,7 @@ class GpuSpec(InputSpec):
     # Dense FP4 tensor-core peak (Blackwell), the NVFP4 recipe's datasheet rate.
     peak_tflops_fp4: float | None = Field(default=None, gt=0)
     # Block-scaled tensor-core formats (Blackwell's MXFP8 / NVFP4 MMA): which recipes of
-    # solver.cost.precision the GPU can run natively.
+    # solver.cost.kernels.precision the GPU can run natively.
     block_scaled_formats: tuple[BlockScaledFormat, ...] = ()
     # The packaged table of measured kernel times (solver/catalog/kernels/<name>.npz) the
     # compute model interpolates in; None: the datasheet path (peaks x fitted efficiencies).
@@ -71,7 +71,7 @@ class GpuSpec(InputSpec):
     kernel_table: str | None = Field(default=None, pattern=r"^[a-z0-9_]{1,64}$")
     # The GPU's own link to its host CPU, per direction, GB/s, from the datasheet: PCIe x16
     # (Gen4 32, Gen5 64, Gen6 128) or NVLink-C2C on Grace superchips; what activation and
-    # optimizer offload move over (solver.cost.offload). None: unknown (no offload planned).
+    # optimizer offload move over (solver.cost.step.offload). None: unknown (no offload planned).
     host_link_gb_per_s: float | None = Field(default=None, gt=0)
     source: str = ""
 
@@ -105,7 +105,7 @@ class TierSpec(InputSpec):
 
     `curves` holds measured collective-time curves (a calibration profile applied to the
     cluster); a collective with a curve uses it instead of `bandwidth_gb_per_s` and
-    `latency_us` (solver.cost.comm)."""
+    `latency_us` (solver.cost.comm.comm)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -122,7 +122,7 @@ class DispatcherRates(InputSpec):
     measured across nodes on this cluster: per rank, one dispatch's and one combine's bytes
     over their time, at each EP group size `ranks` (ascending, every group spanning nodes),
     the bytes counted as the library's benchmark counts them: each token once for every node
-    that holds one of its experts, its own included (solver.cost.comm_ep.
+    that holds one of its experts, its own included (solver.cost.comm.comm_ep.
     estimate_dispatcher_s); where it also timed an FP8 dispatch of the same tokens, that rate
     over the FP8 bytes. The benchmark's own test: `tokens_per_rank` tokens of `hidden_size`
     values each, top-`topk` routing, `ranks_per_node` ranks a node, `num_sms` SMs."""
@@ -178,11 +178,11 @@ class ClusterSpec(InputSpec):
     memory_headroom: MemoryHeadroom = MemoryHeadroom()
     # The host CPUs' memory bandwidth per GPU of a node, GB/s (the sockets' channels x transfer
     # rate over the GPUs per node, from the CPU datasheets): what an optimizer step on the host
-    # streams at (solver.cost.offload). None: unknown (no optimizer offload planned).
+    # streams at (solver.cost.step.offload). None: unknown (no optimizer offload planned).
     host_memory_gb_per_s: float | None = Field(default=None, gt=0)
     # Host CPU time of one eager PyTorch op issued from Python (module call, dispatcher, its
     # kernel's launch), in microseconds, measured on this cluster's CPU: what the training
-    # framework's host pays per op (solver.cost.host_time.estimate_host_s). None: unmeasured
+    # framework's host pays per op (solver.cost.layers.host_time.estimate_host_s). None: unmeasured
     # (TimeConstants.host_op_s's x86 reference is used).
     host_op_us: float | None = Field(default=None, gt=0)
     # Measured throughput of the flex dispatcher's backends across this cluster's nodes

@@ -21,14 +21,14 @@ from solver.spec.strict import (
     LayerCount,
 )
 
-# Training precision recipes (solver.cost.precision says what each quantises and where it
+# Training precision recipes (solver.cost.kernels.precision says what each quantises and where it
 # runs); fp8 is tensor-wise (delayed or current) scaling. The one list of --precision choices.
 Precision = Literal["bf16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_LEVELS: tuple[Recompute, ...] = ("none", "selective", "full")
 # The frameworks whose rules (solver.search.constraints) and timing
-# (solver.cost.frameworks.framework_time_constants) parplan knows.
+# (solver.cost.step.frameworks.framework_time_constants) parplan knows.
 Framework = Literal["megatron", "torchtitan", "deepspeed", "generic"]
 FRAMEWORKS: tuple[Framework, ...] = ("megatron", "torchtitan", "deepspeed", "generic")
 

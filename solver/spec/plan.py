@@ -144,14 +144,14 @@ class Plan(BaseModel):
     time: PlanTime | None = None
     layout: PipelineLayout | None = None
     equivalent: tuple[Equivalent, ...] = ()
-    # Framework features the plan turns on to fit (solver.cost.frameworks.MEMORY_SAVERS, e.g.
+    # Framework features the plan turns on to fit (solver.cost.step.frameworks.MEMORY_SAVERS, e.g.
     # "grad_reduce_in_bf16"): `launch --plan` emits them.
     memory_savers: tuple[str, ...] = ()
     # What `selective` recomputes where the search chose it (Megatron --recompute-modules,
-    # solver.cost.recompute_modules); empty: the framework's own choice.
+    # solver.cost.step.recompute_modules); empty: the framework's own choice.
     recompute_modules: tuple[str, ...] = ()
     # Offloads to the host the plan uses where the search chose them (solver.spec.framework.
-    # OFFLOADS, solver.cost.offload): `launch --plan` turns them on.
+    # OFFLOADS, solver.cost.step.offload): `launch --plan` turns them on.
     offloads: tuple[str, ...] = ()
 
     @property

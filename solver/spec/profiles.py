@@ -1,6 +1,6 @@
 """Framework profiles as named, versioned feature sets (issue 35 item 2): `--framework
 NAME@RELEASE` picks the features a release turns on over its framework's defaults (the
-profile of solver.cost.frameworks); a bare name is the newest release.
+profile of solver.cost.step.frameworks); a bare name is the newest release.
 
   megatron@core_v0.16       Megatron-Core's own defaults, as `launch --format megatron` starts it
   megatron-bridge@25.09 ... Megatron-Bridge's H100 performance recipes of that NeMo release

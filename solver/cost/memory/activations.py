@@ -32,7 +32,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from solver.cost.blocks import (
+from solver.cost.layers.blocks import (
     base_kind,
     compose_kind_activation_bytes,
     estimate_mixer_activation_bytes,
@@ -192,7 +192,7 @@ def estimate_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Cand
     is saved moves: a recomputed core_attn or mla_up_proj leaves its checkpoint's inputs, and
     a MoE block recomputed whole (--recompute-modules moe) keeps only its input, which
     Megatron refuses to combine with offloading expert_fc1 / moe_act (asserted here, refused
-    by solver.cost.offload.refuse_activation_offload).
+    by solver.cost.step.offload.refuse_activation_offload).
     Worked number: Llama-3.1-8B (h 4096, 32 heads of 128, 8 KV heads), bf16, s 8192, b 1,
     tp 1: Q, K, V 2 x (4096 + 1024 + 1024) + the projection input 2 x 4096 + the LSE 4 x 32 =
     20,608 B per token, 168.8 MB per layer."""
@@ -206,7 +206,7 @@ def estimate_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Cand
     if moe:
         # The routed experts' inputs are saved, so offloadable, only where the MoE block runs
         # outside a recompute checkpoint: the callers refuse selective recompute of the moe
-        # module with the offload, as Megatron does (solver.cost.offload.
+        # module with the offload, as Megatron does (solver.cost.step.offload.
         # refuse_activation_offload: offload_not_inside_recomputed_moe).
         assert "moe" not in options.recompute_modules or not np.any(
             candidates.recompute == RECOMPUTE_SELECTIVE), "offload inside a recomputed MoE"
@@ -276,9 +276,9 @@ def estimate_kind_activation_bytes(model_spec: ModelSpec, job: JobSpec, candidat
                                    plain: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Bytes one layer of block-pattern kind `kind` saves per GPU for one micro-batch, at the
     candidates' recompute level (none or selective). `plain`: the dense and MoE layers' bytes
-    at that level. A windowed kind saves what its plain kind saves (solver.cost.blocks); the
+    at that level. A windowed kind saves what its plain kind saves (solver.cost.layers.blocks); the
     others add up their mixer's bytes (attention's as _attention_bytes counts them, Mamba's
-    and DeltaNet's from solver.cost.blocks) and their MLP's (_mlp_bytes)."""
+    and DeltaNet's from solver.cost.layers.blocks) and their MLP's (_mlp_bytes)."""
     if is_windowed_kind(model_spec, kind):
         return plain[base_kind(model_spec, kind)]
     lin = _linear_input_bytes(job)
@@ -352,7 +352,7 @@ def estimate_activation_terms(model_spec: ModelSpec, job: JobSpec, candidates: C
     if m.is_moe:
         largest = np.maximum(largest, estimate_layer_activation_bytes(m, job, replay, options,
                                                                       moe=True))
-    # A block pattern's other kinds (solver.cost.blocks), after dense and MoE.
+    # A block pattern's other kinds (solver.cost.layers.blocks), after dense and MoE.
     extra = [estimate_kind_activation_bytes(m, job, base, options, kind, (dense, moe))
              for kind in hybrid_kinds(m)]
     if extra:  # the largest layer the model has, kinds of the pattern included

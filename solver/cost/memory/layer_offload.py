@@ -12,7 +12,7 @@ layers, counted per layer kind in model order. Megatron refuses it with pipeline
 or any recompute (transformer_config.py: "no support for Pipeline parallelism with CPU
 offloading", "CPU offloading does not work when activation recomputation is enabled"), so it
 saves memory only on such candidates (one stage, one micro-batch in flight); the checks and the
-search's pins (solver.cost.offload.check_layer_offload) keep the others out.
+search's pins (solver.cost.step.offload.check_layer_offload) keep the others out.
 
 Worked number: DeepSeek-V3's 61 layers, 3 dense first: N = 20 offloads 3 dense and 17 MoE
 layers' activations.

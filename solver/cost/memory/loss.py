@@ -1,6 +1,6 @@
 """The logits and the loss: what the last stage holds while its loss runs, by how the framework
 computes the cross-entropy (MemoryOptions.loss_implementation, solver.spec.framework.
-LossImplementation; the profile's choice in solver.cost.frameworks).
+LossImplementation; the profile's choice in solver.cost.step.frameworks).
 
 The peak comes at the turn from the last stage's forward to its backward, when every
 activation of the micro-batch is still held: the loss's saved tensors and its gradients, then

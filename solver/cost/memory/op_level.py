@@ -1,5 +1,5 @@
 """What a decoder layer keeps under torchtitan's per-op selective activation checkpointing
-(MemoryOptions.selective_recompute "op_level", set by solver.cost.frameworks), per token:
+(MemoryOptions.selective_recompute "op_level", set by solver.cost.step.frameworks), per token:
 the memory model's other selective recompute, beside Megatron's module list
 (solver.cost.memory.activations)."""
 
@@ -13,7 +13,7 @@ FP32_BYTES = 4.0
 
 def estimate_op_level_bytes(model_spec: ModelSpec, moe: bool) -> tuple[float, float]:
     """(divided by tp, replicated without SP) bytes per token one layer keeps under
-    torchtitan's per-op selective checkpointing (solver.cost.frameworks): the layer input, the
+    torchtitan's per-op selective checkpointing (solver.cost.step.frameworks): the layer input, the
     attention output and its log-sum-exp, the all-to-all outputs, and every second GEMM's
     output, taken as half of the layer's GEMM output bytes; the grouped expert GEMMs are
     recomputed. Llama-3-8B: 2h + half of (q, k, v, wo, w1, w3, w2 = 43,008 outputs) + the

@@ -66,7 +66,7 @@ class MemoryOptions(BaseModel):
                            is the master copy (4 B in "weights", taken out of optimizer_bytes),
                            and the bf16 weights exist only gathered (the ZeRO-3 gather buffer):
                            16 B per parameter / d, not 18 (ZeRO-0..2 hold the same bytes either
-                           way). solver.cost.frameworks sets it for torchtitan and generic.
+                           way). solver.cost.step.frameworks sets it for torchtitan and generic.
       master_param_remainders False
                            Megatron's precision-aware optimizer keeps the fp32 master as the 16
                            bits a bf16 parameter lacks (optimizer_config.py store_param_remainders,
@@ -88,7 +88,7 @@ class MemoryOptions(BaseModel):
                            shards (1-3) the stage's gradients stay unsharded, accumulated in the
                            reduce dtype (FSDPParam.to_accumulated_grad_if_needed:
                            fsdp_reduce_bytes), in place of the sharded ones (states.
-                           estimate_fsdp_accumulated_grad_bytes). solver.cost.frameworks sets
+                           estimate_fsdp_accumulated_grad_bytes). solver.cost.step.frameworks sets
                            it for torchtitan. Under it memory can rise with pp (1 -> 2).
       fsdp_reduce_bytes 4  FSDP2's MixedPrecisionPolicy.reduce_dtype, the dtype those unsharded
                            gradients accumulate in: fp32 (4) in torchtitan, whose
@@ -120,7 +120,7 @@ class MemoryOptions(BaseModel):
                            keeps for backward (theoretical_memory_usage counts the fp32 copy,
                            4 bytes; a fused cross-entropy needs 2). The per-logit bytes of the
                            framework's eager loss: torchtitan's F.cross_entropy holds 12
-                           (solver.cost.frameworks.EAGER_CROSS_ENTROPY_LOGITS_BYTES).
+                           (solver.cost.step.frameworks.EAGER_CROSS_ENTROPY_LOGITS_BYTES).
       loss_implementation "eager"
                            how the loss is computed (solver.spec.framework.LossImplementation;
                            the framework profile's, FrameworkProfile.memory_options): "eager"
@@ -167,12 +167,12 @@ class MemoryOptions(BaseModel):
       selective_recompute  what `selective` keeps: "attention_core" (Megatron: all but the
                            attention core) or "op_level" (torchtitan's per-op SAC: the layer
                            input and the outputs of every second GEMM, the attention and the
-                           all-to-alls; solver.cost.frameworks sets it per framework).
+                           all-to-alls; solver.cost.step.frameworks sets it per framework).
       recompute_modules ("core_attn",)
                            under attention_core, the modules `selective` recomputes (Megatron
                            --recompute-modules, default core_attn; what each drops:
                            activations.estimate_module_recompute_bytes).
-    Offload to the host (solver.cost.offload has the step time they cost):
+    Offload to the host (solver.cost.step.offload has the step time they cost):
       optimizer_offload False
                            the optimizer state (fp32 master weights and Adam moments) lives in
                            host memory and the optimizer steps on the CPU: Megatron
@@ -220,7 +220,7 @@ class MemoryOptions(BaseModel):
                            _create_grad_recv_info(...) for every chunk, each _RecvInfo holding
                            _make_tensor_from_meta(output meta)): num_microbatches x the stage
                            output per virtual stage held (overheads.
-                           estimate_pipeline_grad_buffer_bytes). solver.cost.frameworks sets it
+                           estimate_pipeline_grad_buffer_bytes). solver.cost.step.frameworks sets it
                            for torchtitan.
     Eager code (solver.cost.memory.eager; FrameworkProfile.memory_options sets both flags
     from the profile's attention kernel and fused_elementwise):

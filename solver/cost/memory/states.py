@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.cost.blocks import estimate_kind_params
+from solver.cost.layers.blocks import estimate_kind_params
 from solver.cost.candidates import Candidates
 from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_gathered_param_bytes
-from solver.cost.precision import load_recipe
+from solver.cost.kernels.precision import load_recipe
 from solver.spec import JobSpec, ModelSpec
 
 # The two groups of parameters (module docstring).
@@ -66,7 +66,7 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
     h = m.hidden_size
 
     moe_shared = m.attention_params_per_layer + m.shared_expert_params_per_layer
-    # The router and LatentMoE's projections are replicated over TP (solver.cost.blocks).
+    # The router and LatentMoE's projections are replicated over TP (solver.cost.layers.blocks).
     latent = m.latent_projection_params_per_layer
     moe_dense_part = ((moe_shared + m.norm_params_per_layer) / tp + m.router_params_per_layer
                       + latent)
@@ -98,7 +98,7 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
 def estimate_kind_stage_params(model_spec: ModelSpec, candidates: Candidates, kind: int
                                ) -> StageParams:
     """Parameters per GPU of a stage holding one layer of block-pattern kind `kind`
-    (solver.cost.blocks.estimate_kind_params), sharded in the two groups above."""
+    (solver.cost.layers.blocks.estimate_kind_params), sharded in the two groups above."""
     per_gpu = estimate_kind_params(model_spec, candidates.tp, candidates.ep, candidates.etp, kind)
     return StageParams(dense=per_gpu.dense, expert=per_gpu.expert, gemm=per_gpu.gemm,
                        largest_layer=per_gpu.largest_layer, gemm_expert=per_gpu.gemm_expert)
@@ -114,7 +114,7 @@ def estimate_fp8_copy_bytes_per_param(precision: str, options: MemoryOptions) ->
     for dgrad; on Hopper an FP8 GEMM takes only the TN layout, and MXFP8 / NVFP4 scale along
     one axis, so "both row-wise and column-wise quantized copies" are kept (TE docs,
     MXFP8BlockScaling, NVFP4BlockScaling), each with its block scales (the recipe's
-    element_bytes, solver.cost.precision). Layers kept in BF16 (NVFP4's share) keep none.
+    element_bytes, solver.cost.kernels.precision). Layers kept in BF16 (NVFP4's share) keep none.
     torchao float8 (torchtitan) keeps none: Float8Linear casts the weight in every forward
     (float8_experimental removed its weight cache, pytorch-labs/float8_experimental#181).
     Worked numbers: fp8 2.0 B; mxfp8 2 * 1.03125 = 2.06 B; nvfp4 2 * 0.5625 * (1 - 10/62)

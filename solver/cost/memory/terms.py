@@ -1,7 +1,7 @@
 """The memory of a pipeline stage as an affine function of what the stage holds.
 
 A stage holds, per layer kind k (KINDS: dense, MoE, then a block pattern's other kinds,
-solver.cost.blocks), `layers[k]` decoder layers of which
+solver.cost.layers.blocks), `layers[k]` decoder layers of which
 `recompute[k]` recompute in full; it is or is not the first stage (the embedding) and the last
 (final norm, LM head, loss, MTP modules, logits); it keeps `in_flight` micro-batches of
 activations at its peak (solver.cost.memory.layout.estimate_in_flight). Per GPU, by item:
@@ -36,7 +36,7 @@ from solver.cost.memory.overheads import (
     estimate_pipeline_grad_buffer_bytes,
     estimate_zero3_gather_bytes,
 )
-from solver.cost.blocks import hybrid_kinds
+from solver.cost.layers.blocks import hybrid_kinds
 from solver.cost.memory.states import (
     StageParams,
     estimate_kind_stage_params,
@@ -162,7 +162,7 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     moe = params(moe=1) if model_spec.is_moe else dense
     largest = np.maximum(dense.largest_layer if model_spec.num_dense_layers else 0.0,
                          moe.largest_layer if model_spec.is_moe else 0.0)
-    # A block pattern's other kinds (solver.cost.blocks), after dense and MoE.
+    # A block pattern's other kinds (solver.cost.layers.blocks), after dense and MoE.
     extra = [estimate_kind_stage_params(model_spec, candidates, kind)
              for kind in hybrid_kinds(model_spec)]
     if model_spec.has_block_kinds:  # the largest layer among the kinds the model has
