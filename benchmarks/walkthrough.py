@@ -5,7 +5,9 @@ what they print, run here with the project's own CLI so the page cannot go stale
     python benchmarks/walkthrough.py --write    # rewrite docs/walkthrough.md
     python benchmarks/walkthrough.py --check    # exit 1 when docs/walkthrough.md is stale
 
-tests/test_walkthrough.py runs `--check`'s comparison in the normal suite.
+`--write` also rewrites the README's worked example, the block between README_MARKERS: the first
+README_EXAMPLE_LINES lines of README_EXAMPLE's output (the ranking and the notes under it).
+tests/test_walkthrough.py runs `--check`'s comparisons in the normal suite.
 
 How the page is made deterministic, all in `normalise_output`:
 - each command runs through click's CliRunner (not a terminal: the wide tables, no colour, as in
@@ -43,6 +45,11 @@ from click.testing import CliRunner  # noqa: E402
 from solver.cli import cli  # noqa: E402
 
 PAGE = ROOT / "docs" / "walkthrough.md"
+README = ROOT / "README.md"
+README_EXAMPLE = "parplan optimize --model llama3.1-8b --cluster dgx-h100 --gpus 8 --top 3"
+README_EXAMPLE_LINES = 12
+README_MARKERS = ("<!-- begin: benchmarks/walkthrough.py README_EXAMPLE -->",
+                  "<!-- end: benchmarks/walkthrough.py README_EXAMPLE -->")
 SOLVE_TIME_PLACEHOLDER = "T"  # seconds of solve time: "T s"
 MAX_LINES = 60
 HEAD_LINES = 40
@@ -211,6 +218,21 @@ def render_page() -> str:
     return "\n".join(parts)
 
 
+def render_readme_example() -> str:
+    """The README's worked example: the command and the head of its output, as a code block."""
+    with tempfile.TemporaryDirectory(prefix="parplan-walkthrough-") as tmp:
+        output = run_command(README_EXAMPLE, Path(tmp))
+    head = output.rstrip("\n").splitlines()[:README_EXAMPLE_LINES]
+    return "\n".join(["```", f"$ {README_EXAMPLE}", normalise_output("\n".join(head)), "```"])
+
+
+def readme_with_example(readme: str, example: str) -> str:
+    """The README's text with the block between README_MARKERS replaced by `example`."""
+    begin, end = README_MARKERS
+    start, stop = readme.index(begin) + len(begin), readme.index(end)
+    return readme[:start] + "\n" + example + "\n" + readme[stop:]
+
+
 def comparable(page: str) -> list[str]:
     """The page's lines less those that depend on the installed frameworks."""
     return [line for line in page.splitlines() if not line.startswith(VALIDATION_PREFIX)]
@@ -222,13 +244,18 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the page is stale")
     args = parser.parse_args()
     page = render_page()
+    readme = README.read_text(encoding="utf-8")
+    fresh_readme = readme_with_example(readme, render_readme_example())
     if args.write:
         PAGE.write_text(page, encoding="utf-8")
-        print(f"wrote {PAGE.relative_to(ROOT)}")
+        README.write_text(fresh_readme, encoding="utf-8")
+        print(f"wrote {PAGE.relative_to(ROOT)} and README.md's worked example")
         return 0
     if args.check:
-        stale = comparable(page) != comparable(PAGE.read_text(encoding="utf-8"))
-        print(f"{PAGE.relative_to(ROOT)}: {'stale' if stale else 'up to date'}")
+        stale = [name for name, fresh, stored in (
+            (PAGE.relative_to(ROOT), comparable(page), comparable(PAGE.read_text("utf-8"))),
+            ("README.md", fresh_readme, readme)) if fresh != stored]
+        print(f"stale: {', '.join(map(str, stale))}" if stale else "up to date")
         return 1 if stale else 0
     print(page, end="")
     return 0

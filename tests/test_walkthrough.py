@@ -1,6 +1,7 @@
-"""docs/walkthrough.md is what its eight tasks' commands print today: the page is regenerated
-here (benchmarks/walkthrough.py) and compared line by line, so a change to any output the page
-shows fails until `python benchmarks/walkthrough.py --write` is rerun and the diff reviewed."""
+"""docs/walkthrough.md and the README's worked example are what their commands print today:
+both are regenerated here (benchmarks/walkthrough.py) and compared line by line, so a change to
+any output they show fails until `python benchmarks/walkthrough.py --write` is rerun and the
+diff reviewed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ def test_the_walkthrough_page_is_what_its_commands_print() -> None:
     diff = list(difflib.unified_diff(walkthrough.comparable(stored), walkthrough.comparable(page),
                                      "docs/walkthrough.md", "regenerated", lineterm="", n=1))
     assert diff == [], "\n".join(diff[:60]) + "\nrerun: python benchmarks/walkthrough.py --write"
+
+
+def test_the_readme_worked_example_is_what_its_command_prints() -> None:
+    readme = walkthrough.README.read_text(encoding="utf-8")
+    fresh = walkthrough.readme_with_example(readme, walkthrough.render_readme_example())
+    assert fresh == readme, "rerun: python benchmarks/walkthrough.py --write"
+    assert f"$ {walkthrough.README_EXAMPLE}" in readme
 
 
 def test_the_page_runs_the_eight_tasks_of_the_issue() -> None:
