@@ -1,7 +1,10 @@
-"""Docs that cannot drift: the README's two commands match CI, and its examples run."""
+"""Docs that cannot drift: the README's two commands match CI, and the examples of the README
+and of the docs/ pages its internals moved to run (docs/walkthrough.md is checked, output and
+all, by tests/test_walkthrough.py)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -36,7 +39,28 @@ def test_readme_main_command_runs() -> None:
     assert result.exit_code == 0, result.output
 
 
-EXAMPLES = [line.strip()[2:] for line in README if line.strip().startswith("$ parplan ")]
+DOCS = [ROOT / "README.md"] + sorted(path for path in (ROOT / "docs").glob("*.md")
+                                     if path.name != "walkthrough.md")
+EXAMPLES = [line.strip()[2:] for path in DOCS
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip().startswith("$ parplan ")]
+
+
+def test_the_docs_hold_the_examples_the_readme_had() -> None:
+    """The README's internals moved to docs/ (issue 39) with their examples: 30 of them then."""
+    assert len(EXAMPLES) >= 30
+
+
+def test_every_docs_page_the_readme_links_exists() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)]+)\)", text)
+    assert len(set(links)) >= 10
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+
+
+def test_the_readme_stays_short() -> None:
+    """Issue 39: the README teaches; the internals live in docs/."""
+    assert len(README) < 250
 
 
 @pytest.mark.parametrize("command", EXAMPLES)

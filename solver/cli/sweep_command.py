@@ -30,8 +30,9 @@ from solver.spec.job import PRECISIONS, JobSpec
 from solver.spec.strict import MAX_BATCH, MAX_SEQ_LEN
 
 ENGINES = ("layout", "even")  # solver.optimize.ENGINES (imported lazily: --help stays fast)
-# An hour or two of a 2-core machine at the zoo's measured 1.5-2.9 problems/s (README, "Sweeps
-# and reports", benchmarks/sweep.py), far more on larger problems; a typo in a range is more.
+# An hour or two of a 2-core machine at the zoo's measured 1.5-2.9 problems/s
+# (docs/sweeps_and_reports.md, benchmarks/sweep.py), far more on larger problems; a typo in a
+# range is more.
 DEFAULT_MAX_PROBLEMS = 10_000
 
 
