@@ -57,7 +57,8 @@ class GpuSpec(InputSpec):
     legacy_mma_fraction: float | None = Field(default=None, gt=0, le=1)
     # Board power limit (W) the part ships with, where it differs between variants of one chip
     # (the 96 GB H100 of Meta's Grand Teton runs at a default 500 W against the SXM's 700 W),
-    # and the memory technology; informational (shown, pinned by tests), not yet in the model.
+    # and the memory technology. `parplan serve --price-per-gpu-hour` prices energy at it
+    # (solver.cost.serve_price: tokens per joule at board power, an upper bound on energy).
     power_limit_w: float | None = Field(default=None, gt=0)
     hbm_type: MemoryType | None = None
     # Dense FP4 tensor-core peak (Blackwell), the NVFP4 recipe's datasheet rate.
