@@ -23,22 +23,33 @@ def render_cost(price_per_gpu_hour: float, gpu: Any, num_gpus: int,
     """$ an hour, $ per million output and input tokens (the prompt tokens taken at the same
     requests/s: output x mean prompt / mean output) and output tokens per joule at the GPU's
     board power (None where the catalog has none), rounded for JSON."""
-    def number(value: float, digits: int) -> float | None:
+    power = gpu.power_limit_w
+    return {"price_per_gpu_hour": price_per_gpu_hour,
+            **render_pools_cost(price_per_gpu_hour * num_gpus,
+                                None if power is None else power * num_gpus,
+                                output_tokens_per_s, job),
+            "board_power_w": power}
+
+
+def render_pools_cost(dollars_per_hour: float | None, board_power_w: float | None,
+                      output_tokens_per_s: float | None, job: Any) -> dict[str, Any]:
+    """render_cost's numbers for GPUs that may differ (pools of a two-cluster plan): the
+    deployment's $ an hour and its GPUs' board power summed; None where not known."""
+    def number(value: Any, digits: int) -> float | None:
         return round(float(value), digits) if math.isfinite(float(value)) else None
 
     out = 0.0 if output_tokens_per_s is None else output_tokens_per_s
     prompt = out * job.input_distribution.mean / job.output_distribution.mean
-    power = gpu.power_limit_w
+    priced = dollars_per_hour is not None
     return {
-        "price_per_gpu_hour": price_per_gpu_hour,
-        "dollars_per_hour": number(price_per_gpu_hour * num_gpus, 4),
+        "dollars_per_hour": number(dollars_per_hour, 4) if priced else None,
         "dollars_per_million_output_tokens": number(
-            estimate_dollars_per_million_tokens(price_per_gpu_hour, num_gpus, out), 4),
+            estimate_dollars_per_million_tokens(dollars_per_hour, out), 4) if priced else None,
         "dollars_per_million_input_tokens": number(
-            estimate_dollars_per_million_tokens(price_per_gpu_hour, num_gpus, prompt), 4),
-        "board_power_w": power,
-        "output_tokens_per_joule": (None if power is None else
-                                    number(estimate_tokens_per_joule(out, num_gpus, power), 4)),
+            estimate_dollars_per_million_tokens(dollars_per_hour, prompt), 4)
+        if priced else None,
+        "output_tokens_per_joule": (None if board_power_w is None else
+                                    number(estimate_tokens_per_joule(out, board_power_w), 4)),
     }
 
 

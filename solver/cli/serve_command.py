@@ -167,7 +167,8 @@ def _pin_options(command):
                    "async scheduling; vllm-v0: 0.6-0.10; sglang: the overlap scheduler).")
 @click.option("--disaggregated", is_flag=True,
               help="Also search prefill and decode pools (KV transfer between them) against "
-                   "the best aggregated plan.")
+                   "the best aggregated plan; with two --cluster, prefill on the first and "
+                   "decode on the second, sized for --request-rate.")
 @click.option("--pareto", is_flag=True,
               help="Also list the tokens/s/user vs tokens/s/GPU front (SLO-feasible marked).")
 @click.option("--report", "report_dir", metavar="DIR", default=None,
@@ -222,9 +223,15 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
     from solver.cli.render import echo_json
     from solver.cli.render_serve import echo_serve_result, render_serve_json, write_serve_report
     from solver.errors import InputError, format_validation_error
-    from solver.cli.render_serve_clusters import echo_clusters, render_clusters_json
+    from solver.cli.render_serve_clusters import (
+        echo_clusters,
+        echo_two_clusters,
+        render_clusters_json,
+        render_two_clusters_json,
+    )
     from solver.serve import ServeJob, ServeProblem, solve_serving
     from solver.serve.across import ClusterOption, choose_cluster
+    from solver.serve.disagg_across import search_two_clusters
     from solver.serve.workload import ServeLoadSpec
 
     if request_rate is not None and concurrency is not None:
@@ -251,6 +258,13 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
                          "compared with --objective gpus")
     if len(set(clusters)) < len(clusters):
         raise InputError("--cluster: each cluster once")
+    across = disaggregated and len(clusters) > 1  # prefill on the first, decode on the second
+    if across and len(clusters) != 2:
+        raise InputError(f"--disaggregated with {len(clusters)} clusters: give two, prefill on "
+                         "the first --cluster and decode on the second")
+    if across and request_rate is None:
+        raise InputError("--disaggregated across two clusters sizes both pools for a load: "
+                         "add --request-rate")
     price_of = parse_prices(prices, clusters)
     model_spec = load_model_spec(model)
     cluster_specs = []
@@ -303,10 +317,14 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
         problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
                                job=job, pins=pins, pool_pins=pool_pins)
         result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto,
-                               disaggregated=disaggregated)
+                               disaggregated=disaggregated and not across)
         options.append(ClusterOption(name, replace(result, price_per_gpu_hour=price_of.get(name)),
                                      price_of.get(name)))
     choice = choose_cluster(options)
+    two = None
+    if across:
+        first, second = (o.result.problem for o in options)
+        two = search_two_clusters(first, second, top, *(price_of.get(n) for n in clusters))
     result = choice.result
     if report_dir is not None:
         write_serve_report(result, report_dir)
@@ -314,11 +332,15 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
         answer = render_serve_json(result, interval_level)
         if len(options) > 1:
             answer["across_clusters"] = render_clusters_json(choice)
+        if two is not None:
+            answer["disaggregated_across_clusters"] = render_two_clusters_json(two)
         echo_json(answer)
     else:
         if len(options) > 1:
             echo_clusters(choice)
         echo_serve_result(result, interval_level)
+        if two is not None:
+            echo_two_clusters(two)
     exit_if_infeasible(result.status == "infeasible", fail_on_infeasible)
 
 

@@ -26,18 +26,17 @@ import numpy as np
 SECONDS_PER_HOUR = 3600.0
 
 
-def estimate_dollars_per_million_tokens(price_per_gpu_hour, num_gpus, tokens_per_s
-                                        ) -> np.ndarray:
-    """$ per million tokens of a deployment of `num_gpus` GPUs producing `tokens_per_s`
-    (module docstring); inf where it produces none."""
-    dollars_per_s = (np.asarray(price_per_gpu_hour, dtype=float)
-                     * np.asarray(num_gpus, dtype=float) / SECONDS_PER_HOUR)
+def estimate_dollars_per_million_tokens(dollars_per_hour, tokens_per_s) -> np.ndarray:
+    """$ per million tokens of a deployment costing `dollars_per_hour` (price per GPU-hour x
+    GPUs, summed over pools of different GPUs) and producing `tokens_per_s` (module
+    docstring); inf where it produces none."""
+    dollars_per_s = np.asarray(dollars_per_hour, dtype=float) / SECONDS_PER_HOUR
     rate = np.asarray(tokens_per_s, dtype=float)
     with np.errstate(divide="ignore"):
         return np.where(rate > 0, dollars_per_s * 1e6 / np.where(rate > 0, rate, 1.0), np.inf)
 
 
-def estimate_tokens_per_joule(tokens_per_s, num_gpus, board_power_w) -> np.ndarray:
-    """Tokens per joule with every GPU at its board power (module docstring): a lower bound."""
-    watts = np.asarray(num_gpus, dtype=float) * np.asarray(board_power_w, dtype=float)
-    return np.asarray(tokens_per_s, dtype=float) / watts
+def estimate_tokens_per_joule(tokens_per_s, board_power_w) -> np.ndarray:
+    """Tokens per joule with every GPU at its board power (`board_power_w`: the deployment's
+    GPUs' board powers summed; module docstring): a lower bound."""
+    return np.asarray(tokens_per_s, dtype=float) / np.asarray(board_power_w, dtype=float)
