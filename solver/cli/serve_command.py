@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from solver.cli.help_groups import FRAMEWORK, GroupedCommand
+from solver.cli.help_groups import FRAMEWORK, JOB, GroupedCommand
 from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat, PinSpec
 from solver.cli.shared_flags import (
     interval_level_option,
@@ -121,7 +121,7 @@ def _pin_options(command):
     return command
 
 
-@click.command(cls=GroupedCommand, groups={"engine": FRAMEWORK})
+@click.command(cls=GroupedCommand, groups={"engine": FRAMEWORK, "prices": JOB})
 @click.option("--model", required=True, metavar="NAME|PATH",
               help="Zoo name, zoo-format TOML or Hugging Face config.json.")
 @click.option("--cluster", "clusters", required=True, multiple=True, metavar="NAME|PATH",
