@@ -12,6 +12,12 @@ import numpy as np
 
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import render_views_text
+from solver.cli.render_serve_cost import (
+    COST_COLUMNS,
+    plan_output_tokens_per_s,
+    render_cost,
+    render_cost_cells,
+)
 from solver.cost.uncertainty import estimate_serve_interval, load_error_model
 from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS
 from solver.spec.plan_json import (
@@ -76,7 +82,11 @@ def render_serve_interval_text(plan: Any, level: float) -> str:
             f"SGLang runs): " + ", ".join(parts))
 
 
-def _plan_json(plan: Any, problem: Any, level: float = 0.8) -> dict[str, Any]:
+def _plan_json(plan: Any, problem: Any, level: float = 0.8,
+               price: float | None = None) -> dict[str, Any]:
+    cost = {} if price is None else {"cost": render_cost(
+        price, problem.cluster.gpu, plan.num_gpus, plan_output_tokens_per_s(plan, problem),
+        problem.job)}
     return {
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "ep": plan.ep, "replicas": plan.replicas,
         "gpus": plan.num_gpus, "expert_parallel": plan.ep > 1, "fits": plan.fits,
@@ -104,6 +114,7 @@ def _plan_json(plan: Any, problem: Any, level: float = 0.8) -> dict[str, Any]:
         "load": _load_json(plan.load),
         "scheduler": dict(plan.scheduler),
         **render_serve_intervals(plan, level),
+        **cost,
     }
 
 
@@ -129,14 +140,21 @@ def _load_json(load: dict[str, Any]) -> dict[str, Any]:
     return {name: convert(part) for name, part in load.items()}
 
 
-def _pareto_json(front: Any) -> list[dict[str, Any]]:
+def _point_cost(point: Any, problem: Any, price: float) -> dict[str, Any]:
+    return render_cost(price, problem.cluster.gpu, point.num_gpus,
+                       point.tokens_per_s_per_gpu * point.num_gpus, problem.job)
+
+
+def _pareto_json(front: Any, problem: Any, price: float | None) -> list[dict[str, Any]]:
     return [{**point.degrees, "gpus": point.num_gpus, "kind": point.kind,
              **({"prefill": point.prefill} if point.prefill is not None else {}),
              "request_rate": round(point.request_rate, 4),
              "tokens_per_second_per_user": round(point.tokens_per_s_per_user, 3),
              "tokens_per_second_per_gpu": round(point.tokens_per_s_per_gpu, 3),
              "ttft_ms": _ms(point.ttft_s), "tpot_ms": _ms(point.tpot_s),
-             "meets_slo": point.meets_slo} for point in front]
+             "meets_slo": point.meets_slo,
+             **({} if price is None else {"cost": _point_cost(point, problem, price)})}
+            for point in front]
 
 
 def _workload_json(job: Any) -> dict[str, Any]:
@@ -176,14 +194,15 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
         "min_tokens_per_s": job.min_tokens_per_s,
         "workload": _workload_json(job),
         "num_feasible": result.num_feasible,
-        "plans": [_plan_json(plan, problem, level) for plan in result.plans],
+        "plans": [_plan_json(plan, problem, level, result.price_per_gpu_hour)
+                  for plan in result.plans],
         "interval_level": level,
         # What reports each view of a plan's memory: the view a measured number is compared
         # with (vLLM's own log splits it the same way: solver.cost.serving.memory).
         "memory_views": render_memory_views_json(),
     }
     if result.pareto is not None:
-        answer["pareto"] = _pareto_json(result.pareto)
+        answer["pareto"] = _pareto_json(result.pareto, problem, result.price_per_gpu_hour)
     if result.disaggregated is not None:
         answer["disaggregated"] = _disagg_json(result)
     if result.status == "infeasible":
@@ -206,15 +225,18 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
     if result.status == "infeasible":
         echo_infeasible(result, "the model, the context or the cluster")
         if result.pareto is not None:
-            _echo_pareto(result.pareto)
+            _echo_pareto(result)
         return
     replicas = any(plan.replicas > 1 for plan in result.plans)
     loaded = job.load.kind != "none"  # the load table below replaces the batch columns
+    price = result.price_per_gpu_hour
+    priced = price is not None
     columns = (["#", "tp", "pp", "dp", "ep"] + (["replicas"] if replicas else [])
                + ["GPUs", "weights GB", "KV GB", *VIEW_COLUMNS.values(),
                   f"seqs @{job.context:,}"]
                + ([] if loaded else ["batch", "TTFT ms alone", "TPOT ms @batch", "tokens/s",
-                                     "tokens/s/GPU"]))
+                                     "tokens/s/GPU"])
+               + (COST_COLUMNS if priced else []))
     rows = []
     for i, plan in enumerate(result.plans, start=1):
         row = [i, plan.tp, plan.pp, plan.dp, plan.ep] + ([plan.replicas] if replicas else [])
@@ -225,13 +247,16 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
         if not loaded:
             row += [plan.batch, round(plan.ttft_s * 1e3, 1), round(plan.tpot_s * 1e3, 1),
                     round(plan.tokens_per_s), round(plan.tokens_per_s_per_gpu)]
+        if priced:
+            row += render_cost_cells(render_cost(price, problem.cluster.gpu, plan.num_gpus,
+                                                 plan_output_tokens_per_s(plan, problem), job))
         rows.append(row)
     echo_ranked(result, columns, rows,
                 note="memory per GPU of plan 1: " + render_views_text(result.plans[0].views_bytes))
     _echo_load(result)
     click.echo(render_serve_interval_text(result.plans[0], level))
     if result.pareto is not None:
-        _echo_pareto(result.pareto)
+        _echo_pareto(result)
     if result.disaggregated is not None:
         _echo_disagg(result)
     best = result.plans[0]
@@ -308,11 +333,14 @@ def _echo_load(result: Any) -> None:
         click.echo("  ".join(v.rjust(w) for v, w in zip(row, widths)))
 
 
-def _echo_pareto(front: Any) -> None:
+def _echo_pareto(result: Any) -> None:
+    front, price = result.pareto, result.price_per_gpu_hour
     click.echo("pareto front (tokens/s/user vs tokens/s/GPU; * meets the SLO; a prefill pool "
                "marks a disaggregated plan, its decode pool in the degree columns):")
     head = ["", "prefill pool", "tp", "pp", "dp", "ep", "replicas", "GPUs", "req/s",
             "tok/s/user", "tok/s/GPU", "TTFT ms", "TPOT ms"]
+    if price is not None:
+        head += COST_COLUMNS
 
     def pool(p: Any) -> str:
         if p.prefill is None:
@@ -323,7 +351,9 @@ def _echo_pareto(front: Any) -> None:
     rows = [["*" if p.meets_slo else " ", pool(p), *(str(p.degrees[n]) for n in
              ("tp", "pp", "dp", "ep", "replicas")), str(p.num_gpus), f"{p.request_rate:,.2f}",
              f"{p.tokens_per_s_per_user:,.1f}", f"{p.tokens_per_s_per_gpu:,.1f}",
-             f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:,.1f}"] for p in front]
+             f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:,.1f}"]
+            + ([] if price is None else
+               render_cost_cells(_point_cost(p, result.problem, price))) for p in front]
     widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h)
               for k, h in enumerate(head)]
     click.echo("  ".join(h.rjust(w) for h, w in zip(head, widths)))
@@ -417,8 +447,14 @@ def write_serve_report(result: Any, directory: str) -> None:
         if p.prefill is not None:
             q = p.prefill
             plan = f"prefill tp {q['tp']} pp {q['pp']} dp {q['dp']} x{q['copies']} + decode {plan}"
-        return (f"{plan}, {p.num_gpus} GPUs, {p.request_rate:,.2f} req/s, TTFT "
+        text = (f"{plan}, {p.num_gpus} GPUs, {p.request_rate:,.2f} req/s, TTFT "
                 f"{_fmt(_finite(p.ttft_s), 1e3)} ms, TPOT {_fmt(_finite(p.tpot_s), 1e3)} ms")
+        if result.price_per_gpu_hour is None:
+            return text
+        cost = _point_cost(p, result.problem, result.price_per_gpu_hour)
+        money, energy = cost["dollars_per_million_output_tokens"], cost["output_tokens_per_joule"]
+        return (text + f", ${_fmt(money, 1, 3)} per million output tokens"
+                + ("" if energy is None else f", {energy:,.3f} output tokens/J at board power"))
 
     points = [FrontPoint(f"{p.kind}{', meets the SLO' if p.meets_slo else ''}",
                          p.tokens_per_s_per_user, p.tokens_per_s_per_gpu, label(p))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Any
 
 import click
 
-from solver.cli.help_groups import FRAMEWORK, GroupedCommand
+from solver.cli.help_groups import FRAMEWORK, JOB, GroupedCommand
 from solver.cli.params import MAX_TOP, BoundedInt, FiniteFloat, PinSpec
 from solver.cli.shared_flags import (
     interval_level_option,
@@ -119,11 +121,13 @@ def _pin_options(command):
     return command
 
 
-@click.command(cls=GroupedCommand, groups={"engine": FRAMEWORK})
+@click.command(cls=GroupedCommand, groups={"engine": FRAMEWORK, "prices": JOB})
 @click.option("--model", required=True, metavar="NAME|PATH",
               help="Zoo name, zoo-format TOML or Hugging Face config.json.")
-@click.option("--cluster", required=True, metavar="NAME|PATH",
-              help="Cluster preset name or cluster TOML file.")
+@click.option("--cluster", "clusters", required=True, multiple=True, metavar="NAME|PATH",
+              help="Cluster preset name or cluster TOML file; several (--cluster A --cluster "
+                   "B) with --objective gpus: the cluster that serves the job on the fewest "
+                   "GPUs (the lowest $/h when all are priced), and what each other needs.")
 @click.option("--gpus", "num_gpus", required=True, type=BoundedInt(1, MAX_GPUS),
               help="GPUs available (objective gpus: at most this many).")
 @click.option("--gpus-per-node", type=BoundedInt(1, MAX_GPUS), default=None,
@@ -163,7 +167,8 @@ def _pin_options(command):
                    "async scheduling; vllm-v0: 0.6-0.10; sglang: the overlap scheduler).")
 @click.option("--disaggregated", is_flag=True,
               help="Also search prefill and decode pools (KV transfer between them) against "
-                   "the best aggregated plan.")
+                   "the best aggregated plan; with two --cluster, prefill on the first and "
+                   "decode on the second, sized for --request-rate.")
 @click.option("--pareto", is_flag=True,
               help="Also list the tokens/s/user vs tokens/s/GPU front (SLO-feasible marked).")
 @click.option("--report", "report_dir", metavar="DIR", default=None,
@@ -190,12 +195,16 @@ def _pin_options(command):
               help="How many plans to list.")
 @click.option("--calibration", metavar="FILE", default=None,
               help="Fitted bandwidth curves (`parplan calibrate`).")
+@click.option("--price-per-gpu-hour", "prices", multiple=True, metavar="PRICE|NAME=PRICE",
+              help="$ per GPU-hour (one cluster: PRICE; several: NAME=PRICE per --cluster): "
+                   "adds $ per million output and input tokens, and output tokens per joule "
+                   "at the GPUs' board power, to every plan and Pareto point.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @_pin_options
 @memory_headroom_option
 @fail_on_infeasible_option
 @interval_level_option
-def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
+def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: int | None,
           context: int | None, input_len: Any, output_len: Any, request_rate: float | None,
           concurrency: int | None, client: str | None, burstiness: float | None,
           slo_percentile: str, max_num_seqs: int | None,
@@ -203,7 +212,8 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
           report_dir: str | None, precision: str,
           kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
           max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
-          calibration: str | None, as_json: bool, memory_headroom: Any,
+          calibration: str | None, prices: tuple[str, ...], as_json: bool,
+          memory_headroom: Any,
           fail_on_infeasible: bool, interval_level: float, **pin_values: Any) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
@@ -213,7 +223,15 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
     from solver.cli.render import echo_json
     from solver.cli.render_serve import echo_serve_result, render_serve_json, write_serve_report
     from solver.errors import InputError, format_validation_error
+    from solver.cli.render_serve_clusters import (
+        echo_clusters,
+        echo_two_clusters,
+        render_clusters_json,
+        render_two_clusters_json,
+    )
     from solver.serve import ServeJob, ServeProblem, solve_serving
+    from solver.serve.across import ClusterOption, choose_cluster
+    from solver.serve.disagg_across import search_two_clusters
     from solver.serve.workload import ServeLoadSpec
 
     if request_rate is not None and concurrency is not None:
@@ -235,15 +253,31 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
                 raise InputError(f"--{pool}-{degree}: pins a disaggregated pool; add "
                                  "--disaggregated")
             pool_pins.setdefault(pool, {})[degree] = values
+    if len(clusters) > 1 and objective != "gpus":
+        raise InputError(f"--cluster given {len(clusters)} times: several clusters are "
+                         "compared with --objective gpus")
+    if len(set(clusters)) < len(clusters):
+        raise InputError("--cluster: each cluster once")
+    across = disaggregated and len(clusters) > 1  # prefill on the first, decode on the second
+    if across and len(clusters) != 2:
+        raise InputError(f"--disaggregated with {len(clusters)} clusters: give two, prefill on "
+                         "the first --cluster and decode on the second")
+    if across and request_rate is None:
+        raise InputError("--disaggregated across two clusters sizes both pools for a load: "
+                         "add --request-rate")
+    price_of = parse_prices(prices, clusters)
     model_spec = load_model_spec(model)
-    cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
-    if memory_headroom is not None:
-        cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
+    cluster_specs = []
+    for name in clusters:
+        cluster_spec = load_calibrated_cluster(name, gpus_per_node, calibration)
+        if memory_headroom is not None:
+            cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
+        cluster_specs.append(cluster_spec)
     context_source = "given"
-    if context is None:
-        context, context_source = _default_context(model_spec, cluster_spec, num_gpus,
-                                                   precision, kv_cache_dtype,
-                                                   gpu_memory_utilization, engine, pins)
+    if context is None:  # several clusters: the shortest of their defaults, so all serve it
+        context, context_source = min(
+            _default_context(model_spec, spec, num_gpus, precision, kv_cache_dtype,
+                             gpu_memory_utilization, engine, pins) for spec in cluster_specs)
     if report_dir is not None and not pareto:
         raise InputError(f"--report {report_dir}: the page draws the Pareto front; add --pareto")
     inputs, outputs = input_len, output_len
@@ -277,15 +311,63 @@ def serve(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None,
                        engine=engine)
     except ValidationError as exc:
         raise InputError(format_validation_error("serve options", exc)) from None
-    problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
-                           job=job, pins=pins, pool_pins=pool_pins)
     other_gpus = [load_gpu_spec(name) for name in list_gpu_names()]
-    result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto,
-                           disaggregated=disaggregated)
+    options = []
+    for name, cluster_spec in zip(clusters, cluster_specs):
+        problem = ServeProblem(model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
+                               job=job, pins=pins, pool_pins=pool_pins)
+        result = solve_serving(problem, top=top, other_gpus=other_gpus, pareto=pareto,
+                               disaggregated=disaggregated and not across)
+        options.append(ClusterOption(name, replace(result, price_per_gpu_hour=price_of.get(name)),
+                                     price_of.get(name)))
+    choice = choose_cluster(options)
+    two = None
+    if across:
+        first, second = (o.result.problem for o in options)
+        two = search_two_clusters(first, second, top, *(price_of.get(n) for n in clusters))
+    result = choice.result
     if report_dir is not None:
         write_serve_report(result, report_dir)
     if as_json:
-        echo_json(render_serve_json(result, interval_level))
+        answer = render_serve_json(result, interval_level)
+        if len(options) > 1:
+            answer["across_clusters"] = render_clusters_json(choice)
+        if two is not None:
+            answer["disaggregated_across_clusters"] = render_two_clusters_json(two)
+        echo_json(answer)
     else:
+        if len(options) > 1:
+            echo_clusters(choice)
         echo_serve_result(result, interval_level)
+        if two is not None:
+            echo_two_clusters(two)
     exit_if_infeasible(result.status == "infeasible", fail_on_infeasible)
+
+
+def parse_prices(values: tuple[str, ...], clusters: tuple[str, ...]) -> dict[str, float]:
+    """--price-per-gpu-hour: PRICE for the one cluster, or NAME=PRICE for each cluster
+    named (a cluster left out is not priced)."""
+    from solver.errors import InputError
+
+    prices: dict[str, float] = {}
+    for value in values:
+        name, _, number = value.rpartition("=")
+        if not name:
+            if len(clusters) > 1 or len(values) > 1:
+                raise InputError(f"--price-per-gpu-hour {value}: with several clusters give "
+                                 "NAME=PRICE for each --cluster")
+            name = clusters[0]
+        if name not in clusters:
+            raise InputError(f"--price-per-gpu-hour {value}: {name!r} is not a --cluster "
+                             f"given ({', '.join(clusters)})")
+        try:
+            price = float(number)
+        except ValueError:
+            price = float("nan")
+        if not math.isfinite(price) or price <= 0:
+            raise InputError(f"--price-per-gpu-hour {value}: the price must be a positive "
+                             "number of dollars")
+        if name in prices:
+            raise InputError(f"--price-per-gpu-hour {value}: {name} priced twice")
+        prices[name] = price
+    return prices

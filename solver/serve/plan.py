@@ -177,17 +177,19 @@ NIXL_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 
 def build_vllm_pair_commands(problem: ServeProblem, prefill: dict[str, int],
-                             decode: dict[str, int], scheduler: dict[str, int] | None = None
-                             ) -> list[str]:
+                             decode: dict[str, int], scheduler: dict[str, int] | None = None,
+                             decode_problem: ServeProblem | None = None) -> list[str]:
     """The disaggregated pair under vLLM: a prefill and a decode `vllm serve` with the
     NixlConnector (--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":
     "kv_both"}' on both, each with its own VLLM_NIXL_SIDE_CHANNEL_PORT; vLLM docs
     "NixlConnector Usage Guide"), and the proxy that sends each request to both (vLLM's
-    tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, or llm-d / Dynamo's router)."""
+    tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, or llm-d / Dynamo's router).
+    `decode_problem`: the decode pool's when it runs on another cluster (its GPU memory)."""
     lines = []
-    for role, row, port, side in (("prefill", prefill, 8100, 5600),
-                                  ("decode", decode, 8200, 5601)):
-        command = build_vllm_command(problem, {**row, "replicas": 1},
+    decode_problem = problem if decode_problem is None else decode_problem
+    for role, row, port, side, on in (("prefill", prefill, 8100, 5600, problem),
+                                      ("decode", decode, 8200, 5601, decode_problem)):
+        command = build_vllm_command(on, {**row, "replicas": 1},
                                      scheduler if role == "decode" else None)
         lines.append(f"VLLM_NIXL_SIDE_CHANNEL_PORT={side} {command} --port {port} "
                      f"--kv-transfer-config {shlex.quote(NIXL_CONFIG)}")

@@ -36,6 +36,9 @@ class ServeResult:
     fixes: tuple[str, ...] = ()
     pareto: tuple[ParetoPoint, ...] | None = None
     disaggregated: DisaggResult | None = None
+    # `--price-per-gpu-hour` of this cluster: the answer then prices every plan and Pareto
+    # point (solver.cost.serving.price); None: no cost shown.
+    price_per_gpu_hour: float | None = None
 
 
 def solve_serving(problem: ServeProblem, top: int = 5,

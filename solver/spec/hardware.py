@@ -57,13 +57,14 @@ class GpuSpec(InputSpec):
     legacy_mma_fraction: float | None = Field(default=None, gt=0, le=1)
     # Board power limit (W) the part ships with, where it differs between variants of one chip
     # (the 96 GB H100 of Meta's Grand Teton runs at a default 500 W against the SXM's 700 W),
-    # and the memory technology; informational (shown, pinned by tests), not yet in the model.
+    # and the memory technology. `parplan serve --price-per-gpu-hour` prices energy at it
+    # (solver.cost.serving.price: tokens per joule at board power, an upper bound on energy).
     power_limit_w: float | None = Field(default=None, gt=0)
     hbm_type: MemoryType | None = None
     # Dense FP4 tensor-core peak (Blackwell), the NVFP4 recipe's datasheet rate.
     peak_tflops_fp4: float | None = Field(default=None, gt=0)
     # Block-scaled tensor-core formats (Blackwell's MXFP8 / NVFP4 MMA): which recipes of
-    # solver.cost.kernels.precision the GPU can run natively.
+    # solver.cost.kernels.kernels.precision the GPU can run natively.
     block_scaled_formats: tuple[BlockScaledFormat, ...] = ()
     # The packaged table of measured kernel times (solver/catalog/kernels/<name>.npz) the
     # compute model interpolates in; None: the datasheet path (peaks x fitted efficiencies).
@@ -105,7 +106,7 @@ class TierSpec(InputSpec):
 
     `curves` holds measured collective-time curves (a calibration profile applied to the
     cluster); a collective with a curve uses it instead of `bandwidth_gb_per_s` and
-    `latency_us` (solver.cost.comm.comm)."""
+    `latency_us` (solver.cost.comm.comm.comm)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -122,7 +123,7 @@ class DispatcherRates(InputSpec):
     measured across nodes on this cluster: per rank, one dispatch's and one combine's bytes
     over their time, at each EP group size `ranks` (ascending, every group spanning nodes),
     the bytes counted as the library's benchmark counts them: each token once for every node
-    that holds one of its experts, its own included (solver.cost.comm.comm_ep.
+    that holds one of its experts, its own included (solver.cost.comm.comm.comm_ep.
     estimate_dispatcher_s); where it also timed an FP8 dispatch of the same tokens, that rate
     over the FP8 bytes. The benchmark's own test: `tokens_per_rank` tokens of `hidden_size`
     values each, top-`topk` routing, `ranks_per_node` ranks a node, `num_sms` SMs."""

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.cost.comm.comm import GroupLink, estimate_collective_s
+from solver.cost.comm.comm import GroupLink, estimate_collective_s, estimate_group_link
+from solver.spec import ClusterSpec
 
 
 def estimate_kv_transfer_bytes(prompt_tokens, decode_kv_bytes_per_token, tp_prefill,
@@ -58,3 +59,21 @@ def estimate_prefill_kv_tokens(rate_per_s, prompt_mean_tokens: float, in_engine_
     10 x 2,000 x 0.302 = 6,040 tokens."""
     return (np.asarray(rate_per_s, dtype=float) * prompt_mean_tokens
             * (np.asarray(in_engine_s, dtype=float) + np.asarray(transfer_s, dtype=float)))
+
+
+def estimate_between_clusters_link(prefill_cluster: ClusterSpec, decode_cluster: ClusterSpec
+                                   ) -> tuple[GroupLink, str]:
+    """The link a prompt's KV cache crosses from a prefill engine on one cluster to a decode
+    engine on another: each side's network between nodes (a pair of GPUs a node apart,
+    solver.cost.comm), the slower of the two, and the name of the cluster it belongs to
+    (the prefill side's on a tie). dgx-h100 (40 GB/s per GPU between nodes) and
+    dgx-a100-80gb (20 GB/s): 20 GB/s, so 2,048 tokens of Llama-3.1-70B at tp 8 (83.9 MB per
+    GPU) take about 4.2 ms."""
+    links = []
+    for cluster in (prefill_cluster, decode_cluster):
+        stride = max(cluster.scale_up_gpus, cluster.gpus_per_node)
+        links.append((estimate_group_link(cluster, np.array([stride]), np.array([2])),
+                      cluster.name))
+    (p_link, p_name), (d_link, d_name) = links
+    slower = float(d_link.bandwidth_bytes_per_s[0]) < float(p_link.bandwidth_bytes_per_s[0])
+    return (d_link, d_name) if slower else (p_link, p_name)

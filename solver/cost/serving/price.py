@@ -1,0 +1,42 @@
+"""What a serving plan costs: dollars per million tokens from a price per GPU-hour, and tokens
+per joule at the GPUs' board power, vectorised over plans.
+
+    $ per million output tokens = price_per_gpu_hour x num_gpus / 3,600 / output_tokens_per_s
+                                  x 1e6
+    $ per million input tokens  = the same with the prompt tokens the deployment takes per
+                                  second (requests/s x mean prompt tokens)
+    output tokens per joule     = output_tokens_per_s / (num_gpus x board_power_w)
+
+Each price charges the whole deployment to one kind of token, as providers quote per-token
+prices from a GPU-hour (the SemiAnalysis InferenceMAX charts' "cost per million tokens" is
+the hourly cost of the GPUs over the tokens they produce in that hour). The energy is each GPU
+at its board power limit (the catalog's power_limit_w: NVIDIA's and AMD's datasheet maximum
+TDP / TBP), an upper bound on what the GPUs draw, so tokens per joule is a lower bound; host
+CPUs, networking and cooling are not counted.
+
+Worked number: 8 H100 SXM at $2.50 per GPU-hour is $20 an hour, $0.005556 a second; at
+10,000 output tokens/s that is $0.556 per million output tokens; at 700 W each the GPUs draw at
+most 5,600 W, 10,000 / 5,600 = 1.786 output tokens per joule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SECONDS_PER_HOUR = 3600.0
+
+
+def estimate_dollars_per_million_tokens(dollars_per_hour, tokens_per_s) -> np.ndarray:
+    """$ per million tokens of a deployment costing `dollars_per_hour` (price per GPU-hour x
+    GPUs, summed over pools of different GPUs) and producing `tokens_per_s` (module
+    docstring); inf where it produces none."""
+    dollars_per_s = np.asarray(dollars_per_hour, dtype=float) / SECONDS_PER_HOUR
+    rate = np.asarray(tokens_per_s, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.where(rate > 0, dollars_per_s * 1e6 / np.where(rate > 0, rate, 1.0), np.inf)
+
+
+def estimate_tokens_per_joule(tokens_per_s, board_power_w) -> np.ndarray:
+    """Tokens per joule with every GPU at its board power (`board_power_w`: the deployment's
+    GPUs' board powers summed; module docstring): a lower bound."""
+    return np.asarray(tokens_per_s, dtype=float) / np.asarray(board_power_w, dtype=float)
