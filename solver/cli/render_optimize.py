@@ -43,7 +43,8 @@ def _settings(plan: Any, name: str) -> list[Any]:
 
 def echo_result(result: Any, gpus_for_days: float | None,
                 level: float = DEFAULT_INTERVAL_LEVEL,
-                min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY) -> None:
+                min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
+                scales: Any = None) -> None:
     problem = result.problem
     heading = (f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
                f"({problem.cluster.name}), seq {problem.job.seq_len}, global batch "
@@ -65,7 +66,7 @@ def echo_result(result: Any, gpus_for_days: float | None,
     plans = result.plans
     odds = render_plans_uncertainty(plans, problem.model_spec, problem.cluster.gpu.name,
                                     problem.framework, problem.job.precision, level,
-                                    min_fit_probability)
+                                    min_fit_probability, scales)
     extras = odds["plans"]
     columns = plan_columns(plans, problem.job.token_budget is not None, level)
     wide = [c for c in columns if c.wide]
