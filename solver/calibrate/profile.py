@@ -172,21 +172,22 @@ def load_calibrated_cluster(ref: str, gpus_per_node: int | None = None,
 def select_profile_scales(calibration: str | None, framework: str, model_spec: ModelSpec,
                           gpu_name: str, precision: str) -> CalibratedScales | None:
     """The `--calibration` profile's scales (`calibrate training-log`) for a framework profile
-    and the problem's error-model category (solver.cost.uncertainty.time_category); None
-    without a profile or without scales for them (a run of another category says nothing
-    about this one beyond the priors)."""
+    the problem's error-model category (solver.cost.uncertainty.time_category) and model; None
+    without a profile or without scales for them (solver.spec.calibration: a run of another
+    model is not used)."""
     if calibration is None:
         return None
     levels = time_category(framework, model_arch_kind(model_spec), gpu_name, precision)
-    return load_profile(calibration).find_scales(framework.split("@")[0], "/".join(levels))
+    return load_profile(calibration).find_scales(framework.split("@")[0], "/".join(levels),
+                                                 model_spec.name)
 
 
 def replace_profile_scales(profile: CalibrationProfile | None, cluster: str,
                            scales: CalibratedScales) -> CalibrationProfile:
     """`profile` (or a new one for `cluster`) with `scales` in place of its scales of the same
-    framework and category; its curves kept."""
+    framework, category and model; its curves kept."""
     if profile is None:
         return CalibrationProfile(cluster=cluster, method="training-log", scales=(scales,))
-    others = tuple(s for s in profile.scales
-                   if (s.framework, s.category) != (scales.framework, scales.category))
+    key = (scales.framework, scales.category, scales.model)
+    others = tuple(s for s in profile.scales if (s.framework, s.category, s.model) != key)
     return profile.model_copy(update={"scales": (*others, scales)})

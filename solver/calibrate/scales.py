@@ -75,6 +75,7 @@ class CalibrationPlan:
 
     framework: str
     category: str
+    model: str
     values: Mapping[str, int]  # tp pp cp ep micro_batch global_batch seq_len num_gpus
     parts_s: Mapping[str, float]
     step_s: float
@@ -143,8 +144,8 @@ def estimate_noise_sigma(steps_s: Sequence[float]) -> float:
     return MEDIAN_EFFICIENCY * float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
 
 
-def build_prior_scales(error_model: ErrorModel, framework: str, levels: Sequence[str]
-                       ) -> CalibratedScales:
+def build_prior_scales(error_model: ErrorModel, framework: str, levels: Sequence[str],
+                       model: str) -> CalibratedScales:
     """The error model's prior for a category (levels: solver.cost.uncertainty.time_category)
     as uncalibrated scales: mean 0, covariance diag((s sigma_k)^2), plan sigma s plan_sigma,
     memory shared and own variance MEMORY_SHARED_SHARE of the framework's."""
@@ -153,7 +154,7 @@ def build_prior_scales(error_model: ErrorModel, framework: str, levels: Sequence
     variances = [(scale * error_model.group_sigma[UNIT_GROUP[u]]) ** 2 for u in units]
     sigma_m = memory_sigma(error_model, framework)
     return CalibratedScales(
-        framework=framework.split("@")[0], category="/".join(levels), units=units,
+        framework=framework.split("@")[0], category="/".join(levels), model=model, units=units,
         log_mean=tuple(0.0 for _ in units),
         log_covariance=tuple(tuple(v if i == j else 0.0 for j in range(len(units)))
                              for i, v in enumerate(variances)),
@@ -222,7 +223,7 @@ def build_calibration_plan(plan: Plan, model_spec: ModelSpec, gpu_name: str, job
     stage = plan.worst_stage
     config = plan.config
     return CalibrationPlan(
-        framework=framework.split("@")[0], category="/".join(levels),
+        framework=framework.split("@")[0], category="/".join(levels), model=model_spec.name,
         values={"tp": config.tp, "pp": config.pp, "cp": config.cp, "ep": config.ep,
                 "micro_batch": config.micro_batch, "global_batch": job.global_batch,
                 "seq_len": job.seq_len, "num_gpus": num_gpus},

@@ -209,8 +209,9 @@ def training_log(logs: tuple[str, ...], output: str, warmup_steps: int, model: s
     plan = build_calibration_plan(result.plan, result.model_spec, result.cluster.gpu.name,
                                   result.job, result.num_gpus, result.profile.name)
     profile = load_profile(calibration) if calibration is not None else None
-    prior = (profile.find_scales(plan.framework, plan.category) if profile else None) or \
-        build_prior_scales(load_error_model(), plan.framework, plan.category.split("/"))
+    prior = (profile.find_scales(plan.framework, plan.category, plan.model) if profile
+             else None) or build_prior_scales(load_error_model(), plan.framework,
+                                              plan.category.split("/"), plan.model)
     posterior = calibrate_from_logs(parsed, plan, prior, warmup_steps)
     write_profile(replace_profile_scales(profile, result.cluster.name, posterior), output)
     if as_json:

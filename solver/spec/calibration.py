@@ -15,10 +15,13 @@ fabric (notes §1.4), so busbw * (k-1)/(n-1) is the per-GPU rate of the tier its
 A profile file (`parplan calibrate ... -o profile.json`) is a `CalibrationProfile` as JSON.
 
 Beside the curves a profile may hold **scales** (`parplan calibrate training-log`, issue 36):
-per framework profile and error-model category of this cluster, the posterior of the step
+per framework profile, error-model category and model of this cluster, the posterior of the step
 time's log error per unit (solver.cost.uncertainty UNIT_GROUP: compute, each communication
 kind, the bubble) as a mean vector and covariance, the plan's own sigma it leaves, and the
-memory's log error; solver.cost.uncertainty applies them. Files without scales still load.
+memory's log error; solver.cost.uncertainty applies them to plans of that model
+(benchmarks/calibration_check.py: a run of one model narrows the intervals of its other
+configurations with their coverage kept, but over-narrows other models'). Files without
+scales still load.
 """
 
 from __future__ import annotations
@@ -121,14 +124,15 @@ class CalibrationRun(InputSpec):
 
 
 class CalibratedScales(InputSpec):
-    """The posterior of the log errors of one framework profile and category on this cluster
-    (module docstring): `units` names the entries of `log_mean` and the rows and columns of
+    """The posterior of the log errors of one framework profile, category and model on this
+    cluster (module docstring): `units` names the entries of `log_mean` and the rows and columns of
     `log_covariance`; a unit's time is multiplied by exp(log_mean)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     framework: str = Field(min_length=1)
     category: str = Field(min_length=1)
+    model: str = Field(min_length=1)
     units: tuple[str, ...] = Field(min_length=1)
     log_mean: tuple[float, ...]
     log_covariance: tuple[tuple[float, ...], ...]
@@ -165,15 +169,16 @@ class CalibrationProfile(InputSpec):
     def _check(self) -> CalibrationProfile:
         if not any(self.tiers.values()) and not self.scales:
             raise ValueError("the profile holds no curve and no scales")
-        keys = [(s.framework, s.category) for s in self.scales]
+        keys = [(s.framework, s.category, s.model) for s in self.scales]
         if len(set(keys)) != len(keys):
-            raise ValueError("scales: two entries for one framework and category")
+            raise ValueError("scales: two entries for one framework, category and model")
         return self
 
-    def find_scales(self, framework: str, category: str) -> CalibratedScales | None:
-        """The scales of a framework profile (bare name) and category path, if measured."""
-        return next((s for s in self.scales
-                     if s.framework == framework and s.category == category), None)
+    def find_scales(self, framework: str, category: str, model: str) -> CalibratedScales | None:
+        """The scales of a framework profile (bare name), category path and model, if
+        measured."""
+        return next((s for s in self.scales if (s.framework, s.category, s.model)
+                     == (framework, category, model)), None)
 
 
 def select_curve(curves: TierCurves | None, collective: Collective
