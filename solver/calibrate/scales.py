@@ -137,7 +137,7 @@ def _record_step_s(unit: str, value: float, values: Mapping[str, int]) -> float:
 
 def estimate_noise_sigma(steps_s: Sequence[float]) -> float:
     """The standard error of the log median step (docstring): sqrt(pi/2) sd / sqrt(n).
-    Steps 1.0, 1.1, 0.9 s: sd of the logs 0.1000, noise 1.2533 * 0.1000 / sqrt(3) = 0.0724."""
+    Steps 1.0, 1.1, 0.9 s: sd of the logs 0.1004, noise 1.2533 * 0.1004 / sqrt(3) = 0.0726."""
     if len(steps_s) < 2:
         return 0.0
     logs = np.log(np.asarray(steps_s, dtype=float))

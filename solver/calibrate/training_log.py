@@ -131,7 +131,8 @@ def parse_training_log(lines: Iterable[str], path: str) -> TrainingLog:
         elif (match := _DS_OLD.search(line)) is not None:
             records["deepspeed"].append(LogRecord(int(match[2]), _number(match[3]),
                                                   "samples_per_s", number))
-    found = [name for name, found in records.items() if found]
+    found = sorted((name for name, found in records.items() if found),
+                   key=lambda name: records[name][0].line)
     if not found:
         raise InputError(f"{path}: no iteration line of Megatron ('iteration N/ M | ... elapsed "
                          "time per iteration (ms): ...'), torchtitan ('step: N ... tps: ...') or "
