@@ -266,3 +266,18 @@ def test_a_warm_up_only_log_is_refused(tmp_path: Path) -> None:
     result = invoke("calibrate", "training-log", str(DATA / "megatron_bridge_dgxc.log"),
                     "-o", str(tmp_path / "p.json"), *RUN_FLAGS)
     assert_one_line_error(result, "megatron_bridge_dgxc.log: line 3:", "warm-up")
+
+
+def test_optimize_uses_the_scales(calibrated: tuple[Path, dict]) -> None:
+    path, _ = calibrated
+    flags = [f for f in RUN_FLAGS[:6]] + ["--global-batch", "1024", "--seq-len", "1024",
+                                          "--framework", "deepspeed", "--top", "2"]
+    result = invoke("optimize", *flags, "--calibration", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["uncertainty"]["calibrated"]["num_runs"] == 1
+    for plan in data["plans"]:
+        low, high = plan["step_seconds_interval"]
+        assert low < plan["step_seconds_calibrated"] < high
+    text = invoke("optimize", *flags, "--calibration", str(path)).output
+    assert "calibrated by 1 run of this model" in text

@@ -55,7 +55,8 @@ class ByteSize(click.ParamType):
 
 @click.group()
 def calibrate() -> None:
-    """Fit bandwidth curves to measured NCCL / torch.distributed collective times."""
+    """Fit bandwidth curves to measured NCCL / torch.distributed collective times, or the
+    error model's scales to a real run's training log."""
 
 
 def _common(command: Any) -> Any:

@@ -231,4 +231,9 @@ def render_uncertainty_note(summary: dict[str, Any]) -> str:
             "error")
     if summary["winner_change"]:
         text += f"; {summary['winner_change']}"
+    if "calibrated" in summary:  # `calibrate training-log` (solver.calibrate.scales)
+        runs = summary["calibrated"]["num_runs"]
+        text += (f"; calibrated by {runs} run{'s' if runs != 1 else ''} of this model "
+                 "(--calibration): the step intervals and fit chances are around the measured "
+                 "scale, `step s` is the cost model's, p fastest the error model's")
     return text
