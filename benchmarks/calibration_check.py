@@ -27,7 +27,9 @@ table look better; the numbers are what the update gives.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -37,7 +39,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from error_model import LEVEL, _as_arrays, fit_time  # noqa: E402
+import memory_accuracy  # noqa: E402
+from error_model import BLOOM_MEMORY_PROFILE, LEVEL, _as_arrays, fit_plain, fit_time  # noqa: E402
+from memory_public import FRAMEWORK_PROFILE, summarize_public  # noqa: E402
 from published import load_published_runs  # noqa: E402
 from time_accuracy import SOURCE_FRAMEWORKS, estimate_runs, sweep_keys  # noqa: E402
 
@@ -54,6 +58,9 @@ from solver.cost.uncertainty import (  # noqa: E402
 )
 
 MIN_GROUP_ROWS = 3
+# A memory row's id up to its model-size token ("titan-2412-t1-8b-fsdp" -> "titan-2412-t1-8b":
+# one source table, model and GPU), else without its last token ("mem-bloom-0220-topo-3").
+MODEL_SIZE = re.compile(r"^\d+(\.\d+)?[bB]$")
 
 
 def load_rows() -> list[dict[str, Any]]:
@@ -177,5 +184,72 @@ def check_group_pooled(table: Sequence[tuple[str, dict[str, Any]]]) -> dict[str,
                for key in ("coverage_before", "coverage_after")}}
 
 
+def load_memory_rows() -> list[dict[str, Any]]:
+    """Per public memory row (error_model.load_memory_rows' rows): family, framework
+    profile, table-and-model group (MODEL_SIZE), log(measured / predicted)."""
+    rows = [(r["source"], FRAMEWORK_PROFILE[r["framework"]], r) for r in
+            summarize_public()["rows"]]
+    rows += [("bloom", BLOOM_MEMORY_PROFILE, r) for r in memory_accuracy.summarize(
+        memory_accuracy.load_memory_cases())["rows"] if r["measured_gb"] is not None]
+    out = []
+    for family, profile, r in rows:
+        tokens = r["id"].split("-")
+        size = next((i for i, t in enumerate(tokens) if MODEL_SIZE.match(t)), None)
+        group = "-".join(tokens[:size + 1] if size is not None else tokens[:-1])
+        out.append({"family": family, "framework": profile, "group": group,
+                    "error": math.log(r["measured_gb"] / r["predicted_gb"])})
+    return out
+
+
+def check_memory_group(rows: Sequence[dict[str, Any]], error_model: ErrorModel
+                       ) -> dict[str, Any]:
+    """As check_group, for the memory scale with half the memory variance shared (what
+    solver.calibrate.scales would do with MEMORY_SHARED_SHARE 0.5; it uses 0)."""
+    z = interval_z(LEVEL)
+    stats: dict[str, list[float]] = defaultdict(list)
+    zero = {name: 0.0 for group in TIME_GROUPS.values() for name in group} | {"compute": 1.0}
+    for anchor in rows:
+        prior = build_prior_scales(error_model, anchor["framework"], ("dense",), "m",
+                                   memory_shared_share=0.5)
+        posterior = fit_scales(prior, zero, 1.0, 0.0, math.exp(anchor["error"]), 1.0)
+        sigma0 = math.hypot(prior.memory_log_sigma, prior.memory_plan_sigma)
+        sigma = math.hypot(posterior.memory_log_sigma, posterior.memory_plan_sigma)
+        for other in rows:
+            if other is not anchor:
+                shifted = other["error"] - posterior.memory_log_mean
+                stats["before"].append(abs(other["error"]))
+                stats["after"].append(abs(shifted))
+                stats["covered_before"].append(abs(other["error"]) <= z * sigma0)
+                stats["covered_after"].append(abs(shifted) <= z * sigma)
+                stats["width_before"].append(2 * math.sinh(z * sigma0))
+                stats["width_after"].append(2 * math.sinh(z * sigma))
+    return {"rows": len(rows), "pairs": len(stats["before"]),
+            "error_before": float(np.median(stats["before"])),
+            "error_after": float(np.median(stats["after"])),
+            "coverage_before": float(np.mean(stats["covered_before"])),
+            "coverage_after": float(np.mean(stats["covered_after"])),
+            "width_before": float(np.median(stats["width_before"])),
+            "width_after": float(np.median(stats["width_after"]))}
+
+
+def main_memory() -> None:
+    rows = load_memory_rows()
+    shipped = load_error_model()
+    grouped = group_rows(rows, "group")
+    for prior, model_of in (
+            ("shipped prior, in-sample", lambda members: shipped),
+            ("held-out prior: refitted without the family", lambda members: dataclasses.replace(
+                shipped, memory_sigma=fit_plain(
+                    [{"levels": (r["framework"],), "error": r["error"]} for r in rows
+                     if r["family"] != members[0]["family"]])))):
+        table = [(name[:52], check_memory_group(members, model_of(members)))
+                 for name, members in grouped]
+        render_table(f"Memory if half its variance were shared (parplan uses none), one source "
+                     f"table, model and GPU; {prior}",
+                     [*table, ("all (median of groups; coverage by pairs)",
+                               check_group_pooled(table))])
+
+
 if __name__ == "__main__":
     main()
+    main_memory()

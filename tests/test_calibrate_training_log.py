@@ -86,13 +86,22 @@ def test_memory_update_worked_number() -> None:
     """Memory sigma 0.08 split half shared, half own (variance 0.0032 each): measured 10% over
     the prediction, gain 0.0032 / 0.0064 = 0.5, mean 0.5 log 1.1 = 0.04766, shared sigma
     sqrt(0.0032 * 0.5) = 0.04, so another plan's sigma sqrt(0.0016 + 0.0032) = 0.0693."""
-    prior = build_prior_scales(ERROR_MODEL, "megatron", LEVELS, "m")
+    prior = build_prior_scales(ERROR_MODEL, "megatron", LEVELS, "m", memory_shared_share=0.5)
     posterior = fit_scales(prior, compute_only(), 1.0, 0.0, measured_memory_bytes=1.1e9,
                            predicted_memory_bytes=1.0e9)
     assert posterior.memory_log_mean == pytest.approx(0.04766, abs=1e-5)
     assert posterior.memory_log_sigma == pytest.approx(0.04, abs=1e-6)
     assert math.hypot(posterior.memory_log_sigma, posterior.memory_plan_sigma) == \
         pytest.approx(0.0693, abs=5e-5)
+
+
+def test_memory_is_not_moved_by_default() -> None:
+    """MEMORY_SHARED_SHARE 0 (scales.py docstring): the run's memory moves nothing."""
+    prior = build_prior_scales(ERROR_MODEL, "megatron", LEVELS, "m")
+    posterior = fit_scales(prior, compute_only(), 1.0, 0.0, measured_memory_bytes=1.1e9,
+                           predicted_memory_bytes=1.0e9)
+    assert (posterior.memory_log_mean, posterior.memory_log_sigma) == (0.0, 0.0)
+    assert posterior.memory_plan_sigma == pytest.approx(0.08)
 
 
 def test_noise_of_the_median() -> None:

@@ -165,12 +165,19 @@ def render_scales_lines(prior: Any, posterior: Any, plan: Any, warmup_steps: int
              f"(x{run.measured_step_s / run.predicted_step_s:.3f}; noise sigma "
              f"{run.noise_sigma:.4f})"]
     if run.measured_memory_gb is not None:
-        lines.append(f"memory ({run.memory_view}): {run.measured_memory_gb:.2f} GB measured, "
-                     f"{run.predicted_memory_gb:.2f} GB predicted; scale x"
-                     f"{data['memory_scale']:.3f}, sigma {data['memory_log_sigma_before']:.3f}"
-                     f" -> {data['memory_log_sigma_after']:.3f}")
+        line = (f"memory ({run.memory_view}): {run.measured_memory_gb:.2f} GB measured, "
+                f"{run.predicted_memory_gb:.2f} GB predicted "
+                f"(x{run.measured_memory_gb / run.predicted_memory_gb:.3f})")
+        if posterior.memory_log_sigma == prior.memory_log_sigma:
+            line += ("; recorded, other plans' memory unchanged (the error model has no shared "
+                     "memory error: solver.calibrate.scales)")
+        else:
+            line += (f"; scale x{data['memory_scale']:.3f}, sigma "
+                     f"{data['memory_log_sigma_before']:.3f} -> "
+                     f"{data['memory_log_sigma_after']:.3f}")
+        lines.append(line)
     else:
-        lines.append("memory: the log reports none; its scale is unchanged")
+        lines.append("memory: the log reports none")
     shown = [(u, d) for u, d in data["units"].items()
              if d["log_sigma_before"] != d["log_sigma_after"]]
     lines.append("scales: " + ", ".join(
