@@ -119,8 +119,8 @@ part_seconds = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
 def test_update_properties(values: list[float], log_ratio: float, noise: float) -> None:
     """Every unit's variance shrinks or stays; the plan's calibrated sigma lies between its
     plan sigma and the prior covariance's at the same weights (a large shift moves the weights:
-    a part found slower carries more of the step and of its error); the linearised shift g' mean has the measurement's sign and
-    is no larger than it."""
+    a part found slower carries more of the step and of its error); the linearised shift
+    g' mean has the measurement's sign and is no larger than it."""
     parts = dict(zip(TIME_PARTS, values))
     predicted = sum(parts.values())
     if predicted <= 1e-6:

@@ -14,7 +14,8 @@ Formats (each line's source is the framework's own logging code):
               second per GPU, memory torch.cuda.max_memory_reserved() in GiB (reserved view).
   deepspeed   deepspeed/utils/timer.py ThroughputTimer.stop: "epoch=0/micro_step=40/
               global_step=10, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=25.7, ...
-              MaxMemAllocated=38.49GB" (samples of the whole job per second, GiB, allocated
+              MaxMemAllocated=38.49GB" (samples of the whole job per second: the engine's timer
+              counts batch_size=self.train_batch_size(), deepspeed/runtime/engine.py; GiB, allocated
               view; before 2023 "0/20, RunningAvgSamplesPerSec=..." with epoch/step), and
               its oldest "0/50, SamplesPerSec=1292.64" (epoch/step, the running mean).
 
@@ -58,8 +59,8 @@ _MEGATRON_ARG = re.compile(r"^\s*(tensor_model_parallel_size|pipeline_model_para
                            r"micro_batch_size|global_batch_size|seq_length|world_size)"
                            r" \.{2,} (\d+)\s*$")
 _TITAN = re.compile(r"step:\s*(\d+)\s.*?memory:\s*" + _NUMBER + r"\s*GiB.*?tps:\s*" + _NUMBER)
-_DS_NEW = re.compile(r"(?:global_step=|\]\s+\d+/)(\d+), RunningAvgSamplesPerSec=\S+, CurrSamplesPerSec="
-                     + _NUMBER + r"(?:.*?MaxMemAllocated=" + _NUMBER + r"GB)?")
+_DS_NEW = re.compile(r"(?:global_step=|\]\s+\d+/)(\d+), RunningAvgSamplesPerSec=\S+, "
+                     r"CurrSamplesPerSec=" + _NUMBER + r"(?:.*?MaxMemAllocated=" + _NUMBER + r"GB)?")
 _DS_OLD = re.compile(r"\]\s+(\d+)/(\d+), SamplesPerSec=" + _NUMBER)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
