@@ -19,6 +19,7 @@ from solver.cost.uncertainty import (
     estimate_fastest_odds,
     estimate_fit_probability,
     estimate_interval,
+    estimate_calibrated_step,
     estimate_step_sigma,
     load_error_model,
     memory_sigma,
@@ -27,6 +28,7 @@ from solver.cost.uncertainty import (
     usable_share_for_fit_probability,
 )
 from solver.optimize import OptimizeResult
+from solver.spec.calibration import CalibratedScales
 from solver.spec.model import ModelSpec
 from solver.spec.plan import TIME_PARTS, Plan
 from solver.spec.plan_json import (
@@ -38,15 +40,15 @@ from solver.spec.plan_json import (
 
 
 def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_LEVEL,
-                       min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY
-                       ) -> dict[str, Any]:
+                       min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
+                       scales: CalibratedScales | None = None) -> dict[str, Any]:
     """The JSON of `optimize` (DESIGN.md): status, solve_seconds, the problem, plans (best
     first) with their `level` intervals, fit probability and p_fastest (issue 36), and
     conflicts, rules and fixes when infeasible (else why). One line of a sweep."""
     problem = result.problem
     odds = render_plans_uncertainty(result.plans, problem.model_spec, problem.cluster.gpu.name,
                                     problem.framework, problem.job.precision, level,
-                                    min_fit_probability)
+                                    min_fit_probability, scales)
     answer: dict[str, Any] = {
         **render_answer_head(result),
         "seq_len": problem.job.seq_len,
@@ -81,13 +83,16 @@ def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_L
 def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_name: str,
                              framework: str, precision: str,
                              level: float = DEFAULT_INTERVAL_LEVEL,
-                             min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY
-                             ) -> dict[str, Any]:
+                             min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
+                             scales: CalibratedScales | None = None) -> dict[str, Any]:
     """Issue 36's fields (solver.cost.uncertainty): per plan `step_seconds_interval`,
     `tokens_per_second_per_gpu_interval`, `memory_gb_interval` ([low, high] at `level`),
     `fit_probability`, and with more than one timed plan `p_fastest` and `tied_with_best`;
     `uncertainty`: the level, the category the error model used, the fit-probability rule and
-    what would change the winner."""
+    what would change the winner. With `scales` (a calibration of this framework and category:
+    solver.calibrate.scales) the intervals and fit probability are the posterior's, around
+    `step_seconds_calibrated` and `memory_gb_calibrated` (the cost model's numbers scaled by
+    the measured run); p_fastest stays the prior's."""
     extras: list[dict[str, Any]] = [{} for _ in plans]
     if not plans:
         return {"plans": extras, "uncertainty": None}
@@ -99,6 +104,11 @@ def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_n
     # (build_fit_headroom): the plan's chance is against the memory before the cut.
     share = usable_share_for_fit_probability(min_fit_probability, sigma_memory)
     usable = np.array([p.usable_memory_bytes for p in plans]) / share
+    if scales is not None:
+        total = total * float(np.exp(scales.memory_log_mean))
+        sigma_memory = float(np.hypot(scales.memory_log_sigma, scales.memory_plan_sigma))
+        for i, extra in enumerate(extras):
+            extra["memory_gb_calibrated"] = round(float(total[i]) / 1e9, 3)
     low, high = estimate_interval(total, np.full(len(plans), sigma_memory), level)
     fit = estimate_fit_probability(total, usable, sigma_memory)
     for i, extra in enumerate(extras):
@@ -110,19 +120,28 @@ def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_n
         "memory_sigma": sigma_memory,
         "min_fit_probability": min_fit_probability,
         "winner_change": None}
+    if scales is not None:
+        summary["calibrated"] = {"framework": scales.framework, "category": scales.category,
+                                 "num_runs": len(scales.runs)}
     if timed:
         parts = {name: np.array([plans[i].time.time_seconds.get(name, 0.0) for i in timed])
                  for name in TIME_PARTS}
         step = np.array([plans[i].time.step_seconds for i in timed])
         sigma = estimate_step_sigma(error_model, levels, parts)
+        if scales is not None:
+            calibrated, sigma = estimate_calibrated_step(scales, parts)
+            # The plan's step scaled as its parts are (every TIME_PART is in an error unit).
+            raw = sum(parts.values())
+            step = step * calibrated / np.where(raw > 0, raw, 1.0)
         step_low, step_high = estimate_interval(step, sigma, level)
         for k, i in enumerate(timed):
-            tokens = plans[i].time.tokens_per_second_per_gpu
+            if scales is not None:
+                extras[i]["step_seconds_calibrated"] = round(float(step[k]), 6)
+            tokens = plans[i].time.tokens_per_second_per_gpu * plans[i].time.step_seconds
             extras[i]["step_seconds_interval"] = [round(float(step_low[k]), 6),
                                                   round(float(step_high[k]), 6)]
             extras[i]["tokens_per_second_per_gpu_interval"] = [
-                round(float(tokens * step[k] / step_high[k]), 3),
-                round(float(tokens * step[k] / step_low[k]), 3)]
+                round(float(tokens / step_high[k]), 3), round(float(tokens / step_low[k]), 3)]
         if len(timed) > 1:
             odds = estimate_fastest_odds(error_model, levels, parts, level)
             for k, i in enumerate(timed):

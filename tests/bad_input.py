@@ -18,6 +18,7 @@ from solver.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 NCCL_LOG = ROOT / "tests" / "data" / "nccl" / "nvidia_dgxc_dgx_h100_1node_nvls_all_reduce.txt"
+TRAINING_LOG = ROOT / "tests" / "data" / "training_logs" / "megatron_bridge_mtp.log"
 LIMIT_S = 20.0  # per case; bad input fails in milliseconds, the controls in a second
 GENERATED = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -74,6 +75,8 @@ BASE_ARGS = {
               "-q"],
     "calibrate nccl-tests": [str(NCCL_LOG), "--cluster", "dgx-h100"],
     "calibrate run": ["--cluster", "dgx-h100"],
+    "calibrate training-log": [str(TRAINING_LOG), "--model", "llama3.2-1b", "--cluster",
+                               "dgx-h100", "--gpus", "8"],
     # A bad flag value stops click before the file is read (-o is added where it is used).
     "report": ["results.jsonl"],
 }

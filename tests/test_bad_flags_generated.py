@@ -77,7 +77,8 @@ def test_a_bad_number_on_any_flag_is_one_line_naming_the_flag(
         del args[args.index(flag):args.index(flag) + 2]
     if path == "optimize" and flag == "--gpus-for-days":
         args += ["--token-budget", "1T"]
-    if path in ("sweep", "calibrate nccl-tests", "calibrate run", "report"):
+    if path in ("sweep", "calibrate nccl-tests", "calibrate run", "calibrate training-log",
+                "report"):
         args += ["-o", str(work / "out")]
     assert_one_line_error(invoke(*args, f"{flag}={value}"), flag)
 

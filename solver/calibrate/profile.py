@@ -17,13 +17,15 @@ from pathlib import Path
 from solver.calibrate.fit import DEFAULT_TOLERANCE, Measurement, fit_curve
 from solver.catalog import load_cluster_spec
 from solver.catalog.tomlfile import load_json, validate_spec
+from solver.cost.uncertainty import model_arch_kind, time_category
 from solver.errors import InputError
 from solver.output_file import write_output_file
-from solver.spec import ClusterSpec, TierSpec
+from solver.spec import ClusterSpec, ModelSpec, TierSpec
 from solver.spec.calibration import (
     COLLECTIVES,
     CalibrationProfile,
     Collective,
+    CalibratedScales,
     CollectiveCurve,
     select_curve,
 )
@@ -165,3 +167,27 @@ def load_calibrated_cluster(ref: str, gpus_per_node: int | None = None,
     if calibration is None:
         return cluster
     return apply_profile(cluster, load_profile(calibration), calibration)
+
+
+def select_profile_scales(calibration: str | None, framework: str, model_spec: ModelSpec,
+                          gpu_name: str, precision: str) -> CalibratedScales | None:
+    """The `--calibration` profile's scales (`calibrate training-log`) for a framework profile
+    the problem's error-model category (solver.cost.uncertainty.time_category) and model; None
+    without a profile or without scales for them (solver.spec.calibration: a run of another
+    model is not used)."""
+    if calibration is None:
+        return None
+    levels = time_category(framework, model_arch_kind(model_spec), gpu_name, precision)
+    return load_profile(calibration).find_scales(framework.split("@")[0], "/".join(levels),
+                                                 model_spec.name)
+
+
+def replace_profile_scales(profile: CalibrationProfile | None, cluster: str,
+                           scales: CalibratedScales) -> CalibrationProfile:
+    """`profile` (or a new one for `cluster`) with `scales` in place of its scales of the same
+    framework, category and model; its curves kept."""
+    if profile is None:
+        return CalibrationProfile(cluster=cluster, method="training-log", scales=(scales,))
+    key = (scales.framework, scales.category, scales.model)
+    others = tuple(s for s in profile.scales if (s.framework, s.category, s.model) != key)
+    return profile.model_copy(update={"scales": (*others, scales)})

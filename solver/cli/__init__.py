@@ -23,7 +23,7 @@ from solver.errors import ParplanError, render_one_line
 # line in `parplan --help`, which is also the command's short help once loaded.
 _COMMANDS = {
     "calibrate": ("solver.cli.calibrate_command",
-                  "Fit bandwidth curves to measured collective times (NCCL, torch)."),
+                  "Fit bandwidth curves or error scales to measured runs."),
     "clusters": ("solver.cli.catalog_commands", "List the cluster presets and their GPUs."),
     "estimate": ("solver.cli.estimate_command",
                  "Memory and step time of one configuration, and whether it fits."),

@@ -3,6 +3,8 @@
 `calibrate nccl-tests LOG...` fits nccl-tests logs; `calibrate run` times the collectives
 itself with torch.distributed (under torchrun). Both write a profile (-o) that `--calibration`
 loads, and print the fit: per curve, measured against fitted bus bandwidth at every size.
+`calibrate training-log LOG...` updates the error model's scales of a cluster and framework by
+a real run's step time and memory (solver.calibrate.scales) and writes them into a profile.
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from typing import Any
 
 import click
 
+from solver.cli.options import (
+    degree_options,
+    framework_feature_options,
+    framework_option,
+    make_planning_options,
+)
 from solver.cli.params import BoundedInt, FiniteFloat
+from solver.cli.plan_option import plan_file_options
+from solver.cli.shared_flags import memory_headroom_option
 from solver.spec.strict import MAX_GPUS, MAX_MESSAGE_BYTES
 
 COLLECTIVE_CHOICES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv",
@@ -45,7 +55,8 @@ class ByteSize(click.ParamType):
 
 @click.group()
 def calibrate() -> None:
-    """Fit bandwidth curves to measured NCCL / torch.distributed collective times."""
+    """Fit bandwidth curves to measured NCCL / torch.distributed collective times, or the
+    error model's scales to a real run's training log."""
 
 
 def _common(command: Any) -> Any:
@@ -147,6 +158,69 @@ def run(cluster: str, gpus_per_node: int | None, output: str, tolerance: float, 
     _echo_fit(fitted, output, as_json)
     for line in result.skipped:
         click.echo(f"skipped {line}", err=True)
+
+
+@calibrate.command("training-log")
+@click.argument("logs", nargs=-1, required=True, metavar="LOG...")
+@click.option("-o", "--output", required=True, metavar="FILE",
+              help="Profile to write (JSON), for --calibration: the --calibration profile's "
+                   "curves and scales with this run's scales updated.")
+@click.option("--warmup-steps", type=BoundedInt(0), default=10, show_default=True,
+              help="Iteration lines of iterations 1..N are skipped (initialisation, compile, "
+                   "the allocator's growth).")
+@make_planning_options(gpus_required=False, model_required=False)
+@degree_options
+@plan_file_options("The run's plan: a plan of this `optimize --json` / `estimate --json` output "
+                   "(--rank N), a single plan object, or line N of a `sweep -o` file (--line "
+                   "N); or give the run's configuration with the same flags as `estimate`.")
+@framework_option("The framework the run used (its timing profile).")
+@framework_feature_options
+@memory_headroom_option
+def training_log(logs: tuple[str, ...], output: str, warmup_steps: int, model: str | None,
+                 cluster: str | None, num_gpus: int | None, gpus_per_node: int | None,
+                 segment_gpus: int | None, seq_len: int, global_batch: int, precision: str,
+                 token_budget: int | None, calibration: str | None, as_json: bool,
+                 plan_path: str | None, plan_rank: int, plan_line: int | None, framework: str,
+                 memory_headroom: Any, **degrees: Any) -> None:
+    """Calibrate the error model's scales of this cluster and framework by a training log
+    (Megatron-LM / Megatron-Bridge iteration and memory lines, torchtitan's metrics lines,
+    DeepSpeed's throughput lines) of the run of a plan: the median step after the warm-up and
+    the peak memory against the plan's prediction, a Bayesian update of the priors."""
+    from solver.calibrate.profile import load_profile, replace_profile_scales, write_profile
+    from solver.calibrate.scales import (
+        build_calibration_plan,
+        build_prior_scales,
+        calibrate_from_logs,
+    )
+    from solver.calibrate.training_log import load_training_log
+    from solver.cli.estimate_command import estimate_options
+    from solver.cli.render_calibration import render_scales_json, render_scales_lines
+    from solver.cli.render import echo_json
+    from solver.cost.uncertainty import load_error_model
+
+    parsed = [load_training_log(path) for path in logs]
+    job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
+                                  "precision": precision}
+    result, _, _, _ = estimate_options(
+        model, cluster, num_gpus, gpus_per_node=gpus_per_node, segment_gpus=segment_gpus,
+        job_values=job_values, token_budget=token_budget, calibration=calibration,
+        plan_path=plan_path, plan_rank=plan_rank, plan_line=plan_line, layout=None,
+        recompute_num_layers=None, framework=framework, memory_headroom=memory_headroom,
+        degrees=degrees)
+    plan = build_calibration_plan(result.plan, result.model_spec, result.cluster.gpu.name,
+                                  result.job, result.num_gpus, result.profile.name)
+    profile = load_profile(calibration) if calibration is not None else None
+    prior = (profile.find_scales(plan.framework, plan.category, plan.model) if profile
+             else None) or build_prior_scales(load_error_model(), plan.framework,
+                                              plan.category.split("/"), plan.model)
+    posterior = calibrate_from_logs(parsed, plan, prior, warmup_steps)
+    write_profile(replace_profile_scales(profile, result.cluster.name, posterior), output)
+    if as_json:
+        echo_json({"profile": output, "scales": render_scales_json(prior, posterior, plan)})
+        return
+    for line in render_scales_lines(prior, posterior, plan, warmup_steps):
+        click.echo(line)
+    click.echo(f"wrote {output}")
 
 
 def _echo_fit(fitted: list[Any], output: str, as_json: bool) -> None:

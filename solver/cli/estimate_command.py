@@ -52,7 +52,6 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     """Memory per GPU (and whether it fits) and step time of one configuration; dp is the rest
     of the GPUs (with --plan FILE, --model, --cluster and --gpus default to the file's)."""
     from solver.search.constraints import MEMORY_CONSTRAINT
-    from solver.api import estimate as run_estimate
     from solver.cli.render import echo_json
     from solver.spec.profiles import render_profile_json
     from solver.cli.render_plan import (
@@ -63,32 +62,26 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         echo_time_table,
     )
     from solver.cost.step.caveats import list_time_caveats
-    from solver.cli.plan_option import plan_problem_names
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
-    # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
-    resolved, features = resolve_framework(framework, model, pop_framework_features(degrees))
-    framework = resolved.framework
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
-    # The problem and plan of the flags, or of --plan FILE (the flags given override it).
-    values: dict[str, Any] = {"model": model, "cluster": cluster, "num_gpus": num_gpus,
-                              "framework": framework, "features": features,
-                              "memory_headroom": memory_headroom, **degrees}
-    if plan_path is None:
-        values["model"], values["cluster"], values["num_gpus"] = plan_problem_names(
-            None, model, cluster, num_gpus)
-    values.update(_plan_values(values, plan_path, plan_rank, plan_line, job_values,
-                               recompute_num_layers))
-    result = run_estimate(
-        gpus_per_node=gpus_per_node, token_budget=token_budget, calibration=calibration,
-        layout=layout, recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
-        **job_values, **values)
+    result, resolved, features, values = estimate_options(
+        model, cluster, num_gpus, gpus_per_node=gpus_per_node, segment_gpus=segment_gpus,
+        job_values=job_values, token_budget=token_budget, calibration=calibration,
+        plan_path=plan_path, plan_rank=plan_rank, plan_line=plan_line, layout=layout,
+        recompute_num_layers=recompute_num_layers, framework=framework,
+        memory_headroom=memory_headroom, degrees=degrees)
     plan = result.plan
     from solver.optimize_json import render_plans_uncertainty
 
+    from solver.calibrate.profile import select_profile_scales
+
+    scales = select_profile_scales(calibration, result.profile.name, result.model_spec,
+                                   result.cluster.gpu.name, result.job.precision)
     odds = render_plans_uncertainty([plan], result.model_spec, result.cluster.gpu.name,
-                                    result.profile.name, result.job.precision, interval_level)
+                                    result.profile.name, result.job.precision, interval_level,
+                                    scales=scales)
     fixes = result.fixes
     if not plan.fits:  # the search's advice first (solver.estimate_fixes), then single changes
         fixes = _search_fixes(result, values, job_values, gpus_per_node=gpus_per_node,
@@ -169,6 +162,37 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
         echo_sources_table(result.calibration, result.curve_sources)
     if not plan.fits:
         echo_fixes(fixes)
+
+
+def estimate_options(model: str | None, cluster: str | None, num_gpus: int | None, *,
+                     gpus_per_node: int | None, segment_gpus: int | None,
+                     job_values: dict[str, Any], token_budget: int | None,
+                     calibration: str | None, plan_path: str | None, plan_rank: int,
+                     plan_line: int | None, layout: str | None,
+                     recompute_num_layers: int | None, framework: str, memory_headroom: Any,
+                     degrees: dict[str, Any]) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """`estimate`'s options (or --plan FILE's problem and plan, the flags given overriding
+    it) estimated: (the api's EstimateResult, the resolved framework, its feature overrides,
+    the values passed). `job_values` (seq_len, global_batch, precision) takes the file's job;
+    `degrees` holds the degree and framework-feature flags (the latter are popped)."""
+    from solver.api import estimate as run_estimate
+    from solver.cli.plan_option import plan_problem_names
+
+    # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
+    resolved, features = resolve_framework(framework, model, pop_framework_features(degrees))
+    values: dict[str, Any] = {"model": model, "cluster": cluster, "num_gpus": num_gpus,
+                              "framework": resolved.framework, "features": features,
+                              "memory_headroom": memory_headroom, **degrees}
+    if plan_path is None:
+        values["model"], values["cluster"], values["num_gpus"] = plan_problem_names(
+            None, model, cluster, num_gpus)
+    values.update(_plan_values(values, plan_path, plan_rank, plan_line, job_values,
+                               recompute_num_layers))
+    result = run_estimate(
+        gpus_per_node=gpus_per_node, token_budget=token_budget, calibration=calibration,
+        layout=layout, recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,
+        **job_values, **values)
+    return result, resolved, features, values
 
 
 def _search_fixes(result: Any, values: dict[str, Any], job_values: dict[str, Any],
@@ -261,5 +285,11 @@ def render_estimate_uncertainty(plan: Any, odds: dict[str, Any]) -> str:
                   f"{tokens[0]:,.0f}-{tokens[1]:,.0f} tokens/s per GPU"]
     low, high = extra["memory_gb_interval"]
     parts.append(f"memory {low:.1f}-{high:.1f} GB")
-    return (f"{summary['interval_level']:.0%} interval ({summary['category']} error model): "
+    model = f"{summary['category']} error model"
+    if "calibrated" in summary:  # `calibrate training-log` scales (solver.calibrate.scales)
+        runs = summary["calibrated"]["num_runs"]
+        model += f", calibrated by {runs} run{'s' if runs != 1 else ''}"
+        if "step_seconds_calibrated" in extra:
+            parts.insert(0, f"calibrated step {extra['step_seconds_calibrated']:#.4g} s")
+    return (f"{summary['interval_level']:.0%} interval ({model}): "
             f"{', '.join(parts)}; {extra['fit_probability']:.0%} chance it fits")

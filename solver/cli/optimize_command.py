@@ -142,13 +142,16 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         result = solve(result.problem, top=top, engine=engine, time_limit_s=time_limit)
     else:
         result = solve(problem, top=top, engine=engine, time_limit_s=time_limit)
-    sources = []
+    sources, scales = [], None
     if calibration is not None:
-        from solver.calibrate.profile import describe_sources
+        from solver.calibrate.profile import describe_sources, select_profile_scales
 
         sources = describe_sources(result.problem.cluster)
+        scales = select_profile_scales(calibration, framework, result.problem.model_spec,
+                                       result.problem.cluster.gpu.name,
+                                       result.problem.job.precision)
     if as_json:
-        answer = render_result_json(result, interval_level, min_fit_probability)
+        answer = render_result_json(result, interval_level, min_fit_probability, scales)
         answer["framework_profile"] = render_profile_json(resolved, features.given())
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json
@@ -156,7 +159,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
             answer["calibration"] = render_sources_json(calibration, sources)
         echo_json(answer)
     else:
-        echo_result(result, gpus_for_days, interval_level, min_fit_probability)
+        echo_result(result, gpus_for_days, interval_level, min_fit_probability, scales)
         click.echo("\n".join(render_profile_assumptions(resolved, features)))
         if calibration is not None:
             from solver.cli.render_calibration import echo_sources_table

@@ -3,9 +3,11 @@ bandwidths come from measurement."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
+import numpy as np
 
 from solver.calibrate.fit import fit_report, summarize_curve, worst_residual
 from solver.calibrate.profile import CurveSource, FittedCurve
@@ -118,3 +120,69 @@ def echo_sources_table(calibration: str, sources: tuple[CurveSource, ...]) -> No
     echo_table(f"bandwidths (calibration {calibration}): measured curves replace the preset",
                ["tier", "collective", "source", "latency us", "GB/s per GPU (plateau)"], rows)
     click.echo("measured: the time follows the fitted curve at each message size")
+
+
+def _plan_sigmas(prior: Any, posterior: Any, plan: Any) -> tuple[float, float, float]:
+    """(calibrated step, sigma before, sigma after) of the logged plan."""
+    from solver.cost.uncertainty import estimate_calibrated_step
+
+    parts = {name: np.array([value]) for name, value in plan.parts_s.items()}
+    _, before = estimate_calibrated_step(prior, parts)
+    step, after = estimate_calibrated_step(posterior, parts)
+    return float(step[0]), float(before[0]), float(after[0])
+
+
+def render_scales_json(prior: Any, posterior: Any, plan: Any) -> dict[str, Any]:
+    """`calibrate training-log --json`: the run, per unit the scale and log sigma before and
+    after, and the plan's calibrated step with its log sigma before and after."""
+    run = posterior.runs[-1]
+    step, before, after = _plan_sigmas(prior, posterior, plan)
+    units = {}
+    for i, unit in enumerate(posterior.units):
+        units[unit] = {"scale_before": round(float(math.exp(prior.log_mean[i])), 4),
+                       "scale_after": round(float(math.exp(posterior.log_mean[i])), 4),
+                       "log_sigma_before": round(prior.log_covariance[i][i] ** 0.5, 4),
+                       "log_sigma_after": round(max(posterior.log_covariance[i][i], 0.0) ** 0.5,
+                                                4)}
+    return {"framework": posterior.framework, "category": posterior.category,
+            "run": run.model_dump(mode="json"), "units": units,
+            "step_seconds_calibrated": round(step, 6),
+            "step_log_sigma_before": round(before, 4), "step_log_sigma_after": round(after, 4),
+            "memory_scale": round(float(math.exp(posterior.memory_log_mean)), 4),
+            "memory_log_sigma_before": round(float(np.hypot(prior.memory_log_sigma,
+                                                            prior.memory_plan_sigma)), 4),
+            "memory_log_sigma_after": round(float(np.hypot(posterior.memory_log_sigma,
+                                                           posterior.memory_plan_sigma)), 4)}
+
+
+def render_scales_lines(prior: Any, posterior: Any, plan: Any, warmup_steps: int) -> list[str]:
+    """The text of `calibrate training-log`: what was measured, what moved."""
+    data = render_scales_json(prior, posterior, plan)
+    run = posterior.runs[-1]
+    lines = [f"{posterior.framework} / {posterior.category}: {run.log_format} log, median of "
+             f"{run.num_iterations} iteration(s) after the first {warmup_steps}: step "
+             f"{run.measured_step_s:.4g} s measured, {run.predicted_step_s:.4g} s predicted "
+             f"(x{run.measured_step_s / run.predicted_step_s:.3f}; noise sigma "
+             f"{run.noise_sigma:.4f})"]
+    if run.measured_memory_gb is not None:
+        line = (f"memory ({run.memory_view}): {run.measured_memory_gb:.2f} GB measured, "
+                f"{run.predicted_memory_gb:.2f} GB predicted "
+                f"(x{run.measured_memory_gb / run.predicted_memory_gb:.3f})")
+        if posterior.memory_log_sigma == prior.memory_log_sigma:
+            line += ("; recorded, other plans' memory unchanged (the error model has no shared "
+                     "memory error: solver.calibrate.scales)")
+        else:
+            line += (f"; scale x{data['memory_scale']:.3f}, sigma "
+                     f"{data['memory_log_sigma_before']:.3f} -> "
+                     f"{data['memory_log_sigma_after']:.3f}")
+        lines.append(line)
+    else:
+        lines.append("memory: the log reports none")
+    shown = [(u, d) for u, d in data["units"].items()
+             if d["log_sigma_before"] != d["log_sigma_after"]]
+    lines.append("scales: " + ", ".join(
+        f"{u} x{d['scale_after']:.3f} (sigma {d['log_sigma_before']:.3f} -> "
+        f"{d['log_sigma_after']:.3f})" for u, d in shown))
+    lines.append(f"this plan: step {data['step_seconds_calibrated']:.4g} s, sigma "
+                 f"{data['step_log_sigma_before']:.3f} -> {data['step_log_sigma_after']:.3f}")
+    return lines

@@ -43,7 +43,8 @@ def _settings(plan: Any, name: str) -> list[Any]:
 
 def echo_result(result: Any, gpus_for_days: float | None,
                 level: float = DEFAULT_INTERVAL_LEVEL,
-                min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY) -> None:
+                min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
+                scales: Any = None) -> None:
     problem = result.problem
     heading = (f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
                f"({problem.cluster.name}), seq {problem.job.seq_len}, global batch "
@@ -65,7 +66,7 @@ def echo_result(result: Any, gpus_for_days: float | None,
     plans = result.plans
     odds = render_plans_uncertainty(plans, problem.model_spec, problem.cluster.gpu.name,
                                     problem.framework, problem.job.precision, level,
-                                    min_fit_probability)
+                                    min_fit_probability, scales)
     extras = odds["plans"]
     columns = plan_columns(plans, problem.job.token_budget is not None, level)
     wide = [c for c in columns if c.wide]
@@ -230,4 +231,9 @@ def render_uncertainty_note(summary: dict[str, Any]) -> str:
             "error")
     if summary["winner_change"]:
         text += f"; {summary['winner_change']}"
+    if "calibrated" in summary:  # `calibrate training-log` (solver.calibrate.scales)
+        runs = summary["calibrated"]["num_runs"]
+        text += (f"; calibrated by {runs} run{'s' if runs != 1 else ''} of this model "
+                 "(--calibration): the step intervals and fit chances are around the measured "
+                 "scale, `step s` is the cost model's, p fastest the error model's")
     return text

@@ -44,6 +44,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from solver.spec.calibration import CalibratedScales
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.model import ModelSpec
 
@@ -182,6 +183,23 @@ def error_units(parts_s: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     for name in (*TIME_GROUPS["communication"], "bubble"):
         units[name] = np.asarray(parts_s[name], dtype=float)
     return units
+
+
+def estimate_calibrated_step(scales: CalibratedScales, parts_s: Mapping[str, np.ndarray]
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """The step and its log sigma under a calibration's posterior (solver.calibrate.scales):
+    step = sum_k c_k exp(mean_k), sigma^2 = g' P g + plan_sigma^2 with g_k = c_k exp(mean_k)
+    / step, over the units of estimate_fastest_odds (the compute group one draw, where
+    estimate_step_sigma's delta method takes compute, recompute and optimizer apart). A step
+    all compute at mean log(1.06) is 1.06 times longer, with sigma sqrt(P_cc + plan^2)."""
+    units = error_units(parts_s)
+    weighted = (np.stack([units[u] for u in scales.units], axis=-1)
+                * np.exp(np.array(scales.log_mean)))
+    step = weighted.sum(axis=-1)
+    g = weighted / np.where(step > 0, step, 1.0)[..., None]
+    variance = np.einsum("pk,kl,pl->p", np.atleast_2d(g), np.array(scales.log_covariance),
+                         np.atleast_2d(g)).reshape(np.shape(step))
+    return step, np.sqrt(np.maximum(variance, 0.0) + scales.plan_sigma ** 2)
 
 
 @dataclass(frozen=True)

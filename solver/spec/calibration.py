@@ -13,6 +13,15 @@ fabric (notes §1.4), so busbw * (k-1)/(n-1) is the per-GPU rate of the tier its
 `TierSpec.bandwidth_gb_per_s`. An intra-node curve has num_domains = 1 (no conversion).
 
 A profile file (`parplan calibrate ... -o profile.json`) is a `CalibrationProfile` as JSON.
+
+Beside the curves a profile may hold **scales** (`parplan calibrate training-log`, issue 36):
+per framework profile, error-model category and model of this cluster, the posterior of the step
+time's log error per unit (solver.cost.uncertainty UNIT_GROUP: compute, each communication
+kind, the bubble) as a mean vector and covariance, the plan's own sigma it leaves, and the
+memory's log error; solver.cost.uncertainty applies them to plans of that model
+(benchmarks/calibration_check.py: a run of one model narrows the intervals of its other
+configurations with their coverage kept, but over-narrows other models'). Files without
+scales still load.
 """
 
 from __future__ import annotations
@@ -97,6 +106,54 @@ class CollectiveCurve(InputSpec):
 TierCurves = dict[Collective, CollectiveCurve]
 
 
+class CalibrationRun(InputSpec):
+    """One measured run a scale was updated with: its log(s), the plan's and the measured
+    step (median of the kept iterations) and memory (max of the reports, in `memory_view`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    logs: tuple[str, ...] = Field(min_length=1)
+    log_format: str = Field(min_length=1)
+    num_iterations: int = Field(ge=1)
+    predicted_step_s: float = Field(gt=0)
+    measured_step_s: float = Field(gt=0)
+    noise_sigma: float = Field(ge=0)
+    predicted_memory_gb: float | None = Field(default=None, gt=0)
+    measured_memory_gb: float | None = Field(default=None, gt=0)
+    memory_view: str | None = None
+
+
+class CalibratedScales(InputSpec):
+    """The posterior of the log errors of one framework profile, category and model on this
+    cluster (module docstring): `units` names the entries of `log_mean` and the rows and columns of
+    `log_covariance`; a unit's time is multiplied by exp(log_mean)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    framework: str = Field(min_length=1)
+    category: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    units: tuple[str, ...] = Field(min_length=1)
+    log_mean: tuple[float, ...]
+    log_covariance: tuple[tuple[float, ...], ...]
+    plan_sigma: float = Field(ge=0)
+    memory_log_mean: float = 0.0
+    memory_log_sigma: float = Field(ge=0)
+    memory_plan_sigma: float = Field(ge=0)
+    runs: tuple[CalibrationRun, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> CalibratedScales:
+        size = len(self.units)
+        if len(self.log_mean) != size:
+            raise ValueError(f"log_mean: {len(self.log_mean)} values for {size} units")
+        if len(self.log_covariance) != size or any(len(r) != size for r in self.log_covariance):
+            raise ValueError(f"log_covariance: must be {size} x {size} (one row per unit)")
+        if any(self.log_covariance[i][i] < 0 for i in range(size)):
+            raise ValueError("log_covariance: a variance on the diagonal is negative")
+        return self
+
+
 class CalibrationProfile(InputSpec):
     """Per tier name of `cluster`, per collective, the fitted curve."""
 
@@ -105,13 +162,23 @@ class CalibrationProfile(InputSpec):
     format: Literal["parplan-calibration/1"] = PROFILE_FORMAT
     cluster: str = Field(min_length=1)
     method: str = ""
-    tiers: dict[str, TierCurves]
+    tiers: dict[str, TierCurves] = {}
+    scales: tuple[CalibratedScales, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> CalibrationProfile:
-        if not any(self.tiers.values()):
-            raise ValueError("the profile holds no curve")
+        if not any(self.tiers.values()) and not self.scales:
+            raise ValueError("the profile holds no curve and no scales")
+        keys = [(s.framework, s.category, s.model) for s in self.scales]
+        if len(set(keys)) != len(keys):
+            raise ValueError("scales: two entries for one framework, category and model")
         return self
+
+    def find_scales(self, framework: str, category: str, model: str) -> CalibratedScales | None:
+        """The scales of a framework profile (bare name), category path and model, if
+        measured."""
+        return next((s for s in self.scales if (s.framework, s.category, s.model)
+                     == (framework, category, model)), None)
 
 
 def select_curve(curves: TierCurves | None, collective: Collective
