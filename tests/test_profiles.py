@@ -62,7 +62,7 @@ def test_a_release_is_its_features_as_flags() -> None:
     Megatron-Core's defaults; the JSON names the profile and each feature's source."""
     bridge = _estimate("--framework", "megatron-bridge@26.02")
     flags = _estimate("--moe-dispatcher", "deepep", "--moe-router-fusion", "--tp-comm-overlap",
-                      "--ep-comm-overlap", "--grad-reduce-in-bf16")
+                      "--ep-comm-overlap", "--grad-reduce-in-bf16", "--moe-permute-fusion")
     core = _estimate()
     assert bridge["plans"] == flags["plans"]
     assert bridge["framework_features"] == flags["framework_features"]

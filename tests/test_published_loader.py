@@ -292,10 +292,14 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     (moe_router_fusion: 25.09 yamls, v0.2.0-v0.5.0 set_qwen3_common_configs) and FP8 with
     current scaling (the 25.09 h100 perf_matrix's fp8_cs, v0.2.0-v0.5.0's only
     *_H100_FP8_CS_* presets); Qwen3-235B on H100 turns TP overlap off from 25.11
-    (CommOverlapConfig(tp_comm_overlap=False) in qwen3_llm_pretrain.py)."""
+    (CommOverlapConfig(tp_comm_overlap=False) in qwen3_llm_pretrain.py). Every MoE model's
+    provider fuses the token permutation (moe_permute_fusion: 25.09-v0.3.0 qwen_provider.py,
+    gpt_oss_provider.py, deepseek_provider.py; v0.4.0-v0.5.0 qwen3_moe_bridge.py,
+    gpt_oss_bridge.py)."""
     from time_accuracy import bridge_release, framework_switches
 
-    base = {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True}
+    base = {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True,
+            "moe_permute_fusion": True}
     fp8_cs = {**base, "moe_router_fusion": True, "fp8_current_scaling": True}
     # GPT_OSS_120B_..._H100_BF16: recompute_modules ["layernorm", "moe_act"] (v0.2.0
     # workload_base_configs.py, v0.4.0 gpt_oss_workload_base_configs.py)

@@ -88,6 +88,8 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
         flags.append(("--moe-grouped-gemm",))
         if constants.moe_router_fusion:  # TE's fused top-k and aux loss (TE >= 2.7)
             flags.append(("--moe-router-fusion",))
+        if constants.moe_permute_fusion:  # TE's fused permute / unpermute (TE >= 2.1)
+            flags.append(("--moe-permute-fusion",))
     if constants.cuda_graphs:
         # mlp only where the model has dense MLP layers (megatron-core 0.16.1
         # transformer_config.py __post_init__: "mlp cuda graph is only supported for dense

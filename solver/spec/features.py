@@ -307,6 +307,25 @@ FEATURE_DECLARATIONS: tuple[Feature, ...] = (
                                    "(sharded_moe.py top1gating / top2gating): no fused router "
                                    "kernel"}},
         emit={"megatron": "--moe-router-fusion", "megatron-bridge": "model.moe_router_fusion"}),
+    # Added the way docs/adding_a_feature.md shows (issue 35 item 3): the cost switch is
+    # TimeConstants.moe_permute_fusion (solver.cost.layers.moe_eager.
+    # estimate_permuted_elements_per_token: TE's permute and unpermute kernels, 4k -> 2k + 2
+    # element copies a token), the Megatron emitter writes the flag.
+    Feature(
+        name="moe_permute_fusion", annotation=bool, flag_kind="switch",
+        help="Fused MoE token permutation (Megatron --moe-permute-fusion, Transformer Engine "
+             ">= 2.1): one kernel reads each token once and writes its k copies, one reads "
+             "the k copies back, weighs them by the routing probabilities and writes the "
+             "token once.",
+        sources={"megatron": "transformer_config.py moe_permute_fusion (core_v0.13-core_v0.16, "
+                             "default False: \"Fuse token rearrangement ops during token "
+                             "dispatching\"); moe_utils.py permute / unpermute fused=..."},
+        unsupported={"torchtitan": {True: "torchtitan permutes tokens with eager gathers "
+                                    "and a scatter-add (models/common/token_dispatcher.py): no "
+                                    "fused permute kernel"},
+                     "deepspeed": {True: "DeepSpeed-MoE dispatches with einsums over one-hot "
+                                   "masks (sharded_moe.py MOELayer): no fused permute kernel"}},
+        emit={"megatron": "--moe-permute-fusion", "megatron-bridge": "model.moe_permute_fusion"}),
 )
 
 # Declarations by name.

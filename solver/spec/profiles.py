@@ -77,13 +77,23 @@ _BRIDGE_SOURCES = {
 #                 recompute_modules ["layernorm", "moe_act"] only; the field defaults to False;
 #                 v0.2.0 workload_base_configs.py, v0.3.0-v0.5.0
 #                 gpt_oss_workload_base_configs.py)
-_QWEN3 = {"moe_router_fusion": True}
+#   every MoE model  every release: moe_permute_fusion=True, set by the model's provider and
+#                 kept by the recipes (25.09 e4bb622 and v0.2.0-v0.3.0 qwen_provider.py
+#                 Qwen3MoEModelProvider, gpt_oss_provider.py, nemotron_h_provider.py
+#                 `moe_permute_fusion: bool = True`, deepseek_provider.py
+#                 `is_te_min_version("2.1.0")` and recipes/deepseek/deepseek_v3.py
+#                 `moe_permute_fusion = True`; v0.4.0-v0.5.0 qwen3_moe_bridge.py,
+#                 gpt_oss_bridge.py, nemotron_h_bridge.py `provider.moe_permute_fusion = True`;
+#                 v0.5.0 turns it off for gpt-oss-20b only, set_gpt_oss_20b_common_configs)
+_MOE = {"moe_permute_fusion": True}
+_QWEN3 = {**_MOE, "moe_router_fusion": True}
 _QWEN3_235B = {**_QWEN3, "tp_comm_overlap": False}
-_NEMOTRON_3_NANO = {"ep_comm_overlap": False, "moe_dispatcher": "hybridep"}
-_GPT_OSS_120B = {"ep_comm_overlap": False, "recompute_modules": ("layernorm", "moe_act")}
+_NEMOTRON_3_NANO = {**_MOE, "ep_comm_overlap": False, "moe_dispatcher": "hybridep"}
+_GPT_OSS_120B = {**_MOE, "ep_comm_overlap": False,
+                 "recompute_modules": ("layernorm", "moe_act")}
 _QWEN3_30B_HYBRIDEP = {**_QWEN3, "ep_comm_overlap": False, "moe_dispatcher": "hybridep"}
 _BRIDGE_MODELS: dict[str, dict[str, dict[str, Any]]] = {
-    "25.09": {"deepseek-v3": {"moe_dispatcher": "deepep",
+    "25.09": {"deepseek-v3": {**_MOE, "moe_dispatcher": "deepep",
                               "recompute_modules": ("mla_up_proj", "mlp"),
                               "moe_router_fusion": True},
               "qwen3-235b-a22b": {**_QWEN3, "ep_comm_overlap": False},

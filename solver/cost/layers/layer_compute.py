@@ -52,7 +52,10 @@ from solver.cost.layers.flops import estimate_attention_core_flops
 from solver.cost.layers.fp8_scaling import estimate_routed_scaling_s
 from solver.cost.kernels.kernels import load_kernel_table
 from solver.cost.kernels.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
-from solver.cost.layers.moe_eager import estimate_expert_eager_s
+from solver.cost.layers.moe_eager import (
+    estimate_expert_eager_s,
+    estimate_permuted_elements_per_token,
+)
 from solver.cost.kernels.precision import BF16, load_recipe
 from solver.cost.layers.quantization_padding import estimate_routed_padding_s
 from solver.cost.layers.rope_eager import estimate_eager_rope_s
@@ -127,11 +130,11 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         head_bytes += BF16_BYTES * 2 * (q_width + model_spec.kv_heads * model_spec.qk_head_dim)
     low_share = (1.0 - bf16_share) if recipe.low_precision else 0.0
 
-    def elementwise(mlp_width: float, permuted_copies: int = 0) -> np.ndarray:
+    def elementwise(mlp_width: float, permuted_widths: float = 0.0) -> np.ndarray:
         factor = 3.0 if model_spec.mlp_type == "gated" else 2.0
-        # MoE token permutation and un-permutation each read and write k copies of a token
-        # (moe_token_width: the latent width under LatentMoE).
-        permute = 2.0 * 2.0 * permuted_copies * model_spec.moe_token_width
+        # MoE token permutation and un-permutation (estimate_permuted_elements_per_token; of
+        # moe_token_width: the latent width under LatentMoE).
+        permute = permuted_widths * model_spec.moe_token_width
         split_bytes = head_bytes + BF16_BYTES * (factor * mlp_width + permute)
         per_gpu = rows * (sequence_bytes / sequence_split + split_bytes / tp)
         return estimate_elementwise_s(gpu, per_gpu, cc)
@@ -192,9 +195,16 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     scaling, scaling_bwd = estimate_routed_scaling_s(model_spec, gpu, constants, recipe, fused,
                                                      pairs, d["etp"])
     padding, padding_bwd = estimate_routed_padding_s(model_spec, gpu, constants, recipe, pairs)
-    routed = routed + chunk_sort + eager + scaling + padding
-    routed_bwd = routed_bwd + chunk_sort + eager_bwd + scaling_bwd + padding_bwd
     token_width = model_spec.moe_token_width
+    permuted_widths = estimate_permuted_elements_per_token(k, constants.moe_permute_fusion,
+                                                           fused)
+    # Next to a measured fused MoE kernel, what the framework's permutation streams beyond it
+    # is a pure copy (as _chunk_sort_s: no element-wise traffic factor), once each pass.
+    permute_copy = (estimate_streaming_s(gpu, rows / tp * permuted_widths * token_width
+                                         * BF16_BYTES, cc) if fused else 0.0)
+    permuted_widths = 0.0 if fused else permuted_widths
+    routed = routed + chunk_sort + eager + scaling + padding + permute_copy
+    routed_bwd = routed_bwd + chunk_sort + eager_bwd + scaling_bwd + padding_bwd + permute_copy
     routed_inputs = pairs * (token_width + model_spec.moe_intermediate_size / d["etp"])
     shared_inputs = gemm_inputs if model_spec.num_shared_experts else 0.0
     if latent_params:
@@ -203,13 +213,13 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         "gemm": attention + shared + router, "gemm_bwd": attention_bwd + shared_bwd + router_bwd,
         "routed": routed, "routed_bwd": routed_bwd,
         "core": core, "core_bwd": core_bwd,
-        # The fused MoE kernel permutes and un-permutes itself: no permutation traffic then.
-        "elementwise": elementwise(moe_width, 0 if fused else k),
+        # Unless a measured fused MoE kernel permutes itself (permute_copy above).
+        "elementwise": elementwise(moe_width, permuted_widths),
         "cast": cast(gemm_inputs + shared_inputs + routed_inputs),
         "moe_act": moe_act,
     }
     # The MoE MLP's TP-split element-wise bytes, as elementwise() counts them above.
-    permute = 0 if fused else 2.0 * 2.0 * k * token_width
+    permute = permuted_widths * token_width
     return _with_block_kinds(model_spec, job, {"dense": dense, "moe": moe}, pieces,
                              {**mlp_bytes, "moe": BF16_BYTES * (factor * moe_width + permute)})
 

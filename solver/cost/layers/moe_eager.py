@@ -47,6 +47,32 @@ CLAMP_BYTES_PER_WIDTH = (16.0, 12.0)  # forward, backward; per token copy, times
 CLAMP_KERNELS = (3.0, 2.0)
 
 
+def estimate_permuted_elements_per_token(num_experts_per_tok: int, fused: bool,
+                                         measured_kernel: bool = False) -> float:
+    """Token widths an MoE layer's permutation and un-permutation stream per token in a
+    forward pass (read + written; the backward streams as much, as every element-wise pass:
+    layer_compute.estimate_backward_s) that no kernel table times.
+
+    Unfused (Megatron-Core moe_utils.py permute / unpermute with fused=False, core_v0.16): the
+    permutation gathers k copies (tokens.index_select: read k, write k) and the
+    un-permutation scatter-adds them back (read k, write k): 4k. The probabilities' multiply
+    and the zero fill that the unfused un-permutation also runs are not charged (the count this
+    model has always used).
+    Fused (--moe-permute-fusion: TransformerEngine transformer_engine/common/triton/
+    permutation.py at d0067d0, _permute_kernel loads each token's row once and stores it to its
+    k destinations; _unpermute_kernel loads the k rows, weighs them by merging_probs and stores
+    the token once): k + 1 each way, 2k + 2.
+    `measured_kernel`: the routed experts were timed as one fused MoE kernel (solver.cost.
+    kernels.kernels_moe, TensorRT-LLM), which permutes and un-permutes itself in the same two
+    passes [B: as TE's fused kernels]: only what the framework streams beyond them is left,
+    nothing when fused, 2k - 2 when not (charged as a pure copy, layer_compute).
+    Worked number: Qwen3-30B-A3B (k 8, h 2048, bf16): 32 -> 18 widths, 131.1 -> 73.7 kB a
+    token; next to a measured kernel 14 -> 0 (57.3 kB a token)."""
+    k = float(num_experts_per_tok)
+    widths = 2.0 * k + 2.0 if fused else 4.0 * k
+    return widths - (2.0 * k + 2.0) if measured_kernel else widths
+
+
 def estimate_expert_eager_s(model_spec: ModelSpec, gpu: GpuSpec, constants: ComputeConstants,
                             copies: np.ndarray, local_experts: np.ndarray, etp: np.ndarray
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

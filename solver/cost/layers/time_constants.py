@@ -298,6 +298,10 @@ class TimeConstants(BaseModel):
     # Megatron --moe-router-fusion (TE PR 1883; off by default, transformer_config.py, and not
     # asked for by `launch`): the router launches KernelLaunches.router_fused ops, not router.
     moe_router_fusion: bool = False
+    # Megatron --moe-permute-fusion (TE's fused permute / unpermute kernels, TE >= 2.1; off by
+    # default, transformer_config.py): the MoE layer's token permutation streams 2k + 2 token
+    # widths a token, not 4k (solver.cost.layers.moe_eager.estimate_permuted_elements_per_token).
+    moe_permute_fusion: bool = False
     # Per-tensor FP8 with current scaling (TE Float8CurrentScaling; Megatron --fp8-recipe
     # tensorwise, Megatron-Bridge's "fp8_cs"): each quantization computes its tensor's amax
     # first (solver.cost.layers.fp8_scaling). Off: delayed scaling, TE's default and what `launch`
