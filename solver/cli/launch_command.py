@@ -28,6 +28,9 @@ from solver.spec.profiles import profile_names
 PROFILED_FORMATS = ("megatron", "torchtitan", "deepspeed")
 # Formats that write another form of a profiled framework's settings.
 PROFILES_OF = {"torchtitan-python": "torchtitan", "megatron-bridge": "megatron"}
+# Formats that serve the model: a training step's memory (optimizer, gradients, activations)
+# does not describe them, so launch does not check its fit there (`parplan serve` sizes them).
+SERVING_FORMATS = ("vllm",)
 
 
 def _format_and_version(launch_format: str | None, target_text: str | None) -> tuple[str, str]:
@@ -113,10 +116,10 @@ def _check_plan_framework(plan_file: Any, framework: str, framework_text: str | 
 
 
 def with_memory_warning(launch_format: str, emitted: Any, fit: Any) -> Any:
-    """`emitted` with a warning where `fit` (the plan as written, estimated: a Plan) does not
-    fit its GPU: needed and usable GB, as `parplan estimate` judges it (Plan.fits). The groups
-    document carries it in its "warnings" as well."""
-    if fit.fits:
+    """`emitted` with a warning where `fit` (the plan as written, estimated: a Plan; None: not
+    checked) does not fit its GPU: needed and usable GB, as `parplan estimate` judges it
+    (Plan.fits). The groups document carries it in its "warnings" as well."""
+    if fit is None or fit.fits:
         return emitted
     worst = fit.worst_stage
     stage = f" (pipeline stage {fit.stages.index(worst)})" if len(fit.stages) > 1 else ""
@@ -256,9 +259,9 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
                           time_constants=profile.time_constants, version=version)
     # The plan as written, estimated as `estimate` does: an override (a feature flag, the
     # degrees given) may no longer fit, and the file is written with a warning then.
-    fit = estimate_plan(model_spec, cluster_spec, job, config,
-                        profile.memory_options(None, cluster_spec), profile.time_constants,
-                        pipeline)
+    fit = None if launch_format in SERVING_FORMATS else estimate_plan(
+        model_spec, cluster_spec, job, config, profile.memory_options(None, cluster_spec),
+        profile.time_constants, pipeline)
     emitted = with_memory_warning(launch_format, render_launch(launch_format, target), fit)
     validation = None
     if validate:
