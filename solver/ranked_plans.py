@@ -9,6 +9,7 @@ import numpy as np
 
 from solver.api import estimate_plans
 from solver.cost.step.frameworks import FrameworkProfile, with_memory_savers
+from solver.cost.step.offload import host_link_bytes_per_s
 from solver.cost.memory import MemoryOptions, estimate_layout_memory
 from solver.cost.memory.layout import build_default_layout
 from solver.cost.step.recompute_modules import named_recompute_modules
@@ -161,9 +162,16 @@ def explain_offloads(problem: Problem, plan: Plan) -> list[str]:
     faster = estimate_layout_step_time(problem.model_spec, problem.cluster, problem.job,
                                        [plan.config], [plan.layout], timed).step_s[0]
     flags = " and ".join("--" + name.replace("_", "-") for name in offloads)
+    gpu = problem.cluster.gpu
+    link = (f"{format_significant(host_link_bytes_per_s(problem.cluster) / 1e9)} GB/s "
+            + ("measured" if gpu.host_link_measured_gb_per_s else "datasheet, no measurement"))
+    added = plan.time.step_seconds - faster
+    # Bytes move either way: where no time shows, say what hides them rather than "adds 0 s".
+    cost = (f"they add {format_significant(added)} s to the step at the host link's {link}"
+            if added > 0 else f"their copies at the host link's {link} hide behind the "
+            "layers' compute: no step time shows")
     return [f"offloads: {flags} (without them the worst stage needs {without / 1e9:.1f} GB of "
-            f"the {plan.usable_memory_bytes / 1e9:.1f} GB usable; they add "
-            f"{format_significant(plan.time.step_seconds - faster)} s to the step)"]
+            f"the {plan.usable_memory_bytes / 1e9:.1f} GB usable; {cost})"]
 
 
 def saver_levels(problem: Problem) -> list[tuple[tuple[str, ...], MemoryOptions]]:

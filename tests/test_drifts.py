@@ -199,5 +199,7 @@ def test_drift3_the_offloads_time_is_taken_with_the_plans_savers() -> None:
     problem = result.problem.model_copy(update={"time_constants": saver_constants(
         result.problem, ()).model_copy(update={name: True for name in plan.offloads})})
     line = explain_offloads(problem, plan)[0]
-    added = float(line.rsplit("they add ", 1)[1].split(" s ")[0])
-    assert added >= 0.0, line
+    if "they add " in line:
+        assert float(line.rsplit("they add ", 1)[1].split(" s ")[0]) > 0.0, line
+    else:  # hidden: said so, never "they add 0 s" for copies that move bytes (issue 39)
+        assert "hide behind the layers' compute: no step time shows" in line, line

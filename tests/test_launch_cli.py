@@ -65,7 +65,15 @@ def test_plan_file_gives_the_same_groups_as_its_degree_flags(optimized: Path) ->
                                              "micro_batch", "recompute")]
     by_flags = run("--gpus", "16", *[x for pair in zip(flags, values) for x in pair], "--json")
     assert by_flags.exit_code == 0, by_flags.output
-    assert json.loads(from_file.stdout) == json.loads(by_flags.stdout)
+    document, flagged = json.loads(from_file.stdout), json.loads(by_flags.stdout)
+    # The degrees alone leave out the savers and offloads the plan turned on to fit
+    # (grad_reduce_in_bf16, activation_offload): as flags, it warns that it does not fit.
+    assert second["offloads"] and document.pop("warnings") == []
+    needed, _ = _estimate_gb("--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                             *[x for pair in zip(flags, values) for x in pair])
+    assert [line.partition(" GB")[0] for line in flagged.pop("warnings")] == [
+        f"memory: as written this plan needs {needed:.1f}"]
+    assert document == flagged
     megatron = run("--gpus", "16", "--plan", str(optimized), "--format", "megatron")
     assert f"--micro-batch-size {plans[0]['micro_batch']}" in megatron.stdout
 
@@ -264,3 +272,67 @@ def test_target_picks_the_framework_version() -> None:
     assert_one_line_error(run("--gpus", "8", "--target", "slurm@1"), "unknown framework 'slurm'")
     assert_one_line_error(run("--gpus", "8", "--target", "vllm@0.33", "--format", "megatron"),
                      "give one framework")
+
+
+def test_a_plan_of_another_framework_is_refused_with_the_command_that_replans_it(
+        optimized: Path) -> None:
+    """A Megatron-costed plan written for torchtitan (issue 39 item 7): launch writes a plan,
+    it does not search, so it refuses in one line giving the `parplan optimize` command that
+    plans the same problem for torchtitan, and that command runs."""
+    result = run("--plan", str(optimized), "--format", "torchtitan")
+    command = ("parplan optimize --model llama3.1-8b --cluster dgx-h100 --gpus 16 --seq-len "
+               "4096 --global-batch 1024 --precision bf16 --framework torchtitan")
+    assert_one_line_error(result, f"--format torchtitan with --plan {optimized}",
+                          "costed under megatron, not torchtitan", command)
+    replanned = CliRunner().invoke(cli, [*command.split()[1:], "--json"])
+    assert replanned.exit_code == 0, replanned.output
+    assert json.loads(replanned.stdout)["framework"] == "torchtitan"
+    # its own framework's format, and the formats of no framework, are written as before
+    assert run("--plan", str(optimized), "--format", "megatron").exit_code == 0
+    assert run("--plan", str(optimized), "--format", "torch").exit_code == 0
+    bridge = run("--plan", str(optimized), "--format", "deepspeed", "--framework", "deepspeed")
+    assert_one_line_error(bridge, "--framework deepspeed")
+
+
+def _estimate_gb(*args: str) -> tuple[float, float]:
+    """(needed, usable) GB of `parplan estimate --json`: the worst stage's device bytes."""
+    result = CliRunner().invoke(cli, ["estimate", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plans"][0]
+    return plan["device_gb"], plan["usable_memory_gb"]
+
+
+def test_an_override_that_no_longer_fits_is_written_with_a_warning(tmp_path: Path) -> None:
+    """Issue 39 item 7: Llama 3.1 70B on 8 H100s, the optimized plan (optimizer offload on)
+    written with --no-optimizer-offload needs more than the GPU holds; launch re-estimates the
+    plan as written with estimate's cost model and warns with the needed and usable GB, in the
+    text and in the JSON envelope; the plan as optimized fits and has no such warning."""
+    problem = ["--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "8"]
+    optimized = CliRunner().invoke(cli, ["optimize", *problem, "--json"])
+    assert optimized.exit_code == 0, optimized.output
+    path = tmp_path / "plans.json"
+    path.write_text(optimized.stdout, encoding="utf-8")
+    assert "optimizer_offload" in json.loads(optimized.stdout)["plans"][0]["offloads"]
+    as_planned = CliRunner().invoke(cli, ["launch", "--plan", str(path), "--format", "megatron"])
+    assert as_planned.exit_code == 0 and "memory:" not in as_planned.stderr
+    override = ["--plan", str(path), "--no-optimizer-offload"]
+    needed, usable = _estimate_gb(*override)
+    assert needed > usable
+    written = CliRunner().invoke(cli, ["launch", *override, "--format", "megatron"])
+    assert written.exit_code == 0, written.output
+    assert (f"warning: memory: as written this plan needs {needed:.1f} GB per GPU"
+            in written.stderr), written.stderr
+    assert f"{usable:.1f} GB are usable: it does not fit" in written.stderr
+    envelope = json.loads(CliRunner().invoke(
+        cli, ["launch", *override, "--format", "megatron", "--json"]).stdout)
+    assert any(f"needs {needed:.1f} GB" in line for line in envelope["warnings"])
+    # degree flags are an override too; the groups document carries the warning
+    tp8 = ["--tp", "8", *problem]
+    needed, usable = _estimate_gb(*tp8)
+    groups = json.loads(CliRunner().invoke(cli, ["launch", *tp8, "--json"]).stdout)
+    # a server holds no optimizer or activations of a training step: no such check
+    served = CliRunner().invoke(cli, ["launch", *tp8, "--format", "vllm"])
+    assert served.exit_code == 0 and "memory:" not in served.stderr
+    assert [line for line in groups["warnings"] if line.startswith("memory:")] == [
+        f"memory: as written this plan needs {needed:.1f} GB per GPU, {usable:.1f} GB are "
+        "usable: it does not fit (the cost model of `parplan estimate`)"]

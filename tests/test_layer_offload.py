@@ -68,10 +68,11 @@ def _step_s(plan) -> float:
 
 
 def test_pcie_shows_the_copies_the_window_cannot_hide() -> None:
-    """On an H100's PCIe (64 GB/s) a layer's 1.78 GB takes 27.8 ms: hidden behind 60 of 80
-    layers, not behind one (N = 79)."""
-    plain, sixty, most = (_step_s(_estimate(n, "dgx-h100")) for n in (0, 60, 79))
-    assert sixty == pytest.approx(plain)
+    """On an H100's PCIe (51 GB/s measured, Azure ND H100 v5 nvbandwidth) a layer's 1.78 GB
+    takes 34.9 ms: hidden behind 50 of 80 layers (50 x 34.9 < 79 x 26 ms), not behind one
+    (N = 79)."""
+    plain, fifty, most = (_step_s(_estimate(n, "dgx-h100")) for n in (0, 50, 79))
+    assert fifty == pytest.approx(plain)
     assert most > plain + 0.1
 
 

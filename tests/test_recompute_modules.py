@@ -119,10 +119,11 @@ def test_launch_emits_the_plan_recompute_modules(tmp_path) -> None:
     plans = json.loads(answer.stdout)["plans"]
     assert plans[0]["recompute"] == "selective"
     modules = plans[0]["recompute_modules"]
-    # The best at micro-batch 2 recomputes MLA's up-projections too and offloads activations
-    # (81.6 GB; 17.28 s against 17.32 s for the lightest set at micro-batch 1, 82.2 GB).
+    # The best recomputes MLA's up-projections too, at micro-batch 1 (17.36 s, 82.2 GB): with
+    # the H100's host link at its measured 51 GB/s (not PCIe's 64), micro-batch 2 with
+    # activation offload (17.07 s at 64 GB/s) no longer hides its copies and is slower.
     assert modules == [*DEEPSEEK_LIGHT, "mla_up_proj"]
-    assert plans[0]["offloads"] == ["activation_offload"] and plans[0]["micro_batch"] == 2
+    assert not plans[0].get("offloads") and plans[0]["micro_batch"] == 1
     path = tmp_path / "plans.json"
     path.write_text(answer.stdout)
     launch = ["launch", *args, "--plan", str(path), "--format", "megatron"]

@@ -208,3 +208,27 @@ def test_a_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
                                       str(tmp_path / "r")])
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and "cannot read the results file" in result.output
+
+
+def test_the_features_a_plan_turns_on_are_in_every_label(tmp_path: Path) -> None:
+    """Issue 39 item 2: Llama-3.1-8B on 8 H100s fits with memory savers and an offload
+    (Plan.memory_savers, Plan.offloads) the framework does not turn on by default; the summary
+    CSV's `features` column, the Markdown's configuration, the pivot and the report's plan
+    label all name them, as launch flags without the dashes."""
+    line = solve_sweep_problem(SweepProblem("llama3.1-8b", "dgx-h100", 8, 4096, 1024, "bf16"),
+                               SolveSettings(top=1))
+    best = line["plans"][0]
+    names = [*(best.get("memory_savers") or []), *(best.get("offloads") or [])]
+    assert "activation_offload" in names, best
+    flags = [name.replace("_", "-") for name in names]
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    run_report(path, tmp_path / "report", "--no-plots")
+    with (tmp_path / "report" / "summary.csv").open() as handle:
+        row = next(csv.DictReader(handle))
+    assert row["features"] == " ".join(flags)
+    label = " ".join(f"+{flag}" for flag in flags)
+    markdown = (tmp_path / "report" / "summary.md").read_text()
+    assert markdown.count(f" {best['recompute']} {label} |") == 2  # the row and the pivot
+    data = page_data(tmp_path / "report" / "index.html")
+    assert data["problems"][0]["plans"][0]["config"].endswith(label)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from typing import Any
 
 import click
@@ -26,6 +28,9 @@ from solver.spec.profiles import profile_names
 PROFILED_FORMATS = ("megatron", "torchtitan", "deepspeed")
 # Formats that write another form of a profiled framework's settings.
 PROFILES_OF = {"torchtitan-python": "torchtitan", "megatron-bridge": "megatron"}
+# Formats that serve the model: a training step's memory (optimizer, gradients, activations)
+# does not describe them, so launch does not check its fit there (`parplan serve` sizes them).
+SERVING_FORMATS = ("vllm",)
 
 
 def _format_and_version(launch_format: str | None, target_text: str | None) -> tuple[str, str]:
@@ -86,6 +91,50 @@ def _release_features(framework_text: str, framework: str, launch_format: str, v
     return dict(resolved.features)
 
 
+def _check_plan_framework(plan_file: Any, framework: str, framework_text: str | None,
+                          launch_format: str, problem: dict[str, Any]) -> None:
+    """An InputError where --format writes another framework's settings than the plan was
+    costed under: its memory and step time hold for that framework's semantics (what
+    `selective` keeps, which offloads exist), so launch does not re-cost it as another's (it
+    writes a plan, it does not search); the message gives the `parplan optimize` command that
+    plans the same problem for --format's framework. `problem`: the flags given (None: not
+    given; the file's model, cluster and GPUs fill those)."""
+    from solver.errors import InputError
+
+    if plan_file.framework in (None, framework) or launch_format not in (*PROFILED_FORMATS,
+                                                                         *PROFILES_OF):
+        return
+    words = ["parplan", "optimize"]
+    for flag, value in problem.items():
+        value = plan_file.problem.get(flag) if value is None else value
+        if value is not None:
+            words += [f"--{flag}", str(value)]
+    words += ["--framework", framework_text or framework]
+    raise InputError(f"--format {launch_format} with --plan {plan_file.path}: the plan was "
+                     f"costed under {plan_file.framework}, not {framework}; plan it for "
+                     f"{framework} with: {shlex.join(words)}")
+
+
+def with_memory_warning(launch_format: str, emitted: Any, fit: Any) -> Any:
+    """`emitted` with a warning where `fit` (the plan as written, estimated: a Plan; None: not
+    checked) does not fit its GPU: needed and usable GB, as `parplan estimate` judges it
+    (Plan.fits). The groups document carries it in its "warnings" as well."""
+    if fit is None or fit.fits:
+        return emitted
+    worst = fit.worst_stage
+    stage = f" (pipeline stage {fit.stages.index(worst)})" if len(fit.stages) > 1 else ""
+    line = (f"memory: as written this plan needs {worst.device_bytes / 1e9:.1f} GB per GPU"
+            f"{stage}, {fit.usable_memory_bytes / 1e9:.1f} GB are usable: it does not fit "
+            "(the cost model of `parplan estimate`)")
+    if launch_format != "groups":
+        return dataclasses.replace(emitted, warnings=(*emitted.warnings, line))
+    from solver.emit.groups import render_compact_json
+
+    document = {**emitted.settings, "warnings": [*emitted.settings["warnings"], line]}
+    return dataclasses.replace(emitted, text=render_compact_json(document) + "\n",
+                               settings=document, warnings=tuple(document["warnings"]))
+
+
 @click.command()
 @make_planning_options(gpus_required=False, model_required=False)
 @degree_options
@@ -124,7 +173,12 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     that builds them, or the settings of Megatron-LM, Megatron-Bridge, torchtitan, DeepSpeed or
     vLLM (with
     --plan FILE, --model, --cluster and --gpus default to the plan file's)."""
-    from solver.api import build_parallel_config, check_parallel_config, load_problem_specs
+    from solver.api import (
+        build_parallel_config,
+        check_parallel_config,
+        estimate_plan,
+        load_problem_specs,
+    )
     from solver.cli.render_launch import echo_launch
     from solver.emit.formats import render_launch
     from solver.emit.layout import build_rank_layout
@@ -145,6 +199,13 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
                                   "precision": precision}
     plan_file = read_plan_option(ctx, plan_path, plan_rank, plan_line, job_values)
+    if plan_file is not None:
+        _check_plan_framework(plan_file, framework, framework_text, launch_format, {
+            "model": model, "cluster": cluster, "gpus": num_gpus,
+            "gpus-per-node": gpus_per_node, "segment-gpus": segment_gpus,
+            "seq-len": job_values["seq_len"], "global-batch": job_values["global_batch"],
+            "precision": job_values["precision"], "token-budget": token_budget,
+            "calibration": calibration, "memory-headroom": plan_file.memory_headroom})
     # The memory savers the plan turned on to fit, unless a flag says otherwise.
     savers: dict[str, Any] = {name: True for name in ((plan_file.memory_savers
                                                        + plan_file.offloads)
@@ -164,9 +225,15 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
         features = {**release_features, **features}
     profile = build_framework_profile(framework, features)
     model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
+    headroom = None
+    if plan_file is not None and plan_file.memory_headroom:  # the margin it was planned with
+        from solver.spec.headroom import parse_memory_headroom
+
+        headroom = parse_memory_headroom(plan_file.memory_headroom)
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
-        calibration=calibration, segment_gpus=segment_gpus, **job_values)
+        calibration=calibration, segment_gpus=segment_gpus, memory_headroom=headroom,
+        **job_values)
     # What `selective` recomputes where neither the plan nor a flag says: estimate's and
     # optimize's default set (with_default_recompute_modules).
     profile = with_default_recompute_modules(profile, model_spec, features)
@@ -190,7 +257,12 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     target = LaunchTarget(model_spec=model_spec, cluster=cluster_spec, job=job, config=config,
                           layout=layout, pipeline=pipeline,
                           time_constants=profile.time_constants, version=version)
-    emitted = render_launch(launch_format, target)
+    # The plan as written, estimated as `estimate` does: an override (a feature flag, the
+    # degrees given) may no longer fit, and the file is written with a warning then.
+    fit = None if launch_format in SERVING_FORMATS else estimate_plan(
+        model_spec, cluster_spec, job, config, profile.memory_options(None, cluster_spec),
+        profile.time_constants, pipeline)
+    emitted = with_memory_warning(launch_format, render_launch(launch_format, target), fit)
     validation = None
     if validate:
         from solver.emit.validate import validate_emitted

@@ -74,6 +74,11 @@ class GpuSpec(InputSpec):
     # (Gen4 32, Gen5 64, Gen6 128) or NVLink-C2C on Grace superchips; what activation and
     # optimizer offload move over (solver.cost.step.offload). None: unknown (no offload planned).
     host_link_gb_per_s: float | None = Field(default=None, gt=0)
+    # The same link measured, GB/s per direction: the slower of pinned host-to-device and
+    # device-to-host copies of one GPU (nvbandwidth host_to_device_memcpy_ce /
+    # device_to_host_memcpy_ce), with the source in the GPU's file; what offload is costed at
+    # where given (solver.cost.step.offload.host_link_bytes_per_s), the datasheet rate else.
+    host_link_measured_gb_per_s: float | None = Field(default=None, gt=0)
     source: str = ""
 
     def peak_flop_per_s(self, precision: str) -> float:

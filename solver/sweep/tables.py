@@ -19,7 +19,9 @@ METRICS = ("memory_gb", "step_seconds", "tokens_per_second", "tokens_per_second_
 # the reserved view as torch.cuda.max_memory_reserved() reads it on the problem's GPU
 # (solver.spec.plan.OBSERVED_VIEWS); empty for lines written before them.
 VIEW_COLUMNS = ("allocated_gb", "reserved_gb", "reserved_gb_observed")
-SUMMARY_COLUMNS = KEY_FIELDS + ("status",) + DEGREES + METRICS + VIEW_COLUMNS + ("note",)
+# The features the best plan turns on beyond the framework's defaults (render_features).
+SUMMARY_COLUMNS = (KEY_FIELDS + ("status",) + DEGREES + METRICS + VIEW_COLUMNS
+                   + ("features", "note"))
 JOB_FIELDS = ("seq_len", "global_batch", "precision", "framework", "objective")
 
 
@@ -49,8 +51,9 @@ def group_slug(model: str, job: dict[str, Any]) -> str:
 
 
 def render_config(row: dict[str, Any]) -> str:
-    """`tp 8 pp 2 dp 4 zero 1 mb 1 selective (core_attn,mlp)`, with cp, ep, etp and vpp only
-    when > 1 and the module set where selective names one."""
+    """`tp 8 pp 2 dp 4 zero 1 mb 1 selective (core_attn,mlp) +grad-reduce-in-bf16`, with cp,
+    ep, etp and vpp only when > 1, the module set where selective names one, and each feature
+    the plan turns on (render_features)."""
     if row["status"] not in ("optimal", "feasible"):
         return row["status"]
     parts = [f"tp {row['tp']}", f"pp {row['pp']}", f"dp {row['dp']}"]
@@ -58,7 +61,16 @@ def render_config(row: dict[str, Any]) -> str:
     parts += [f"zero {row['zero']}", f"mb {row['micro_batch']}", str(row["recompute"])]
     if row.get("recompute_modules") and row["recompute"] == "selective":
         parts[-1] += f" ({','.join(row['recompute_modules'])})"  # what selective recomputes
+    parts += [f"+{name}" for name in render_features(row).split()]
     return " ".join(parts)
+
+
+def render_features(row: dict[str, Any]) -> str:
+    """The memory savers and offloads a plan (or a summary row) turns on to fit, as their
+    launch flags without the dashes: `grad-reduce-in-bf16 activation-offload` (Plan.memory_savers,
+    Plan.offloads); "" for none."""
+    names = [*(row.get("memory_savers") or []), *(row.get("offloads") or [])]
+    return " ".join(str(name).replace("_", "-") for name in names)
 
 
 def select_problem_lines(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -80,6 +92,9 @@ def build_summary_rows(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         best = plans[0] if plans else {}
         row.update({name: best.get(name, "") for name in DEGREES})
         row["recompute_modules"] = best.get("recompute_modules") or []
+        row["memory_savers"] = best.get("memory_savers") or []
+        row["offloads"] = best.get("offloads") or []
+        row["features"] = render_features(row)
         row["memory_gb"] = best.get("memory_gb", {}).get("total", "") if best else ""
         row.update({name: best.get(name, "") for name in METRICS[1:] + VIEW_COLUMNS})
         row["note"] = _note(line)

@@ -1,10 +1,14 @@
 """Offload to the host: the step time that keeping the optimizer or activations in CPU memory
 costs (issue 17). What moves, and so the memory saved, is the memory model's
 (MemoryOptions.optimizer_offload, activation_offload); the links are the catalog's: the GPU's
-own host link (GpuSpec.host_link_gb_per_s, per direction: PCIe x16 or NVLink-C2C) and the host
-memory bandwidth per GPU of its node (ClusterSpec.host_memory_gb_per_s), both datasheet rates,
-so the times here are lower bounds (no protocol overhead, no sharing of a PCIe switch's uplink
-or of the CPUs between the GPUs of a node beyond the per-GPU share).
+own host link, per direction (PCIe x16 or NVLink-C2C): its measured rate where the catalog has
+one (GpuSpec.host_link_measured_gb_per_s: pinned copies of nvbandwidth, which carry PCIe's
+protocol overhead: H100 51 GB/s of 64, H200 52, GB200 193 of 225), the datasheet's
+(GpuSpec.host_link_gb_per_s) else; and the host memory bandwidth per GPU of its node
+(ClusterSpec.host_memory_gb_per_s), a datasheet rate. The times here are lower bounds where a
+datasheet rate is used, and do not count the sharing of a PCIe switch's uplink or of the CPUs
+between the GPUs of a node beyond the per-GPU share (the measured rates are one GPU at a
+time).
 
 Optimizer offload (Megatron --optimizer-cpu-offload --optimizer-offload-fraction 1.0,
 megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py; DeepSpeed ZeRO-Offload,
@@ -52,10 +56,10 @@ backward), copy i ends at max(i c, (i - 1) c + t, i t) while layer i + L - N wou
 copies up to t = 2c; N = L - 1 leaves one set on the GPU, and each layer waits for its copy's
 excess over its compute, g = N (t - c). t is the mean of the offloaded layers' bytes over the
 GPU's host link (per direction), c the mean layer's. Worked number: Llama-3.1-70B on GB200
-(s 8192, b 1, tp 1) offloads 1.78 GB a layer: 7.9 ms over GB200's C2C (225 GB/s) against a
-forward of about 12 ms, hidden for any N; 27.8 ms over an H100's PCIe (64 GB/s) against about
-26 ms: N = 60 of 80 hides it (60 x 27.8 < 79 x 26), N = 79 shows 79 x 1.8 = 142 ms of the
-forward a micro-batch.
+(s 8192, b 1, tp 1) offloads 1.78 GB a layer: 9.2 ms over GB200's C2C (193 GB/s measured)
+against a forward of about 12 ms, hidden for any N; 34.9 ms over an H100's PCIe (51 GB/s
+measured) against about 26 ms: N = 50 of 80 hides it (50 x 34.9 < 79 x 26), N = 79 shows
+79 x 8.9 = 703 ms of the forward a micro-batch.
 """
 
 from __future__ import annotations
@@ -79,8 +83,12 @@ BACKWARD_SHARE = 2.0 / 3.0
 
 
 def host_link_bytes_per_s(cluster: ClusterSpec) -> float:
-    """The GPU's host link, bytes/s per direction; an InputError where the catalog has none."""
-    rate = cluster.gpu.host_link_gb_per_s
+    """The GPU's host link, bytes/s per direction: its measured rate where the catalog has one
+    (GpuSpec.host_link_measured_gb_per_s, the slower of nvbandwidth's pinned host-to-device
+    and device-to-host copies), else the datasheet's; an InputError where it has neither.
+    H100 SXM: 51 GB/s measured (Azure ND H100 v5: 51 host to device, 52 back) of PCIe Gen5's
+    64, so 1 GB takes 19.6 ms, not 15.6."""
+    rate = cluster.gpu.host_link_measured_gb_per_s or cluster.gpu.host_link_gb_per_s
     if rate is None:
         raise InputError(f"gpu '{cluster.gpu.name}': no host_link_gb_per_s in its file, so "
                          "offload to the host cannot be costed")
