@@ -27,7 +27,7 @@ from solver.cost.step.steptime import estimate_step_time
 from solver.cost.layers.time_constants import TE_MODULE_OPS, TimeConstants
 from solver.errors import InputError
 from solver.spec import JobSpec, ParallelConfig
-from solver.spec.features import FEATURES, FrameworkFeatures
+from solver.spec.features import FEATURES
 from solver.spec.job import FRAMEWORKS
 
 H100 = load_cluster_spec("dgx-h100")

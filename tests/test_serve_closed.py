@@ -18,7 +18,7 @@ from solver.cost.serving.queueing import (
     estimate_mg1_wait_s,
     gamma_arrival_scv,
 )
-from solver.cost.serving.closed import estimate_closed_point, estimate_wave_ttft_s
+from solver.cost.serving.closed import estimate_wave_ttft_s
 from solver.cost.serving.load import estimate_load_point, interpolate_curve, largest_stable_rate
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
