@@ -276,9 +276,10 @@ def _disaggregated(problem: ServeProblem, engines: ServeCandidates, prefill_curv
         if carried[best] <= 0:
             continue
         placed = bool(same[best])
-        plans.append(_split_plan(problem, engines, int(i), int(j), int(copies_p[best]),
-                                 int(copies_d[best]), float(carried[best]), placed,
-                                 prefill_curves, decode_curves, float(transfer[placed][k])))
+        plans.append(build_split_plan(
+            _operating_rate(problem, float(carried[best])), engines, engines, problem, int(i),
+            int(j), int(copies_p[best]), int(copies_d[best]), float(carried[best]), placed,
+            prefill_curves, decode_curves, float(transfer[placed][k])))
     return plans
 
 
@@ -309,16 +310,19 @@ def _largest_prefill_rate(problem: ServeProblem, curves, transfer_s: np.ndarray,
     return low
 
 
-def _split_plan(problem: ServeProblem, engines: ServeCandidates, i: int, j: int,
-                copies_p: int, copies_d: int, carried: float, same: bool, prefill_curves,
-                decode_curves, transfer_s: float) -> SplitPlan:
-    rate = _operating_rate(problem, carried)
-    p_row, d_row = engines.row(i), engines.row(j)
+def build_split_plan(rate: float, prefill_engines: ServeCandidates,
+                     decode_engines: ServeCandidates, decode_problem: ServeProblem, i: int,
+                     j: int, copies_p: int, copies_d: int, carried: float, same: bool,
+                     prefill_curves, decode_curves, transfer_s: float) -> SplitPlan:
+    """The split plan of prefill engine `i` (`copies_p` copies) and decode engine `j` at
+    `rate`: TTFT from the prefill queue plus the KV transfer, TPOT from the decode pool;
+    shared by one cluster's search and the two-cluster one (solver.serve.disagg_across)."""
+    p_row, d_row = prefill_engines.row(i), decode_engines.row(j)
     ttft, _, _ = estimate_prefill_queue(prefill_curves.take(i),
                                         np.array([rate / (copies_p * p_row["dp"])]))
     decode = estimate_load_point(decode_curves.take(j),
                                  np.array([rate / (copies_d * d_row["dp"])]))
-    seqs = int(estimate_max_num_seqs(problem, decode_curves.take(j))[0])
+    seqs = int(estimate_max_num_seqs(decode_problem, decode_curves.take(j))[0])
     prefill = PoolPlan({k: p_row[k] for k in ENGINE_KEYS}, copies_p)
     decode_pool = PoolPlan({k: d_row[k] for k in ENGINE_KEYS}, copies_d)
     return SplitPlan(kind="disaggregated", prefill=prefill, decode=decode_pool,

@@ -20,19 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.comm.kv_transfer import estimate_between_clusters_link, estimate_kv_transfer_s
-from solver.cost.serving.load import estimate_load_point, estimate_prefill_queue, largest_rate
+from solver.cost.serving.load import largest_rate
 from solver.serve.disagg import (
-    ENGINE_KEYS,
-    PoolPlan,
     SplitPlan,
     _engines,
     _largest_prefill_rate,
     _without,
+    build_split_plan,
     nixl_pairs,
     within_pool_pins,
 )
 from solver.serve.job import ServeProblem
-from solver.serve.load import estimate_load_curves, estimate_max_num_seqs, meets_slo
+from solver.serve.load import estimate_load_curves, meets_slo
 from solver.serve.memory import estimate_kv_bytes_per_token, estimate_serving_memory
 
 
@@ -99,9 +98,10 @@ def search_two_clusters(prefill_problem: ServeProblem, decode_problem: ServeProb
         if (copies_p * prefill.num_gpus[i] > prefill_problem.num_gpus
                 or copies_d * decode.num_gpus[j] > decode_problem.num_gpus):
             continue
-        plans.append(_plan(prefill_problem, decode_problem, prefill, decode, int(i), int(j),
-                           copies_p, copies_d, p_curves, d_curves, float(transfer[k]),
-                           min(copies_p * prefill_rate[k], copies_d * decode_rate[k])))
+        plans.append(build_split_plan(
+            prefill_problem.job.load.request_rate, prefill, decode, decode_problem, int(i),
+            int(j), copies_p, copies_d, min(copies_p * prefill_rate[k], copies_d * decode_rate[k]),
+            False, p_curves, d_curves, float(transfer[k])))
 
     def key(plan: SplitPlan) -> tuple[float, int, float]:
         money = answer.dollars_per_hour(plan)  # None for every plan unless both are priced
@@ -112,22 +112,3 @@ def search_two_clusters(prefill_problem: ServeProblem, decode_problem: ServeProb
     return TwoClusterResult(prefill_problem, decode_problem, tuple(plans[:top]),
                             answer.link_bytes_per_s, link_cluster, prefill_price, decode_price)
 
-
-def _plan(prefill_problem: ServeProblem, decode_problem: ServeProblem, prefill, decode,
-          i: int, j: int, copies_p: int, copies_d: int, p_curves, d_curves, transfer_s: float,
-          carried: float) -> SplitPlan:
-    """One pair at the offered rate: TTFT from the prefill queue plus the transfer, TPOT
-    from the decode pool, the most it carries within the SLOs."""
-    rate = prefill_problem.job.load.request_rate
-    p_row, d_row = prefill.row(i), decode.row(j)
-    ttft, _, _ = estimate_prefill_queue(p_curves.take(i),
-                                        np.array([rate / (copies_p * p_row["dp"])]))
-    point = estimate_load_point(d_curves.take(j), np.array([rate / (copies_d * d_row["dp"])]))
-    seqs = int(estimate_max_num_seqs(decode_problem, d_curves.take(j))[0])
-    pool_p = PoolPlan({k: p_row[k] for k in ENGINE_KEYS}, copies_p)
-    pool_d = PoolPlan({k: d_row[k] for k in ENGINE_KEYS}, copies_d)
-    return SplitPlan(kind="disaggregated", prefill=pool_p, decode=pool_d,
-                     num_gpus=pool_p.num_gpus + pool_d.num_gpus, max_rate_per_s=carried,
-                     ttft_s=float(ttft[0]) + transfer_s, tpot_s=float(point.tpot_s[0]),
-                     transfer_s=transfer_s, same_domain=False, decode_max_num_seqs=seqs,
-                     prefill_index=i, decode_index=j)
