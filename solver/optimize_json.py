@@ -16,6 +16,7 @@ from solver.cost.uncertainty import (
     DEFAULT_INTERVAL_LEVEL,
     DEFAULT_MIN_FIT_PROBABILITY,
     describe_flip,
+    estimate_calibrated_fastest_odds,
     estimate_fastest_odds,
     estimate_fit_probability,
     estimate_interval,
@@ -92,7 +93,8 @@ def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_n
     what would change the winner. With `scales` (a calibration of this framework and category:
     solver.calibrate.scales) the intervals and fit probability are the posterior's, around
     `step_seconds_calibrated` and `memory_gb_calibrated` (the cost model's numbers scaled by
-    the measured run); p_fastest stays the prior's."""
+    the measured run), and p_fastest, ties and the winner's change are the posterior's (rank
+    the plans with solver.calibrate.scales.rank_calibrated first)."""
     extras: list[dict[str, Any]] = [{} for _ in plans]
     if not plans:
         return {"plans": extras, "uncertainty": None}
@@ -143,7 +145,8 @@ def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_n
             extras[i]["tokens_per_second_per_gpu_interval"] = [
                 round(float(tokens / step_high[k]), 3), round(float(tokens / step_low[k]), 3)]
         if len(timed) > 1:
-            odds = estimate_fastest_odds(error_model, levels, parts, level)
+            odds = (estimate_fastest_odds(error_model, levels, parts, level) if scales is None
+                    else estimate_calibrated_fastest_odds(scales, parts, level))
             for k, i in enumerate(timed):
                 extras[i]["p_fastest"] = round(float(odds.p_fastest[k]), 4)
                 extras[i]["tied_with_best"] = bool(odds.tied_with_best[k])

@@ -141,8 +141,10 @@ def test_a_line_is_the_optimize_json_plus_the_key(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["optimize", "--model", "llama3.2-1b", "--cluster",
                                       "dgx-h100", "--gpus", "8", "--top", "2", "--json"])
     answer = json.loads(result.output)
+    # The solve settings (top, time limit, min fit probability) are the line's own.
     assert {k: v for k, v in line.items() if k not in ("solve_seconds", "top",
-                                                        "time_limit_seconds")} == {
+                                                        "time_limit_seconds",
+                                                        "min_fit_probability")} == {
         k: v for k, v in answer.items() if k != "solve_seconds"}
 
 

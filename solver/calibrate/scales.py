@@ -49,6 +49,7 @@ from solver.cost.uncertainty import (
     UNIT_GROUP,
     ErrorModel,
     error_units,
+    estimate_calibrated_step,
     lookup_scale,
     memory_sigma,
     model_arch_kind,
@@ -248,3 +249,18 @@ def calibrate_from_logs(logs: Sequence[TrainingLog], plan: CalibrationPlan,
     return fit_scales(prior, plan.parts_s, run.measured_step_s, noise,
                       measured.memory_bytes if predicted_memory else None, predicted_memory,
                       run)
+
+
+def rank_calibrated(plans: Sequence[Plan], scales: CalibratedScales) -> tuple[Plan, ...]:
+    """The plans fastest first by their calibrated step (estimate_calibrated_step: each unit's
+    time times exp(its posterior mean)); a stable sort, so equal steps keep the search's order,
+    and plans without a step time stay after the timed ones. A calibration that found
+    communication slower than modelled moves a plan that exposes less of it up."""
+    timed = [p for p in plans if p.time is not None]
+    if len(timed) < 2:
+        return tuple(plans)
+    parts = {name: np.array([p.time.time_seconds.get(name, 0.0) for p in timed])
+             for name in TIME_PARTS}
+    step, _ = estimate_calibrated_step(scales, parts)
+    order = sorted(range(len(timed)), key=lambda i: float(step[i]))
+    return (*(timed[i] for i in order), *(p for p in plans if p.time is None))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -150,6 +151,12 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         scales = select_profile_scales(calibration, framework, result.problem.model_spec,
                                        result.problem.cluster.gpu.name,
                                        result.problem.job.precision)
+        if scales is not None and result.problem.objective == "time":
+            # The listed plans ranked by the calibrated step (the search ranked them by the
+            # cost model's; a plan beyond --top is not re-costed).
+            from solver.calibrate.scales import rank_calibrated
+
+            result = replace(result, plans=rank_calibrated(result.plans, scales))
     if as_json:
         answer = render_result_json(result, interval_level, min_fit_probability, scales)
         answer["framework_profile"] = render_profile_json(resolved, features.given())

@@ -10,6 +10,7 @@ import click
 
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import echo_layout_table
+from solver.cli.shared_flags import describe_fit_rule
 from solver.cost.step.caveats import list_time_caveats
 from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL, DEFAULT_MIN_FIT_PROBABILITY
 from solver.optimize_json import render_plans_uncertainty
@@ -221,9 +222,7 @@ def render_p_fastest(extra: dict[str, Any]) -> str:
 
 def render_uncertainty_note(summary: dict[str, Any]) -> str:
     """What the interval, fits and p fastest columns mean (solver.cost.uncertainty)."""
-    rule = ("the predicted total within the usable memory, today's rule" if
-            summary["min_fit_probability"] == 0.5 else
-            f"a chance of at least {summary['min_fit_probability']:.0%}")
+    rule = describe_fit_rule(summary["min_fit_probability"])
     text = (f"uncertainty: {summary['interval_level']:.0%} intervals and chances from the "
             f"error model of the public runs ({summary['category']}; benchmarks/error_model.py);"
             f" plans listed fit by {rule} (--min-fit-probability "
@@ -234,6 +233,7 @@ def render_uncertainty_note(summary: dict[str, Any]) -> str:
     if "calibrated" in summary:  # `calibrate training-log` (solver.calibrate.scales)
         runs = summary["calibrated"]["num_runs"]
         text += (f"; calibrated by {runs} run{'s' if runs != 1 else ''} of this model "
-                 "(--calibration): the step intervals and fit chances are around the measured "
-                 "scale, `step s` is the cost model's, p fastest the error model's")
+                 "(--calibration): plans ranked by the calibrated step, the step intervals, fit "
+                 "chances and p fastest are around the measured scale, `step s` is the cost "
+                 "model's")
     return text

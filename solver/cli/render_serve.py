@@ -18,7 +18,12 @@ from solver.cli.render_serve_cost import (
     render_cost,
     render_cost_cells,
 )
-from solver.cost.uncertainty import estimate_serve_interval, load_error_model
+from solver.cli.shared_flags import describe_fit_rule
+from solver.cost.uncertainty import (
+    DEFAULT_MIN_FIT_PROBABILITY,
+    estimate_serve_interval,
+    load_error_model,
+)
 from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS
 from solver.spec.plan_json import (
     render_answer_head,
@@ -173,9 +178,11 @@ def _workload_json(job: Any) -> dict[str, Any]:
             "max_num_batched_tokens": job.max_num_batched_tokens}
 
 
-def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
+def render_serve_json(result: Any, level: float = 0.8,
+                      min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY) -> dict[str, Any]:
     """DESIGN.md: status, solve_seconds, plans (best first); conflicts and fixes if
-    infeasible; the winner's vLLM command."""
+    infeasible; the winner's vLLM command; the interval level and the --min-fit-probability
+    the plans were searched under."""
     problem = result.problem
     job = problem.job
     answer: dict[str, Any] = {
@@ -197,6 +204,7 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
         "plans": [_plan_json(plan, problem, level, result.price_per_gpu_hour)
                   for plan in result.plans],
         "interval_level": level,
+        "min_fit_probability": min_fit_probability,
         # What reports each view of a plan's memory: the view a measured number is compared
         # with (vLLM's own log splits it the same way: solver.cost.serving.memory).
         "memory_views": render_memory_views_json(),
@@ -212,7 +220,8 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
     return answer
 
 
-def echo_serve_result(result: Any, level: float = 0.8) -> None:
+def echo_serve_result(result: Any, level: float = 0.8,
+                      min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY) -> None:
     problem = result.problem
     job = problem.job
     click.echo(f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
@@ -255,6 +264,8 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
                 note="memory per GPU of plan 1: " + render_views_text(result.plans[0].views_bytes))
     _echo_load(result)
     click.echo(render_serve_interval_text(result.plans[0], level))
+    click.echo(f"plans listed fit by {describe_fit_rule(min_fit_probability)} "
+               f"(--min-fit-probability {min_fit_probability:g})")
     if result.pareto is not None:
         _echo_pareto(result)
     if result.disaggregated is not None:

@@ -47,6 +47,13 @@ def interval_level_option(command: F) -> F:
              "(benchmarks/error_model.py).")(command)
 
 
+def describe_fit_rule(min_fit_probability: float) -> str:
+    """The memory rule of --min-fit-probability in words: 0.5 is today's rule."""
+    if min_fit_probability == 0.5:
+        return "the predicted total within the usable memory, today's rule"
+    return f"a chance of at least {min_fit_probability:.0%} under the memory error model"
+
+
 def min_fit_probability_option(command: F) -> F:
     """--min-fit-probability (parameter min_fit_probability)."""
     return click.option(

@@ -25,6 +25,7 @@ from solver.cli.shared_flags import (
     fail_on_infeasible_option,
     interval_level_option,
     memory_headroom_option,
+    min_fit_probability_option,
 )
 from solver.spec.job import PRECISIONS, JobSpec
 from solver.spec.strict import MAX_BATCH, MAX_SEQ_LEN
@@ -78,11 +79,12 @@ def _default(field: str) -> str:
 @memory_headroom_option
 @fail_on_infeasible_option
 @interval_level_option
+@min_fit_probability_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
           engine: str, time_limit: float, jobs: int | None, max_problems: int, executor: str,
           output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
-          interval_level: float) -> None:
+          interval_level: float, min_fit_probability: float) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
@@ -127,13 +129,14 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
                                     global_batches, precision_list, framework)
     # The solver's imports (half a second) come after the checks, so bad input answers fast.
     from solver.sweep.execute import default_jobs, start_run
-    from solver.sweep.outcome import SolveSettings
+    from solver.sweep.outcome import ABSENT_LINE_FIELDS, SolveSettings
 
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
-                             memory_headroom=memory_headroom, interval_level=interval_level)
+                             memory_headroom=memory_headroom, interval_level=interval_level,
+                             min_fit_probability=min_fit_probability)
     start = time.perf_counter()
     with ResultsFile(output) as results:
-        results.check_settings(settings.as_line_fields())
+        results.check_settings(settings.as_line_fields(), ABSENT_LINE_FIELDS)
         if results.num_torn_bytes and not quiet:
             click.echo(f"{output}: a torn last line ({results.num_torn_bytes} bytes) is cut off "
                        "before the first new line; its problem is solved again", err=True)

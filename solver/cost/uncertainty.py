@@ -228,15 +228,47 @@ def estimate_fastest_odds(error_model: ErrorModel, levels: Sequence[str],
     scale = lookup_scale(error_model.time_scale, levels)
     units = error_units(parts_s)
     names = list(units)
-    parts = np.stack([units[name] for name in names], axis=1)  # (P, K)
     sigmas = np.array([scale * error_model.group_sigma[UNIT_GROUP[name]] for name in names])
+    parts = np.stack([units[name] for name in names], axis=1)  # (P, K)
     rng = np.random.default_rng(seed)
+    shared = rng.standard_normal((num_draws, len(names))) * sigmas
+    own = rng.standard_normal((num_draws, parts.shape[0])) * scale * error_model.plan_sigma
+    return _draw_fastest_odds(parts, names, shared, own, sigmas, level)
+
+
+def estimate_calibrated_fastest_odds(scales: CalibratedScales, parts_s: Mapping[str, np.ndarray],
+                                     level: float, num_draws: int = NUM_DRAWS,
+                                     seed: int = DRAW_SEED) -> FastestOdds:
+    """estimate_fastest_odds under a calibration's posterior (solver.calibrate.scales): the
+    units' log errors drawn from N(log_mean, log_covariance) (a symmetric square root of the
+    covariance times standard normals; a posterior correlates the units one run measured
+    together), the plan's own from N(0, plan_sigma^2); the flip is judged on the calibrated
+    unit times with each unit's posterior sd. With mean 0 and a diagonal covariance it is
+    estimate_fastest_odds draw for draw. Plans are compared as listed: rank them by the
+    calibrated step first (solver.calibrate.scales.rank_calibrated)."""
+    units = error_units(parts_s)
+    names = list(scales.units)
+    mean = np.array(scales.log_mean)
+    covariance = np.array(scales.log_covariance)
+    values, vectors = np.linalg.eigh(covariance)
+    root = vectors @ np.diag(np.sqrt(np.clip(values, 0.0, None))) @ vectors.T
+    parts = np.stack([units[name] for name in names], axis=1)
+    rng = np.random.default_rng(seed)
+    shared = rng.standard_normal((num_draws, len(names))) @ root.T
+    own = rng.standard_normal((num_draws, parts.shape[0])) * scales.plan_sigma
+    sigmas = np.sqrt(np.clip(np.diag(covariance), 0.0, None))
+    # exp(mean + e) c = exp(e) (c exp(mean)): the calibrated unit times, drawn around.
+    return _draw_fastest_odds(parts * np.exp(mean), names, shared, own, sigmas, level)
+
+
+def _draw_fastest_odds(parts: np.ndarray, names: Sequence[str], shared: np.ndarray,
+                       own: np.ndarray, sigmas: np.ndarray, level: float) -> FastestOdds:
+    """p_fastest, ties and flip from drawn log errors: `shared` (D, K) of the units around
+    their times `parts` (P, K), `own` (D, P) of each plan; `sigmas`: each unit's sd."""
     num_plans = parts.shape[0]
-    shared = rng.standard_normal((num_draws, len(names)))
-    own = rng.standard_normal((num_draws, num_plans)) * scale * error_model.plan_sigma
-    drawn = np.exp(shared * sigmas) @ parts.T * np.exp(own)  # (D, P)
+    drawn = np.exp(shared) @ parts.T * np.exp(own)  # (D, P)
     winners = np.argmin(drawn, axis=1)
-    p_fastest = np.bincount(winners, minlength=num_plans) / num_draws
+    p_fastest = np.bincount(winners, minlength=num_plans) / len(drawn)
     beats_first = (drawn < drawn[:, [0]]).mean(axis=0)
     tied = beats_first >= (1.0 - level) / 2.0
     tied[0] = True

@@ -9,13 +9,23 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL
+from solver.cost.uncertainty import (
+    DEFAULT_INTERVAL_LEVEL,
+    DEFAULT_MIN_FIT_PROBABILITY,
+    build_fit_headroom,
+    build_fit_headroom_share,
+    load_error_model,
+)
 from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.profiles import render_profile_json, resolve_profile
 from solver.sweep.problems import SweepProblem
+
+
+# The solve settings lines of earlier sweeps lack, as they were solved (check_settings).
+ABSENT_LINE_FIELDS = {"min_fit_probability": DEFAULT_MIN_FIT_PROBABILITY}
 
 
 @dataclass(frozen=True)
@@ -29,11 +39,21 @@ class SolveSettings:
     memory_headroom: MemoryHeadroom | None = None
     # The level of each plan's intervals (issue 36; the line's uncertainty.interval_level).
     interval_level: float = DEFAULT_INTERVAL_LEVEL
+    # Plans kept fit with at least this chance under the framework's memory error (issue 36;
+    # 0.5: the predicted total within the usable memory, as optimize --min-fit-probability).
+    min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY
 
     def as_line_fields(self) -> dict[str, Any]:
         headroom = self.memory_headroom.label() if self.memory_headroom else ""
         return {"engine": self.engine, "top": self.top,
-                "time_limit_seconds": self.time_limit_s, "memory_headroom": headroom or None}
+                "time_limit_seconds": self.time_limit_s, "memory_headroom": headroom or None,
+                "min_fit_probability": self.min_fit_probability}
+
+    def fit_headroom(self, framework: str) -> MemoryHeadroom | None:
+        """The headroom a problem of `framework` is searched under: memory_headroom, cut so
+        plans fit with min_fit_probability (build_fit_headroom; unchanged at 0.5)."""
+        return build_fit_headroom(self.memory_headroom, build_fit_headroom_share(
+            load_error_model(), framework, self.min_fit_probability))
 
 
 @dataclass(frozen=True)
@@ -57,14 +77,14 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
                               seq_len=problem.seq_len, global_batch=problem.global_batch,
                               precision=problem.precision, framework=problem.framework,
                               objective=problem.objective,
-                              memory_headroom=settings.memory_headroom)
+                              memory_headroom=settings.fit_headroom(problem.framework))
         result = solve(built, top=settings.top, engine=settings.engine,
                        time_limit_s=settings.time_limit_s, compare=False)
     except ParplanError as exc:
         return {"status": "error", "error": str(exc),
                 "solve_seconds": round(time.perf_counter() - start, 3),
                 **problem.as_dict(), **settings.as_line_fields(), "plans": []}
-    line = render_result_json(result, settings.interval_level)
+    line = render_result_json(result, settings.interval_level, settings.min_fit_probability)
     # The profile, as optimize --json names it (a sweep takes bare framework names).
     line["framework_profile"] = render_profile_json(resolve_profile(problem.framework))
     line.update(problem.as_dict())  # the names as given (a file path stays a path)

@@ -4,7 +4,7 @@ A results line is the JSON of `optimize --json` plus the problem's key and the s
 (solver.sweep.outcome). A file can be edited by hand or damaged, so each line is checked
 against the fields the report and the resume read: the key (KEY_FIELDS), the status, and per
 plan the degrees and the metrics, and the optional fields it shows (why, rules,
-optimality_gap, memory_headroom; a plan's memory views and their observed readings,
+optimality_gap, memory_headroom, min_fit_probability; a plan's memory views and their observed readings,
 usable_memory_gb, time_seconds, equivalent, layout, memory_savers, offloads,
 recompute_modules, and issue 36's intervals, fit_probability and p_fastest), in pydantic's
 strict mode and within the limits of any input (solver.spec.strict: no `true` for a GPU
@@ -156,6 +156,8 @@ class ResultLine(_Line):
     rules: dict[str, str] | None = None
     optimality_gap: NonNegativeFloat | None = None
     memory_headroom: str | None = None
+    # --min-fit-probability the line was solved under (absent on earlier lines: 0.5).
+    min_fit_probability: float | None = Field(None, ge=0.5, lt=1.0)
 
     @model_validator(mode="after")
     def _solved_has_a_plan(self) -> ResultLine:

@@ -157,11 +157,14 @@ class ResultsFile:
     def done_keys(self) -> set[tuple[Any, ...]]:
         return {key_of_line(line) for line in self.lines}
 
-    def check_settings(self, settings: dict[str, Any]) -> None:
+    def check_settings(self, settings: dict[str, Any],
+                       absent: dict[str, Any] | None = None) -> None:
         """Refuse to mix solve settings (written on every line) in one file: its lines would
-        not be comparable."""
+        not be comparable. `absent`: the value a setting had on lines written before it was
+        (a line without it was solved under that value)."""
+        absent = absent or {}
         for line in self.lines:
-            theirs = {name: line.get(name) for name in settings}
+            theirs = {name: line.get(name, absent.get(name)) for name in settings}
             if theirs != settings:
                 shown = ", ".join(f"{k} {v}" for k, v in theirs.items())
                 raise InputError(f"-o {self.path}: its lines were solved with {shown}; resume "
