@@ -25,9 +25,11 @@ step time's). The fit (solver.cost.uncertainty's docstring gives the model):
 Errors are not re-centred: a bias of the cost model shows up as width, not as a shift.
 
 --write stores the result in solver/catalog/error_model.json (deterministic: the same inputs
-give the same file byte for byte; --check fails when the stored file differs). Printed: the
-fit, and leave-one-source-out coverage of the 80% intervals: every source family refitted
-without it and its rows checked against the intervals the rest gives them.
+give the same file byte for byte) and the coverage table in the README (between
+COVERAGE_MARKERS); --check fails when either differs. Printed: the fit, and per source family
+the coverage of the 80% intervals and their median width with each source held out (one
+publication's table, section, day or release: the fit of the other sources' rows) and with the
+whole family held out; serving's by family; in-sample for reference.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PRIOR_ROWS = 10
 LEVEL = 0.8
 MIN_FAMILY_ROWS = 10
+# The README's table of the leave-one-out coverage lies between these lines (--write writes it,
+# --check compares it).
+README_PATH = Path(__file__).resolve().parent.parent / "README.md"
+COVERAGE_MARKERS = ("<!-- benchmarks/error_model.py coverage: generated, do not edit -->",
+                    "<!-- end of benchmarks/error_model.py coverage -->")
 DIGITS = 4
 # BLOOM's memory rows ran Megatron-DeepSpeed (memory_accuracy.py's docstring).
 BLOOM_MEMORY_PROFILE = "deepspeed"
@@ -89,7 +96,8 @@ def load_time_rows() -> list[dict[str, Any]]:
     for run, step in estimate_runs(runs):
         keys = sweep_keys(run)
         rows.append({
-            "family": run.source_group, "sweep": keys[0] if keys else None,
+            "family": run.source_group, "source": run.source,
+            "sweep": keys[0] if keys else None,
             "levels": time_category(SOURCE_FRAMEWORKS[run.source_group], run.arch_kind,
                                     run.gpu, run.precision),
             "error": math.log(step["tokens_per_s_per_gpu"] / run.tokens_per_sec_per_gpu),
@@ -99,15 +107,31 @@ def load_time_rows() -> list[dict[str, Any]]:
 
 
 def load_memory_rows() -> list[dict[str, Any]]:
-    """One dict per compared public memory row: family (source), framework profile, error."""
-    rows = [{"family": r["source"], "levels": (FRAMEWORK_PROFILE[r["framework"]],),
+    """One dict per compared public memory row: family, source, framework profile, error."""
+    public = summarize_public()["rows"]
+    rows = [{"family": r["source"], "source": source,
+             "levels": (FRAMEWORK_PROFILE[r["framework"]],),
              "error": math.log(r["measured_gb"] / r["predicted_gb"])}
-            for r in summarize_public()["rows"]]
+            for r, source in zip(public, memory_sources(public))]
     bloom = memory_accuracy.summarize(memory_accuracy.load_memory_cases())["rows"]
-    rows += [{"family": "bloom", "levels": (BLOOM_MEMORY_PROFILE,),
+    with memory_accuracy.DATA_PATH.open(encoding="utf-8") as lines:
+        stated = {d["id"]: d["source"] for d in map(json.loads, filter(str.strip, lines))}
+    rows += [{"family": "bloom", "source": stated[r["id"]], "levels": (BLOOM_MEMORY_PROFILE,),
               "error": math.log(r["measured_gb"] / r["predicted_gb"])}
              for r in bloom if r["measured_gb"] is not None]
     return rows
+
+
+def memory_sources(public: Sequence[dict[str, Any]]) -> list[str]:
+    """The source of each public memory row: its document and table ("Table 2" of
+    "Table 2, row 'FSDP 2, CP 4' (...)"); a "same table" row is the one above it's."""
+    sources: list[str] = []
+    for r in public:
+        table = r["source_locator"].split(",")[0].split(" (")[0]
+        same = table.startswith("same table") and sources and sources[-1].startswith(
+            r["source_url"] + "#")
+        sources.append(sources[-1] if same else f"{r['source_url']}#{table}")
+    return sources
 
 
 def load_serve_rows() -> list[dict[str, Any]]:
@@ -116,7 +140,8 @@ def load_serve_rows() -> list[dict[str, Any]]:
     for r in serve_accuracy.evaluate(serve_accuracy.load_rows()):
         site = r["source"].split("://")[1].split("/")
         family = "/".join(site[:2]) if site[0] == "github.com" else site[0]
-        rows.append({"family": family, "levels": (SERVE_KINDS[r["metric"].split("_")[0]],),
+        rows.append({"family": family, "source": r["source"],
+                     "levels": (SERVE_KINDS[r["metric"].split("_")[0]],),
                      "error": math.log(r["measured"] / r["predicted"])})
     return rows
 
@@ -226,32 +251,48 @@ def time_sigma(fit: dict[str, Any], row: dict[str, Any]) -> float:
     return float(estimate_step_sigma(model, row["levels"], _as_arrays(row["parts"]))[0])
 
 
-def coverage_row(family: str, held: Sequence[dict[str, Any]], fitted: Any,
-                 sigma: Callable[[Any, dict[str, Any]], float]) -> dict[str, Any]:
-    """A family's rows, the share inside their LEVEL intervals under `fitted`, and the median
-    relative width of those intervals ((high - low) / point)."""
+def held_out_sigmas(rows: Sequence[dict[str, Any]],
+                    fit: Callable[[list[dict[str, Any]]], Any],
+                    sigma: Callable[[Any, dict[str, Any]], float], unit: str) -> np.ndarray:
+    """Each row's sigma under the fit of the rows of the other values of `unit` ("source": one
+    publication's table, section, day or release; "family": every source of a group)."""
+    sigmas = np.zeros(len(rows))
+    for held in sorted({r[unit] for r in rows}):
+        fitted = fit([r for r in rows if r[unit] != held])
+        for i, row in enumerate(rows):
+            if row[unit] == held:
+                sigmas[i] = sigma(fitted, row)
+    return sigmas
+
+
+def coverage_by_family(rows: Sequence[dict[str, Any]], sigmas: np.ndarray
+                       ) -> list[dict[str, Any]]:
+    """Per source family: its rows, its sources, the share inside their LEVEL intervals and
+    the median relative width of those intervals ((high - low) / point = 2 sinh(z sigma))."""
     z = interval_z(LEVEL)
-    sigmas = np.array([sigma(fitted, r) for r in held])
-    errors = np.array([r["error"] for r in held])
-    return {"family": family, "rows": len(held),
-            "coverage": float(np.mean(np.abs(errors) <= z * sigmas)),
-            "median_width": float(np.median(2 * np.sinh(z * sigmas)))}
+    table = []
+    for family in sorted({r["family"] for r in rows}):
+        inside = [i for i, r in enumerate(rows) if r["family"] == family]
+        errors = np.array([rows[i]["error"] for i in inside])
+        table.append({"family": family, "rows": len(inside),
+                      "sources": len({rows[i]["source"] for i in inside}),
+                      "coverage": float(np.mean(np.abs(errors) <= z * sigmas[inside])),
+                      "median_width": float(np.median(2 * np.sinh(z * sigmas[inside])))})
+    return table
 
 
 def leave_one_out(rows: Sequence[dict[str, Any]],
                   fit: Callable[[list[dict[str, Any]]], Any],
-                  sigma: Callable[[Any, dict[str, Any]], float]) -> list[dict[str, Any]]:
-    """Per source family, coverage_row with the fit of the other families' rows."""
-    return [coverage_row(family, [r for r in rows if r["family"] == family],
-                         fit([r for r in rows if r["family"] != family]), sigma)
-            for family in sorted({r["family"] for r in rows})]
+                  sigma: Callable[[Any, dict[str, Any]], float],
+                  unit: str = "source") -> list[dict[str, Any]]:
+    """Per source family, the coverage of its rows each held out by `unit` (held_out_sigmas)."""
+    return coverage_by_family(rows, held_out_sigmas(rows, fit, sigma, unit))
 
 
 def in_sample(rows: Sequence[dict[str, Any]], fitted: Any,
               sigma: Callable[[Any, dict[str, Any]], float]) -> list[dict[str, Any]]:
-    """Per source family, coverage_row with the fit of every row (its own category seen)."""
-    return [coverage_row(family, [r for r in rows if r["family"] == family], fitted, sigma)
-            for family in sorted({r["family"] for r in rows})]
+    """Per source family, the coverage under the fit of every row (its own category seen)."""
+    return coverage_by_family(rows, np.array([sigma(fitted, r) for r in rows]))
 
 
 def render_coverage(title: str, table: Sequence[dict[str, Any]],
@@ -263,6 +304,39 @@ def render_coverage(title: str, table: Sequence[dict[str, Any]],
         mark = "" if t["rows"] >= MIN_FAMILY_ROWS else " (< 10 rows)"
         print(f"| {t['family'] + mark:40} | {t['rows']:4d} | {t['coverage']:8.0%} | "
               f"{t['median_width']:12.0%} |")
+
+
+def render_coverage_markdown(kind: str, rows: Sequence[dict[str, Any]],
+                             fit: Callable[[list[dict[str, Any]]], Any],
+                             sigma: Callable[[Any, dict[str, Any]], float]) -> list[str]:
+    """The README's table of one kind of prediction: per family, coverage and median width of
+    the LEVEL intervals with each source held out, then with the whole family held out."""
+    by_source = leave_one_out(rows, fit, sigma, "source")
+    by_family = leave_one_out(rows, fit, sigma, "family")
+    lines = [f"| {kind}: source family | rows | sources | source held out: coverage | width "
+             "| family held out: coverage | width |",
+             "|---|--:|--:|--:|--:|--:|--:|"]
+    for s, f in zip(by_source, by_family):
+        name = s["family"] if s["rows"] >= MIN_FAMILY_ROWS else f"{s['family']} (< 10 rows)"
+        lines.append(f"| {name} | {s['rows']} | {s['sources']} | {s['coverage']:.0%} | "
+                     f"{s['median_width']:.0%} | {f['coverage']:.0%} | {f['median_width']:.0%} |")
+    return lines
+
+
+def render_coverage_block(time_rows, memory_rows) -> str:
+    """The generated block of the README (between COVERAGE_MARKERS)."""
+    plain = lambda f, r: lookup_scale(f, r["levels"])  # noqa: E731
+    lines = [COVERAGE_MARKERS[0], *render_coverage_markdown("time", time_rows, fit_time,
+                                                              time_sigma),
+             "", *render_coverage_markdown("memory", memory_rows, fit_plain, plain),
+             COVERAGE_MARKERS[1]]
+    return "\n".join(lines)
+
+
+def replace_block(text: str, block: str) -> str:
+    """`text` with its COVERAGE_MARKERS block replaced by `block`."""
+    start, end = text.index(COVERAGE_MARKERS[0]), text.index(COVERAGE_MARKERS[1])
+    return text[:start] + block + text[end + len(COVERAGE_MARKERS[1]):]
 
 
 def provenance(time_rows, memory_rows, serve_rows) -> dict[str, Any]:
@@ -282,28 +356,33 @@ def provenance(time_rows, memory_rows, serve_rows) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="store the fit")
-    parser.add_argument("--check", action="store_true", help="fail if the stored fit differs")
+    parser.add_argument("--write", action="store_true",
+                        help="store the fit and the README's coverage table")
+    parser.add_argument("--check", action="store_true",
+                        help="fail if the stored fit or the README's table differs")
     args = parser.parse_args(argv)
     time_rows, memory_rows, serve_rows = load_time_rows(), load_memory_rows(), load_serve_rows()
     fitted = rounded(fit_all(time_rows, memory_rows, serve_rows))
     stored = {"provenance": provenance(time_rows, memory_rows, serve_rows), **fitted}
     text = json.dumps(stored, indent=1, sort_keys=True) + "\n"
     print(text)
-    render_coverage("Step time", leave_one_out(time_rows, fit_time, time_sigma))
-    render_coverage("Memory", leave_one_out(
-        memory_rows, fit_plain, lambda f, r: lookup_scale(f, r["levels"])))
-    render_coverage("Serving", leave_one_out(
-        serve_rows, fit_plain, lambda f, r: lookup_scale(f, r["levels"])))
+    block = render_coverage_block(time_rows, memory_rows)
+    print(block)
     plain = lambda f, r: lookup_scale(f, r["levels"])  # noqa: E731
+    render_coverage("Serving", leave_one_out(serve_rows, fit_plain, plain, "family"),
+                    "leave-one-family-out")
     render_coverage("Step time", in_sample(time_rows, fit_time(time_rows), time_sigma),
                     "in-sample (fitted on every family)")
     render_coverage("Memory", in_sample(memory_rows, fit_plain(memory_rows), plain),
                     "in-sample (fitted on every family)")
+    readme = README_PATH.read_text(encoding="utf-8")
     if args.write:
         ERROR_MODEL_PATH.write_text(text, encoding="utf-8")
+        README_PATH.write_text(replace_block(readme, block), encoding="utf-8")
     if args.check and ERROR_MODEL_PATH.read_text(encoding="utf-8") != text:
         sys.exit(f"{ERROR_MODEL_PATH} differs from the fit: run with --write")
+    if args.check and replace_block(readme, block) != readme:
+        sys.exit(f"{README_PATH}: the coverage table differs from the fit's: run with --write")
 
 
 if __name__ == "__main__":
