@@ -100,3 +100,20 @@ def test_random_effect_worked_number() -> None:
     assert fitted["tau2"][""] == pytest.approx(0.015)
     assert fitted["tau2"]["x"] == pytest.approx(0.015)
     assert module.sigma(fitted, synthetic[0]) == pytest.approx(math.sqrt(0.035))
+
+
+def test_memory_shared_share_worked_number() -> None:
+    """benchmarks/calibration_check.py fit_memory_shared_share on the two sources above:
+    within (source-centred x n/(n-1)) 0.02 per row, total mean square (0.01 + 0.09 + 0.04 + 0)
+    / 4 = 0.035, shared 1 - 0.02 / 0.035 = 0.4286; a source of one row adds to the total
+    only, and a framework with no source of two rows takes the root's."""
+    module = load_benchmark("calibration_check")
+    synthetic = [{"source": s, "levels": (f,), "error": e}
+                 for s, f, e in (("a", "x", 0.1), ("a", "x", 0.3), ("b", "x", -0.2),
+                                 ("b", "x", 0.0))]
+    shares = module.fit_memory_shared_share(synthetic)
+    assert shares == pytest.approx({"": 1 - 0.02 / 0.035, "x": 1 - 0.02 / 0.035})
+    lone = module.fit_memory_shared_share([*synthetic, {"source": "c", "levels": ("y",),
+                                                        "error": 0.4}])
+    assert "y" not in lone and lone["x"] == pytest.approx(1 - 0.02 / 0.035)
+    assert lone[""] == pytest.approx(1 - 0.02 / ((0.01 + 0.09 + 0.04 + 0.16) / 5))

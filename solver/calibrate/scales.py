@@ -23,12 +23,12 @@ noise: the median of n kept steps has standard error sqrt(pi / 2) sd / sqrt(n) f
 of sd `sd` (the median's asymptotic variance, Kenney & Keeping 1962; Rice, Mathematical
 Statistics, 3rd ed., example 10.E.3) with sd the sample sd of the log steps; 0 with one step.
 
-Memory. The same update with g = 1 on the shared part of the memory's log error. The error
-model has one memory sigma per framework, not split into what plans share and what each owns
-(time's plan_sigma has no memory counterpart yet), so the shared share of its variance is 0
-(MEMORY_SHARED_SHARE): a run's memory is recorded but moves no other plan's prediction. With
-half of it shared, benchmarks/calibration_check.py's memory rows (one source table, model and
-GPU) got worse: median error 2.2% -> 3.5%.
+Memory. The same update with g = 1 on the shared part of the memory's log error. The shared
+share of its variance is 0 (MEMORY_SHARED_SHARE): a run's memory is recorded but moves no other
+plan's prediction. Split by source (benchmarks/calibration_check.py fit_memory_shared_share:
+torchtitan 0.93, BLOOM's DeepSpeed 0.23), the check's memory rows (one source table, model and
+GPU) got worse on the median group, 2.2% -> 2.8%, though torchao's B200 table went 15.8% ->
+1.1%.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ from solver.spec.plan import TIME_PARTS, Plan
 
 # sqrt(pi / 2): the standard error of a normal sample's median over that of its mean.
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2.0)
-# The share of the framework's memory variance taken as shared by its plans (docstring: none
-# until the error model fits one).
+# The share of the framework's memory variance taken as shared by its plans (docstring: none;
+# the fitted shares made the calibration check's median worse).
 MEMORY_SHARED_SHARE = 0.0
 # A Megatron log's arguments -> the plan's values (CalibrationPlan fields).
 STATED_FIELDS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
