@@ -239,11 +239,12 @@ def test_closed_ttft_of_mxfp4_experts_on_hopper_rises_with_users() -> None:
     because MXFP4 experts on Hopper were charged two GEMM launches per touched expert (36 x 128
     x 2 x 8.5 us = 78 ms at 64 decodes), so the decode-only round grew with the decodes while
     the full round did not. As one grouped launch per projection (vLLM's matmul_ogs / Marlin
-    MoE) the round of 64 decodes' experts is 11.1 ms and the TTFT rises: 0.0963 -> 0.1025 s."""
+    MoE) the round of 64 decodes' experts is 11.1 ms and the TTFT rises: 0.0963 -> 0.1025 s,
+    each plus the frontend's 3.855 ms + 4,000 x 1.338 us = 9.2 ms (issue 38 item 3)."""
     model, cluster, gpus, precision, degrees = GPT_OSS_FP4_H100
     c = ServeCandidates(**degrees)
     ttft = [float(estimate_serving_load(problem_of(model, cluster, gpus, precision, 4000, 200,
                                                    concurrency=n), c).point.ttft_mean_s[0])
             for n in (10, 50)]
     assert ttft[1] >= ttft[0] * (1 - 1e-9)
-    assert ttft[0] == pytest.approx(0.0963, rel=0.01)
+    assert ttft[0] == pytest.approx(0.0963 + 0.0092, rel=0.01)

@@ -13,8 +13,9 @@ beside its d / pp decodes and crosses the pp stages in turn. At d sequences deco
                   solver.cost.serving.round;
   queue work      a prompt of I tokens is I / (pp B - d) of a round whose free budget is full
                   of prefill (the scheduler packs several prompts into one step);
-  own latency     once at the head a prompt takes ceil(I / (B - d / pp)) rounds of whole chunks:
-                  S(I), at the SLO quantile's I and at E[I];
+  own latency     once at the head a prompt takes ceil(I / (B - d / pp)) rounds of whole chunks,
+                  after the frontend's per-request time (solver.cost.serving.overhead
+                  frontend_s): S(I), at the SLO quantile's I and at E[I];
   the TPOT spread the decode round tau_d(d) with no prefill beside it and the seconds a prefill
                   token adds, (tau(full budget) - tau_d) / free tokens: the c_d and c_p of the
                   TPOT variance (solver.cost.serving.queueing).
@@ -157,7 +158,10 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
     decode_s = seconds[:, 2 * g:3 * g]
     chunk_s = seconds[:, 3 * g:4 * g]
     last_s = seconds[:, 4 * g:].reshape(n, g, k)
-    service = full * chunk_s[:, :, None] + last_s
+    # A prompt's own latency: its chunks, after the frontend's per-request time (tokenizer,
+    # API server: solver.cost.serving.overhead), which the GPU's queue does not wait for.
+    service = (full * chunk_s[:, :, None] + last_s
+               + engine.overhead.frontend_s(chunk_lengths)[None, None, :])
     work = chunk_lengths[None, None, :] / free * free_s[:, :, None]
     prefill_token_s = np.maximum(free_s - decode_s, 0.0) / free[:, :, 0]
     if phase == "decode":  # the prompt arrived prefilled
