@@ -98,3 +98,22 @@ def test_the_workload_line_names_the_engine_release() -> None:
                                       "--concurrency", "4", "--engine", "vllm@0.12"])
     assert result.exit_code == 0, result.output
     assert "engine vllm@0.8" in result.output
+
+
+def test_the_frontend_serves_one_request_at_a_time() -> None:
+    """GPUStack's 1,000 prompts of 128 + 4 tokens to gpt-oss-120b on one H100 ran at 129.48
+    requests/s (docs/performance-lab/gpt-oss-120b/h100.md at 47277d7); the GPU alone would
+    take 616 a second, the frontend's 3.855 ms + 128 x 1.338 us = 4.03 ms a request caps it at
+    248: the closed loop's rate and the open loop's largest stable rate stay under the cap."""
+    from solver.cost.serving.load import largest_stable_rate
+    from solver.serve.load import estimate_serving_load
+    from tests.test_serve_closed import problem_of as closed_problem
+
+    problem = closed_problem("gpt-oss-120b", "dgx-h100", 1, "fp4", 128, 4, concurrency=1000)
+    c = ServeCandidates(tp=1, pp=1, dp=1, ep=1, replicas=1)
+    load = estimate_serving_load(problem, c)
+    cap = 1.0 / float(engine_overhead("vllm").frontend_s(128))
+    assert cap == pytest.approx(248.3, rel=1e-3)
+    assert float(load.point.rate_per_s[0]) <= cap * (1 + 1e-6)
+    assert float(load.point.rate_per_s[0]) == pytest.approx(cap, rel=0.01)
+    assert float(largest_stable_rate(load.curves)[0]) <= cap * (1 + 1e-6)

@@ -20,6 +20,10 @@ beside its d / pp decodes and crosses the pp stages in turn. At d sequences deco
                   token adds, (tau(full budget) - tau_d) / free tokens: the c_d and c_p of the
                   TPOT variance (solver.cost.serving.queueing).
 
+The frontend is one serial server per engine (a Python process: vLLM's API server, SGLang's
+TokenizerManager; one per DP rank is assumed, the most the engines start): no more than
+1 / frontend_s(E[I]) requests a second reach an engine (solver.cost.serving.load and closed).
+
 A disaggregated decode engine (`phase` "decode") has no prefill beside its decodes and no
 prompt queue; a prefill engine is read at d = 0. Each round carries the engine's exposed host
 time (solver.cost.serving.overhead); under multi-step scheduling a prompt joins only when the
@@ -88,6 +92,7 @@ class LoadCurves:
     input_mean: float = 0.0  # E[I], the prompt tokens another prompt adds to a round
     arrival_scv: float = 1.0  # c_a^2 of the open loop's gaps between requests
     round_budget: np.ndarray | None = None  # (N,) tokens a round holds: pp x B
+    frontend_s: float = 0.0  # the frontend's seconds per request of E[I] tokens (serial)
 
     def take(self, index) -> LoadCurves:
         """The candidates at `index` (an int keeps one row as a batch of one)."""
@@ -176,5 +181,6 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
                       steps_per_schedule=engine.overhead.steps_per_schedule,
                       lag_rounds=engine.overhead.lag_rounds, input_mean=input_mean,
                       arrival_scv=shape.arrival_scv, round_budget=round_budget[:, 0, 0],
+                      frontend_s=float(engine.overhead.frontend_s(input_mean)),
                       tpot_variance=estimate_tpot_variance_coefficients(
                           lengths, weights, shape.output_lengths, shape.output_weights))
