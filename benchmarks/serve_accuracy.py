@@ -1,10 +1,10 @@
 """Predicted serving latency and throughput under load against published vLLM and SGLang
 measurements.
 
-    .venv/bin/python benchmarks/serve_accuracy.py [--json]
+    .venv/bin/python benchmarks/serve_accuracy.py [--json | --markdown]
 
 Data: benchmarks/data/serve_published.jsonl, one measured number per row with its source
-(URL), the engine and version, the quote it comes from, the stated load and request lengths
+(URL), the engine and version, the quote it comes from, the weights' precision where not bf16 (`precision`, `precision_why`), the stated load and request lengths
 (fixed at `input_len` / `output_len`, or `input_lengths` / `output_lengths` as `LO-HI`;
 `lengths_assumed` says what the source leaves out and what stands in), and the engine's
 scheduler limits where its version's defaults differ from today's vLLM (`settings` cites
@@ -32,7 +32,10 @@ median gap between tokens: the round of the decodes alone at the mean population
 prompt's chunk rides in few of the steps at these loads),
 throughput_gain_over_c1 (output tokens/s at the row's concurrency over concurrency 1),
 max_request_rate (requests/s) and batch_latency_ms. Printed: every row, the error per source,
-the median and p90 of |error| and the worst rows.
+the median and p90 of |error| and the worst rows; per kind (TTFT; TPOT with the inter-token
+gap; output throughput: the largest request rate at the row's output length and the gain
+over one user) against issue 38's targets; `--markdown` the README's table, split by load
+(light, heavy: load_class), engine, dense/MoE and GPU.
 """
 
 from __future__ import annotations
@@ -56,6 +59,13 @@ from solver.serve.workload import ServeLoadSpec, parse_length_distribution
 
 DATA = Path(__file__).resolve().parent / "data" / "serve_published.jsonl"
 WORST = 6
+HEAVY_USERS = 32  # concurrent users or batched prompts from which a row counts as heavy load
+# Metric -> the kind issue 38's targets name: a largest request rate (at the row's output
+# length) and a gain over concurrency 1 are output throughput; a batch's latency its own kind.
+KINDS = {"ttft": "ttft", "tpot": "tpot", "itl": "tpot", "max": "throughput",
+         "throughput": "throughput", "batch": "latency"}
+TARGETS = {"ttft": 0.25, "tpot": 0.12, "throughput": 0.15}  # issue 38's done-when (median)
+SPLITS = ("load", "engine_family", "model_family", "gpu")
 
 
 def load_rows(path: Path = DATA) -> list[dict[str, Any]]:
@@ -80,6 +90,7 @@ def build_problem(row: dict[str, Any], load: dict[str, Any] | None = None
                for side in ("input", "output") if f"{side}_lengths" in row}
     job = ServeJob(context=row["context"], input_len=row["input_len"],
                    output_len=row["output_len"], load=spec, **lengths,
+                   precision=row.get("precision", "bf16"),
                    max_num_seqs=row.get("max_num_seqs"),
                    max_num_batched_tokens=row.get("max_num_batched_tokens"),
                    engine=row["engine_profile"],
@@ -133,37 +144,88 @@ def predict(row: dict[str, Any]) -> float:
     return float(getattr(point, name)[0]) * 1e3
 
 
+def load_class(row: dict[str, Any]) -> str:
+    """"heavy" where the engine runs full: a burst (all prompts at once), a largest-rate row,
+    or HEAVY_USERS or more concurrent users or batched prompts; "light" otherwise (request-rate
+    rows and small concurrencies)."""
+    load = row["load"]
+    users = max(load.get("concurrency", 0), load.get("batch", 0))
+    if "burst" in load or row["metric"] == "max_request_rate" or users >= HEAVY_USERS:
+        return "heavy"
+    return "light"
+
+
 def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     results = []
     for row in rows:
         predicted = predict(row)
+        engine = "SGLang" if row["engine_profile"].startswith("sglang") else "vLLM"
+        family = "MoE" if load_model_spec(row["model"]).is_moe else "dense"
         results.append({"id": row["id"], "source": row["source"], "engine": row["engine"],
                         "client": row.get("client", "-"),
                         "metric": row["metric"], "measured": row["measured"],
                         "predicted": round(predicted, 3),
-                        "error": round(predicted / row["measured"] - 1.0, 4)})
+                        "error": round(predicted / row["measured"] - 1.0, 4),
+                        "kind": KINDS[row["metric"].split("_")[0]], "load": load_class(row),
+                        "engine_family": engine, "model_family": family,
+                        "gpu": row["cluster"]})
     return results
 
 
-def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and p90 of |error| overall, per source and per metric kind, and the worst rows."""
-    def stats(rs: list[dict[str, Any]]) -> dict[str, float]:
-        errors = np.array([r["error"] for r in rs])
-        return {"rows": len(rs), "median_abs": float(np.median(np.abs(errors))),
-                "p90_abs": float(np.quantile(np.abs(errors), 0.9)),
-                "median_signed": float(np.median(errors))}
+def _stats(rs: list[dict[str, Any]]) -> dict[str, float]:
+    errors = np.array([r["error"] for r in rs])
+    return {"rows": len(rs), "median_abs": float(np.median(np.abs(errors))),
+            "p90_abs": float(np.quantile(np.abs(errors), 0.9)),
+            "median_signed": float(np.median(errors))}
 
-    by = {}
-    for key in ("source", "metric", "client"):
-        groups: dict[str, list] = {}
-        for r in results:
-            name = r[key].split("_")[0] if key == "metric" else r.get(key, "-")
-            groups.setdefault(name, []).append(r)
-        by[key] = {name: stats(rs) for name, rs in sorted(groups.items())}
+
+def _groups(results: list[dict[str, Any]], key: str) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list] = {}
+    for r in results:
+        name = r[key].split("_")[0] if key == "metric" else r.get(key, "-")
+        groups.setdefault(name, []).append(r)
+    return dict(sorted(groups.items()))
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and p90 of |error| overall, per source, metric, client, kind, and per split
+    (load, engine, dense/MoE, GPU) and kind; the worst rows."""
+    by = {key: {name: _stats(rs) for name, rs in _groups(results, key).items()}
+          for key in ("source", "metric", "client", "kind")}
+    splits = {}
+    for key in SPLITS:
+        for name, rs in _groups(results, key).items():
+            splits[name] = {"rows": len(rs), **{
+                kind: _stats(ks)["median_abs"] for kind, ks in _groups(rs, "kind").items()}}
     worst = sorted(results, key=lambda r: -abs(r["error"]))[:WORST]
-    return {"all": stats(results), "by_source": by["source"], "by_metric": by["metric"],
-            "by_client": by["client"],
+    return {"all": _stats(results), "by_source": by["source"], "by_metric": by["metric"],
+            "by_client": by["client"], "by_kind": by["kind"], "splits": splits,
             "worst": [r["id"] for r in worst]}
+
+
+def render_markdown(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    """The README's table: median |error| per split and kind, the targets, the worst rows."""
+    kinds = ("ttft", "tpot", "throughput")
+    lines = ["| rows | n | " + " | ".join(k.upper() if k != "throughput" else "throughput"
+                                        for k in kinds) + " | all |",
+             "|---|---:|" + "---:|" * (len(kinds) + 1)]
+
+    def cell(split: dict[str, Any], kind: str) -> str:
+        return f"{100 * split[kind]:.0f}%" if kind in split else "-"
+
+    overall = {"rows": summary["all"]["rows"],
+               **{k: v["median_abs"] for k, v in summary["by_kind"].items()}}
+    for name, split in [("all", overall), *summary["splits"].items()]:
+        everything = (summary["all"]["median_abs"] if name == "all" else
+                      float(np.median([abs(r["error"]) for r in results
+                                       if name in (r["load"], r["engine_family"],
+                                                   r["model_family"], r["gpu"])])))
+        lines.append(f"| {name} | {split['rows']} | "
+                     + " | ".join(cell(split, k) for k in kinds) + f" | {100 * everything:.0f}% |")
+    lines.append("| target | | " + " | ".join(f"{100 * TARGETS[k]:.0f}%" for k in kinds) + " | |")
+    worst = ", ".join(f"{r['id']} {100 * r['error']:+.0f}%"
+                      for r in sorted(results, key=lambda r: -abs(r["error"]))[:WORST])
+    return "\n".join(lines) + f"\n\nWorst rows: {worst}."
 
 
 def main() -> None:
@@ -171,6 +233,9 @@ def main() -> None:
     summary = summarize(results)
     if "--json" in sys.argv:
         print(json.dumps({"rows": results, "summary": summary}, indent=1))
+        return
+    if "--markdown" in sys.argv:
+        print(render_markdown(results, summary))
         return
     print(f"{'row':44} {'metric':24} {'client':8} {'measured':>9} {'predicted':>9} "
           f"{'error':>7}")
@@ -191,6 +256,10 @@ def main() -> None:
         print(line(name, s))
     print("by client:")
     for name, s in summary["by_client"].items():
+        print(line(name, s))
+    print("by kind (issue 38's targets: median |error| TTFT <= 25%, TPOT <= 12%, output "
+          "throughput <= 15%):")
+    for name, s in summary["by_kind"].items():
         print(line(name, s))
     print(line("all", summary["all"]))
     print("worst rows: " + ", ".join(summary["worst"]))

@@ -228,4 +228,4 @@ def test_engine_sets_the_host_time_of_a_step() -> None:
     assert sglang["decode_step_ms"]["host"] == 0.0
     assert sglang["tpot_idle_ms"] < vllm["tpot_idle_ms"]
     result = serve(*args, "--engine", "trtllm")
-    assert result.exit_code == 2 and "--engine" in result.output
+    assert result.exit_code == 2 and "engine 'trtllm' is not one of vllm, sglang" in result.output

@@ -309,7 +309,7 @@ def _describe_workload(job: Any) -> str:
                if load.concurrency is not None else "no load given")
     return (f"input {job.input_distribution.describe()}, output "
             f"{job.output_distribution.describe()} tokens, {offered}, SLO at "
-            f"p{load.slo_percentile}")
+            f"p{load.slo_percentile}, engine {job.engine_release.label}")
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:

@@ -162,10 +162,11 @@ def _pin_options(command):
               help="vLLM's scheduler: most running sequences [default: vLLM's].")
 @click.option("--max-num-batched-tokens", type=BoundedInt(1, MAX_SEQ_LEN), default=None,
               help="vLLM's scheduler: token budget of one step [default: vLLM's].")
-@click.option("--engine", type=click.Choice(["vllm", "vllm-v0", "sglang", "sglang-v0.3"]),
-              default="vllm", show_default=True,
-              help="Engine generation whose host overhead times the steps (vllm: V1 with "
-                   "async scheduling; vllm-v0: 0.6-0.10; sglang: the overlap scheduler).")
+@click.option("--engine", default="vllm", show_default=True, metavar="NAME[@RELEASE]",
+              help="Serving engine release whose scheduler and frontend time the plan: vllm or "
+                   "sglang, @RELEASE picks a release (vllm@0.6: V0; vllm@0.8: V1; vllm@0.21: "
+                   "V1 with async scheduling; sglang@0.3; sglang@0.4: the overlap "
+                   "scheduler); a bare name is the newest.")
 @click.option("--disaggregated", is_flag=True,
               help="Also search prefill and decode pools (KV transfer between them) against "
                    "the best aggregated plan; with two --cluster, prefill on the first and "

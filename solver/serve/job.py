@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from solver.cost.kernels.efficiency import ComputeConstants
 from solver.cost.memory import MemoryOptions
-from solver.cost.serving.overhead import EngineName
+from solver.cost.serving.engines import EngineRelease, resolve_engine
 from solver.spec import ClusterSpec, ModelSpec
 from solver.serve.workload import LengthDistribution, ServeLoadSpec
 from solver.spec.strict import MAX_SEQ_LEN, GpuCount, InputSpec
@@ -56,9 +56,11 @@ class ServeJob(InputSpec):
     load: ServeLoadSpec = ServeLoadSpec()
     max_num_seqs: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
     max_num_batched_tokens: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
-    # The engine whose host overhead times the steps (solver.cost.serving.overhead) and vLLM
-    # V0's --num-scheduler-steps (multi-step scheduling, vLLM 0.6-0.10 only).
-    engine: EngineName = "vllm"
+    # The engine release whose host overhead times the steps and the requests
+    # (solver.cost.serving.engines: vllm, vllm@0.6, sglang@0.3, or a generation of
+    # solver.cost.serving.overhead) and vLLM V0's --num-scheduler-steps (multi-step
+    # scheduling, vLLM 0.6-0.10 only).
+    engine: str = "vllm"
     num_scheduler_steps: int = Field(default=1, ge=1, le=256)
     # Where `context` came from: --context, else the model's max_position_embeddings, else
     # the longest that fits (solver.serve.context).
@@ -66,7 +68,7 @@ class ServeJob(InputSpec):
 
     @model_validator(mode="after")
     def _check_lengths(self) -> ServeJob:
-        if self.num_scheduler_steps > 1 and self.engine != "vllm-v0":
+        if self.num_scheduler_steps > 1 and self.engine_release.generation != "vllm-v0":
             raise ValueError(f"num_scheduler_steps ({self.num_scheduler_steps}) is vLLM V0's "
                              f"multi-step scheduling: engine must be vllm-v0, not "
                              f"{self.engine}")
@@ -79,6 +81,17 @@ class ServeJob(InputSpec):
                              f"{self.output_distribution.maximum} tokens) must not exceed the "
                              f"context ({self.context})")
         return self
+
+    @field_validator("engine")
+    @classmethod
+    def _check_engine(cls, value: str) -> str:
+        resolve_engine(value)  # raises naming the accepted forms
+        return value
+
+    @property
+    def engine_release(self) -> EngineRelease:
+        """The release `engine` names (solver.cost.serving.engines)."""
+        return resolve_engine(self.engine)
 
     @property
     def input_distribution(self) -> LengthDistribution:

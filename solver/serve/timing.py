@@ -46,7 +46,7 @@ def build_engine(problem: ServeProblem, c: ServeCandidates,
                        moe_layers=weights.moe_layers,
                        kv_bytes_per_token=np.asarray(kv_bytes_per_token, dtype=float)
                        * np.ones(len(c)), links=build_links(problem, c),
-                       overhead=engine_overhead(problem.job.engine,
+                       overhead=engine_overhead(problem.job.engine_release.generation,
                                                 problem.job.num_scheduler_steps))
 
 

@@ -17,8 +17,9 @@ sequences decoding, each decoding a fraction d / N of its cycle:
   rate   X(d) = d / (E[O] TPOT) (Little's law on the decode stage);
   TTFT   the wave (below);
   users  N(d) = X(d) (TTFT + E[O] TPOT), N(0) = 0; the point solves N(d) = N for
-         0 <= d <= min(N, d_max) (bisection). Where d_max (max_num_seqs, the KV cache, the
-         token budget) leaves users over, they wait for a slot: TTFT grows by
+         0 <= d <= min(N, d_max, d_f) (bisection). Where d_max (max_num_seqs, the KV cache, the
+         token budget) or d_f, the population whose rate the serial frontend just feeds
+         (1 / frontend_s, solver.cost.serving.curves), leaves users over, they wait for a slot: TTFT grows by
          (N - N(d_max)) / X(d_max), the asymptotic bound of closed systems (Lazowska et al.,
          Quantitative System Performance, 1984, §5.2).
 
@@ -59,7 +60,7 @@ def estimate_closed_point(curves: LoadCurves, users_per_engine) -> LoadPoint:
     """The operating point of `users_per_engine` closed-loop users on every engine (module
     docstring); unstable only where not one sequence fits (d_max < 1)."""
     users = np.broadcast_to(np.asarray(users_per_engine, dtype=float), curves.d_max.shape)
-    top = np.minimum(users, curves.d_max)
+    top = np.minimum(np.minimum(users, curves.d_max), estimate_frontend_decoding(curves))
     low, high = np.zeros_like(top), top.copy()
     for _ in range(BISECTION_STEPS):
         middle = (low + high) / 2.0
@@ -85,6 +86,20 @@ def estimate_closed_point(curves: LoadCurves, users_per_engine) -> LoadPoint:
         tokens_per_s=np.where(stable, tokens, 0.0),
         tokens_per_s_per_gpu=np.where(stable, tokens / curves.num_gpus, 0.0),
         tokens_per_s_per_user=np.where(stable, 1.0 / tpot_mean, 0.0))
+
+
+def estimate_frontend_decoding(curves: LoadCurves) -> np.ndarray:
+    """The most sequences decoding that the frontend keeps fed: where the decode stage's rate
+    d / (E[O] tau(d)) reaches the frontend's 1 / frontend_s (solver.cost.serving.curves); the
+    users beyond it wait for the frontend, as for a slot. Infinite without a frontend time."""
+    if curves.frontend_s <= 0:
+        return np.full(curves.d_max.shape, np.inf)
+    d = curves.d_grid
+    seconds = curves.output_mean * curves.round_s
+    rate = np.maximum.accumulate(np.where(seconds > 0, d / np.where(seconds > 0, seconds, 1.0),
+                                          0.0), axis=1)
+    cap = 1.0 / curves.frontend_s
+    return np.array([np.interp(cap, r, row, right=np.inf) for r, row in zip(rate, d)])
 
 
 def _closed_parts(curves: LoadCurves, users: np.ndarray, decoding: np.ndarray

@@ -13,11 +13,16 @@ beside its d / pp decodes and crosses the pp stages in turn. At d sequences deco
                   solver.cost.serving.round;
   queue work      a prompt of I tokens is I / (pp B - d) of a round whose free budget is full
                   of prefill (the scheduler packs several prompts into one step);
-  own latency     once at the head a prompt takes ceil(I / (B - d / pp)) rounds of whole chunks:
-                  S(I), at the SLO quantile's I and at E[I];
+  own latency     once at the head a prompt takes ceil(I / (B - d / pp)) rounds of whole chunks,
+                  after the frontend's per-request time (solver.cost.serving.overhead
+                  frontend_s): S(I), at the SLO quantile's I and at E[I];
   the TPOT spread the decode round tau_d(d) with no prefill beside it and the seconds a prefill
                   token adds, (tau(full budget) - tau_d) / free tokens: the c_d and c_p of the
                   TPOT variance (solver.cost.serving.queueing).
+
+The frontend is one serial server per engine (a Python process: vLLM's API server, SGLang's
+TokenizerManager; one per DP rank is assumed, the most the engines start): no more than
+1 / frontend_s(E[I]) requests a second reach an engine (solver.cost.serving.load and closed).
 
 A disaggregated decode engine (`phase` "decode") has no prefill beside its decodes and no
 prompt queue; a prefill engine is read at d = 0. Each round carries the engine's exposed host
@@ -87,6 +92,7 @@ class LoadCurves:
     input_mean: float = 0.0  # E[I], the prompt tokens another prompt adds to a round
     arrival_scv: float = 1.0  # c_a^2 of the open loop's gaps between requests
     round_budget: np.ndarray | None = None  # (N,) tokens a round holds: pp x B
+    frontend_s: float = 0.0  # the frontend's seconds per request of E[I] tokens (serial)
 
     def take(self, index) -> LoadCurves:
         """The candidates at `index` (an int keeps one row as a batch of one)."""
@@ -157,7 +163,10 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
     decode_s = seconds[:, 2 * g:3 * g]
     chunk_s = seconds[:, 3 * g:4 * g]
     last_s = seconds[:, 4 * g:].reshape(n, g, k)
-    service = full * chunk_s[:, :, None] + last_s
+    # A prompt's own latency: its chunks, after the frontend's per-request time (tokenizer,
+    # API server: solver.cost.serving.overhead), which the GPU's queue does not wait for.
+    service = (full * chunk_s[:, :, None] + last_s
+               + engine.overhead.frontend_s(chunk_lengths)[None, None, :])
     work = chunk_lengths[None, None, :] / free * free_s[:, :, None]
     prefill_token_s = np.maximum(free_s - decode_s, 0.0) / free[:, :, 0]
     if phase == "decode":  # the prompt arrived prefilled
@@ -172,5 +181,6 @@ def estimate_load_curves(engine: ServeEngine, shape: LoadShape, kv_seqs: np.ndar
                       steps_per_schedule=engine.overhead.steps_per_schedule,
                       lag_rounds=engine.overhead.lag_rounds, input_mean=input_mean,
                       arrival_scv=shape.arrival_scv, round_budget=round_budget[:, 0, 0],
+                      frontend_s=float(engine.overhead.frontend_s(input_mean)),
                       tpot_variance=estimate_tpot_variance_coefficients(
                           lengths, weights, shape.output_lengths, shape.output_weights))

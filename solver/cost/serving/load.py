@@ -155,7 +155,8 @@ def compose_load_point(curves: LoadCurves, rate_per_engine: np.ndarray, decoding
     second = weighted_mean(service ** 2, curves.weights)
     rho = lam * mean_s
     wait = estimate_gig1_wait_s(lam, mean_s, second, curves.arrival_scv)
-    stable = stable & (rho < 1.0)
+    # The frontend serves one request at a time (solver.cost.serving.curves).
+    stable = stable & (rho < 1.0) & (lam * curves.frontend_s < 1.0)
     # The round in progress: its residual is uniform over it, when the engine is busy at all
     # (1 - P(empty), the Poisson occupancy of the requests in the system).
     round_now = interpolate_curve(curves, curves.round_s, decoding)

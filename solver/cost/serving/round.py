@@ -190,9 +190,10 @@ def estimate_round_s(engine: ServeEngine, decode_seqs, decode_context, prefill_t
 
 
 def estimate_idle_ttft_s(engine: ServeEngine, prompt_tokens: float, budget: int) -> np.ndarray:
-    """Time to first token of one prompt on an idle engine: its chunks of up to `budget`
-    (max_num_batched_tokens) one after another, each crossing the pp stages with all its rows
-    (a micro-batch of its own), nothing decoding beside them."""
+    """Time to first token of one prompt on an idle engine: the frontend's time for it
+    (solver.cost.serving.overhead), then its chunks of up to `budget` (max_num_batched_tokens)
+    one after another, each crossing the pp stages with all its rows (a micro-batch of its
+    own), nothing decoding beside them."""
     prompt = float(prompt_tokens)
     full = np.floor((prompt - 1.0) / budget)
     last = prompt - full * budget
@@ -200,7 +201,7 @@ def estimate_idle_ttft_s(engine: ServeEngine, prompt_tokens: float, budget: int)
     def chunk(size: float) -> np.ndarray:
         return estimate_round_s(engine, 0.0, 0.0, size * engine.pp, prompt)
 
-    return full * chunk(float(budget)) + chunk(last)
+    return full * chunk(float(budget)) + chunk(last) + engine.overhead.frontend_s(prompt)
 
 
 def estimate_output_rate(batch: np.ndarray, output_tokens: float, pp: np.ndarray,

@@ -13,10 +13,10 @@ each, a KV context of `decode_context` tokens) and p prefill tokens of prompts o
                   streaming, at most the table's 256-row time):
                   attention (h -> attention params / h), dense MLP or shared experts
                   (h -> params / h);
-  routed experts  the table's fused MoE at the EP group's m x dp tokens; below its smallest
-                  token count (256) the latency at 256 scaled by the share of local experts
-                  the tokens touch (1 - (1 - k/E)^tokens); without MoE rows two GEMMs per
-                  touched local expert;
+  routed experts  solver.cost.serving.experts: the table's fused MoE at the EP group's
+                  m x dp tokens where the GPU has rows of the weights' format, else one
+                  grouped GEMM launch per projection over the batch's routed rows (MXFP4 and
+                  int4 on Hopper: vLLM's dequantising matmul_ogs / Marlin MoE);
   decode attention  one paged-attention kernel per layer: a fixed 11.5 us, then streaming the
                   d sequences' KV cache through HBM. The fixed cost is AIConfigurator's
                   generation-attention tables (commit 095f58a, systems/data/<gpu>/attention/
@@ -54,19 +54,16 @@ from solver.cost.kernels.efficiency import (
     estimate_table_attention_s,
     gemm_table,
 )
+from solver.cost.serving.experts import estimate_routed_experts_s, gemm_precision
 from solver.cost.serving.block_cache import (
     estimate_mixer_params_per_gpu,
     estimate_prefill_core_share,
     estimate_prefill_scan_flops,
 )
 from solver.cost.layers.blocks import SSD_SCAN_PEAK_FRACTION
-from solver.cost.kernels.kernels import load_kernel_table
-from solver.cost.kernels.kernels_moe import estimate_table_moe_s
-from solver.cost.kernels.precision import load_recipe
 from solver.spec import GpuSpec, ModelSpec
 
 DECODE_ATTENTION_KERNEL_S = 11.5e-6  # AIConfigurator generation attention (module docstring)
-MOE_TABLE_MIN_TOKENS = 256  # the smallest token count of the MoE grids (kernel tables)
 GEMM_TABLE_MIN_ROWS = 256  # the smallest m of the GEMM grids (kernel README: m < 256 dropped)
 
 
@@ -98,18 +95,6 @@ class StepCompute:
     def total_s(self) -> np.ndarray:
         return (self.linear_s + self.experts_s + self.decode_attention_s
                 + self.prefill_attention_s + self.head_s)
-
-
-def gemm_precision(gpu: GpuSpec, weights: str) -> str | None:
-    """The GEMM recipe of `weights` (bf16, fp8, int4, fp4) on `gpu`: fp8 where the GPU has
-    fp8, NVFP4 GEMMs where it has block-scaled FP4 tensor cores (Blackwell), None for
-    weight-only int4 and for fp4 elsewhere (vLLM's Marlin kernels: the datasheet roofline at
-    the weight bytes)."""
-    if weights == "fp4":
-        return "nvfp4" if "nvfp4" in gpu.block_scaled_formats else None
-    if weights == "int4":
-        return None
-    return "fp8" if weights == "fp8" and gpu.peak_tflops_fp8 else "bf16"
 
 
 def _gemm_s(gpu: GpuSpec, weights: str, m, k, n, weight_bytes: float,
@@ -169,7 +154,9 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
     shared = (linear(m_.shared_expert_params_per_layer / tp + latent)
               if m_.is_moe and (m_.shared_expert_params_per_layer or latent) else 0.0)
     linear_s = (shape.layers * attention + dense_layers * dense_mlp + shape.moe_layers * shared)
-    experts_s = shape.moe_layers * _routed_experts_s(m_, gpu, weights, shape, rows, constants)
+    experts_s = shape.moe_layers * estimate_routed_experts_s(
+        m_, gpu, weights, tp=shape.tp, dp=shape.dp, ep=shape.ep,
+        weight_bytes_per_element=wb, rows=rows, constants=constants)
     kv_per_layer = shape.kv_bytes_per_token / np.maximum(shape.layers, 1.0)
     kv_read_s = estimate_streaming_s(
         gpu, d * np.asarray(decode_context, dtype=float) * kv_per_layer, constants)
@@ -198,42 +185,6 @@ def attention_params_per_gpu(model_spec: ModelSpec, tp: np.ndarray) -> np.ndarra
     kv_width = m.kv_heads * (m.qk_head_dim + m.value_head_dim)
     kv_per_rank = np.maximum(m.kv_heads / tp, 1.0)
     return total * (qo / tp + kv_width * kv_per_rank / m.kv_heads) / (qo + kv_width)
-
-
-def _touched(model_spec: ModelSpec, tokens: np.ndarray) -> np.ndarray:
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
-    return 1.0 - (1.0 - k / experts) ** np.asarray(tokens, dtype=float)
-
-
-def _routed_experts_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str, shape: StageShape,
-                      rows: np.ndarray, constants: ComputeConstants) -> np.ndarray:
-    """One MoE layer's routed experts on one GPU (module docstring)."""
-    m = model_spec
-    if not m.is_moe:
-        return np.zeros_like(rows)
-    # The experts' tokens are moe_token_width wide (the latent width under LatentMoE).
-    h, k, experts = m.moe_token_width, m.num_experts_per_tok, m.num_experts
-    expert_parallel = shape.ep > 1
-    ep = np.where(expert_parallel, shape.ep, 1).astype(float)
-    etp = np.where(expert_parallel, 1, shape.tp * shape.dp).astype(float)
-    tokens = rows * shape.dp
-    precision = gemm_precision(gpu, weights)
-    if gpu.kernel_table is not None and precision is not None:
-        table = load_kernel_table(gpu.kernel_table)
-        floor = np.maximum(tokens, MOE_TABLE_MIN_TOKENS)
-        fused = estimate_table_moe_s(table, load_recipe(precision).table_dtype, hidden=h,
-                                     inter=m.moe_intermediate_size, topk=k, experts=experts,
-                                     gated=m.mlp_type == "gated", tokens=floor, etp=etp, ep=ep)
-        if fused is not None:
-            share = _touched(m, tokens) / _touched(m, floor)
-            return np.where(tokens > 0, fused * np.where(tokens < floor, share, 1.0), 0.0)
-    local = experts / ep
-    touched = _touched(m, tokens)
-    per_expert_rows = tokens * k / experts / np.maximum(touched, 1e-12)
-    width = m.expert_params / (2.0 * h * etp)
-    pair = 2.0 * _gemm_s(gpu, weights, np.maximum(per_expert_rows, 1e-9), h, width,
-                         shape.weight_bytes_per_element, constants)
-    return np.where(tokens > 0, local * touched * pair, 0.0)
 
 
 def _prefill_attention_s(model_spec: ModelSpec, gpu: GpuSpec, tokens: np.ndarray,
