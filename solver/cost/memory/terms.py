@@ -153,7 +153,7 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     def params(dense: float = 0, moe: float = 0, first: bool = False, last: bool = False
                ) -> StageParams:
         return estimate_stage_params(model_spec, candidates, _Counts(n, dense, moe, first, last),
-                                     options)
+                                     options, job.finetune)
 
     def states(stage_params: StageParams) -> np.ndarray:
         return _item_matrix(n, estimate_model_states(job, candidates, stage_params, options))
