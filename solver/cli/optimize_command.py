@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from solver.cli.finetune_options import finetune_options, pop_finetune
 from solver.cli.help_groups import GroupedCommand
 from solver.cli.options import (
     framework_feature_options,
@@ -73,6 +74,7 @@ def _pin_options(command):
                   "overlaps, recompute semantics, DP overlap, gradient reduce dtype); the "
                   "flags below override single features.")
 @framework_feature_options
+@finetune_options
 @click.option("--objective", type=click.Choice(["time", "memory"]), default="time",
               show_default=True, help="Minimise step time or per-GPU memory.")
 @click.option("--allow-tp-across-nodes", is_flag=True,
@@ -112,6 +114,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     # chance (1 at the default 0.5).
     memory_headroom = build_fit_headroom(memory_headroom, build_fit_headroom_share(
         load_error_model(), framework, min_fit_probability))
+    finetune = pop_finetune(pin_values)
     pins = {name: values for name, values in pin_values.items()
             if name in PIN_OPTIONS and values is not None}
     for name in ("tp", "pp", "cp", "ep"):
@@ -132,7 +135,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         framework=framework, objective=objective, pins=pins,
         allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration,
         features=features, memory_headroom=memory_headroom,
-        segment_gpus=segment_gpus)
+        segment_gpus=segment_gpus, finetune=finetune)
     if gpus_for_days is not None:
         found = fewest_gpus(problem, gpus_for_days, engine=engine)
         if found is None:

@@ -21,7 +21,7 @@ default); the copy of the input a non-zero dropout makes is not modelled.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -89,3 +89,14 @@ class FinetuneSpec(InputSpec):
         name = "LoRA" if self.mode == "lora" else "QLoRA"
         packed = ", packed" if self.packed_sequences else ""
         return f"{name} r{self.lora_rank} a{self.lora_alpha:g} ({','.join(self.lora_targets)}){packed}"
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON outputs' "finetune" object: mode, label, packing, and with adapters their
+        rank, alpha, targets and what the base keeps ("bf16" frozen, "nf4")."""
+        out: dict[str, Any] = {"mode": self.mode, "label": self.label(),
+                               "packed_sequences": self.packed_sequences}
+        if self.has_adapters:
+            out.update(lora_rank=self.lora_rank, lora_alpha=self.lora_alpha,
+                       lora_targets=list(self.lora_targets),
+                       base_weights="nf4" if self.quantized_base else "bf16")
+        return out

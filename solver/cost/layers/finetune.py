@@ -36,8 +36,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from solver.cost.kernels.efficiency import (
+    ComputeConstants,
+    estimate_gemm_backward_s,
+    estimate_gemm_s,
+    estimate_streaming_s,
+)
 from solver.errors import InputError
-from solver.spec import ModelSpec
+from solver.spec import GpuSpec, ModelSpec
 from solver.spec.finetune import FinetuneSpec
 
 BF16_BYTES = 2.0
@@ -168,17 +176,50 @@ def estimate_dequantize_bytes_per_param(finetune: FinetuneSpec) -> float:
     return estimate_nf4_bytes_per_param() + BF16_BYTES
 
 
-def estimate_finetune_flops_per_token(model_spec: ModelSpec, seq_len: int,
-                                      finetune: FinetuneSpec, trained_flops: float,
-                                      gemm_forward_flops: float) -> float:
-    """Model FLOPs per token of a training step under `finetune`, from the full-training count
-    `trained_flops` (solver.cost.layers.flops.estimate_model_flops_per_token) and the forward
-    FLOPs of the frozen layer GEMMs `gemm_forward_flops`: with adapters the frozen GEMMs lose
-    their weight gradient (2 of 6 FLOPs a weight) and the adapters add 6 a weight:
-        trained - gemm_forward + 6 x adapters
-    Worked number: Llama-3.1-70B at 4096, LoRA r 32 on linear_qkv: layer GEMMs 2 x 67.7e9
-    forward; 6 x 70.6e9 + attention less 1.35e11 plus 6 x 80 x 32 x (8192 + 10240) = 2.83e8."""
+# Linears whose input is split over TP (Megatron RowParallelLinear): the adapter's A runs on
+# the split input and B on the full output; the others (ColumnParallelLinear) run A on the
+# whole input and B on their share of the outputs (Megatron-Bridge peft/utils.py
+# ParallelLinearAdapter: linear_in row-parallel when input_is_parallel, linear_out
+# column-parallel otherwise).
+ROW_PARALLEL = ("o_proj", "down_proj", "linear_proj", "linear_fc2")
+
+
+def estimate_adapter_gemm_s(model_spec: ModelSpec, gpu: GpuSpec, rows: np.ndarray,
+                            tp: np.ndarray, finetune: FinetuneSpec, constants: ComputeConstants
+                            ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(forward, backward) seconds per micro-batch of one layer's adapter GEMMs, by block
+    ("attention", "mlp"): per adapted linear A (rows x in x r) and B (rows x r x out), split as
+    ROW_PARALLEL says, in bf16 (adapters run in the compute dtype); backward their dgrad and
+    wgrad (solver.cost.kernels.efficiency.estimate_gemm_backward_s). These GEMMs are thin (r
+    columns): the lookup or the roofline's memory bound prices reading the input again.
+    Worked number: Llama-3.1-8B, 8192 rows, r 16, q_proj on one H100's datasheet roofline:
+    A reads 8192 x 4096 x 2 B = 67 MB, ~25 us at 80% of 3.35 TB/s."""
+    zero = np.zeros(np.shape(rows), dtype=float)
+    parts = {"attention": (zero, zero), "mlp": (zero, zero)}
     if not finetune.has_adapters:
-        return trained_flops
-    adapters = estimate_adapter_params(model_spec, finetune)
-    return trained_flops - gemm_forward_flops + ADAPTER_FLOPS_PER_PARAM * adapters
+        return parts
+    shapes = linear_shapes(model_spec)
+    r = finetune.lora_rank
+    for name in finetune.lora_targets:
+        if name not in shapes:
+            continue
+        block, d_in, d_out = shapes[name]
+        split_in = name in ROW_PARALLEL
+        a = (rows, d_in / tp if split_in else d_in + zero, r + zero)
+        b = (rows, r + zero, d_out + zero if split_in else d_out / tp)
+        forward = sum(estimate_gemm_s(gpu, "bf16", *shape, constants) for shape in (a, b))
+        backward = sum(estimate_gemm_backward_s(gpu, "bf16", *shape, constants)
+                       for shape in (a, b))
+        parts[block] = (parts[block][0] + forward, parts[block][1] + backward)
+    return parts
+
+
+def estimate_dequantize_s(gpu: GpuSpec, gemm_params_per_gpu: np.ndarray | float,
+                          finetune: FinetuneSpec, constants: ComputeConstants) -> np.ndarray:
+    """Seconds of one pass's dequantization of the NF4 weights `gemm_params_per_gpu` (module
+    docstring): 2.5159 B a weight streamed through HBM, 0 without an NF4 base. Worked number:
+    a Llama-3.1-70B layer (856e6 weights in its linears) on an H100 at 80% of 3.35 TB/s:
+    856e6 x 2.5159 / 2.68e12 = 0.80 ms a pass, against its forward GEMMs' ~3 ms at 8192
+    tokens."""
+    return estimate_streaming_s(gpu, gemm_params_per_gpu
+                                * estimate_dequantize_bytes_per_param(finetune), constants)
