@@ -40,7 +40,7 @@ from solver.cost.step.recompute_modules import (
     named_recompute_modules,
     with_default_recompute_modules,
 )
-from solver.cost.layers.finetune import check_finetune_supported
+from solver.cost.layers.finetune import check_finetune_framework, check_finetune_supported
 from solver.cost.layers.time_constants import TimeConstants
 from solver.emit.target import check_pipeline_layout, parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
@@ -324,6 +324,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
         precision=precision, token_budget=token_budget, calibration=calibration,
         segment_gpus=segment_gpus, memory_headroom=memory_headroom, finetune=finetune)
     # What `selective` recomputes: the module set `optimize` starts from (one definition).
+    check_finetune_framework(framework, job.finetune)
     profile = with_default_recompute_modules(build_framework_profile(framework, features),
                                              model_spec, features)
     options = profile.memory_options(options, cluster_spec)

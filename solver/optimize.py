@@ -28,6 +28,7 @@ from solver.cost.candidates import Candidates
 from solver.cost.step.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
 from solver.cost.step.steptime import StepTime
+from solver.cost.layers.finetune import check_finetune_framework
 from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import (
@@ -111,6 +112,7 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     for name in pins or {}:
         if name not in VARIABLES:
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
+    check_finetune_framework(framework, job.finetune)
     profile = build_framework_profile(framework, features)
     # The memory savers no flag set are the search's to turn on where a plan needs them
     # (Problem.memory_savers): memory with all of them, time without.

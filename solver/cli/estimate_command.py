@@ -152,12 +152,15 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
                      f"{k.bytes_per_layer / 1e9:.3f}", k.layers_on_worst_stage)
                     for k in result.blocks])
     from solver.cli.render_features import (
+        render_finetune_assumptions,
         render_memory_assumptions,
         render_profile_assumptions,
     )
 
     click.echo("\n".join(render_memory_assumptions(result.profile, result.job.precision,
                                                      plan.config.recompute)))
+    for line in render_finetune_assumptions(result.model_spec, result.job.finetune):
+        click.echo(line)
     click.echo("\n".join(render_profile_assumptions(resolved, features)))
     if plan.config.pp > 1 or plan.layout is not None and any(
             s.recompute_layers not in (0, s.layers) for s in plan.layout.stages):

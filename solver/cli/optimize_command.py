@@ -94,7 +94,10 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
-    from solver.cli.render_features import render_profile_assumptions
+    from solver.cli.render_features import (
+        render_finetune_assumptions,
+        render_profile_assumptions,
+    )
     from solver.spec.profiles import render_profile_json
     from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
@@ -164,6 +167,9 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     else:
         echo_result(result, gpus_for_days, interval_level, min_fit_probability, scales)
         click.echo("\n".join(render_profile_assumptions(resolved, features)))
+        for line in render_finetune_assumptions(result.problem.model_spec,
+                                                result.problem.job.finetune):
+            click.echo(line)
         if calibration is not None:
             from solver.cli.render_calibration import echo_sources_table
 

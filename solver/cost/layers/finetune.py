@@ -223,3 +223,21 @@ def estimate_dequantize_s(gpu: GpuSpec, gemm_params_per_gpu: np.ndarray | float,
     tokens."""
     return estimate_streaming_s(gpu, gemm_params_per_gpu
                                 * estimate_dequantize_bytes_per_param(finetune), constants)
+
+
+# Frameworks that run no NF4 base, and why (the others, PyTorch with PEFT + bitsandbytes or
+# torchtune, and DeepSpeed under Hugging Face's Trainer with bnb_4bit_quant_storage, do).
+NO_QLORA = {
+    "megatron": "Megatron-Bridge's PEFT has LoRA, DoRA and canonical LoRA over a bf16 or fp8 "
+                "base, no 4-bit one (src/megatron/bridge/peft; models/README.md lists QLoRA "
+                "under future enhancements)",
+    "torchtitan": "torchtitan's LoRA (torchtitan/components/lora.py) adapts a bf16 base only",
+}
+
+
+def check_finetune_framework(framework: str, finetune: FinetuneSpec) -> None:
+    """Refuse --finetune qlora under a framework without an NF4 base (NO_QLORA), in one line
+    naming the frameworks that have one."""
+    if finetune.quantized_base and framework in NO_QLORA:
+        raise InputError(f"--finetune qlora with --framework {framework}: {NO_QLORA[framework]}; "
+                         "use --framework generic (PEFT + bitsandbytes, torchtune) or deepspeed")

@@ -324,3 +324,23 @@ def estimate_adapter_model_states(job: JobSpec, candidates: Candidates, params: 
         "optimizer": adapter * optimizer / np.where(zero >= 1, shard, 1.0)
         * (0.0 if options.optimizer_offload else 1.0),
     }
+
+
+def estimate_whole_model_state_bytes(model_spec: ModelSpec, job: JobSpec,
+                                     options: MemoryOptions) -> float:
+    """Weights, gradients and optimizer state of the whole model, unsharded (the fit check of
+    `optimize`'s explanation): every parameter at estimate_sharded_state_bytes_per_param's sum,
+    or with adapters the frozen base (its layers' linears at the base bytes: NF4 under qlora)
+    and the adapters at that sum. Worked numbers: Llama-3.1-70B (70.6e9) 2 + 4 + 12 = 18 B:
+    1,270 GB; LoRA r 32 on linear_qkv: 70.6e9 x 2 + 4.72e7 x 18 = 142 GB; QLoRA: 2.1e9 x 2 +
+    68.5e9 x 0.5159 + 4.72e7 x 18 = 40.4 GB."""
+    per_param = sum(estimate_sharded_state_bytes_per_param(options))
+    if not job.finetune.has_adapters:
+        return per_param * model_spec.total_params
+    gemm = model_spec.num_hidden_layers * (model_spec.attention_params_per_layer
+                                           + model_spec.dense_mlp_params_per_layer)
+    base = estimate_base_weight_bytes_per_param(job.finetune, options.param_bytes)
+    adapters = model_spec.num_hidden_layers * estimate_adapter_params_per_layer(
+        model_spec, job.finetune).total
+    return ((model_spec.total_params - gemm) * options.param_bytes + gemm * base
+            + adapters * per_param)
