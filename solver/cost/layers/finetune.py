@@ -10,7 +10,7 @@ The frozen W runs its forward and only its input gradient (no weight-gradient GE
 weight instead of 6, the "~2/3 of full training" Megatron-Bridge's LoRA table counts (Llama 3
 70B LoRA on 8 H100s: 735 model TFLOP/s at 2,643 tokens/s a GPU = 2.78e11 FLOPs a token, about
 4 x 70.6e9 against the SFT row's 710 / 1,638 = 4.33e11, about 6 x; docs/performance-summary.md
-at 8f341b0).
+at 8f341b04f7b44af14ffc79a0b97a679b4dd633d8).
 
 QLoRA (Dettmers et al. 2023, §3 "Double Quantization"): each weight is 4 bits, each block of 64
 weights keeps one absmax, quantized to 8 bits with one fp32 constant per 256 of them:
