@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
+from solver.cli.params import BoundedInt, FiniteFloat
 from solver.errors import InputError, format_validation_error
 from solver.spec.finetune import (
     FINETUNE_MODES,
@@ -17,6 +18,7 @@ from solver.spec.finetune import (
     PEFT_TARGETS,
     FinetuneSpec,
 )
+from solver.spec.strict import MAX_WIDTH
 
 F = TypeVar("F", bound=Callable[..., object])
 FINETUNE_PARAMS = ("finetune", "lora_rank", "lora_alpha", "lora_targets", "packed_sequences")
@@ -30,10 +32,10 @@ def finetune_options(command: F) -> F:
                      show_default=True,
                      help="What trains: none (pretraining), full (SFT: every weight), lora "
                           "(frozen bf16 base, low-rank adapters) or qlora (frozen NF4 base)."),
-        click.option("--lora-rank", type=click.IntRange(1, 65536), default=None,
+        click.option("--lora-rank", type=BoundedInt(1, MAX_WIDTH), default=None,
                      help=f"Adapter rank r (default {_DEFAULTS.lora_rank}, "
                           "Megatron-Bridge's LoRA dim)."),
-        click.option("--lora-alpha", type=click.FloatRange(0, min_open=True), default=None,
+        click.option("--lora-alpha", type=FiniteFloat(0, None, min_open=True), default=None,
                      help=f"Adapter alpha; scale alpha/r (default {_DEFAULTS.lora_alpha:g})."),
         click.option("--lora-targets", default=None, metavar="M,M,...",
                      help="Adapted linears, as PEFT names them (" + ",".join(PEFT_TARGETS)

@@ -21,11 +21,11 @@ default); the copy of the input a non-zero dropout makes is not modelled.
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, field_validator
 
-from solver.spec.strict import InputSpec
+from solver.spec.strict import MAX_WIDTH, InputSpec
 
 FinetuneMode = Literal["none", "full", "lora", "qlora"]
 FINETUNE_MODES: tuple[FinetuneMode, ...] = get_args(FinetuneMode)
@@ -45,7 +45,7 @@ class FinetuneSpec(InputSpec):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: FinetuneMode = "none"
-    lora_rank: int = Field(default=DEFAULT_LORA_RANK, gt=0, le=65536)
+    lora_rank: Annotated[int, MAX_WIDTH] = Field(default=DEFAULT_LORA_RANK, gt=0)
     lora_alpha: float = Field(default=DEFAULT_LORA_ALPHA, gt=0)
     lora_targets: tuple[str, ...] = MEGATRON_TARGETS
     packed_sequences: bool = False
