@@ -321,3 +321,31 @@ def test_frozen_dp_time_and_memory_are_arrays_per_candidate() -> None:
     apart = [float(estimate_memory(model_spec, job, Candidates.from_configs([c]),
                                    MemoryOptions()).items["weights"][0]) for c in configs]
     assert np.allclose(together, apart)
+
+
+def test_a_finetune_plan_file_reestimates_as_finetune_and_launch_refuses_it(tmp_path) -> None:
+    """optimize --json of a LoRA job carries its finetune object; estimate --plan re-estimates
+    the plan as LoRA (not silently as pretraining), and launch refuses it in one line: it writes
+    no adapter settings yet."""
+    runner = CliRunner()
+    answer = runner.invoke(cli, ["optimize", "--model", "llama3.1-8b", "--cluster", "dgx-h100",
+                                 "--gpus", "8", "--seq-len", "4096", "--global-batch", "64",
+                                 "--finetune", "lora", "--lora-rank", "16", "--top", "1",
+                                 "--time-limit", "5", "--json"])
+    assert answer.exit_code == 0, answer.output
+    path = tmp_path / "plan.json"
+    path.write_text(answer.output)
+    again = runner.invoke(cli, ["estimate", "--plan", str(path), "--json"])
+    assert again.exit_code == 0, again.output
+    estimated = json.loads(again.output)
+    assert estimated["finetune"]["lora_rank"] == 16
+    planned = json.loads(answer.output)["plans"][0]["memory_gb"]["total"]
+    assert estimated["plans"][0]["memory_gb"]["total"] == pytest.approx(planned, rel=1e-6)
+    launch = runner.invoke(cli, ["launch", "--plan", str(path), "--format", "megatron",
+                                 "-o", str(tmp_path / "out")])
+    assert launch.exit_code == 2
+    assert "launch writes no adapter settings yet" in launch.output
+    bad = tmp_path / "bad.json"
+    bad.write_text(answer.output.replace('"lora_rank": 16', '"lora_rank": -1'))
+    broken = runner.invoke(cli, ["estimate", "--plan", str(bad)])
+    assert broken.exit_code == 2 and "field 'finetune'" in broken.output

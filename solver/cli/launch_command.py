@@ -187,6 +187,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.cost.step.frameworks import build_framework_profile
     from solver.cost.step.offload import check_activation_offload, check_layer_offload
     from solver.cost.step.recompute_modules import with_default_recompute_modules
+    from solver.errors import InputError
 
     ctx = click.get_current_context()
     launch_format, version = _format_and_version(launch_format, target_text)
@@ -234,6 +235,11 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
         calibration=calibration, segment_gpus=segment_gpus, memory_headroom=headroom,
         **job_values)
+    if job.finetune.has_adapters:
+        raise InputError(f"the plan fine-tunes with {job.finetune.label()}: launch writes no "
+                         "adapter settings yet (Megatron-Bridge PEFT recipes, TRL SFTTrainer "
+                         "with PEFT); the degrees and memory of the plan stand, the launch "
+                         "files would train every weight")
     # What `selective` recomputes where neither the plan nor a flag says: estimate's and
     # optimize's default set (with_default_recompute_modules).
     profile = with_default_recompute_modules(profile, model_spec, features)
