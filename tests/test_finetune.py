@@ -344,8 +344,40 @@ def test_a_finetune_plan_file_reestimates_as_finetune_and_launch_refuses_it(tmp_
     launch = runner.invoke(cli, ["launch", "--plan", str(path), "--format", "megatron",
                                  "-o", str(tmp_path / "out")])
     assert launch.exit_code == 2
-    assert "launch writes no adapter settings yet" in launch.output
+    assert "launch writes no adapter settings for --format megatron" in launch.output
     bad = tmp_path / "bad.json"
     bad.write_text(answer.output.replace('"lora_rank": 16', '"lora_rank": -1'))
     broken = runner.invoke(cli, ["estimate", "--plan", str(bad)])
     assert broken.exit_code == 2 and "field 'finetune'" in broken.output
+
+
+def _bridge_launch(*args: str):
+    return CliRunner().invoke(cli, ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100",
+                                    "--gpus", "8", "--format", "megatron-bridge", *args])
+
+
+def test_bridge_launch_writes_the_peft_recipe_and_its_lora_settings() -> None:
+    """Megatron-Bridge 0.3.1's run_recipe.py takes `<model>_peft_config` for LoRA and
+    `<model>_sft_config` for full SFT (recipes/llama/llama3.py llama31_8b_peft_config,
+    llama31_8b_sft_config); the plan's rank, alpha and modules go on its LoRA (peft/lora.py
+    LoRA.dim, alpha, target_modules)."""
+    lora = _bridge_launch("--finetune", "lora", "--lora-rank", "16", "--lora-alpha", "32",
+                          "--lora-targets", "linear_qkv,linear_proj")
+    assert lora.exit_code == 0, lora.output
+    assert "--recipe llama31_8b_peft_config" in lora.output
+    assert "peft.dim=16" in lora.output and "peft.alpha=32" in lora.output
+    assert "'peft.target_modules=[linear_qkv,linear_proj]'" in lora.output
+    full = _bridge_launch("--finetune", "full")
+    assert full.exit_code == 0, full.output
+    assert "--recipe llama31_8b_sft_config" in full.output and "peft." not in full.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--finetune", "lora", "--lora-targets", "q_proj,v_proj"],
+     "Megatron-Bridge's LoRA names its modules linear_qkv"),
+    (["--finetune", "lora", "--model", "llama2-13b"], "has no SFT or PEFT recipe for llama2-13b"),
+])
+def test_bridge_launch_refuses_what_its_peft_cannot_run(args: list[str], words: str) -> None:
+    result = _bridge_launch(*args)
+    assert result.exit_code == 2, result.output
+    assert words in result.output

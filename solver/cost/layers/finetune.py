@@ -93,7 +93,8 @@ def check_finetune_supported(model_spec: ModelSpec, finetune: FinetuneSpec) -> N
         return
     why = ("multi-head latent attention" if model_spec.is_mla
            else "routed experts" if model_spec.is_moe
-           else "a block pattern of other layer kinds" if model_spec.has_block_kinds else None)
+           else "a block pattern (windowed attention or other mixers)"
+           if model_spec.has_block_kinds else None)
     if why:
         raise InputError(f"--finetune {finetune.mode}: {model_spec.name} has {why}; parplan "
                          "models adapters on dense decoders with standard attention only")
