@@ -41,7 +41,10 @@ from solver.cost.layers.finetune import (
 )
 from solver.cost.layers.flops import estimate_model_flops_per_token, estimate_step_flops_per_token
 from solver.cost.memory import MemoryOptions, estimate_memory
-from solver.cost.memory.states import estimate_whole_model_state_bytes
+from solver.cost.memory.states import (
+    estimate_frozen_weight_bytes,
+    estimate_whole_model_state_bytes,
+)
 from solver.spec import JobSpec, ParallelConfig
 from solver.spec.finetune import MEGATRON_TARGETS, PEFT_TARGETS, FinetuneSpec
 
@@ -381,3 +384,20 @@ def test_bridge_launch_refuses_what_its_peft_cannot_run(args: list[str], words: 
     result = _bridge_launch(*args)
     assert result.exit_code == 2, result.output
     assert words in result.output
+
+
+def test_qlora_explanation_counts_nf4_weights_for_the_minimum_tp() -> None:
+    """Llama-3.1-70B's bf16 weights (141.1 GB) need tp 3 by the rule of thumb (70% of an H100's
+    85.5 GB); its QLoRA base (39.5 GB: NF4 layers, bf16 embedding and head) needs none."""
+    model_spec = load_model_spec("llama3.1-70b")
+    qlora = JobSpec(finetune=FinetuneSpec(mode="qlora"))
+    assert estimate_frozen_weight_bytes(model_spec, JobSpec(), MemoryOptions()) / 1e9 == \
+        pytest.approx(141.1, abs=0.05)
+    assert estimate_frozen_weight_bytes(model_spec, qlora, MemoryOptions()) / 1e9 == \
+        pytest.approx(39.5, abs=0.05)
+    result = CliRunner().invoke(cli, [
+        "optimize", "--model", "llama3.1-70b", "--cluster", "dgx-h100", "--gpus", "1",
+        "--seq-len", "2048", "--global-batch", "16", "--finetune", "qlora", "--framework",
+        "generic", "--top", "1", "--time-limit", "5"])
+    assert result.exit_code == 0, result.output
+    assert "2. minimum TP (NF4 layer weights in 70% of a GPU): 1" in result.output

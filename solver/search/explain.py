@@ -23,6 +23,7 @@ import numpy as np
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory_total
 from solver.cost.memory.states import (
+    estimate_frozen_weight_bytes,
     estimate_sharded_state_bytes_per_param,
     estimate_whole_model_state_bytes,
 )
@@ -141,8 +142,9 @@ def explain_choice(problem: Problem, ranked: Ranked,
         + ("fits one GPU" if static < capacity else
            f"shard over at least {math.ceil(static / capacity)} GPUs"))
     min_tp = minimum_tp(problem)
+    weight_words = "NF4 layer weights" if finetune.quantized_base else "bf16 weights"
     lines.append(
-        f"2. minimum TP (bf16 weights in 70% of a GPU): {min_tp}; chosen tp = {best.tp} "
+        f"2. minimum TP ({weight_words} in 70% of a GPU): {min_tp}; chosen tp = {best.tp} "
         f"(NVLink domain {problem.cluster.scale_up_gpus}), with ZeRO {best.zero} sharding "
         "the rest")
     lines.append(
@@ -180,8 +182,11 @@ def model_state_bytes(problem: Problem) -> float:
 
 
 def minimum_tp(problem: Problem) -> int:
-    """The rule of thumb's smallest TP: bf16 weights in 70% of a GPU."""
-    weights = 2 * problem.model_spec.total_params
+    """The rule of thumb's smallest TP: bf16 weights (QLoRA's NF4 layers) in 70% of a GPU
+    (solver.cost.memory.states.estimate_frozen_weight_bytes)."""
+    weights = estimate_frozen_weight_bytes(
+        problem.model_spec, problem.job,
+        problem.memory_options.model_copy(update={"param_bytes": 2.0}))
     return max(1, math.ceil(weights / (0.7 * problem.cluster.usable_memory_bytes)))
 
 
