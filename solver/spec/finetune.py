@@ -88,7 +88,8 @@ class FinetuneSpec(InputSpec):
             return "full SFT" + (", packed" if self.packed_sequences else "")
         name = "LoRA" if self.mode == "lora" else "QLoRA"
         packed = ", packed" if self.packed_sequences else ""
-        return f"{name} r{self.lora_rank} a{self.lora_alpha:g} ({','.join(self.lora_targets)}){packed}"
+        targets = ",".join(self.lora_targets)
+        return f"{name} r{self.lora_rank} a{self.lora_alpha:g} ({targets}){packed}"
 
     def describe(self) -> dict[str, Any]:
         """The JSON outputs' "finetune" object: mode, label, packing, and with adapters their

@@ -17,16 +17,17 @@ weights keeps one absmax, quantized to 8 bits with one fp32 constant per 256 of 
 8/64 + 32/(64 x 256) = 0.127 bits per parameter of constants ("reduces the memory footprint from
 32/64 = 0.5 bits per parameter to 8/64 + 32/(64 * 256) = 0.127 bits"), 4.127 bits = 0.5159 B a
 weight. bitsandbytes' BitsAndBytesConfig(bnb_4bit_quant_type="nf4", use_double_quant) and
-torchao's NF4Tensor (block_size 64, scaler_block_size 256, torchtune's QLoRA) store the same.
-The linears of the decoder layers are quantized; the embedding, the LM head and the norms stay
-bf16 (transformers' get_keys_to_not_convert keeps the output embedding; torchtune's
+torchao's NF4Tensor (to_nf4: block_size 64, scaler_block_size 256; torchtune's QLoRA) store the
+same. The linears of the decoder layers are quantized; the embedding, the LM head and the norms
+stay bf16 (transformers' get_keys_to_not_convert keeps the output embedding; torchtune's
 lora_llama3 quantizes the layers' linears, FrozenNF4Linear for the ones without adapters, and
 builds the output projection as nn.Linear).
 Each GEMM dequantizes its weight to bf16 first, in the forward and again for the input gradient
 (bitsandbytes autograd/_functions.py MatMul4Bit: forward F.linear(A, dequantize_4bit(B).t()),
-backward grad_A = grad_output @ dequantize_4bit(B).t(); torchao dtypes/nf4tensor.py
-LinearNF4: weight.to(input.dtype) in forward and backward): it reads 0.5159 B and writes 2 B a
-weight each time, streamed through HBM.
+backward grad_A = grad_output @ dequantize_4bit(B).t(); torchao LinearNF4,
+quantization/quantize_/workflows/nf4/nf4_tensor.py @36027d8: F.linear(input,
+weight.to(input.dtype)) forward, grad_output @ weight.to(grad_output.dtype) backward): it reads
+0.5159 B and writes 2 B a weight each time, streamed through HBM.
 
 Models modelled: dense decoders with standard attention (no MLA, no routed experts, no block
 pattern); the others are refused by check_finetune_supported.
