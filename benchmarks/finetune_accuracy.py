@@ -38,9 +38,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from memory_public import build_row_problem
+from memory_public import build_row_problem, summarize_errors
 from solver.api import estimate
 from solver.cost.candidates import Candidates
 from solver.cost.layers.finetune import check_finetune_supported
@@ -139,10 +137,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                              "relative_error": predicted / row["measured"] - 1.0})
     out: dict[str, Any] = {"rows": compared, "skipped": skipped}
     for what, target in (("memory", MEMORY_TARGET), ("time", TIME_TARGET)):
-        errors = np.array([abs(r["relative_error"]) for r in compared if r["what"] == what])
-        out[what] = {"count": int(errors.size), "median_abs_error": float(np.median(errors)),
-                     "p90_abs_error": float(np.percentile(errors, 90)), "target": target,
-                     "meets_target": bool(np.median(errors) <= target)}
+        errors = summarize_errors([r for r in compared if r["what"] == what])
+        out[what] = {**errors, "target": target,
+                     "meets_target": errors["median_abs_error"] <= target}
     return out
 
 
