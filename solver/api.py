@@ -40,6 +40,7 @@ from solver.cost.step.recompute_modules import (
     named_recompute_modules,
     with_default_recompute_modules,
 )
+from solver.cost.layers.finetune import check_finetune_framework, check_finetune_supported
 from solver.cost.layers.time_constants import TimeConstants
 from solver.emit.target import check_pipeline_layout, parse_launch_pipeline
 from solver.errors import InputError, format_validation_error
@@ -55,6 +56,7 @@ from solver.spec import (
     PipelineLayout,
 )
 from solver.spec.features import FrameworkFeatures
+from solver.spec.finetune import FinetuneSpec
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.plan import Plan, PlanTime, StageMemory
 
@@ -263,11 +265,13 @@ def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = 
                        seq_len: int | None = None, global_batch: int | None = None,
                        precision: str = "bf16", token_budget: int | None = None,
                        calibration: str | None = None, segment_gpus: int | None = None,
-                       memory_headroom: MemoryHeadroom | None = None
+                       memory_headroom: MemoryHeadroom | None = None,
+                       finetune: FinetuneSpec | None = None
                        ) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
     """The model, the cluster (with a calibration profile applied, allocated in segments of
     `segment_gpus` GPUs when given, keeping `memory_headroom` free) and the job of a planning
-    command; option values left as None take the JobSpec defaults."""
+    command (fine-tuning with `finetune`: solver.spec.finetune); option values left as None
+    take the JobSpec defaults."""
     model_spec = load_model_spec(model)
     cluster_spec = load_calibrated_cluster(cluster, gpus_per_node, calibration)
     if segment_gpus is not None:
@@ -279,12 +283,16 @@ def load_problem_specs(model: str, cluster: str, *, gpus_per_node: int | None = 
     if memory_headroom is not None:
         cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
     job_values = {"seq_len": seq_len, "global_batch": global_batch, "precision": precision,
-                  "token_budget": token_budget}
+                  "token_budget": token_budget, "finetune": finetune}
     try:
         job = JobSpec(**{k: v for k, v in job_values.items() if v is not None})
     except ValidationError as exc:
         raise InputError(format_validation_error("job", exc)) from None
     check_precision_supported(cluster_spec.gpu, job.precision)
+    check_finetune_supported(model_spec, job.finetune)
+    if job.finetune.quantized_base and job.precision != "bf16":
+        raise InputError(f"--finetune qlora: its NF4 base is dequantized to bf16 for every GEMM; "
+                         f"--precision {job.precision} does not apply (use bf16)")
     # Windows no shorter than the sequence are full attention (ModelSpec.at_length).
     return model_spec.at_length(job.seq_len), cluster_spec, job
 
@@ -298,6 +306,7 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
              features: FrameworkFeatures | Mapping[str, Any] | None = None,
              memory_headroom: MemoryHeadroom | None = None,
              pipeline_layout: PipelineLayout | None = None, layout_source: str = "--plan",
+             finetune: FinetuneSpec | None = None,
              **degrees: int | str) -> Estimate:
     """`parplan estimate`: load the model and cluster, build the job and the configuration
     (dp = num_gpus / (tp*pp*cp)), check it, and estimate its memory stage by stage.
@@ -313,8 +322,9 @@ def estimate(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int | No
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
-        segment_gpus=segment_gpus, memory_headroom=memory_headroom)
+        segment_gpus=segment_gpus, memory_headroom=memory_headroom, finetune=finetune)
     # What `selective` recomputes: the module set `optimize` starts from (one definition).
+    check_finetune_framework(framework, job.finetune)
     profile = with_default_recompute_modules(build_framework_profile(framework, features),
                                              model_spec, features)
     options = profile.memory_options(options, cluster_spec)

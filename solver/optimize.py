@@ -28,6 +28,7 @@ from solver.cost.candidates import Candidates
 from solver.cost.step.recompute_modules import recompute_module_sets, with_default_recompute_modules
 from solver.cost.row_memo import forget_all
 from solver.cost.step.steptime import StepTime
+from solver.cost.layers.finetune import check_finetune_framework
 from solver.errors import InputError
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import (
@@ -47,6 +48,7 @@ from solver.search.space import VARIABLES, Framework, Objective, Problem
 from solver.fixes import suggest_fixes
 from solver.ranked_plans import cost_ranked_plans, explain_offloads, explain_savers
 from solver.spec.features import FrameworkFeatures
+from solver.spec.finetune import FinetuneSpec
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.job import RECOMPUTE_LEVELS
 from solver.spec.plan import Plan
@@ -97,7 +99,8 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
                   allow_tp_across_nodes: bool = False,
                   calibration: str | None = None, segment_gpus: int | None = None,
                   features: FrameworkFeatures | None = None,
-                  memory_headroom: MemoryHeadroom | None = None) -> Problem:
+                  memory_headroom: MemoryHeadroom | None = None,
+                  finetune: FinetuneSpec | None = None) -> Problem:
     """Load the model and cluster (with a calibration profile's measured curves if given) and
     build the Problem under the framework's profile (solver.cost.step.frameworks) with `features`
     overriding single features, keeping `memory_headroom` free on each GPU; bad input is an
@@ -105,10 +108,11 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
         precision=precision, token_budget=token_budget, calibration=calibration,
-        segment_gpus=segment_gpus, memory_headroom=memory_headroom)
+        segment_gpus=segment_gpus, memory_headroom=memory_headroom, finetune=finetune)
     for name in pins or {}:
         if name not in VARIABLES:
             raise InputError(f"pin '{name}': not a decision variable ({', '.join(VARIABLES)})")
+    check_finetune_framework(framework, job.finetune)
     profile = build_framework_profile(framework, features)
     # The memory savers no flag set are the search's to turn on where a plan needs them
     # (Problem.memory_savers): memory with all of them, time without.

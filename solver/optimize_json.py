@@ -74,6 +74,8 @@ def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_L
         # What reports each view of a plan's memory, the needed and the observed ones.
         "memory_views": render_memory_views_json(),
     }
+    if problem.job.finetune.mode != "none":  # what trains (solver.spec.finetune)
+        answer["finetune"] = problem.job.finetune.describe()
     if result.status == "infeasible":
         answer.update(render_infeasible_json(result))
     else:

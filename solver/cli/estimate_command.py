@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from solver.cli.finetune_options import finetune_options, pop_finetune
 from solver.cli.help_groups import GroupedCommand
 from solver.cli.options import (
     degree_options,
@@ -40,6 +41,7 @@ from solver.spec.strict import MAX_LAYERS
 @framework_option("Whose timing to assume (kernels, overlaps, recompute semantics, DP "
                   "overlap, gradient reduce dtype); the flags below override single features.")
 @framework_feature_options
+@finetune_options
 @memory_headroom_option
 @interval_level_option
 def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
@@ -65,7 +67,7 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.spec.plan_json import render_memory_views_json, render_plan_json
 
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
-                                  "precision": precision}
+                                  "precision": precision, "finetune": pop_finetune(degrees)}
     result, resolved, features, values = estimate_options(
         model, cluster, num_gpus, gpus_per_node=gpus_per_node, segment_gpus=segment_gpus,
         job_values=job_values, token_budget=token_budget, calibration=calibration,
@@ -107,6 +109,8 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             "memory_views": render_memory_views_json(),
             "notes": list(list_time_caveats(result.model_spec)),
         }
+        if result.job.finetune.mode != "none":  # what trains (solver.spec.finetune)
+            answer["finetune"] = result.job.finetune.describe()
         if result.blocks:  # a block pattern: time and memory by block kind
             answer["block_kinds"] = [dict(vars(kind)) for kind in result.blocks]
         if not plan.fits:
@@ -125,6 +129,8 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
     states = result.profile.time_constants.training_states
     if states != "mixed":
         heading += f", {states} training states"
+    if result.job.finetune.mode != "none":
+        heading += f", {result.job.finetune.label()}"
     if plan_path is not None:
         heading += f"; plan {plan_rank} of {plan_path}" + (f":{plan_line}" if plan_line else "")
     if per_stage:
@@ -146,12 +152,15 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
                      f"{k.bytes_per_layer / 1e9:.3f}", k.layers_on_worst_stage)
                     for k in result.blocks])
     from solver.cli.render_features import (
+        render_finetune_assumptions,
         render_memory_assumptions,
         render_profile_assumptions,
     )
 
     click.echo("\n".join(render_memory_assumptions(result.profile, result.job.precision,
                                                      plan.config.recompute)))
+    for line in render_finetune_assumptions(result.model_spec, result.job.finetune):
+        click.echo(line)
     click.echo("\n".join(render_profile_assumptions(resolved, features)))
     if plan.config.pp > 1 or plan.layout is not None and any(
             s.recompute_layers not in (0, s.layers) for s in plan.layout.stages):

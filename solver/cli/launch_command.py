@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from solver.cli.finetune_options import finetune_options, pop_finetune
 from solver.cli.options import (
     degree_options,
     framework_feature_options,
@@ -162,6 +163,7 @@ def with_memory_warning(launch_format: str, emitted: Any, fit: Any) -> Any:
               help="Also run the framework's own checks on the settings, where installed.")
 @click.option("-o", "--output", metavar="FILE", default=None, help="Write to FILE.")
 @framework_feature_options
+@finetune_options
 def launch(model: str | None, cluster: str | None, num_gpus: int | None,
            gpus_per_node: int | None, segment_gpus: int | None, seq_len: int,
            global_batch: int, precision: str, token_budget: int | None,
@@ -187,6 +189,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     from solver.cost.step.frameworks import build_framework_profile
     from solver.cost.step.offload import check_activation_offload, check_layer_offload
     from solver.cost.step.recompute_modules import with_default_recompute_modules
+    from solver.errors import InputError
 
     ctx = click.get_current_context()
     launch_format, version = _format_and_version(launch_format, target_text)
@@ -197,7 +200,7 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
     if framework_text is not None and target_text is None:
         version = _profile_version(framework_text, launch_format, version)
     job_values: dict[str, Any] = {"seq_len": seq_len, "global_batch": global_batch,
-                                  "precision": precision}
+                                  "precision": precision, "finetune": pop_finetune(degrees)}
     plan_file = read_plan_option(ctx, plan_path, plan_rank, plan_line, job_values)
     if plan_file is not None:
         _check_plan_framework(plan_file, framework, framework_text, launch_format, {
@@ -234,6 +237,11 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
         calibration=calibration, segment_gpus=segment_gpus, memory_headroom=headroom,
         **job_values)
+    if job.finetune.has_adapters and launch_format != "megatron-bridge":
+        raise InputError(f"the plan fine-tunes with {job.finetune.label()}: launch writes no "
+                         f"adapter settings for --format {launch_format} (--format "
+                         "megatron-bridge writes its PEFT recipe; TRL SFTTrainer with PEFT is "
+                         "not written yet): its files would train every weight")
     # What `selective` recomputes where neither the plan nor a flag says: estimate's and
     # optimize's default set (with_default_recompute_modules).
     profile = with_default_recompute_modules(profile, model_spec, features)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from solver.cli.finetune_options import finetune_options, pop_finetune
 from solver.cli.help_groups import GroupedCommand
 from solver.cli.options import (
     framework_feature_options,
@@ -74,6 +75,7 @@ def _pin_options(command):
                   "overlaps, recompute semantics, DP overlap, gradient reduce dtype); the "
                   "flags below override single features.")
 @framework_feature_options
+@finetune_options
 @click.option("--objective", type=click.Choice(["time", "memory"]), default="time",
               show_default=True, help="Minimise step time or per-GPU memory.")
 @click.option("--allow-tp-across-nodes", is_flag=True,
@@ -93,7 +95,10 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
-    from solver.cli.render_features import render_profile_assumptions
+    from solver.cli.render_features import (
+        render_finetune_assumptions,
+        render_profile_assumptions,
+    )
     from solver.spec.profiles import render_profile_json
     from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
@@ -113,6 +118,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     # chance (1 at the default 0.5).
     memory_headroom = build_fit_headroom(memory_headroom, build_fit_headroom_share(
         load_error_model(), framework, min_fit_probability))
+    finetune = pop_finetune(pin_values)
     pins = {name: values for name, values in pin_values.items()
             if name in PIN_OPTIONS and values is not None}
     for name in ("tp", "pp", "cp", "ep"):
@@ -133,7 +139,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         framework=framework, objective=objective, pins=pins,
         allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration,
         features=features, memory_headroom=memory_headroom,
-        segment_gpus=segment_gpus)
+        segment_gpus=segment_gpus, finetune=finetune)
     if gpus_for_days is not None:
         found = fewest_gpus(problem, gpus_for_days, engine=engine)
         if found is None:
@@ -168,6 +174,9 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     else:
         echo_result(result, gpus_for_days, interval_level, min_fit_probability, scales)
         click.echo("\n".join(render_profile_assumptions(resolved, features)))
+        for line in render_finetune_assumptions(result.problem.model_spec,
+                                                result.problem.job.finetune):
+            click.echo(line)
         if calibration is not None:
             from solver.cli.render_calibration import echo_sources_table
 

@@ -64,7 +64,33 @@ def read_plan_option(ctx: click.Context, plan_path: str | None, plan_rank: int,
     for name in JOB_OPTIONS:
         if name in plan_file.problem and not given(ctx, name):
             job_values[name] = plan_file.problem[name]
+    # What the plan trains (solver.spec.finetune), unless --finetune says (launch has no flag).
+    stated = plan_file.problem.get("finetune")
+    flagged = "finetune" in ctx.params and given(ctx, "finetune")
+    if stated is not None and not flagged:
+        job_values["finetune"] = parse_plan_finetune(plan_file.path, stated)
     return plan_file
+
+
+def parse_plan_finetune(path: str, stated: Any) -> Any:
+    """A plan file's "finetune" object (FinetuneSpec.describe) as a FinetuneSpec; a malformed one
+    is one line naming the file and the field."""
+    from pydantic import ValidationError
+
+    from solver.errors import InputError, format_validation_error
+    from solver.spec.finetune import FinetuneSpec
+
+    if not isinstance(stated, dict):
+        raise InputError(f"{path}: field 'finetune': an object (mode, lora_rank, ...) expected")
+    fields = {name: stated[name] for name in ("mode", "lora_rank", "lora_alpha",
+                                               "lora_targets", "packed_sequences")
+              if name in stated}
+    if isinstance(fields.get("lora_targets"), list):
+        fields["lora_targets"] = tuple(fields["lora_targets"])
+    try:
+        return FinetuneSpec(**fields)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(f"{path}: field 'finetune'", exc)) from None
 
 
 def check_plan_problem(plan_file: Any, model_name: str, cluster_name: str,

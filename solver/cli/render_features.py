@@ -4,9 +4,12 @@ as `framework_features`."""
 
 from __future__ import annotations
 
+from solver.cost.layers.finetune import estimate_adapter_params, estimate_nf4_bytes_per_param
 from solver.cost.step.frameworks import FrameworkProfile
+from solver.spec import ModelSpec
 from solver.spec.feature_rules import render_feature_value
 from solver.spec.features import FEATURE_BY_NAME, FrameworkFeatures
+from solver.spec.finetune import FinetuneSpec
 from solver.spec.profiles import ResolvedProfile, feature_sources
 
 
@@ -141,3 +144,21 @@ def render_profile_assumptions(resolved: ResolvedProfile, features: FrameworkFea
         lines.append(f"  {FEATURE_BY_NAME[name].flag} {render_feature_value(value)}: {source}")
     lines.append(f"  every other feature: {resolved.framework}'s defaults")
     return lines
+
+
+def render_finetune_assumptions(model_spec: ModelSpec, finetune: FinetuneSpec) -> list[str]:
+    """What a fine-tuning job trains, in a line (solver.cost.layers.finetune); nothing for
+    pretraining."""
+    if finetune.mode == "none":
+        return []
+    if finetune.mode == "full":
+        return [f"fine-tuning ({finetune.label()}): every weight trains, as in pretraining"]
+    adapters = estimate_adapter_params(model_spec, finetune)
+    share = adapters / model_spec.total_params
+    base = ("the layers' linears in NF4 with double-quantized constants "
+            f"({8 * estimate_nf4_bytes_per_param():.3f} bits a weight), dequantized to bf16 "
+            "in every GEMM pass; embedding and LM head bf16"
+            if finetune.quantized_base else "bf16")
+    return [f"fine-tuning ({finetune.label()}): base frozen, {base}; no gradients or optimizer "
+            f"state for it and no weight-gradient GEMM; {adapters / 1e6:,.1f}M adapter "
+            f"parameters ({share:.2%}) train with the training states above"]

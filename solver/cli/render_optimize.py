@@ -52,6 +52,8 @@ def echo_result(result: Any, gpus_for_days: float | None,
                f"{problem.job.global_batch}, {problem.job.precision}, {problem.framework}")
     if problem.time_constants.training_states != "mixed":
         heading += f", {problem.time_constants.training_states} training states"
+    if problem.job.finetune.mode != "none":
+        heading += f", {problem.job.finetune.label()}"
     if gpus_for_days is not None:
         heading += f" — fewest GPUs for {gpus_for_days:g} days"
     cluster = problem.cluster

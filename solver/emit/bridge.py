@@ -23,6 +23,8 @@ import re
 import shlex
 
 from solver.emit.megatron import build_megatron_args
+from solver.errors import InputError
+from solver.spec.finetune import MEGATRON_TARGETS
 from solver.emit.nodes import render_torchrun_prefix
 from solver.emit.target import Emitted, LaunchTarget
 
@@ -165,9 +167,28 @@ EXPLICIT: dict[str, object] = {
 }
 
 
+# The models whose Bridge 0.3.1 recipe has fine-tuning siblings <prefix>_sft_config (full SFT)
+# and <prefix>_peft_config (LoRA / DoRA) (recipes/*/*.py of v0.3.1: every prefix below has both).
+FINETUNE_PREFIXES = frozenset((
+    "llama31_8b", "llama31_70b", "llama31_405b", "llama32_1b", "llama32_3b", "qwen25_7b",
+    "qwen25_14b", "qwen25_32b", "qwen25_72b", "qwen3_8b", "qwen3_32b", "qwen3_30b_a3b",
+    "qwen3_235b_a22b", "gemma2_9b", "gemma2_27b", "gpt_oss_20b", "gpt_oss_120b", "glm45_355b",
+    "nemotronh_8b", "nemotronh_47b", "nemotronh_56b", "nemotron_nano_9b_v2", "nemotron_3_nano"))
+
+
 def pick_recipe(target: LaunchTarget) -> tuple[str, bool]:
-    """The Bridge recipe the overrides go on, and whether it is the model's own."""
+    """The Bridge recipe the overrides go on, and whether it is the model's own: a fine-tuning
+    job's (solver.spec.finetune) the model's SFT or PEFT recipe (FINETUNE_PREFIXES), which
+    loads the pretrained checkpoint and the SQuAD dataset, packed (llama3.py
+    llama31_8b_peft_config: packed_sequence_specs.packed_sequence_size = seq_length)."""
     m = target.model_spec
+    mode = target.job.finetune.mode
+    if mode in ("full", "lora"):
+        prefix = RECIPES.get(m.name, "").removesuffix("_pretrain_config")
+        if prefix not in FINETUNE_PREFIXES:
+            raise InputError(f"--finetune {mode}: Megatron-Bridge {VERSION} has no SFT or PEFT "
+                             f"recipe for {m.name} (recipes/*/*_sft_config, *_peft_config)")
+        return prefix + ("_peft_config" if mode == "lora" else "_sft_config"), True
     if m.name in RECIPES:
         return RECIPES[m.name], True
     kind = ("hybrid" if "mamba" in m.layer_mixers else "mla" if m.is_mla else
@@ -231,7 +252,12 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
                         "the bytes the estimate counts")
     for key, value in EXPLICIT.items():
         overrides.setdefault(key, value)
+    overrides.update(build_peft_overrides(target))
     recipe, own = pick_recipe(target)
+    if target.job.finetune.mode != "none":
+        notes.append(f"{recipe} fine-tunes a pretrained checkpoint (checkpoint."
+                     "pretrained_checkpoint) on its dataset, SQuAD by default, packed to the "
+                     "sequence length: point both at yours")
     if not own:
         notes.append(f"Megatron-Bridge {VERSION} has no recipe for {target.model_spec.name}: "
                      f"the overrides set its whole architecture on {recipe}'s provider (same "
@@ -241,6 +267,27 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
                          ", rotary base and Llama 3 RoPE scaling included; other RoPE "
                          "scaling stays the recipe's"))
     return overrides, warnings, notes
+
+
+def build_peft_overrides(target: LaunchTarget) -> dict[str, object]:
+    """The LoRA settings of a `--finetune lora` plan on the PEFT recipe's LoRA (peft/lora.py
+    LoRA: dim, alpha, target_modules, dropout; the recipe sets its own dim and alpha, e.g.
+    8 and 16 for Llama 3.1 8B); nothing for other jobs. Bridge names its modules as
+    Megatron-Core does: PEFT's names are refused in one line."""
+    finetune = target.job.finetune
+    if finetune.mode == "qlora":
+        raise InputError("--finetune qlora: Megatron-Bridge has no NF4 base "
+                         "(solver.cost.layers.finetune.NO_QLORA)")
+    if finetune.mode != "lora":
+        return {}
+    if not set(finetune.lora_targets) <= set(MEGATRON_TARGETS):
+        raise InputError(f"--lora-targets {','.join(finetune.lora_targets)}: Megatron-Bridge's "
+                         f"LoRA names its modules {','.join(MEGATRON_TARGETS)} (peft/lora.py); "
+                         "re-plan with those names")
+    alpha = finetune.lora_alpha
+    return {"peft.dim": finetune.lora_rank,
+            "peft.alpha": int(alpha) if float(alpha).is_integer() else alpha,
+            "peft.target_modules": list(finetune.lora_targets), "peft.dropout": 0.0}
 
 
 def render_override(key: str, value: object) -> str:

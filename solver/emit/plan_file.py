@@ -34,7 +34,7 @@ from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
 from solver.spec.strict import describe_parse_error, parse_json, read_input_file
 
 DEGREES = tuple(ParallelConfig.model_fields)  # tp pp dp cp ep etp vpp zero micro_batch recompute
-PROBLEM_FIELDS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision")
+PROBLEM_FIELDS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision", "finetune")
 LAYOUT_FIELDS = ("pp", "vpp", "syntax", "stages")
 # Fields of a virtual stage that follow from its position (v, and v % pp).
 DERIVED_FIELDS = ("virtual_stage", "stage")

@@ -22,7 +22,11 @@ import numpy as np
 
 from solver.cost.candidates import Candidates
 from solver.cost.memory import estimate_memory_total
-from solver.cost.memory.states import estimate_sharded_state_bytes_per_param
+from solver.cost.memory.states import (
+    estimate_frozen_weight_bytes,
+    estimate_sharded_state_bytes_per_param,
+    estimate_whole_model_state_bytes,
+)
 from solver.cost.layers.time_constants import dp_part_overlaps
 from solver.search.constraints import (
     MEMORY_CONSTRAINT,
@@ -124,16 +128,23 @@ def explain_choice(problem: Problem, ranked: Ranked,
     state_bytes = estimate_sharded_state_bytes_per_param(options)
     per_param = sum(state_bytes)
     static = model_state_bytes(problem)
+    finetune = problem.job.finetune
+    states = (f"{params / 1e9:.1f}B parameters need {static / GB:.0f} GB of weights, "
+              f"gradients and optimizer state ({per_param:g} bytes each: "
+              f"{' + '.join(f'{b:g}' for b in state_bytes)})")
+    if finetune.has_adapters:  # the base frozen (solver.cost.layers.finetune)
+        states = (f"{params / 1e9:.1f}B frozen parameters "
+                  f"({'NF4 layers' if finetune.quantized_base else 'bf16'}) and their "
+                  f"adapters ({per_param:g} bytes each) need {static / GB:.0f} GB")
     lines.append(
-        f"1. fit check: {params / 1e9:.1f}B parameters need {static / GB:.0f} GB of weights, "
-        f"gradients and optimizer state ({per_param:g} bytes each: "
-        f"{' + '.join(f'{b:g}' for b in state_bytes)}) "
+        f"1. fit check: {states} "
         f"against {format_significant(capacity / GB)} GB per GPU: "
         + ("fits one GPU" if static < capacity else
            f"shard over at least {math.ceil(static / capacity)} GPUs"))
     min_tp = minimum_tp(problem)
+    weight_words = "NF4 layer weights" if finetune.quantized_base else "bf16 weights"
     lines.append(
-        f"2. minimum TP (bf16 weights in 70% of a GPU): {min_tp}; chosen tp = {best.tp} "
+        f"2. minimum TP ({weight_words} in 70% of a GPU): {min_tp}; chosen tp = {best.tp} "
         f"(NVLink domain {problem.cluster.scale_up_gpus}), with ZeRO {best.zero} sharding "
         "the rest")
     lines.append(
@@ -164,14 +175,18 @@ def explain_choice(problem: Problem, ranked: Ranked,
 
 
 def model_state_bytes(problem: Problem) -> float:
-    """Weights, gradients and optimizer state of the whole model, unsharded (the fit check)."""
-    per_param = sum(estimate_sharded_state_bytes_per_param(problem.memory_options))
-    return per_param * problem.model_spec.total_params
+    """Weights, gradients and optimizer state of the whole model, unsharded (the fit check;
+    solver.cost.memory.states.estimate_whole_model_state_bytes)."""
+    return estimate_whole_model_state_bytes(problem.model_spec, problem.job,
+                                            problem.memory_options)
 
 
 def minimum_tp(problem: Problem) -> int:
-    """The rule of thumb's smallest TP: bf16 weights in 70% of a GPU."""
-    weights = 2 * problem.model_spec.total_params
+    """The rule of thumb's smallest TP: bf16 weights (QLoRA's NF4 layers) in 70% of a GPU
+    (solver.cost.memory.states.estimate_frozen_weight_bytes)."""
+    weights = estimate_frozen_weight_bytes(
+        problem.model_spec, problem.job,
+        problem.memory_options.model_copy(update={"param_bytes": 2.0}))
     return max(1, math.ceil(weights / (0.7 * problem.cluster.usable_memory_bytes)))
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import ConfigDict, Field
 
+from solver.spec.finetune import FinetuneSpec
 from solver.spec.strict import (
     MAX_BATCH,
     MAX_SEQ_LEN,
@@ -34,7 +35,8 @@ FRAMEWORKS: tuple[Framework, ...] = ("megatron", "torchtitan", "deepspeed", "gen
 
 
 class JobSpec(InputSpec):
-    """A training job: sequence length, global batch (sequences), token budget, precision."""
+    """A training job: sequence length, global batch (sequences), token budget, precision, and
+    what it trains (`finetune`: pretraining by default; solver.spec.finetune)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,6 +44,7 @@ class JobSpec(InputSpec):
     global_batch: Annotated[int, MAX_BATCH] = Field(default=1024, gt=0)
     token_budget: Annotated[int, MAX_TOKENS] | None = Field(default=None, gt=0)
     precision: Precision = "bf16"
+    finetune: FinetuneSpec = FinetuneSpec()
 
     @property
     def tokens_per_step(self) -> int:

@@ -148,18 +148,24 @@ def estimate_training_table_gemm_s(table: KernelTable, recipe: PrecisionRecipe, 
 
 def estimate_gemm_backward_s(gpu: GpuSpec, precision: str, m: np.ndarray | float,
                              k: np.ndarray | float, n: np.ndarray | float,
-                             constants: ComputeConstants) -> np.ndarray:
+                             constants: ComputeConstants, weight_gradient: bool = True
+                             ) -> np.ndarray:
     """Seconds of the backward of a forward (M x K) @ (K x N) GEMM: with a kernel table the
     dgrad (m, k, n) and wgrad (n, k, m) lookups (module docstring) as training runs them
     (estimate_training_table_gemm_s), less one quantization of dy (M x N): each
     low-precision lookup times the dynamic quantization of its input, dy for dgrad and dy^T
     for wgrad, where Transformer Engine quantizes dy once for both
     (TransformerEngineBaseModule.grad_output_preprocess: one quantizer call, row- and
-    column-wise usage); on the datasheet path twice the forward."""
+    column-wise usage); on the datasheet path twice the forward. Without a `weight_gradient`
+    (a frozen weight: LoRA's base, solver.cost.layers.finetune) the dgrad alone: its lookup
+    with its quantization of dy, or once the forward on the datasheet path."""
     table = gemm_table(gpu, precision)
     if table is None:
-        return 2.0 * estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants)
+        passes = 2.0 if weight_gradient else 1.0
+        return passes * estimate_datasheet_gemm_s(gpu, precision, m, k, n, constants)
     recipe = load_recipe(precision)
+    if not weight_gradient:
+        return estimate_training_table_gemm_s(table, recipe, m, k, n)
     return (estimate_training_table_gemm_s(table, recipe, m, k, n)
             + estimate_training_table_gemm_s(table, recipe, n, k, m)
             - estimate_table_quantize_s(table, recipe.table_dtype, m, n))

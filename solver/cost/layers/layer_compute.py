@@ -48,6 +48,7 @@ from solver.cost.kernels.efficiency import (
     estimate_triton_attention_s,
     gemm_table,
 )
+from solver.cost.layers.finetune import estimate_adapter_gemm_s, estimate_dequantize_s
 from solver.cost.layers.flops import estimate_attention_core_flops
 from solver.cost.layers.fp8_scaling import estimate_routed_scaling_s
 from solver.cost.kernels.kernels import load_kernel_table
@@ -99,16 +100,20 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         return (1.0 - bf16_share) * low + bf16_share * estimate(gpu, BF16.name, *args, cc)
 
     measured_gemms = gemm_table(gpu, job.precision) is not None
+    # A frozen base (LoRA, QLoRA) runs no weight-gradient GEMM (solver.cost.layers.finetune).
+    wgrad = not job.finetune.has_adapters
 
     def two_gemms(params: float, rows_: np.ndarray, split: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
         # A block of `params` weights as two GEMMs (up/in and down/out) of equal size.
         width = params / (2.0 * h * split)
         return (in_step(2.0 * blend(estimate_gemm_s, rows_, h, width), cc, measured_gemms),
-                in_step(2.0 * blend(estimate_gemm_backward_s, rows_, h, width), cc,
-                        measured_gemms))
+                in_step(2.0 * blend(lambda *a: estimate_gemm_backward_s(
+                    *a, weight_gradient=wgrad), rows_, h, width), cc, measured_gemms))
 
     attention, attention_bwd = two_gemms(model_spec.attention_params_per_layer, rows, tp)
+    attention, attention_bwd, adapted_mlp = _with_adapters(
+        model_spec, cluster, job, rows, tp, cc, (attention, attention_bwd))
     rope, rope_bwd = estimate_eager_rope_s(model_spec, gpu, cc, rows, tp,
                                            constants.scaled_rope_eager)
     attention, attention_bwd = attention + rope, attention_bwd + rope_bwd
@@ -147,6 +152,7 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
         return estimate_streaming_s(gpu, cast_bytes * input_elements, cc)
 
     dense_mlp, dense_mlp_bwd = two_gemms(model_spec.dense_mlp_params_per_layer, rows, tp)
+    dense_mlp, dense_mlp_bwd = dense_mlp + adapted_mlp[0], dense_mlp_bwd + adapted_mlp[1]
     gemm_inputs = 2.0 * rows * h / tp  # two GEMMs per block, inputs sharded by SP
     dense = {
         "gemm": attention + dense_mlp, "gemm_bwd": attention_bwd + dense_mlp_bwd,
@@ -222,6 +228,28 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     permute = permuted_widths * token_width
     return _with_block_kinds(model_spec, job, {"dense": dense, "moe": moe}, pieces,
                              {**mlp_bytes, "moe": BF16_BYTES * (factor * moe_width + permute)})
+
+
+def _with_adapters(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                   rows: np.ndarray, tp: np.ndarray, cc: ComputeConstants,
+                   attention: tuple[np.ndarray, np.ndarray]
+                   ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The attention block's (forward, backward) GEMM seconds with its LoRA adapters and the
+    NF4 dequantization of its linears (solver.cost.layers.finetune), and what the MLP block
+    adds (forward, backward): its adapters and dequantization. The dequantization runs once a
+    pass (forward; backward for the input gradient), so a recomputed forward pays it again."""
+    gpu, finetune = cluster.gpu, job.finetune
+    adapters = estimate_adapter_gemm_s(model_spec, gpu, rows, tp, finetune, cc)
+    measured = gemm_table(gpu, BF16.name) is not None
+    added = {}
+    for block, params in (("attention", model_spec.attention_params_per_layer),
+                          ("mlp", model_spec.dense_mlp_params_per_layer)):
+        dequantize = estimate_dequantize_s(gpu, params / tp, finetune, cc)
+        forward, backward = adapters[block]
+        added[block] = (in_step(forward, cc, measured) + dequantize,
+                        in_step(backward, cc, measured) + dequantize)
+    return (attention[0] + added["attention"][0], attention[1] + added["attention"][1],
+            added["mlp"])
 
 
 def _with_block_kinds(model_spec: ModelSpec, job: JobSpec, kinds: dict[str, dict],

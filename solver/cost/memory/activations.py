@@ -45,6 +45,7 @@ from solver.cost.candidates import (
     RECOMPUTE_SELECTIVE,
     Candidates,
 )
+from solver.cost.layers.finetune import estimate_adapter_activation_bytes_per_token
 from solver.cost.memory import eager
 from solver.cost.memory.op_level import estimate_op_level_bytes
 from solver.cost.memory.options import MemoryOptions
@@ -268,6 +269,11 @@ def estimate_layer_activation_bytes(model_spec: ModelSpec, job: JobSpec, candida
         # A recomputed module keeps its input, so the layer keeps at least its own
         # (tests/test_offload_recompute.py checks it rather than a clamp here).
         saved = np.where(selective, saved - dropped, saved)
+    # LoRA's rank-r intermediates (B's inputs), split over TP with the linears they sit
+    # beside (solver.cost.layers.finetune); the base linears' inputs are counted above.
+    saved = saved + _per_gpu(job, candidates, options,
+                             estimate_adapter_activation_bytes_per_token(model_spec,
+                                                                         job.finetune), 0.0)
     return np.where(candidates.recompute == RECOMPUTE_FULL, layer_input, saved)
 
 

@@ -82,3 +82,21 @@ def estimate_pipeline_grad_buffer_bytes(model_spec: ModelSpec, job: JobSpec,
     tokens = job.seq_len * candidates.micro_batch / candidates.cp
     sharded = candidates.tp if options.sequence_parallel else 1
     return num_micro * tokens * model_spec.hidden_size * BF16_BYTES / sharded
+
+
+def estimate_frozen_zero3_gather_bytes(candidates: Candidates, largest_layer_params: np.ndarray,
+                                       options: MemoryOptions, base_bytes: float
+                                       ) -> np.ndarray:
+    """ZeRO-3 working copies of a frozen base (LoRA, QLoRA; solver.cost.layers.finetune):
+    (1 + prefetch) gathered layers at the base's bytes a weight, and no unsharded gradients
+    (the frozen weights have none; the adapters' are under 1% of a layer's, not counted).
+
+        (1 + zero3_prefetch_layers) * P_layer * base_bytes        at ZeRO-3, else 0
+    An NF4 base is gathered as NF4: torchao's NF4Tensor implements FSDP2's
+    fsdp_pre_all_gather / fsdp_post_all_gather over its quantized data and scalers
+    (torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py @36027d8).
+    Worked number: a Llama-3.1-405B layer (3.188e9) under QLoRA: 2 x 3.188e9 x 0.5159 = 3.29 GB
+    (bf16 LoRA: 12.75 GB; full training adds 3.188e9 x 4 B of gradients)."""
+    kept = (candidates.pp > 1) & options.fsdp_unsharded_under_pp
+    gathered = (1 + options.zero3_prefetch_layers) * base_bytes
+    return np.where((candidates.zero >= 3) & ~kept, largest_layer_params * gathered, 0.0)

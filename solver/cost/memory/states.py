@@ -20,12 +20,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.cost.layers.blocks import estimate_kind_params
+from solver.cost.layers.finetune import (
+    estimate_adapter_params_per_layer,
+    estimate_base_weight_bytes_per_param,
+)
 from solver.cost.candidates import Candidates
 from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
 from solver.cost.memory.overheads import estimate_gathered_param_bytes
 from solver.cost.kernels.precision import load_recipe
 from solver.spec import JobSpec, ModelSpec
+from solver.spec.finetune import FinetuneSpec
 
 # The two groups of parameters (module docstring).
 PARAM_GROUPS = ("dense", "expert")
@@ -42,6 +47,8 @@ class StageParams:
     gemm: np.ndarray  # the weights Transformer Engine casts to fp8 (a subset of the two above)
     largest_layer: np.ndarray  # the biggest decoder layer on the stage (a ZeRO-3 gather unit)
     gemm_expert: np.ndarray | float = 0.0  # the routed experts' share of `gemm`
+    # Fine-tuning adapters on the stage (solver.cost.layers.finetune; sharded like `dense`).
+    adapter: np.ndarray | float = 0.0
 
 
 def _mtp_split(model_spec: ModelSpec) -> tuple[int, int]:
@@ -54,8 +61,10 @@ def _mtp_split(model_spec: ModelSpec) -> tuple[int, int]:
 
 
 def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout: StageLayout,
-                          options: MemoryOptions) -> StageParams:
-    """Parameters per GPU on one stage, by sharding group.
+                          options: MemoryOptions, finetune: FinetuneSpec | None = None
+                          ) -> StageParams:
+    """Parameters per GPU on one stage, by sharding group, and the `finetune` adapters of its
+    layers (split by tp like the linears they sit beside).
 
     Worked number: Llama-3.1-405B, tp = 8, pp = 2, first stage: 63 layers of 3.188e9 plus the
     embedding 2.101e9, / 8 = 25.37e9 per GPU (seed 003 example 3: "810 / 16 = 50.6 GB" bf16).
@@ -91,8 +100,11 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
         np.where(n_dense > 0, m.dense_layer_params / tp, 0.0),
         np.where(n_moe > 0, moe_dense_part + moe_expert_part, 0.0),
     )
+    adapter = 0.0
+    if finetune is not None and finetune.has_adapters:
+        adapter = (n_dense + n_moe) * estimate_adapter_params_per_layer(m, finetune).total / tp
     return StageParams(dense=dense, expert=expert, gemm=gemm, largest_layer=largest,
-                       gemm_expert=n_moe * moe_expert_part)
+                       gemm_expert=n_moe * moe_expert_part, adapter=adapter)
 
 
 def estimate_kind_stage_params(model_spec: ModelSpec, candidates: Candidates, kind: int
@@ -195,7 +207,10 @@ def estimate_model_states(job: JobSpec, candidates: Candidates, params: StagePar
     Worked number: Llama-3.1-8B (8.03e9 params), dp = 8, ZeRO-1, defaults:
     weights + optimizer = 8.03e9 * (2 + 12/8) = 28.1 GB, plus 32.1 GB of fp32 gradients =
     60.2 GB, the "weights and optimizer" Megatron-Bridge logs for this run (notes §3.2).
+    With adapters (LoRA, QLoRA) the base is frozen: solver.cost.memory.finetune_states.
     """
+    if job.finetune.has_adapters:
+        return estimate_adapter_model_states(job, candidates, params, options)
     zero = candidates.zero
     shards = {"dense": (candidates.dp * candidates.cp).astype(float),
               "expert": candidates.expert_dp}
@@ -262,3 +277,80 @@ def estimate_fsdp_accumulated_grad_bytes(candidates: Candidates, stage_params: n
     """
     on = (candidates.pp > 1) & (candidates.zero >= 1) & options.fsdp_unsharded_under_pp
     return np.where(on, stage_params * options.fsdp_reduce_bytes, 0.0)
+
+
+def estimate_adapter_model_states(job: JobSpec, candidates: Candidates, params: StageParams,
+                                  options: MemoryOptions) -> dict[str, np.ndarray]:
+    """Bytes of weights, gradients and optimizer state per GPU of a stage whose base is frozen
+    and whose adapters train (job.finetune: lora, qlora; solver.cost.layers.finetune):
+
+        weights   = (P - P_gemm) * param_bytes + P_gemm * (base_bytes + fp8_copy_bytes)
+                    + A * param_bytes                                 all / d if zero == 3
+        grads     = A * grad_bytes                                    / d if zero >= 2
+        optimizer = A * optimizer_bytes                               / d if zero >= 1
+    with P the stage's parameters, P_gemm its layers' linears (NF4 under qlora: 0.5159 B,
+    base_bytes), A its adapters and d = dp*cp. The frozen base keeps no gradient and no
+    optimizer state: PEFT's get_peft_model sets requires_grad False on every base parameter
+    (tuners_utils.BaseTuner._mark_only_adapters_as_trainable), Megatron-Bridge's PEFT freezes
+    the model (peft/base.py PEFT.freeze_model) and its DDP allocates main_grad buffers and
+    the distributed optimizer shards only for parameters that require grad; torch.optim steps
+    the adapters alone. The adapters keep the training states' bytes (--training-states:
+    18 B under Megatron's mixed precision, 2 + 2 + 4 = 8 B in pure bf16 as torchtune keeps
+    them); under PyTorch FSDP's ZeRO-3 their fp32 shard is the master (as for full training).
+    Frozen weights under FSDP stay in the dtype they were loaded in (bf16).
+    Worked number: Llama-3.1-8B (8.03e9, of which 6.98e9 in the layers' linears), LoRA r 16 on
+    the seven PEFT linears (4.19e7 adapters), one GPU, mixed: 8.03e9 x 2 + 4.19e7 x 18 = 16.81 GB;
+    QLoRA: 1.05e9 x 2 + 6.98e9 x 0.5159 + 4.19e7 x 18 = 6.45 GB.
+    """
+    finetune = job.finetune
+    zero = candidates.zero
+    shard = (candidates.dp * candidates.cp).astype(float)
+    base = sum((np.asarray(getattr(params, k), dtype=float) for k in PARAM_GROUPS),
+               np.zeros(len(candidates)))
+    gemm = np.asarray(params.gemm, dtype=float)
+    adapter = np.asarray(params.adapter, dtype=float) + np.zeros(len(candidates))
+    gemm_bytes = (estimate_base_weight_bytes_per_param(finetune, options.param_bytes)
+                  + estimate_fp8_copy_bytes_per_param(job.precision, options))
+    frozen = (base - gemm) * options.param_bytes + gemm * gemm_bytes
+    sharded_param, _, sharded_optimizer = estimate_sharded_state_bytes_per_param(options)
+    full = zero >= 3
+    adapter_weights = adapter * np.where(full, sharded_param, options.param_bytes)
+    optimizer = np.where(full, sharded_optimizer,
+                         options.optimizer_bytes
+                         - estimate_master_saved_bytes_per_param(job.precision, options))
+    return {
+        "weights": (frozen + adapter_weights) / np.where(full, shard, 1.0),
+        "grads": adapter * options.grad_bytes / np.where(zero >= 2, shard, 1.0),
+        "optimizer": adapter * optimizer / np.where(zero >= 1, shard, 1.0)
+        * (0.0 if options.optimizer_offload else 1.0),
+    }
+
+
+def estimate_whole_model_state_bytes(model_spec: ModelSpec, job: JobSpec,
+                                     options: MemoryOptions) -> float:
+    """Weights, gradients and optimizer state of the whole model, unsharded (the fit check of
+    `optimize`'s explanation): every parameter at estimate_sharded_state_bytes_per_param's sum,
+    or with adapters the frozen base (its layers' linears at the base bytes: NF4 under qlora)
+    and the adapters at that sum. Worked numbers: Llama-3.1-70B (70.6e9) 2 + 4 + 12 = 18 B:
+    1,270 GB; LoRA r 32 on linear_qkv: 70.6e9 x 2 + 4.72e7 x 18 = 142 GB; QLoRA: 2.1e9 x 2 +
+    68.5e9 x 0.5159 + 4.72e7 x 18 = 40.4 GB."""
+    per_param = sum(estimate_sharded_state_bytes_per_param(options))
+    if not job.finetune.has_adapters:
+        return per_param * model_spec.total_params
+    adapters = model_spec.num_hidden_layers * estimate_adapter_params_per_layer(
+        model_spec, job.finetune).total
+    return estimate_frozen_weight_bytes(model_spec, job, options) + adapters * per_param
+
+
+def estimate_frozen_weight_bytes(model_spec: ModelSpec, job: JobSpec,
+                                 options: MemoryOptions) -> float:
+    """Bytes of the whole model's weights as the job stores them, unsharded: param_bytes each,
+    the layers' linears at NF4's 0.5159 B under qlora (the rule of thumb's minimum TP).
+    Worked numbers: Llama-3.1-70B 141.1 GB in bf16; 2.10e9 x 2 + 68.45e9 x 0.5159 = 39.5 GB
+    under QLoRA."""
+    gemm = model_spec.num_hidden_layers * (model_spec.attention_params_per_layer
+                                           + model_spec.dense_mlp_params_per_layer)
+    if not job.finetune.quantized_base:
+        return model_spec.total_params * options.param_bytes
+    base = estimate_base_weight_bytes_per_param(job.finetune, options.param_bytes)
+    return (model_spec.total_params - gemm) * options.param_bytes + gemm * base

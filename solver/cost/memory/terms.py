@@ -31,8 +31,13 @@ from solver.cost.memory.dispatcher import estimate_dispatcher_bytes
 from solver.cost.memory.layer_offload import estimate_layer_offload_saved_bytes
 from solver.cost.memory.loss import estimate_logits_bytes
 from solver.cost.memory.options import MemoryOptions
+from solver.cost.layers.finetune import (
+    estimate_adapter_params,
+    estimate_base_weight_bytes_per_param,
+)
 from solver.cost.memory.overheads import (
     estimate_fixed_bytes,
+    estimate_frozen_zero3_gather_bytes,
     estimate_pipeline_grad_buffer_bytes,
     estimate_zero3_gather_bytes,
 )
@@ -153,7 +158,7 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     def params(dense: float = 0, moe: float = 0, first: bool = False, last: bool = False
                ) -> StageParams:
         return estimate_stage_params(model_spec, candidates, _Counts(n, dense, moe, first, last),
-                                     options)
+                                     options, job.finetune)
 
     def states(stage_params: StageParams) -> np.ndarray:
         return _item_matrix(n, estimate_model_states(job, candidates, stage_params, options))
@@ -172,6 +177,15 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     gather = estimate_zero3_gather_bytes(
         candidates, largest, options,
         estimate_low_precision_weight_bytes_per_param(job.precision, options))
+    fixed_bytes = estimate_fixed_bytes(candidates, options)
+    if job.finetune.has_adapters:  # a frozen base (solver.cost.layers.finetune)
+        gather = estimate_frozen_zero3_gather_bytes(
+            candidates, largest, options,
+            estimate_base_weight_bytes_per_param(job.finetune, options.param_bytes))
+        # The buckets gradients are reduced through hold at most the adapters' gradients.
+        fixed_bytes["comm_buckets"] = np.minimum(
+            fixed_bytes["comm_buckets"], estimate_adapter_params(model_spec, job.finetune)
+            * options.grad_bytes)
     activation = estimate_activation_terms(model_spec, job, candidates, options)
     logits = estimate_logits_bytes(model_spec, job, candidates, options)
     # torch.distributed.pipelining's gradient receive buffers, none on the last stage (fixed
@@ -185,7 +199,7 @@ def _memory_terms(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
     num_kinds = activation["layer"].shape[1]
     per_kind = [activations(activation["layer"][:, k]) for k in range(num_kinds)]
     saved = [activations(activation["recompute"][:, k]) for k in range(num_kinds)]
-    fixed = {"zero3_gather": gather, **estimate_fixed_bytes(candidates, options),
+    fixed = {"zero3_gather": gather, **fixed_bytes,
              "dispatcher": estimate_dispatcher_bytes(model_spec, job, candidates, options),
              # Layer-level CPU offloading (one stage, one micro-batch: layer_offload).
              "activations": activation["offload_margin"] - estimate_layer_offload_saved_bytes(

@@ -35,9 +35,11 @@ from solver.cost.comm.comm import (
     estimate_group_nodes,
 )
 from solver.cost.kernels.efficiency import estimate_streaming_s
+from solver.cost.layers.finetune import estimate_adapter_params_per_layer
 from solver.cost.comm.nccl_latency import estimate_nccl_time_s
 from solver.cost.step.training_states import estimate_optimizer_step_bytes
 from solver.spec import ClusterSpec, ModelSpec
+from solver.spec.finetune import FinetuneSpec
 
 if TYPE_CHECKING:
     from solver.cost.layers.time_constants import TimeConstants
@@ -91,6 +93,22 @@ def _shards(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any, kind: 
     raise AssertionError(f"unknown parameter kind {kind}")
 
 
+def _trained(model_spec: ModelSpec, candidates: Any, kind: str, local: np.ndarray,
+             finetune: FinetuneSpec | None) -> np.ndarray:
+    """Parameters of `kind` per GPU that train, of the `local` ones the largest stage holds:
+    all of them, or with adapters (LoRA, QLoRA: the base frozen) the adapters of the stage's
+    ceil(L / pp) layers split by tp (solver.cost.layers.finetune), none of them routed experts.
+    Only these have gradients to reduce and optimizer state to step; ZeRO-3 still gathers the
+    frozen weights. Worked number: Llama-3.1-70B, LoRA r 32 on linear_qkv (80 x 589,824 =
+    4.72e7 adapters), pp 4, tp 2: 20 x 589,824 / 2 = 5.90e6 a GPU against 8.7e9 weights."""
+    if finetune is None or not finetune.has_adapters:
+        return local
+    if kind == "expert":
+        return np.zeros_like(np.asarray(local, dtype=float))
+    layers = np.ceil(model_spec.num_hidden_layers / np.asarray(candidates.pp))
+    return layers * estimate_adapter_params_per_layer(model_spec, finetune).total / candidates.tp
+
+
 def _gathered_bytes_per_param(model_spec: ModelSpec, candidates: Any, kind: str,
                               local: np.ndarray, constants: TimeConstants
                               ) -> np.ndarray | float:
@@ -108,10 +126,11 @@ def _gathered_bytes_per_param(model_spec: ModelSpec, candidates: Any, kind: str,
 
 
 def estimate_dp_collectives_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,
-                              constants: TimeConstants
+                              constants: TimeConstants, finetune: FinetuneSpec | None = None
                               ) -> dict[str, np.ndarray]:
     """Seconds of each DP collective of the module docstring for the parameters of `kinds`
-    (both by default). `candidates` has array attributes tp, pp, dp, cp, ep, etp.
+    (both by default). `candidates` has array attributes tp, pp, dp, cp, ep, etp. With
+    adapters (`finetune`) the gradients and ZeRO 1-2's gather are the adapters' (_trained).
 
     Worked number: Llama-3.1-8B (8.03e9 parameters, one stage) with dp = 8 on one DGX H100 node
     (NVLink bus bandwidth ~360 GB/s): the fp32 gradient all-reduce moves 2 x 7/8 x 32.1 GB per
@@ -121,20 +140,23 @@ def estimate_dp_collectives_s(model_spec: ModelSpec, cluster: ClusterSpec, candi
         if kind == "expert" and not model_spec.is_moe:
             continue  # no collective at all (not even its latency)
         local, ranks, link = _shards(model_spec, cluster, candidates, kind)
+        trained = _trained(model_spec, candidates, kind, local, finetune)
+        gathered = np.where(np.asarray(candidates.zero) == 3, local, trained)
         bf16 = constants.grad_reduce_in_bf16  # TimeConstants.grad_reduce_in_bf16
         grad_bytes = BF16_BYTES if bf16 else constants.grad_reduce_bytes
         zero3_grad_bytes = BF16_BYTES if bf16 else constants.zero3_grad_reduce_bytes
         stride = candidates.tp if kind == "dense" else candidates.etp * candidates.ep
         nodes, nvlink = estimate_group_nodes(cluster, stride, ranks)
-        for name, op, per_param in (
-                ("grads_all_reduce", "all_reduce", grad_bytes),
-                ("grads_reduce_scatter", "reduce_scatter", grad_bytes),
+        for name, op, per_param, moved in (
+                ("grads_all_reduce", "all_reduce", grad_bytes, trained),
+                ("grads_reduce_scatter", "reduce_scatter", grad_bytes, trained),
                 ("params_all_gather", "all_gather",
-                 _gathered_bytes_per_param(model_spec, candidates, kind, local, constants)),
-                ("zero3_reduce_scatter", "reduce_scatter", zero3_grad_bytes)):
-            calls = estimate_dp_calls(model_spec, candidates, constants, name, local,
-                                      local * per_param, ranks)
-            out[name] = out[name] + _estimate_calls_s(op, local * per_param, ranks, nodes,
+                 _gathered_bytes_per_param(model_spec, candidates, kind, local, constants),
+                 gathered),
+                ("zero3_reduce_scatter", "reduce_scatter", zero3_grad_bytes, trained)):
+            calls = estimate_dp_calls(model_spec, candidates, constants, name, moved,
+                                      moved * per_param, ranks)
+            out[name] = out[name] + _estimate_calls_s(op, moved * per_param, ranks, nodes,
                                                       calls, link, nvlink)
     return out
 
@@ -180,7 +202,7 @@ def _estimate_calls_s(op: Collective, size_bytes: np.ndarray, ranks: np.ndarray,
 
 
 def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,
-                         constants: TimeConstants
+                         constants: TimeConstants, finetune: FinetuneSpec | None = None
                          ) -> np.ndarray:
     """Seconds of the optimizer step for the parameters of `kinds` a GPU updates.
 
@@ -194,22 +216,25 @@ def estimate_optimizer_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates
             PRECISION_AWARE_SAVED_BYTES if constants.precision_aware_optimizer else 0.0),
         constants.bf16_master_copy)
     for kind in PARAM_KINDS:
-        updated = estimate_optimizer_shard_params(model_spec, cluster, candidates, kind)
+        updated = estimate_optimizer_shard_params(model_spec, cluster, candidates, kind,
+                                                  finetune)
         total = total + estimate_streaming_s(
             cluster.gpu, updated * per_param, constants.compute)
     return np.asarray(total, dtype=float)
 
 
 def estimate_optimizer_shard_params(model_spec: ModelSpec, cluster: ClusterSpec,
-                                    candidates: Any, kind: str) -> np.ndarray:
+                                    candidates: Any, kind: str,
+                                    finetune: FinetuneSpec | None = None) -> np.ndarray:
     """Parameters of `kind` (PARAM_KINDS) a GPU's optimizer step updates: its shard of the
-    largest stage (ZeRO 0) or 1 / (its DP group) of it (ZeRO >= 1)."""
+    largest stage (ZeRO 0) or 1 / (its DP group) of it (ZeRO >= 1); with adapters, theirs."""
     local, ranks, _ = _shards(model_spec, cluster, candidates, kind)
+    local = _trained(model_spec, candidates, kind, local, finetune)
     return np.where(np.asarray(candidates.zero) >= 1, local / ranks, local)
 
 
 def estimate_grad_accumulation_s(model_spec: ModelSpec, cluster: ClusterSpec, candidates: Any,
-                                 constants: TimeConstants
+                                 constants: TimeConstants, finetune: FinetuneSpec | None = None
                                  ) -> np.ndarray:
     """Seconds per micro-batch to add a GPU's gradients into their accumulation buffer outside
     the GEMMs (TimeConstants.grad_accumulation_bytes_per_param: zero where the framework fuses
@@ -224,6 +249,7 @@ def estimate_grad_accumulation_s(model_spec: ModelSpec, cluster: ClusterSpec, ca
     total = 0.0
     for kind in PARAM_KINDS:
         local, _, _ = _shards(model_spec, cluster, candidates, kind)
+        local = _trained(model_spec, candidates, kind, local, finetune)
         total = total + estimate_streaming_s(
             cluster.gpu, local * constants.grad_accumulation_bytes_per_param, constants.compute)
     return np.asarray(total, dtype=float)

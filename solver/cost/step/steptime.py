@@ -50,7 +50,7 @@ from solver.cost.step.data_parallel import (
     estimate_optimizer_s,
 )
 from solver.cost.distinct import distinct_rows
-from solver.cost.layers.flops import estimate_model_flops_per_token
+from solver.cost.layers.flops import estimate_step_flops_per_token
 from solver.cost.layers.layer_time import (
     STAGE_PARTS,
     estimate_layer_terms,
@@ -211,7 +211,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
         per_layer[:, mtp_kind] + np.where(full, recompute_terms[:, mtp_kind], 0.0) + head)
     num_gpus = tp * pp * dp * cp
     tokens = job.global_batch * s
-    flop_per_gpu = estimate_model_flops_per_token(model_spec, s) * tokens / num_gpus
+    flop_per_gpu = estimate_step_flops_per_token(model_spec, s, job.finetune) * tokens / num_gpus
     peak = cluster.gpu.peak_flop_per_s(job.precision)
     if layers_only:
         zero_s = np.zeros(len(tp))
@@ -229,7 +229,8 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
         estimate_unmerged_share(pp, vpp, num_micro)[:, None] * layer["ep_unmerged"][back])
     per_layer = per_layer + unmerged
     mtp = mtp + model_spec.mtp_depths * unmerged[:, mtp_kind]
-    grad_accumulation = estimate_grad_accumulation_s(model_spec, cluster, _Degrees(d), constants)
+    grad_accumulation = estimate_grad_accumulation_s(model_spec, cluster, _Degrees(d), constants,
+                                                     job.finetune)
 
     # ---- pipeline sends, as the framework's schedule issues them (solver.cost.comm.pipeline_sends)
     pp_time = estimate_pipeline_sends_s(model_spec, cluster, job, d, num_micro,
@@ -237,7 +238,7 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
 
     # ---- data parallel / ZeRO ------------------------------------------------------------------
     layers_per_stage = np.ceil(model_spec.num_hidden_layers / pp)
-    dp_s = estimate_dp_collectives_s(model_spec, cluster, _Degrees(d), constants)
+    dp_s = estimate_dp_collectives_s(model_spec, cluster, _Degrees(d), constants, job.finetune)
     grads_ar, grads_rs = dp_s["grads_all_reduce"], dp_s["grads_reduce_scatter"]
     params_ag, z3_rs = dp_s["params_all_gather"], dp_s["zero3_reduce_scatter"]
     if constants.zero1_grad_all_reduce:
@@ -270,8 +271,10 @@ def estimate_time_terms(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpe
         per_layer=per_layer, recompute=recompute_terms,
         per_stage=stack_parts(compute=grad_accumulation), last=head + mtp,
         num_micro=num_micro, vpp=vpp.astype(float), pp_s=pp_time, dp_s=dp_time,
-        optimizer_s=(estimate_optimizer_offload_s if constants.optimizer_offload
-                     else estimate_optimizer_s)(model_spec, cluster, _Degrees(d), constants),
+        optimizer_s=(estimate_optimizer_offload_s(model_spec, cluster, _Degrees(d), constants)
+                     if constants.optimizer_offload else
+                     estimate_optimizer_s(model_spec, cluster, _Degrees(d), constants,
+                                          job.finetune)),
         tokens=float(tokens), flop_per_gpu_per_step=flop_per_gpu, peak_flop_per_s=peak,
         num_gpus=num_gpus)
 
