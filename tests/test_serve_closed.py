@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from solver.calibrate.profile import load_calibrated_cluster
@@ -19,6 +19,7 @@ from solver.cost.serving.queueing import (
     gamma_arrival_scv,
 )
 from solver.cost.serving.closed import estimate_wave_ttft_s
+from solver.cost.serving.ttft_quantile import GRID_PASSES, GRID_POINTS
 from solver.cost.serving.load import estimate_load_point, interpolate_curve, largest_stable_rate
 from solver.serve import ServeJob, ServeProblem
 from solver.serve.candidates import ServeCandidates
@@ -167,7 +168,9 @@ def test_latency_never_falls_as_users_rise(plan, users: int, more: float, length
     points = [estimate_serving_load(problem_of(model, cluster, gpus, precision, *lengths,
                                                concurrency=n), c).point
               for n in (users, int(np.ceil(users * more)))]
-    assert float(points[1].ttft_s[0]) >= float(points[0].ttft_s[0]) * (1 - 1e-9)
+    # The percentile's grid resolution (see test_latency_never_falls_as_the_rate_rises).
+    assert float(points[1].ttft_s[0]) >= float(points[0].ttft_s[0]) * (
+        1 - 20 * GRID_POINTS ** -GRID_PASSES)
     assert float(points[1].tpot_s[0]) >= float(points[0].tpot_s[0]) * (1 - 1e-9)
     assert float(points[1].ttft_mean_s[0]) >= float(points[0].ttft_mean_s[0]) * (1 - 1e-9)
     assert float(points[1].tpot_mean_s[0]) >= float(points[0].tpot_mean_s[0]) * (1 - 1e-9)
@@ -176,6 +179,7 @@ def test_latency_never_falls_as_users_rise(plan, users: int, more: float, length
 @settings(max_examples=15, deadline=None)
 @given(st.sampled_from(PLANS), st.floats(0.0, 0.98), st.floats(1.0, 1.5),
        st.sampled_from([1.0, 4.0, 0.5]), st.sampled_from([(1024, 1024), (4000, 200)]))
+@example(PLANS[0], 1e-5, 1.2, 1.0, (1024, 1024))  # CI's draw: a 1.1e-7 dip, the grid's
 def test_latency_never_falls_as_the_rate_rises(plan, fraction: float, more: float,
                                                arrival_scv: float, lengths) -> None:
     """Open loop at a share of the plan's largest stable rate, Poisson or gamma gaps: TTFT
@@ -183,7 +187,12 @@ def test_latency_never_falls_as_the_rate_rises(plan, fraction: float, more: floa
     model, cluster, gpus, precision, degrees = plan
     low, high = _open_points(plan, lengths, arrival_scv, fraction, min(fraction * more, 0.999))
     for name in ("ttft_s", "ttft_mean_s", "tpot_mean_s"):
-        assert float(getattr(high, name)[0]) >= float(getattr(low, name)[0]) * (1 - 1e-9), name
+        # The percentile is read off a grid refined to GRID_POINTS^-GRID_PASSES (6e-8) of its
+        # bracket, which is a few times the quantile and grows with the rate: a dip of 1e-7
+        # of the TTFT is the grid's resolution (llama3.1-8b at 1e-5 of the stable rate:
+        # 26.2373094 -> 26.2373066 ms), not a queue that shrinks.
+        tolerance = 1e-9 if name != "ttft_s" else 20 * GRID_POINTS ** -GRID_PASSES
+        assert float(getattr(high, name)[0]) >= float(getattr(low, name)[0]) * (1 - tolerance), name
 
 
 def _open_points(plan, lengths, arrival_scv: float, *fractions: float):
