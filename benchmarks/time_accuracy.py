@@ -123,7 +123,8 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
     if run.source_group == "megatron-bridge":
         # The row's own release's profile (solver.spec.profiles: megatron-bridge@<release>,
         # with its recipe for the row's model) and the FP8 recipe the row ran.
-        return {**resolve_profile(run_profile(run), run.model_spec.name).features,
+        return {**resolve_profile(run_profile(run), run.model_spec.name,
+                                  run.job.precision).features,
                 **bridge_precision_recipe(run)}
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}

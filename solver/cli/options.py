@@ -65,11 +65,13 @@ def framework_option(help_text: str, versioned: bool = True) -> Callable[[F], F]
                                           "name: the newest)." if versioned else ""))
 
 
-def resolve_framework(framework: str, model: str | None, features: FrameworkFeatures
+def resolve_framework(framework: str, model: str | None, features: FrameworkFeatures,
+                      precision: str | None = None
                       ) -> tuple[ResolvedProfile, FrameworkFeatures]:
     """--framework NAME[@RELEASE] for `model` (a zoo name gets its release recipe's
-    features): the resolved profile, and its release's features with the flags' over them."""
-    resolved = resolve_profile(framework, model)
+    features, as that recipe sets them under --precision): the resolved profile, and its
+    release's features with the flags' over them."""
+    resolved = resolve_profile(framework, model, precision)
     return resolved, FrameworkFeatures(**{**resolved.features, **features.given()})
 
 
