@@ -279,7 +279,7 @@ def test_bloom_head_dim_ab_tests(ab) -> None:
 
 def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     """Megatron-Bridge's H100 MoE recipes per release (solver.spec.profiles, the
-    megatron-bridge@<release> profiles, and time_accuracy.BRIDGE_FP8_CURRENT_SCALING):
+    megatron-bridge@<release> profiles, with their recipes under the row's precision):
     25.09 (e4bb622 scripts/performance/run_script.py) ran DeepSeek-V3 with DeepEP
     (`enable_deepep = gpu in ["h100"]`), A2A overlap and recompute_modules ["mla_up_proj",
     "mlp"], and Qwen3 with tp_comm_overlap only; from 25.11 (v0.2.0 workload_base_configs.py)

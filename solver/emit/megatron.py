@@ -219,6 +219,10 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
     notes += recompute_notes
     flags.append(("--bf16",))
     flags += PRECISION_FLAGS[job.precision]
+    constants = target.time_constants or framework_time_constants("megatron")
+    if job.precision == "fp8" and constants.fp8_current_scaling:
+        # TE's Float8CurrentScaling (fp8_utils.py get_fp8_recipe: Fp8Recipe.tensorwise)
+        flags.append(("--fp8-recipe", "tensorwise"))
     flags += [(flag,) for flag in order_flags]
     if c.zero >= 2:
         notes.append("leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (Megatron-FSDP "

@@ -31,8 +31,9 @@ class Release:
     solver.spec.job.FRAMEWORKS), the features it sets for every model and where each comes
     from, the features its recipe for a model sets over those (`models`: zoo name -> features,
     with `model_sources`), what a model's recipe sets last under a training precision
-    (`precision_models`: precision -> zoo name -> features, with `precision_sources`), and the
-    `launch` target version whose settings it runs ("" where launch writes none of its own)."""
+    (`precision_models`: precision -> zoo name -> features, with `precision_sources` by
+    precision), and the `launch` target version whose settings it runs ("" where launch
+    writes none of its own)."""
 
     framework: str
     features: Mapping[str, Any] = field(default_factory=dict)
@@ -124,6 +125,16 @@ _LLAMA3 = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
 _BRIDGE_NVFP4_MODELS: dict[str, tuple[str, ...]] = {
     "25.09": (), "25.11": _LLAMA3, "26.02": _LLAMA3,
     "26.04": (*_LLAMA3, "gpt-oss-120b"), "26.06": (*_LLAMA3, "gpt-oss-120b")}
+# Per-tensor FP8 (`--precision fp8`) as the recipes run it on H100: current scaling ("fp8_cs",
+# Float8CurrentScaling) for both Qwen3 MoE models in every release and DeepSeek-V3's 25.09
+# recipe: the 25.09 yamls' h100 perf_matrix lists fp8_cs (DeepSeek-V3 also fp8_ss, the
+# blockwise variant), v0.2.0-v0.5.0 ship only *_H100_FP8_CS_* presets for them
+# (workload_base_configs.py, qwen3_workload_base_configs.py).
+_FP8_CS = {"fp8_current_scaling": True}
+_QWEN3_MOE = ("qwen3-235b-a22b", "qwen3-30b-a3b")
+_BRIDGE_FP8_CS_MODELS: dict[str, tuple[str, ...]] = {
+    "25.09": (*_QWEN3_MOE, "deepseek-v3"),
+    **{release: _QWEN3_MOE for release in ("25.11", "26.02", "26.04", "26.06")}}
 # The Megatron-Bridge package each NeMo release ships (its git tag), where `launch` writes it.
 _BRIDGE_TAGS = {"25.09": "e4bb622", "25.11": "v0.2.0", "26.02": "v0.3.0", "26.04": "v0.4.0",
                 "26.06": "v0.5.0"}
@@ -140,11 +151,12 @@ RELEASES: dict[str, dict[str, Release]] = {
             models=models,
             model_sources={model: f"Megatron-Bridge {release} ({_BRIDGE_TAGS[release]}) "
                                   f"performance recipe of {model}" for model in models},
-            precision_models={"nvfp4": {model: _NVFP4_OFF
-                                        for model in _BRIDGE_NVFP4_MODELS[release]}},
-            precision_sources={model: f"Megatron-Bridge {release} ({_BRIDGE_TAGS[release]}) "
-                                      f"performance recipe of {model} under nvfp4"
-                               for model in _BRIDGE_NVFP4_MODELS[release]},
+            precision_models={
+                "nvfp4": {model: _NVFP4_OFF for model in _BRIDGE_NVFP4_MODELS[release]},
+                "fp8": {model: _FP8_CS for model in _BRIDGE_FP8_CS_MODELS[release]}},
+            precision_sources={
+                precision: f"Megatron-Bridge {release} ({_BRIDGE_TAGS[release]}) performance "
+                           f"recipe under {precision}" for precision in ("nvfp4", "fp8")},
             target=_BRIDGE_TARGETS.get(release, ""))
         for release, models in _BRIDGE_MODELS.items()},
     "torchtitan": {"0.2": Release(framework="torchtitan", target="0.2")},
@@ -192,7 +204,8 @@ def resolve_profile(text: str, model_name: str | None = None, precision: str | N
     precision_features = chosen.precision_models.get(precision or "", {}).get(model, {})
     sources = {**chosen.sources,
                **{name: chosen.model_sources[model] for name in model_features},
-               **{name: chosen.precision_sources[model] for name in precision_features}}
+               **{name: f"{chosen.precision_sources[precision or '']} of {model}"
+                  for name in precision_features}}
     label = f"{family}@{release}" if release else family
     return ResolvedProfile(label=label, framework=chosen.framework, release=chosen,
                            features={**chosen.features, **model_features, **precision_features},
