@@ -111,7 +111,10 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
     if constants.tp_comm_overlap and c.tp > 1:
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
-        flags.append(("--overlap-moe-expert-parallel-comm",))
+        # with the experts' weight gradient delayed behind the backward's dispatch, as the
+        # cost model times it (solver.cost.comm.comm_ep; model_parallel_config.py
+        # delay_wgrad_compute, core_v0.16.1)
+        flags += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
     check_training_states_supported("megatron", constants)  # mixed only
     if constants.precision_aware_optimizer:
         flags += [("--use-precision-aware-optimizer",), ("--main-grads-dtype", "bf16"),
