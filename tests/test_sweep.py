@@ -282,3 +282,18 @@ def test_a_sweep_takes_a_release_profile_as_optimize_does() -> None:
                                              "bf16"), SolveSettings(top=2))
     assert render_launch_line(plain, plain["plans"][0]).endswith("--format megatron")
     assert plain["plans"][0]["step_seconds"] != line["plans"][0]["step_seconds"]
+
+
+def test_estimate_plan_reproduces_a_release_profile_line(tmp_path: Path) -> None:
+    """A sweep line solved under megatron-bridge@26.02 names the profile as its framework;
+    `estimate --plan LINE` reads it as the framework the profile runs, with the line's
+    features, and gives the plan's step time back."""
+    problem = SweepProblem("qwen3-30b-a3b", "dgx-h100", 16, 4096, 1024, "bf16",
+                           framework="megatron-bridge@26.02")
+    line = solve_sweep_problem(problem, SolveSettings(top=1))
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    result = CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    step = json.loads(result.output)["plans"][0]["step_seconds"]
+    assert step == pytest.approx(line["plans"][0]["step_seconds"], rel=1e-9)
