@@ -30,7 +30,9 @@ def test_bridge_releases_carry_their_recipes() -> None:
     """Qwen3-30B-A3B's H100 recipe by release (qwen3_workload_base_configs.py,
     qwen3_llm_pretrain.py): 25.09 no moe_a2a_overlap; 26.02 the flex dispatcher's DeepEP
     backend; 26.04 HybridEP without A2A overlap; the fused router in every release; bf16
-    gradient reduction for every model (cfg.ddp.grad_reduce_in_fp32 = False)."""
+    gradient reduction for every model (cfg.ddp.grad_reduce_in_fp32 = False) and Transformer
+    Engine's fused cross-entropy (GPTModelProvider cross_entropy_loss_fusion = True; the
+    performance scripts' cross_entropy_fusion_impl = "te": v0.3.0 utils/overrides.py)."""
     def features(release: str, model: str = "qwen3-30b-a3b") -> dict:
         return dict(resolve_profile(f"megatron-bridge@{release}", model).features)
 
@@ -41,7 +43,8 @@ def test_bridge_releases_carry_their_recipes() -> None:
     assert all(features(r)["moe_router_fusion"] for r in ("25.09", "25.11", "26.02", "26.06"))
     assert features("26.02", "llama3.1-8b") == {"grad_reduce_in_bf16": True,
                                                 "tp_comm_overlap": True,
-                                                "ep_comm_overlap": True}
+                                                "ep_comm_overlap": True,
+                                                "loss_implementation": "fused"}
 
 
 def test_unknown_release_is_one_line_naming_the_known_ones() -> None:
@@ -62,7 +65,8 @@ def test_a_release_is_its_features_as_flags() -> None:
     Megatron-Core's defaults; the JSON names the profile and each feature's source."""
     bridge = _estimate("--framework", "megatron-bridge@26.02")
     flags = _estimate("--moe-dispatcher", "deepep", "--moe-router-fusion", "--tp-comm-overlap",
-                      "--ep-comm-overlap", "--grad-reduce-in-bf16", "--moe-permute-fusion")
+                      "--ep-comm-overlap", "--grad-reduce-in-bf16", "--moe-permute-fusion",
+                      "--loss-implementation", "fused")
     core = _estimate()
     assert bridge["plans"] == flags["plans"]
     assert bridge["framework_features"] == flags["framework_features"]

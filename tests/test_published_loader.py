@@ -299,7 +299,7 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     from time_accuracy import bridge_release, framework_switches
 
     base = {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True,
-            "moe_permute_fusion": True}
+            "moe_permute_fusion": True, "loss_implementation": "fused"}
     fp8_cs = {**base, "moe_router_fusion": True, "fp8_current_scaling": True}
     # GPT_OSS_120B_..._H100_BF16: recompute_modules ["layernorm", "moe_act"] (v0.2.0
     # workload_base_configs.py, v0.4.0 gpt_oss_workload_base_configs.py)

@@ -54,12 +54,20 @@ class Release:
 #   ep_comm_overlap      EP all-to-all overlap for MoE models ("EP A2A communication overlap
 #                        with computation in both 1F1B pipelining and non-pipelined
 #                        training", changelog 0.1.0; moe_a2a_overlap=True), but the models below
-_BRIDGE_FEATURES = {"grad_reduce_in_bf16": True, "tp_comm_overlap": True,
-                    "ep_comm_overlap": True}
+#   loss_implementation  Transformer Engine's fused cross-entropy: the providers fuse the loss
+#                        (GPTModelProvider cross_entropy_loss_fusion = True; off only in the
+#                        fine-tuning recipes) and the performance scripts pick TE's kernel
+#                        (cross_entropy_fusion_impl: "te" in 25.09's configs/*/*.yaml; v0.2.0
+#                        utils/helpers.py, v0.3.0-v0.5.0 utils/overrides.py
+#                        `recipe.model.cross_entropy_fusion_impl = "te"` for every recipe)
+BRIDGE_RECIPE_FEATURES = {"grad_reduce_in_bf16": True, "tp_comm_overlap": True,
+                          "ep_comm_overlap": True, "loss_implementation": "fused"}
 _BRIDGE_SOURCES = {
     "grad_reduce_in_bf16": "cfg.ddp.grad_reduce_in_fp32 = False (scripts/performance/configs)",
     "tp_comm_overlap": "CommOverlapConfig(tp_comm_overlap=True), H100 recipes",
-    "ep_comm_overlap": "moe_a2a_overlap=True, MoE recipes (changelog 0.1.0)"}
+    "ep_comm_overlap": "moe_a2a_overlap=True, MoE recipes (changelog 0.1.0)",
+    "loss_implementation": "cross_entropy_loss_fusion = True (GPTModelProvider) with "
+                           "cross_entropy_fusion_impl = \"te\" (scripts/performance)"}
 # Each release's recipe for a MoE model, where it differs from the above:
 #   deepseek-v3   25.09: DeepEP on H100 (`enable_deepep = gpu in ["h100"]`), EP all-to-all overlap
 #                 (`A2A_1F1B`), recompute_modules ["mla_up_proj", "mlp"], moe_router_fusion:
@@ -145,7 +153,7 @@ RELEASES: dict[str, dict[str, Release]] = {
     "megatron": {"core_v0.16": Release(framework="megatron", target="core_v0.16")},
     "megatron-bridge": {
         release: Release(
-            framework="megatron", features=_BRIDGE_FEATURES,
+            framework="megatron", features=BRIDGE_RECIPE_FEATURES,
             sources={name: f"{source}, Megatron-Bridge {release} ({_BRIDGE_TAGS[release]})"
                      for name, source in _BRIDGE_SOURCES.items()},
             models=models,
