@@ -36,7 +36,7 @@ from time_accuracy import (  # noqa: E402
 from solver.cost.candidates import Candidates  # noqa: E402
 from solver.cost.step.frameworks import build_framework_profile  # noqa: E402
 from solver.cost.memory import ITEMS, MemoryOptions, estimate_memory  # noqa: E402
-from solver.spec.profiles import resolve_profile  # noqa: E402
+from solver.spec.profiles import BRIDGE_RECIPE_FEATURES, resolve_profile  # noqa: E402
 
 GIB = 2**30
 
@@ -93,8 +93,10 @@ LLM_FOUNDRY_LOGITS_BYTES = 4.0
 # cross_entropy_loss_fusion defaults to True in GPTModelProvider), whose backward writes the
 # gradient into the logits tensor in place (transformer_engine/pytorch/triton/cross_entropy.py
 # cross_entropy_backward_kernel: "performed in-place on the tensor pointed by X_ptr"): the bf16
-# logits only, 2 B per logit (loss_implementation "fused", solver.cost.memory.loss).
-MEGATRON_BRIDGE_RECIPE_FEATURES = {"grad_reduce_in_bf16": True, "loss_implementation": "fused"}
+# logits only, 2 B per logit (loss_implementation "fused", solver.cost.memory.loss). Both are
+# the megatron-bridge profile's (solver.spec.profiles.BRIDGE_RECIPE_FEATURES).
+MEGATRON_BRIDGE_RECIPE_FEATURES = {name: BRIDGE_RECIPE_FEATURES[name]
+                                   for name in ("grad_reduce_in_bf16", "loss_implementation")}
 # Their fp8 mixed-precision recipes keep fp8 parameters (--fp8-param-gather: megatron/bridge/
 # training/mixed_precision.py bf16_with_fp8_current_scaling_mixed, bf16_with_fp8_delayed_
 # scaling_mixed and bf16_with_mxfp8_mixed set fp8_param_gather = True), applied to low-precision

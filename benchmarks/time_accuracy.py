@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -122,9 +121,10 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
                 "zero1_grad_all_reduce": True}
     if run.source_group == "megatron-bridge":
         # The row's own release's profile (solver.spec.profiles: megatron-bridge@<release>,
-        # with its recipe for the row's model) and the FP8 recipe the row ran.
-        return {**resolve_profile(run_profile(run), run.model_spec.name).features,
-                **bridge_precision_recipe(run)}
+        # with its recipe for the row's model under the row's precision: FP8 with current
+        # scaling where the recipe runs it).
+        return dict(resolve_profile(run_profile(run), run.model_spec.name,
+                                    run.job.precision).features)
     if run.source_group == "megatron-lm":
         return {"tp_comm_overlap": True}
     # LLM Foundry's tables (2023) ran FlashAttention in Triton: submit_benchmarks.py defaults
@@ -136,21 +136,6 @@ def framework_switches(run: PublishedRun) -> dict[str, bool | float]:
         # bf16 parameters, gradients reduced in fp32 (mosaic_fsdp.get_mixed_precision).
         return {**foundry, "zero3_grad_reduce_bytes": 4.0}
     return foundry
-
-
-# What each Megatron-Bridge release's performance recipes turn on is its profile
-# (solver.spec.profiles, `--framework megatron-bridge@<release>`); the rows also name the FP8
-# recipe they ran, which is the job's precision rather than a framework feature:
-#   FP8 on H100   per-tensor FP8 with current scaling ("fp8_cs", Float8CurrentScaling) for both
-#                 Qwen3 models in every release and DeepSeek-V3's primary 25.09 row: the 25.09
-#                 yamls' h100 perf_matrix lists fp8_cs (DeepSeek-V3 also fp8_ss, the blockwise
-#                 variant) and Qwen3-30B's fp8_cs entry sets the row's mbs 2; v0.2.0-v0.5.0 ship
-#                 only *_H100_FP8_CS_* presets for them (workload_base_configs.py,
-#                 qwen3_workload_base_configs.py); the 25.11 table says FP8-CS
-BRIDGE_FP8_CURRENT_SCALING: tuple[tuple[str, str], ...] = (
-    ("deepseek-v3", "25.09"),
-    *((model, release) for model in ("qwen3-235b-a22b", "qwen3-30b-a3b")
-      for release in ("25.09", "25.11", "26.02", "26.04", "26.06")))
 
 
 def run_profile(run: PublishedRun) -> str:
@@ -166,12 +151,6 @@ def bridge_release(run: PublishedRun) -> str:
     """The NeMo release of a Megatron-Bridge archive row, without its patch number:
     "mb-archive-26.02.01-H100-..." -> "26.02"."""
     return ".".join(run.id.split("-")[2].split(".")[:2])
-
-
-def bridge_precision_recipe(run: PublishedRun) -> dict[str, Any]:
-    """FP8 with current scaling where the row ran it (BRIDGE_FP8_CURRENT_SCALING)."""
-    key = (run.model_spec.name, bridge_release(run))
-    return {"fp8_current_scaling": True} if key in BRIDGE_FP8_CURRENT_SCALING else {}
 
 
 # ---- statistics -------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ MEGATRON_LM_FLAGS = {
     # features (solver.emit.megatron._feature_flags).
     "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-grouped-gemm",
     "--cuda-graph-impl", "--cuda-graph-scope", "--tp-comm-overlap",
-    "--overlap-moe-expert-parallel-comm",
+    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
     # the architecture (core_v0.16.1 add_megatron_arguments: _add_network_size_args and the
     # TransformerConfig / MLATransformerConfig fields ArgumentGroupFactory adds)
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",

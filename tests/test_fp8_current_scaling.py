@@ -9,8 +9,11 @@ Megatron-Bridge's H100 FP8 MoE recipes are "fp8_cs"."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from bad_input import assert_one_line_error, invoke
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cost.candidates import Candidates
@@ -24,6 +27,7 @@ from solver.cost.layers.layer_compute import estimate_layer_compute_s
 from solver.cost.kernels.precision import estimate_quantize_kernels_per_split, load_recipe
 from solver.cost.step.steptime import TimeConstants, _degrees
 from solver.spec import JobSpec, ParallelConfig
+from solver.spec.profiles import resolve_profile
 
 
 def test_amax_reads_of_qwen3_30b_at_ep16() -> None:
@@ -96,3 +100,56 @@ def test_the_layer_pays_the_reads_on_its_routed_part() -> None:
         float(backward[0]))
     for part in ("gemm", "gemm_bwd", "core", "core_bwd", "elementwise", "cast"):
         assert float(current[part][0]) == pytest.approx(float(delayed[part][0]))
+
+
+def test_current_scaling_is_a_declared_feature() -> None:
+    """--fp8-current-scaling is declared once (solver.spec.features): the flag changes
+    estimate's step time under fp8 only (the cost switch TimeConstants.fp8_current_scaling);
+    Megatron's launch writes --fp8-recipe tensorwise (arguments.py --fp8-recipe choices,
+    core_v0.13-core_v0.16; fp8_utils.py get_fp8_recipe: tensorwise is TE's
+    Float8CurrentScaling), Megatron-Bridge's the bf16_with_fp8_current_scaling_mixed preset
+    (mixed_precision.py v0.3.0: fp8_recipe = "tensorwise"); torchtitan refuses it with the
+    framework_lacks_feature rule."""
+    args = ("--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--ep", "8",
+            "--recompute", "full")
+
+    def step(*extra: str) -> float:
+        result = invoke("estimate", *args, "--json", *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["plans"][0]["step_seconds"]
+
+    assert step("--precision", "fp8", "--fp8-current-scaling") > step("--precision", "fp8")
+    assert step("--fp8-current-scaling") == step()
+    megatron = invoke("launch", *args, "--precision", "fp8", "--fp8-current-scaling",
+                      "--format", "megatron")
+    assert megatron.exit_code == 0, megatron.output
+    assert "--fp8-recipe tensorwise" in megatron.output
+    delayed = invoke("launch", *args, "--precision", "fp8", "--format", "megatron")
+    assert "--fp8-recipe" not in delayed.output
+    bridge = invoke("launch", *args, "--precision", "fp8", "--fp8-current-scaling",
+                    "--format", "megatron-bridge")
+    assert bridge.exit_code == 0, bridge.output
+    assert "mixed_precision=bf16_with_fp8_current_scaling_mixed" in bridge.output
+    assert_one_line_error(invoke("estimate", *args, "--precision", "fp8",
+                                 "--fp8-current-scaling", "--framework", "torchtitan"),
+                          "torchao", "[framework_lacks_feature]")
+
+
+def test_bridge_fp8_recipes_run_current_scaling_where_they_do() -> None:
+    """Megatron-Bridge's per-tensor FP8 recipes on H100 are current scaling ("fp8_cs") for
+    both Qwen3 MoE models in every release and DeepSeek-V3's at 25.09 (25.09 yamls' h100
+    perf_matrix; v0.2.0-v0.5.0 ship only *_H100_FP8_CS_* presets for them): the profile sets
+    the feature under --precision fp8 for them, not for other models or precisions."""
+    def current(release: str, model: str, precision: str = "fp8") -> bool:
+        return bool(resolve_profile(f"megatron-bridge@{release}", model, precision)
+                    .features.get("fp8_current_scaling"))
+
+    assert all(current(r, "qwen3-30b-a3b") and current(r, "qwen3-235b-a22b")
+               for r in ("25.09", "25.11", "26.02", "26.04", "26.06"))
+    assert current("25.09", "deepseek-v3") and not current("26.02", "deepseek-v3")
+    assert not current("26.02", "qwen3-30b-a3b", "bf16")
+    assert not current("26.02", "llama3.1-70b")
+    source = resolve_profile("megatron-bridge@26.02", "qwen3-30b-a3b", "fp8").sources[
+        "fp8_current_scaling"]
+    assert source == "Megatron-Bridge 26.02 (v0.3.0) performance recipe under fp8 of " \
+                     "qwen3-30b-a3b"

@@ -68,7 +68,8 @@ def test_megatron_profile() -> None:
     vocab-parallel cross-entropy: loss eager); training states mixed (optimizer_config.py:
     main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype torch.float32); router unfused
     (transformer_config.py moe_router_fusion = False); permutation unfused
-    (moe_permute_fusion = False)."""
+    (moe_permute_fusion = False); FP8 with delayed scaling (arguments.py --fp8-recipe default
+    'delayed': fp8_current_scaling off)."""
     profile = build_framework_profile("megatron")
     assert profile.features() == {
         "attention_kernel": "native", "fused_elementwise": True, "cuda_graphs": False,
@@ -79,7 +80,8 @@ def test_megatron_profile() -> None:
         "recompute_modules": ["core_attn"], "optimizer_offload": False,
         "activation_offload": False, "fp8_all_gather": False,
         "cpu_offloading_num_layers": 0, "loss_implementation": "eager",
-        "training_states": "mixed", "moe_router_fusion": False, "moe_permute_fusion": False}
+        "training_states": "mixed", "moe_router_fusion": False, "moe_permute_fusion": False,
+        "fp8_current_scaling": False}
     assert profile.time_constants.zero3_grad_reduce_bytes == 4.0
     assert profile.time_constants.launches.per_local_expert == 2.0  # TE GroupedLinear
 

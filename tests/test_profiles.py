@@ -30,7 +30,9 @@ def test_bridge_releases_carry_their_recipes() -> None:
     """Qwen3-30B-A3B's H100 recipe by release (qwen3_workload_base_configs.py,
     qwen3_llm_pretrain.py): 25.09 no moe_a2a_overlap; 26.02 the flex dispatcher's DeepEP
     backend; 26.04 HybridEP without A2A overlap; the fused router in every release; bf16
-    gradient reduction for every model (cfg.ddp.grad_reduce_in_fp32 = False)."""
+    gradient reduction for every model (cfg.ddp.grad_reduce_in_fp32 = False) and Transformer
+    Engine's fused cross-entropy (GPTModelProvider cross_entropy_loss_fusion = True; the
+    performance scripts' cross_entropy_fusion_impl = "te": v0.3.0 utils/overrides.py)."""
     def features(release: str, model: str = "qwen3-30b-a3b") -> dict:
         return dict(resolve_profile(f"megatron-bridge@{release}", model).features)
 
@@ -41,7 +43,8 @@ def test_bridge_releases_carry_their_recipes() -> None:
     assert all(features(r)["moe_router_fusion"] for r in ("25.09", "25.11", "26.02", "26.06"))
     assert features("26.02", "llama3.1-8b") == {"grad_reduce_in_bf16": True,
                                                 "tp_comm_overlap": True,
-                                                "ep_comm_overlap": True}
+                                                "ep_comm_overlap": True,
+                                                "loss_implementation": "fused"}
 
 
 def test_unknown_release_is_one_line_naming_the_known_ones() -> None:
@@ -62,7 +65,8 @@ def test_a_release_is_its_features_as_flags() -> None:
     Megatron-Core's defaults; the JSON names the profile and each feature's source."""
     bridge = _estimate("--framework", "megatron-bridge@26.02")
     flags = _estimate("--moe-dispatcher", "deepep", "--moe-router-fusion", "--tp-comm-overlap",
-                      "--ep-comm-overlap", "--grad-reduce-in-bf16", "--moe-permute-fusion")
+                      "--ep-comm-overlap", "--grad-reduce-in-bf16", "--moe-permute-fusion",
+                      "--loss-implementation", "fused")
     core = _estimate()
     assert bridge["plans"] == flags["plans"]
     assert bridge["framework_features"] == flags["framework_features"]
@@ -122,3 +126,44 @@ def test_launch_writes_a_releases_features_for_its_target() -> None:
     for key in ("model.moe_flex_dispatcher_backend=deepep", "model.moe_router_fusion=true",
                 "model.tp_comm_overlap=true", "model.overlap_moe_expert_parallel_comm=true"):
         assert key in result.output, key
+
+
+def test_bridge_recipes_turn_tp_overlap_off_under_nvfp4() -> None:
+    """Megatron-Bridge's Llama 3 / 3.1 recipes set `cfg.comm_overlap.tp_comm_overlap = False
+    if precision == "nvfp4"` after their own CommOverlapConfig from v0.2.0 (NeMo 25.11:
+    llama3/llama3_llm_pretrain.py, llama31/llama31_llm_pretrain.py), gpt-oss-120b's from
+    v0.4.0 (26.04: gpt_oss/gpt_oss_llm_pretrain.py gpt_oss_120b_pretrain_config_gb200); 25.09
+    (e4bb622) has no NVFP4 recipe; Qwen3's recipes keep CommOverlapConfig(tp_comm_overlap=True)
+    under every precision (v0.5.0 qwen/qwen3_llm_pretrain.py)."""
+    def overlap(release: str, model: str, precision: str) -> bool:
+        return resolve_profile(f"megatron-bridge@{release}", model, precision
+                               ).features["tp_comm_overlap"]
+
+    assert overlap("26.02", "llama3.1-70b", "mxfp8") is True
+    assert overlap("26.02", "llama3.1-70b", "nvfp4") is False
+    assert overlap("25.11", "llama3.1-405b", "nvfp4") is False
+    assert overlap("25.09", "llama3.1-8b", "nvfp4") is True
+    assert overlap("26.02", "gpt-oss-120b", "nvfp4") is True
+    assert overlap("26.04", "gpt-oss-120b", "nvfp4") is False
+    assert overlap("26.06", "qwen3-30b-a3b", "nvfp4") is True
+    resolved = resolve_profile("megatron-bridge@26.04", "llama3.1-8b", "nvfp4")
+    assert "under nvfp4" in resolved.sources["tp_comm_overlap"]
+
+
+def test_estimate_under_nvfp4_costs_the_recipes_exposed_tp_traffic() -> None:
+    """estimate --framework megatron-bridge@26.04 --precision nvfp4 of llama3.1-70b at tp 4
+    is estimate with --no-tp-comm-overlap (what the recipe runs), and slower than with the
+    overlap the profile used to keep on; the output names the nvfp4 recipe as the source."""
+    args = ("--model", "llama3.1-70b", "--cluster", "gb200-nvl72", "--gpus", "64", "--tp", "4",
+            "--pp", "2", "--precision", "nvfp4", "--recompute", "full", "--json")
+    bridge = invoke("estimate", *args, "--framework", "megatron-bridge@26.04")
+    off = invoke("estimate", *args, "--framework", "megatron-bridge@26.04",
+                 "--no-tp-comm-overlap")
+    on = invoke("estimate", *args, "--framework", "megatron-bridge@26.04", "--tp-comm-overlap")
+    for result in (bridge, off, on):
+        assert result.exit_code == 0, result.output
+    step = {name: json.loads(result.output)["plans"][0]["step_seconds"]
+            for name, result in (("bridge", bridge), ("off", off), ("on", on))}
+    assert step["bridge"] == step["off"] > step["on"]
+    sources = json.loads(bridge.output)["framework_profile"]["sources"]
+    assert "under nvfp4" in sources["tp_comm_overlap"]

@@ -279,7 +279,7 @@ def test_bloom_head_dim_ab_tests(ab) -> None:
 
 def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     """Megatron-Bridge's H100 MoE recipes per release (solver.spec.profiles, the
-    megatron-bridge@<release> profiles, and time_accuracy.BRIDGE_FP8_CURRENT_SCALING):
+    megatron-bridge@<release> profiles, with their recipes under the row's precision):
     25.09 (e4bb622 scripts/performance/run_script.py) ran DeepSeek-V3 with DeepEP
     (`enable_deepep = gpu in ["h100"]`), A2A overlap and recompute_modules ["mla_up_proj",
     "mlp"], and Qwen3 with tp_comm_overlap only; from 25.11 (v0.2.0 workload_base_configs.py)
@@ -299,7 +299,7 @@ def test_bridge_moe_rows_get_their_releases_recipe(by_id) -> None:
     from time_accuracy import bridge_release, framework_switches
 
     base = {"tp_comm_overlap": True, "ep_comm_overlap": True, "grad_reduce_in_bf16": True,
-            "moe_permute_fusion": True}
+            "moe_permute_fusion": True, "loss_implementation": "fused"}
     fp8_cs = {**base, "moe_router_fusion": True, "fp8_current_scaling": True}
     # GPT_OSS_120B_..._H100_BF16: recompute_modules ["layernorm", "moe_act"] (v0.2.0
     # workload_base_configs.py, v0.4.0 gpt_oss_workload_base_configs.py)

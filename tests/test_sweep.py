@@ -255,3 +255,47 @@ def test_an_unexpected_failure_is_not_written_and_the_sweep_goes_on(
             in result.output)
     lines, _ = read_results(path)
     assert [line["gpus"] for line in lines] == [8]
+
+
+def test_a_sweep_takes_a_release_profile_as_optimize_does() -> None:
+    """`sweep --framework megatron-bridge@26.02` solves each problem under the release's
+    features for its model and precision (solver.spec.profiles.resolve_profile), exactly as
+    `optimize --framework megatron-bridge@26.02` does; the line keeps the name given and
+    its launch line names the profile, so launch writes the features the plan was costed
+    with."""
+    from solver.sweep.report_data import render_launch_line
+
+    problem = SweepProblem("qwen3-30b-a3b", "dgx-h100", 16, 4096, 1024, "bf16",
+                           framework="megatron-bridge@26.02")
+    line = solve_sweep_problem(problem, SolveSettings(top=2))
+    result = CliRunner().invoke(cli, ["optimize", "--model", "qwen3-30b-a3b", "--cluster",
+                                      "dgx-h100", "--gpus", "16", "--top", "2", "--json",
+                                      "--framework", "megatron-bridge@26.02"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert line["framework"] == "megatron-bridge@26.02"
+    assert line["framework_profile"] == answer["framework_profile"]
+    assert answer["framework_profile"]["sources"]["moe_dispatcher"].startswith(
+        "Megatron-Bridge 26.02")
+    assert line["plans"] == answer["plans"]
+    launch = render_launch_line(line, line["plans"][0])
+    assert launch.endswith("--format megatron --framework megatron-bridge@26.02")
+    plain = solve_sweep_problem(SweepProblem("qwen3-30b-a3b", "dgx-h100", 16, 4096, 1024,
+                                             "bf16"), SolveSettings(top=2))
+    assert render_launch_line(plain, plain["plans"][0]).endswith("--format megatron")
+    assert plain["plans"][0]["step_seconds"] != line["plans"][0]["step_seconds"]
+
+
+def test_estimate_plan_reproduces_a_release_profile_line(tmp_path: Path) -> None:
+    """A sweep line solved under megatron-bridge@26.02 names the profile as its framework;
+    `estimate --plan LINE` reads it as the framework the profile runs, with the line's
+    features, and gives the plan's step time back."""
+    problem = SweepProblem("qwen3-30b-a3b", "dgx-h100", 16, 4096, 1024, "bf16",
+                           framework="megatron-bridge@26.02")
+    line = solve_sweep_problem(problem, SolveSettings(top=1))
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    result = CliRunner().invoke(cli, ["estimate", "--plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    step = json.loads(result.output)["plans"][0]["step_seconds"]
+    assert step == pytest.approx(line["plans"][0]["step_seconds"], rel=1e-9)

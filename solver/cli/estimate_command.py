@@ -188,7 +188,8 @@ def estimate_options(model: str | None, cluster: str | None, num_gpus: int | Non
     from solver.cli.plan_option import plan_problem_names
 
     # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
-    resolved, features = resolve_framework(framework, model, pop_framework_features(degrees))
+    resolved, features = resolve_framework(framework, model, pop_framework_features(degrees),
+                                           job_values.get("precision"))
     values: dict[str, Any] = {"model": model, "cluster": cluster, "num_gpus": num_gpus,
                               "framework": resolved.framework, "features": features,
                               "memory_headroom": memory_headroom, **degrees}

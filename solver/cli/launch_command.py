@@ -72,13 +72,15 @@ def _profile_version(framework_text: str, launch_format: str, version: str) -> s
 
 
 def _release_features(framework_text: str, framework: str, launch_format: str, version: str,
-                      target_text: str | None, model: str | None) -> dict[str, Any]:
-    """The features --framework's release sets for `model`, after checking that it runs the
-    framework --format writes and that the release is the version written (--target)."""
+                      target_text: str | None, model: str | None, precision: str | None
+                      ) -> dict[str, Any]:
+    """The features --framework's release sets for `model` trained in `precision`, after
+    checking that it runs the framework --format writes and that the release is the version
+    written (--target)."""
     from solver.errors import InputError
     from solver.spec.profiles import resolve_profile
 
-    resolved = resolve_profile(framework_text, model)
+    resolved = resolve_profile(framework_text, model, precision)
     if resolved.framework != framework:
         raise InputError(f"--framework {framework_text} with --format {launch_format}: the "
                          f"profile runs {resolved.framework}, the format writes {framework}'s "
@@ -224,7 +226,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
         features = {**savers, **flags}
     if framework_text is not None:
         release_features = _release_features(framework_text, framework, launch_format,
-                                             version, target_text, model)
+                                             version, target_text, model,
+                                             job_values["precision"])
         features = {**release_features, **features}
     profile = build_framework_profile(framework, features)
     model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)

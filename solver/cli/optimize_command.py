@@ -112,7 +112,8 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     )
 
     # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
-    resolved, features = resolve_framework(framework, model, pop_framework_features(pin_values))
+    resolved, features = resolve_framework(framework, model, pop_framework_features(pin_values),
+                                           precision)
     framework = resolved.framework
     # --min-fit-probability: the search fills only the share of the memory that fits with that
     # chance (1 at the default 0.5).

@@ -17,7 +17,7 @@ from solver.cli.params import MAX_ZERO_STAGE, BoundedInt
 from solver.spec.features import FEATURE_DECLARATIONS, FEATURES, Feature, FrameworkFeatures
 from solver.spec.framework import RECOMPUTE_MODULES
 from solver.spec.profiles import ResolvedProfile, profile_names, resolve_profile
-from solver.spec.job import FRAMEWORKS, PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
+from solver.spec.job import PRECISIONS, RECOMPUTE_LEVELS, JobSpec, ParallelConfig
 from solver.spec.strict import MAX_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOKENS
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -55,21 +55,22 @@ def _default(spec: type, field: str) -> object:
     return spec.model_fields[field].default
 
 
-def framework_option(help_text: str, versioned: bool = True) -> Callable[[F], F]:
-    """--framework: whose rules (optimize) and timing (optimize, estimate) to assume; a
-    `versioned` command takes NAME@RELEASE (solver.spec.profiles: resolve_framework)."""
-    names = profile_names() if versioned else FRAMEWORKS
-    return click.option("--framework", type=click.Choice(names), default="megatron",
+def framework_option(help_text: str) -> Callable[[F], F]:
+    """--framework: whose rules (optimize, sweep) and timing (optimize, estimate, sweep) to
+    assume, NAME@RELEASE (solver.spec.profiles: resolve_framework)."""
+    return click.option("--framework", type=click.Choice(profile_names()), default="megatron",
                         show_default=True,
-                        help=help_text + (" NAME@RELEASE picks a release's features (a bare "
-                                          "name: the newest)." if versioned else ""))
+                        help=help_text + " NAME@RELEASE picks a release's features (a bare "
+                                         "name: the newest).")
 
 
-def resolve_framework(framework: str, model: str | None, features: FrameworkFeatures
+def resolve_framework(framework: str, model: str | None, features: FrameworkFeatures,
+                      precision: str | None = None
                       ) -> tuple[ResolvedProfile, FrameworkFeatures]:
     """--framework NAME[@RELEASE] for `model` (a zoo name gets its release recipe's
-    features): the resolved profile, and its release's features with the flags' over them."""
-    resolved = resolve_profile(framework, model)
+    features, as that recipe sets them under --precision): the resolved profile, and its
+    release's features with the flags' over them."""
+    resolved = resolve_profile(framework, model, precision)
     return resolved, FrameworkFeatures(**{**resolved.features, **features.given()})
 
 

@@ -57,7 +57,7 @@ def _default(field: str) -> str:
 @click.option("--precision", "precisions", default="bf16", show_default=True,
               metavar="P,P,...", help=f"Training precision recipes (a list of "
                                       f"{'|'.join(PRECISIONS)}).")
-@framework_option("Whose rules the plans obey and whose timing they assume.", versioned=False)
+@framework_option("Whose rules the plans obey and whose timing they assume.")
 @click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="Plans kept per problem.")
 @click.option("--engine", type=click.Choice(ENGINES), default="layout", show_default=True,

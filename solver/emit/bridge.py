@@ -75,6 +75,9 @@ FALLBACK_RECIPES = {"hybrid": "nemotronh_8b_pretrain_config",
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed",
                    "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
                    "mxfp8": "bf16_with_mxfp8_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
+# FP8 with current scaling (--fp8-recipe tensorwise): fp8 = "hybrid", fp8_recipe = "tensorwise",
+# fp8_param_gather = True like the delayed preset (mixed_precision.py v0.3.0).
+CURRENT_SCALING_PRESET = "bf16_with_fp8_current_scaling_mixed"
 # Megatron flags that are not `model.<flag>`: their ConfigContainer keys (several: all are set)
 # and, for a switch, the value it sets.
 FLAG_KEYS: dict[str, tuple[tuple[str, ...], object]] = {
@@ -236,6 +239,15 @@ def build_bridge_overrides(target: LaunchTarget) -> tuple[dict[str, object], lis
     # preset reduces in fp32.
     overrides["mixed_precision"] = MIXED_PRECISION[target.job.precision]
     given = {flag for flag, *_ in flags}
+    if ("--fp8-recipe", "tensorwise") in flags:
+        # Current scaling is its own preset (mixed_precision.py v0.3.0), which also keeps the
+        # first and last layers in BF16; the performance scripts turn that off
+        # (scripts/performance/utils/precision.py: first_last_layers_bf16 = False), and the
+        # estimate runs every layer in FP8.
+        overrides["mixed_precision"] = CURRENT_SCALING_PRESET
+        notes.append(f"Megatron-Bridge's {CURRENT_SCALING_PRESET} preset keeps the first and "
+                     "last layers in BF16 (first_last_layers_bf16): the estimate, like "
+                     "Bridge's performance scripts, runs them in FP8")
     fp8_params = "--fp8-param-gather" in given
     preset = overrides["mixed_precision"]
     if fp8_params and not PRESET_FP8_PARAMS[target.job.precision]:

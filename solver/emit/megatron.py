@@ -111,7 +111,10 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
     if constants.tp_comm_overlap and c.tp > 1:
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
-        flags.append(("--overlap-moe-expert-parallel-comm",))
+        # with the experts' weight gradient delayed behind the backward's dispatch, as the
+        # cost model times it (solver.cost.comm.comm_ep; model_parallel_config.py
+        # delay_wgrad_compute, core_v0.16.1)
+        flags += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
     check_training_states_supported("megatron", constants)  # mixed only
     if constants.precision_aware_optimizer:
         flags += [("--use-precision-aware-optimizer",), ("--main-grads-dtype", "bf16"),
@@ -219,6 +222,10 @@ def build_megatron_args(target: LaunchTarget) -> tuple[list[tuple[str, ...]], li
     notes += recompute_notes
     flags.append(("--bf16",))
     flags += PRECISION_FLAGS[job.precision]
+    constants = target.time_constants or framework_time_constants("megatron")
+    if job.precision == "fp8" and constants.fp8_current_scaling:
+        # TE's Float8CurrentScaling (fp8_utils.py get_fp8_recipe: Fp8Recipe.tensorwise)
+        flags.append(("--fp8-recipe", "tensorwise"))
     flags += [(flag,) for flag in order_flags]
     if c.zero >= 2:
         notes.append("leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (Megatron-FSDP "

@@ -31,6 +31,7 @@ from solver.spec.features import FEATURES, MEMORY_SAVERS, OFFLOADS, FrameworkFea
 from solver.spec.framework import RECOMPUTE_MODULES
 from solver.spec.job import FRAMEWORKS
 from solver.spec.layout_syntax import max_layout_chars, parse_layout_stages
+from solver.spec.profiles import profile_names, resolve_profile
 from solver.spec.strict import describe_parse_error, parse_json, read_input_file
 
 DEGREES = tuple(ParallelConfig.model_fields)  # tp pp dp cp ep etp vpp zero micro_batch recompute
@@ -156,12 +157,17 @@ def _read_plan(plan: Any, path: str, rank: int, where: str, answer: dict[str, An
 
 def _read_framework(answer: dict[str, Any], path: str
                     ) -> tuple[str | None, FrameworkFeatures | None]:
-    """The answer's `framework` (one of FRAMEWORKS) and `framework_features` (FEATURES and
-    their values, as FrameworkProfile.features writes them), each None where absent."""
+    """The answer's `framework` (one of FRAMEWORKS, or the framework a sweep line's release
+    profile runs) and `framework_features` (FEATURES and their values, as
+    FrameworkProfile.features writes them), each None where absent."""
     framework = answer.get("framework")
     if framework is not None and framework not in FRAMEWORKS:
-        raise InputError(f"{path}: field 'framework': unknown framework {framework!r} "
-                         f"(known: {', '.join(FRAMEWORKS)})")
+        if framework not in profile_names():
+            raise InputError(f"{path}: field 'framework': unknown framework {framework!r} "
+                             f"(known: {', '.join(FRAMEWORKS)})")
+        # A sweep line's key names the release profile it was solved under
+        # (megatron-bridge@26.02); its framework_features hold the release's features.
+        framework = resolve_profile(framework).framework
     values = answer.get("framework_features")
     if values is None:
         return framework, None

@@ -326,6 +326,27 @@ FEATURE_DECLARATIONS: tuple[Feature, ...] = (
                      "deepspeed": {True: "DeepSpeed-MoE dispatches with einsums over one-hot "
                                    "masks (sharded_moe.py MOELayer): no fused permute kernel"}},
         emit={"megatron": "--moe-permute-fusion", "megatron-bridge": "model.moe_permute_fusion"}),
+    # Added the way docs/adding_a_feature.md shows (issue 35 item 3): the cost switch is
+    # TimeConstants.fp8_current_scaling (solver.cost.layers.fp8_scaling: the routed experts'
+    # amax reads; solver.cost.layers.host_time: three quantize kernels per grouped-GEMM split,
+    # TE quantizer.cpp Float8CurrentScalingQuantizer), read under --precision fp8 only; the
+    # Megatron emitter writes --fp8-recipe tensorwise, the Bridge one its preset.
+    Feature(
+        name="fp8_current_scaling", annotation=bool, flag_kind="switch",
+        help="Per-tensor FP8 with current scaling (Megatron --fp8-recipe tensorwise, TE "
+             "Float8CurrentScaling; Megatron-Bridge's fp8_cs recipes): each quantization takes "
+             "its tensor's amax first, in kernels of its own per grouped-GEMM split. Off: "
+             "delayed scaling (TE's default). Read under --precision fp8 only.",
+        sources={"megatron": "arguments.py --fp8-recipe {tensorwise,delayed,mxfp8,blockwise} "
+                             "(core_v0.13-core_v0.16; tensorwise is TE's Float8CurrentScaling, "
+                             "fp8_utils.py get_fp8_recipe)",
+                 "deepspeed": "the model's own Transformer Engine fp8_autocast recipe"},
+        unsupported={"torchtitan": {True: "torchtitan's float8 is torchao's Float8Linear "
+                                    "(converters = [\"float8\"]), which scales per tensor in its "
+                                    "own kernels, not Transformer Engine's Float8CurrentScaling: "
+                                    "its cost is the kernel tables' FP8 rows"}},
+        emit={"megatron": "--fp8-recipe tensorwise",
+              "megatron-bridge": "mixed_precision=bf16_with_fp8_current_scaling_mixed"}),
 )
 
 # Declarations by name.

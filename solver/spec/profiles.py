@@ -30,14 +30,19 @@ class Release:
     """One release of a framework profile: the `framework` whose code runs (one of
     solver.spec.job.FRAMEWORKS), the features it sets for every model and where each comes
     from, the features its recipe for a model sets over those (`models`: zoo name -> features,
-    with `model_sources`), and the `launch` target version whose settings it runs ("" where
-    launch writes none of its own)."""
+    with `model_sources`), what a model's recipe sets last under a training precision
+    (`precision_models`: precision -> zoo name -> features, with `precision_sources` by
+    precision), and the `launch` target version whose settings it runs ("" where launch
+    writes none of its own)."""
 
     framework: str
     features: Mapping[str, Any] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
     models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     model_sources: Mapping[str, str] = field(default_factory=dict)
+    precision_models: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(
+        default_factory=dict)
+    precision_sources: Mapping[str, str] = field(default_factory=dict)
     target: str = ""
 
 
@@ -49,12 +54,20 @@ class Release:
 #   ep_comm_overlap      EP all-to-all overlap for MoE models ("EP A2A communication overlap
 #                        with computation in both 1F1B pipelining and non-pipelined
 #                        training", changelog 0.1.0; moe_a2a_overlap=True), but the models below
-_BRIDGE_FEATURES = {"grad_reduce_in_bf16": True, "tp_comm_overlap": True,
-                    "ep_comm_overlap": True}
+#   loss_implementation  Transformer Engine's fused cross-entropy: the providers fuse the loss
+#                        (GPTModelProvider cross_entropy_loss_fusion = True; off only in the
+#                        fine-tuning recipes) and the performance scripts pick TE's kernel
+#                        (cross_entropy_fusion_impl: "te" in 25.09's configs/*/*.yaml; v0.2.0
+#                        utils/helpers.py, v0.3.0-v0.5.0 utils/overrides.py
+#                        `recipe.model.cross_entropy_fusion_impl = "te"` for every recipe)
+BRIDGE_RECIPE_FEATURES = {"grad_reduce_in_bf16": True, "tp_comm_overlap": True,
+                          "ep_comm_overlap": True, "loss_implementation": "fused"}
 _BRIDGE_SOURCES = {
     "grad_reduce_in_bf16": "cfg.ddp.grad_reduce_in_fp32 = False (scripts/performance/configs)",
     "tp_comm_overlap": "CommOverlapConfig(tp_comm_overlap=True), H100 recipes",
-    "ep_comm_overlap": "moe_a2a_overlap=True, MoE recipes (changelog 0.1.0)"}
+    "ep_comm_overlap": "moe_a2a_overlap=True, MoE recipes (changelog 0.1.0)",
+    "loss_implementation": "cross_entropy_loss_fusion = True (GPTModelProvider) with "
+                           "cross_entropy_fusion_impl = \"te\" (scripts/performance)"}
 # Each release's recipe for a MoE model, where it differs from the above:
 #   deepseek-v3   25.09: DeepEP on H100 (`enable_deepep = gpu in ["h100"]`), EP all-to-all overlap
 #                 (`A2A_1F1B`), recompute_modules ["mla_up_proj", "mlp"], moe_router_fusion:
@@ -107,6 +120,29 @@ _BRIDGE_MODELS: dict[str, dict[str, dict[str, Any]]] = {
                  "nemotron-3-nano-30b-a3b": _NEMOTRON_3_NANO, "gpt-oss-120b": _GPT_OSS_120B}
        for release in ("26.04", "26.06")},
 }
+# What a recipe sets last under a precision: its Llama 3 / 3.1 recipes turn TP communication
+# overlap off under NVFP4 from 25.11 (`cfg.comm_overlap.tp_comm_overlap = False if precision ==
+# "nvfp4" else ...` after the recipe's own CommOverlapConfig: v0.2.0 llama3/llama3_llm_pretrain.py
+# llama3_8b_*/llama3_70b_* and llama31/llama31_llm_pretrain.py llama31_405b_* configs; v0.3.0-
+# v0.5.0 llama/llama3_llm_pretrain.py, llama/llama31_llm_pretrain.py), and gpt-oss-120b's from
+# 26.04 (v0.4.0-v0.5.0 gpt_oss/gpt_oss_llm_pretrain.py gpt_oss_120b_pretrain_config_gb200).
+# Bridge's Llama 3 8B / 70B recipes are the zoo's llama3.1-8b / -70b (one architecture; 3.1
+# changes only the RoPE scaling). 25.09 (e4bb622) has no NVFP4 recipe.
+_NVFP4_OFF = {"tp_comm_overlap": False}
+_LLAMA3 = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
+_BRIDGE_NVFP4_MODELS: dict[str, tuple[str, ...]] = {
+    "25.09": (), "25.11": _LLAMA3, "26.02": _LLAMA3,
+    "26.04": (*_LLAMA3, "gpt-oss-120b"), "26.06": (*_LLAMA3, "gpt-oss-120b")}
+# Per-tensor FP8 (`--precision fp8`) as the recipes run it on H100: current scaling ("fp8_cs",
+# Float8CurrentScaling) for both Qwen3 MoE models in every release and DeepSeek-V3's 25.09
+# recipe: the 25.09 yamls' h100 perf_matrix lists fp8_cs (DeepSeek-V3 also fp8_ss, the
+# blockwise variant), v0.2.0-v0.5.0 ship only *_H100_FP8_CS_* presets for them
+# (workload_base_configs.py, qwen3_workload_base_configs.py).
+_FP8_CS = {"fp8_current_scaling": True}
+_QWEN3_MOE = ("qwen3-235b-a22b", "qwen3-30b-a3b")
+_BRIDGE_FP8_CS_MODELS: dict[str, tuple[str, ...]] = {
+    "25.09": (*_QWEN3_MOE, "deepseek-v3"),
+    **{release: _QWEN3_MOE for release in ("25.11", "26.02", "26.04", "26.06")}}
 # The Megatron-Bridge package each NeMo release ships (its git tag), where `launch` writes it.
 _BRIDGE_TAGS = {"25.09": "e4bb622", "25.11": "v0.2.0", "26.02": "v0.3.0", "26.04": "v0.4.0",
                 "26.06": "v0.5.0"}
@@ -117,12 +153,18 @@ RELEASES: dict[str, dict[str, Release]] = {
     "megatron": {"core_v0.16": Release(framework="megatron", target="core_v0.16")},
     "megatron-bridge": {
         release: Release(
-            framework="megatron", features=_BRIDGE_FEATURES,
+            framework="megatron", features=BRIDGE_RECIPE_FEATURES,
             sources={name: f"{source}, Megatron-Bridge {release} ({_BRIDGE_TAGS[release]})"
                      for name, source in _BRIDGE_SOURCES.items()},
             models=models,
             model_sources={model: f"Megatron-Bridge {release} ({_BRIDGE_TAGS[release]}) "
                                   f"performance recipe of {model}" for model in models},
+            precision_models={
+                "nvfp4": {model: _NVFP4_OFF for model in _BRIDGE_NVFP4_MODELS[release]},
+                "fp8": {model: _FP8_CS for model in _BRIDGE_FP8_CS_MODELS[release]}},
+            precision_sources={
+                precision: f"Megatron-Bridge {release} ({_BRIDGE_TAGS[release]}) performance "
+                           f"recipe under {precision}" for precision in ("nvfp4", "fp8")},
             target=_BRIDGE_TARGETS.get(release, ""))
         for release, models in _BRIDGE_MODELS.items()},
     "torchtitan": {"0.2": Release(framework="torchtitan", target="0.2")},
@@ -150,10 +192,12 @@ class ResolvedProfile:
     sources: Mapping[str, str]
 
 
-def resolve_profile(text: str, model_name: str | None = None) -> ResolvedProfile:
+def resolve_profile(text: str, model_name: str | None = None, precision: str | None = None
+                    ) -> ResolvedProfile:
     """`--framework NAME[@RELEASE]` for a model of the zoo named `model_name` (its recipe's
-    features where the release has one); an unknown name or release is an InputError that
-    lists the known ones."""
+    features where the release has one) trained in `precision` (what the recipe sets last under
+    it: megatron-bridge@26.02's llama3.1-70b under nvfp4 turns TP overlap off); an unknown name
+    or release is an InputError that lists the known ones."""
     family, _, release = text.partition("@")
     if family not in RELEASES:
         raise InputError(f"--framework {text}: unknown framework ({', '.join(RELEASES)})")
@@ -163,12 +207,17 @@ def resolve_profile(text: str, model_name: str | None = None) -> ResolvedProfile
         known = ", ".join(f"{family}@{r}" for r in releases if r) or family
         raise InputError(f"--framework {text}: unknown release of {family} ({known})")
     chosen = releases[release]
-    model_features = chosen.models.get(model_name or "", {})
+    model = model_name or ""
+    model_features = chosen.models.get(model, {})
+    precision_features = chosen.precision_models.get(precision or "", {}).get(model, {})
     sources = {**chosen.sources,
-               **{name: chosen.model_sources[model_name or ""] for name in model_features}}
+               **{name: chosen.model_sources[model] for name in model_features},
+               **{name: f"{chosen.precision_sources[precision or '']} of {model}"
+                  for name in precision_features}}
     label = f"{family}@{release}" if release else family
     return ResolvedProfile(label=label, framework=chosen.framework, release=chosen,
-                           features={**chosen.features, **model_features}, sources=sources)
+                           features={**chosen.features, **model_features, **precision_features},
+                           sources=sources)
 
 
 def feature_sources(resolved: ResolvedProfile, given: Mapping[str, Any]

@@ -19,6 +19,7 @@ from solver.cost.uncertainty import (
 from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
+from solver.spec.features import FrameworkFeatures
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.profiles import render_profile_json, resolve_profile
 from solver.sweep.problems import SweepProblem
@@ -73,11 +74,15 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
     second search per problem (`parplan optimize` of the problem gives it)."""
     start = time.perf_counter()
     try:
+        # --framework NAME@RELEASE: the release's features for the model and precision, as
+        # optimize resolves them (solver.spec.profiles).
+        resolved = resolve_profile(problem.framework, problem.model, problem.precision)
         built = build_problem(problem.model, problem.cluster, problem.gpus,
                               seq_len=problem.seq_len, global_batch=problem.global_batch,
-                              precision=problem.precision, framework=problem.framework,
+                              precision=problem.precision, framework=resolved.framework,
                               objective=problem.objective,
-                              memory_headroom=settings.fit_headroom(problem.framework))
+                              features=FrameworkFeatures(**resolved.features),
+                              memory_headroom=settings.fit_headroom(resolved.framework))
         result = solve(built, top=settings.top, engine=settings.engine,
                        time_limit_s=settings.time_limit_s, compare=False)
     except ParplanError as exc:
@@ -85,8 +90,8 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
                 "solve_seconds": round(time.perf_counter() - start, 3),
                 **problem.as_dict(), **settings.as_line_fields(), "plans": []}
     line = render_result_json(result, settings.interval_level, settings.min_fit_probability)
-    # The profile, as optimize --json names it (a sweep takes bare framework names).
-    line["framework_profile"] = render_profile_json(resolve_profile(problem.framework))
+    # The profile, as optimize --json names it.
+    line["framework_profile"] = render_profile_json(resolved)
     line.update(problem.as_dict())  # the names as given (a file path stays a path)
     line.update(settings.as_line_fields())
     return line

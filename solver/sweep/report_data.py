@@ -60,7 +60,13 @@ def render_launch_line(line: dict[str, Any], plan: dict[str, Any]) -> str:
     # What its selective recompute recomputes where the search chose it (Plan.recompute_modules).
     if plan.get("recompute_modules"):
         words += ["--recompute-modules", ",".join(str(m) for m in plan["recompute_modules"])]
-    words += ["--format", LAUNCH_FORMATS.get(str(line.get("framework")), "torch")]
+    # A release profile (megatron-bridge@26.04) runs its framework's format and names itself,
+    # so launch writes the release's features the plan was costed with.
+    profile = str(line.get("framework"))
+    runs = (line.get("framework_profile") or {}).get("framework", profile)
+    words += ["--format", LAUNCH_FORMATS.get(str(runs), "torch")]
+    if profile not in LAUNCH_FORMATS and profile != "generic":
+        words += ["--framework", profile]
     return " ".join(shlex.quote(word) for word in words)
 
 

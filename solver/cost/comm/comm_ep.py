@@ -10,11 +10,17 @@ megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedu
     comp stream:  attn_fwd    | mlp_bwd -> mlp_bwd_dw -> mlp_fwd | attn_bwd
 
 where `attn` is everything up to the dispatch (attention, norms, router, permutation) and `mlp`
-the experts. A phase takes as long as the longer of its two streams, so what a phase's
-all-to-alls exceed its compute is exposed: with c one all-to-all pass (half the forward's EP
-time),
+the experts, with the experts' weight gradient delayed after their data gradient
+(--delay-wgrad-compute, which Megatron-Bridge's performance scripts set with the overlap:
+scripts/performance/utils/overrides.py _set_moe_a2a_overlap_overrides, v0.3.0-v0.5.0;
+run_script.py A2A_1F1B, 25.09). A phase ends when both streams have, and the next waits for it
+(each phase's work needs the previous phase's outputs), so what a phase's all-to-alls exceed
+its compute is exposed; inside the middle phase the forward's experts wait for their dispatch
+and the backward's dispatch for the experts' data gradient (estimate_merged_experts_phase_s).
+With c one all-to-all pass (half the forward's EP time),
 
-    exposed = max(c - attn_fwd, 0) + max(2c - mlp_fwd - mlp_bwd, 0) + max(c - attn_bwd, 0)
+    exposed = max(c - attn_fwd, 0) + middle(c, mlp_fwd, mlp_bwd) - mlp_fwd - mlp_bwd
+              + max(c - attn_bwd, 0)
 
 and the hidden rest slows the compute stream by the SMs the communication kernels hold
 (`contention`, solver.cost.layers.layer_time.sm_contention). Passes beyond the merged forward and
@@ -51,10 +57,31 @@ def estimate_ep_exposed_s(ep_fwd_s: np.ndarray, passes: float, overlap: bool,
         return ep_fwd_s * passes
     one = 0.5 * ep_fwd_s  # one all-to-all: the forward's dispatch or its combine
     (attn_fwd, attn_bwd), (mlp_fwd, mlp_bwd) = attn_s, mlp_s
-    exposed = (np.maximum(one - attn_fwd, 0.0) + np.maximum(2.0 * one - mlp_fwd - mlp_bwd, 0.0)
-               + np.maximum(one - attn_bwd, 0.0))
+    exposed = (np.maximum(one - attn_fwd, 0.0)
+               + estimate_merged_experts_phase_s(one, mlp_fwd, mlp_bwd)
+               - (mlp_fwd + mlp_bwd) + np.maximum(one - attn_bwd, 0.0))
     hidden = 2.0 * ep_fwd_s - exposed
     return exposed + hidden * contention + ep_fwd_s * (passes - 2.0)
+
+
+def estimate_merged_experts_phase_s(one_s, mlp_fwd_s, mlp_bwd_s) -> np.ndarray:
+    """Seconds of the merged pair's middle phase (module docstring): the backward's expert
+    data gradient, then its weight gradient (delayed: --delay-wgrad-compute), then the
+    forward's experts on the compute stream; the forward's dispatch, then the backward's on
+    the communication stream. The forward's experts wait for their dispatch and the
+    backward's dispatch for its data gradient, so
+
+        max(max(c, dgrad) + c, max(dgrad + wgrad, c) + mlp_fwd)
+
+    with dgrad = wgrad = mlp_bwd / 2 (each 2 m n k FLOPs, as the forward's GEMM: Narayanan
+    et al. 2021 §3.3). Worked number: c = 1.5 ms, experts 1 / 2 ms: max(3, 3) = 3 ms, 0
+    exposed where the phase's pooled 3 ms of traffic against 3 ms of compute is also 0; with
+    experts 1.2 / 1.0 ms: max(3, 2.7) = 3 ms, 0.8 ms exposed where pooling gives 0.8 ms;
+    with experts 2 / 1 ms: max(3, 3.5) = 3.5 ms, 0.5 ms exposed where pooling hides it all."""
+    one = np.asarray(one_s, dtype=float)
+    dgrad = wgrad = 0.5 * np.asarray(mlp_bwd_s, dtype=float)
+    return np.maximum(np.maximum(one, dgrad) + one,
+                      np.maximum(dgrad + wgrad, one) + mlp_fwd_s)
 
 
 def estimate_unmerged_share(pp: np.ndarray, vpp: np.ndarray, num_micro: np.ndarray

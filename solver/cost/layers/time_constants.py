@@ -177,9 +177,10 @@ class TimeConstants(BaseModel):
     zero2_reduce_every_micro_batch: bool = False
     # EP all-to-all overlap (Megatron-Core `--overlap-moe-expert-parallel-comm`, "EP A2A
     # communication overlap with computation in both 1F1B pipelining and non-pipelined
-    # training", Megatron-Bridge 0.1.0 changelog; notes §4.5): one micro-batch's dispatch and
-    # combine run while another's layer computes, so only what exceeds the layer's compute is
-    # exposed, plus the SM share of the hidden part.
+    # training", Megatron-Bridge 0.1.0 changelog; notes §4.5) with --delay-wgrad-compute: one
+    # micro-batch's dispatch and combine run while another's layer computes, so only what
+    # exceeds the compute beside each is exposed (solver.cost.comm.comm_ep), plus the SM share
+    # of the hidden part.
     ep_comm_overlap: bool = False
     # SMs that overlapped NCCL / userbuffer kernels occupy: NeMo's TP-overlap default is 16
     # (communication_overlap.rst; notes §4.5), NCCL's channel count is of the same order.
