@@ -240,7 +240,8 @@ def _framework(problem: Problem) -> list[Constraint]:
                            "torchtitan (FSDP2): ZeRO 0 (DDP), 2 or 3; no optimizer-only ZeRO 1",
                            lambda v: v["zero"] != 1),
                 *_kv_head_split(problem.model_spec, "torchtitan"),
-                *_torchtitan_experts(problem.model_spec)]
+                *_torchtitan_experts(problem.model_spec),
+                *_no_sparse_attention(problem.model_spec, "torchtitan")]
     if problem.framework == "deepspeed":
         return [
             Constraint("deepspeed_zero_with_pp", ("zero", "pp"),
@@ -257,6 +258,7 @@ def _framework(problem: Problem) -> list[Constraint]:
                        "DeepSpeed: tensor parallelism (AutoTP training) only with ZeRO 0, 1 or 2",
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
             *_kv_head_split(problem.model_spec, "DeepSpeed"),
+            *_no_sparse_attention(problem.model_spec, "DeepSpeed"),
             *_deepspeed_autoep(problem.model_spec),
             *_deepspeed_bf16_master(problem),
         ]
@@ -278,13 +280,35 @@ def _deepspeed_bf16_master(problem: Problem) -> list[Constraint]:
 def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
     """Megatron-Core 0.16, the version `launch` writes for, runs gated DeltaNet without
     context parallelism (megatron/core/ssm/gated_delta_net.py: "TODO: support CP"; core_v0.18.0
-    adds it)."""
-    if "linear_attention" not in model_spec.layer_mixers:
+    adds it), and DeepSeek Sparse Attention without it too (core_v0.16.0
+    experimental_attention_variant/dsa.py: the indexer scores and selects keys of its own
+    sequence shard only, no CP group; the CP path, _validate_nonpacked_cp_uniform_length,
+    came later)."""
+    rules = []
+    if "linear_attention" in model_spec.layer_mixers:
+        rules.append(Constraint("megatron_linear_attention_no_cp", ("cp",),
+                                "Megatron-Core 0.16 has no context parallelism for gated "
+                                "DeltaNet (it arrives in 0.18): cp = 1",
+                                lambda v: v["cp"] == 1))
+    if model_spec.is_sparse_attention:
+        rules.append(Constraint("megatron_sparse_attention_no_cp", ("cp",),
+                                "Megatron-Core 0.16 has no context parallelism for DeepSeek "
+                                "Sparse Attention (its indexer sees one CP shard): cp = 1",
+                                lambda v: v["cp"] == 1))
+    return rules
+
+
+def _no_sparse_attention(model_spec: ModelSpec, framework: str) -> list[Constraint]:
+    """DeepSeek Sparse Attention runs under Megatron-Core (experimental_attention_variant
+    "dsa", core_v0.16.0) and Megatron-Bridge; torchtitan's deepseek_v3 model is dense MLA
+    (torchtitan/models/deepseek_v3/model.py @HEAD: no indexer) and DeepSpeed has no DSA
+    module, so no degrees run such a model there."""
+    if not model_spec.is_sparse_attention:
         return []
-    return [Constraint("megatron_linear_attention_no_cp", ("cp",),
-                       "Megatron-Core 0.16 has no context parallelism for gated DeltaNet "
-                       "(it arrives in 0.18): cp = 1",
-                       lambda v: v["cp"] == 1)]
+    return [Constraint(f"{framework.lower()}_has_no_sparse_attention", ("tp",),
+                       f"{framework} has no DeepSeek Sparse Attention (index_topk): plan it "
+                       "with --framework megatron or megatron-bridge",
+                       lambda v: v["tp"] < 0)]
 
 
 def _kv_head_split(model_spec: ModelSpec, framework: str) -> list[Constraint]:

@@ -47,7 +47,7 @@ class ParameterCounts:
 
     @property
     def attention_params_per_layer(self) -> int:
-        """Attention projections (+biases, q/k norms, sinks) of one layer."""
+        """Attention projections (+biases, q/k norms, sinks, DSA's indexer) of one layer."""
         h, heads, kv = self.hidden_size, self.num_attention_heads, self.kv_heads
         if self.is_mla:
             q_width = heads * self.qk_head_dim
@@ -60,7 +60,8 @@ class ParameterCounts:
             kv_down = h * (kv_rank + (self.qk_rope_head_dim or 0)) + self._norm_params(kv_rank)
             kv_up = kv_rank * heads * ((self.qk_nope_head_dim or 0) + self.value_head_dim)
             out = heads * self.value_head_dim * h
-            return q + kv_down + kv_up + out + (h if self.o_bias else 0)
+            indexer = self.indexer_params(h, self.q_lora_rank)  # DSA (spec.sparse_attention)
+            return q + kv_down + kv_up + out + (h if self.o_bias else 0) + indexer
         d = self.qk_head_dim
         q_width, kv_width = heads * d, kv * d
         gate = q_width if self.attention_output_gate else 0
@@ -287,6 +288,11 @@ class ParameterCounts:
             "norms": self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params,
             "lm_head": self.lm_head_params,
         }
+        if self.is_sparse_attention:  # DSA's lightning indexers, apart from MLA's projections
+            indexers = self.num_attention_layers * self.indexer_params(self.hidden_size,
+                                                                       self.q_lora_rank)
+            parts["attention"] -= indexers
+            parts["indexer"] = indexers
         if self.moe_latent_size:
             parts["latent_projections"] = moe_layers * self.latent_projection_params_per_layer
         mlps = self.layer_mlps

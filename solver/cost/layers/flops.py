@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from solver.cost.layers.blocks import estimate_pattern_forward_flops
+from solver.cost.layers.sparse_attention import estimate_sparse_core_flops
 from solver.spec import ModelSpec
 
 
@@ -36,7 +37,10 @@ def _attention_gemm_flops(model_spec: ModelSpec) -> float:
 def estimate_attention_core_flops(model_spec: ModelSpec, seq_len: int, causal: bool = True
                                   ) -> float:
     """QK^T and AV per token per layer: 2 * ctx * heads * (d_qk + d_v), ctx = s/2 if causal.
-    Llama-3.1-8B at s = 8192, causal: 2 * 4096 * 32 * 256 = 6.7e7."""
+    Llama-3.1-8B at s = 8192, causal: 2 * 4096 * 32 * 256 = 6.7e7. DSA: its top-k keys plus
+    the indexer's scores (solver.cost.layers.sparse_attention)."""
+    if model_spec.is_sparse_attention:
+        return estimate_sparse_core_flops(model_spec, seq_len, causal)
     ctx = seq_len / 2 if causal else seq_len
     heads = model_spec.num_attention_heads
     return 2.0 * ctx * heads * (model_spec.qk_head_dim + model_spec.value_head_dim)

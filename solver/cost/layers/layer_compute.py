@@ -49,6 +49,7 @@ from solver.cost.kernels.efficiency import (
     gemm_table,
 )
 from solver.cost.layers.flops import estimate_attention_core_flops
+from solver.cost.layers.sparse_attention import indexer_params_per_layer
 from solver.cost.layers.fp8_scaling import estimate_routed_scaling_s
 from solver.cost.kernels.kernels import load_kernel_table
 from solver.cost.kernels.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
@@ -108,7 +109,12 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
                 in_step(2.0 * blend(estimate_gemm_backward_s, rows_, h, width), cc,
                         measured_gemms))
 
-    attention, attention_bwd = two_gemms(model_spec.attention_params_per_layer, rows, tp)
+    # DSA's indexer is duplicated on every TP rank (solver.cost.layers.sparse_attention).
+    indexer = indexer_params_per_layer(model_spec)
+    attention, attention_bwd = two_gemms(model_spec.attention_params_per_layer - indexer, rows, tp)
+    if indexer:
+        indexer_s = two_gemms(indexer, rows, np.ones_like(tp))
+        attention, attention_bwd = attention + indexer_s[0], attention_bwd + indexer_s[1]
     rope, rope_bwd = estimate_eager_rope_s(model_spec, gpu, cc, rows, tp,
                                            constants.scaled_rope_eager)
     attention, attention_bwd = attention + rope, attention_bwd + rope_bwd
