@@ -79,7 +79,7 @@ def estimate_prefill_sparse_flops_per_token(model_spec: ModelSpec, context, tp) 
     2 ctx (a / tp)(d_qk + d_v) with ctx = k - k(k-1)/(2c) for k < c else c/2
     (SparseAttentionFields.sparse_context_tokens, vectorised), plus the indexer's scores on
     the whole sequence, duplicated on every rank, 2 H_I d_I c/2. DeepSeek-V3.2, c = 8192,
-    tp 8: 2 x 1792.1 x 16 x 320 + 67,108,864 = 85,459,224."""
+    tp 8: 2 x 1792.1 x 16 x 320 + 67,108,864 = 85,460,224."""
     m = model_spec
     c = np.maximum(np.asarray(context, dtype=float), 1.0)
     k = float(m.index_topk or 0)

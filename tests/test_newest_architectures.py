@@ -1,0 +1,215 @@
+"""The 2025-26 architectures of the zoo (issue 42 item 3): DeepSeek Sparse Attention
+(DeepSeek-V3.2, GLM-5), MiniMax-M2.5, Qwen3.5 (dense and MoE gated-DeltaNet hybrids).
+
+Sources pinned here:
+- DSA's indexer shapes: Megatron-Core megatron/core/transformer/experimental_attention_variant/
+  dsa.py DSAIndexer @d98e8a6 (linear_wq_b q_lora_rank -> H_I d_I, linear_wk h -> d_I,
+  LayerNorm k_norm, linear_weights_proj h -> H_I, all parallel_mode="duplicated");
+  DeepSeek-V3.2 config.json (index_n_heads 64, index_head_dim 128, index_topk 2048; as
+  ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/model_configs copies it @095f58a).
+- The indexer key cache: vLLM model_executor/models/deepseek_v2.py DeepseekV32IndexerCache
+  (head_dim fp8 bytes + head_dim // 128 fp32 scales).
+- Megatron-Core 0.16's DSA flags: TransformerConfig experimental_attention_variant "dsa",
+  dsa_indexer_n_heads / _head_dim / _topk (core_v0.16.0 transformer_config.py).
+- The parameter totals: tests/test_zoo.py and tests/test_hf_import.py (model cards).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver.catalog.zoo import load_model_spec
+from solver.cli import cli
+from solver.cost.layers.flops import estimate_attention_core_flops
+from solver.cost.layers.sparse_attention import (
+    estimate_indexer_cache_bytes_per_token,
+    estimate_indexer_replica_params,
+    estimate_prefill_sparse_flops_per_token,
+    estimate_sparse_core_flops,
+    indexer_params_per_layer,
+)
+from solver.cost.serving.memory import estimate_kv_bytes_per_token
+from solver.cost.serving.step import attention_params_per_gpu
+
+NEW_MODELS = ("deepseek-v3.2", "glm-5", "minimax-m2.5", "qwen3.5-397b-a17b", "qwen3.5-27b")
+DSA_MODELS = ("deepseek-v3.2", "glm-5")
+
+
+def dense_twin(name: str):
+    """The same model with dense MLA (no indexer)."""
+    return load_model_spec(name).model_copy(
+        update={"index_n_heads": None, "index_head_dim": None, "index_topk": None})
+
+
+# ---- DSA shapes and costs, pinned to their sources -----------------------------------------
+
+
+def test_indexer_parameters_follow_megatron_dsa_indexer() -> None:
+    """q_lora_rank x H_I d_I + h d_I + 2 d_I (LayerNorm weight and bias) + h H_I."""
+    v32 = load_model_spec("deepseek-v3.2")
+    assert indexer_params_per_layer(v32) == (1536 * 64 * 128 + 7168 * 128 + 2 * 128
+                                             + 7168 * 64) == 13_959_424
+    glm5 = load_model_spec("glm-5")
+    assert indexer_params_per_layer(glm5) == 2048 * 32 * 128 + 6144 * 128 + 256 + 6144 * 32
+    for name in DSA_MODELS:
+        spec, dense = load_model_spec(name), dense_twin(name)
+        layers = spec.num_hidden_layers
+        assert spec.total_params - dense.total_params == layers * indexer_params_per_layer(spec)
+        assert spec.breakdown()["indexer"] == layers * indexer_params_per_layer(spec)
+        assert indexer_params_per_layer(dense) == 0
+
+
+def test_indexer_is_duplicated_on_every_tp_rank() -> None:
+    """vLLM builds the indexer's projections as ReplicatedLinear, Megatron-Core as
+    parallel_mode="duplicated": a TP rank holds all of it, not 1/tp."""
+    spec, dense = load_model_spec("deepseek-v3.2"), dense_twin("deepseek-v3.2")
+    for tp in (1, 2, 8):
+        extra = attention_params_per_gpu(spec, np.array([tp]))[0] - attention_params_per_gpu(
+            dense, np.array([tp]))[0]
+        assert extra == pytest.approx(13_959_424)
+    assert estimate_indexer_replica_params(spec, 8) == pytest.approx(13_959_424 * 7 / 8)
+    assert estimate_indexer_replica_params(spec, 1) == 0
+
+
+def test_sparse_attention_core_flops_worked_number() -> None:
+    """DeepSeek-V3.2 at s = 8192: mean keys k - k(k-1)/(2s) = 1792.125 of the top 2048;
+    2 x 1792.125 x 128 heads x (192 + 128) + indexer 2 x 64 x 128 x 4096."""
+    spec = load_model_spec("deepseek-v3.2")
+    assert spec.sparse_context_tokens(8192) == pytest.approx(2048 - 2048 * 2047 / 16384)
+    assert spec.indexer_core_flops_per_token(8192) == 67_108_864
+    assert estimate_sparse_core_flops(spec, 8192) == pytest.approx(
+        2 * 1792.125 * 128 * 320 + 67_108_864)
+    assert estimate_attention_core_flops(spec, 8192) == estimate_sparse_core_flops(spec, 8192)
+    # Dense MLA would attend to 4096 keys on average.
+    assert estimate_attention_core_flops(dense_twin("deepseek-v3.2"), 8192) == 2 * 4096 * 128 * 320
+
+
+@settings(max_examples=50, deadline=None)
+@given(seq_len=st.integers(1, 1 << 20), topk=st.integers(1, 1 << 16))
+def test_sparse_context_never_exceeds_causal_attention(seq_len: int, topk: int) -> None:
+    """min(i, k) keys for query i: never more than causal attention's s/2 mean, never more
+    than k, and exactly s/2 once k covers the sequence; the vectorised prefill form agrees."""
+    spec = load_model_spec("deepseek-v3.2").model_copy(update={"index_topk": topk})
+    ctx = spec.sparse_context_tokens(seq_len)
+    assert ctx <= seq_len / 2 + 1e-9 and ctx <= topk
+    if topk >= seq_len:
+        assert ctx == seq_len / 2
+    prefill = estimate_prefill_sparse_flops_per_token(spec, np.array([seq_len]), 1)[0]
+    assert prefill == pytest.approx(estimate_sparse_core_flops(spec, seq_len), rel=1e-9)
+
+
+def test_indexer_key_cache_is_served_next_to_mla() -> None:
+    """vLLM DeepseekV32IndexerCache: 128 fp8 keys + one fp32 scale = 132 B per token and
+    layer, next to MLA's (512 + 64) x 2 B; 61 layers: 78,324 B per token."""
+    spec = load_model_spec("deepseek-v3.2")
+    assert estimate_indexer_cache_bytes_per_token(spec) == 132
+    kv = estimate_kv_bytes_per_token(spec, 8192, 2.0, np.array([8]), np.array([1]))
+    assert kv[0] == 61 * (1152 + 132) == 78_324
+    assert estimate_indexer_cache_bytes_per_token(dense_twin("deepseek-v3.2")) == 0
+
+
+def test_dsa_sizes_come_together_and_need_mla() -> None:
+    spec = load_model_spec("deepseek-v3.2")
+    with pytest.raises(ValueError, match="needs all of index_n_heads"):
+        spec.model_validate({**spec.model_dump(), "index_topk": None})
+    with pytest.raises(ValueError, match="needs multi-head latent attention"):
+        load_model_spec("minimax-m2.5").model_validate(
+            {**load_model_spec("minimax-m2.5").model_dump(), "index_n_heads": 64,
+             "index_head_dim": 128, "index_topk": 2048})
+
+
+# ---- framework rules -----------------------------------------------------------------------
+
+TRAIN = ["--cluster", "dgx-h100", "--gpus", "256", "--seq-len", "4096", "--global-batch",
+         "1024"]
+
+
+def invoke_json(*args: str) -> dict:
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_megatron_0_16_runs_dsa_without_context_parallelism() -> None:
+    answer = invoke_json("optimize", "--model", "deepseek-v3.2", *TRAIN, "--cp", "2")
+    assert answer["status"] == "infeasible"
+    assert "megatron_sparse_attention_no_cp" in answer["conflicts"]
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed"])
+def test_frameworks_without_dsa_refuse_it(framework: str) -> None:
+    answer = invoke_json("optimize", "--model", "glm-5", *TRAIN, "--framework", framework)
+    assert answer["status"] == "infeasible"
+    assert f"{framework}_has_no_sparse_attention" in answer["conflicts"]
+
+
+def test_megatron_launch_writes_the_dsa_flags() -> None:
+    result = CliRunner().invoke(cli, ["launch", "--model", "deepseek-v3.2", *TRAIN, "--tp", "2",
+                                      "--pp", "8", "--ep", "8", "--format", "megatron"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    for flag in ("--multi-latent-attention", "--experimental-attention-variant dsa",
+                 "--dsa-indexer-n-heads 64", "--dsa-indexer-head-dim 128",
+                 "--dsa-indexer-topk 2048"):
+        assert flag in text
+
+
+# ---- every new model through estimate, optimize, serve and launch ------------------------
+
+# (training GPUs, pins) and serving GPUs per model: enough H100s to hold it.
+RUNS = {
+    "deepseek-v3.2": (["--gpus", "256", "--pp", "8"], "32"),
+    "glm-5": (["--gpus", "256", "--pp", "8"], "32"),
+    "minimax-m2.5": (["--gpus", "64", "--pp", "4"], "8"),
+    "qwen3.5-397b-a17b": (["--gpus", "128", "--pp", "4"], "16"),
+    "qwen3.5-27b": (["--gpus", "16"], "2"),
+}
+
+
+@pytest.mark.parametrize("name", NEW_MODELS)
+def test_new_model_plans_end_to_end(name: str, tmp_path: Path) -> None:
+    """optimize's best plan, estimated again from its file (same step time), written as
+    Megatron arguments; a vLLM serving plan and its launch line."""
+    train, serve_gpus = RUNS[name]
+    best = invoke_json("optimize", "--model", name, "--cluster", "dgx-h100", "--seq-len",
+                       "4096", "--global-batch", "1024", *train, "--top", "1")
+    assert best["status"] in ("optimal", "feasible") and best["plans"][0]["fits"]
+    path = tmp_path / "plans.json"
+    path.write_text(json.dumps(best), encoding="utf-8")
+    estimate = invoke_json("estimate", "--plan", str(path))
+    assert estimate["plans"][0]["step_seconds"] == pytest.approx(
+        best["plans"][0]["step_seconds"], rel=1e-6)
+    launch = CliRunner().invoke(cli, ["launch", "--plan", str(path), "--format", "megatron"])
+    assert launch.exit_code == 0, launch.output
+    assert f"--num-layers {load_model_spec(name).num_hidden_layers}" in launch.stdout
+    served = invoke_json("serve", "--model", name, "--cluster", "dgx-h100", "--gpus",
+                         serve_gpus, "--context", "32768", "--precision", "fp8")
+    assert served["status"] in ("optimal", "feasible") and served["plans"][0]["fits"]
+    engine = served["plans"][0]
+    vllm = CliRunner().invoke(cli, ["launch", "--model", name, "--cluster", "dgx-h100",
+                                    "--gpus", serve_gpus, "--tp", str(engine["tp"]), "--pp",
+                                    str(engine["pp"]), "--format", "vllm"])
+    assert vllm.exit_code == 0, vllm.output
+    assert f"--tensor-parallel-size {engine['tp']}" in vllm.stdout
+
+
+@pytest.mark.parametrize(("name", "letters"), [
+    ("deepseek-v3.2", "*-*-*-*E*E"), ("glm-5", "*-*-*-*E"), ("minimax-m2.5", "*E*E*E"),
+    ("qwen3.5-397b-a17b", "LELELE*ELE"), ("qwen3.5-27b", "L-L-L-*-L-"),
+])
+def test_models_show_prints_the_block_pattern(name: str, letters: str) -> None:
+    result = CliRunner().invoke(cli, ["models", "show", name])
+    assert result.exit_code == 0, result.output
+    pattern = result.stdout.split("block pattern: ", 1)[1].split("\n", 1)[0]
+    assert pattern.startswith(letters)
+    assert len(pattern.replace("E", "").replace("-", "")) == load_model_spec(
+        name).num_hidden_layers
+    if name in DSA_MODELS:
+        assert "DeepSeek Sparse Attention" in result.stdout
