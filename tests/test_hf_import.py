@@ -229,6 +229,13 @@ PUBLISHED: dict[str, Published] = {
         "397B", "17B", "https://huggingface.co/Qwen/Qwen3.5-397B-A17B model card (with the "
         "vision encoder, not planned)",
     ),
+    "longcat-flash-chat": Published(
+        # Transcribed from transformers' LongcatFlashConfig, whose defaults are this
+        # checkpoint's (models/longcat_flash/configuration_longcat_flash.py,
+        # auto_docstring(checkpoint="meituan-longcat/LongCat-Flash-Chat")).
+        "560B", "27B", "https://huggingface.co/meituan-longcat/LongCat-Flash-Chat model card "
+        "(560B total, 27B activated on average)", active_without_embedding=True,
+    ),
     "qwen3.5-27b": Published(
         "27B", None, "https://huggingface.co/Qwen/Qwen3.5-27B model card (with the vision "
         "encoder, not planned)",
@@ -252,7 +259,7 @@ def import_config(name: str) -> ModelSpec:
 def test_every_supported_model_type_has_a_real_config() -> None:
     types = {load_config(name)["model_type"] for name in CONFIG_NAMES}
     assert types == set(SUPPORTED_MODEL_TYPES)
-    assert len(SUPPORTED_MODEL_TYPES) == 29
+    assert len(SUPPORTED_MODEL_TYPES) == 30
     assert sorted(p.stem for p in CONFIG_DIR.glob("*.json")) == CONFIG_NAMES
 
 
@@ -393,6 +400,9 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
                      "num_nextn_predict_layers": 0},
     "qwen3.5-397b-a17b": {"attention_output_gate": True, "shared_expert_gate": True,
                           "linear_num_value_heads": 64, "num_nextn_predict_layers": 1},
+    "longcat-flash-chat": {"num_hidden_layers": 56, "num_zero_experts": 256,
+                           "num_experts_per_tok": 12, "moe_layer_freq": 2,
+                           "shared_expert_intermediate_size": 12288},
     "qwen3.5-27b": {"attention_output_gate": True, "num_experts": 0,
                     "intermediate_size": 17408, "num_nextn_predict_layers": 1},
 }
@@ -424,6 +434,7 @@ ZOO_TWINS = {
     "glm-4.5": "glm-4.5", "kimi-k2-instruct": "kimi-k2",
     "deepseek-v3.2": "deepseek-v3.2", "glm-5": "glm-5", "minimax-m2.5": "minimax-m2.5",
     "qwen3.5-397b-a17b": "qwen3.5-397b-a17b", "qwen3.5-27b": "qwen3.5-27b",
+    "longcat-flash-chat": "longcat-flash",
 }
 
 

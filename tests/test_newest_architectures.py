@@ -1,5 +1,6 @@
 """The 2025-26 architectures of the zoo (issue 42 item 3): DeepSeek Sparse Attention
-(DeepSeek-V3.2, GLM-5), MiniMax-M2.5, Qwen3.5 (dense and MoE gated-DeltaNet hybrids).
+(DeepSeek-V3.2, GLM-5), zero-computation experts (LongCat-Flash), MiniMax-M2.5, Qwen3.5
+(dense and MoE gated-DeltaNet hybrids).
 
 Sources pinned here:
 - DSA's indexer shapes: Megatron-Core megatron/core/transformer/experimental_attention_variant/
@@ -11,6 +12,9 @@ Sources pinned here:
   (head_dim fp8 bytes + head_dim // 128 fp32 scales).
 - Megatron-Core 0.16's DSA flags: TransformerConfig experimental_attention_variant "dsa",
   dsa_indexer_n_heads / _head_dim / _topk (core_v0.16.0 transformer_config.py).
+- Zero-computation experts: transformers models/longcat_flash (LongcatFlashTopkRouter
+  classifier over n_routed_experts + zero_expert_num, identity experts without weights);
+  the LongCat-Flash card: 560B total, 18.6B-31.3B activated, 27B on average.
 - The parameter totals: tests/test_zoo.py and tests/test_hf_import.py (model cards).
 """
 
@@ -27,7 +31,7 @@ from hypothesis import strategies as st
 
 from solver.catalog.zoo import load_model_spec
 from solver.cli import cli
-from solver.cost.layers.flops import estimate_attention_core_flops
+from solver.cost.layers.flops import estimate_attention_core_flops, estimate_moe_layer_flops
 from solver.cost.layers.sparse_attention import (
     estimate_indexer_cache_bytes_per_token,
     estimate_indexer_replica_params,
@@ -38,7 +42,8 @@ from solver.cost.layers.sparse_attention import (
 from solver.cost.serving.memory import estimate_kv_bytes_per_token
 from solver.cost.serving.step import attention_params_per_gpu
 
-NEW_MODELS = ("deepseek-v3.2", "glm-5", "minimax-m2.5", "qwen3.5-397b-a17b", "qwen3.5-27b")
+NEW_MODELS = ("deepseek-v3.2", "glm-5", "minimax-m2.5", "qwen3.5-397b-a17b", "qwen3.5-27b",
+              "longcat-flash")
 DSA_MODELS = ("deepseek-v3.2", "glm-5")
 
 
@@ -125,8 +130,6 @@ def test_dsa_sizes_come_together_and_need_mla() -> None:
              "index_head_dim": 128, "index_topk": 2048})
 
 
-# ---- framework rules -----------------------------------------------------------------------
-
 TRAIN = ["--cluster", "dgx-h100", "--gpus", "256", "--seq-len", "4096", "--global-batch",
          "1024"]
 
@@ -136,6 +139,64 @@ def invoke_json(*args: str) -> dict:
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
+
+# ---- zero-computation experts ----------------------------------------------------------------
+
+
+def test_zero_experts_give_the_cards_activated_range() -> None:
+    """LongCat-Flash card: 18.6B to 31.3B activated (no FFN expert to all 12 FFN experts),
+    27B on average; balanced over 768 experts a token visits 12 x 512 / 768 = 8 FFN experts.
+    LongCat counts without the input embedding and truncates, as the card's figures show."""
+    spec = load_model_spec("longcat-flash")
+    assert spec.experts_per_token == 8.0
+    per_expert_layers = spec.num_moe_layers * spec.expert_params
+    mean = spec.active_params - spec.embedding_params
+    assert int(mean / 1e9) == 27
+    assert int((mean - 8 * per_expert_layers) / 1e8) == 186
+    assert int((mean + 4 * per_expert_layers) / 1e8) == 313
+
+
+def test_zero_experts_have_no_weights_and_no_flops() -> None:
+    """The router scores 512 + 256 experts (with its correction bias); the identity experts
+    hold nothing and compute nothing: a MoE layer costs what 8 FFN experts of 512 cost, plus
+    the router's 256 extra rows."""
+    spec = load_model_spec("longcat-flash")
+    assert spec.router_params_per_layer == 768 * (6144 + 1)
+    assert spec.breakdown()["routed_experts"] == 28 * 512 * 3 * 6144 * 2048
+    plain = spec.model_copy(update={"num_zero_experts": 0, "num_experts_per_tok": 8})
+    difference = (estimate_moe_layer_flops(spec, 4096).total
+                  - estimate_moe_layer_flops(plain, 4096).total)
+    assert difference == 2 * 256 * (6144 + 1)
+
+
+@settings(max_examples=50, deadline=None)
+@given(top_k=st.integers(1, 64), experts=st.integers(64, 1024), zero=st.integers(0, 1024))
+def test_zero_experts_only_lower_the_experts_a_token_visits(top_k: int, experts: int,
+                                                            zero: int) -> None:
+    spec = load_model_spec("longcat-flash")
+    visited = spec.model_copy(update={"num_zero_experts": zero}).experts_per_token_of(
+        experts, top_k)
+    assert 0 < visited <= top_k
+    assert (visited == top_k) == (zero == 0)
+    more = spec.model_copy(update={"num_zero_experts": zero + 1}).experts_per_token_of(
+        experts, top_k)
+    assert more < visited
+
+
+@pytest.mark.parametrize(("framework", "rule"), [
+    ("megatron", "megatron_core_has_no_zero_experts"),
+    ("megatron-bridge", "megatron_core_has_no_zero_experts"),
+    ("torchtitan", "torchtitan_has_no_zero_experts"),
+    ("deepspeed", "deepspeed_has_no_zero_experts"),
+])
+def test_training_frameworks_without_zero_experts_refuse_them(framework: str,
+                                                              rule: str) -> None:
+    answer = invoke_json("optimize", "--model", "longcat-flash", *TRAIN, "--framework",
+                         framework)
+    assert answer["status"] == "infeasible" and rule in answer["conflicts"]
+
+
+# ---- framework rules -----------------------------------------------------------------------
 
 def test_megatron_0_16_runs_dsa_without_context_parallelism() -> None:
     answer = invoke_json("optimize", "--model", "deepseek-v3.2", *TRAIN, "--cp", "2")
@@ -170,6 +231,8 @@ RUNS = {
     "minimax-m2.5": (["--gpus", "64", "--pp", "4"], "8"),
     "qwen3.5-397b-a17b": (["--gpus", "128", "--pp", "4"], "16"),
     "qwen3.5-27b": (["--gpus", "16"], "2"),
+    # No training framework has zero experts: the generic one (its rules lifted).
+    "longcat-flash": (["--gpus", "256", "--pp", "8", "--framework", "generic"], "16"),
 }
 
 
@@ -186,9 +249,16 @@ def test_new_model_plans_end_to_end(name: str, tmp_path: Path) -> None:
     estimate = invoke_json("estimate", "--plan", str(path))
     assert estimate["plans"][0]["step_seconds"] == pytest.approx(
         best["plans"][0]["step_seconds"], rel=1e-6)
-    launch = CliRunner().invoke(cli, ["launch", "--plan", str(path), "--format", "megatron"])
-    assert launch.exit_code == 0, launch.output
-    assert f"--num-layers {load_model_spec(name).num_hidden_layers}" in launch.stdout
+    if "generic" in train:
+        launch = CliRunner().invoke(cli, ["launch", "--plan", str(path), "--format", "groups",
+                                          "--json"])
+        assert launch.exit_code == 0, launch.output
+        assert json.loads(launch.stdout)["world_size"] == int(train[1])
+    else:
+        launch = CliRunner().invoke(cli, ["launch", "--plan", str(path), "--format",
+                                          "megatron"])
+        assert launch.exit_code == 0, launch.output
+        assert f"--num-layers {load_model_spec(name).num_hidden_layers}" in launch.stdout
     served = invoke_json("serve", "--model", name, "--cluster", "dgx-h100", "--gpus",
                          serve_gpus, "--context", "32768", "--precision", "fp8")
     assert served["status"] in ("optimal", "feasible") and served["plans"][0]["fits"]
@@ -203,6 +273,7 @@ def test_new_model_plans_end_to_end(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "letters"), [
     ("deepseek-v3.2", "*-*-*-*E*E"), ("glm-5", "*-*-*-*E"), ("minimax-m2.5", "*E*E*E"),
     ("qwen3.5-397b-a17b", "LELELE*ELE"), ("qwen3.5-27b", "L-L-L-*-L-"),
+    ("longcat-flash", "*E*-*E*-"),
 ])
 def test_models_show_prints_the_block_pattern(name: str, letters: str) -> None:
     result = CliRunner().invoke(cli, ["models", "show", name])
@@ -213,3 +284,5 @@ def test_models_show_prints_the_block_pattern(name: str, letters: str) -> None:
         name).num_hidden_layers
     if name in DSA_MODELS:
         assert "DeepSeek Sparse Attention" in result.stdout
+    if name == "longcat-flash":
+        assert "256 zero-computation experts: 8 FFN experts a token" in result.stdout

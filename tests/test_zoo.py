@@ -241,6 +241,11 @@ PUBLISHED: dict[str, Published] = {
         # The text model computes to 396.35B; the card's 397B adds the vision encoder.
         "397B", "17B", "https://huggingface.co/Qwen/Qwen3.5-397B-A17B model card",
     ),
+    "longcat-flash": Published(
+        # Active without the embedding, at k E / (E + Z) = 8 FFN experts, computes to 27.15B.
+        "560B", "27B", "https://huggingface.co/meituan-longcat/LongCat-Flash-Chat model card; "
+        "arXiv:2509.01322", active_without_embedding=True,
+    ),
     "qwen3.5-27b": Published(
         # The text model computes to 26.90B; the card's 27B adds the vision encoder.
         "27B", None, "https://huggingface.co/Qwen/Qwen3.5-27B model card",

@@ -55,7 +55,7 @@ from solver.catalog.hf_hybrid import (
     sliding_pattern,
     with_windows,
 )
-from solver.catalog.hf_newer import map_minimax_m2, map_qwen3_5
+from solver.catalog.hf_newer import map_longcat_flash, map_minimax_m2, map_qwen3_5
 from solver.catalog.hf_layernorm import map_falcon, map_gpt2, map_gpt_neox
 from solver.catalog.hf_nemotron import map_nemotron_h
 from solver.catalog.tomlfile import validate_spec
@@ -311,6 +311,7 @@ _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxy
     "llama": _map_llama,
     "llama4": map_llama4,
     "llama4_text": map_llama4_text,
+    "longcat_flash": map_longcat_flash,
     "minimax_m2": map_minimax_m2,
     "mistral": _map_mistral,
     "mixtral": _map_mixtral,

@@ -1,10 +1,11 @@
 """Hugging Face `config.json` mappings of the 2025-26 families (solver.catalog.hf's rules):
-MiniMax-M2 and Qwen3.5's language models.
+MiniMax-M2, Qwen3.5's language models and LongCat-Flash.
 """
 
 from __future__ import annotations
 
 from solver.catalog.hf_fields import (
+    MAX_LAYERS,
     Config,
     Fields,
     field_error,
@@ -66,3 +67,46 @@ def _map_qwen3_5_text(cfg: Config, source: str) -> Fields:
         raise field_error(source, "intermediate_size", "required key is missing (the dense "
                                                        "layers of mlp_only_layers need it)")
     return fields
+
+
+def map_longcat_flash(cfg: Config, source: str) -> Fields:
+    """LongcatFlashDecoderLayer (transformers models/longcat_flash): each of `num_layers`
+    layers is two sublayers, each MLA (q_a + RMSNorm + q_b, kv_a + RMSNorm + kv_b, o; no
+    biases) and a SwiGLU MLP of ffn_hidden_size with two RMSNorms, plus one MoE fed from the
+    first sublayer's MLP input (the shortcut-connected MoE, added to the second sublayer's
+    output): a bias-free classifier over n_routed_experts + zero_expert_num with an
+    e_score_correction_bias, n_routed_experts SwiGLU experts of expert_ffn_hidden_size and
+    zero_expert_num identity experts (solver.spec.zero_experts), top moe_topk. As a ModelSpec:
+    2 x num_layers layers; the first of each pair is MoE (moe_layer_freq 2) and its dense MLP
+    is that MoE's shared expert (same input, every token), the second is dense. The
+    checkpoint's model.mtp.* weights are not built by HF's LongcatFlashForCausalLM
+    (_keys_to_ignore_on_load_unexpected) and not counted."""
+    if read_bool(cfg, source, "attention_bias", False):
+        raise field_error(source, "attention_bias", "biased MLA projections are not modelled")
+    if cfg.get("zero_expert_type", "identity") != "identity":
+        raise field_error(source, "zero_expert_type", "only identity zero experts are modelled")
+    pairs = read_int(cfg, source, "num_layers", 28, maximum=MAX_LAYERS // 2)
+    heads = read_int(cfg, source, "num_attention_heads")
+    width = read_int(cfg, source, "ffn_hidden_size")
+    return {
+        "num_hidden_layers": 2 * pairs,
+        "vocab_size": read_int(cfg, source, "vocab_size"),
+        "max_position_embeddings": read_int(cfg, source, "max_position_embeddings", 131072),
+        "tie_word_embeddings": read_bool(cfg, source, "tie_word_embeddings", False),
+        "hidden_size": read_int(cfg, source, "hidden_size"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "intermediate_size": width,
+        "q_lora_rank": read_int(cfg, source, "q_lora_rank", nullable=True),
+        "kv_lora_rank": read_int(cfg, source, "kv_lora_rank"),
+        "qk_nope_head_dim": read_int(cfg, source, "qk_nope_head_dim"),
+        "qk_rope_head_dim": read_int(cfg, source, "qk_rope_head_dim"),
+        "v_head_dim": read_int(cfg, source, "v_head_dim"),
+        **read_routed_experts(cfg, source, experts_key="n_routed_experts", top_k_key="moe_topk",
+                              width=read_int(cfg, source, "expert_ffn_hidden_size")),
+        "num_zero_experts": read_int(cfg, source, "zero_expert_num", 0, minimum=0),
+        "router_bias": True,
+        "num_shared_experts": 1,
+        "shared_expert_intermediate_size": width,
+        "moe_layer_freq": 2,
+    }

@@ -234,6 +234,7 @@ def _framework(problem: Problem) -> list[Constraint]:
                        "over TP)",
                        lambda v: (v["tp"] == 1) | (job.seq_len % (v["tp"] * v["cp"]) == 0)),
             *_megatron_blocks(problem.model_spec),
+            *build_no_zero_experts(problem.model_spec, "Megatron-Core"),
         ]
     if problem.framework == "torchtitan":
         return [Constraint("torchtitan_zero_stage", ("zero",),
@@ -241,7 +242,8 @@ def _framework(problem: Problem) -> list[Constraint]:
                            lambda v: v["zero"] != 1),
                 *_kv_head_split(problem.model_spec, "torchtitan"),
                 *_torchtitan_experts(problem.model_spec),
-                *_no_sparse_attention(problem.model_spec, "torchtitan")]
+                *build_no_sparse_attention(problem.model_spec, "torchtitan"),
+                *build_no_zero_experts(problem.model_spec, "torchtitan")]
     if problem.framework == "deepspeed":
         return [
             Constraint("deepspeed_zero_with_pp", ("zero", "pp"),
@@ -258,7 +260,8 @@ def _framework(problem: Problem) -> list[Constraint]:
                        "DeepSpeed: tensor parallelism (AutoTP training) only with ZeRO 0, 1 or 2",
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
             *_kv_head_split(problem.model_spec, "DeepSpeed"),
-            *_no_sparse_attention(problem.model_spec, "DeepSpeed"),
+            *build_no_sparse_attention(problem.model_spec, "DeepSpeed"),
+            *build_no_zero_experts(problem.model_spec, "DeepSpeed"),
             *_deepspeed_autoep(problem.model_spec),
             *_deepspeed_bf16_master(problem),
         ]
@@ -298,16 +301,26 @@ def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
     return rules
 
 
-def _no_sparse_attention(model_spec: ModelSpec, framework: str) -> list[Constraint]:
-    """DeepSeek Sparse Attention runs under Megatron-Core (experimental_attention_variant
-    "dsa", core_v0.16.0) and Megatron-Bridge; torchtitan's deepseek_v3 model is dense MLA
-    (torchtitan/models/deepseek_v3/model.py @HEAD: no indexer) and DeepSpeed has no DSA
-    module, so no degrees run such a model there."""
+def build_no_sparse_attention(model_spec: ModelSpec, framework: str) -> list[Constraint]:
+    """DSA runs under Megatron-Core (core_v0.16.0 "dsa") and Bridge only: torchtitan's
+    deepseek_v3 is dense MLA (models/deepseek_v3/model.py: no indexer), DeepSpeed has none."""
     if not model_spec.is_sparse_attention:
         return []
     return [Constraint(f"{framework.lower()}_has_no_sparse_attention", ("tp",),
                        f"{framework} has no DeepSeek Sparse Attention (index_topk): plan it "
                        "with --framework megatron or megatron-bridge",
+                       lambda v: v["tp"] < 0)]
+
+
+def build_no_zero_experts(model_spec: ModelSpec, framework: str) -> list[Constraint]:
+    """Zero-computation experts (solver.spec.zero_experts) run in vLLM and SGLang; no training
+    framework has them (Megatron-LM @d98e8a6, Bridge @067f987, torchtitan, DeepSpeed)."""
+    if not model_spec.num_zero_experts:
+        return []
+    name = framework.lower().replace("-", "_")
+    return [Constraint(f"{name}_has_no_zero_experts", ("tp",),
+                       f"{framework} has no zero-computation experts (num_zero_experts): plan "
+                       "it with --framework generic",
                        lambda v: v["tp"] < 0)]
 
 

@@ -29,6 +29,7 @@ from solver.spec.blocks import (
 from solver.spec.model_params import ParameterCounts
 from solver.spec.rope import RopeScaling
 from solver.spec.sparse_attention import SparseAttentionFields
+from solver.spec.zero_experts import ZeroExpertFields
 from solver.spec.strict import (
     MAX_EXPERTS,
     MAX_SEQ_LEN,
@@ -38,7 +39,7 @@ from solver.spec.strict import (
 )
 
 
-class ModelSpec(SparseAttentionFields, ParameterCounts):
+class ModelSpec(SparseAttentionFields, ZeroExpertFields, ParameterCounts):
     """A decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA); its parameter counts
     come from ParameterCounts (solver.spec.model_params)."""
 
@@ -199,6 +200,7 @@ class ModelSpec(SparseAttentionFields, ParameterCounts):
         if self.q_lora_rank is not None and not self.is_mla:
             raise ValueError("q_lora_rank is only meaningful with kv_lora_rank (MLA)")
         self._check_sparse_attention(self.is_mla)
+        self._check_zero_experts(self.num_experts)
         self._check_pattern()
         return self
 
@@ -253,6 +255,12 @@ class ModelSpec(SparseAttentionFields, ParameterCounts):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def experts_per_token(self) -> float:
+        """Routed FFN experts a token visits: num_experts_per_tok, fewer on average with zero
+        experts (solver.spec.zero_experts)."""
+        return self.experts_per_token_of(self.num_experts, self.num_experts_per_tok)
 
     @property
     def is_mla(self) -> bool:

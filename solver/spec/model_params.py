@@ -36,7 +36,7 @@ class ParameterCounts:
         if mlp == "dense":
             return self.dense_mlp_params_per_layer
         if mlp == "moe":
-            routed = self.num_experts_per_tok if active else self.num_experts
+            routed = self.experts_per_token if active else self.num_experts
             return (self.router_params_per_layer + routed * self.expert_params
                     + self.shared_expert_params_per_layer
                     + self.latent_projection_params_per_layer)
@@ -150,7 +150,9 @@ class ParameterCounts:
     def router_params_per_layer(self) -> int:
         if not self.is_moe:
             return 0
-        return self.num_experts * (self.hidden_size + (1 if self.router_bias else 0))
+        # The router scores the zero experts too (solver.spec.zero_experts).
+        scored = self.num_experts + self.num_zero_experts
+        return scored * (self.hidden_size + (1 if self.router_bias else 0))
 
     @property
     def shared_expert_params_per_layer(self) -> int:
@@ -271,8 +273,9 @@ class ParameterCounts:
         """Parameters one token touches (routed experts: top-k of them)."""
         if not self.is_moe:
             return self.total_params
-        idle = self.num_experts - self.num_experts_per_tok
-        return self.total_params - self.num_moe_layers * idle * self.expert_params
+        # On average with zero experts (k E / (E + Z) FFN experts), rounded to a parameter.
+        idle = self.num_experts - self.experts_per_token
+        return round(self.total_params - self.num_moe_layers * idle * self.expert_params)
 
     def breakdown(self) -> dict[str, int]:
         """Parameters by kind, summed over the model; the values add up to total_params."""

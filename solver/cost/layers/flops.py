@@ -59,7 +59,7 @@ def estimate_moe_layer_flops(model_spec: ModelSpec, seq_len: int) -> LayerFlops:
     """One MoE layer: router + top-k routed experts + shared experts (balanced routing), and
     LatentMoE's two projections (Megatron core_v0.16.1 training.py moe_layer_flops: the
     routed experts at moe_latent_size plus 4 b s h latent for up and down projection)."""
-    routed = model_spec.num_experts_per_tok * model_spec.expert_params
+    routed = model_spec.experts_per_token * model_spec.expert_params
     mlp = (model_spec.router_params_per_layer + routed + model_spec.shared_expert_params_per_layer
            + model_spec.latent_projection_params_per_layer)
     return LayerFlops(

@@ -173,7 +173,7 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     if not model_spec.is_moe:
         return _with_block_kinds(model_spec, job, {"dense": dense, "moe": dense}, pieces,
                                  {**mlp_bytes, "moe": 0.0})
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    k, experts = model_spec.experts_per_token, model_spec.num_experts
     routed, routed_bwd, fused = _routed_experts(model_spec, cluster, job, d, constants,
                                                 bf16_share)
     measured_routed = fused or measured_gemms
@@ -327,7 +327,7 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     tokens are moe_token_width wide (the latent width under LatentMoE)."""
     gpu, cc, h = cluster.gpu, constants.compute, model_spec.moe_token_width
     tp, ep, etp = d["tp"], d["ep"], d["etp"]
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    k, experts = model_spec.experts_per_token, model_spec.num_experts
     rows = d["micro_batch"] * job.seq_len / d["cp"]
     recipe = load_recipe(job.precision)
     if gpu.kernel_table is not None:

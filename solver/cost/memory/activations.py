@@ -113,7 +113,7 @@ def _mlp_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                 BF16_BYTES * h + lin * h + mask)
     shared_width = m.num_shared_experts * (
         m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
-    routed_copies = m.num_experts_per_tok * options.moe_capacity_factor
+    routed_copies = m.experts_per_token * options.moe_capacity_factor
     # Routed copies travel at moe_token_width; LatentMoE's fc2_latent_proj (replicated over
     # TP) keeps its latent input (fc1's input is the norm output, already counted).
     width = m.moe_token_width
@@ -162,7 +162,7 @@ def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candida
         moe_split, _ = _mlp_bytes(m, job, candidates, options, moe=True)
         return split + moe_split, (BF16_BYTES * h + FP32_BYTES * m.num_experts
                                    + lin * (m.moe_latent_size or 0))
-    copies = m.num_experts_per_tok * options.moe_capacity_factor
+    copies = m.experts_per_token * options.moe_capacity_factor
     if "moe_act" in modules:  # the fc2 inputs, and an eager SwiGLU's silu output
         width = m.moe_intermediate_size or 0
         split = split + copies * (lin * width
@@ -211,7 +211,7 @@ def estimate_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Cand
         assert "moe" not in options.recompute_modules or not np.any(
             candidates.recompute == RECOMPUTE_SELECTIVE), "offload inside a recomputed MoE"
         m = model_spec
-        copies = m.num_experts_per_tok * options.moe_capacity_factor
+        copies = m.experts_per_token * options.moe_capacity_factor
         split = split + copies * (candidates.etp * _linear_input_bytes(job) * m.hidden_size
                                   + BF16_BYTES * (m.moe_intermediate_size or 0))
     full = candidates.recompute == RECOMPUTE_FULL

@@ -196,7 +196,7 @@ def estimate_activation_bytes(model_spec: ModelSpec, tokens: int, sequences: int
     if m.num_dense_layers:
         width = 3.0 * m.intermediate_size / tp + 2.0 * m.hidden_size
     if m.is_moe:
-        experts = (m.num_experts_per_tok * (3.0 * m.moe_intermediate_size + m.moe_token_width)
+        experts = (m.experts_per_token * (3.0 * m.moe_intermediate_size + m.moe_token_width)
                    / tp)
         width = np.maximum(width, experts)
     logits = sequences * m.vocab_size * logits_bytes

@@ -213,7 +213,7 @@ def attention_params_per_gpu(model_spec: ModelSpec, tp: np.ndarray) -> np.ndarra
 
 
 def _touched(model_spec: ModelSpec, tokens: np.ndarray) -> np.ndarray:
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    k, experts = model_spec.experts_per_token, model_spec.num_experts
     return 1.0 - (1.0 - k / experts) ** np.asarray(tokens, dtype=float)
 
 
@@ -224,7 +224,7 @@ def _routed_experts_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str, shape: 
     if not m.is_moe:
         return np.zeros_like(rows)
     # The experts' tokens are moe_token_width wide (the latent width under LatentMoE).
-    h, k, experts = m.moe_token_width, m.num_experts_per_tok, m.num_experts
+    h, k, experts = m.moe_token_width, m.experts_per_token, m.num_experts
     expert_parallel = shape.ep > 1
     ep = np.where(expert_parallel, shape.ep, 1).astype(float)
     etp = np.where(expert_parallel, 1, shape.tp * shape.dp).astype(float)
