@@ -236,6 +236,10 @@ PUBLISHED: dict[str, Published] = {
         "560B", "27B", "https://huggingface.co/meituan-longcat/LongCat-Flash-Chat model card "
         "(560B total, 27B activated on average)", active_without_embedding=True,
     ),
+    "ernie-4.5-21b-a3b": Published(
+        "21B", "3B", "https://huggingface.co/baidu/ERNIE-4.5-21B-A3B-PT model card (21B total, "
+        "3B activated); config.json as MindIE's ErniemoeConfig test quotes it",
+    ),
     "qwen3.5-27b": Published(
         "27B", None, "https://huggingface.co/Qwen/Qwen3.5-27B model card (with the vision "
         "encoder, not planned)",
@@ -259,7 +263,7 @@ def import_config(name: str) -> ModelSpec:
 def test_every_supported_model_type_has_a_real_config() -> None:
     types = {load_config(name)["model_type"] for name in CONFIG_NAMES}
     assert types == set(SUPPORTED_MODEL_TYPES)
-    assert len(SUPPORTED_MODEL_TYPES) == 30
+    assert len(SUPPORTED_MODEL_TYPES) == 31
     assert sorted(p.stem for p in CONFIG_DIR.glob("*.json")) == CONFIG_NAMES
 
 
@@ -403,6 +407,9 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
     "longcat-flash-chat": {"num_hidden_layers": 56, "num_zero_experts": 256,
                            "num_experts_per_tok": 12, "moe_layer_freq": 2,
                            "shared_expert_intermediate_size": 12288},
+    "ernie-4.5-21b-a3b": {"first_k_dense_layers": 1, "num_shared_experts": 1,
+                          "shared_expert_intermediate_size": 3072, "router_bias": True,
+                          "tie_word_embeddings": True, "qkv_bias": False},
     "qwen3.5-27b": {"attention_output_gate": True, "num_experts": 0,
                     "intermediate_size": 17408, "num_nextn_predict_layers": 1},
 }
@@ -434,7 +441,7 @@ ZOO_TWINS = {
     "glm-4.5": "glm-4.5", "kimi-k2-instruct": "kimi-k2",
     "deepseek-v3.2": "deepseek-v3.2", "glm-5": "glm-5", "minimax-m2.5": "minimax-m2.5",
     "qwen3.5-397b-a17b": "qwen3.5-397b-a17b", "qwen3.5-27b": "qwen3.5-27b",
-    "longcat-flash-chat": "longcat-flash",
+    "longcat-flash-chat": "longcat-flash", "ernie-4.5-21b-a3b": "ernie-4.5-21b-a3b",
 }
 
 
@@ -585,7 +592,7 @@ def test_bad_config_is_one_input_error_line_naming_file_and_key(case: str) -> No
 
 
 def test_unsupported_model_type_lists_the_supported_ones() -> None:
-    with pytest.raises(InputError, match="supported: deepseek_v2, deepseek_v3, deepseek_v32, falcon"):
+    with pytest.raises(InputError, match="supported: deepseek_v2, deepseek_v3, deepseek_v32, ernie4_5_moe, falcon"):
         model_spec_from_hf_config({"model_type": "bert"}, "bert.json")
 
 

@@ -1,6 +1,6 @@
 """The 2025-26 architectures of the zoo (issue 42 item 3): DeepSeek Sparse Attention
 (DeepSeek-V3.2, GLM-5), zero-computation experts (LongCat-Flash), MiniMax-M2.5, Qwen3.5
-(dense and MoE gated-DeltaNet hybrids).
+(dense and MoE gated-DeltaNet hybrids), ERNIE 4.5 MoE.
 
 Sources pinned here:
 - DSA's indexer shapes: Megatron-Core megatron/core/transformer/experimental_attention_variant/
@@ -43,7 +43,7 @@ from solver.cost.serving.memory import estimate_kv_bytes_per_token
 from solver.cost.serving.step import attention_params_per_gpu
 
 NEW_MODELS = ("deepseek-v3.2", "glm-5", "minimax-m2.5", "qwen3.5-397b-a17b", "qwen3.5-27b",
-              "longcat-flash")
+              "longcat-flash", "ernie-4.5-21b-a3b")
 DSA_MODELS = ("deepseek-v3.2", "glm-5")
 
 
@@ -231,6 +231,7 @@ RUNS = {
     "minimax-m2.5": (["--gpus", "64", "--pp", "4"], "8"),
     "qwen3.5-397b-a17b": (["--gpus", "128", "--pp", "4"], "16"),
     "qwen3.5-27b": (["--gpus", "16"], "2"),
+    "ernie-4.5-21b-a3b": (["--gpus", "16"], "1"),
     # No training framework has zero experts: the generic one (its rules lifted).
     "longcat-flash": (["--gpus", "256", "--pp", "8", "--framework", "generic"], "16"),
 }
@@ -273,7 +274,7 @@ def test_new_model_plans_end_to_end(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "letters"), [
     ("deepseek-v3.2", "*-*-*-*E*E"), ("glm-5", "*-*-*-*E"), ("minimax-m2.5", "*E*E*E"),
     ("qwen3.5-397b-a17b", "LELELE*ELE"), ("qwen3.5-27b", "L-L-L-*-L-"),
-    ("longcat-flash", "*E*-*E*-"),
+    ("longcat-flash", "*E*-*E*-"), ("ernie-4.5-21b-a3b", "*-*E*E*E"),
 ])
 def test_models_show_prints_the_block_pattern(name: str, letters: str) -> None:
     result = CliRunner().invoke(cli, ["models", "show", name])

@@ -246,6 +246,10 @@ PUBLISHED: dict[str, Published] = {
         "560B", "27B", "https://huggingface.co/meituan-longcat/LongCat-Flash-Chat model card; "
         "arXiv:2509.01322", active_without_embedding=True,
     ),
+    "ernie-4.5-21b-a3b": Published(
+        # 21.83B and 3.35B (embedding included) compute; Baidu's card truncates.
+        "21B", "3B", "https://huggingface.co/baidu/ERNIE-4.5-21B-A3B-PT model card",
+    ),
     "qwen3.5-27b": Published(
         # The text model computes to 26.90B; the card's 27B adds the vision encoder.
         "27B", None, "https://huggingface.co/Qwen/Qwen3.5-27B model card",

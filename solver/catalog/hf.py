@@ -55,7 +55,12 @@ from solver.catalog.hf_hybrid import (
     sliding_pattern,
     with_windows,
 )
-from solver.catalog.hf_newer import map_longcat_flash, map_minimax_m2, map_qwen3_5
+from solver.catalog.hf_newer import (
+    map_ernie4_5_moe,
+    map_longcat_flash,
+    map_minimax_m2,
+    map_qwen3_5,
+)
 from solver.catalog.hf_layernorm import map_falcon, map_gpt2, map_gpt_neox
 from solver.catalog.hf_nemotron import map_nemotron_h
 from solver.catalog.tomlfile import validate_spec
@@ -298,6 +303,7 @@ _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxy
     "deepseek_v2": _map_deepseek_v2,
     "deepseek_v3": _map_deepseek_v3,
     "deepseek_v32": _map_deepseek_sparse,
+    "ernie4_5_moe": map_ernie4_5_moe,
     "falcon": map_falcon,
     "gemma2": _map_gemma2,
     "gemma3": map_gemma3,

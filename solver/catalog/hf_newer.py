@@ -1,5 +1,5 @@
 """Hugging Face `config.json` mappings of the 2025-26 families (solver.catalog.hf's rules):
-MiniMax-M2, Qwen3.5's language models and LongCat-Flash.
+MiniMax-M2, Qwen3.5's language models, LongCat-Flash and ERNIE 4.5 MoE.
 """
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from solver.catalog.hf_fields import (
     Config,
     Fields,
     field_error,
+    moe_layout,
     read_attention,
     read_body,
     read_bool,
     read_int,
     read_routed_experts,
+    with_moe,
 )
 from solver.catalog.hf_hybrid import map_qwen3_next, map_text_config
 
@@ -110,3 +112,40 @@ def map_longcat_flash(cfg: Config, source: str) -> Fields:
         "shared_expert_intermediate_size": width,
         "moe_layer_freq": 2,
     }
+
+
+def map_ernie4_5_moe(cfg: Config, source: str) -> Fields:
+    """Ernie4_5_MoeDecoderLayer (transformers models/ernie4_5_moe): q/k/v/o and MLPs biased
+    by `use_bias`; two RMSNorms; layer i is MoE iff moe_layer_start_index <= i <=
+    moe_layer_end_index (-1: the last) and (i + 1) % moe_layer_interval == 0: a bias-free
+    gate over moe_num_experts SwiGLU experts of moe_intermediate_size with a learned
+    e_score_correction_bias (moe_statics), and moe_num_shared_experts shared experts as one
+    MLP of moe_num_shared_experts x moe_intermediate_size; other layers a SwiGLU MLP of
+    intermediate_size; tied embeddings by default. The MTP layers are not built by HF's
+    Ernie4_5_MoeForCausalLM and not counted."""
+    bias = read_bool(cfg, source, "use_bias", False)
+    dense = {
+        **read_body(cfg, source, max_positions=131072, tied=True),
+        **read_attention(cfg, source, kv_default=None, head_dim_default=None),
+        "intermediate_size": read_int(cfg, source, "intermediate_size"),
+        "qkv_bias": bias, "o_bias": bias, "mlp_bias": bias,
+    }
+    width = read_int(cfg, source, "moe_intermediate_size")
+    shared = read_int(cfg, source, "moe_num_shared_experts", 0, minimum=0)
+    moe = {
+        **read_routed_experts(cfg, source, experts_key="moe_num_experts", top_k_key="moe_k",
+                              width=width),
+        "router_bias": True,
+        "num_shared_experts": 1 if shared else 0,
+        **({"shared_expert_intermediate_size": shared * width} if shared else {}),
+    }
+    layers = dense["num_hidden_layers"]
+    start = read_int(cfg, source, "moe_layer_start_index", 0, minimum=0, maximum=MAX_LAYERS)
+    end = cfg.get("moe_layer_end_index", -1)
+    end = layers - 1 if end in (None, -1) else read_int(cfg, source, "moe_layer_end_index")
+    interval = read_int(cfg, source, "moe_layer_interval", 1, maximum=MAX_LAYERS)
+    moe_layers = [i for i in range(layers) if start <= i <= end and (i + 1) % interval == 0]
+    if moe_layers and moe_layers[-1] != layers - 1:
+        raise field_error(source, "moe_layer_end_index", "dense layers after the MoE ones are "
+                                                         "not modelled")
+    return with_moe(dense, moe, moe_layout(source, "moe_layer_start_index", moe_layers, layers))
