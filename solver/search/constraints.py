@@ -283,10 +283,9 @@ def _deepspeed_bf16_master(problem: Problem) -> list[Constraint]:
 def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
     """Megatron-Core 0.16, the version `launch` writes for, runs gated DeltaNet without
     context parallelism (megatron/core/ssm/gated_delta_net.py: "TODO: support CP"; core_v0.18.0
-    adds it), and DeepSeek Sparse Attention without it too (core_v0.16.0
-    experimental_attention_variant/dsa.py: the indexer scores and selects keys of its own
-    sequence shard only, no CP group; the CP path, _validate_nonpacked_cp_uniform_length,
-    came later)."""
+    adds it). Its DSA (core_v0.16.0-0.18.2 dsa.py) trains through `unfused_dsa_fn`: fp32 bmm
+    scores over every key under an s x s mask; fused sparse kernels (dsa_tilelang_kernels.py)
+    arrive in core_v0.19.0. parplan costs DSA as fused kernels run it, so it refuses it here."""
     rules = []
     if "linear_attention" in model_spec.layer_mixers:
         rules.append(Constraint("megatron_linear_attention_no_cp", ("cp",),
@@ -294,16 +293,18 @@ def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
                                 "DeltaNet (it arrives in 0.18): cp = 1",
                                 lambda v: v["cp"] == 1))
     if model_spec.is_sparse_attention:
-        rules.append(Constraint("megatron_sparse_attention_no_cp", ("cp",),
-                                "Megatron-Core 0.16 has no context parallelism for DeepSeek "
-                                "Sparse Attention (its indexer sees one CP shard): cp = 1",
-                                lambda v: v["cp"] == 1))
+        rules.append(Constraint("megatron_sparse_attention_is_unfused", ("tp",),
+                                "Megatron-Core up to 0.18 trains DeepSeek Sparse Attention "
+                                "through its unfused fp32 reference (dsa.py unfused_dsa_fn), "
+                                "which parplan does not cost: plan it with --framework "
+                                "generic (fused sparse kernels, as core 0.19 runs them)",
+                                lambda v: v["tp"] < 0))
     return rules
 
 
 def build_no_sparse_attention(model_spec: ModelSpec, framework: str) -> list[Constraint]:
-    """DSA runs under Megatron-Core (core_v0.16.0 "dsa") and Bridge only: torchtitan's
-    deepseek_v3 is dense MLA (models/deepseek_v3/model.py: no indexer), DeepSpeed has none."""
+    """torchtitan's deepseek_v3 is dense MLA (models/deepseek_v3/model.py: no indexer) and
+    DeepSpeed has no DSA module."""
     if not model_spec.is_sparse_attention:
         return []
     return [Constraint(f"{framework.lower()}_has_no_sparse_attention", ("tp",),

@@ -18,6 +18,10 @@ lightning indexer that scores every earlier key:
           deepseek_v2.py DeepseekV32IndexerCache: head_dim + head_dim // 128 * 4 bytes,
           132 B for DeepSeek-V3.2). A decode step reads the indexer keys of the whole context
           and MLA's cache of the top-k tokens only (FlashMLA sparse decoding).
+Training is costed as fused sparse kernels run it (Megatron-Core core_v0.19.0
+dsa_tilelang_kernels.py, ops/sparse_mla.py): the top-k keys only. Megatron-Core 0.16 to 0.18
+train DSA through an unfused fp32 reference over every key, which this does not describe
+(solver.search.constraints refuses it: megatron_sparse_attention_is_unfused).
 """
 
 from __future__ import annotations
