@@ -31,14 +31,19 @@ from hypothesis import strategies as st
 
 from solver.catalog.zoo import load_model_spec
 from solver.cli import cli
+from solver.spec import JobSpec
 from solver.cost.layers.flops import estimate_attention_core_flops, estimate_moe_layer_flops
+from solver.cost.candidates import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE
 from solver.cost.layers.sparse_attention import (
     estimate_indexer_cache_bytes_per_token,
+    estimate_indexer_saved_bytes_per_token,
     estimate_indexer_replica_params,
     estimate_prefill_sparse_flops_per_token,
     estimate_sparse_core_flops,
     indexer_params_per_layer,
 )
+from solver.cost.memory.activations import _attention_bytes
+from solver.cost.memory.options import MemoryOptions
 from solver.cost.serving.memory import estimate_kv_bytes_per_token
 from solver.cost.serving.step import attention_params_per_gpu
 
@@ -118,6 +123,22 @@ def test_indexer_key_cache_is_served_next_to_mla() -> None:
     kv = estimate_kv_bytes_per_token(spec, 8192, 2.0, np.array([8]), np.array([1]))
     assert kv[0] == 61 * (1152 + 132) == 78_324
     assert estimate_indexer_cache_bytes_per_token(dense_twin("deepseek-v3.2")) == 0
+
+
+def test_indexer_keeps_its_tensors_whole_on_every_tp_rank() -> None:
+    """Megatron-Core core_v0.19.0 ops/indexer.py saves index_q, index_k, weights (bf16) and the
+    int32 top-k indices: 2 (64 x 128 + 128 + 64) + 4 x 2048 = 24,960 B per token and layer,
+    on every TP rank (the split part is divided by tp, so it enters x tp); a recomputed core
+    (core_attn) recomputes the indexer too."""
+    spec, dense = load_model_spec("deepseek-v3.2"), dense_twin("deepseek-v3.2")
+    assert estimate_indexer_saved_bytes_per_token(spec) == 24_960
+    job, options = JobSpec(seq_len=4096, global_batch=64), MemoryOptions()
+    tp = np.array([1, 2, 8])
+    for recompute, kept in ((RECOMPUTE_NONE, 24_960), (RECOMPUTE_SELECTIVE, 0)):
+        mode = np.full(3, recompute)
+        with_indexer, _ = _attention_bytes(spec, job, mode, options, tp)
+        without, _ = _attention_bytes(dense, job, mode, options, tp)
+        np.testing.assert_allclose((with_indexer - without) / tp, kept)
 
 
 def test_dsa_sizes_come_together_and_need_mla() -> None:

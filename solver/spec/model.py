@@ -257,12 +257,6 @@ class ModelSpec(SparseAttentionFields, ZeroExpertFields, ParameterCounts):
         return self.num_experts > 0
 
     @property
-    def experts_per_token(self) -> float:
-        """Routed FFN experts a token visits: num_experts_per_tok, fewer on average with zero
-        experts (solver.spec.zero_experts)."""
-        return self.experts_per_token_of(self.num_experts, self.num_experts_per_tok)
-
-    @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank is not None
 

@@ -33,6 +33,13 @@ class ZeroExpertFields(InputSpec):
         if self.num_zero_experts and not num_experts:
             raise ValueError("num_zero_experts needs num_experts > 0 (routed FFN experts)")
 
+    @property
+    def experts_per_token(self) -> float:
+        """Routed FFN experts a token visits (ModelSpec's num_experts, num_experts_per_tok):
+        num_experts_per_tok, fewer on average with zero experts."""
+        return self.experts_per_token_of(self.num_experts,  # type: ignore[attr-defined]
+                                         self.num_experts_per_tok)  # type: ignore[attr-defined]
+
     def experts_per_token_of(self, num_experts: int, top_k: int) -> float:
         """FFN experts a token visits on average: top_k E / (E + Z) (module docstring); top_k
         without zero experts. LongCat-Flash: 12 x 512 / 768 = 8."""

@@ -34,6 +34,9 @@ from solver.spec import ModelSpec
 INDEXER_QUANT_BLOCK = 128
 INDEXER_KEY_BYTES = 1.0
 INDEXER_SCALE_BYTES = 4.0
+# The top-k indices Megatron-Core's fused indexer keeps (ops/indexer.py: torch.int32).
+TOPK_INDEX_BYTES = 4.0
+BF16_BYTES = 2.0
 
 
 def indexer_params_per_layer(model_spec: ModelSpec) -> int:
@@ -91,3 +94,18 @@ def estimate_prefill_sparse_flops_per_token(model_spec: ModelSpec, context, tp) 
     heads = m.num_attention_heads / np.asarray(tp, dtype=float)
     core = 2.0 * ctx * heads * (m.qk_head_dim + m.value_head_dim)
     return core + 2.0 * (m.index_n_heads or 0) * (m.index_head_dim or 0) * c / 2.0
+
+
+def estimate_indexer_saved_bytes_per_token(model_spec: ModelSpec) -> float:
+    """Bytes per token one DSA layer's indexer keeps for its backward on every TP rank (it
+    is duplicated and gathers the sequence-parallel shards): Megatron-Core core_v0.19.0
+    ops/indexer.py IndexerFunction.save_for_backward(index_q, index_k, weights, ...,
+    topk_indices), bf16 q (H_I d_I), k (d_I) and weights (H_I), int32 top-k indices (k; the
+    sparse MLA kernel reads the same tensor). DeepSeek-V3.2: 2 (8192 + 128 + 64) + 4 x 2048
+    = 24,960 B. 0 without DSA."""
+    m = model_spec
+    if not m.is_sparse_attention:
+        return 0.0
+    heads, dim = m.index_n_heads or 0, m.index_head_dim or 0
+    return (BF16_BYTES * (heads * dim + dim + heads)
+            + TOPK_INDEX_BYTES * (m.index_topk or 0))

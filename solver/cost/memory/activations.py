@@ -45,6 +45,7 @@ from solver.cost.candidates import (
     RECOMPUTE_SELECTIVE,
     Candidates,
 )
+from solver.cost.layers.sparse_attention import estimate_indexer_saved_bytes_per_token
 from solver.cost.memory import eager
 from solver.cost.memory.op_level import estimate_op_level_bytes
 from solver.cost.memory.options import MemoryOptions
@@ -97,6 +98,9 @@ def _attention_bytes(model_spec: ModelSpec, job: JobSpec, recompute: np.ndarray,
     core = np.where(kept, core_none, 0.0)
     split = (BF16_BYTES * (q_width + k_width + v_width) + lin * heads * m.value_head_dim + core
              + norms_split)
+    # DSA's indexer keeps its tensors whole on every TP rank (x tp against the split's / tp),
+    # and only where the core is kept (core_attn recomputes it with the attention).
+    split = split + np.where(kept, estimate_indexer_saved_bytes_per_token(m), 0.0) * tp
     return split, replicated
 
 
