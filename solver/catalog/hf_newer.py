@@ -87,7 +87,7 @@ def map_longcat_flash(cfg: Config, source: str) -> Fields:
         raise field_error(source, "attention_bias", "biased MLA projections are not modelled")
     if cfg.get("zero_expert_type", "identity") != "identity":
         raise field_error(source, "zero_expert_type", "only identity zero experts are modelled")
-    pairs = read_int(cfg, source, "num_layers", 28, maximum=MAX_LAYERS // 2)
+    pairs = read_int(cfg, source, "num_layers", maximum=MAX_LAYERS // 2)
     heads = read_int(cfg, source, "num_attention_heads")
     width = read_int(cfg, source, "ffn_hidden_size")
     return {
