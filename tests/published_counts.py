@@ -24,6 +24,10 @@ class Published(NamedTuple):
     # OpenAI (gpt-oss model card Table 1) and DeepSeek leave the input embedding, a lookup, out
     # of "active" parameters; Mistral, Qwen and the others count it.
     active_without_embedding: bool = False
+    # The total counts the checkpoint's MTP module with its own copies of the embedding and
+    # the LM head, as DeepSeek's cards do ("685B: 671B main model weights and 14B MTP module
+    # weights", DeepSeek-V3 README; the MTP layer's embed_tokens and shared_head.head).
+    total_with_mtp_checkpoint: bool = False
 
 
 def parse_published_count(text: str) -> tuple[float, float]:

@@ -43,7 +43,7 @@ PLANNING = ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8"]
 # ---- unbounded grids --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("grid, count", [
-    (["--models", "all", "--clusters", "all", "--gpus", "1-1000000"], "663,000,000"),
+    (["--models", "all", "--clusters", "all", "--gpus", "1-1000000"], "754,000,000"),
     (["--models", "llama3.2-1b", "--clusters", "dgx-h100", "--gpus", "8", "--seq-len",
       "1-1000000", "--global-batch", "1-1000000"], "1,000,000,000,000"),
 ], ids=["gpus", "seq-len-x-global-batch"])

@@ -210,6 +210,40 @@ PUBLISHED: dict[str, Published] = {
         "total, 32B activated",
         active_without_embedding=True,
     ),
+    # 2025-26 families, config.json as ai-dynamo/aiconfigurator copies them
+    # (aic-core/src/aiconfigurator_core/model_configs/<org>--<name>_config.json @095f58a).
+    "deepseek-v3.2": Published(
+        # The checkpoint with its MTP module (its own embedding and head copies): 685.36B.
+        "685B", "37B", "https://huggingface.co/deepseek-ai/DeepSeek-V3.2 model card (685B)",
+        active_without_embedding=True, total_with_mtp_checkpoint=True,
+    ),
+    "glm-5": Published(
+        "744B", "40B", "https://huggingface.co/zai-org/GLM-5 model card (744B, 40B active)",
+        active_without_embedding=True,
+    ),
+    "minimax-m2.5": Published(
+        "229B", "10B", "https://huggingface.co/MiniMaxAI/MiniMax-M2.5 model card",
+        active_without_embedding=True,
+    ),
+    "qwen3.5-397b-a17b": Published(
+        "397B", "17B", "https://huggingface.co/Qwen/Qwen3.5-397B-A17B model card (with the "
+        "vision encoder, not planned)",
+    ),
+    "longcat-flash-chat": Published(
+        # Transcribed from transformers' LongcatFlashConfig, whose defaults are this
+        # checkpoint's (models/longcat_flash/configuration_longcat_flash.py,
+        # auto_docstring(checkpoint="meituan-longcat/LongCat-Flash-Chat")).
+        "560B", "27B", "https://huggingface.co/meituan-longcat/LongCat-Flash-Chat model card "
+        "(560B total, 27B activated on average)", active_without_embedding=True,
+    ),
+    "ernie-4.5-21b-a3b": Published(
+        "21B", "3B", "https://huggingface.co/baidu/ERNIE-4.5-21B-A3B-PT model card (21B total, "
+        "3B activated); config.json as MindIE's ErniemoeConfig test quotes it",
+    ),
+    "qwen3.5-27b": Published(
+        "27B", None, "https://huggingface.co/Qwen/Qwen3.5-27B model card (with the vision "
+        "encoder, not planned)",
+    ),
 }
 
 CONFIG_NAMES = sorted(PUBLISHED)
@@ -229,7 +263,7 @@ def import_config(name: str) -> ModelSpec:
 def test_every_supported_model_type_has_a_real_config() -> None:
     types = {load_config(name)["model_type"] for name in CONFIG_NAMES}
     assert types == set(SUPPORTED_MODEL_TYPES)
-    assert len(SUPPORTED_MODEL_TYPES) == 24
+    assert len(SUPPORTED_MODEL_TYPES) == 31
     assert sorted(p.stem for p in CONFIG_DIR.glob("*.json")) == CONFIG_NAMES
 
 
@@ -237,7 +271,10 @@ def test_every_supported_model_type_has_a_real_config() -> None:
 def test_real_config_counts_the_published_parameters(name: str) -> None:
     published = PUBLISHED[name]
     spec = import_config(name)
-    assert_matches_published(spec.total_params, published.total, f"{name} total")
+    total = spec.total_params
+    if published.total_with_mtp_checkpoint:
+        total += spec.mtp_params + 2 * spec.vocab_size * spec.hidden_size
+    assert_matches_published(total, published.total, f"{name} total")
     if published.exact_total is not None:
         assert spec.total_params == published.exact_total
     if published.active is None:
@@ -356,6 +393,25 @@ IMPLICIT_FLAGS: dict[str, dict[str, Any]] = {
                          "num_shared_experts": 1, "first_k_dense_layers": 1,
                          "router_bias": True, "num_nextn_predict_layers": 0,
                          "num_key_value_heads": 64},
+    # DSA: vLLM deepseek_v2.py builds an Indexer when the config has index_topk.
+    "deepseek-v3.2": {"model_type": "deepseek_v32", "index_n_heads": 64, "index_head_dim": 128,
+                      "index_topk": 2048, "router_bias": True, "first_k_dense_layers": 3},
+    "glm-5": {"model_type": "glm_moe_dsa", "index_n_heads": 32, "index_topk": 2048,
+              "qk_nope_head_dim": 192, "v_head_dim": 256, "n_group": 1},
+    # MiniMaxM2Attention: q_norm over heads x head_dim, k_norm over kv heads x head_dim.
+    "minimax-m2.5": {"qk_norm": True, "qk_norm_over": "projection", "router_bias": True,
+                     "num_shared_experts": 0, "moe_intermediate_size": 1536,
+                     "num_nextn_predict_layers": 0},
+    "qwen3.5-397b-a17b": {"attention_output_gate": True, "shared_expert_gate": True,
+                          "linear_num_value_heads": 64, "num_nextn_predict_layers": 1},
+    "longcat-flash-chat": {"num_hidden_layers": 56, "num_zero_experts": 256,
+                           "num_experts_per_tok": 12, "moe_layer_freq": 2,
+                           "shared_expert_intermediate_size": 12288},
+    "ernie-4.5-21b-a3b": {"first_k_dense_layers": 1, "num_shared_experts": 1,
+                          "shared_expert_intermediate_size": 3072, "router_bias": True,
+                          "tie_word_embeddings": True, "qkv_bias": False},
+    "qwen3.5-27b": {"attention_output_gate": True, "num_experts": 0,
+                    "intermediate_size": 17408, "num_nextn_predict_layers": 1},
 }
 
 
@@ -383,6 +439,9 @@ ZOO_TWINS = {
     "qwen3-next-80b-a3b": "qwen3-next-80b-a3b", "gemma-3-27b": "gemma3-27b",
     "llama-4-maverick-17b-128e": "llama4-maverick", "llama-4-scout-17b-16e": "llama4-scout",
     "glm-4.5": "glm-4.5", "kimi-k2-instruct": "kimi-k2",
+    "deepseek-v3.2": "deepseek-v3.2", "glm-5": "glm-5", "minimax-m2.5": "minimax-m2.5",
+    "qwen3.5-397b-a17b": "qwen3.5-397b-a17b", "qwen3.5-27b": "qwen3.5-27b",
+    "longcat-flash-chat": "longcat-flash", "ernie-4.5-21b-a3b": "ernie-4.5-21b-a3b",
 }
 
 
@@ -533,7 +592,7 @@ def test_bad_config_is_one_input_error_line_naming_file_and_key(case: str) -> No
 
 
 def test_unsupported_model_type_lists_the_supported_ones() -> None:
-    with pytest.raises(InputError, match="supported: deepseek_v2, deepseek_v3, falcon"):
+    with pytest.raises(InputError, match="supported: deepseek_v2, deepseek_v3, deepseek_v32, ernie4_5_moe, falcon"):
         model_spec_from_hf_config({"model_type": "bert"}, "bert.json")
 
 

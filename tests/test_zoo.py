@@ -219,6 +219,41 @@ PUBLISHED: dict[str, Published] = {
         "rounds to 1T total, 32B activated)",
         active_without_embedding=True,
     ),
+    "deepseek-v3.2": Published(
+        # 671.88B main model + 11.62B MTP layer + its 2 x 0.93B embedding and head copies
+        # = 685.36B; active without the embedding 37.48B.
+        "685B", "37B",
+        "https://huggingface.co/deepseek-ai/DeepSeek-V3.2 model card (685B params); "
+        "arXiv:2512.02556",
+        active_without_embedding=True, total_with_mtp_checkpoint=True,
+    ),
+    "glm-5": Published(
+        # Active without the embedding computes to 40.83B: the card truncates to "40B".
+        "744B", "40B", "https://huggingface.co/zai-org/GLM-5 model card",
+        active_without_embedding=True,
+    ),
+    "minimax-m2.5": Published(
+        # Active without the embedding computes to 10.42B.
+        "229B", "10B", "https://huggingface.co/MiniMaxAI/MiniMax-M2.5 model card",
+        active_without_embedding=True,
+    ),
+    "qwen3.5-397b-a17b": Published(
+        # The text model computes to 396.35B; the card's 397B adds the vision encoder.
+        "397B", "17B", "https://huggingface.co/Qwen/Qwen3.5-397B-A17B model card",
+    ),
+    "longcat-flash": Published(
+        # Active without the embedding, at k E / (E + Z) = 8 FFN experts, computes to 27.15B.
+        "560B", "27B", "https://huggingface.co/meituan-longcat/LongCat-Flash-Chat model card; "
+        "arXiv:2509.01322", active_without_embedding=True,
+    ),
+    "ernie-4.5-21b-a3b": Published(
+        # 21.83B and 3.35B (embedding included) compute; Baidu's card truncates.
+        "21B", "3B", "https://huggingface.co/baidu/ERNIE-4.5-21B-A3B-PT model card",
+    ),
+    "qwen3.5-27b": Published(
+        # The text model computes to 26.90B; the card's 27B adds the vision encoder.
+        "27B", None, "https://huggingface.co/Qwen/Qwen3.5-27B model card",
+    ),
 }
 
 ZOO_NAMES = list_zoo_names()
@@ -270,7 +305,10 @@ def test_counts_are_consistent(name: str) -> None:
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_total_params_match_published(name: str) -> None:
     spec, published = load_model_spec(name), PUBLISHED[name]
-    assert_matches_published(spec.total_params, published.total, f"{name} total")
+    total = spec.total_params
+    if published.total_with_mtp_checkpoint:
+        total += spec.mtp_params + 2 * spec.vocab_size * spec.hidden_size
+    assert_matches_published(total, published.total, f"{name} total")
 
 
 @pytest.mark.parametrize("name", ZOO_NAMES)

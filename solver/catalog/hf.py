@@ -55,6 +55,12 @@ from solver.catalog.hf_hybrid import (
     sliding_pattern,
     with_windows,
 )
+from solver.catalog.hf_newer import (
+    map_ernie4_5_moe,
+    map_longcat_flash,
+    map_minimax_m2,
+    map_qwen3_5,
+)
 from solver.catalog.hf_layernorm import map_falcon, map_gpt2, map_gpt_neox
 from solver.catalog.hf_nemotron import map_nemotron_h
 from solver.catalog.tomlfile import validate_spec
@@ -224,6 +230,20 @@ def _map_deepseek_v3(cfg: Config, source: str) -> Fields:
     return _map_deepseek(cfg, source, v3=True)
 
 
+def _map_deepseek_sparse(cfg: Config, source: str) -> Fields:
+    """DeepSeek-V3.2 (deepseek_v32) and GLM-5 (glm_moe_dsa): DeepSeek-V3's layers with DSA's
+    lightning indexer in every attention layer (solver.spec.sparse_attention; vLLM
+    deepseek_v2.py Indexer, built when config has index_topk). GLM-5.1's shared indexers
+    (`index_topk_freq`, `indexer_types`: one indexer reused by several layers) are refused."""
+    for key in ("index_topk_freq", "indexer_types"):
+        if key in cfg:
+            raise field_error(source, key, "indexers shared between layers are not modelled")
+    return {**_map_deepseek(cfg, source, v3=True),
+            "index_n_heads": read_int(cfg, source, "index_n_heads"),
+            "index_head_dim": read_int(cfg, source, "index_head_dim"),
+            "index_topk": read_int(cfg, source, "index_topk")}
+
+
 def _map_gemma2(cfg: Config, source: str) -> Fields:
     """Gemma2DecoderLayer: four RMSNorms (input, post-attention, pre- and post-feedforward);
     q/k/v/o biases follow `attention_bias`; gated GELU MLP without biases; tied embeddings and
@@ -282,11 +302,14 @@ def _map_gpt_oss(cfg: Config, source: str) -> Fields:
 _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxyType({
     "deepseek_v2": _map_deepseek_v2,
     "deepseek_v3": _map_deepseek_v3,
+    "deepseek_v32": _map_deepseek_sparse,
+    "ernie4_5_moe": map_ernie4_5_moe,
     "falcon": map_falcon,
     "gemma2": _map_gemma2,
     "gemma3": map_gemma3,
     "gemma3_text": map_gemma3_text,
     "glm4_moe": map_glm4_moe,
+    "glm_moe_dsa": _map_deepseek_sparse,
     "gpt2": map_gpt2,
     "gpt_neox": map_gpt_neox,
     "gpt_oss": _map_gpt_oss,
@@ -294,6 +317,8 @@ _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxy
     "llama": _map_llama,
     "llama4": map_llama4,
     "llama4_text": map_llama4_text,
+    "longcat_flash": map_longcat_flash,
+    "minimax_m2": map_minimax_m2,
     "mistral": _map_mistral,
     "mixtral": _map_mixtral,
     "nemotron_h": map_nemotron_h,
@@ -304,6 +329,8 @@ _FAMILIES: MappingProxyType[str, Callable[[Config, str], Fields]] = MappingProxy
     "qwen3": _map_qwen3,
     "qwen3_moe": _map_qwen3_moe,
     "qwen3_next": map_qwen3_next,
+    "qwen3_5": map_qwen3_5,
+    "qwen3_5_moe": map_qwen3_5,
 })
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 

@@ -105,6 +105,15 @@ def show(ref: str, as_json: bool) -> None:
     kinds = ", ".join(f"{n} x {kind}" for kind, n in summary["block_kinds"].items())
     click.echo(f"block pattern: {summary['block_pattern']}\n  (M Mamba-2, * attention, "
                f"s sliding, c chunked, L linear attention, - MLP, E MoE): {kinds}")
+    if model_spec.is_sparse_attention:
+        click.echo(f"  every * is DeepSeek Sparse Attention: a lightning indexer of "
+                   f"{model_spec.index_n_heads} heads x {model_spec.index_head_dim} picks the "
+                   f"{model_spec.index_topk} keys each query attends to")
+    if model_spec.num_zero_experts:
+        click.echo(f"  every E picks top {model_spec.num_experts_per_tok} of "
+                   f"{model_spec.num_experts} FFN and {model_spec.num_zero_experts} "
+                   f"zero-computation experts: {model_spec.experts_per_token:g} FFN experts a "
+                   f"token on average")
     click.echo(f"training FLOPs per token at 4096 tokens (causal): "
                f"{model_spec.flops_per_token(4096):.4g}")
 

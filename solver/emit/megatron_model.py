@@ -41,6 +41,14 @@ def architecture_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], lis
         flags += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_nope_head_dim)),
                   ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
                   ("--v-head-dim", str(m.v_head_dim))]
+        if m.is_sparse_attention:
+            # DeepSeek Sparse Attention: TransformerConfig experimental_attention_variant "dsa"
+            # and dsa_indexer_* (core_v0.16.0 transformer_config.py; flags derived from the
+            # config's fields by arguments.py ArgumentGroupFactory).
+            flags += [("--experimental-attention-variant", "dsa"),
+                      ("--dsa-indexer-n-heads", str(m.index_n_heads)),
+                      ("--dsa-indexer-head-dim", str(m.index_head_dim)),
+                      ("--dsa-indexer-topk", str(m.index_topk))]
     else:
         if m.kv_heads != m.num_attention_heads:
             flags += [("--group-query-attention",), ("--num-query-groups", str(m.kv_heads))]

@@ -234,13 +234,16 @@ def _framework(problem: Problem) -> list[Constraint]:
                        "over TP)",
                        lambda v: (v["tp"] == 1) | (job.seq_len % (v["tp"] * v["cp"]) == 0)),
             *_megatron_blocks(problem.model_spec),
+            *build_no_zero_experts(problem.model_spec, "Megatron-Core"),
         ]
     if problem.framework == "torchtitan":
         return [Constraint("torchtitan_zero_stage", ("zero",),
                            "torchtitan (FSDP2): ZeRO 0 (DDP), 2 or 3; no optimizer-only ZeRO 1",
                            lambda v: v["zero"] != 1),
                 *_kv_head_split(problem.model_spec, "torchtitan"),
-                *_torchtitan_experts(problem.model_spec)]
+                *_torchtitan_experts(problem.model_spec),
+                *build_no_sparse_attention(problem.model_spec, "torchtitan"),
+                *build_no_zero_experts(problem.model_spec, "torchtitan")]
     if problem.framework == "deepspeed":
         return [
             Constraint("deepspeed_zero_with_pp", ("zero", "pp"),
@@ -257,6 +260,8 @@ def _framework(problem: Problem) -> list[Constraint]:
                        "DeepSpeed: tensor parallelism (AutoTP training) only with ZeRO 0, 1 or 2",
                        lambda v: (v["tp"] == 1) | (v["zero"] <= 2)),
             *_kv_head_split(problem.model_spec, "DeepSpeed"),
+            *build_no_sparse_attention(problem.model_spec, "DeepSpeed"),
+            *build_no_zero_experts(problem.model_spec, "DeepSpeed"),
             *_deepspeed_autoep(problem.model_spec),
             *_deepspeed_bf16_master(problem),
         ]
@@ -278,13 +283,46 @@ def _deepspeed_bf16_master(problem: Problem) -> list[Constraint]:
 def _megatron_blocks(model_spec: ModelSpec) -> list[Constraint]:
     """Megatron-Core 0.16, the version `launch` writes for, runs gated DeltaNet without
     context parallelism (megatron/core/ssm/gated_delta_net.py: "TODO: support CP"; core_v0.18.0
-    adds it)."""
-    if "linear_attention" not in model_spec.layer_mixers:
+    adds it). Its DSA (core_v0.16.0-0.18.2 dsa.py) trains through `unfused_dsa_fn`: fp32 bmm
+    scores over every key under an s x s mask; fused sparse kernels (dsa_tilelang_kernels.py)
+    arrive in core_v0.19.0. parplan costs DSA as fused kernels run it, so it refuses it here."""
+    rules = []
+    if "linear_attention" in model_spec.layer_mixers:
+        rules.append(Constraint("megatron_linear_attention_no_cp", ("cp",),
+                                "Megatron-Core 0.16 has no context parallelism for gated "
+                                "DeltaNet (it arrives in 0.18): cp = 1",
+                                lambda v: v["cp"] == 1))
+    if model_spec.is_sparse_attention:
+        rules.append(Constraint("megatron_sparse_attention_is_unfused", ("tp",),
+                                "Megatron-Core up to 0.18 trains DeepSeek Sparse Attention "
+                                "through its unfused fp32 reference (dsa.py unfused_dsa_fn), "
+                                "which parplan does not cost: plan it with --framework "
+                                "generic (fused sparse kernels, as core 0.19 runs them)",
+                                lambda v: v["tp"] < 0))
+    return rules
+
+
+def build_no_sparse_attention(model_spec: ModelSpec, framework: str) -> list[Constraint]:
+    """torchtitan's deepseek_v3 is dense MLA (models/deepseek_v3/model.py: no indexer) and
+    DeepSpeed has no DSA module."""
+    if not model_spec.is_sparse_attention:
         return []
-    return [Constraint("megatron_linear_attention_no_cp", ("cp",),
-                       "Megatron-Core 0.16 has no context parallelism for gated DeltaNet "
-                       "(it arrives in 0.18): cp = 1",
-                       lambda v: v["cp"] == 1)]
+    return [Constraint(f"{framework.lower()}_has_no_sparse_attention", ("tp",),
+                       f"{framework} has no DeepSeek Sparse Attention (index_topk): plan it "
+                       "with --framework megatron or megatron-bridge",
+                       lambda v: v["tp"] < 0)]
+
+
+def build_no_zero_experts(model_spec: ModelSpec, framework: str) -> list[Constraint]:
+    """Zero-computation experts (solver.spec.zero_experts) run in vLLM and SGLang; no training
+    framework has them (Megatron-LM @d98e8a6, Bridge @067f987, torchtitan, DeepSpeed)."""
+    if not model_spec.num_zero_experts:
+        return []
+    name = framework.lower().replace("-", "_")
+    return [Constraint(f"{name}_has_no_zero_experts", ("tp",),
+                       f"{framework} has no zero-computation experts (num_zero_experts): plan "
+                       "it with --framework generic",
+                       lambda v: v["tp"] < 0)]
 
 
 def _kv_head_split(model_spec: ModelSpec, framework: str) -> list[Constraint]:

@@ -28,17 +28,18 @@ from solver.spec.blocks import (
 )
 from solver.spec.model_params import ParameterCounts
 from solver.spec.rope import RopeScaling
+from solver.spec.sparse_attention import SparseAttentionFields
+from solver.spec.zero_experts import ZeroExpertFields
 from solver.spec.strict import (
     MAX_EXPERTS,
     MAX_SEQ_LEN,
     MAX_VOCAB,
-    InputSpec,
     LayerCount,
     Width,
 )
 
 
-class ModelSpec(InputSpec, ParameterCounts):
+class ModelSpec(SparseAttentionFields, ZeroExpertFields, ParameterCounts):
     """A decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA); its parameter counts
     come from ParameterCounts (solver.spec.model_params)."""
 
@@ -198,6 +199,8 @@ class ModelSpec(InputSpec, ParameterCounts):
             )
         if self.q_lora_rank is not None and not self.is_mla:
             raise ValueError("q_lora_rank is only meaningful with kv_lora_rank (MLA)")
+        self._check_sparse_attention(self.is_mla)
+        self._check_zero_experts(self.num_experts)
         self._check_pattern()
         return self
 
@@ -374,6 +377,8 @@ class ModelSpec(InputSpec, ParameterCounts):
         counts.) Worked number: Gemma 3, w = 1024, s = 8192: 1024 - 1024 * 1023 / 16384
         = 960.06."""
         full = seq_len / 2 if causal else float(seq_len)
+        if self.is_sparse_attention:  # DSA: the top-k keys (solver.spec.sparse_attention)
+            return self.sparse_context_tokens(seq_len, causal)
         if mixer == "sliding_attention" and self.sliding_window and self.sliding_window < seq_len:
             w = self.sliding_window
             return min(full, w - w * (w - 1) / (2.0 * seq_len)) if causal else float(w)
@@ -387,14 +392,16 @@ class ModelSpec(InputSpec, ParameterCounts):
 
     def attention_flops_per_token(self, seq_len: int, causal: bool = True) -> float:
         """Forward FLOPs of QK^T and AV for one token, all layers: 2 * ctx * heads *
-        (d_qk + d_v) per layer, ctx = seq_len (or seq_len / 2 on average when causal)."""
+        (d_qk + d_v) per layer, ctx = seq_len (or seq_len / 2 on average when causal; DSA's
+        top-k keys), plus DSA's indexer scores."""
         if self.has_block_kinds:  # each attention layer over its own context (window, chunk)
             width = 2 * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
             return sum(width * self.context_tokens(mixer, seq_len, causal)
                        for mixer in self.layer_mixers if mixer in ATTENTION_MIXERS)
-        ctx = seq_len / 2 if causal else seq_len
+        ctx = self.context_tokens("full_attention", seq_len, causal)
         per_layer = 2 * ctx * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
-        return self.num_hidden_layers * per_layer
+        return self.num_hidden_layers * (per_layer
+                                         + self.indexer_core_flops_per_token(seq_len, causal))
 
     def flops_per_token(self, seq_len: int, causal: bool = True) -> float:
         """Training FLOPs per token (forward + backward = 3x forward, no recompute):

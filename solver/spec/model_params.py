@@ -36,7 +36,7 @@ class ParameterCounts:
         if mlp == "dense":
             return self.dense_mlp_params_per_layer
         if mlp == "moe":
-            routed = self.num_experts_per_tok if active else self.num_experts
+            routed = self.experts_per_token if active else self.num_experts
             return (self.router_params_per_layer + routed * self.expert_params
                     + self.shared_expert_params_per_layer
                     + self.latent_projection_params_per_layer)
@@ -47,7 +47,7 @@ class ParameterCounts:
 
     @property
     def attention_params_per_layer(self) -> int:
-        """Attention projections (+biases, q/k norms, sinks) of one layer."""
+        """Attention projections (+biases, q/k norms, sinks, DSA's indexer) of one layer."""
         h, heads, kv = self.hidden_size, self.num_attention_heads, self.kv_heads
         if self.is_mla:
             q_width = heads * self.qk_head_dim
@@ -60,7 +60,8 @@ class ParameterCounts:
             kv_down = h * (kv_rank + (self.qk_rope_head_dim or 0)) + self._norm_params(kv_rank)
             kv_up = kv_rank * heads * ((self.qk_nope_head_dim or 0) + self.value_head_dim)
             out = heads * self.value_head_dim * h
-            return q + kv_down + kv_up + out + (h if self.o_bias else 0)
+            indexer = self.indexer_params(h, self.q_lora_rank)  # DSA (spec.sparse_attention)
+            return q + kv_down + kv_up + out + (h if self.o_bias else 0) + indexer
         d = self.qk_head_dim
         q_width, kv_width = heads * d, kv * d
         gate = q_width if self.attention_output_gate else 0
@@ -149,7 +150,9 @@ class ParameterCounts:
     def router_params_per_layer(self) -> int:
         if not self.is_moe:
             return 0
-        return self.num_experts * (self.hidden_size + (1 if self.router_bias else 0))
+        # The router scores the zero experts too (solver.spec.zero_experts).
+        scored = self.num_experts + self.num_zero_experts
+        return scored * (self.hidden_size + (1 if self.router_bias else 0))
 
     @property
     def shared_expert_params_per_layer(self) -> int:
@@ -270,8 +273,9 @@ class ParameterCounts:
         """Parameters one token touches (routed experts: top-k of them)."""
         if not self.is_moe:
             return self.total_params
-        idle = self.num_experts - self.num_experts_per_tok
-        return self.total_params - self.num_moe_layers * idle * self.expert_params
+        # On average with zero experts (k E / (E + Z) FFN experts), rounded to a parameter.
+        idle = self.num_experts - self.experts_per_token
+        return round(self.total_params - self.num_moe_layers * idle * self.expert_params)
 
     def breakdown(self) -> dict[str, int]:
         """Parameters by kind, summed over the model; the values add up to total_params."""
@@ -287,6 +291,11 @@ class ParameterCounts:
             "norms": self.num_hidden_layers * self.norm_params_per_layer + self.final_norm_params,
             "lm_head": self.lm_head_params,
         }
+        if self.is_sparse_attention:  # DSA's lightning indexers, apart from MLA's projections
+            indexers = self.num_attention_layers * self.indexer_params(self.hidden_size,
+                                                                       self.q_lora_rank)
+            parts["attention"] -= indexers
+            parts["indexer"] = indexers
         if self.moe_latent_size:
             parts["latent_projections"] = moe_layers * self.latent_projection_params_per_layer
         mlps = self.layer_mlps

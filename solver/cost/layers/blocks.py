@@ -112,7 +112,7 @@ def estimate_pattern_forward_flops(model_spec: ModelSpec, seq_len: int) -> float
         elif mlp == "moe":
             gemm += (model_spec.router_params_per_layer + model_spec.shared_expert_params_per_layer
                      + model_spec.latent_projection_params_per_layer
-                     + model_spec.num_experts_per_tok * model_spec.expert_params)
+                     + model_spec.experts_per_token * model_spec.expert_params)
         total += 2.0 * gemm + estimate_mixer_core_flops(model_spec, mixer, seq_len)
     return total
 

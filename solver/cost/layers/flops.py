@@ -18,6 +18,7 @@ from solver.cost.layers.finetune import (
     TRAINED_FLOPS_PER_PARAM,
     estimate_adapter_params,
 )
+from solver.cost.layers.sparse_attention import estimate_sparse_core_flops
 from solver.spec import ModelSpec
 from solver.spec.finetune import FinetuneSpec
 
@@ -43,7 +44,10 @@ def _attention_gemm_flops(model_spec: ModelSpec) -> float:
 def estimate_attention_core_flops(model_spec: ModelSpec, seq_len: int, causal: bool = True
                                   ) -> float:
     """QK^T and AV per token per layer: 2 * ctx * heads * (d_qk + d_v), ctx = s/2 if causal.
-    Llama-3.1-8B at s = 8192, causal: 2 * 4096 * 32 * 256 = 6.7e7."""
+    Llama-3.1-8B at s = 8192, causal: 2 * 4096 * 32 * 256 = 6.7e7. DSA: its top-k keys plus
+    the indexer's scores (solver.cost.layers.sparse_attention)."""
+    if model_spec.is_sparse_attention:
+        return estimate_sparse_core_flops(model_spec, seq_len, causal)
     ctx = seq_len / 2 if causal else seq_len
     heads = model_spec.num_attention_heads
     return 2.0 * ctx * heads * (model_spec.qk_head_dim + model_spec.value_head_dim)
@@ -62,7 +66,7 @@ def estimate_moe_layer_flops(model_spec: ModelSpec, seq_len: int) -> LayerFlops:
     """One MoE layer: router + top-k routed experts + shared experts (balanced routing), and
     LatentMoE's two projections (Megatron core_v0.16.1 training.py moe_layer_flops: the
     routed experts at moe_latent_size plus 4 b s h latent for up and down projection)."""
-    routed = model_spec.num_experts_per_tok * model_spec.expert_params
+    routed = model_spec.experts_per_token * model_spec.expert_params
     mlp = (model_spec.router_params_per_layer + routed + model_spec.shared_expert_params_per_layer
            + model_spec.latent_projection_params_per_layer)
     return LayerFlops(

@@ -50,6 +50,7 @@ from solver.cost.kernels.efficiency import (
 )
 from solver.cost.layers.finetune import estimate_adapter_gemm_s, estimate_dequantize_s
 from solver.cost.layers.flops import estimate_attention_core_flops
+from solver.cost.layers.sparse_attention import indexer_params_per_layer
 from solver.cost.layers.fp8_scaling import estimate_routed_scaling_s
 from solver.cost.kernels.kernels import load_kernel_table
 from solver.cost.kernels.kernels_moe import estimate_table_moe_backward_s, estimate_table_moe_s
@@ -111,7 +112,12 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
                 in_step(2.0 * blend(lambda *a: estimate_gemm_backward_s(
                     *a, weight_gradient=wgrad), rows_, h, width), cc, measured_gemms))
 
-    attention, attention_bwd = two_gemms(model_spec.attention_params_per_layer, rows, tp)
+    # DSA's indexer is duplicated on every TP rank (solver.cost.layers.sparse_attention).
+    indexer = indexer_params_per_layer(model_spec)
+    attention, attention_bwd = two_gemms(model_spec.attention_params_per_layer - indexer, rows, tp)
+    if indexer:
+        indexer_s = two_gemms(indexer, rows, np.ones_like(tp))
+        attention, attention_bwd = attention + indexer_s[0], attention_bwd + indexer_s[1]
     attention, attention_bwd, adapted_mlp = _with_adapters(
         model_spec, cluster, job, rows, tp, cc, (attention, attention_bwd))
     rope, rope_bwd = estimate_eager_rope_s(model_spec, gpu, cc, rows, tp,
@@ -173,7 +179,7 @@ def estimate_layer_compute_s(model_spec: ModelSpec, cluster: ClusterSpec, job: J
     if not model_spec.is_moe:
         return _with_block_kinds(model_spec, job, {"dense": dense, "moe": dense}, pieces,
                                  {**mlp_bytes, "moe": 0.0})
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    k, experts = model_spec.experts_per_token, model_spec.num_experts
     routed, routed_bwd, fused = _routed_experts(model_spec, cluster, job, d, constants,
                                                 bf16_share)
     measured_routed = fused or measured_gemms
@@ -349,7 +355,7 @@ def _routed_experts(model_spec: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     tokens are moe_token_width wide (the latent width under LatentMoE)."""
     gpu, cc, h = cluster.gpu, constants.compute, model_spec.moe_token_width
     tp, ep, etp = d["tp"], d["ep"], d["etp"]
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    k, experts = model_spec.experts_per_token, model_spec.num_experts
     rows = d["micro_batch"] * job.seq_len / d["cp"]
     recipe = load_recipe(job.precision)
     if gpu.kernel_table is not None:

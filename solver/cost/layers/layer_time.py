@@ -98,7 +98,7 @@ def _domain_dedup(cluster: ClusterSpec, model_spec: ModelSpec, ep: np.ndarray,
     routing over an EP group spanning D domains: reached(D) / k of the all-to-all's
     k (D - 1) / D copies off the domain (reached_domains); k = 8, D = 2: 0.249; D = 8: 0.656
     (DeepSeek-V3's node-limited routing, 4 of 8 groups: 0.450); 1 within a domain."""
-    k = model_spec.num_experts_per_tok
+    k = model_spec.experts_per_token
     domains = _ep_domains(cluster, ep, etp)
     reached = reached_domains(domains, k, model_spec.n_group, model_spec.topk_group)
     return np.where(domains > 1.0, reached / k, 1.0)
@@ -126,7 +126,7 @@ def _estimate_ep_fwd_s(model_spec: ModelSpec, cluster: ClusterSpec, d: dict[str,
     MoELayer.preprocess projects before dispatch; Nemotron 3 Super: 1024 of 4096, a quarter).
     Worked number: ep 8 inside one node, k = 8: alltoall and allgather move the same bytes."""
     ep, etp, tp = d["ep"], d["etp"], d["tp"]
-    h, k = model_spec.moe_token_width, model_spec.num_experts_per_tok
+    h, k = model_spec.moe_token_width, model_spec.experts_per_token
     token_bytes = rows / tp * h * BF16_BYTES
     dispatch_bytes = token_bytes * k
     if constants.moe_dispatcher == "allgather":

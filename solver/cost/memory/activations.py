@@ -46,6 +46,7 @@ from solver.cost.candidates import (
     Candidates,
 )
 from solver.cost.layers.finetune import estimate_adapter_activation_bytes_per_token
+from solver.cost.layers.sparse_attention import estimate_indexer_saved_bytes_per_token
 from solver.cost.memory import eager
 from solver.cost.memory.op_level import estimate_op_level_bytes
 from solver.cost.memory.options import MemoryOptions
@@ -98,6 +99,9 @@ def _attention_bytes(model_spec: ModelSpec, job: JobSpec, recompute: np.ndarray,
     core = np.where(kept, core_none, 0.0)
     split = (BF16_BYTES * (q_width + k_width + v_width) + lin * heads * m.value_head_dim + core
              + norms_split)
+    # DSA's indexer keeps its tensors whole on every TP rank (x tp against the split's / tp),
+    # and only where the core is kept (core_attn recomputes it with the attention).
+    split = split + np.where(kept, estimate_indexer_saved_bytes_per_token(m), 0.0) * tp
     return split, replicated
 
 
@@ -114,7 +118,7 @@ def _mlp_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Candidates,
                 BF16_BYTES * h + lin * h + mask)
     shared_width = m.num_shared_experts * (
         m.shared_expert_intermediate_size or m.moe_intermediate_size or 0)
-    routed_copies = m.num_experts_per_tok * options.moe_capacity_factor
+    routed_copies = m.experts_per_token * options.moe_capacity_factor
     # Routed copies travel at moe_token_width; LatentMoE's fc2_latent_proj (replicated over
     # TP) keeps its latent input (fc1's input is the norm output, already counted).
     width = m.moe_token_width
@@ -163,7 +167,7 @@ def estimate_module_recompute_bytes(model_spec: ModelSpec, job: JobSpec, candida
         moe_split, _ = _mlp_bytes(m, job, candidates, options, moe=True)
         return split + moe_split, (BF16_BYTES * h + FP32_BYTES * m.num_experts
                                    + lin * (m.moe_latent_size or 0))
-    copies = m.num_experts_per_tok * options.moe_capacity_factor
+    copies = m.experts_per_token * options.moe_capacity_factor
     if "moe_act" in modules:  # the fc2 inputs, and an eager SwiGLU's silu output
         width = m.moe_intermediate_size or 0
         split = split + copies * (lin * width
@@ -212,7 +216,7 @@ def estimate_offload_bytes(model_spec: ModelSpec, job: JobSpec, candidates: Cand
         assert "moe" not in options.recompute_modules or not np.any(
             candidates.recompute == RECOMPUTE_SELECTIVE), "offload inside a recomputed MoE"
         m = model_spec
-        copies = m.num_experts_per_tok * options.moe_capacity_factor
+        copies = m.experts_per_token * options.moe_capacity_factor
         split = split + copies * (candidates.etp * _linear_input_bytes(job) * m.hidden_size
                                   + BF16_BYTES * (m.moe_intermediate_size or 0))
     full = candidates.recompute == RECOMPUTE_FULL

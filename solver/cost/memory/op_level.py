@@ -36,7 +36,7 @@ def estimate_op_level_bytes(model_spec: ModelSpec, moe: bool) -> tuple[float, fl
         rows += h
     if moe:
         # dispatched and combined, at the experts' token width
-        all_to_all = 2 * BF16_BYTES * m.moe_token_width * m.num_experts_per_tok
+        all_to_all = 2 * BF16_BYTES * m.moe_token_width * m.experts_per_token
     split = (BF16_BYTES * (0.5 * columns + heads * m.value_head_dim) + FP32_BYTES * heads
              + all_to_all)
     return split, BF16_BYTES * (h + 0.5 * rows)

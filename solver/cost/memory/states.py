@@ -24,6 +24,7 @@ from solver.cost.layers.finetune import (
     estimate_adapter_params_per_layer,
     estimate_base_weight_bytes_per_param,
 )
+from solver.cost.layers.sparse_attention import estimate_indexer_replica_params
 from solver.cost.candidates import Candidates
 from solver.cost.memory.layout import StageLayout
 from solver.cost.memory.options import MemoryOptions
@@ -80,6 +81,9 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
     moe_dense_part = ((moe_shared + m.norm_params_per_layer) / tp + m.router_params_per_layer
                       + latent)
     moe_expert_part = m.num_experts / ep * m.expert_params / etp
+    # DSA's indexer is duplicated on every TP rank: what that adds to an even 1/tp split.
+    indexer = estimate_indexer_replica_params(m, tp)
+    moe_dense_part = moe_dense_part + indexer
 
     # Megatron keeps a copy of a tied embedding on the last stage when pp > 1 (the embedding
     # group all-reduces the two copies' gradients).
@@ -90,14 +94,14 @@ def estimate_stage_params(model_spec: ModelSpec, candidates: Candidates, layout:
     last = np.where(layout.is_last, last_dense, 0.0)
     last_expert = np.where(layout.is_last, mtp_expert / (ep * etp), 0.0)
 
-    dense = n_dense * m.dense_layer_params / tp + n_moe * moe_dense_part + first + last
+    dense = n_dense * (m.dense_layer_params / tp + indexer) + n_moe * moe_dense_part + first + last
     expert = n_moe * moe_expert_part + last_expert
     gemm = (
-        n_dense * (m.attention_params_per_layer + m.dense_mlp_params_per_layer) / tp
-        + n_moe * (moe_shared / tp + latent + moe_expert_part)
+        n_dense * ((m.attention_params_per_layer + m.dense_mlp_params_per_layer) / tp + indexer)
+        + n_moe * (moe_shared / tp + indexer + latent + moe_expert_part)
     )
     largest = np.maximum(
-        np.where(n_dense > 0, m.dense_layer_params / tp, 0.0),
+        np.where(n_dense > 0, m.dense_layer_params / tp + indexer, 0.0),
         np.where(n_moe > 0, moe_dense_part + moe_expert_part, 0.0),
     )
     adapter = 0.0

@@ -72,7 +72,7 @@ def expert_path(model_spec: ModelSpec, gpu: GpuSpec, weights: str) -> ExpertPath
     table = load_kernel_table(gpu.kernel_table)
     probe = estimate_table_moe_s(
         table, load_recipe(precision).table_dtype, hidden=model_spec.moe_token_width,
-        inter=model_spec.moe_intermediate_size, topk=model_spec.num_experts_per_tok,
+        inter=model_spec.moe_intermediate_size, topk=model_spec.experts_per_token,
         experts=model_spec.num_experts, gated=model_spec.mlp_type == "gated",
         tokens=np.array([float(MOE_TABLE_MIN_TOKENS)]), etp=np.array([1.0]),
         ep=np.array([1.0]))
@@ -81,7 +81,7 @@ def expert_path(model_spec: ModelSpec, gpu: GpuSpec, weights: str) -> ExpertPath
 
 def touched_share(model_spec: ModelSpec, tokens) -> np.ndarray:
     """The share of experts that `tokens` tokens routed top-k of E touch: 1 - (1 - k/E)^t."""
-    k, experts = model_spec.num_experts_per_tok, model_spec.num_experts
+    k, experts = model_spec.experts_per_token, model_spec.num_experts
     return 1.0 - (1.0 - k / experts) ** np.asarray(tokens, dtype=float)
 
 
@@ -96,7 +96,7 @@ def estimate_routed_experts_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
     if not m.is_moe:
         return np.zeros_like(rows)
     # The experts' tokens are moe_token_width wide (the latent width under LatentMoE).
-    h, k, experts = m.moe_token_width, m.num_experts_per_tok, m.num_experts
+    h, k, experts = m.moe_token_width, m.experts_per_token, m.num_experts
     expert_parallel = np.asarray(ep) > 1
     ep_ = np.where(expert_parallel, ep, 1).astype(float)
     etp = np.where(expert_parallel, 1, np.asarray(tp) * np.asarray(dp)).astype(float)
@@ -125,7 +125,7 @@ def estimate_grouped_experts_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str
     local = m.num_experts / ep
     expert_params = m.expert_params / etp  # one expert's weights on this GPU
     # A token reaches this GPU's experts k x local / E times on average.
-    routed_rows = tokens * m.num_experts_per_tok * local / m.num_experts
+    routed_rows = tokens * m.experts_per_token * local / m.num_experts
     precision = gemm_precision(gpu, weights) or "bf16"
     fraction = gpu.mamf_fraction(precision) or constants.gemm_peak_fraction
     compute_s = 2.0 * routed_rows * expert_params / (fraction * gpu.peak_flop_per_s(precision))

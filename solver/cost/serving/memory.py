@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.cost.layers.sparse_attention import estimate_indexer_cache_bytes_per_token
 from solver.cost.serving.block_cache import (
     estimate_cache_bytes_per_token,
     estimate_mixer_params_per_gpu,
@@ -144,7 +145,8 @@ def estimate_kv_bytes_per_token(model_spec: ModelSpec, context: int,
 
     Worked numbers (bf16): Llama-3.1-8B at tp 1: 2 x 32 x 8 x 128 x 2 B = 131,072 B (128 KiB);
     Llama-3.1-70B at tp 8: 2 x 80 x 1 x 128 x 2 B = 40,960 B; DeepSeek-V3 (MLA) at any tp:
-    61 x (512 + 64) x 2 B = 70,272 B."""
+    61 x (512 + 64) x 2 B = 70,272 B; DeepSeek-V3.2 adds its indexer keys
+    (solver.cost.layers.sparse_attention): 61 x (1,152 + 132) = 78,324 B."""
     m = model_spec
     layers = np.ceil(m.num_hidden_layers / np.asarray(pp, dtype=float))
     element = kv_bytes_per_element
@@ -152,6 +154,7 @@ def estimate_kv_bytes_per_token(model_spec: ModelSpec, context: int,
         return layers * estimate_cache_bytes_per_token(m, context, tp, element)
     if m.is_mla:
         per_layer = (m.kv_lora_rank + m.qk_rope_head_dim) * element  # type: ignore[operator]
+        per_layer += estimate_indexer_cache_bytes_per_token(m)  # DSA's indexer keys
         return layers * per_layer * np.ones_like(np.asarray(tp, dtype=float))
     kv_per_rank = np.maximum(m.kv_heads / np.asarray(tp, dtype=float), 1.0)
     return layers * kv_per_rank * (m.qk_head_dim + m.value_head_dim) * element
@@ -193,7 +196,7 @@ def estimate_activation_bytes(model_spec: ModelSpec, tokens: int, sequences: int
     if m.num_dense_layers:
         width = 3.0 * m.intermediate_size / tp + 2.0 * m.hidden_size
     if m.is_moe:
-        experts = (m.num_experts_per_tok * (3.0 * m.moe_intermediate_size + m.moe_token_width)
+        experts = (m.experts_per_token * (3.0 * m.moe_intermediate_size + m.moe_token_width)
                    / tp)
         width = np.maximum(width, experts)
     logits = sequences * m.vocab_size * logits_bytes

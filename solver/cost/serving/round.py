@@ -133,7 +133,7 @@ def _moe_comm_s(engine: ServeEngine, tokens: np.ndarray) -> np.ndarray:
     h, group = m.moe_token_width, engine.tp * engine.dp
     if not m.is_moe:
         return np.zeros(len(engine))
-    dispatch = tokens * m.num_experts_per_tok * h * ACTIVATION_BYTES
+    dispatch = tokens * m.experts_per_token * h * ACTIVATION_BYTES
     a2a = 2.0 * estimate_collective_s("all_to_all", dispatch, group, engine.links.moe)
     gathered = engine.dp * tokens * h * ACTIVATION_BYTES
     naive = (estimate_collective_s("all_gather", gathered, group, engine.links.moe)

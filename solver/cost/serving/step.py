@@ -61,6 +61,12 @@ from solver.cost.serving.block_cache import (
     estimate_prefill_scan_flops,
 )
 from solver.cost.layers.blocks import SSD_SCAN_PEAK_FRACTION
+from solver.cost.layers.sparse_attention import (
+    estimate_decode_read_tokens,
+    estimate_indexer_cache_bytes_per_token,
+    estimate_prefill_sparse_flops_per_token,
+    indexer_params_per_layer,
+)
 from solver.spec import GpuSpec, ModelSpec
 
 DECODE_ATTENTION_KERNEL_S = 11.5e-6  # AIConfigurator generation attention (module docstring)
@@ -158,8 +164,12 @@ def estimate_step_compute_s(model_spec: ModelSpec, gpu: GpuSpec, weights: str,
         m_, gpu, weights, tp=shape.tp, dp=shape.dp, ep=shape.ep,
         weight_bytes_per_element=wb, rows=rows, constants=constants)
     kv_per_layer = shape.kv_bytes_per_token / np.maximum(shape.layers, 1.0)
-    kv_read_s = estimate_streaming_s(
-        gpu, d * np.asarray(decode_context, dtype=float) * kv_per_layer, constants)
+    context = np.asarray(decode_context, dtype=float)
+    # DSA reads MLA's cache of the top-k tokens and the indexer keys of the whole context.
+    indexer_cache = estimate_indexer_cache_bytes_per_token(m_)
+    read = (estimate_decode_read_tokens(m_, context) * (kv_per_layer - indexer_cache)
+            + context * indexer_cache)
+    kv_read_s = estimate_streaming_s(gpu, d * read, constants)
     kernels = DECODE_ATTENTION_KERNEL_S * m_.num_attention_layers / m_.num_hidden_layers
     decode_attention_s = shape.layers * np.where(d > 0, kernels + kv_read_s, 0.0)
     prefill_attention_s = shape.layers * (core_share * _prefill_attention_s(
@@ -180,7 +190,9 @@ def attention_params_per_gpu(model_spec: ModelSpec, tp: np.ndarray) -> np.ndarra
     if m.is_mla:
         q_down = h * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0
         kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # type: ignore
-        return (q_down + kv_down) + (total - q_down - kv_down) / tp
+        # DSA's indexer: vLLM ReplicatedLinear (solver.cost.layers.sparse_attention)
+        replicated = q_down + kv_down + indexer_params_per_layer(m)
+        return replicated + (total - replicated) / tp
     qo = m.num_attention_heads * (m.qk_head_dim + m.value_head_dim)
     kv_width = m.kv_heads * (m.qk_head_dim + m.value_head_dim)
     kv_per_rank = np.maximum(m.kv_heads / tp, 1.0)
@@ -195,6 +207,8 @@ def _prefill_attention_s(model_spec: ModelSpec, gpu: GpuSpec, tokens: np.ndarray
     heads = m.num_attention_heads / tp
     width = m.qk_head_dim + m.value_head_dim
     flops = tokens * 2.0 * (context / 2.0) * heads * width
+    if m.is_sparse_attention:  # top-k keys, the indexer's scores on every TP rank
+        flops = tokens * estimate_prefill_sparse_flops_per_token(m, context, tp)
     kv_heads = np.maximum(m.kv_heads / tp, 1.0)
     measured = estimate_table_attention_s(
         gpu, flops, batch=1, seq=np.maximum(context, 1.0), heads=heads, kv_heads=kv_heads,
