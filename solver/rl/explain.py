@@ -29,8 +29,13 @@ def describe_training(plan: RlPlan) -> str:
     return text + f" zero {c.zero} mb {c.micro_batch} recompute {c.recompute}"
 
 
+def format_seconds(seconds: float) -> str:
+    """"12.3 s", or "0.04 s" below a second."""
+    return f"{seconds:.1f} s" if seconds >= 1.0 else f"{seconds:.2f} s"
+
+
 def _phases(plan: RlPlan) -> str:
-    return ", ".join(f"{PHASE_LABELS[name]} {seconds:.1f} s"
+    return ", ".join(f"{PHASE_LABELS[name]} {format_seconds(seconds)}"
                      for name, seconds in plan.phases.items() if seconds > 0.0)
 
 
@@ -52,13 +57,14 @@ def explain_rl(result: RlResult, ranked: Sequence[RlPlan]) -> tuple[str, ...]:
         moved = max(best.phases, key=lambda n: abs(other.phases[n] - best.phases[n]))
         why.append(f"The best {other.placement} plan ({describe_placement(other)}) takes "
                    f"{other.step_seconds:.1f} s (+{100 * gap:.0f}%): its {PHASE_LABELS[moved]}"
-                   f" is {other.phases[moved]:.1f} s against {best.phases[moved]:.1f} s.")
+                   f" is {format_seconds(other.phases[moved])} against "
+                   f"{format_seconds(best.phases[moved])}.")
     parts = best.generation_parts
     generation = best.phases["generation"]
     if generation > 0:
         why.append(f"Generation: {best.seqs_per_rank} sequences per engine, {best.rollout_slots}"
                    f" at once; prefill {parts['prefill']:.1f} s, waiting prompts "
-                   f"{parts['queued']:.1f} s, and the tail {parts['tail']:.1f} s "
+                   f"{parts['queued']:.1f} s, and decoding to the end {parts['tail']:.1f} s "
                    f"({100 * parts['tail'] / generation:.0f}%) as the batch shrinks to the "
                    f"longest of {job.num_samples:,} responses (response lengths "
                    f"{job.response_lengths.describe()}, at most {job.max_response_len:,}).")
@@ -78,7 +84,7 @@ def explain_rl(result: RlResult, ranked: Sequence[RlPlan]) -> tuple[str, ...]:
                   if best.placement == "colocated" else "") + ".")
     if best.offload == "states":
         why.append(f"The training states go to the host while they are not used: "
-                   f"{best.phases['host_swap']:.1f} s of copies a step, because keeping them "
+                   f"{format_seconds(best.phases['host_swap'])} of copies a step, because keeping them "
                    "leaves the rollout too little memory.")
     if job.async_steps > 1:
         why.append(f"--async-steps {job.async_steps}: deeper than 1 step buffers rollouts but "

@@ -64,10 +64,10 @@ class RlJob(InputSpec):
             raise ValueError(f"the longest response ({self.response_lengths.maximum:,} "
                              f"tokens) exceeds max_response_len ({self.max_response_len:,}): "
                              "responses stop there")
-        if self.num_samples % self.optimizer_steps_per_rollout:
+        if self.prompts_per_step % self.optimizer_steps_per_rollout:
             raise ValueError(f"optimizer_steps_per_rollout ({self.optimizer_steps_per_rollout})"
-                             f" must divide the samples of a step (prompts x samples = "
-                             f"{self.num_samples})")
+                             f" must divide prompts_per_step ({self.prompts_per_step}): a "
+                             "mini-batch holds whole groups (verl counts it in prompts)")
         return self
 
     @property

@@ -25,7 +25,10 @@ from solver.spec import JobSpec, ModelSpec
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.plan import Plan
 
-TRAINING_PLANS_TRIED = 3  # the search's best plans each placement tries
+TRAINING_PLANS_TRIED = 3
+# verl's megatron backend shards optimizer states (use_distributed_optimizer) but has no
+# ZeRO-3 (its McoreEngineConfig: no FSDP switch at verl b178a3cd).
+VERL_PINS = {"zero": (0, 1)}  # the search's best plans each placement tries
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def search_training(actor_model: str, model_specs: dict[str, ModelSpec], cluster
     try:
         problem = build_problem(actor_model, cluster, num_gpus,
                                 gpus_per_node=gpus_per_node, seq_len=job.max_sequence,
-                                global_batch=job.mini_batch,
+                                global_batch=job.mini_batch, pins=VERL_PINS,
                                 memory_headroom=MemoryHeadroom(bytes=max(headroom_bytes, 0.0)))
     except InputError as exc:
         return (), str(exc)
