@@ -36,7 +36,7 @@ _COMMANDS = {
     "report": ("solver.cli.report_command",
                "A self-contained page of a sweep's problems and plans (offline)."),
     "rl": ("solver.cli.rl_command",
-           "RL post-training plans: colocated or split, rollout and training parallelism."),
+           "RL post-training: rollout and training, colocated or split."),
     "serve": ("solver.cli.serve_command",
               "Serving plans for vLLM: TP, PP, DP, EP, KV cache, latency."),
     "sweep": ("solver.cli.sweep_command",

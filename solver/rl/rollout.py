@@ -72,7 +72,7 @@ def estimate_survival(lengths: LengthDistribution, t: np.ndarray) -> np.ndarray:
 
 def mean_running_age(lengths: LengthDistribution) -> float:
     """E[L^2] / (2 E[L]): the mean decoded length of a running sequence in steady state
-    (solver.cost.rl.generation). Fixed 1000: 500; uniform 1..1000: 333.8."""
+    (solver.cost.rl.generation). Fixed 1000: 500; uniform 1..1000: 333,833.5 / 1001 = 333.5."""
     points, weights = lengths.support()
     if lengths.kind == "uniform":  # exact moments of the integers low..high
         values = np.arange(lengths.low, lengths.high + 1, dtype=float)

@@ -63,13 +63,14 @@ PHASES = ("generation", "log_probs", "training", "weight_sync", "host_swap")
 def build_placements(num_gpus: int, gpus_per_node: int) -> tuple[tuple[str, int, int], ...]:
     """(placement, training GPUs, rollout GPUs): colocated on all, then splits whose training
     share is each of PLACEMENT_SHARES, in whole nodes on two nodes or more, else in GPUs of the
-    one node that divide it evenly. 64 GPUs of 8: 8+56, 16+48, ..., 56+8."""
+    one node: one, or an even count (odd pools of 3, 5, 7 GPUs take tp 1 only). 64 GPUs of 8:
+    8+56, 16+48, ..., 56+8; 8 GPUs: 1+7, 2+6, 4+4, 6+2."""
     unit = gpus_per_node if num_gpus >= 2 * gpus_per_node else 1
     found = [("colocated", num_gpus, num_gpus)]
     seen = set()
     for share in PLACEMENT_SHARES:
         train = round(share * num_gpus / unit) * unit
-        if 0 < train < num_gpus and train not in seen and (unit > 1 or num_gpus % train == 0
+        if 0 < train < num_gpus and train not in seen and (unit > 1 or train == 1
                                                            or train % 2 == 0):
             seen.add(train)
             found.append(("split", train, num_gpus - train))
