@@ -83,9 +83,14 @@ def explain_rl(result: RlResult, ranked: Sequence[RlPlan]) -> tuple[str, ...]:
                + (f"; vLLM takes {best.rollout_gpu_memory_utilization:.2f} of it"
                   if best.placement == "colocated" else "") + ".")
     if best.offload == "states":
+        kept = next((p for p in ranked if p.placement == best.placement
+                     and p.training_gpus == best.training_gpus and p.offload == "none"), None)
+        because = ("with every role's states kept on the GPUs no plan of this placement fits"
+                   if kept is None else
+                   f"keeping them (best {kept.step_seconds:.1f} s) leaves vLLM "
+                   f"{kept.rollout_slots} slots an engine against {best.rollout_slots}")
         why.append(f"The training states go to the host while they are not used: "
-                   f"{format_seconds(best.phases['host_swap'])} of copies a step, because keeping them "
-                   "leaves the rollout too little memory.")
+                   f"{format_seconds(best.phases['host_swap'])} of copies a step; {because}.")
     if job.async_steps > 1:
         why.append(f"--async-steps {job.async_steps}: deeper than 1 step buffers rollouts but "
                    "overlaps no more (the same step as 1).")
