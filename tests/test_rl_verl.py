@@ -4,6 +4,7 @@ and the one-step-off-policy config of the split placement); a misspelled key is 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from solver.rl.verl import build_verl_overrides, render_verl_command
 from solver.serve.workload import LengthDistribution
 
 VERL = Path(__file__).parent / "data" / "verl"
+VERSIONS = (VERL, VERL / "0.9.1")  # verl b178a3cd (git) and 0.9.1 (PyPI)
 
 
 def load_yaml_keys(path: Path) -> set[str]:
@@ -35,16 +37,17 @@ def load_yaml_keys(path: Path) -> set[str]:
     return keys
 
 
-def schema_keys(split: bool) -> set[str]:
-    keys = load_yaml_keys(VERL / "_generated_ppo_megatron_trainer.yaml")
+def schema_keys(split: bool, folder: Path = VERL) -> set[str]:
+    keys = load_yaml_keys(folder / "_generated_ppo_megatron_trainer.yaml")
     if split:
-        keys |= load_yaml_keys(VERL / "one_step_off_ppo_megatron_trainer.yaml")
+        keys |= load_yaml_keys(folder / "one_step_off_ppo_megatron_trainer.yaml")
     return keys
 
 
 def check_overrides(keys: list[str], split: bool) -> list[str]:
-    """The keys verl's config does not have (Hydra refuses them without a `+`)."""
-    known = schema_keys(split)
+    """The keys one of the verl versions' config does not have (Hydra refuses them without a
+    `+`)."""
+    known = set.intersection(*(schema_keys(split, folder) for folder in VERSIONS))
     return [key for key in keys if key not in known]
 
 
@@ -55,6 +58,13 @@ def test_the_schema_reader_reads_verls_keys() -> None:
     assert "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method" in keys
     assert "rollout.n_gpus_per_node" in keys
     assert "rollout.n_gpus_per_node" not in schema_keys(split=False)
+
+
+def test_keys_verl_renamed_between_versions_are_caught() -> None:
+    """verl 0.9.1 dropped actor.megatron.grad_offload, which b178a3cd had."""
+    key = "actor_rollout_ref.actor.megatron.grad_offload"
+    assert key in schema_keys(False) and key not in schema_keys(False, VERL / "0.9.1")
+    assert check_overrides([key], split=False) == [key]
 
 
 def test_a_broken_override_is_rejected() -> None:
@@ -89,3 +99,39 @@ def test_every_emitted_key_is_in_verls_config(algorithm: str, model: str, gpus: 
                 plan.rollout_gpus
         command = render_verl_command(result, plan)
         assert command.startswith("python3 -m verl.")
+
+
+def test_verl_itself_composes_the_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's own Hydra config (installed with `pip install --no-deps verl==0.9.1 hydra-core
+    omegaconf antlr4-python3-runtime==4.9.3 packaging pyyaml`: nothing of torch or vLLM is
+    imported) composes every plan's overrides and refuses a misspelt key. Skips where verl or
+    Hydra is not installed."""
+    hydra = pytest.importorskip("hydra")
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl is not installed: pip install --no-deps verl==0.9.1")
+    package = Path(spec.submodule_search_locations[0])
+    monkeypatch.chdir(package.parent)  # the one-step-off config's searchpath is relative
+    job = RlJob(algorithm="ppo", prompts_per_step=64, samples_per_prompt=4,
+                prompt_lengths=LengthDistribution.fixed(256),
+                response_lengths=LengthDistribution(kind="uniform", low=64, high=1024),
+                max_response_len=1024, optimizer_steps_per_rollout=2)
+    result = plan_rl("qwen3-30b-a3b", "dgx-h100", 16, job, top=100)
+    for placement in ("colocated", "split"):
+        plan = next(p for p in result.plans if p.placement == placement)
+        folder, name = (("experimental/one_step_off_policy/config",
+                         "one_step_off_ppo_megatron_trainer") if placement == "split"
+                        else ("trainer/config", "ppo_megatron_trainer"))
+        overrides = [f"{k}={v}" for k, v in build_verl_overrides(result, plan)]
+        for extra, accepted in (([], True),
+                                (["actor_rollout_ref.rollout.tensor_parallel_size=2"], False)):
+            with hydra.initialize_config_dir(config_dir=str(package / folder),
+                                             version_base=None):
+                try:
+                    config = hydra.compose(config_name=name, overrides=overrides + extra)
+                except Exception as exc:  # noqa: BLE001  (Hydra's composition errors)
+                    assert not accepted, f"{placement}: {exc}"
+                    continue
+            assert accepted, f"{placement}: the misspelt key was accepted"
+            assert config.actor_rollout_ref.rollout.tensor_model_parallel_size == \
+                plan.rollout["tp"]

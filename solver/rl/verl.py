@@ -1,6 +1,7 @@
 """verl's launch settings for an RL plan: the command and its Hydra overrides, every key one
-verl's own config has (tests/data/verl, verl commit b178a3cd; tests/test_rl_verl.py checks
-them).
+verl's own config has, at commit b178a3cd and in verl 0.9.1 from PyPI (tests/data/verl;
+tests/test_rl_verl.py checks the keys, and has verl's Hydra compose them where verl is
+installed).
 
     colocated  python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer
                (the hybrid engine: vLLM and Megatron-Core on the same GPUs)
@@ -66,7 +67,6 @@ def build_verl_overrides(result: RlResult, plan: RlPlan) -> list[tuple[str, obje
         *_megatron("actor_rollout_ref.actor", plan),
         ("actor_rollout_ref.actor.megatron.use_distributed_optimizer", c.zero >= 1),
         ("actor_rollout_ref.actor.megatron.optimizer_offload", offload),
-        ("actor_rollout_ref.actor.megatron.grad_offload", offload),
     ]
     if c.recompute in RECOMPUTE:
         granularity, method, layers = RECOMPUTE[c.recompute]
