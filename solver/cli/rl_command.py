@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from solver.cli.help_groups import JOB, OUTPUT, GroupedCommand
+from solver.cli.help_groups import JOB, OUTPUT, SEARCH, GroupedCommand
 from solver.cli.params import MAX_TOP, BoundedInt
 from solver.cli.serve_command import LengthSpec
 from solver.spec.strict import MAX_GPUS, MAX_SEQ_LEN
@@ -21,7 +21,9 @@ DEFAULT_RESPONSE_LEN = "512-4096"  # reasoning responses: a long tail to the max
                                            "response_len": JOB, "max_response_len": JOB,
                                            "async_steps": JOB, "optimizer_steps": JOB,
                                            "reference_model": JOB, "critic_model": JOB,
-                                           "reward_model": JOB, "verl": OUTPUT})
+                                           "reward_model": JOB, "verl": OUTPUT,
+                                           "placement": SEARCH, "training_gpus": SEARCH,
+                                           "rollout_tp": SEARCH, "offload": SEARCH})
 @click.option("--model", required=True, metavar="NAME|PATH",
               help="The policy: a zoo name, a zoo-format TOML or a Hugging Face config.json.")
 @click.option("--cluster", required=True, metavar="NAME|PATH", help="Cluster preset or file.")
@@ -56,6 +58,15 @@ DEFAULT_RESPONSE_LEN = "512-4096"  # reasoning responses: a long tail to the max
               help="PPO's critic, where it is not the policy's architecture.")
 @click.option("--reward-model", default=None, metavar="NAME|PATH",
               help="A reward model that scores every response (default: a rule, no GPU time).")
+@click.option("--placement", type=click.Choice(["colocated", "split"]), default=None,
+              help="Only this placement (default: both searched).")
+@click.option("--training-gpus", type=BoundedInt(1, MAX_GPUS), default=None,
+              help="Split: the training pool's GPUs (the rest generate).")
+@click.option("--rollout-tp", type=BoundedInt(1, MAX_GPUS), default=None,
+              help="The rollout engines' tensor parallel size.")
+@click.option("--offload", type=click.Choice(["none", "states"]), default=None,
+              help="Training states kept on the GPUs (none) or swapped to the host while "
+              "unused (states); default: searched.")
 @click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="How many plans to list.")
 @click.option("--verl", is_flag=True, help="Print verl's command line for the best plan.")
@@ -64,7 +75,9 @@ def rl(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, algor
        prompts_per_step: int, samples_per_prompt: int | None, prompt_len: Any,
        response_len: Any, max_response_len: int | None, async_steps: int,
        optimizer_steps: int, reference_model: str | None, critic_model: str | None,
-       reward_model: str | None, top: int, verl: bool, as_json: bool) -> None:
+       reward_model: str | None, placement: str | None, training_gpus: int | None,
+       rollout_tp: int | None, offload: str | None, top: int, verl: bool,
+       as_json: bool) -> None:
     """RL post-training plans: colocated or split, rollout and training parallelism, the step
     by phase."""
     from pydantic import ValidationError
@@ -72,7 +85,7 @@ def rl(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, algor
     from solver.cli.render import echo_json
     from solver.cli.render_rl import echo_rl_result, render_rl_json
     from solver.errors import InputError, format_validation_error
-    from solver.rl.job import DEFAULT_SAMPLES_PER_PROMPT, RlJob
+    from solver.rl.job import DEFAULT_SAMPLES_PER_PROMPT, RlJob, RlPins
     from solver.rl.search import plan_rl
     from solver.rl.verl import render_verl_command
 
@@ -90,8 +103,10 @@ def rl(model: str, cluster: str, num_gpus: int, gpus_per_node: int | None, algor
     roles = {role: ref for role, ref in (("reference", reference_model),
                                          ("critic", critic_model), ("reward", reward_model))
              if ref is not None}
+    pins = RlPins(placement=placement, training_gpus=training_gpus, rollout_tp=rollout_tp,
+                  offload=offload)
     result = plan_rl(model, cluster, num_gpus, job, gpus_per_node=gpus_per_node,
-                     role_models=roles, top=top)
+                     role_models=roles, top=top, pins=pins)
     if as_json:
         echo_json(render_rl_json(result))
         return

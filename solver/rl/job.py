@@ -97,3 +97,17 @@ class RlJob(InputSpec):
     @property
     def trained_roles(self) -> tuple[str, ...]:
         return ALGORITHM_ROLES[self.algorithm][1]
+
+
+class RlPins(InputSpec):
+    """Choices of a plan fixed in advance (None: searched): the placement, the training
+    pool's GPUs (split), the rollout engines' tp, the offload, and the training search's pins
+    (solver.search.space.VARIABLES: tp, pp, cp, ep, micro_batch, recompute codes ...)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    placement: Literal["colocated", "split"] | None = None
+    training_gpus: int | None = Field(default=None, gt=0)
+    rollout_tp: int | None = Field(default=None, gt=0)
+    offload: Literal["none", "states"] | None = None
+    training: dict[str, tuple[int, ...]] = Field(default_factory=dict)

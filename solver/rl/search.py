@@ -48,7 +48,7 @@ from solver.cost.rl.sync import (
 from solver.cost.step.offload import host_link_bytes_per_s
 from solver.errors import InputError
 from solver.rl.explain import explain_rl
-from solver.rl.job import RlJob
+from solver.rl.job import RlJob, RlPins
 from solver.rl.result import RlPlan, RlResult
 from solver.rl.rollout import Rollouts, describe_layout, estimate_rollouts
 from solver.rl.training import TrainingOption, search_training
@@ -103,10 +103,12 @@ def search_splits(splits: Sequence[tuple[str, int, int]], place: Callable[[int],
 
 def plan_rl(model: str, cluster: str, num_gpus: int, job: RlJob, *,
             gpus_per_node: int | None = None, role_models: dict[str, str] | None = None,
-            top: int = 5) -> RlResult:
+            top: int = 5, pins: RlPins | None = None) -> RlResult:
     """The best RL plans of the step `job` for `model` on `num_gpus` GPUs of `cluster`;
     `role_models`: the reference, critic and reward models where they are not the policy's
-    architecture (the --*-model values)."""
+    architecture (the --*-model values); `pins`: choices fixed in advance (a published
+    configuration's, benchmarks/rl_accuracy.py)."""
+    pins = pins or RlPins()
     started = time.perf_counter()
     model_spec, cluster_spec, _ = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, seq_len=job.max_sequence,
@@ -126,15 +128,17 @@ def plan_rl(model: str, cluster: str, num_gpus: int, job: RlJob, *,
         label = placement if placement == "colocated" else f"split {train_gpus}+{roll_gpus}"
         asleep = _asleep_bytes() if placement == "colocated" else 0.0
         options, reason = search_training(model, specs, cluster, gpus_per_node, job,
-                                          train_gpus, asleep)
+                                          train_gpus, asleep, pins.training)
         found = []
         rollouts: dict[float, Rollouts] = {}  # by vLLM's budget: the engines' times
         for option in options:
             for offload in OFFLOADS:
-                if offload != "none" and host_link is None:
+                if (offload != "none" and host_link is None) or pins.offload not in (None,
+                                                                                     offload):
                     continue
                 plan = _best_plan(model_spec, cluster_spec, job, placement, train_gpus,
-                                  roll_gpus, option, offload, asleep, host_link, rollouts)
+                                  roll_gpus, option, offload, asleep, host_link, rollouts,
+                                  pins.rollout_tp)
                 if plan is not None:
                     found.append(plan)
         if not found:
@@ -144,8 +148,18 @@ def plan_rl(model: str, cluster: str, num_gpus: int, job: RlJob, *,
         return min((p.step_seconds for p in found), default=float("inf"))
 
     colocated, *splits = build_placements(num_gpus, cluster_spec.gpus_per_node)
-    place(*colocated)
-    search_splits(splits, lambda index: place(*splits[index]))
+    if pins.training_gpus is not None:
+        if pins.placement == "colocated":
+            raise InputError(f"--training-gpus {pins.training_gpus}: sizes the training pool of "
+                             "a split placement, not a colocated one")
+        if not 0 < pins.training_gpus < num_gpus:
+            raise InputError(f"--training-gpus {pins.training_gpus}: a split needs between 1 "
+                             f"and {num_gpus - 1} of the {num_gpus} GPUs for training")
+        splits = [("split", pins.training_gpus, num_gpus - pins.training_gpus)]
+    if pins.placement != "split" and pins.training_gpus is None:
+        place(*colocated)
+    if pins.placement != "colocated":
+        search_splits(splits, lambda index: place(*splits[index]))
     plans.sort(key=lambda p: (p.step_seconds, p.offload != "none", p.placement != "colocated"))
     chosen = tuple(plans[:top])
     status = "optimal" if chosen else "infeasible"
@@ -162,8 +176,8 @@ def _asleep_bytes() -> float:
 
 def _best_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: RlJob, placement: str,
                train_gpus: int, roll_gpus: int, option: TrainingOption, offload: str,
-               asleep: float, host_link: float | None, memo: dict[float, Rollouts]
-               ) -> RlPlan | None:
+               asleep: float, host_link: float | None, memo: dict[float, Rollouts],
+               rollout_tp: int | None = None) -> RlPlan | None:
     """The fastest rollout layout under this training plan and offload, as an RlPlan (None
     where no layout fits or a phase does not)."""
     colocated = placement == "colocated"
@@ -187,7 +201,8 @@ def _best_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: RlJob, placemen
     if budget not in memo:
         memo[budget] = estimate_rollouts(model_spec, cluster, job, roll_gpus, budget)
     rollouts = memo[budget]
-    if not rollouts.fits.any():
+    allowed = rollouts.fits & ((rollouts.candidates.tp == rollout_tp) if rollout_tp else True)
+    if not allowed.any():
         return None
     memory = {
         "log_probs": max(roles[r].running_bytes + kept_besides(r) for r in job.forward_roles)
@@ -215,7 +230,7 @@ def _best_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: RlJob, placemen
     generation = rollouts.generation.total_s
     step = compose_rl_step(np.full(len(generation), not colocated), job.async_steps,
                            generation, log_probs, training, sync, swap)
-    seconds = np.where(rollouts.fits, step.step_s, np.inf)
+    seconds = np.where(allowed, step.step_s, np.inf)
     best = int(np.argmin(seconds))
     return _as_plan(model_spec, cluster, job, placement, train_gpus, roll_gpus, option, offload,
                     rollouts, best, step, sync, swap, log_probs, training, memory, context,

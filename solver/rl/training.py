@@ -54,17 +54,19 @@ class TrainingOption:
 
 
 def search_training(actor_model: str, model_specs: dict[str, ModelSpec], cluster: str,
-                    gpus_per_node: int | None, job: RlJob, num_gpus: int, headroom_bytes: float
+                    gpus_per_node: int | None, job: RlJob, num_gpus: int, headroom_bytes: float,
+                    pins: dict[str, tuple[int, ...]] | None = None
                     ) -> tuple[tuple[TrainingOption, ...], str]:
     """The actor's best plans on `num_gpus` GPUs that keep `headroom_bytes` free (what the
     phase leaves to other things on the GPU), each with the roles' passes; and, where none is
     found, why (the training search's conflicts). `actor_model` is the --model value,
-    `model_specs` each role's model (the actor's among them)."""
+    `model_specs` each role's model (the actor's among them); `pins` narrow the search as
+    optimize's pins do (verl's ZeRO 0-1 always)."""
     actor = model_specs["actor"]
     try:
         problem = build_problem(actor_model, cluster, num_gpus,
                                 gpus_per_node=gpus_per_node, seq_len=job.max_sequence,
-                                global_batch=job.mini_batch, pins=VERL_PINS,
+                                global_batch=job.mini_batch, pins={**(pins or {}), **VERL_PINS},
                                 memory_headroom=MemoryHeadroom(bytes=max(headroom_bytes, 0.0)))
     except InputError as exc:
         return (), str(exc)
