@@ -29,7 +29,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from solver.catalog import load_cluster_spec
 from solver.rl.job import RlJob, RlPins
+from solver.serve.job import vllm_batch_defaults
 from solver.rl.search import plan_rl
 from solver.serve.workload import LengthDistribution
 
@@ -53,8 +55,8 @@ def response_lengths(shape: str, mean: int, most: int) -> LengthDistribution:
     return LengthDistribution(kind="uniform", low=low, high=high)
 
 
-def predict(row: dict[str, str], shape: str) -> float | None:
-    """The predicted step seconds of the row's configuration (None where it does not fit)."""
+def predict(row: dict[str, str], shape: str):
+    """The predicted plan of the row's configuration (None where it does not fit)."""
     max_seq, avg_seq = int(row["max_seq"]), int(row["avg_seq"])
     most = max_seq - PROMPT_TOKENS
     generations = 32 if int(row["g_gbs"]) == 2048 else 16
@@ -69,32 +71,38 @@ def predict(row: dict[str, str], shape: str) -> float | None:
     training.update(micro_batch=(1,), recompute=(RECOMPUTE_CODES[row["recompute"]],))
     pins = RlPins(placement="split" if gen_gpus else "colocated",
                   training_gpus=int(row["gpus"]) - gen_gpus if gen_gpus else None,
-                  rollout_tp=int(row["gen_tp"]), training=training)
+                  rollout_tp=int(row["gen_tp"]), training=training,
+                  rollout_max_num_seqs=vllm_batch_defaults(load_cluster_spec(row["cluster"]))[1],
+                  rollout_gpu_memory_utilization=float(row["gen_memory_utilization"]))
     result = plan_rl(row["model"], row["cluster"], int(row["gpus"]), job, top=1, pins=pins)
-    return result.plans[0].step_seconds if result.plans else None
+    return result.plans[0] if result.plans else None
 
 
 def main() -> None:
     rows = load_rows()
     table = Table(title=f"parplan rl against {len(rows)} published GRPO steps (NeMo RL)")
     for column in ("system", "model", "GPUs", "gen", "lag", "avg seq", "measured s",
-                   "fixed s", "err", "uniform s", "err"):
+                   "fixed s", "err", "uniform s", "err", "uniform: gen / log-probs / train s"):
         table.add_column(column)
     errors: dict[str, list[tuple[float, str]]] = {"fixed": [], "uniform": []}
     for row in rows:
         cells = []
+        parts = "-"
         for shape in ("fixed", "uniform"):
-            predicted = predict(row, shape)
+            plan = predict(row, shape)
             measured = float(row["step_s"])
-            if predicted is None:
+            if plan is None:
                 cells += ["no fit", "-"]
                 continue
+            predicted = plan.step_seconds
+            parts = " / ".join(f"{plan.phases[name]:.1f}"
+                               for name in ("generation", "log_probs", "training"))
             error = predicted / measured - 1.0
             errors[shape].append((error, f"{row['model']} {row['system']} {row['gpus']} GPUs "
                                          f"lag {row['lag']}"))
             cells += [f"{predicted:.1f}", f"{100 * error:+.0f}%"]
         table.add_row(row["system"], row["model"], row["gpus"], row["gen_gpus"] or "coloc.",
-                      row["lag"], row["avg_seq"], row["step_s"], *cells)
+                      row["lag"], row["avg_seq"], row["step_s"], *cells, parts)
     console = Console(width=200)
     console.print(table)
     for shape, found in errors.items():

@@ -111,3 +111,7 @@ class RlPins(InputSpec):
     rollout_tp: int | None = Field(default=None, gt=0)
     offload: Literal["none", "states"] | None = None
     training: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    # The rollout engine's settings where the framework is not verl (None: verl's defaults,
+    # solver.rl.rollout): vLLM's max_num_seqs and its share of each GPU's memory.
+    rollout_max_num_seqs: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN.most)
+    rollout_gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)

@@ -100,32 +100,36 @@ def build_rollout_candidates(model_spec: ModelSpec, cluster: ClusterSpec, num_gp
 
 
 def build_rollout_problem(model_spec: ModelSpec, cluster: ClusterSpec, job: RlJob,
-                          num_gpus: int, budget_bytes: float) -> ServeProblem:
+                          num_gpus: int, budget_bytes: float,
+                          max_num_seqs: int = VERL_MAX_NUM_SEQS) -> ServeProblem:
     """The rollout as a serving problem: context the longest sequence, the mean lengths,
-    vLLM's share `budget_bytes` of each GPU's usable memory, verl's scheduler limits."""
+    vLLM's share `budget_bytes` of each GPU's usable memory, its max_num_seqs (verl's by
+    default) and verl's max_num_batched_tokens."""
     usable = cluster.usable_memory_bytes
     prompt = max(1, round(job.prompt_lengths.mean))
     response = max(1, min(round(job.response_lengths.mean), job.max_sequence - prompt))
     serve_job = ServeJob(context=job.max_sequence, input_len=prompt, output_len=response,
                          gpu_memory_utilization=min(max(budget_bytes / usable, 1e-6), 1.0),
-                         max_num_seqs=VERL_MAX_NUM_SEQS,
+                         max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=VERL_MAX_NUM_BATCHED_TOKENS)
     return ServeProblem(model_spec=model_spec, cluster=cluster, num_gpus=num_gpus,
                         job=serve_job)
 
 
 def estimate_rollouts(model_spec: ModelSpec, cluster: ClusterSpec, job: RlJob, num_gpus: int,
-                      budget_bytes: float) -> Rollouts:
+                      budget_bytes: float, max_num_seqs: int = VERL_MAX_NUM_SEQS) -> Rollouts:
     """Every engine layout of a pool of `num_gpus` GPUs whose vLLM may take `budget_bytes`
-    of each GPU, with its generation time for the step's samples spread evenly over the DP
-    ranks (the pool's slowest rank has the longest response)."""
+    of each GPU and run `max_num_seqs` sequences at once, with its generation time for the
+    step's samples spread evenly over the DP ranks (the pool's slowest rank has the longest
+    response)."""
     candidates = build_rollout_candidates(model_spec, cluster, num_gpus)
-    problem = build_rollout_problem(model_spec, cluster, job, num_gpus, budget_bytes)
+    problem = build_rollout_problem(model_spec, cluster, job, num_gpus, budget_bytes,
+                                    max_num_seqs)
     memory = estimate_serving_memory(problem, candidates)
     fits = (budget_bytes > 0) & (memory.kv_tokens >= job.max_sequence)
     prompt = job.prompt_lengths.mean
     age = mean_running_age(job.response_lengths)
-    slots = np.minimum(VERL_MAX_NUM_SEQS, np.floor(memory.kv_tokens / (prompt + age)))
+    slots = np.minimum(max_num_seqs, np.floor(memory.kv_tokens / (prompt + age)))
     ranks = candidates.replicas * candidates.dp
     seqs = np.ceil(job.num_samples / ranks)
     longest = estimate_longest_response(job.response_lengths.quantile, job.num_samples,

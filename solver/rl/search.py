@@ -50,7 +50,7 @@ from solver.errors import InputError
 from solver.rl.explain import explain_rl
 from solver.rl.job import RlJob, RlPins
 from solver.rl.result import RlPlan, RlResult
-from solver.rl.rollout import Rollouts, describe_layout, estimate_rollouts
+from solver.rl.rollout import VERL_MAX_NUM_SEQS, Rollouts, describe_layout, estimate_rollouts
 from solver.rl.training import TrainingOption, search_training
 from solver.serve.job import ServeConstants
 from solver.spec import ClusterSpec, ModelSpec
@@ -138,7 +138,7 @@ def plan_rl(model: str, cluster: str, num_gpus: int, job: RlJob, *,
                     continue
                 plan = _best_plan(model_spec, cluster_spec, job, placement, train_gpus,
                                   roll_gpus, option, offload, asleep, host_link, rollouts,
-                                  pins.rollout_tp)
+                                  pins)
                 if plan is not None:
                     found.append(plan)
         if not found:
@@ -177,7 +177,7 @@ def _asleep_bytes() -> float:
 def _best_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: RlJob, placement: str,
                train_gpus: int, roll_gpus: int, option: TrainingOption, offload: str,
                asleep: float, host_link: float | None, memo: dict[float, Rollouts],
-               rollout_tp: int | None = None) -> RlPlan | None:
+               pins: RlPins) -> RlPlan | None:
     """The fastest rollout layout under this training plan and offload, as an RlPlan (None
     where no layout fits or a phase does not)."""
     colocated = placement == "colocated"
@@ -191,17 +191,22 @@ def _best_plan(model_spec: ModelSpec, cluster: ClusterSpec, job: RlJob, placemen
     def kept_besides(role: str) -> float:
         return sum(v for r, v in resident.items() if r != role) if offload == "none" else 0.0
 
+    share = pins.rollout_gpu_memory_utilization
     if colocated:
         budget = usable - context - kept_all
+        if share is not None:  # vLLM takes its share, if the phase leaves it that much
+            budget = share * usable if share * usable <= budget else -1.0
         swapped = sum(resident.values()) if offload == "states" else 0.0
     else:
-        budget = SPLIT_GPU_MEMORY_UTILIZATION * usable
+        budget = (share or SPLIT_GPU_MEMORY_UTILIZATION) * usable
         swapped = sum(v for r, v in resident.items() if r != "actor") \
             if offload == "states" else 0.0
     if budget not in memo:
-        memo[budget] = estimate_rollouts(model_spec, cluster, job, roll_gpus, budget)
+        memo[budget] = estimate_rollouts(model_spec, cluster, job, roll_gpus, budget,
+                                         pins.rollout_max_num_seqs or VERL_MAX_NUM_SEQS)
     rollouts = memo[budget]
-    allowed = rollouts.fits & ((rollouts.candidates.tp == rollout_tp) if rollout_tp else True)
+    allowed = rollouts.fits & ((rollouts.candidates.tp == pins.rollout_tp) if pins.rollout_tp
+                               else True)
     if not allowed.any():
         return None
     memory = {
