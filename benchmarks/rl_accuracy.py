@@ -12,9 +12,10 @@ What the page does not give, stated here and the same for every row (not tuned):
     prompts   PROMPT_TOKENS tokens: OpenMathInstruct-2 problems (tens of tokens) inside
               NeMo RL's math prompt and the chat template; the responses' mean is the
               published average sequence length less this
-    responses the page gives their mean only, so two shapes: `fixed` (every response the
-              mean: no straggler tail, a lower bound) and `uniform` (the widest uniform with
-              that mean inside 1 .. max_seq - prompt: a long tail)
+    responses the page gives their mean only, so three shapes: `fixed` (every response the
+              mean: no straggler tail, a lower bound), `uniform` (the widest uniform with
+              that mean inside 1 .. max_seq - prompt) and `exponential` (the maximum-entropy
+              lengths with that mean on 1 .. max_seq - prompt: a tail to the maximum)
 
 Printed: each row's measured and predicted step with both shapes and the errors; the median
 |error| and the worst rows of each shape.
@@ -25,6 +26,8 @@ from __future__ import annotations
 import csv
 import statistics
 from pathlib import Path
+
+import numpy as np
 
 from rich.console import Console
 from rich.table import Table
@@ -37,6 +40,7 @@ from solver.serve.workload import LengthDistribution
 
 ROWS = Path(__file__).parent / "data" / "rl_published.csv"
 PROMPT_TOKENS = 150
+SHAPES = ("fixed", "uniform", "exponential")
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
@@ -47,12 +51,37 @@ def load_rows() -> list[dict[str, str]]:
 
 
 def response_lengths(shape: str, mean: int, most: int) -> LengthDistribution:
-    """`fixed` at the mean, or the widest uniform with that mean inside 1..most."""
+    """`fixed` at the mean; `uniform`, the widest uniform with that mean inside 1..most; or
+    `exponential`, the most random lengths with that mean on 1..most (maximum entropy given the
+    mean: a truncated exponential, Jaynes 1957), as 2,000 equally likely quantiles."""
     if shape == "fixed" or mean >= most:
         return LengthDistribution.fixed(min(mean, most))
+    if shape == "exponential":
+        return truncated_exponential(mean, most)
     low = max(1, 2 * mean - most)
     high = min(most, 2 * mean - 1)
     return LengthDistribution(kind="uniform", low=low, high=high)
+
+
+def truncated_exponential(mean: float, most: int, points: int = 2000) -> LengthDistribution:
+    """Lengths on 1..most with density proportional to exp(-rate x), the rate (negative for a
+    mean above the middle) found by bisection so that their mean is `mean` (the mean falls as
+    the rate rises)."""
+    span = most - 1.0
+    q = (np.arange(points) + 0.5) / points
+
+    def quantiles(rate: float) -> np.ndarray:
+        if abs(rate * span) < 1e-9:
+            return 1.0 + q * span
+        return 1.0 - np.log1p(-q * -np.expm1(-rate * span)) / rate
+
+    low, high = -50.0 / span, 50.0 / span
+    for _ in range(200):
+        middle = (low + high) / 2.0
+        low, high = (low, middle) if quantiles(middle).mean() < mean else (middle, high)
+    values = np.clip(np.rint(quantiles(low)), 1, most).astype(int)
+    return LengthDistribution(kind="empirical", low=int(values.min()), high=int(values.max()),
+                              values=tuple(sorted(values.tolist())), source="exponential")
 
 
 def predict(row: dict[str, str], shape: str):
@@ -82,13 +111,14 @@ def main() -> None:
     rows = load_rows()
     table = Table(title=f"parplan rl against {len(rows)} published GRPO steps (NeMo RL)")
     for column in ("system", "model", "GPUs", "gen", "lag", "avg seq", "measured s",
-                   "fixed s", "err", "uniform s", "err", "uniform: gen / log-probs / train s"):
+                   "fixed s", "err", "uniform s", "err", "exponential s", "err",
+                   "exponential: gen / log-probs / train s"):
         table.add_column(column)
-    errors: dict[str, list[tuple[float, str]]] = {"fixed": [], "uniform": []}
+    errors: dict[str, list[tuple[float, str]]] = {shape: [] for shape in SHAPES}
     for row in rows:
         cells = []
         parts = "-"
-        for shape in ("fixed", "uniform"):
+        for shape in SHAPES:
             plan = predict(row, shape)
             measured = float(row["step_s"])
             if plan is None:
