@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from solver.catalog import load_cluster_spec, load_model_spec
 from solver.cli import cli
-from solver.rl.job import RlJob
+from solver.rl.job import RlJob, RlPins
 from solver.rl.rollout import estimate_rollouts, estimate_survival, mean_running_age
 from solver.rl.search import build_placements, plan_rl
 from solver.serve.workload import LengthDistribution, parse_length_distribution
@@ -197,3 +197,30 @@ def test_bad_rl_input_is_one_line(args: list[str], needle: str) -> None:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert needle in result.output
+
+
+def test_pins_cost_the_given_configuration() -> None:
+    """RlPins (--placement, --training-gpus, --rollout-tp, --offload and the training search's
+    own pins) leave only plans that have them."""
+    pins = RlPins(placement="split", training_gpus=4, rollout_tp=2, offload="none",
+                  training={"tp": (2,), "micro_batch": (1,)})
+    result = plan_rl("llama3.1-8b", "dgx-h100", 8, rl_job(), top=100, pins=pins)
+    assert result.plans
+    for plan in result.plans:
+        assert (plan.placement, plan.training_gpus, plan.rollout["tp"], plan.offload) == (
+            "split", 4, 2, "none")
+        assert plan.training.config.tp == 2 and plan.training.config.micro_batch == 1
+    colocated = plan_rl("llama3.1-8b", "dgx-h100", 8, rl_job(), top=100,
+                        pins=RlPins(placement="colocated", rollout_gpu_memory_utilization=0.5))
+    assert {p.placement for p in colocated.plans} == {"colocated"}
+    assert all(p.rollout_gpu_memory_utilization == pytest.approx(0.5) for p in colocated.plans)
+
+
+def test_cli_pins_a_split() -> None:
+    result = CliRunner().invoke(cli, ["rl", "--model", "llama3.2-1b", "--cluster", "dgx-h100",
+                                      "--gpus", "8", "--prompts-per-step", "32",
+                                      "--response-len", "64-512", "--placement", "split",
+                                      "--training-gpus", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    plans = json.loads(result.output)["plans"]
+    assert plans and all(p["training_gpus"] == 2 and p["placement"] == "split" for p in plans)
