@@ -49,7 +49,7 @@ def test_grpo_plans_colocated_and_split(model: str, gpus: int) -> None:
     colocated and split, 8 to 256 GPUs; every phase of every plan fits (how long each takes:
     benchmarks/rl_speed.py)."""
     result = plan_rl(model, "dgx-h100", gpus, rl_job(), top=100)
-    assert result.status == "optimal", result.unplaced
+    assert result.status == "feasible", result.unplaced
     assert {p.placement for p in result.plans} == {"colocated", "split"}
     assert_every_phase_fits(result)
     assert result.plans == tuple(sorted(result.plans, key=lambda p: p.step_seconds))
@@ -168,7 +168,7 @@ def test_cli_json_has_the_design_fields() -> None:
                                       "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
-    assert payload["status"] == "optimal"
+    assert payload["status"] == "feasible"
     plan = payload["plans"][0]
     assert plan["placement"] in ("colocated", "split")
     assert set(plan["phases"]) == PHASES

@@ -38,8 +38,9 @@ class RlPlan:
 
 @dataclass(frozen=True)
 class RlResult:
-    """The answer of `parplan rl`: status (optimal: every candidate costed; infeasible: none
-    fits), the plans best first, the explanation, and why each placement found nothing."""
+    """The answer of `parplan rl`: status (feasible: the best plans found, not proven best, as
+    the splits are searched coarse to fine; infeasible: none fits), the plans best first, the
+    explanation, and why each placement found nothing."""
 
     job: RlJob
     model_spec: ModelSpec

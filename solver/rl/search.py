@@ -162,7 +162,9 @@ def plan_rl(model: str, cluster: str, num_gpus: int, job: RlJob, *,
         search_splits(splits, lambda index: place(*splits[index]))
     plans.sort(key=lambda p: (p.step_seconds, p.offload != "none", p.placement != "colocated"))
     chosen = tuple(plans[:top])
-    status = "optimal" if chosen else "infeasible"
+    # Not "optimal": the splits are searched coarse to fine and each pool tries the training
+    # search's TRAINING_PLANS_TRIED best plans, so the best plan found is not proven best.
+    status = "feasible" if chosen else "infeasible"
     result = RlResult(job=job, model_spec=model_spec, cluster=cluster_spec, num_gpus=num_gpus,
                       status=status, solve_seconds=time.perf_counter() - started,
                       plans=chosen, unplaced=unplaced)
