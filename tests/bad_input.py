@@ -71,6 +71,8 @@ BASE_ARGS = {
     "launch": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8"],
     "serve": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8", "--context",
               "8k", "--json"],
+    "rl": ["--model", "llama3.2-1b", "--cluster", "dgx-h100", "--gpus", "8",
+           "--prompts-per-step", "16", "--response-len", "64-256", "--json"],
     "sweep": ["--models", "llama3.2-1b", "--clusters", "dgx-h100", "--gpus", "8", "--jobs", "1",
               "-q"],
     "calibrate nccl-tests": [str(NCCL_LOG), "--cluster", "dgx-h100"],

@@ -36,8 +36,10 @@ ALLOWED = {
     "optimize_json": {"optimize", "ranked_plans", "cost", "spec"},
     "sweep": {"api", "optimize", "optimize_json", "search", "cost", "spec", "errors", "catalog",
               "runtime", "output_file"},
+    "rl": {"api", "optimize", "ranked_plans", "search", "cost", "spec", "errors", "catalog",
+           "serve"},
     "cli": {"api", "optimize", "optimize_json", "estimate_fixes", "ranked_plans", "sweep",
-            "search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve",
+            "search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve", "rl",
             "runtime", "output_file"},
 }
 # Third-party libraries each layer must not import.
@@ -94,6 +96,7 @@ COST_ALLOWED = {
     "memory": {"", "kernels", "comm", "layers"},
     "step": {"", "kernels", "comm", "layers", "memory"},
     "serving": {"", "kernels", "comm", "layers"},
+    "rl": {"", "kernels", "comm", "layers", "memory", "step", "serving"},
 }
 
 

@@ -35,6 +35,8 @@ _COMMANDS = {
                  "Ranked parallel configurations for a model on a cluster."),
     "report": ("solver.cli.report_command",
                "A self-contained page of a sweep's problems and plans (offline)."),
+    "rl": ("solver.cli.rl_command",
+           "RL post-training: rollout and training, colocated or split."),
     "serve": ("solver.cli.serve_command",
               "Serving plans for vLLM: TP, PP, DP, EP, KV cache, latency."),
     "sweep": ("solver.cli.sweep_command",
