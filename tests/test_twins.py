@@ -150,3 +150,25 @@ def test_a_twin_recosted_under_the_plans_savers_never_needs_less_than_the_plan()
     swapped = [p for p in result.plans if p.memory_savers == ("grad_reduce_in_bf16",)]
     assert swapped and swapped[0].config.recompute == "selective"
     assert [e.recompute for e in swapped[0].equivalent] == ["none"]
+
+
+def test_a_twin_leaner_only_by_rounding_is_not_shown_instead(monkeypatch) -> None:
+    """CI's draw (mixtral-8x7b, 24 A100-40GB, DeepSpeed): the search's bytes for ZeRO 1 at
+    dp 1 were 41,896,599,654.399994 and the plan's own ZeRO 0 41,896,599,654.4, and the plan
+    was swapped to its twin, unlike the oracle's (step, memory, degrees) order. A twin is
+    shown instead only when leaner by more than ranked_plans.LEANER of the plan."""
+    import solver.ranked_plans as ranked_plans
+    from solver.spec.plan import Equivalent
+
+    problem = build_problem("llama3.1-8b", "dgx-h100", 8, seq_len=4096, global_batch=64)
+    plan = solve(problem, top=1, engine="even").plans[0]
+    total = plan.worst_stage.total_bytes
+    other_zero = 1 - min(plan.config.zero, 1)
+    swaps = []
+    monkeypatch.setattr(ranked_plans, "estimate_plans",
+                        lambda *a: swaps.append(a[3][0].zero) or [plan])
+    for share in (1 - 1e-15, 1 - 10 * ranked_plans.LEANER):
+        twin = Equivalent(recompute=plan.config.recompute, zero=other_zero,
+                          total_bytes=total * share)
+        ranked_plans._leanest_first(problem, plan, (twin,), problem.memory_options, None)
+    assert swaps == [other_zero]  # only the twin leaner by more than rounding is re-costed
