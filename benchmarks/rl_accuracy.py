@@ -4,7 +4,8 @@
 
 Rows: benchmarks/data/rl_published.csv (NeMo RL's performance page: GRPO, Megatron-Core
 training, vLLM generation; its header says where each number comes from) and
-benchmarks/data/rl_published.jsonl (verl's documentation pages: each row its URL, the quoted
+benchmarks/data/rl_published.jsonl (verl's documentation pages, the LMSYS Miles-on-ROCm blog:
+each row its URL, the quoted
 table cells and setup, and `assumed`: every number the page does not give, with where it comes
 from). `--rows` keeps the rows whose recipe (csv) or id (jsonl) contains one of the strings. Each row's own
 configuration is costed (solver.rl.search.plan_rl with RlPins: the placement, the generation
@@ -162,10 +163,10 @@ def published_table(rows: list[dict], errors: dict[str, list[tuple[float, str]]]
                     unknown_mean: list[tuple[float, str]]) -> Table:
     """The jsonl rows' table; each error goes into `errors` by shape (rows with a published
     mean) or into `unknown_mean` (once: the uniform lengths every column uses)."""
-    table = Table(title=f"parplan rl against {len(rows)} published steps (verl pages)")
+    table = Table(title=f"parplan rl against {len(rows)} published steps (verl pages, Miles blog)")
     for column in ("id", "algo", "model", "GPUs", "placement", "lag", "mean resp.",
                    "measured s", "fixed s", "err", "uniform s", "err", "exponential s", "err",
-                   "gen / log-probs / train s (measured)"):
+                   "gen / log-probs / train / sync s (measured)"):
         table.add_column(column)
     for row in rows:
         measured = row["measured_step_s"]
@@ -188,7 +189,7 @@ def published_table(rows: list[dict], errors: dict[str, list[tuple[float, str]]]
                 errors[shape].append((error, name))
             parts = " / ".join(
                 f"{plan.phases[phase]:.0f} ({row['measured_phases_s'].get(phase, '-')})"
-                for phase in ("generation", "log_probs", "training"))
+                for phase in ("generation", "log_probs", "training", "weight_sync"))
             cells += [f"{plan.step_seconds:.1f}", f"{100 * error:+.0f}%"]
         table.add_row(row["id"], row["algorithm"], row["model"], str(row["gpus"]),
                       row["placement"], str(row["async_steps"]),
