@@ -1,9 +1,13 @@
 """`parplan rl` against published RL step times (issue 41 item 6), nothing fitted to them.
 
-    .venv/bin/python benchmarks/rl_accuracy.py
+    .venv/bin/python benchmarks/rl_accuracy.py [--rows SUBSTRING ...]
 
 Rows: benchmarks/data/rl_published.csv (NeMo RL's performance page: GRPO, Megatron-Core
-training, vLLM generation; its header says where each number comes from). Each row's own
+training, vLLM generation; its header says where each number comes from) and
+benchmarks/data/rl_published.jsonl (verl's documentation pages, the LMSYS Miles-on-ROCm blog:
+each row its URL, the quoted
+table cells and setup, and `assumed`: every number the page does not give, with where it comes
+from). `--rows` keeps the rows whose recipe (csv) or id (jsonl) contains one of the strings. Each row's own
 configuration is costed (solver.rl.search.plan_rl with RlPins: the placement, the generation
 GPUs and TP, the training degrees, micro-batch 1 and its recompute), not the planner's best.
 
@@ -17,13 +21,19 @@ What the page does not give, stated here and the same for every row (not tuned):
               that mean inside 1 .. max_seq - prompt) and `exponential` (the maximum-entropy
               lengths with that mean on 1 .. max_seq - prompt: a tail to the maximum)
 
+jsonl rows with no published mean response length are costed with every length 1..max equally
+likely (uniform: the maximum-entropy lengths given only the bound), the same in all three
+columns, and their median is printed apart from the rows whose lengths are published.
+
 Printed: each row's measured and predicted step with both shapes and the errors; the median
 |error| and the worst rows of each shape.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import json
 import statistics
 from pathlib import Path
 
@@ -39,6 +49,14 @@ from solver.rl.search import plan_rl
 from solver.serve.workload import LengthDistribution
 
 ROWS = Path(__file__).parent / "data" / "rl_published.csv"
+PUBLISHED = Path(__file__).parent / "data" / "rl_published.jsonl"
+PUBLISHED_FIELDS = ("id", "source_url", "quote", "setup_quote", "assumed", "framework",
+                    "framework_version", "training_framework", "rollout_engine", "algorithm",
+                    "model", "cluster", "gpu_type", "gpus", "placement", "training_gpus",
+                    "rollout_tp", "training", "prompts_per_step", "samples_per_prompt",
+                    "prompt_len_max", "prompt_len_mean", "response_len_max",
+                    "response_len_mean", "async_steps", "optimizer_steps_per_rollout",
+                    "gen_memory_utilization", "measured_step_s", "measured_phases_s")
 PROMPT_TOKENS = 150
 SHAPES = ("fixed", "uniform", "exponential")
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
@@ -48,6 +66,20 @@ def load_rows() -> list[dict[str, str]]:
     lines = [line for line in ROWS.read_text(encoding="utf-8").splitlines()
              if line and not line.startswith("#")]
     return list(csv.DictReader(lines))
+
+
+def load_published() -> list[dict]:
+    """The jsonl rows, each checked for every field (a missing or unknown one is an error
+    naming the row: the file is data, not code)."""
+    rows = []
+    for number, line in enumerate(PUBLISHED.read_text(encoding="utf-8").splitlines(), 1):
+        row = json.loads(line)
+        if set(row) != set(PUBLISHED_FIELDS):
+            raise ValueError(f"{PUBLISHED.name}:{number}: fields missing "
+                             f"{sorted(set(PUBLISHED_FIELDS) - set(row))}, unknown "
+                             f"{sorted(set(row) - set(PUBLISHED_FIELDS))}")
+        rows.append(row)
+    return rows
 
 
 def response_lengths(shape: str, mean: int, most: int) -> LengthDistribution:
@@ -107,8 +139,84 @@ def predict(row: dict[str, str], shape: str):
     return result.plans[0] if result.plans else None
 
 
-def main() -> None:
-    rows = load_rows()
+def predict_published(row: dict, shape: str):
+    """The predicted plan of a jsonl row's configuration, pinned where the row gives it
+    (None where it does not fit)."""
+    most, mean = row["response_len_max"], row["response_len_mean"]
+    lengths = (LengthDistribution(kind="uniform", low=1, high=most) if mean is None
+               else response_lengths(shape, mean, most))
+    job = RlJob(algorithm=row["algorithm"], prompts_per_step=row["prompts_per_step"],
+                samples_per_prompt=row["samples_per_prompt"],
+                prompt_lengths=LengthDistribution.fixed(row["prompt_len_mean"]),
+                response_lengths=lengths, max_response_len=most,
+                async_steps=row["async_steps"],
+                optimizer_steps_per_rollout=row["optimizer_steps_per_rollout"])
+    pins = RlPins(placement=row["placement"], training_gpus=row["training_gpus"],
+                  rollout_tp=row["rollout_tp"],
+                  training={name: (value,) for name, value in (row["training"] or {}).items()},
+                  rollout_gpu_memory_utilization=row["gen_memory_utilization"])
+    result = plan_rl(row["model"], row["cluster"], row["gpus"], job, top=1, pins=pins)
+    return result.plans[0] if result.plans else None
+
+
+def published_table(rows: list[dict], errors: dict[str, list[tuple[float, str]]],
+                    unknown_mean: list[tuple[float, str]]) -> Table:
+    """The jsonl rows' table; each error goes into `errors` by shape (rows with a published
+    mean) or into `unknown_mean` (once: the uniform lengths every column uses)."""
+    table = Table(title=f"parplan rl against {len(rows)} published steps (verl pages, Miles blog)")
+    for column in ("id", "algo", "model", "GPUs", "placement", "lag", "mean resp.",
+                   "measured s", "fixed s", "err", "uniform s", "err", "exponential s", "err",
+                   "gen / log-probs / train / sync s (measured)"):
+        table.add_column(column)
+    for row in rows:
+        measured = row["measured_step_s"]
+        name = f"{row['id']} ({row['model']}, {row['gpus']} GPUs)"
+        cells, parts, uniform = [], "-", None
+        for shape in SHAPES:
+            if row["response_len_mean"] is None and uniform is not None:
+                plan = uniform
+            else:
+                plan = predict_published(row, shape)
+            if plan is None:
+                cells += ["no fit", "-"]
+                continue
+            error = plan.step_seconds / measured - 1.0
+            if row["response_len_mean"] is None:
+                if uniform is None:
+                    unknown_mean.append((error, name))
+                uniform = plan
+            else:
+                errors[shape].append((error, name))
+            parts = " / ".join(
+                f"{plan.phases[phase]:.0f} ({row['measured_phases_s'].get(phase, '-')})"
+                for phase in ("generation", "log_probs", "training", "weight_sync"))
+            cells += [f"{plan.step_seconds:.1f}", f"{100 * error:+.0f}%"]
+        table.add_row(row["id"], row["algorithm"], row["model"], str(row["gpus"]),
+                      row["placement"], str(row["async_steps"]),
+                      str(row["response_len_mean"] or "unknown"), f"{measured:g}", *cells,
+                      parts)
+    return table
+
+
+def summary(label: str, found: list[tuple[float, str]]) -> str:
+    """Median |error| and the three worst rows of `found`."""
+    median = statistics.median(abs(e) for e, _ in found)
+    worst = sorted(found, key=lambda item: -abs(item[0]))[:3]
+    return (f"{label}: median |error| {100 * median:.1f}% over {len(found)} rows; worst: "
+            + "; ".join(f"{name} {100 * e:+.0f}%" for e, name in worst))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", default=None,
+                        help="only rows whose recipe or id contains one of these strings")
+    keep = parser.parse_args(argv).rows
+
+    def kept(name: str) -> bool:
+        return keep is None or any(part in name for part in keep)
+
+    rows = [row for row in load_rows() if kept(row["recipe"])]
+    published = [row for row in load_published() if kept(row["id"])]
     table = Table(title=f"parplan rl against {len(rows)} published GRPO steps (NeMo RL)")
     for column in ("system", "model", "GPUs", "gen", "lag", "avg seq", "measured s",
                    "fixed s", "err", "uniform s", "err", "exponential s", "err",
@@ -134,14 +242,16 @@ def main() -> None:
         table.add_row(row["system"], row["model"], row["gpus"], row["gen_gpus"] or "coloc.",
                       row["lag"], row["avg_seq"], row["step_s"], *cells, parts)
     console = Console(width=200)
-    console.print(table)
+    if rows:
+        console.print(table)
+    unknown_mean: list[tuple[float, str]] = []
+    if published:
+        console.print(published_table(published, errors, unknown_mean))
     for shape, found in errors.items():
-        if not found:
-            continue
-        median = statistics.median(abs(e) for e, _ in found)
-        worst = sorted(found, key=lambda item: -abs(item[0]))[:3]
-        console.print(f"{shape}: median |error| {100 * median:.1f}% over {len(found)} rows; "
-                      "worst: " + "; ".join(f"{name} {100 * e:+.0f}%" for e, name in worst))
+        if found:
+            console.print(summary(f"{shape} (lengths published)", found))
+    if unknown_mean:  # apart: their error is mostly the lengths assumed, not the model's
+        console.print(summary("mean response not published (uniform 1..max)", unknown_mean))
 
 
 if __name__ == "__main__":
