@@ -322,7 +322,9 @@ def test_an_override_that_no_longer_fits_is_written_with_a_warning(tmp_path: Pat
     assert written.exit_code == 0, written.output
     assert (f"warning: memory: as written this plan needs {needed:.1f} GB per GPU"
             in written.stderr), written.stderr
-    assert f"{usable:.1f} GB are usable: it does not fit" in written.stderr
+    # ... and the headroom that leaves those usable (issue 39 item 1: the default one).
+    assert (f"{usable:.1f} GB are usable (the GPU's 85.5 GB less the 9.0% headroom): it does "
+            "not fit") in written.stderr
     envelope = json.loads(CliRunner().invoke(
         cli, ["launch", *override, "--format", "megatron", "--json"]).stdout)
     assert any(f"needs {needed:.1f} GB" in line for line in envelope["warnings"])
@@ -335,4 +337,5 @@ def test_an_override_that_no_longer_fits_is_written_with_a_warning(tmp_path: Pat
     assert served.exit_code == 0 and "memory:" not in served.stderr
     assert [line for line in groups["warnings"] if line.startswith("memory:")] == [
         f"memory: as written this plan needs {needed:.1f} GB per GPU, {usable:.1f} GB are "
-        "usable: it does not fit (the cost model of `parplan estimate`)"]
+        "usable (the GPU's 85.5 GB less the 9.0% headroom): it does not fit (the cost model "
+        "of `parplan estimate`)"]

@@ -28,7 +28,6 @@ from solver.cli.shared_flags import (
     fail_on_infeasible_option,
     interval_level_option,
     memory_headroom_option,
-    min_fit_probability_option,
 )
 from solver.spec.strict import MAX_BATCH, MAX_LAYERS
 
@@ -80,7 +79,6 @@ def _pin_options(command):
 @click.option("--gpus-for-days", type=FiniteFloat(0, MAX_DAYS, min_open=True), default=None,
               help="Find the fewest GPUs that train --token-budget within this many days.")
 @memory_headroom_option
-@min_fit_probability_option
 @interval_level_option
 @fail_on_infeasible_option
 def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int | None,
@@ -88,7 +86,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              calibration: str | None, as_json: bool, top: int, engine: str, time_limit: float,
              framework: str, objective: str, allow_tp_across_nodes: bool,
              gpus_for_days: float | None, recompute: str | None, memory_headroom: Any,
-             min_fit_probability: float, interval_level: float,
+             interval_level: float,
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
@@ -98,20 +96,13 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, solve
     from solver.optimize_json import render_result_json
-
-    from solver.cost.uncertainty import (
-        build_fit_headroom,
-        build_fit_headroom_share,
-        load_error_model,
-    )
+    from solver.cost.uncertainty import resolve_memory_headroom
 
     # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
     resolved, features = resolve_framework(framework, model, pop_framework_features(pin_values))
     framework = resolved.framework
-    # --min-fit-probability: the search fills only the share of the memory that fits with that
-    # chance (1 at the default 0.5).
-    memory_headroom = build_fit_headroom(memory_headroom, build_fit_headroom_share(
-        load_error_model(), framework, min_fit_probability))
+    # --memory-headroom, by default the memory model's error margin for this framework.
+    memory_headroom = resolve_memory_headroom(memory_headroom, framework)
     pins = {name: values for name, values in pin_values.items()
             if name in PIN_OPTIONS and values is not None}
     for name in ("tp", "pp", "cp", "ep"):
@@ -151,7 +142,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
                                        result.problem.cluster.gpu.name,
                                        result.problem.job.precision)
     if as_json:
-        answer = render_result_json(result, interval_level, min_fit_probability, scales)
+        answer = render_result_json(result, interval_level, scales)
         answer["framework_profile"] = render_profile_json(resolved, features.given())
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json
@@ -159,7 +150,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
             answer["calibration"] = render_sources_json(calibration, sources)
         echo_json(answer)
     else:
-        echo_result(result, gpus_for_days, interval_level, min_fit_probability, scales)
+        echo_result(result, gpus_for_days, interval_level, scales)
         click.echo("\n".join(render_profile_assumptions(resolved, features)))
         if calibration is not None:
             from solver.cli.render_calibration import echo_sources_table

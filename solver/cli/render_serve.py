@@ -34,7 +34,11 @@ def _sglang_engine(problem: Any, degrees: dict[str, int],
     from solver.serve.plan import model_id
 
     job, cluster = problem.job, problem.cluster
-    share = job.gpu_memory_utilization * cluster.usable_memory_bytes / cluster.gpu_memory_bytes
+    # As vLLM's (solver.serve.plan.build_vllm_command): a user's headroom lowers the share,
+    # the memory model's error margin does not.
+    share = (job.gpu_memory_utilization
+             * cluster.memory_headroom.fit_target_bytes(cluster.gpu_memory_bytes)
+             / cluster.gpu_memory_bytes)
     return SglangEngine(
         model_id=model_id(problem), tp=degrees["tp"], pp=degrees["pp"], dp=degrees["dp"],
         ep=degrees["ep"], context=job.context, memory_share=share, precision=job.precision,
@@ -188,6 +192,8 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
         "precision": job.precision,
         "kv_cache_dtype": job.kv_cache_dtype,
         "gpu_memory_utilization": job.gpu_memory_utilization,
+        # The fit rule in words (MemoryHeadroom.rule), as the table states it.
+        "memory_rule": problem.cluster.memory_headroom.rule(problem.cluster.gpu_memory_bytes),
         "objective": job.objective,
         "max_ttft_ms": job.max_ttft_ms,
         "max_tpot_ms": job.max_tpot_ms,
@@ -220,6 +226,8 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
                f"requests of "
                f"{job.input_len:,} + {job.output_len:,} tokens, {job.precision} weights, "
                f"objective {job.objective}")
+    cluster = problem.cluster
+    click.echo("memory: " + cluster.memory_headroom.rule(cluster.gpu_memory_bytes))
     if job.load.kind != "none" or job.input_lengths or job.output_lengths:
         click.echo(f"workload: {_describe_workload(job)}")
     if result.status == "infeasible":
@@ -232,7 +240,7 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
     price = result.price_per_gpu_hour
     priced = price is not None
     columns = (["#", "tp", "pp", "dp", "ep"] + (["replicas"] if replicas else [])
-               + ["GPUs", "weights GB", "KV GB", *VIEW_COLUMNS.values(),
+               + ["GPUs", "weights GB", "KV GB", *VIEW_COLUMNS.values(), "% GPU",
                   f"seqs @{job.context:,}"]
                + ([] if loaded else ["batch", "TTFT ms alone", "TPOT ms @batch", "tokens/s",
                                      "tokens/s/GPU"])
@@ -243,6 +251,7 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
         row += [plan.num_gpus, round(plan.memory_bytes["weights"] / 1e9, 1),
                 round(plan.memory_bytes["kv_cache"] / 1e9, 1),
                 *(round(plan.views_bytes[view] / 1e9, 1) for view in VIEW_COLUMNS),
+                round(100 * plan.views_bytes["device"] / cluster.gpu_memory_bytes, 1),
                 plan.max_sequences]
         if not loaded:
             row += [plan.batch, round(plan.ttft_s * 1e3, 1), round(plan.tpot_s * 1e3, 1),

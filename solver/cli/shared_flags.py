@@ -20,8 +20,10 @@ def memory_headroom_option(command: F) -> F:
     """--memory-headroom (parameter memory_headroom: a MemoryHeadroom or None)."""
     return click.option(
         "--memory-headroom", type=MemoryHeadroomParam(), default=None,
-        help="GPU memory every plan leaves free: a share (10% or 0.1) or decimal GB "
-             "(4GB); plans must fit the GPU's memory less this.")(command)
+        help="GPU memory every plan leaves free: auto (the default: what the memory model's "
+             "error asks for a plan to fit with >= 90% probability, e.g. 9.0% under "
+             "Megatron's sigma 0.074), a share (10% or 0.1), decimal GB (4GB), or 0 (none); "
+             "plans must fit the GPU's memory less this.")(command)
 
 
 def fail_on_infeasible_option(command: F) -> F:
@@ -46,10 +48,3 @@ def interval_level_option(command: F) -> F:
              "TTFT, TPOT, throughput), from the error model of the public runs "
              "(benchmarks/error_model.py).")(command)
 
-
-def min_fit_probability_option(command: F) -> F:
-    """--min-fit-probability (parameter min_fit_probability)."""
-    return click.option(
-        "--min-fit-probability", type=FiniteFloat(0.5, 0.99), default=0.5, show_default=True,
-        help="Keep only plans that fit with at least this chance under the memory error "
-             "model; 0.5 is today's rule: the predicted total within the usable memory.")(command)

@@ -129,6 +129,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     from solver.sweep.execute import default_jobs, start_run
     from solver.sweep.outcome import SolveSettings
 
+    # --memory-headroom; None: the memory model's error margin (solve_sweep_problem).
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
                              memory_headroom=memory_headroom, interval_level=interval_level)
     start = time.perf_counter()

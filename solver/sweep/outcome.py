@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL
+from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL, resolve_memory_headroom
 from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
-from solver.spec.headroom import MemoryHeadroom
+from solver.spec.headroom import AUTO, MemoryHeadroom
 from solver.spec.profiles import render_profile_json, resolve_profile
 from solver.sweep.problems import SweepProblem
 
@@ -21,7 +21,8 @@ from solver.sweep.problems import SweepProblem
 @dataclass(frozen=True)
 class SolveSettings:
     """How every problem of a sweep is solved (written on each line), and the memory every
-    plan leaves free on each GPU."""
+    plan leaves free on each GPU (None: `auto`, the memory model's error margin for each
+    problem's framework, as `optimize` takes it)."""
 
     top: int = 5
     engine: str = "layout"
@@ -31,7 +32,7 @@ class SolveSettings:
     interval_level: float = DEFAULT_INTERVAL_LEVEL
 
     def as_line_fields(self) -> dict[str, Any]:
-        headroom = self.memory_headroom.label() if self.memory_headroom else ""
+        headroom = AUTO if self.memory_headroom is None else self.memory_headroom.setting()
         return {"engine": self.engine, "top": self.top,
                 "time_limit_seconds": self.time_limit_s, "memory_headroom": headroom or None}
 
@@ -57,7 +58,8 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
                               seq_len=problem.seq_len, global_batch=problem.global_batch,
                               precision=problem.precision, framework=problem.framework,
                               objective=problem.objective,
-                              memory_headroom=settings.memory_headroom)
+                              memory_headroom=resolve_memory_headroom(
+                                  settings.memory_headroom, problem.framework))
         result = solve(built, top=settings.top, engine=settings.engine,
                        time_limit_s=settings.time_limit_s, compare=False)
     except ParplanError as exc:

@@ -145,6 +145,8 @@ def _problem_data(line: dict[str, Any], token_budget: float) -> dict[str, Any]:
         "gpu_memory_gb": best.get("gpu_memory_gb"),
         "usable_memory_gb": best.get("usable_memory_gb", best.get("gpu_memory_gb")),
         "headroom": line.get("memory_headroom") or "",
+        # The fit rule the line was solved under, in words (MemoryHeadroom.rule).
+        "memory_rule": str(line.get("memory_rule") or ""),
         "why": [str(x) for x in line.get("why") or []],
         "conflicts": [str(x) for x in line.get("conflicts") or []],
         "rules": {str(k): str(v) for k, v in (line.get("rules") or {}).items()},

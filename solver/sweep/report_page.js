@@ -204,6 +204,7 @@
     box.appendChild(el("p", { className: "job" }, ["seq len " + problem.seq_len + ", global batch " +
       problem.global_batch + ", " + problem.precision + ", " + problem.framework + ", objective " +
       problem.objective + (problem.headroom ? ", memory headroom " + problem.headroom : "")]));
+    if (problem.memory_rule) box.appendChild(el("p", { className: "job" }, ["memory: " + problem.memory_rule]));
     var status = el("p", { className: "status status-" + problem.status }, ["status: " + problem.status]);
     box.appendChild(status);
     if (problem.status === "error") {
