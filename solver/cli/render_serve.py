@@ -34,11 +34,7 @@ def _sglang_engine(problem: Any, degrees: dict[str, int],
     from solver.serve.plan import model_id
 
     job, cluster = problem.job, problem.cluster
-    # As vLLM's (solver.serve.plan.build_vllm_command): a user's headroom lowers the share,
-    # the memory model's error margin does not.
-    share = (job.gpu_memory_utilization
-             * cluster.memory_headroom.fit_target_bytes(cluster.gpu_memory_bytes)
-             / cluster.gpu_memory_bytes)
+    share = job.gpu_memory_utilization * cluster.usable_memory_bytes / cluster.gpu_memory_bytes
     return SglangEngine(
         model_id=model_id(problem), tp=degrees["tp"], pp=degrees["pp"], dp=degrees["dp"],
         ep=degrees["ep"], context=job.context, memory_share=share, precision=job.precision,
@@ -193,7 +189,7 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
         "kv_cache_dtype": job.kv_cache_dtype,
         "gpu_memory_utilization": job.gpu_memory_utilization,
         # The fit rule in words (MemoryHeadroom.rule), as the table states it.
-        "memory_rule": problem.cluster.memory_headroom.rule(problem.cluster.gpu_memory_bytes),
+        "memory_rule": render_serve_memory_rule(problem),
         "objective": job.objective,
         "max_ttft_ms": job.max_ttft_ms,
         "max_tpot_ms": job.max_tpot_ms,
@@ -218,6 +214,19 @@ def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
     return answer
 
 
+def render_serve_memory_rule(problem: Any) -> str:
+    """The fit rule of a serving answer: a headroom --memory-headroom gives
+    (MemoryHeadroom.rule), else the engine's memory share, which is its own headroom."""
+    cluster, job = problem.cluster, problem.job
+    if cluster.memory_headroom.label():
+        return cluster.memory_headroom.rule(cluster.gpu_memory_bytes)
+    return (f"the engine's memory share ({job.gpu_memory_utilization:g}) is the headroom: vLLM "
+            "measures the weights and activations in its profile run and gives the KV cache "
+            "what is left (gpu_worker.determine_available_memory), and the memory error model "
+            "has no serving rows, so no error margin is added; --memory-headroom 10% or 4GB "
+            "adds one")
+
+
 def echo_serve_result(result: Any, level: float = 0.8) -> None:
     problem = result.problem
     job = problem.job
@@ -227,7 +236,7 @@ def echo_serve_result(result: Any, level: float = 0.8) -> None:
                f"{job.input_len:,} + {job.output_len:,} tokens, {job.precision} weights, "
                f"objective {job.objective}")
     cluster = problem.cluster
-    click.echo("memory: " + cluster.memory_headroom.rule(cluster.gpu_memory_bytes))
+    click.echo("memory: " + render_serve_memory_rule(problem))
     if job.load.kind != "none" or job.input_lengths or job.output_lengths:
         click.echo(f"workload: {_describe_workload(job)}")
     if result.status == "infeasible":

@@ -229,7 +229,6 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
         render_clusters_json,
         render_two_clusters_json,
     )
-    from solver.cost.uncertainty import resolve_memory_headroom
     from solver.serve import ServeJob, ServeProblem, solve_serving
     from solver.serve.across import ClusterOption, choose_cluster
     from solver.serve.disagg_across import search_two_clusters
@@ -269,11 +268,13 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
     price_of = parse_prices(prices, clusters)
     model_spec = load_model_spec(model)
     cluster_specs = []
-    # --memory-headroom, by default the memory model's error margin under the engine's sigma.
-    memory_headroom = resolve_memory_headroom(memory_headroom, engine)
+    # --memory-headroom; by default none beyond the engine's memory share, which is its own
+    # headroom (render_serve_memory_rule says why: the error margin is training's).
     for name in clusters:
         cluster_spec = load_calibrated_cluster(name, gpus_per_node, calibration)
-        cluster_specs.append(cluster_spec.with_memory_headroom(memory_headroom))
+        if memory_headroom is not None:
+            cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
+        cluster_specs.append(cluster_spec)
     context_source = "given"
     if context is None:  # several clusters: the shortest of their defaults, so all serve it
         context, context_source = min(

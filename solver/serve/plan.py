@@ -125,14 +125,10 @@ def build_vllm_command(problem: ServeProblem, row: dict[str, int],
     --gpu-memory-utilization .. [--quantization fp8] [--kv-cache-dtype fp8]`, shell-quoted;
     with a load or scheduler limits of the job, the scheduler's --max-num-seqs,
     --max-num-batched-tokens and --enable-chunked-prefill the load model assumed.
-    vLLM's share is of the whole GPU: a memory headroom a user sets lowers it (0.9 of 90% is
-    0.81); the memory model's error margin does not (it is the doubt about the planner's
-    prediction, which vLLM's profile run measures: MemoryHeadroom.fit_target_bytes)."""
+    vLLM's share is of the whole GPU: a memory headroom lowers it (0.9 of 90% is 0.81)."""
     job = problem.job
     cluster = problem.cluster
-    share = (job.gpu_memory_utilization
-             * cluster.memory_headroom.fit_target_bytes(cluster.gpu_memory_bytes)
-             / cluster.gpu_memory_bytes)
+    share = job.gpu_memory_utilization * cluster.usable_memory_bytes / cluster.gpu_memory_bytes
     args = ["vllm", "serve", *render_model_tokens(model_id(problem), "--model", positional=True),
             "--tensor-parallel-size", str(row["tp"]),
             "--pipeline-parallel-size", str(row["pp"]),
