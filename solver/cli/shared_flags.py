@@ -20,9 +20,10 @@ def memory_headroom_option(command: F) -> F:
     """--memory-headroom (parameter memory_headroom: a MemoryHeadroom or None)."""
     return click.option(
         "--memory-headroom", type=MemoryHeadroomParam(), default=None,
-        help="GPU memory every plan leaves free: auto (the default: what the memory model's "
-             "error asks for a plan to fit with >= 90% probability, e.g. 9.0% under "
-             "Megatron's sigma 0.074), a share (10% or 0.1), decimal GB (4GB), or 0 (none); "
+        help="GPU memory every plan leaves free: auto (the default for training: the share "
+             "the memory model's error asks a plan to leave for it to fit with >= 90% "
+             "probability, stated in the output's 'memory:' line; serving: none beyond the "
+             "engine's memory share), a share (10% or 0.1), decimal GB (4GB), or 0 (none); "
              "plans must fit the GPU's memory less this.")(command)
 
 
