@@ -101,6 +101,8 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             "framework_features": result.profile.features(),
             "framework_profile": render_profile_json(resolved, features.given()),
             "plans": [{**render_plan_json(plan), **odds["plans"][0]}],
+            # The fit rule in words (MemoryHeadroom.rule), as the table states it.
+            "memory_rule": plan.memory_headroom.rule(plan.gpu_memory_bytes),
             "uncertainty": odds["uncertainty"],
             # What reports each view of a plan's memory (`allocated_gb`, `reserved_gb`,
             # `device_gb`): the view a measured number is compared with.
