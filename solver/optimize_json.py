@@ -14,7 +14,6 @@ from solver.cost.step.caveats import list_time_caveats
 from solver.cost.step.frameworks import FrameworkProfile
 from solver.cost.uncertainty import (
     DEFAULT_INTERVAL_LEVEL,
-    DEFAULT_MIN_FIT_PROBABILITY,
     describe_flip,
     estimate_calibrated_fastest_odds,
     estimate_fastest_odds,
@@ -26,7 +25,6 @@ from solver.cost.uncertainty import (
     memory_sigma,
     model_arch_kind,
     time_category,
-    usable_share_for_fit_probability,
 )
 from solver.optimize import OptimizeResult
 from solver.spec.calibration import CalibratedScales
@@ -41,15 +39,14 @@ from solver.spec.plan_json import (
 
 
 def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_LEVEL,
-                       min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
                        scales: CalibratedScales | None = None) -> dict[str, Any]:
     """The JSON of `optimize` (DESIGN.md): status, solve_seconds, the problem, plans (best
     first) with their `level` intervals, fit probability and p_fastest (issue 36), and
     conflicts, rules and fixes when infeasible (else why). One line of a sweep."""
     problem = result.problem
     odds = render_plans_uncertainty(result.plans, problem.model_spec, problem.cluster.gpu.name,
-                                    problem.framework, problem.job.precision, level,
-                                    min_fit_probability, scales)
+                                    problem.framework, problem.job.precision, level, scales)
+    cluster = problem.cluster
     answer: dict[str, Any] = {
         **render_answer_head(result),
         "seq_len": problem.job.seq_len,
@@ -59,7 +56,9 @@ def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_L
         "framework_features": FrameworkProfile(
             name=problem.framework, time_constants=problem.time_constants).features(),
         "objective": problem.objective,
-        "memory_headroom": problem.cluster.memory_headroom.label() or None,
+        "memory_headroom": cluster.memory_headroom.setting() or None,
+        # The fit rule in words (MemoryHeadroom.rule), as the table states it.
+        "memory_rule": cluster.memory_headroom.rule(cluster.gpu_memory_bytes),
         "num_feasible": result.num_feasible,
         "num_candidates": result.num_candidates,
         "num_memory_checked": result.num_memory_checked,
@@ -86,13 +85,14 @@ def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_L
 def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_name: str,
                              framework: str, precision: str,
                              level: float = DEFAULT_INTERVAL_LEVEL,
-                             min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
                              scales: CalibratedScales | None = None) -> dict[str, Any]:
     """Issue 36's fields (solver.cost.uncertainty): per plan `step_seconds_interval`,
     `tokens_per_second_per_gpu_interval`, `memory_gb_interval` ([low, high] at `level`),
-    `fit_probability`, and with more than one timed plan `p_fastest` and `tied_with_best`;
-    `uncertainty`: the level, the category the error model used, the fit-probability rule and
-    what would change the winner. With `scales` (a calibration of this framework and category:
+    `fit_probability` (against the memory the plan must truly fit:
+    MemoryHeadroom.fit_target_bytes), and with more than one timed plan `p_fastest` and
+    `tied_with_best`; `uncertainty`: the level, the category the error model used, the fit
+    probability the headroom is sized for (`min_fit_probability`: 0.5 without the error
+    margin) and what would change the winner. With `scales` (a calibration of this framework and category:
     solver.calibrate.scales) the intervals and fit probability are the posterior's, around
     `step_seconds_calibrated` and `memory_gb_calibrated` (the cost model's numbers scaled by
     the measured run), and p_fastest, ties and the winner's change are the posterior's (rank
@@ -104,10 +104,8 @@ def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_n
     levels = time_category(framework, model_arch_kind(model_spec), gpu_name, precision)
     total = np.array([p.worst_stage.total_bytes for p in plans])
     sigma_memory = memory_sigma(error_model, framework)
-    # --min-fit-probability searched under a usable memory cut by this share
-    # (build_fit_headroom): the plan's chance is against the memory before the cut.
-    share = usable_share_for_fit_probability(min_fit_probability, sigma_memory)
-    usable = np.array([p.usable_memory_bytes for p in plans]) / share
+    usable = np.array([p.memory_headroom.fit_target_bytes(p.gpu_memory_bytes) for p in plans])
+    headroom = plans[0].memory_headroom
     if scales is not None:
         total = total * float(np.exp(scales.memory_log_mean))
         sigma_memory = float(np.hypot(scales.memory_log_sigma, scales.memory_plan_sigma))
@@ -122,7 +120,7 @@ def render_plans_uncertainty(plans: Sequence[Plan], model_spec: ModelSpec, gpu_n
     summary: dict[str, Any] = {
         "interval_level": level, "category": "/".join(levels),
         "memory_sigma": sigma_memory,
-        "min_fit_probability": min_fit_probability,
+        "min_fit_probability": headroom.fit_probability or 0.5,
         "winner_change": None}
     if scales is not None:
         summary["calibrated"] = {"framework": scales.framework, "category": scales.category,

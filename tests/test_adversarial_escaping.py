@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bad_input import NCCL_LOG, ROOT, assert_ok, invoke
+from solver.sweep.report_fronts import FrontPoint, build_front
 
 TIER_CLOSING = "[/x]"
 TIER_LINK = "[link=https://evil.example]fabric"
@@ -96,9 +97,9 @@ def test_front_charts_hand_plotly_escaped_names() -> None:
     holds no tag; the entity-escaped text Plotly shows is the name as written."""
     source = PAGE_JS.read_text(encoding="utf-8")
     functions = "".join(page_function(source, name) for name in ("plotText", "axis", "drawFront"))
-    front = {"title": f"fronts of {HOSTILE_CLUSTER}", "x_label": "<b>GPUs</b>",
-             "y_label": "tokens/s", "x_log": False, "y_log": False, "on_front": [0],
-             "points": [[HOSTILE_CLUSTER, 8, 100.0, f"{HOSTILE_CLUSTER}, 8 GPUs", 0]]}
+    front = build_front(f"fronts of {HOSTILE_CLUSTER}", "<b>GPUs</b>", "tokens/s", "lower",
+                        "higher", [FrontPoint(HOSTILE_CLUSTER, 8, 100.0,
+                                              f"{HOSTILE_CLUSTER}, 8 GPUs", 0)]).as_json()
     script = (
         "var PLOT_CONFIG = {}; var calls = [];\n"
         "var window = { Plotly: { newPlot: function (div, traces, layout) {"

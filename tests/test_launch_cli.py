@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 
 from bad_input import assert_one_line_error
 from solver.cli import cli
+from solver.cost.uncertainty import build_error_headroom, load_error_model
 
 BASE = ["launch", "--model", "llama3.1-8b", "--cluster", "dgx-h100"]
 
@@ -302,6 +303,10 @@ def _estimate_gb(*args: str) -> tuple[float, float]:
     return plan["device_gb"], plan["usable_memory_gb"]
 
 
+# Megatron's default memory headroom (issue 39 item 1), as the output labels it: "9.0%".
+DEFAULT_HEADROOM = build_error_headroom(load_error_model(), "megatron").label()
+
+
 def test_an_override_that_no_longer_fits_is_written_with_a_warning(tmp_path: Path) -> None:
     """Issue 39 item 7: Llama 3.1 70B on 8 H100s, the optimized plan (optimizer offload on)
     written with --no-optimizer-offload needs more than the GPU holds; launch re-estimates the
@@ -322,7 +327,9 @@ def test_an_override_that_no_longer_fits_is_written_with_a_warning(tmp_path: Pat
     assert written.exit_code == 0, written.output
     assert (f"warning: memory: as written this plan needs {needed:.1f} GB per GPU"
             in written.stderr), written.stderr
-    assert f"{usable:.1f} GB are usable: it does not fit" in written.stderr
+    # ... and the headroom that leaves those usable (issue 39 item 1: the default one).
+    assert (f"{usable:.1f} GB are usable (the GPU's 85.5 GB less the {DEFAULT_HEADROOM} "
+            "headroom): it does not fit") in written.stderr
     envelope = json.loads(CliRunner().invoke(
         cli, ["launch", *override, "--format", "megatron", "--json"]).stdout)
     assert any(f"needs {needed:.1f} GB" in line for line in envelope["warnings"])
@@ -335,4 +342,5 @@ def test_an_override_that_no_longer_fits_is_written_with_a_warning(tmp_path: Pat
     assert served.exit_code == 0 and "memory:" not in served.stderr
     assert [line for line in groups["warnings"] if line.startswith("memory:")] == [
         f"memory: as written this plan needs {needed:.1f} GB per GPU, {usable:.1f} GB are "
-        "usable: it does not fit (the cost model of `parplan estimate`)"]
+        f"usable (the GPU's 85.5 GB less the {DEFAULT_HEADROOM} headroom): it does not fit "
+        "(the cost model of `parplan estimate`)"]

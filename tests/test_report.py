@@ -232,3 +232,95 @@ def test_the_features_a_plan_turns_on_are_in_every_label(tmp_path: Path) -> None
     assert markdown.count(f" {best['recompute']} {label} |") == 2  # the row and the pivot
     data = page_data(tmp_path / "report" / "index.html")
     assert data["problems"][0]["plans"][0]["config"].endswith(label)
+
+
+def _offload_line() -> dict[str, Any]:
+    """Llama-3.1-8B on 8 H100s: its best plan offloads activations to the host (issue 39
+    item 2); a step's `offload` part is the series the chart drew as "trace 4"."""
+    line = solve_sweep_problem(SweepProblem("llama3.1-8b", "dgx-h100", 8, 4096, 1024, "bf16"),
+                               SolveSettings(top=2))
+    assert "activation_offload" in line["plans"][0]["offloads"], line["plans"][0]
+    assert "offload" in line["plans"][0]["time_seconds"]
+    return line
+
+
+def test_every_series_of_the_charts_is_named(tmp_path: Path) -> None:
+    """Issue 39 item 8: every part of the step (the chart's series, the details' words) has a
+    name in the page's data, the offload one included; the page's script has no list of its
+    own (a part missing from it was Plotly's unnamed "trace 4")."""
+    from solver.sweep.report_data import TIME_PARTS
+
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(_offload_line()) + "\n")
+    run_report(path, tmp_path / "report", "--no-plots")
+    data = page_data(tmp_path / "report" / "index.html")
+    assert list(data["time_words"]) == list(data["time_parts"]) == list(TIME_PARTS)
+    assert data["time_words"]["offload"] == "host offload"
+    assert all(word.strip() for word in data["time_words"].values())
+    script = (Path(__file__).resolve().parent.parent / "solver" / "sweep"
+              / "report_page.js").read_text()
+    assert "var TIME_WORDS = data.time_words;" in script
+    assert "compute: \"compute\"" not in script
+
+
+def test_axes_start_at_zero_or_say_they_are_log(results: Path, tmp_path: Path) -> None:
+    """Issue 39 item 8: the GPU-hours axis was zoomed to its points' 0.01% spread; a linear
+    axis now starts at zero (Plotly's rangemode "tozero") and a log axis says so in its
+    title."""
+    run_report(results, tmp_path / "report", "--no-charts")
+    fronts = page_data(tmp_path / "report" / "index.html")["fronts"]
+    assert [(f["x_axis"], f["y_axis"]) for f in fronts] == [
+        ({"title": "GPUs (log scale)", "type": "log"},
+         {"title": "tokens/s (whole job) (log scale)", "type": "log"}),
+        ({"title": "days for 1T tokens (log scale)", "type": "log"},
+         {"title": "GPU-hours", "type": "linear", "rangemode": "tozero"})]
+
+
+def test_launch_lines_wrap_at_spaces_only() -> None:
+    """Issue 39 item 8: the launch line broke mid-word (word-break: break-all); it wraps at
+    spaces, in the page's normal size, and a copy button copies it whole
+    (test_report_browser checks where the lines break)."""
+    css = (Path(__file__).resolve().parent.parent / "solver" / "sweep"
+           / "report_page.css").read_text()
+    rule = re.search(r"td\.launch code \{([^}]*)\}", css)
+    assert rule is not None
+    assert "break-all" not in rule[1] and "anywhere" not in rule[1]
+    assert "white-space: pre-wrap" in rule[1] and "font-size: 1em" in rule[1]
+    script = (Path(__file__).resolve().parent.parent / "solver" / "sweep"
+              / "report_page.js").read_text()
+    assert "copyText(plan.launch, copy)" in script
+
+
+def test_memory_is_shown_as_a_share_of_the_gpu_and_other_item_by_item(tmp_path: Path) -> None:
+    """Issue 39 item 8: the page's plans and the summary tables carry the worst stage's memory
+    as % of the GPU's memory, and "other" item by item (the plan's `other_gb`: logits,
+    buffers, the CUDA context...), which add up to it."""
+    line = _offload_line()
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    run_report(path, tmp_path / "report", "--no-plots")
+    data = page_data(tmp_path / "report" / "index.html")
+    for raw, plan in zip(line["plans"], data["problems"][0]["plans"]):
+        total, gpu = raw["memory_gb"]["total"], raw["gpu_memory_gb"]
+        assert plan["memory_percent"] == round(100 * total / gpu, 1)
+        assert 50 < plan["memory_percent"] <= 100
+        assert set(plan["memory_other"]) == set(raw["other_gb"]) and len(plan["memory_other"]) > 1
+        assert sum(plan["memory_other"].values()) == pytest.approx(plan["memory"]["other"],
+                                                                   abs=0.01)
+        values = list(plan["memory_other"].values())
+        assert values == sorted(values, reverse=True)
+    with (tmp_path / "report" / "summary.csv").open() as handle:
+        row = next(csv.DictReader(handle))
+    best = line["plans"][0]
+    assert float(row["memory_percent_of_gpu"]) == round(
+        100 * best["memory_gb"]["total"] / best["gpu_memory_gb"], 1)
+    markdown = (tmp_path / "report" / "summary.md").read_text()
+    assert "| device GB | % of GPU | step s |" in markdown
+    assert f"| {row['memory_percent_of_gpu']} |" in markdown
+
+
+def test_a_line_without_other_items_shows_other_as_one() -> None:
+    """Lines written before `other_gb` keep their one "other" item."""
+    from solver.sweep.report_data import _other_items
+
+    assert _other_items({"memory_gb": {"other": 2.5, "total": 80.0}}) == {"other": 2.5}

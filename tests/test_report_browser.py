@@ -187,3 +187,62 @@ def test_a_problem_and_a_plan_open_their_details(page: Any, page_path: Path) -> 
     page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
     print(f"screenshot: {ARTIFACTS / 'report.png'}")
     assert json.loads(page.evaluate("JSON.stringify(location.hash)")).startswith("#problem-")
+
+
+# Every Plotly chart on the page: its series names and its axes as drawn.
+CHARTS_JS = """() => Array.from(document.querySelectorAll('#details .js-plotly-plot'), div => ({
+  id: div.id, names: div.data.map(t => t.name),
+  axes: ['xaxis', 'yaxis'].map(a => ({type: div._fullLayout[a].type,
+    rangemode: div._fullLayout[a].rangemode, range: div._fullLayout[a].range,
+    title: (div._fullLayout[a].title || {}).text || ''}))}))"""
+
+
+def test_every_series_is_named_and_every_axis_starts_at_zero_or_says_log(page: Any) -> None:
+    """Issue 39 item 8: no series without a name (the offload part was "trace 4"); a linear
+    axis of a value starts at zero (the GPU-hours axis was zoomed to a 0.01% range), a log
+    axis says so; the memory chart shows "other" item by item and each plan's % of the GPU."""
+    rows = page.locator("#problems tbody tr")
+    for r in range(rows.count()):
+        rows.nth(r).click()
+        for chart in page.evaluate(CHARTS_JS):
+            assert all(name and not name.startswith("trace ") for name in chart["names"]), chart
+            for axis in chart["axes"]:
+                if axis["type"] == "log":
+                    assert "(log scale)" in axis["title"], chart
+                elif axis["type"] == "linear":
+                    assert axis["rangemode"] == "tozero" and axis["range"][0] <= 0, chart
+            if chart["id"] == "chart-memory":
+                assert any(name.startswith("other: ") for name in chart["names"]), chart
+                assert "% of GPU memory" in chart["names"]
+    assert page.errors == []
+
+
+def test_launch_lines_break_at_spaces_only(page: Any) -> None:
+    """Issue 39 item 8: a launch line wraps between words, never inside one, and has its copy
+    button; the plans table shows each plan's % of GPU memory."""
+    page.locator("#problems tbody tr", has_text="llama3.1-8b").click()
+    code = page.locator("#details td.launch code").first
+    # The character before each line break, over every text node of the line.
+    breaks = code.evaluate("""el => {
+      const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      const range = document.createRange(), after = [];
+      let top = null, previous = null;
+      for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+        for (let i = 0; i < text.length; i++) {
+          range.setStart(text, i); range.setEnd(text, i + 1);
+          const rects = range.getClientRects();
+          if (!rects.length) { previous = text.data[i]; continue; }
+          if (top !== null && rects[0].top > top + 1) after.push(previous);
+          top = rects[0].top; previous = text.data[i];
+        }
+      }
+      return after;
+    }""")
+    assert code.inner_text().startswith("parplan launch --model llama3.1-8b ")
+    assert breaks and set(breaks) == {" "}  # it wraps, and only at spaces
+    assert page.locator("#details td.launch button.copy").count() == \
+        page.locator("#details tr.plan").count()
+    header = page.eval_on_selector_all("#details table.plans th", "t => t.map(x => x.textContent)")
+    memory = header.index("GB per GPU (% of GPU memory)")
+    cell = page.locator("#details tr.plan").first.locator("td").nth(memory).inner_text()
+    assert cell.endswith("%)") and " of " in cell

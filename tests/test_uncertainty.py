@@ -23,7 +23,7 @@ from solver.cost.uncertainty import (
     ERROR_MODEL_PATH,
     TIME_GROUPS,
     ErrorModel,
-    build_fit_headroom,
+    build_error_headroom,
     describe_flip,
     estimate_fastest_odds,
     estimate_fit_probability,
@@ -34,7 +34,6 @@ from solver.cost.uncertainty import (
     lookup_scale,
     usable_share_for_fit_probability,
 )
-from solver.spec.headroom import MemoryHeadroom
 from solver.spec.plan import TIME_PARTS
 from solver.sweep.result_line import parse_result_line
 
@@ -71,10 +70,9 @@ def test_usable_share_and_headroom() -> None:
     # exp(-0.08 * 1.2816) = 0.9026; 0.5 leaves the usable memory as it is (today's rule).
     assert usable_share_for_fit_probability(0.9, 0.08) == pytest.approx(0.9026, abs=1e-4)
     assert usable_share_for_fit_probability(0.5, 0.08) == 1.0
-    assert build_fit_headroom(None, 1.0) is None
-    # 10% headroom of 100 GB leaves 90 GB; cut to 0.9 of it: 81 GB.
-    cut = build_fit_headroom(MemoryHeadroom(fraction=0.1), 0.9)
-    assert cut.usable_bytes(100e9) == pytest.approx(81e9)
+    # The default headroom (issue 39) keeps 1 - 0.9026 of the GPU's memory free at sigma 0.08.
+    headroom = build_error_headroom(MODEL, "megatron")
+    assert headroom.usable_bytes(100e9) == pytest.approx(90.26e9, rel=1e-4)
 
 
 def test_step_sigma_formula() -> None:
@@ -159,16 +157,18 @@ def test_optimize_fields_and_byte_identical_output() -> None:
         assert low < plan["tokens_per_second_per_gpu"] < high
         low, high = plan["memory_gb_interval"]
         assert low < plan["memory_gb"]["total"] < high
-        # Today's rule: fits is a fit probability of at least one half.
-        assert plan["fits"] == (plan["fit_probability"] >= 0.5)
+        # The default headroom (issue 39): every listed plan fits with at least 90%.
+        assert plan["fits"] and plan["fit_probability"] >= 0.9 - 1e-4
     assert plans[0]["tied_with_best"]
-    assert answer["uncertainty"]["min_fit_probability"] == 0.5
+    assert answer["uncertainty"]["min_fit_probability"] == 0.9
 
 
-def test_min_fit_probability_keeps_risky_plans_out() -> None:
+def test_without_headroom_fits_is_a_fit_probability_of_one_half() -> None:
     answer = run_json("optimize", *PROBLEM, "--top", "5", "--json",
-                      "--min-fit-probability", "0.95", "--interval-level", "0.9")
-    assert all(p["fit_probability"] >= 0.95 - 1e-4 for p in answer["plans"])
+                      "--memory-headroom", "0", "--interval-level", "0.9")
+    for plan in answer["plans"]:
+        assert plan["fits"] == (plan["fit_probability"] >= 0.5)
+    assert answer["uncertainty"]["min_fit_probability"] == 0.5
     assert answer["uncertainty"]["interval_level"] == 0.9
 
 

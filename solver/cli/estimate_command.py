@@ -103,6 +103,8 @@ def estimate(model: str | None, cluster: str | None, num_gpus: int | None,
             "framework_features": result.profile.features(),
             "framework_profile": render_profile_json(resolved, features.given()),
             "plans": [{**render_plan_json(plan), **odds["plans"][0]}],
+            # The fit rule in words (MemoryHeadroom.rule), as the table states it.
+            "memory_rule": plan.memory_headroom.rule(plan.gpu_memory_bytes),
             "uncertainty": odds["uncertainty"],
             # What reports each view of a plan's memory (`allocated_gb`, `reserved_gb`,
             # `device_gb`): the view a measured number is compared with.
@@ -186,6 +188,7 @@ def estimate_options(model: str | None, cluster: str | None, num_gpus: int | Non
     `degrees` holds the degree and framework-feature flags (the latter are popped)."""
     from solver.api import estimate as run_estimate
     from solver.cli.plan_option import plan_problem_names
+    from solver.cost.uncertainty import resolve_memory_headroom
 
     # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
     resolved, features = resolve_framework(framework, model, pop_framework_features(degrees),
@@ -198,6 +201,9 @@ def estimate_options(model: str | None, cluster: str | None, num_gpus: int | Non
             None, model, cluster, num_gpus)
     values.update(_plan_values(values, plan_path, plan_rank, plan_line, job_values,
                                recompute_num_layers))
+    # --memory-headroom (or the plan file's), by default the memory model's error margin.
+    values["memory_headroom"] = resolve_memory_headroom(values["memory_headroom"],
+                                                        values["framework"])
     result = run_estimate(
         gpus_per_node=gpus_per_node, token_budget=token_budget, calibration=calibration,
         layout=layout, recompute_num_layers=recompute_num_layers, segment_gpus=segment_gpus,

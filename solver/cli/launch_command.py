@@ -22,6 +22,7 @@ from solver.cli.plan_option import (
     plan_problem_names,
     read_plan_option,
 )
+from solver.cli.shared_flags import memory_headroom_option
 from solver.emit import DEFAULT_ORDER, FORMAT_ALIASES, FORMATS, TARGETS
 from solver.spec.profiles import profile_names
 
@@ -118,6 +119,13 @@ def _check_plan_framework(plan_file: Any, framework: str, framework_text: str | 
                      f"{framework} with: {shlex.join(words)}")
 
 
+def _less_headroom(fit: Any) -> str:
+    """" (the GPU's 85.5 GB less the 9.0% headroom)", or "" without headroom."""
+    label = fit.memory_headroom.label()
+    return (f" (the GPU's {fit.gpu_memory_bytes / 1e9:.1f} GB less the {label} headroom)"
+            if label else "")
+
+
 def with_memory_warning(launch_format: str, emitted: Any, fit: Any) -> Any:
     """`emitted` with a warning where `fit` (the plan as written, estimated: a Plan; None: not
     checked) does not fit its GPU: needed and usable GB, as `parplan estimate` judges it
@@ -127,8 +135,8 @@ def with_memory_warning(launch_format: str, emitted: Any, fit: Any) -> Any:
     worst = fit.worst_stage
     stage = f" (pipeline stage {fit.stages.index(worst)})" if len(fit.stages) > 1 else ""
     line = (f"memory: as written this plan needs {worst.device_bytes / 1e9:.1f} GB per GPU"
-            f"{stage}, {fit.usable_memory_bytes / 1e9:.1f} GB are usable: it does not fit "
-            "(the cost model of `parplan estimate`)")
+            f"{stage}, {fit.usable_memory_bytes / 1e9:.1f} GB are usable{_less_headroom(fit)}: "
+            "it does not fit (the cost model of `parplan estimate`)")
     if launch_format != "groups":
         return dataclasses.replace(emitted, warnings=(*emitted.warnings, line))
     from solver.emit.groups import render_compact_json
@@ -164,6 +172,7 @@ def with_memory_warning(launch_format: str, emitted: Any, fit: Any) -> Any:
 @click.option("--validate", is_flag=True,
               help="Also run the framework's own checks on the settings, where installed.")
 @click.option("-o", "--output", metavar="FILE", default=None, help="Write to FILE.")
+@memory_headroom_option
 @framework_feature_options
 @finetune_options
 def launch(model: str | None, cluster: str | None, num_gpus: int | None,
@@ -172,7 +181,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
            calibration: str | None, as_json: bool, plan_path: str | None, plan_rank: int,
            plan_line: int | None, layout_text: str | None, launch_format: str | None,
            target_text: str | None, framework_text: str | None,
-           order: str, validate: bool, output: str | None, **degrees: Any) -> None:
+           order: str, validate: bool, output: str | None, memory_headroom: Any,
+           **degrees: Any) -> None:
     """Rank layout and process groups of a plan (--format groups), a runnable torch module
     that builds them, or the settings of Megatron-LM, Megatron-Bridge, torchtitan, DeepSpeed or
     vLLM (with
@@ -210,7 +220,8 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
             "gpus-per-node": gpus_per_node, "segment-gpus": segment_gpus,
             "seq-len": job_values["seq_len"], "global-batch": job_values["global_batch"],
             "precision": job_values["precision"], "token-budget": token_budget,
-            "calibration": calibration, "memory-headroom": plan_file.memory_headroom})
+            "calibration": calibration, "memory-headroom": None
+            if plan_file.memory_headroom == "auto" else plan_file.memory_headroom})
     # The memory savers the plan turned on to fit, unless a flag says otherwise.
     savers: dict[str, Any] = {name: True for name in ((plan_file.memory_savers
                                                        + plan_file.offloads)
@@ -231,11 +242,16 @@ def launch(model: str | None, cluster: str | None, num_gpus: int | None,
         features = {**release_features, **features}
     profile = build_framework_profile(framework, features)
     model, cluster, num_gpus = plan_problem_names(plan_file, model, cluster, num_gpus)
-    headroom = None
-    if plan_file is not None and plan_file.memory_headroom:  # the margin it was planned with
+    headroom = memory_headroom
+    if headroom is None and plan_file is not None and plan_file.memory_headroom:
         from solver.spec.headroom import parse_memory_headroom
 
-        headroom = parse_memory_headroom(plan_file.memory_headroom)
+        headroom = parse_memory_headroom(plan_file.memory_headroom)  # its planned margin
+    from solver.cost.uncertainty import resolve_memory_headroom
+
+    # The re-check's margin: --memory-headroom, else the plan's, else the memory model's
+    # error margin (the default).
+    headroom = resolve_memory_headroom(headroom, framework)
     model_spec, cluster_spec, job = load_problem_specs(
         model, cluster, gpus_per_node=gpus_per_node, token_budget=token_budget,
         calibration=calibration, segment_gpus=segment_gpus, memory_headroom=headroom,

@@ -91,7 +91,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              calibration: str | None, as_json: bool, top: int, engine: str, time_limit: float,
              framework: str, objective: str, allow_tp_across_nodes: bool,
              gpus_for_days: float | None, recompute: str | None, memory_headroom: Any,
-             min_fit_probability: float, interval_level: float,
+             min_fit_probability: float | None, interval_level: float,
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
     from solver.cli.render import echo_json
@@ -104,21 +104,17 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, solve
     from solver.optimize_json import render_result_json
-
-    from solver.cost.uncertainty import (
-        build_fit_headroom,
-        build_fit_headroom_share,
-        load_error_model,
-    )
+    from solver.cli.shared_flags import check_fit_flags
+    from solver.cost.uncertainty import resolve_memory_headroom
 
     # --framework NAME@RELEASE: the release's features under the flags (solver.spec.profiles).
     resolved, features = resolve_framework(framework, model, pop_framework_features(pin_values),
                                            precision)
     framework = resolved.framework
-    # --min-fit-probability: the search fills only the share of the memory that fits with that
-    # chance (1 at the default 0.5).
-    memory_headroom = build_fit_headroom(memory_headroom, build_fit_headroom_share(
-        load_error_model(), framework, min_fit_probability))
+    # --memory-headroom, by default the memory model's error margin for this framework at
+    # --min-fit-probability (0.9 unless given).
+    check_fit_flags(memory_headroom, min_fit_probability)
+    memory_headroom = resolve_memory_headroom(memory_headroom, framework, min_fit_probability)
     finetune = pop_finetune(pin_values)
     pins = {name: values for name, values in pin_values.items()
             if name in PIN_OPTIONS and values is not None}
@@ -165,7 +161,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
 
             result = replace(result, plans=rank_calibrated(result.plans, scales))
     if as_json:
-        answer = render_result_json(result, interval_level, min_fit_probability, scales)
+        answer = render_result_json(result, interval_level, scales)
         answer["framework_profile"] = render_profile_json(resolved, features.given())
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json
@@ -173,7 +169,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
             answer["calibration"] = render_sources_json(calibration, sources)
         echo_json(answer)
     else:
-        echo_result(result, gpus_for_days, interval_level, min_fit_probability, scales)
+        echo_result(result, gpus_for_days, interval_level, scales)
         click.echo("\n".join(render_profile_assumptions(resolved, features)))
         for line in render_finetune_assumptions(result.problem.model_spec,
                                                 result.problem.job.finetune):

@@ -99,17 +99,17 @@ class PinSpec(click.ParamType):
 
 
 class MemoryHeadroomParam(FiniteFloat):
-    """--memory-headroom: a share (10%, 0.1) or decimal GB (4GB), parsed by
+    """--memory-headroom: auto (None), a share (10%, 0.1) or decimal GB (4GB), parsed by
     solver.spec.headroom.parse_memory_headroom (a FiniteFloat, so that the generated bad-flag
     tests try it with every bad number)."""
 
-    name = "SHARE|GB"
+    name = "auto|SHARE|GB"
 
     def __init__(self) -> None:
         super().__init__(0.0, 1.0)
 
     def convert(self, value: object, param: click.Parameter | None,
-                ctx: click.Context | None) -> MemoryHeadroom:  # type: ignore[override]
+                ctx: click.Context | None) -> MemoryHeadroom | None:  # type: ignore[override]
         if isinstance(value, MemoryHeadroom):
             return value
         if isinstance(value, bool):

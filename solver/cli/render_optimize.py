@@ -10,9 +10,8 @@ import click
 
 from solver.cli.render import echo_infeasible, echo_ranked
 from solver.cli.render_plan import echo_layout_table
-from solver.cli.shared_flags import describe_fit_rule
 from solver.cost.step.caveats import list_time_caveats
-from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL, DEFAULT_MIN_FIT_PROBABILITY
+from solver.cost.uncertainty import DEFAULT_INTERVAL_LEVEL
 from solver.optimize_json import render_plans_uncertainty
 from solver.spec.figures import format_significant
 
@@ -43,9 +42,7 @@ def _settings(plan: Any, name: str) -> list[Any]:
 
 
 def echo_result(result: Any, gpus_for_days: float | None,
-                level: float = DEFAULT_INTERVAL_LEVEL,
-                min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
-                scales: Any = None) -> None:
+                level: float = DEFAULT_INTERVAL_LEVEL, scales: Any = None) -> None:
     problem = result.problem
     heading = (f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
                f"({problem.cluster.name}), seq {problem.job.seq_len}, global batch "
@@ -59,17 +56,15 @@ def echo_result(result: Any, gpus_for_days: float | None,
     cluster = problem.cluster
     if cluster.memory_headroom.label():
         heading += f"; plans fit {cluster.memory_headroom.describe(cluster.gpu_memory_bytes)}"
-    if min_fit_probability != DEFAULT_MIN_FIT_PROBABILITY:
-        heading += (f" (with --min-fit-probability {min_fit_probability:g}: what fits with that "
-                    "chance under the memory error model)")
     click.echo(heading)
+    # The fit rule, stated once (MemoryHeadroom.rule).
+    click.echo("memory: " + cluster.memory_headroom.rule(cluster.gpu_memory_bytes))
     if result.status == "infeasible":
         echo_infeasible(result, "the model, the job or the cluster")
         return
     plans = result.plans
     odds = render_plans_uncertainty(plans, problem.model_spec, problem.cluster.gpu.name,
-                                    problem.framework, problem.job.precision, level,
-                                    min_fit_probability, scales)
+                                    problem.framework, problem.job.precision, level, scales)
     extras = odds["plans"]
     columns = plan_columns(plans, problem.job.token_budget is not None, level)
     wide = [c for c in columns if c.wide]
@@ -136,6 +131,9 @@ def plan_columns(plans: Any, budget: bool,
                narrow=False),
         Column("GB", lambda i, p, t: round(p.worst_stage.total_bytes / 1e9, 1), wide=False,
                meaning="device GB of the worst stage"),
+        Column("% GPU", lambda i, p, t: round(100 * _gpu_share(p), 1), narrow=False),
+        Column("%", lambda i, p, t: round(100 * _gpu_share(p)), wide=False,
+               meaning="GB as a whole percentage of the GPU's memory"),
         Column("step s", lambda i, p, t: round(p.time.step_seconds, 3)),
         Column(f"{level:.0%} step s",
                lambda i, p, x: render_interval(x.get("step_seconds_interval")), narrow=False),
@@ -147,6 +145,11 @@ def plan_columns(plans: Any, budget: bool,
     if budget:
         columns.append(Column("days", lambda i, p, t: round(p.time.train_days or 0.0, 1)))
     return columns
+
+
+def _gpu_share(plan: Any) -> float:
+    """The worst stage's memory over the GPU's whole memory (the % GPU column)."""
+    return plan.worst_stage.total_bytes / plan.gpu_memory_bytes
 
 
 def _modules_differ(plans: Any) -> bool:
@@ -224,12 +227,10 @@ def render_p_fastest(extra: dict[str, Any]) -> str:
 
 def render_uncertainty_note(summary: dict[str, Any]) -> str:
     """What the interval, fits and p fastest columns mean (solver.cost.uncertainty)."""
-    rule = describe_fit_rule(summary["min_fit_probability"])
     text = (f"uncertainty: {summary['interval_level']:.0%} intervals and chances from the "
             f"error model of the public runs ({summary['category']}; benchmarks/error_model.py);"
-            f" plans listed fit by {rule} (--min-fit-probability "
-            f"{summary['min_fit_probability']:g}); {TIE_MARK}: tied with #1 within the model's "
-            "error")
+            f" fits (N%): within the usable memory, and the chance it fits the GPU; "
+            f"{TIE_MARK}: tied with #1 within the model's error")
     if summary["winner_change"]:
         text += f"; {summary['winner_change']}"
     if "calibrated" in summary:  # `calibrate training-log` (solver.calibrate.scales)

@@ -29,6 +29,7 @@ SHORT_LABELS = {
     "CUDA context": "CUDA",
     "NCCL buffers": "NCCL",
     "allocator fragmentation": "frag",
+    "% of GPU": "%",
 }
 LABELS = {
     "weights": "weights",
@@ -134,6 +135,7 @@ def echo_memory_table(plan: Plan, heading: str) -> None:
     rows += [(OBSERVED_LABELS[view], _gb(worst.observed_view_bytes(view)))
              for view in OBSERVED_VIEWS]
     rows.append(("GPU capacity", _gb(plan.gpu_memory_bytes)))
+    rows.append(("% of GPU memory", round(100 * worst.total_bytes / plan.gpu_memory_bytes, 1)))
     if plan.memory_headroom.label():
         rows.append((f"usable ({plan.memory_headroom.label()} headroom)",
                      _gb(plan.usable_memory_bytes)))
@@ -142,7 +144,9 @@ def echo_memory_table(plan: Plan, heading: str) -> None:
     click.echo(render_config(plan))
     echo_table(f"memory per GPU, worst stage: {worst.stage} of {plan.config.pp}",
                ["component", "GB"], rows)
+    click.echo("memory: " + plan.memory_headroom.rule(plan.gpu_memory_bytes))
     click.echo(render_views_line(worst))
+
 
 
 def echo_stage_table(plan: Plan, heading: str) -> None:
@@ -156,15 +160,17 @@ def echo_stage_table(plan: Plan, heading: str) -> None:
     names = [names[i] for i in kept]
     rows = [
         (s.stage, *(v[i] for i in kept), _gb(s.total_bytes),
+         round(100 * s.total_bytes / plan.gpu_memory_bytes),  # whole percent: 100 columns
          s.total_bytes <= plan.usable_memory_bytes)
         for s, v in zip(plan.stages, values)
     ]
     click.echo(heading)
     click.echo(render_config(plan))
     capacity = plan.memory_headroom.describe(plan.gpu_memory_bytes)
-    columns = ["stage", *names, "total", "fits"]
+    columns = ["stage", *names, "total", "% of GPU", "fits"]
     echo_table(f"memory per GPU by pipeline stage, GB (GPU capacity {capacity})", columns,
                rows, short_columns=[SHORT_LABELS.get(name, name) for name in columns])
+    click.echo("memory: " + plan.memory_headroom.rule(plan.gpu_memory_bytes))
     click.echo(render_views_line(plan.worst_stage))
 
 

@@ -18,9 +18,7 @@ from solver.cli.render_serve_cost import (
     render_cost,
     render_cost_cells,
 )
-from solver.cli.shared_flags import describe_fit_rule
 from solver.cost.uncertainty import (
-    DEFAULT_MIN_FIT_PROBABILITY,
     estimate_serve_interval,
     load_error_model,
 )
@@ -178,11 +176,10 @@ def _workload_json(job: Any) -> dict[str, Any]:
             "max_num_batched_tokens": job.max_num_batched_tokens}
 
 
-def render_serve_json(result: Any, level: float = 0.8,
-                      min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY) -> dict[str, Any]:
+def render_serve_json(result: Any, level: float = 0.8) -> dict[str, Any]:
     """DESIGN.md: status, solve_seconds, plans (best first); conflicts and fixes if
-    infeasible; the winner's vLLM command; the interval level and the --min-fit-probability
-    the plans were searched under."""
+    infeasible; the winner's vLLM command; the interval level and the fit chance the
+    headroom was sized for (--min-fit-probability; 0.5 without an error margin)."""
     problem = result.problem
     job = problem.job
     answer: dict[str, Any] = {
@@ -195,6 +192,8 @@ def render_serve_json(result: Any, level: float = 0.8,
         "precision": job.precision,
         "kv_cache_dtype": job.kv_cache_dtype,
         "gpu_memory_utilization": job.gpu_memory_utilization,
+        # The fit rule in words (MemoryHeadroom.rule), as the table states it.
+        "memory_rule": render_serve_memory_rule(problem),
         "objective": job.objective,
         "max_ttft_ms": job.max_ttft_ms,
         "max_tpot_ms": job.max_tpot_ms,
@@ -204,7 +203,7 @@ def render_serve_json(result: Any, level: float = 0.8,
         "plans": [_plan_json(plan, problem, level, result.price_per_gpu_hour)
                   for plan in result.plans],
         "interval_level": level,
-        "min_fit_probability": min_fit_probability,
+        "min_fit_probability": problem.cluster.memory_headroom.fit_probability or 0.5,
         # What reports each view of a plan's memory: the view a measured number is compared
         # with (vLLM's own log splits it the same way: solver.cost.serving.memory).
         "memory_views": render_memory_views_json(),
@@ -220,8 +219,20 @@ def render_serve_json(result: Any, level: float = 0.8,
     return answer
 
 
-def echo_serve_result(result: Any, level: float = 0.8,
-                      min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY) -> None:
+def render_serve_memory_rule(problem: Any) -> str:
+    """The fit rule of a serving answer: a headroom --memory-headroom gives
+    (MemoryHeadroom.rule), else the engine's memory share, which is its own headroom."""
+    cluster, job = problem.cluster, problem.job
+    if cluster.memory_headroom.label():
+        return cluster.memory_headroom.rule(cluster.gpu_memory_bytes)
+    return (f"the engine's memory share ({job.gpu_memory_utilization:g}) is the headroom: vLLM "
+            "measures the weights and activations in its profile run and gives the KV cache "
+            "what is left (gpu_worker.determine_available_memory), and the memory error model "
+            "has no serving rows, so no error margin is added; --memory-headroom 10% or 4GB "
+            "adds one")
+
+
+def echo_serve_result(result: Any, level: float = 0.8) -> None:
     problem = result.problem
     job = problem.job
     click.echo(f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
@@ -229,6 +240,8 @@ def echo_serve_result(result: Any, level: float = 0.8,
                f"requests of "
                f"{job.input_len:,} + {job.output_len:,} tokens, {job.precision} weights, "
                f"objective {job.objective}")
+    cluster = problem.cluster
+    click.echo("memory: " + render_serve_memory_rule(problem))
     if job.load.kind != "none" or job.input_lengths or job.output_lengths:
         click.echo(f"workload: {_describe_workload(job)}")
     if result.status == "infeasible":
@@ -241,7 +254,7 @@ def echo_serve_result(result: Any, level: float = 0.8,
     price = result.price_per_gpu_hour
     priced = price is not None
     columns = (["#", "tp", "pp", "dp", "ep"] + (["replicas"] if replicas else [])
-               + ["GPUs", "weights GB", "KV GB", *VIEW_COLUMNS.values(),
+               + ["GPUs", "weights GB", "KV GB", *VIEW_COLUMNS.values(), "% GPU",
                   f"seqs @{job.context:,}"]
                + ([] if loaded else ["batch", "TTFT ms alone", "TPOT ms @batch", "tokens/s",
                                      "tokens/s/GPU"])
@@ -252,6 +265,7 @@ def echo_serve_result(result: Any, level: float = 0.8,
         row += [plan.num_gpus, round(plan.memory_bytes["weights"] / 1e9, 1),
                 round(plan.memory_bytes["kv_cache"] / 1e9, 1),
                 *(round(plan.views_bytes[view] / 1e9, 1) for view in VIEW_COLUMNS),
+                round(100 * plan.views_bytes["device"] / cluster.gpu_memory_bytes, 1),
                 plan.max_sequences]
         if not loaded:
             row += [plan.batch, round(plan.ttft_s * 1e3, 1), round(plan.tpot_s * 1e3, 1),
@@ -264,8 +278,6 @@ def echo_serve_result(result: Any, level: float = 0.8,
                 note="memory per GPU of plan 1: " + render_views_text(result.plans[0].views_bytes))
     _echo_load(result)
     click.echo(render_serve_interval_text(result.plans[0], level))
-    click.echo(f"plans listed fit by {describe_fit_rule(min_fit_probability)} "
-               f"(--min-fit-probability {min_fit_probability:g})")
     if result.pareto is not None:
         _echo_pareto(result)
     if result.disaggregated is not None:

@@ -216,17 +216,14 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
           kv_cache_dtype: str, gpu_memory_utilization: float, max_ttft_ms: float | None,
           max_tpot_ms: float | None, min_tokens_per_s: float | None, objective: str, top: int,
           calibration: str | None, prices: tuple[str, ...], as_json: bool,
-          memory_headroom: Any, min_fit_probability: float,
+          memory_headroom: Any, min_fit_probability: float | None,
           fail_on_infeasible: bool, interval_level: float, **pin_values: Any) -> None:
     """Serving plans for vLLM: TP, PP, DP and EP, KV-cache capacity, latency, throughput."""
     from pydantic import ValidationError
 
     from solver.calibrate.profile import load_calibrated_cluster
-    from solver.cost.uncertainty import (
-        build_fit_headroom,
-        build_fit_headroom_share,
-        load_error_model,
-    )
+    from solver.cli.shared_flags import check_fit_flags
+    from solver.cost.uncertainty import build_error_headroom, load_error_model
     from solver.catalog import list_gpu_names, load_gpu_spec, load_model_spec
     from solver.cli.render import echo_json
     from solver.cli.render_serve import echo_serve_result, render_serve_json, write_serve_report
@@ -275,15 +272,18 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
                          "add --request-rate")
     price_of = parse_prices(prices, clusters)
     model_spec = load_model_spec(model)
-    # --min-fit-probability: plans use only the share of the memory that fits with that chance
-    # under the serving engine's memory error (1 at the default 0.5, today's rule).
-    fit_share = build_fit_headroom_share(load_error_model(), engine, min_fit_probability)
+    check_fit_flags(memory_headroom, min_fit_probability)
     cluster_specs = []
+    # --memory-headroom; by default none beyond the engine's memory share, which is its own
+    # headroom (render_serve_memory_rule says why: the error margin is training's), unless
+    # --min-fit-probability asks for the engine's memory error margin at that chance.
     for name in clusters:
         cluster_spec = load_calibrated_cluster(name, gpus_per_node, calibration)
-        headroom = build_fit_headroom(memory_headroom or cluster_spec.memory_headroom, fit_share)
-        if memory_headroom is not None or fit_share != 1.0:
-            cluster_spec = cluster_spec.with_memory_headroom(headroom)
+        if min_fit_probability is not None:
+            cluster_spec = cluster_spec.with_memory_headroom(
+                build_error_headroom(load_error_model(), engine, min_fit_probability))
+        elif memory_headroom is not None:
+            cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
         cluster_specs.append(cluster_spec)
     context_source = "given"
     if context is None:  # several clusters: the shortest of their defaults, so all serve it
@@ -341,7 +341,7 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
     if report_dir is not None:
         write_serve_report(result, report_dir)
     if as_json:
-        answer = render_serve_json(result, interval_level, min_fit_probability)
+        answer = render_serve_json(result, interval_level)
         if len(options) > 1:
             answer["across_clusters"] = render_clusters_json(choice)
         if two is not None:
@@ -350,7 +350,7 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
     else:
         if len(options) > 1:
             echo_clusters(choice)
-        echo_serve_result(result, interval_level, min_fit_probability)
+        echo_serve_result(result, interval_level)
         if two is not None:
             echo_two_clusters(two)
     exit_if_infeasible(result.status == "infeasible", fail_on_infeasible)

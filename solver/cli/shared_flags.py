@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -20,8 +20,11 @@ def memory_headroom_option(command: F) -> F:
     """--memory-headroom (parameter memory_headroom: a MemoryHeadroom or None)."""
     return click.option(
         "--memory-headroom", type=MemoryHeadroomParam(), default=None,
-        help="GPU memory every plan leaves free: a share (10% or 0.1) or decimal GB "
-             "(4GB); plans must fit the GPU's memory less this.")(command)
+        help="GPU memory every plan leaves free: auto (the default for training: the share "
+             "the memory model's error asks a plan to leave for it to fit with >= 90% "
+             "probability, stated in the output's 'memory:' line; serving: none beyond the "
+             "engine's memory share), a share (10% or 0.1), decimal GB (4GB), or 0 (none); "
+             "plans must fit the GPU's memory less this.")(command)
 
 
 def fail_on_infeasible_option(command: F) -> F:
@@ -47,16 +50,23 @@ def interval_level_option(command: F) -> F:
              "(benchmarks/error_model.py).")(command)
 
 
-def describe_fit_rule(min_fit_probability: float) -> str:
-    """The memory rule of --min-fit-probability in words: 0.5 is today's rule."""
-    if min_fit_probability == 0.5:
-        return "the predicted total within the usable memory, today's rule"
-    return f"a chance of at least {min_fit_probability:.0%} under the memory error model"
-
 
 def min_fit_probability_option(command: F) -> F:
-    """--min-fit-probability (parameter min_fit_probability)."""
+    """--min-fit-probability (parameter min_fit_probability; None: the default 0.9)."""
     return click.option(
-        "--min-fit-probability", type=FiniteFloat(0.5, 0.99), default=0.5, show_default=True,
-        help="Keep only plans that fit with at least this chance under the memory error "
-             "model; 0.5 is today's rule: the predicted total within the usable memory.")(command)
+        "--min-fit-probability", type=FiniteFloat(0.5, 0.99), default=None,
+        help="The chance plans must fit with under the memory error model: the default "
+             "headroom (--memory-headroom auto) is the margin that gives it (default 0.9; 0.5 "
+             "is the predicted total within the GPU's memory). Not with an explicit "
+             "--memory-headroom.")(command)
+
+
+def check_fit_flags(memory_headroom: Any, min_fit_probability: float | None) -> None:
+    """One fit rule: --min-fit-probability sizes the default headroom, so it does not go with
+    a headroom the user gives."""
+    if memory_headroom is not None and min_fit_probability is not None:
+        from solver.errors import InputError
+
+        raise InputError("--min-fit-probability with --memory-headroom: give one; "
+                         "--min-fit-probability P sets the default headroom to the margin at "
+                         "which plans fit with P, --memory-headroom replaces that margin")

@@ -25,6 +25,7 @@ from solver.cli.shared_flags import (
     fail_on_infeasible_option,
     interval_level_option,
     memory_headroom_option,
+    check_fit_flags,
     min_fit_probability_option,
 )
 from solver.spec.job import PRECISIONS, JobSpec
@@ -84,7 +85,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
           engine: str, time_limit: float, jobs: int | None, max_problems: int, executor: str,
           output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
-          interval_level: float, min_fit_probability: float) -> None:
+          interval_level: float, min_fit_probability: float | None) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
@@ -131,6 +132,9 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     from solver.sweep.execute import default_jobs, start_run
     from solver.sweep.outcome import ABSENT_LINE_FIELDS, SolveSettings
 
+    # --memory-headroom; None: the memory model's error margin at --min-fit-probability
+    # (solve_sweep_problem).
+    check_fit_flags(memory_headroom, min_fit_probability)
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
                              memory_headroom=memory_headroom, interval_level=interval_level,
                              min_fit_probability=min_fit_probability)

@@ -105,7 +105,7 @@ def render_plan_json(plan: Plan) -> dict[str, Any]:
         "other_gb": {name: to_gb(value) for name, value in worst.other_bytes.items()},
         "worst_stage": worst.stage,
         "gpu_memory_gb": to_gb(plan.gpu_memory_bytes),
-        "memory_headroom": plan.memory_headroom.label() or None,
+        "memory_headroom": plan.memory_headroom.setting() or None,
         "usable_memory_gb": to_gb(plan.usable_memory_bytes),
         **render_time_json(plan),
         "stages": [

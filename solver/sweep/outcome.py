@@ -10,29 +10,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from solver.cost.uncertainty import (
+    DEFAULT_HEADROOM_FIT_PROBABILITY,
     DEFAULT_INTERVAL_LEVEL,
-    DEFAULT_MIN_FIT_PROBABILITY,
-    build_fit_headroom,
-    build_fit_headroom_share,
-    load_error_model,
+    resolve_memory_headroom,
 )
 from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
 from solver.optimize_json import render_result_json
 from solver.spec.features import FrameworkFeatures
-from solver.spec.headroom import MemoryHeadroom
+from solver.spec.headroom import AUTO, MemoryHeadroom
 from solver.spec.profiles import render_profile_json, resolve_profile
 from solver.sweep.problems import SweepProblem
 
 
 # The solve settings lines of earlier sweeps lack, as they were solved (check_settings).
-ABSENT_LINE_FIELDS = {"min_fit_probability": DEFAULT_MIN_FIT_PROBABILITY}
+# A line of a sweep before the fit rule had no headroom: plans fit with one chance in two.
+ABSENT_LINE_FIELDS = {"min_fit_probability": 0.5}
 
 
 @dataclass(frozen=True)
 class SolveSettings:
     """How every problem of a sweep is solved (written on each line), and the memory every
-    plan leaves free on each GPU."""
+    plan leaves free on each GPU (None: `auto`, the memory model's error margin for each
+    problem's framework, as `optimize` takes it)."""
 
     top: int = 5
     engine: str = "layout"
@@ -42,19 +42,26 @@ class SolveSettings:
     interval_level: float = DEFAULT_INTERVAL_LEVEL
     # Plans kept fit with at least this chance under the framework's memory error (issue 36;
     # 0.5: the predicted total within the usable memory, as optimize --min-fit-probability).
-    min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY
+    min_fit_probability: float | None = None
 
     def as_line_fields(self) -> dict[str, Any]:
-        headroom = self.memory_headroom.label() if self.memory_headroom else ""
+        headroom = AUTO if self.memory_headroom is None else self.memory_headroom.setting()
         return {"engine": self.engine, "top": self.top,
                 "time_limit_seconds": self.time_limit_s, "memory_headroom": headroom or None,
-                "min_fit_probability": self.min_fit_probability}
+                "min_fit_probability": self.fit_probability}
 
-    def fit_headroom(self, framework: str) -> MemoryHeadroom | None:
-        """The headroom a problem of `framework` is searched under: memory_headroom, cut so
-        plans fit with min_fit_probability (build_fit_headroom; unchanged at 0.5)."""
-        return build_fit_headroom(self.memory_headroom, build_fit_headroom_share(
-            load_error_model(), framework, self.min_fit_probability))
+    def fit_headroom(self, framework: str) -> MemoryHeadroom:
+        """The headroom a problem of `framework` is searched under: memory_headroom, else the
+        memory model's error margin at min_fit_probability (resolve_memory_headroom)."""
+        return resolve_memory_headroom(self.memory_headroom, framework, self.min_fit_probability)
+
+    @property
+    def fit_probability(self) -> float | None:
+        """The chance the headroom is sized for (None under a headroom the user gave)."""
+        if self.memory_headroom is not None:
+            return None
+        return (DEFAULT_HEADROOM_FIT_PROBABILITY if self.min_fit_probability is None
+                else self.min_fit_probability)
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
         return {"status": "error", "error": str(exc),
                 "solve_seconds": round(time.perf_counter() - start, 3),
                 **problem.as_dict(), **settings.as_line_fields(), "plans": []}
-    line = render_result_json(result, settings.interval_level, settings.min_fit_probability)
+    line = render_result_json(result, settings.interval_level)
     # The profile, as optimize --json names it.
     line["framework_profile"] = render_profile_json(resolved)
     line.update(problem.as_dict())  # the names as given (a file path stays a path)

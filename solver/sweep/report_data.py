@@ -4,7 +4,8 @@ fronts of each group.
 
 Per problem: the key, the status, the GPU's memory (and what plans may use of it), the conflicts
 and fixes of an infeasible problem, the error of a failed one, the explanation of a solved one.
-Per plan: the degrees, the worst stage's memory by item and in its three views (allocated,
+Per plan: the degrees, the worst stage's memory by item ("other" item by item), as % of the
+GPU's memory, and in its three views (allocated,
 reserved, device: `memory_views` says what reports each; null in lines written before them)
 and the reserved and device views on the problem's GPU (`views_observed`, OBSERVED_VIEWS:
 `observed_views` says what reports each; null in lines written before them),
@@ -23,12 +24,18 @@ from solver.api import estimate_train_days
 from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS
 from solver.spec.plan_json import DEGREES
 from solver.sweep.report_fronts import Front, FrontPoint, build_front
-from solver.sweep.tables import JOB_FIELDS, Group, count_statuses, group_slug, render_config, \
-    select_problem_lines
+from solver.sweep.tables import JOB_FIELDS, Group, count_statuses, group_slug, memory_percent, \
+    render_config, select_problem_lines
 
 MEMORY_ITEMS = ("weights", "grads", "optimizer", "activations", "other")
 TIME_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "dp", "pp", "bubble",
               "optimizer")
+# The name of each TIME_PARTS series in the step-time chart and the plan details (a part
+# without one showed as Plotly's "trace 4": offload).
+TIME_WORDS = {"compute": "compute", "recompute": "recompute", "tp": "TP traffic",
+              "cp": "CP traffic", "ep": "EP traffic", "offload": "host offload",
+              "dp": "DP traffic", "pp": "PP traffic", "bubble": "pipeline bubble",
+              "optimizer": "optimizer step"}
 # `parplan launch --format` of each framework (generic: torch.distributed's process groups).
 LAUNCH_FORMATS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 SOLVED = ("optimal", "feasible")
@@ -89,6 +96,8 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         **{name: plan[name] for name in DEGREES},
         "memory": {name: float(plan["memory_gb"].get(name, 0.0))
                    for name in (*MEMORY_ITEMS, "total")},
+        "memory_other": _other_items(plan),
+        "memory_percent": memory_percent(plan) if plan.get("gpu_memory_gb") else None,
         "views": _views(plan),
         "views_observed": {view: None if plan.get(f"{view}_gb_observed") is None
                            else float(plan[f"{view}_gb_observed"]) for view in OBSERVED_VIEWS},
@@ -109,6 +118,16 @@ def _plan_data(line: dict[str, Any], plan: dict[str, Any], token_budget: float
         "fit_probability": plan.get("fit_probability"),
         "p_fastest": plan.get("p_fastest"),
     }
+
+
+def _other_items(plan: dict[str, Any]) -> dict[str, float]:
+    """What "other" holds in the worst stage, item by item (`other_gb`: logits, buffers, the
+    CUDA context...), largest first; one item "other" in lines written before the items."""
+    items = plan.get("other_gb")
+    if not isinstance(items, dict) or not items:
+        return {"other": float(plan["memory_gb"].get("other", 0.0))}
+    return dict(sorted(((str(k), float(v)) for k, v in items.items()),
+                       key=lambda item: (-item[1], item[0])))
 
 
 def _views(plan: dict[str, Any]) -> dict[str, float | None]:
@@ -132,6 +151,8 @@ def _problem_data(line: dict[str, Any], token_budget: float) -> dict[str, Any]:
         "gpu_memory_gb": best.get("gpu_memory_gb"),
         "usable_memory_gb": best.get("usable_memory_gb", best.get("gpu_memory_gb")),
         "headroom": line.get("memory_headroom") or "",
+        # The fit rule the line was solved under, in words (MemoryHeadroom.rule).
+        "memory_rule": str(line.get("memory_rule") or ""),
         "why": [str(x) for x in line.get("why") or []],
         "conflicts": [str(x) for x in line.get("conflicts") or []],
         "rules": {str(k): str(v) for k, v in (line.get("rules") or {}).items()},
@@ -189,4 +210,5 @@ def build_page_data(lines: Sequence[dict[str, Any]], groups: Sequence[Group],
         "memory_views": dict(MEMORY_VIEWS),
         "observed_views": dict(OBSERVED_VIEWS),
         "time_parts": list(TIME_PARTS),
+        "time_words": dict(TIME_WORDS),
     }

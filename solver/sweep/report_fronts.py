@@ -49,9 +49,20 @@ class Front:
 
     def as_json(self) -> dict[str, Any]:
         return {"title": self.title, "x_label": self.x_label, "y_label": self.y_label,
+                "x_axis": render_axis(self.x_label, self.x_log),
+                "y_axis": render_axis(self.y_label, self.y_log),
                 "x_better": self.x_better, "y_better": self.y_better, "group": self.group,
                 "x_log": self.x_log, "y_log": self.y_log, "on_front": list(self.on_front),
                 "points": [[p.series, p.x, p.y, p.label, p.problem] for p in self.points]}
+
+
+def render_axis(label: str, log: bool) -> dict[str, str]:
+    """How the page draws an axis so that its scale reads honestly: a linear axis from zero
+    (Plotly's rangemode "tozero"; a GPU-hours axis zoomed to its points' 0.01% spread made equal
+    costs look far apart), a log axis saying so in its title (it has no zero)."""
+    if log:
+        return {"title": f"{label} (log scale)", "type": "log"}
+    return {"title": label, "type": "linear", "rangemode": "tozero"}
 
 
 def _key(value: float, better: Better) -> float:

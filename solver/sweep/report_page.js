@@ -11,9 +11,8 @@
   var charts = false;  // Plotly is running (after startCharts)
   var chartsNote = library ? "charts are loading" : data.charts_missing;
   var SOLVED = { optimal: true, feasible: true };
-  var TIME_WORDS = { compute: "compute", recompute: "recompute", tp: "TP traffic",
-    cp: "CP traffic", ep: "EP traffic", dp: "DP traffic", pp: "PP traffic",
-    bubble: "pipeline bubble", optimizer: "optimizer step" };
+  // Every series of the step-time chart by its name (solver.sweep.report_data.TIME_WORDS).
+  var TIME_WORDS = data.time_words;
   var PLOT_CONFIG = { displaylogo: false, responsive: true };
 
   // Numbers to three significant figures, thousands separated (solver.spec.figures).
@@ -62,6 +61,7 @@
       return p.status === "error" ? p.error : "conflicts: " + p.conflicts.join(", ");
     } },
     { key: "memory", label: "GB per GPU", num: true, get: fromBest(function (q) { return q.memory.total; }) },
+    { key: "memory_percent", label: "% of GPU memory", num: true, get: fromBest(function (q) { return q.memory_percent; }) },
     { key: "step", label: "step s", num: true, get: fromBest(function (q) { return q.step; }) },
     { key: "rate", label: "tokens/s", num: true, get: fromBest(function (q) { return q.rate; }) },
     { key: "mfu", label: "MFU %", num: true, get: fromBest(function (q) { return 100 * q.mfu; }) },
@@ -204,6 +204,7 @@
     box.appendChild(el("p", { className: "job" }, ["seq len " + problem.seq_len + ", global batch " +
       problem.global_batch + ", " + problem.precision + ", " + problem.framework + ", objective " +
       problem.objective + (problem.headroom ? ", memory headroom " + problem.headroom : "")]));
+    if (problem.memory_rule) box.appendChild(el("p", { className: "job" }, ["memory: " + problem.memory_rule]));
     var status = el("p", { className: "status status-" + problem.status }, ["status: " + problem.status]);
     box.appendChild(status);
     if (problem.status === "error") {
@@ -232,7 +233,7 @@
   function renderPlans(box, problem) {
     box.appendChild(el("h3", {}, ["Ranked plans"]));
     var first = problem.plans[0];
-    var head = ["#", "plan", "step s", "vs best", "tokens/s", "MFU %", "GB per GPU",
+    var head = ["#", "plan", "step s", "vs best", "tokens/s", "MFU %", "GB per GPU (% of GPU memory)",
       "days", "GPU-hours", "launch", ""].map(function (h) { return el("th", {}, [h]); });
     var body = el("tbody", {}, []);
     problem.plans.forEach(function (plan, rank) {
@@ -248,10 +249,11 @@
         el("td", { className: "num" }, [gap]),
         el("td", { className: "num" }, [fmt(plan.rate)]),
         el("td", { className: "num" }, [fmt(100 * plan.mfu)]),
-        el("td", { className: "num" }, [fmt(plan.memory.total) + " of " + fmt(problem.usable_memory_gb)]),
+        el("td", { className: "num" }, [fmt(plan.memory.total) + " of " + fmt(problem.usable_memory_gb) +
+          (plan.memory_percent === null ? "" : " (" + fmt(plan.memory_percent) + "%)")]),
         el("td", { className: "num" }, [fmt(plan.days)]),
         el("td", { className: "num" }, [fmt(plan.gpu_hours)]),
-        el("td", { className: "launch" }, [el("code", {}, [plan.launch]), copy]),
+        el("td", { className: "launch" }, [launchCode(plan.launch), copy]),
         el("td", {}, [more])
       ]);
       var extra = el("tr", { className: "plan-details", hidden: "" }, [
@@ -281,10 +283,24 @@
     drawTime(timeDiv, problem);
   }
 
+  // A launch line that wraps between words only: each word an unbreakable span (a browser
+  // would also break after a word's hyphens, inside "--global-batch"), the spaces between.
+  function launchCode(line) {
+    var parts = [];
+    line.split(" ").forEach(function (word, i) {
+      if (i) parts.push(" ");
+      parts.push(el("span", { className: "word" }, [word]));
+    });
+    return el("code", {}, parts);
+  }
+
   function planDetails(plan) {
-    var memory = data.memory_items.map(function (item) {
-      return item + " " + fmt(plan.memory[item]) + " GB";
+    var other = Object.keys(plan.memory_other).map(function (item) {
+      return item + " " + fmt(plan.memory_other[item]);
     }).join(", ");
+    var memory = data.memory_items.map(function (item) {
+      return item + " " + fmt(plan.memory[item]) + " GB" + (item === "other" ? " (" + other + ")" : "");
+    }).join(", ") + (plan.memory_percent === null ? "" : "; " + fmt(plan.memory_percent) + "% of GPU memory");
     var time = data.time_parts.filter(function (part) { return plan.time[part] > 0; })
       .map(function (part) { return TIME_WORDS[part] + " " + fmt(plan.time[part]) + " s"; }).join(", ");
     var views = Object.keys(data.memory_views).filter(function (view) {
@@ -324,13 +340,37 @@
     return problem.plans.map(function (_, rank) { return "#" + (rank + 1); });
   }
 
+  // The items of "other" in any of the problem's plans (largest first in the first plan).
+  function otherItems(problem) {
+    var names = [];
+    problem.plans.forEach(function (plan) {
+      Object.keys(plan.memory_other).forEach(function (name) {
+        if (names.indexOf(name) < 0) names.push(name);
+      });
+    });
+    return names;
+  }
+
   function drawMemory(div, problem) {
     var labels = planLabels(problem);
-    var traces = data.memory_items.map(function (item) {
+    var items = data.memory_items.filter(function (item) { return item !== "other"; });
+    var traces = items.map(function (item) {
       return { type: "bar", name: item, x: labels,
         y: problem.plans.map(function (plan) { return plan.memory[item]; }),
         hovertemplate: "%{x} " + item + ": %{y:.3g} GB<extra></extra>" };
-    });
+    }).concat(otherItems(problem).map(function (name) {
+      var label = name === "other" ? "other" : "other: " + name;
+      return { type: "bar", name: plotText(label), x: labels,
+        y: problem.plans.map(function (plan) { return plan.memory_other[name] || 0; }),
+        hovertemplate: "%{x} " + plotText(label) + ": %{y:.3g} GB<extra></extra>" };
+    }));
+    // Each plan's share of the GPU's memory above its bar.
+    traces.push({ type: "scatter", mode: "text", name: "% of GPU memory", x: labels,
+      y: problem.plans.map(function (plan) { return plan.memory.total; }),
+      text: problem.plans.map(function (plan) {
+        return plan.memory_percent === null ? "" : fmt(plan.memory_percent) + "%";
+      }),
+      textposition: "top center", hoverinfo: "skip", showlegend: false });
     var lines = [{ y: problem.gpu_memory_gb, text: "GPU memory " + fmt(problem.gpu_memory_gb) + " GB", dash: "solid" }];
     if (problem.usable_memory_gb !== problem.gpu_memory_gb) {
       lines.push({ y: problem.usable_memory_gb, text: "usable " + fmt(problem.usable_memory_gb) + " GB", dash: "dash" });
@@ -361,7 +401,7 @@
     });
     window.Plotly.newPlot(div, traces, {
       title: { text: "Step time by part (exposed)" }, barmode: "stack", height: 360,
-      xaxis: { title: { text: "seconds per step" } },
+      xaxis: { title: { text: "seconds per step" }, rangemode: "tozero" },
       yaxis: { autorange: "reversed", type: "category" },
       margin: { t: 50, r: 10, b: 40, l: 50 }, legend: { orientation: "h", y: -0.25 }
     }, PLOT_CONFIG);
@@ -385,9 +425,13 @@
     mine.forEach(function (front, f) { drawFront(divs[f], front, index); });
   }
 
-  // A log axis labelled at its few integer values (GPU counts), else at 1, 2 and 5 per decade.
-  function axis(label, log, values) {
-    var spec = { title: { text: label }, type: log ? "log" : "linear", tickformat: "~s" };
+  // An axis as the front states it (report_fronts.render_axis: linear from zero, or log and
+  // saying so); a log axis labelled at its few integer values (GPU counts), else at 1, 2 and 5
+  // per decade.
+  function axis(stated, values) {
+    var log = stated.type === "log";
+    var spec = { title: { text: plotText(stated.title) }, type: stated.type, tickformat: "~s" };
+    if (stated.rangemode) spec.rangemode = stated.rangemode;
     if (!log) return spec;
     var distinct = values.filter(function (v, i) { return values.indexOf(v) === i; });
     if (distinct.length <= 12 && distinct.every(function (v) { return Number.isInteger(v); })) {
@@ -431,10 +475,8 @@
     }
     window.Plotly.newPlot(div, traces, {
       title: { text: plotText(front.title) }, height: 360, margin: { t: 50, r: 10, b: 50, l: 70 },
-      xaxis: axis(plotText(front.x_label), front.x_log,
-        front.points.map(function (p) { return p[1]; })),
-      yaxis: axis(plotText(front.y_label), front.y_log,
-        front.points.map(function (p) { return p[2]; })),
+      xaxis: axis(front.x_axis, front.points.map(function (p) { return p[1]; })),
+      yaxis: axis(front.y_axis, front.points.map(function (p) { return p[2]; })),
       legend: { orientation: "h", y: -0.25 }
     }, PLOT_CONFIG);
     div.on("plotly_click", function (event) {

@@ -19,9 +19,10 @@ METRICS = ("memory_gb", "step_seconds", "tokens_per_second", "tokens_per_second_
 # the reserved view as torch.cuda.max_memory_reserved() reads it on the problem's GPU
 # (solver.spec.plan.OBSERVED_VIEWS); empty for lines written before them.
 VIEW_COLUMNS = ("allocated_gb", "reserved_gb", "reserved_gb_observed")
-# The features the best plan turns on beyond the framework's defaults (render_features).
-SUMMARY_COLUMNS = (KEY_FIELDS + ("status",) + DEGREES + METRICS + VIEW_COLUMNS
-                   + ("features", "note"))
+# The best plan's device memory as a percentage of the GPU's whole memory (memory_percent),
+# and the features it turns on beyond the framework's defaults (render_features).
+SUMMARY_COLUMNS = (KEY_FIELDS + ("status",) + DEGREES + METRICS + ("memory_percent_of_gpu",)
+                   + VIEW_COLUMNS + ("features", "note"))
 JOB_FIELDS = ("seq_len", "global_batch", "precision", "framework", "objective")
 
 
@@ -100,8 +101,18 @@ def build_summary_rows(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         row["note"] = _note(line)
         row["memory_breakdown_gb"] = best.get("memory_gb", {}) if best else {}
         row["gpu_memory_gb"] = best.get("gpu_memory_gb", "") if best else ""
+        row["memory_percent_of_gpu"] = memory_percent(best) if best else ""
         rows.append(row)
     return rows
+
+
+def memory_percent(plan: dict[str, Any]) -> float | str:
+    """A plan's worst-stage device memory as a percentage of the GPU's whole memory, to 0.1:
+    83.1 of 85.9 GB -> 96.7 ("" without the GPU's memory)."""
+    gpu = plan.get("gpu_memory_gb")
+    if not gpu:
+        return ""
+    return round(100.0 * float(plan["memory_gb"]["total"]) / float(gpu), 1)
 
 
 def _note(line: dict[str, Any]) -> str:
@@ -143,14 +154,15 @@ def format_value(value: Any) -> str:
 
 
 MARKDOWN_COLUMNS = ("model", "cluster", "gpus", "seq_len", "global_batch", "precision",
-                    "status", "configuration", "device GB", "step s", "tokens/s", "MFU %", "note")
+                    "status", "configuration", "device GB", "% of GPU", "step s", "tokens/s", "MFU %", "note")
 
 
 def build_markdown_row(row: dict[str, Any]) -> list[str]:
     solved = row["status"] in ("optimal", "feasible")
-    metrics = [format_value(row["memory_gb"]), format_value(row["step_seconds"]),
+    metrics = [format_value(row["memory_gb"]), format_value(row["memory_percent_of_gpu"]),
+               format_value(row["step_seconds"]),
                f"{row['tokens_per_second']:,.0f}", f"{100 * row['mfu']:.1f}"] if solved else \
-        ["", "", "", ""]
+        ["", "", "", "", ""]
     return ([str(row[name]) for name in MARKDOWN_COLUMNS[:7]] + [render_config(row)] + metrics
             + [row["note"]])
 
