@@ -66,7 +66,8 @@ def test_optimize_sizes_the_default_headroom_for_the_chance_asked() -> None:
     assert answers[0.97]["uncertainty"]["min_fit_probability"] == 0.97
     assert 1 - usable_share_for_fit_probability(0.97, sigma) > \
         1 - usable_share_for_fit_probability(0.9, sigma) > 0
-    worst = {p: max(plan["memory_gb"] for plan in a["plans"]) for p, a in answers.items()}
+    worst = {p: max(plan["memory_gb"]["total"] for plan in a["plans"])
+             for p, a in answers.items()}
     assert worst[0.97] <= worst[None] <= worst[0.5]
     assert all(plan["fit_probability"] >= 0.97 - 1e-4 for plan in answers[0.97]["plans"])
 
