@@ -47,7 +47,7 @@ NAMED = {
        for name in ("tp", "pp", "dp", "ep")},
     **{name: PINS for name in ("no_tp", "no_pp", "no_cp", "no_ep", "layout",
                                "recompute_num_layers")},
-    **{name: SEARCH for name in ("top", "engine", "time_limit", "objective",
+    **{name: SEARCH for name in ("top", "engine", "time_limit", "work_limit", "objective",
                                  "allow_tp_across_nodes", "gpus_for_days", "jobs",
                                  "max_problems", "executor", "disaggregated", "pareto")},
     **{name: FRAMEWORK for name in ("framework", "max_num_seqs", "max_num_batched_tokens",

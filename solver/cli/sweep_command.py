@@ -10,11 +10,11 @@ from typing import Any
 import click
 
 from solver.cli.help_groups import GroupedCommand
+from solver.cli.limit_options import solve_limit_options
 from solver.cli.options import framework_option
 from solver.cli.params import (
     MAX_JOBS,
     MAX_PROBLEMS,
-    MAX_TIME_LIMIT_S,
     MAX_TOP,
     BoundedInt,
     FiniteFloat,
@@ -61,10 +61,7 @@ def _default(field: str) -> str:
               help="Plans kept per problem.")
 @click.option("--engine", type=click.Choice(ENGINES), default="layout", show_default=True,
               help="The optimize engine (see parplan optimize --help).")
-@click.option("--time-limit", type=FiniteFloat(0.1, MAX_TIME_LIMIT_S), default=10.0,
-              show_default=True,
-              help="Seconds each problem's solve may take (its layout programs' work: 0.35 "
-                   "x this in CP-SAT's deterministic seconds, as optimize).")
+@solve_limit_options
 @click.option("--jobs", "-j", type=BoundedInt(1, MAX_JOBS), default=None,
               help="Worker processes (default: the usable cores; 1 solves in this process).")
 @click.option("--max-problems", type=BoundedInt(1, MAX_PROBLEMS), default=DEFAULT_MAX_PROBLEMS,
@@ -80,8 +77,8 @@ def _default(field: str) -> str:
 @interval_level_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
-          engine: str, time_limit: float, jobs: int | None, max_problems: int, executor: str,
-          output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
+          engine: str, time_limit: float | None, work_limit: float | None, jobs: int | None,
+          max_problems: int, executor: str, output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
           interval_level: float) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
@@ -130,6 +127,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     from solver.sweep.outcome import SolveSettings
 
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
+                             work_limit_s=work_limit,
                              memory_headroom=memory_headroom, interval_level=interval_level)
     start = time.perf_counter()
     with ResultsFile(output) as results:
