@@ -142,7 +142,8 @@ def test_a_line_is_the_optimize_json_plus_the_key(tmp_path: Path) -> None:
                                       "dgx-h100", "--gpus", "8", "--top", "2", "--json"])
     answer = json.loads(result.output)
     assert {k: v for k, v in line.items() if k not in ("solve_seconds", "top",
-                                                        "time_limit_seconds")} == {
+                                                        "time_limit_seconds",
+                                                        "work_limit_seconds")} == {
         k: v for k, v in answer.items() if k != "solve_seconds"}
 
 

@@ -69,6 +69,10 @@ def _default(field: str) -> str:
               help="Refuse a sweep of more problems than this (counted before any is built).")
 @click.option("--executor", type=click.Choice(["process", "ray"]), default="process",
               show_default=True, help="Local worker processes, or Ray (parplan[ray]).")
+@click.option("--address", default=None, metavar="HOST:PORT",
+              help="With --executor ray: the Ray cluster to run on, as `ray start --head` "
+                   "printed it (default: RAY_ADDRESS, else a local Ray instance of --jobs "
+                   "CPUs). Every node needs parplan installed.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Results file (JSON Lines); an existing one is resumed.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
@@ -78,7 +82,7 @@ def _default(field: str) -> str:
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
           engine: str, time_limit: float | None, work_limit: float | None, jobs: int | None,
-          max_problems: int, executor: str, output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
+          max_problems: int, executor: str, address: str | None, output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
           interval_level: float) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
@@ -104,6 +108,8 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     )
     from solver.sweep.results import ResultsFile
 
+    if address is not None and executor != "ray":
+        raise InputError(f"--address {address}: only --executor ray runs on a cluster")
     if executor == "ray":
         from solver.sweep.ray_run import import_ray
 
@@ -141,7 +147,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
         earlier_infeasible = sum(1 for line in results.lines if line["status"] == "infeasible"
                                  and key_of_line(line) in wanted)
         pending = order_longest_first(p for p in problems if p.key not in done)
-        run = start_run(pending, settings, jobs or default_jobs(), executor)
+        run = start_run(pending, settings, jobs or default_jobs(), executor, address)
         try:
             statuses, failures = _record(run, results, len(pending), quiet)
         finally:
