@@ -159,11 +159,11 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     searched apart and its plans ranked with the others, all as one search in order of bound
     (solver.search.module_variants.search_module_sets), within one budget of layout-program
     work (solver.search.program_memo.WorkBudget: `work_limit_s` of CP-SAT's deterministic
-    seconds, by default 3.5, or 0.35 per second of a `time_limit_s` the user sets): where the budget is spent the
-    programs left are not run (the searches not yet opened still are: their even splits), and
-    the answer is then `feasible` (not proved), with a lower bound of the best plan's step
-    time (OptimizeResult.step_lower_bound_s: how far from the optimum it may be), the same on
-    any machine. The wall clock binds only as `time_limit_s` (None: the safety net,
+    seconds, by default 3.5, or 0.35 per second of a `time_limit_s` the user sets): where the
+    budget is spent the programs left are not run (the searches not yet opened still are:
+    their even splits), and the answer is then `feasible` (not proved), with a lower bound of
+    the best plan's step time (OptimizeResult.step_lower_bound_s: how far from the optimum
+    it may be), the same on any machine. The wall clock binds only as `time_limit_s` (None: the safety net,
     solver.search.limits), past which nothing more is run; where it fires the answer says
     so (OptimizeResult.stopped_by).
 

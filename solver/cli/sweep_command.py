@@ -17,7 +17,6 @@ from solver.cli.params import (
     MAX_PROBLEMS,
     MAX_TOP,
     BoundedInt,
-    FiniteFloat,
     PinSpec,
 )
 from solver.cli.shared_flags import (
@@ -82,8 +81,8 @@ def _default(field: str) -> str:
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
           engine: str, time_limit: float | None, work_limit: float | None, jobs: int | None,
-          max_problems: int, executor: str, address: str | None, output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
-          interval_level: float) -> None:
+          max_problems: int, executor: str, address: str | None, output: str, quiet: bool,
+          memory_headroom: Any, fail_on_infeasible: bool, interval_level: float) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.

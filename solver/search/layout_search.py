@@ -75,9 +75,10 @@ def layout_rules(problem: Problem, config: ParallelConfig) -> LayoutRules:
 def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float | None = None,
                        cutoff_s: float = np.inf) -> tuple[Ranked | None, bool]:
     """The `top` best (configuration, layout) pairs, and whether they are proven (no layout
-    program stopped at the work budget or the time limit: None, the safety net only). Module docstring. With `cutoff_s`, the step time of
-    plans known from elsewhere (solver.search.module_variants), only pairs at least as fast
-    are sought: the others may be left out, or kept."""
+    program stopped at the work budget or the time limit; None: the safety net only). Module
+    docstring. With `cutoff_s`, the step time of plans known from elsewhere
+    (solver.search.module_variants), only pairs at least as fast are sought: the others may
+    be left out, or kept."""
     return search_layouts(problem, top, time_limit_s, cutoff_s)[:2]
 
 
