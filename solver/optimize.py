@@ -5,7 +5,6 @@ train a token budget in time. Library front door beside `solver.api` (cli -> opt
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -30,6 +29,7 @@ from solver.cost.row_memo import forget_all
 from solver.cost.step.steptime import StepTime
 from solver.cost.layers.finetune import check_finetune_framework
 from solver.errors import InputError
+from solver.search.limits import STOPPED_BY_WORK_LIMIT, Deadline, never
 from solver.search.program_memo import WorkBudget
 from solver.search.module_variants import (
     Merged,
@@ -63,7 +63,10 @@ class OptimizeResult:
     num_feasible: the plans that meet every constraint (None where the oracle stopped checking
     memory once the top plans were certain; num_candidates meet every rule but memory, and
     num_memory_checked of them had their memory checked); for the integer program, the plans
-    it evaluated exactly."""
+    it evaluated exactly. stopped_by: the limit that ended the search where one did
+    (solver.search.limits: "work_limit", the deterministic budget, the same answer on any
+    machine; "time_limit", the user's wall clock, or "safety_time_limit", the default one:
+    an answer that depends on the machine), None where nothing cut it short."""
 
     problem: Problem
     status: str
@@ -78,6 +81,7 @@ class OptimizeResult:
     num_candidates: int | None = None
     num_memory_checked: int | None = None
     step_lower_bound_s: float | None = None
+    stopped_by: str | None = None
 
     @property
     def optimality_gap(self) -> float | None:
@@ -152,18 +156,20 @@ def build_problem(model: str, cluster: str, num_gpus: int, *, gpus_per_node: int
 
 
 def solve(problem: Problem, top: int = 5, engine: str = "layout",
-          time_limit_s: float = 10.0, compare: bool = True) -> OptimizeResult:
+          time_limit_s: float | None = None, compare: bool = True,
+          work_limit_s: float | None = None) -> OptimizeResult:
     """Rank the feasible configurations; explain the winner, or the infeasibility.
     Each of the problem's recompute module sets beyond the first, and each of its offloads, is
     searched apart and its plans ranked with the others, all as one search in order of bound
-    (solver.search.module_variants.search_module_sets), within `time_limit_s` and one budget
-    of layout-program work (solver.search.program_memo.WorkBudget, 0.35 of CP-SAT's
-    deterministic seconds per second of the limit): where the budget is spent the programs
-    left are not run (the searches not yet opened still are: their even splits), past the
-    time limit nothing more is, and the answer is then `feasible` (not proved), with a lower
-    bound of the best plan's step time (OptimizeResult.step_lower_bound_s: how far from the
-    optimum it may be). Where the budget ends a solve, its answer is the same on any
-    machine; the time limit binds first only on a much slower one.
+    (solver.search.module_variants.search_module_sets), within one budget of layout-program
+    work (solver.search.program_memo.WorkBudget: `work_limit_s` of CP-SAT's deterministic
+    seconds, by default 3.5, or 0.35 per second of a `time_limit_s` the user sets): where the
+    budget is spent the programs left are not run (the searches not yet opened still are:
+    their even splits), and the answer is then `feasible` (not proved), with a lower bound of
+    the best plan's step time (OptimizeResult.step_lower_bound_s: how far from the optimum
+    it may be), the same on any machine. The wall clock binds only as `time_limit_s` (None: the safety net,
+    solver.search.limits), past which nothing more is run; where it fires the answer says
+    so (OptimizeResult.stopped_by).
 
     Engines (ENGINES): "layout" (the default) searches every mesh and schedule exhaustively
     and, where a pipeline layout can still beat the incumbents, the layout program
@@ -177,19 +183,23 @@ def solve(problem: Problem, top: int = 5, engine: str = "layout",
     if engine not in ENGINES:
         raise InputError(f"--engine {engine}: available engines are {', '.join(ENGINES)}")
     forget_all()  # the answer depends on the problem alone (solver.cost.row_memo)
-    deadline = time.perf_counter() + time_limit_s if engine == "layout" else np.inf
+    deadline = Deadline.for_time_limit(time_limit_s) if engine == "layout" else never()
 
     def open_search(variant: Problem, cutoff_s: float, prior: FirstPass | None,
-                    deadline: float) -> Search:
+                    deadline: Deadline) -> Search:
         if engine == "layout":
             return LayoutSearch(variant, top, cutoff_s, prior, deadline)
         return RankedSearch(variant, solve_by_enumeration(variant, top))
 
-    merged = search_module_sets(problem, open_search, top,
-                                WorkBudget.for_time_limit(time_limit_s), deadline)
+    budget = WorkBudget(work_limit_s) if work_limit_s is not None \
+        else WorkBudget.for_time_limit(time_limit_s)
+    merged = search_module_sets(problem, open_search, top, budget, deadline)
+    stopped_by = deadline.stopped_by() if deadline.fired else (
+        STOPPED_BY_WORK_LIMIT if merged.status == "feasible" else None)
     if not merged.chosen:
-        return _infeasible(problem, engine, merged.seconds)
-    return _answer(problem, merged, engine, time_limit_s, compare)
+        return replace(_infeasible(problem, engine, merged.seconds), stopped_by=stopped_by)
+    return replace(_answer(problem, merged, engine, time_limit_s, compare),
+                   stopped_by=stopped_by)
 
 
 def _infeasible(problem: Problem, engine: str, seconds: float) -> OptimizeResult:
@@ -207,7 +217,7 @@ def _infeasible(problem: Problem, engine: str, seconds: float) -> OptimizeResult
                           fixes=tuple(suggest_fixes(problem, conflicts)))
 
 
-def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float,
+def _answer(problem: Problem, merged: Merged, engine: str, time_limit_s: float | None,
             compare: bool) -> OptimizeResult:
     """The merged top as plans, each costed through its own search's problem, and the
     winner explained by its own search (`compare`: with a second search where the problem's
@@ -281,7 +291,7 @@ def as_listed(ranking: Ranked, plans: tuple[Plan, ...], steps: list[StepTime]) -
                    memory_bytes=np.array([p.worst_stage.total_bytes for p in plans]))
 
 
-def _solve_top(problem: Problem, engine: str, time_limit_s: float) -> Ranked | None:
+def _solve_top(problem: Problem, engine: str, time_limit_s: float | None) -> Ranked | None:
     """The best plan of `problem` with `engine` (for the explanation's comparisons), as
     `optimize` with the same pins would list it (as_listed)."""
     ranked = solve_with_layouts(problem, 1, time_limit_s)[0] if engine == "layout" \

@@ -66,6 +66,8 @@ def render_result_json(result: OptimizeResult, level: float = DEFAULT_INTERVAL_L
         else round(result.step_lower_bound_s, 6),
         "optimality_gap": None if result.optimality_gap is None
         else round(result.optimality_gap, 4),
+        # The limit that ended the search (solver.search.limits), None where none did.
+        "stopped_by": result.stopped_by,
         "plans": [{**render_plan_json(plan), **extra}
                   for plan, extra in zip(result.plans, odds["plans"])],
         "notes": list(list_time_caveats(problem.model_spec)),

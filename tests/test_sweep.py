@@ -144,6 +144,7 @@ def test_a_line_is_the_optimize_json_plus_the_key(tmp_path: Path) -> None:
     # The solve settings (top, time limit, min fit probability) are the line's own.
     assert {k: v for k, v in line.items() if k not in ("solve_seconds", "top",
                                                         "time_limit_seconds",
+                                                        "work_limit_seconds",
                                                         "min_fit_probability")} == {
         k: v for k, v in answer.items() if k != "solve_seconds"}
 

@@ -10,6 +10,7 @@ import pytest
 
 from solver.optimize import build_problem
 from solver.search import layout_search
+from solver.search.limits import Deadline
 from solver.search.program_memo import WorkBudget
 
 
@@ -81,8 +82,10 @@ def test_memory_bounds_past_their_deadline_are_looser_bounds() -> None:
     times = estimate_layer_time_coefficients(problem.model_spec, problem.cluster, problem.job,
                                              candidates, problem.time_constants)
     fits, spent, bound = estimate_memory_bounds(problem, candidates, times)
+    passed = Deadline(0.0)
     fits_now, spent_now, bound_now = estimate_memory_bounds(problem, candidates, times,
-                                                            deadline=0.0)
+                                                            deadline=passed)
+    assert passed.fired
     assert (fits == fits_now).all() and (spent == spent_now).all()
     assert (bound_now <= bound * (1 + 1e-12)).all() and (bound_now < bound).any()
 

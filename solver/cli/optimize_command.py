@@ -9,6 +9,7 @@ import click
 
 from solver.cli.finetune_options import finetune_options, pop_finetune
 from solver.cli.help_groups import GroupedCommand
+from solver.cli.limit_options import solve_limit_options
 from solver.cli.options import (
     framework_feature_options,
     framework_option,
@@ -18,7 +19,6 @@ from solver.cli.options import (
 )
 from solver.cli.params import (
     MAX_DAYS,
-    MAX_TIME_LIMIT_S,
     MAX_TOP,
     MAX_ZERO_STAGE,
     BoundedInt,
@@ -64,13 +64,7 @@ def _pin_options(command):
               help="layout: every mesh and schedule, and the best pipeline layout (layers and "
                    "recompute per stage, CP-SAT) where it can beat the even split; even: the "
                    "even split of layers only.")
-@click.option("--time-limit", type=FiniteFloat(0.1, MAX_TIME_LIMIT_S), default=10.0,
-              show_default=True,
-              help="Seconds the solve may take; its layout programs may do 0.35 x this "
-                   "much of CP-SAT's deterministic work in all, which binds first on a "
-                   "2-core machine and gives the same answer on any machine (past either "
-                   "the answer is 'feasible', not proven, with how far from the optimum its "
-                   "best plan may be).")
+@solve_limit_options
 @framework_option("Whose rules the plan must obey and whose timing it assumes (kernels, "
                   "overlaps, recompute semantics, DP overlap, gradient reduce dtype); the "
                   "flags below override single features.")
@@ -88,8 +82,9 @@ def _pin_options(command):
 @fail_on_infeasible_option
 def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int | None,
              segment_gpus: int | None, seq_len: int, global_batch: int, precision: str, token_budget: int | None,
-             calibration: str | None, as_json: bool, top: int, engine: str, time_limit: float,
-             framework: str, objective: str, allow_tp_across_nodes: bool,
+             calibration: str | None, as_json: bool, top: int, engine: str,
+             time_limit: float | None, work_limit: float | None, framework: str,
+             objective: str, allow_tp_across_nodes: bool,
              gpus_for_days: float | None, recompute: str | None, memory_headroom: Any,
              min_fit_probability: float | None, interval_level: float,
              fail_on_infeasible: bool, **pin_values: Any) -> None:
@@ -143,9 +138,11 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
             raise InputError(f"--gpus-for-days {gpus_for_days:g}: no GPU count up to 65,536 "
                              "trains the token budget in time")
         num_gpus, result = found
-        result = solve(result.problem, top=top, engine=engine, time_limit_s=time_limit)
+        result = solve(result.problem, top=top, engine=engine, time_limit_s=time_limit,
+                       work_limit_s=work_limit)
     else:
-        result = solve(problem, top=top, engine=engine, time_limit_s=time_limit)
+        result = solve(problem, top=top, engine=engine, time_limit_s=time_limit,
+                       work_limit_s=work_limit)
     sources, scales = [], None
     if calibration is not None:
         from solver.calibrate.profile import describe_sources, select_profile_scales

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from solver.search.limits import STOPPED_BY_WORDS
+
 
 def echo_json(obj: Any) -> None:
     """Deterministic JSON on stdout (same input, same bytes)."""
@@ -173,7 +175,10 @@ def echo_ranked(result: Any, columns: Sequence[str], rows: Sequence[Sequence[Any
         counted = f"of {result.num_candidates:,} plans meeting every rule but memory"
     status = result.status
     gap = getattr(result, "optimality_gap", None)
-    if status == "feasible" and gap is not None:
+    stopped = STOPPED_BY_WORDS.get(getattr(result, "stopped_by", None) or "")
+    if stopped:
+        status += f", stopped by {stopped}"
+    if status.startswith("feasible") and gap is not None:
         status += (", the best proven optimal, the rest not" if gap == 0
                    else f", the best within {100 * gap:.1f}% of the optimum")
     echo_table(f"top {len(rows)} {counted} ({status}, {result.engine}, "

@@ -10,14 +10,13 @@ from typing import Any
 import click
 
 from solver.cli.help_groups import GroupedCommand
+from solver.cli.limit_options import solve_limit_options
 from solver.cli.options import framework_option
 from solver.cli.params import (
     MAX_JOBS,
     MAX_PROBLEMS,
-    MAX_TIME_LIMIT_S,
     MAX_TOP,
     BoundedInt,
-    FiniteFloat,
     PinSpec,
 )
 from solver.cli.shared_flags import (
@@ -63,10 +62,7 @@ def _default(field: str) -> str:
               help="Plans kept per problem.")
 @click.option("--engine", type=click.Choice(ENGINES), default="layout", show_default=True,
               help="The optimize engine (see parplan optimize --help).")
-@click.option("--time-limit", type=FiniteFloat(0.1, MAX_TIME_LIMIT_S), default=10.0,
-              show_default=True,
-              help="Seconds each problem's solve may take (its layout programs' work: 0.35 "
-                   "x this in CP-SAT's deterministic seconds, as optimize).")
+@solve_limit_options
 @click.option("--jobs", "-j", type=BoundedInt(1, MAX_JOBS), default=None,
               help="Worker processes (default: the usable cores; 1 solves in this process).")
 @click.option("--max-problems", type=BoundedInt(1, MAX_PROBLEMS), default=DEFAULT_MAX_PROBLEMS,
@@ -74,6 +70,10 @@ def _default(field: str) -> str:
               help="Refuse a sweep of more problems than this (counted before any is built).")
 @click.option("--executor", type=click.Choice(["process", "ray"]), default="process",
               show_default=True, help="Local worker processes, or Ray (parplan[ray]).")
+@click.option("--address", default=None, metavar="HOST:PORT",
+              help="With --executor ray: the Ray cluster to run on, as `ray start --head` "
+                   "printed it (default: RAY_ADDRESS, else a local Ray instance of --jobs "
+                   "CPUs). Every node needs parplan installed.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Results file (JSON Lines); an existing one is resumed.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
@@ -83,9 +83,10 @@ def _default(field: str) -> str:
 @min_fit_probability_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
           global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
-          engine: str, time_limit: float, jobs: int | None, max_problems: int, executor: str,
-          output: str, quiet: bool, memory_headroom: Any, fail_on_infeasible: bool,
-          interval_level: float, min_fit_probability: float | None) -> None:
+          engine: str, time_limit: float | None, work_limit: float | None, jobs: int | None,
+          max_problems: int, executor: str, address: str | None, output: str, quiet: bool,
+          memory_headroom: Any, fail_on_infeasible: bool, interval_level: float,
+          min_fit_probability: float | None) -> None:
     """Solve every combination in parallel; one JSON line per problem, resumable.
 
     Each line is the JSON of `optimize --json` plus the problem's key and the solve settings.
@@ -110,6 +111,8 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     )
     from solver.sweep.results import ResultsFile
 
+    if address is not None and executor != "ray":
+        raise InputError(f"--address {address}: only --executor ray runs on a cluster")
     if executor == "ray":
         from solver.sweep.ray_run import import_ray
 
@@ -136,6 +139,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     # (solve_sweep_problem).
     check_fit_flags(memory_headroom, min_fit_probability)
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
+                             work_limit_s=work_limit,
                              memory_headroom=memory_headroom, interval_level=interval_level,
                              min_fit_probability=min_fit_probability)
     start = time.perf_counter()
@@ -150,7 +154,7 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
         earlier_infeasible = sum(1 for line in results.lines if line["status"] == "infeasible"
                                  and key_of_line(line) in wanted)
         pending = order_longest_first(p for p in problems if p.key not in done)
-        run = start_run(pending, settings, jobs or default_jobs(), executor)
+        run = start_run(pending, settings, jobs or default_jobs(), executor, address)
         try:
             statuses, failures = _record(run, results, len(pending), quiet)
         finally:

@@ -6,7 +6,6 @@ relaxation of the layout program's memory rows (estimate_memory_bounds).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -15,6 +14,7 @@ from solver.cost.candidates import RECOMPUTE_FULL, Candidates
 from solver.cost.step.layout_terms import estimate_stage_memory_coefficients
 from solver.cost.memory.layout import layer_kinds, num_layer_kinds
 from solver.search.constraints import memory_capacity_bytes
+from solver.search.limits import Deadline
 from solver.search.space import Problem
 
 # Frameworks that recompute one count of layers in every chunk (--recompute-num-layers).
@@ -22,12 +22,12 @@ UNIFORM_RECOMPUTE_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 
 def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict[str, np.ndarray],
-                           below_s: float = np.inf, deadline: float | None = None
+                           below_s: float = np.inf, deadline: Deadline | None = None
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate: whether some layout can fit at all, the fewest layers that must then
     recompute in full, and a lower bound of the step time of a layout that fits, inf where
     no layout can be as fast as `below_s` (the bound times 1 - 1e-9 above it: only the others
-    are bisected). Past `deadline` (a time.perf_counter() value) the bisections stop where they
+    are bisected). Past `deadline` (solver.search.limits) the bisections stop where they
     are: the bound is looser, still a bound.
 
     A relaxation of the layout program's memory rows: stage i holds its empty-stage bytes
@@ -179,7 +179,7 @@ def estimate_memory_bounds(problem: Problem, candidates: Candidates, times: dict
         chosen = chosen & ~beaten
         low, high = np.zeros(n), np.where(chosen, at_bar, top)
         for _ in range(BISECTIONS):
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and deadline.passed():
                 break
             middle = (low + high) / 2
             enough = held(middle) >= num_layers

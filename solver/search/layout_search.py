@@ -27,8 +27,6 @@ Rank by memory (objective "memory") keeps the even split: the layout program min
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from solver.cost.candidates import RECOMPUTE_FULL, RECOMPUTE_NONE, Candidates
@@ -54,6 +52,7 @@ from solver.search.enumerate import (
     rules_but_memory,
     solve_by_enumeration,
 )
+from solver.search.limits import Deadline, never
 from solver.search.feasible import any_even_split_fits, leanest_schedules
 from solver.search.layout_bounds import UNIFORM_RECOMPUTE_FRAMEWORKS, estimate_memory_bounds
 from solver.search.layout_program import LayoutRules
@@ -73,16 +72,17 @@ def layout_rules(problem: Problem, config: ParallelConfig) -> LayoutRules:
                        mtp_layers=mtp)
 
 
-def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
+def solve_with_layouts(problem: Problem, top: int = 5, time_limit_s: float | None = None,
                        cutoff_s: float = np.inf) -> tuple[Ranked | None, bool]:
     """The `top` best (configuration, layout) pairs, and whether they are proven (no layout
-    program stopped at the time limit). Module docstring. With `cutoff_s`, the step time of
-    plans known from elsewhere (solver.search.module_variants), only pairs at least as fast
-    are sought: the others may be left out, or kept."""
+    program stopped at the work budget or the time limit; None: the safety net only). Module
+    docstring. With `cutoff_s`, the step time of plans known from elsewhere
+    (solver.search.module_variants), only pairs at least as fast are sought: the others may
+    be left out, or kept."""
     return search_layouts(problem, top, time_limit_s, cutoff_s)[:2]
 
 
-def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
+def search_layouts(problem: Problem, top: int = 5, time_limit_s: float | None = None,
                    cutoff_s: float = np.inf, prior: FirstPass | None = None,
                    budget: WorkBudget | None = None
                    ) -> tuple[Ranked | None, bool, FirstPass | None, float]:
@@ -94,12 +94,13 @@ def search_layouts(problem: Problem, top: int = 5, time_limit_s: float = 10.0,
     first pass of the problem this one varies (solver.search.enumerate.candidates_below): its
     candidates that may reach the cutoff, not enumerated afresh. The layout programs' work
     comes from `budget` (default: the time limit's, WorkBudget.for_time_limit); where it runs
-    out the answer is unproven, and the same on any machine."""
-    deadline = time.perf_counter() + time_limit_s
+    out the answer is unproven, and the same on any machine; the time limit (None: the safety
+    net, solver.search.limits) is a wall clock that may cut it shorter."""
+    deadline = Deadline.for_time_limit(time_limit_s)
     budget = budget if budget is not None else WorkBudget.for_time_limit(time_limit_s)
     search = LayoutSearch(problem, top, cutoff_s, prior, deadline)
     while search.next_bound(np.inf) is not None:
-        if time.perf_counter() >= deadline or budget.left <= 0:
+        if deadline.passed() or budget.left <= 0:
             search.stop(np.inf, deadline)
         else:
             search.run_next(np.inf, budget, deadline)
@@ -113,11 +114,12 @@ class LayoutSearch:
     least bound first (next_bound, run_next), under the search's own bar and an outer one
     (plans known from the searches beside it: solver.search.module_variants), until the next
     bound passes the bar or the caller stops it (stop: the time limit or the work budget).
-    `deadline`: the time (time.perf_counter) past which the numpy phase answers with the
-    even splits found, unproven."""
+    `deadline`: the wall-clock limit (solver.search.limits) past which the numpy phase
+    answers with the even splits found, unproven."""
 
     def __init__(self, problem: Problem, top: int, cutoff_s: float = np.inf,
-                 prior: FirstPass | None = None, deadline: float = np.inf) -> None:
+                 prior: FirstPass | None = None, deadline: Deadline | None = None) -> None:
+        deadline = deadline if deadline is not None else never()
         self.problem, self.top, self.cutoff_s = problem, top, cutoff_s
         self.first: FirstPass | None = None
         self.proven, self.open_low = True, np.inf  # open_low: least bound of rows unproven
@@ -156,7 +158,7 @@ class LayoutSearch:
             for row, seconds, memory in zip(even.rows, even.step_time.step_s,
                                             even.memory_bytes):
                 self.best[int(row)] = (self._key(int(row), float(seconds), float(memory)), None)
-        if self.best and time.perf_counter() >= deadline:
+        if self.best and deadline.passed():
             # The time limit passed before the layouts (large problems' numpy phases take
             # seconds): the even splits found, unproven, rather than seconds more of bounds.
             self.proven, self.open_low = False, float(low[kept].min())
@@ -180,7 +182,7 @@ class LayoutSearch:
         self.beaten: set[tuple[int, ...]] = set()  # meshes whose selective program found none
         self.programs = SolvedPrograms()
 
-    def bound_memory(self, outer_s: float, deadline: float) -> None:
+    def bound_memory(self, outer_s: float, deadline: Deadline) -> None:
         """The memory-aware bounds (step 2) of the next chunk of the rows waiting (those of
         least balanced bound, a chunk twice the last), of those that may still reach the bar;
         the rows that may fit join the queue, in order of bound: the lowest first; of equal
@@ -253,12 +255,12 @@ class LayoutSearch:
             return float(self.bound[row])
         return np.inf
 
-    def stop(self, outer_s: float, deadline: float) -> None:
+    def stop(self, outer_s: float, deadline: Deadline) -> None:
         """No more programs (the time limit or the work budget): the rows left come in order
         of bound, the next one's the least; unproven where it may enter the top. Before the
         deadline, the memory-aware bounds of the rows waiting that come first are worked out
         (the tighter floor)."""
-        while self.next_bound(outer_s) is not None and time.perf_counter() < deadline \
+        while self.next_bound(outer_s) is not None and not deadline.passed() \
                 and self._next_waiting() <= self._next_queued():
             self.bound_memory(outer_s, deadline)
         bound = self.next_bound(outer_s)
@@ -266,7 +268,7 @@ class LayoutSearch:
             self.proven, self.open_low = False, min(self.open_low, bound)
         self.next, self.waiting = len(self.queue), self.waiting[:0]
 
-    def run_next(self, outer_s: float, budget: WorkBudget, deadline: float) -> None:
+    def run_next(self, outer_s: float, budget: WorkBudget, deadline: Deadline) -> None:
         """The layout program of the next row (next_bound), asked for a layout at least as
         fast as the bar and as the row's own even split; an answer that comes before the
         last incumbent in the order replaces it and lowers the bar. Where rows waiting for
@@ -286,7 +288,7 @@ class LayoutSearch:
             problem.time_constants, self.terms.take(np.array([row])))
         rules = layout_rules(problem, config)
         below_s = None if np.isinf(below) else below
-        remaining = deadline - time.perf_counter()
+        remaining = deadline.remaining_s()
         # Twins (e.g. ZeRO stages at dp 1) pose the same program: answer it once.
         lows = [float(self.bound[row])]  # and CP-SAT's, where it ran and proved nothing
         answer, complete = self.programs.answer(
@@ -297,6 +299,7 @@ class LayoutSearch:
                 budget, lows.append))
         self.proven = self.proven and complete
         if not complete:
+            deadline.passed()  # where CP-SAT stopped at the wall clock, it fired
             # A none twin this mesh skips has no fewer seconds and no less memory: the bound
             # of this row bounds it too.
             self.open_low = min(self.open_low, max(lows))

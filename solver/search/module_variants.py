@@ -43,6 +43,7 @@ from solver.cost.step.steptime import StepTime
 from solver.search.twins import STEP_DECIMALS
 from solver.search.enumerate import FirstPass, Ranked, least_bound
 from solver.search.layout_search import LayoutSearch, ranked_keys, ranking_floor
+from solver.search.limits import Deadline, never
 from solver.search.program_memo import WorkBudget
 from solver.search.space import Problem, variable_domains
 from solver.spec import RECOMPUTE_LEVELS
@@ -230,10 +231,10 @@ class RankedSearch:
     def next_bound(self, outer_s: float) -> float | None:
         return None
 
-    def run_next(self, outer_s: float, budget: WorkBudget, deadline: float) -> None:
+    def run_next(self, outer_s: float, budget: WorkBudget, deadline: Deadline) -> None:
         return None
 
-    def stop(self, outer_s: float, deadline: float) -> None:
+    def stop(self, outer_s: float, deadline: Deadline) -> None:
         return None
 
     def distinct(self) -> list[tuple]:
@@ -248,12 +249,13 @@ class RankedSearch:
 # layout programs; distinct, the order keys of the plans it found; result, its answer.
 Search = LayoutSearch | RankedSearch
 # Opens one search: its problem, the step time its plans must reach (inf: all), the first
-# pass of the search it varies (None: enumerate afresh), the deadline (time.perf_counter).
-OpenSearch = Callable[[Problem, float, FirstPass | None, float], Search]
+# pass of the search it varies (None: enumerate afresh), the wall-clock limit.
+OpenSearch = Callable[[Problem, float, FirstPass | None, Deadline], Search]
 
 
 def search_module_sets(problem: Problem, open_search: OpenSearch, top: int,
-                       budget: WorkBudget | None = None, deadline: float = np.inf) -> Merged:
+                       budget: WorkBudget | None = None, deadline: Deadline | None = None
+                       ) -> Merged:
     """The problem's own search and those of every other module set and offload, merged best
     `top` first by the objective (module docstring), as one search: every search is opened
     (its numpy phase) and every layout program run in order of bound, the least first, under
@@ -267,6 +269,7 @@ def search_module_sets(problem: Problem, open_search: OpenSearch, top: int,
     status is optimal only where nothing was left unproven."""
     start = time.perf_counter()
     budget = budget if budget is not None else WorkBudget(np.inf)
+    deadline = deadline if deadline is not None else never()
     own = open_search(problem, np.inf, None, deadline)
     sets = problem.recompute_module_sets
     own_namer = (lambda plans: name_modules(plans, sets[0])) if sets else _unnamed
@@ -309,7 +312,7 @@ def search_module_sets(problem: Problem, open_search: OpenSearch, top: int,
             openings = [(-np.inf, leanest)]
         if not programs and not openings:
             break
-        if time.perf_counter() >= deadline:
+        if deadline.passed():
             for search, *_ in runs:
                 search.stop(bar, deadline)
             if openings:  # the searches not opened: bounded by their first passes

@@ -20,27 +20,17 @@ from solver.search.layout_program import (
 )
 from solver.search.layout_relaxation import allowed_stage_sets, applies, no_layout_within
 from solver.search.layout_two_stages import answers_two_stages, solve_two_stages
+from solver.search.limits import DEFAULT_WORK_S, WORK_PER_SECOND
 from solver.spec import ParallelConfig, PipelineLayout
 
 # The work one layout program may do, in CP-SAT's deterministic seconds (about 1.3 s of wall
 # time each on this project's 2-core machine: 2.0 took 2.35-2.77 s on Nemotron-H 8B's hardest
 # programs); past it the answer is the best layout found, not proven (the search's status is
 # then "feasible"). A count of work, not of seconds, so that the answer does not depend on how
-# busy the machine is; the search's own time limit still bounds the wall time. The hardest
+# busy the machine is. The hardest
 # program of the plain-transformer zoo (DeepSeek-V3 on 1,024 A100s, pp 2 x vpp 7, proving no
 # layout beats the bar) needs about 1.5 s.
 PROGRAM_WORK_LIMIT = 1.5
-
-# The work all the layout programs of one solve may do, in CP-SAT's deterministic seconds per
-# second of the solve's time limit: 3.5 for the default 10 s. On this project's 2-core machine
-# the hardest programs take 1.5-1.8 s of wall time per deterministic second (Nemotron-H 56B on
-# 8 H100s: 5.5 of them in 9.8 s; a program overshoots its own limit by up to a third), so
-# 3.5 is about 6 s of programs, leaving the rest to the mesh search's numpy phases. A solve
-# whose programs spend it stops there (status "feasible") with the same answer on a busy
-# machine and an idle one; the time limit stays, a bound on the wall time that binds first
-# only on a machine more than about 1.5 times slower.
-WORK_PER_SECOND = 0.35
-
 
 class WorkBudget:
     """The layout programs' work left to one solve (its own search and the module-set and
@@ -50,7 +40,10 @@ class WorkBudget:
         self.left = seconds
 
     @classmethod
-    def for_time_limit(cls, time_limit_s: float) -> WorkBudget:
+    def for_time_limit(cls, time_limit_s: float | None) -> WorkBudget:
+        """The budget of a solve under the user's time limit (None: none, DEFAULT_WORK_S)."""
+        if time_limit_s is None:
+            return cls(DEFAULT_WORK_S)
         return cls(WORK_PER_SECOND * time_limit_s)
 
     def spend(self, seconds: float) -> None:

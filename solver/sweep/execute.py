@@ -88,13 +88,14 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def start_run(problems: Sequence[SweepProblem], settings: SolveSettings, jobs: int,
-              executor: str = "process") -> SweepRun:
+              executor: str = "process", address: str | None = None) -> SweepRun:
     """Start solving `problems`: in this process when jobs is 1, else on `jobs` local worker
-    processes, or on Ray (`executor="ray"`, an optional dependency)."""
+    processes, or on Ray (`executor="ray"`, an optional dependency; `address`: the cluster's,
+    solver.sweep.ray_run)."""
     if executor == "ray":
         from solver.sweep.ray_run import RayRun
 
-        return RayRun(problems, settings, jobs)
+        return RayRun(problems, settings, jobs, address)
     if jobs <= 1 or len(problems) <= 1:
         return InProcessRun(problems, settings)
     return ProcessPoolRun(problems, settings, min(jobs, len(problems)))

@@ -36,7 +36,10 @@ class SolveSettings:
 
     top: int = 5
     engine: str = "layout"
-    time_limit_s: float = 10.0
+    # The user's wall clock (None: the safety net only) and the layout programs' work
+    # (None: the default, solver.search.limits).
+    time_limit_s: float | None = None
+    work_limit_s: float | None = None
     memory_headroom: MemoryHeadroom | None = None
     # The level of each plan's intervals (issue 36; the line's uncertainty.interval_level).
     interval_level: float = DEFAULT_INTERVAL_LEVEL
@@ -47,7 +50,8 @@ class SolveSettings:
     def as_line_fields(self) -> dict[str, Any]:
         headroom = AUTO if self.memory_headroom is None else self.memory_headroom.setting()
         return {"engine": self.engine, "top": self.top,
-                "time_limit_seconds": self.time_limit_s, "memory_headroom": headroom or None,
+                "time_limit_seconds": self.time_limit_s,
+                "work_limit_seconds": self.work_limit_s, "memory_headroom": headroom or None,
                 "min_fit_probability": self.fit_probability}
 
     def fit_headroom(self, framework: str) -> MemoryHeadroom:
@@ -91,7 +95,8 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
                               features=FrameworkFeatures(**resolved.features),
                               memory_headroom=settings.fit_headroom(resolved.framework))
         result = solve(built, top=settings.top, engine=settings.engine,
-                       time_limit_s=settings.time_limit_s, compare=False)
+                       time_limit_s=settings.time_limit_s, compare=False,
+                       work_limit_s=settings.work_limit_s)
     except ParplanError as exc:
         return {"status": "error", "error": str(exc),
                 "solve_seconds": round(time.perf_counter() - start, 3),

@@ -1,9 +1,11 @@
 """Running a sweep on Ray (`--executor ray`, the optional extra `parplan[ray]`): the same
 per-problem function as the local pool, one Ray task per problem.
 
-`ray.init()` joins the cluster named by the RAY_ADDRESS environment variable, or starts a local
-instance with `jobs` CPUs; the nodes of a cluster need parplan installed. Results come back to
-this process, which alone writes the results file.
+`ray.init()` joins the cluster at `--address` (HOST:PORT, as `ray start --head` prints it) or
+named by the RAY_ADDRESS environment variable, or starts a local instance with `jobs` CPUs; the
+nodes of a cluster need parplan installed. Results come back to this process, which alone
+writes the results file, so progress, resume and the lines are the local executor's
+(tests/test_ray_cluster.py checks them against a head and two workers started apart).
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ class RayRun:
     """Every problem submitted as a Ray task; outcomes as tasks finish."""
 
     def __init__(self, problems: Sequence[SweepProblem], settings: SolveSettings,
-                 jobs: int) -> None:
+                 jobs: int, address: str | None = None) -> None:
         ray = self._ray = import_ray()
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
-            ray.init(num_cpus=None if "RAY_ADDRESS" in os.environ else jobs,
-                     include_dashboard=False, log_to_driver=False)
+            joined = address is not None or "RAY_ADDRESS" in os.environ
+            try:
+                ray.init(address=address, num_cpus=None if joined else jobs,
+                         include_dashboard=False, log_to_driver=False)
+            except ConnectionError as exc:  # no cluster there: the user's address
+                raise InputError(f"--address {address or os.environ.get('RAY_ADDRESS')}: no "
+                                 f"Ray cluster answers there ({' '.join(str(exc).split())})"
+                                 ) from None
         task = ray.remote(num_cpus=1)(_solve_in_ray_worker)
         self._pending = {task.remote(problem, settings): problem for problem in problems}
 
