@@ -52,6 +52,7 @@ from solver.catalog import load_model_spec
 from solver.cost.serving.load import interpolate_curve, largest_stable_rate
 from solver.cost.serving.round import estimate_round_s
 from solver.serve import ServeJob, ServeProblem
+from solver.serve.burst import estimate_burst
 from solver.serve.candidates import ServeCandidates
 from solver.serve.load import estimate_load_curves, estimate_serving_load
 from solver.serve.timing import build_engine
@@ -119,6 +120,10 @@ def predict(row: dict[str, Any]) -> float:
     metric, load = row["metric"], row["load"]
     if metric == "batch_latency_ms":
         return _batch_latency_s(row) * 1e3
+    if metric == "max_request_rate" and "burst" in load:
+        problem, engine = build_problem(row, {})
+        result = estimate_burst(problem, engine, load["burst"])[0]
+        return result.request_rate_per_s
     if metric == "max_request_rate" and row.get("client") == "closed":
         problem, engine = build_problem(row)
         return float(estimate_serving_load(problem, engine).point.rate_per_s[0])
