@@ -57,6 +57,8 @@ class BurstResult:
     rounds: int
     preemptions: int
     most_running: int
+    ttft_s: np.ndarray | None = None  # per request, in sending order
+    tpot_s: np.ndarray | None = None  # per request (0 where it generates one token)
 
     @property
     def request_rate_per_s(self) -> float:
@@ -179,9 +181,9 @@ def simulate_burst(round_s: RoundTime, requests: int, input_len, output_len,
         finish[ended] = t
         running = running[~np.isin(running, ended)]
     many = out > 1
-    tpot = (float(np.mean((finish[many] - first[many]) / (out[many] - 1))) if many.any()
-            else 0.0)
+    each = np.where(many, (finish - first) / np.maximum(out - 1, 1), 0.0)
+    tpot = float(np.mean(each[many])) if many.any() else 0.0
     return BurstResult(requests=n, output_len=float(out.mean()),
                        duration_s=float(np.max(finish)), ttft_mean_s=float(np.mean(first)),
                        tpot_mean_s=tpot, rounds=rounds, preemptions=preemptions,
-                       most_running=most)
+                       most_running=most, ttft_s=first, tpot_s=each)
