@@ -23,9 +23,11 @@ Loads: `request_rate`, `concurrency`, `burst` (N prompts sent at once) and `batc
 row names the benchmark client that sent its load (`client`, `client_why`), and is predicted
 with that client (solver/serve/workload.py CLIENTS): `poisson` for a request rate
 (sglang.bench_serving and benchmark_serving.py draw Poisson gaps by default), `closed` for a
-concurrency (synchronised waves, solver/cost/serving/closed.py) and for a burst, whose waiting
-queue keeps the batch full as a closed loop of that many users does (its max_request_rate is
-that loop's rate); without a client a burst row is read as the largest stable Poisson rate.
+concurrency (synchronised waves, solver/cost/serving/closed.py). A burst row is the finite
+batch of its N prompts sent at once (solver.cost.serving.burst: the engine's rounds until the
+last request ends; max_request_rate N / that duration, ttft_mean_ms and tpot_mean_ms the
+benchmark's means over the N); its `client` names the closed loop that older versions of this
+script read it as. Without a client a burst row is read as the largest stable Poisson rate.
 
 Metrics: ttft_/tpot_ mean_ms or pXX_ms (the model at that SLO percentile), itl_p50_ms (the
 median gap between tokens: the round of the decodes alone at the mean population, since a
@@ -52,6 +54,7 @@ from solver.catalog import load_model_spec
 from solver.cost.serving.load import interpolate_curve, largest_stable_rate
 from solver.cost.serving.round import estimate_round_s
 from solver.serve import ServeJob, ServeProblem
+from solver.serve.burst import estimate_burst
 from solver.serve.candidates import ServeCandidates
 from solver.serve.load import estimate_load_curves, estimate_serving_load
 from solver.serve.timing import build_engine
@@ -119,6 +122,15 @@ def predict(row: dict[str, Any]) -> float:
     metric, load = row["metric"], row["load"]
     if metric == "batch_latency_ms":
         return _batch_latency_s(row) * 1e3
+    if "burst" in load:  # the finite batch (solver.cost.serving.burst)
+        problem, engine = build_problem(row, {})
+        result = estimate_burst(problem, engine, load["burst"])[0]
+        burst = {"max_request_rate": result.request_rate_per_s,
+                 "ttft_mean_ms": result.ttft_mean_s * 1e3,
+                 "tpot_mean_ms": result.tpot_mean_s * 1e3}
+        if metric not in burst:
+            raise ValueError(f"{row['id']}: a burst gives {sorted(burst)}, not {metric!r}")
+        return burst[metric]
     if metric == "max_request_rate" and row.get("client") == "closed":
         problem, engine = build_problem(row)
         return float(estimate_serving_load(problem, engine).point.rate_per_s[0])
