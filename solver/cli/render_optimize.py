@@ -45,7 +45,9 @@ def _settings(plan: Any, name: str) -> list[Any]:
 def echo_result(result: Any, gpus_for_days: float | None,
                 level: float = DEFAULT_INTERVAL_LEVEL,
                 min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY,
-                scales: Any = None) -> None:
+                scales: Any = None, pricing: Any = None) -> None:
+    """The heading, the ranking (with $ and kWh per million tokens where `pricing`,
+    solver.optimize_counts.Pricing, prices them), its notes and the best plan's layout."""
     problem = result.problem
     heading = (f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
                f"({problem.cluster.name}), seq {problem.job.seq_len}, global batch "
@@ -70,6 +72,8 @@ def echo_result(result: Any, gpus_for_days: float | None,
                                     min_fit_probability, scales)
     extras = odds["plans"]
     columns = plan_columns(plans, problem.job.token_budget is not None, level)
+    if pricing is not None:
+        columns += price_columns(pricing, problem.num_gpus, problem.job.token_budget is not None)
     wide = [c for c in columns if c.wide]
     narrow = [c for c in columns if c.narrow]
     rows = [[c.cell(i, plan, extras[i - 1]) for c in wide] for i, plan in enumerate(plans, 1)]
@@ -145,6 +149,37 @@ def plan_columns(plans: Any, budget: bool,
     if budget:
         columns.append(Column("days", lambda i, p, t: round(p.time.train_days or 0.0, 1)))
     return columns
+
+
+def price_columns(pricing: Any, num_gpus: int, budget: bool) -> list[Column]:
+    """$ per million tokens where priced (and $ for the token budget), kWh per million tokens
+    where the catalog has the GPU's board power (solver.optimize_counts.Pricing)."""
+    columns = []
+    if pricing.price_per_gpu_hour is not None:
+        columns.append(Column("$/M tok", lambda i, p, t: format_significant(
+            pricing.dollars_per_million_tokens(p, num_gpus)),
+            meaning=f"$ per million tokens at ${pricing.price_per_gpu_hour:g} per GPU-hour"))
+        if budget:
+            columns.append(Column("$", lambda i, p, t: f"{pricing.dollars_for_budget(p, num_gpus):,.0f}",
+                                  meaning="$ to train the token budget"))
+    if pricing.board_power_w is not None:
+        columns.append(Column("kWh/M tok", lambda i, p, t: format_significant(
+            pricing.kwh_per_million_tokens(p, num_gpus)),
+            meaning=f"kWh per million tokens at {pricing.board_power_w:g} W board power a GPU "
+                    "(an upper bound)"))
+    return columns
+
+
+def render_pricing_json(result: Any, pricing: Any) -> dict[str, Any]:
+    """The price, the board power and each plan's $ and kWh per million tokens (and $ for the
+    token budget), in the order of `plans` (None where not priced)."""
+    n = result.problem.num_gpus
+    return {"price_per_gpu_hour": pricing.price_per_gpu_hour,
+            "board_power_w": pricing.board_power_w,
+            "plans": [{"dollars_per_million_tokens": pricing.dollars_per_million_tokens(p, n),
+                       "kwh_per_million_tokens": pricing.kwh_per_million_tokens(p, n),
+                       "dollars_for_token_budget": pricing.dollars_for_budget(p, n)}
+                      for p in result.plans]}
 
 
 def _modules_differ(plans: Any) -> bool:
