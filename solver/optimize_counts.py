@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from solver.cost.serving.price import (
     estimate_dollars_per_million_tokens,
+    estimate_energy_kwh,
     estimate_kwh_per_million_tokens,
 )
 from solver.errors import InputError
@@ -58,6 +60,24 @@ class Pricing:
         if self.price_per_gpu_hour is None or plan.time is None or plan.time.gpu_hours is None:
             return None
         return self.price_per_gpu_hour * plan.time.gpu_hours
+
+    def kwh_for_budget(self, plan: Plan) -> float | None:
+        """kWh to train the token budget at board power (None without one or a budget)."""
+        if self.board_power_w is None or plan.time is None or plan.time.gpu_hours is None:
+            return None
+        return float(estimate_energy_kwh(plan.time.gpu_hours, self.board_power_w))
+
+    def as_json(self, plans: tuple[Plan, ...], num_gpus: int) -> dict[str, Any]:
+        """The price, the board power and each plan's $ and kWh per million tokens (and for
+        the token budget), in the order of `plans` (None where not priced): `optimize --json`
+        and each sweep line's "pricing"."""
+        return {"price_per_gpu_hour": self.price_per_gpu_hour,
+                "board_power_w": self.board_power_w,
+                "plans": [{"dollars_per_million_tokens": self.dollars_per_million_tokens(p, num_gpus),
+                           "kwh_per_million_tokens": self.kwh_per_million_tokens(p, num_gpus),
+                           "dollars_for_token_budget": self.dollars_for_budget(p, num_gpus),
+                           "kwh_for_token_budget": self.kwh_for_budget(p)}
+                          for p in plans]}
 
 
 def check_objective(objective: str, pricing: Pricing, gpu: str) -> None:

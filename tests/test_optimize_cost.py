@@ -75,7 +75,7 @@ def test_cost_picks_fewer_gpus_than_time_and_says_what_it_gives_up() -> None:
 def test_energy_picks_the_cost_count_on_one_cluster() -> None:
     """One GPU kind: kWh and $ per token are both GPU-hours per token (property above)."""
     energy = answer("--objective", "energy")
-    assert energy["gpus"] == 8 and "pricing" in energy
+    assert energy["gpus"] == 8
     kwh = H100_W * 8 / energy["plans"][0]["tokens_per_second"] * 1e6 / 3.6e6
     assert energy["pricing"]["plans"][0]["kwh_per_million_tokens"] == pytest.approx(kwh)
     assert energy["pricing"]["plans"][0]["dollars_per_million_tokens"] is None
@@ -88,7 +88,8 @@ def test_one_count_cost_ranks_as_time() -> None:
             (["--objective", "time"], ["--objective", "cost", "--price-per-gpu-hour", "3"])]
     assert runs[0]["plans"][0]["step_seconds"] == runs[1]["plans"][0]["step_seconds"]
     assert "ranks the plans as step time does" in runs[1]["why"][0]
-    assert "pricing" not in runs[0]
+    assert runs[0]["pricing"]["price_per_gpu_hour"] is None
+    assert runs[0]["pricing"]["board_power_w"] == H100_W
 
 
 @pytest.mark.parametrize(("flags", "needle"), [

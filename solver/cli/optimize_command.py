@@ -103,7 +103,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     from solver.cli.render import echo_json
     from solver.cli.render_features import render_profile_assumptions
     from solver.spec.profiles import render_profile_json
-    from solver.cli.render_optimize import echo_result, render_pricing_json
+    from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, solve
     from solver.optimize_counts import Pricing, check_objective, choose_count, search_objective
@@ -177,13 +177,13 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
             from solver.calibrate.scales import rank_calibrated
 
             result = replace(result, plans=rank_calibrated(result.plans, scales))
-    # $ and kWh are shown where asked for: a price given, or the energy objective.
+    # The table shows $ and kWh where asked for: a price given, or the energy objective (the
+    # JSON always has them, as a sweep line).
     shown = pricing if price_per_gpu_hour is not None or objective == "energy" else None
     if as_json:
         answer = render_result_json(result, interval_level, min_fit_probability, scales)
         answer["objective"] = objective
-        if shown is not None:
-            answer["pricing"] = render_pricing_json(result, shown)
+        answer["pricing"] = pricing.as_json(result.plans, result.problem.num_gpus)
         answer["framework_profile"] = render_profile_json(resolved, features.given())
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json

@@ -160,26 +160,15 @@ def price_columns(pricing: Any, num_gpus: int, budget: bool) -> list[Column]:
             pricing.dollars_per_million_tokens(p, num_gpus)),
             meaning=f"$ per million tokens at ${pricing.price_per_gpu_hour:g} per GPU-hour"))
         if budget:
-            columns.append(Column("$", lambda i, p, t: f"{pricing.dollars_for_budget(p, num_gpus):,.0f}",
-                                  meaning="$ to train the token budget"))
+            columns.append(Column(
+                "$", lambda i, p, t: f"{pricing.dollars_for_budget(p, num_gpus):,.0f}",
+                meaning="$ to train the token budget"))
     if pricing.board_power_w is not None:
         columns.append(Column("kWh/M tok", lambda i, p, t: format_significant(
             pricing.kwh_per_million_tokens(p, num_gpus)),
             meaning=f"kWh per million tokens at {pricing.board_power_w:g} W board power a GPU "
                     "(an upper bound)"))
     return columns
-
-
-def render_pricing_json(result: Any, pricing: Any) -> dict[str, Any]:
-    """The price, the board power and each plan's $ and kWh per million tokens (and $ for the
-    token budget), in the order of `plans` (None where not priced)."""
-    n = result.problem.num_gpus
-    return {"price_per_gpu_hour": pricing.price_per_gpu_hour,
-            "board_power_w": pricing.board_power_w,
-            "plans": [{"dollars_per_million_tokens": pricing.dollars_per_million_tokens(p, n),
-                       "kwh_per_million_tokens": pricing.kwh_per_million_tokens(p, n),
-                       "dollars_for_token_budget": pricing.dollars_for_budget(p, n)}
-                      for p in result.plans]}
 
 
 def _modules_differ(plans: Any) -> bool:

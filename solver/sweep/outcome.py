@@ -18,6 +18,7 @@ from solver.cost.uncertainty import (
 )
 from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
+from solver.optimize_counts import Pricing, check_objective, search_objective
 from solver.optimize_json import render_result_json
 from solver.spec.headroom import MemoryHeadroom
 from solver.spec.profiles import render_profile_json, resolve_profile
@@ -42,6 +43,10 @@ class SolveSettings:
     # Plans kept fit with at least this chance under the framework's memory error (issue 36;
     # 0.5: the predicted total within the usable memory, as optimize --min-fit-probability).
     min_fit_probability: float = DEFAULT_MIN_FIT_PROBABILITY
+    # `--price-per-gpu-hour` per cluster as named (issue 42): each line's "pricing" gives its
+    # plans' $ per million tokens; not a solve setting (at one GPU count the search ranks cost
+    # as time), so a file resumes under other prices.
+    prices: tuple[tuple[str, float], ...] = ()
 
     def as_line_fields(self) -> dict[str, Any]:
         headroom = self.memory_headroom.label() if self.memory_headroom else ""
@@ -76,8 +81,11 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
         built = build_problem(problem.model, problem.cluster, problem.gpus,
                               seq_len=problem.seq_len, global_batch=problem.global_batch,
                               precision=problem.precision, framework=problem.framework,
-                              objective=problem.objective,
+                              objective=search_objective(problem.objective),
                               memory_headroom=settings.fit_headroom(problem.framework))
+        pricing = Pricing(dict(settings.prices).get(problem.cluster),
+                          built.cluster.gpu.power_limit_w)
+        check_objective(problem.objective, pricing, built.cluster.gpu.name)
         result = solve(built, top=settings.top, engine=settings.engine,
                        time_limit_s=settings.time_limit_s, compare=False)
     except ParplanError as exc:
@@ -85,6 +93,7 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
                 "solve_seconds": round(time.perf_counter() - start, 3),
                 **problem.as_dict(), **settings.as_line_fields(), "plans": []}
     line = render_result_json(result, settings.interval_level, settings.min_fit_probability)
+    line["pricing"] = pricing.as_json(result.plans, built.num_gpus)
     # The profile, as optimize --json names it (a sweep takes bare framework names).
     line["framework_profile"] = render_profile_json(resolve_profile(problem.framework))
     line.update(problem.as_dict())  # the names as given (a file path stays a path)

@@ -57,3 +57,9 @@ def estimate_kwh_per_million_tokens(tokens_per_s, board_power_w) -> np.ndarray:
     SXM at 700 W (5,600 W) training 40,000 tokens/s take 1e6 x 5,600 / 40,000 = 140,000 J,
     0.0389 kWh, per million tokens."""
     return 1e6 / estimate_tokens_per_joule(tokens_per_s, board_power_w) / JOULES_PER_KWH
+
+
+def estimate_energy_kwh(gpu_hours, board_power_w) -> np.ndarray:
+    """kWh of `gpu_hours` at `board_power_w` a GPU: GPU-hours x W / 1,000, an upper bound
+    (module docstring). Worked number: 1,000 H100 SXM GPU-hours at 700 W = 700 kWh."""
+    return np.asarray(gpu_hours, dtype=float) * np.asarray(board_power_w, dtype=float) / 1000.0
