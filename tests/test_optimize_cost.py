@@ -102,3 +102,21 @@ def test_refusals_are_one_line(flags: tuple[str, ...], needle: str) -> None:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert needle in result.stderr
+
+
+def test_gpus_for_days_by_cost_tries_the_fewest_and_twice_and_four_times_as_many() -> None:
+    """--gpus-for-days finds the fewest GPUs (8 train 10B tokens in 0.3 days here); cost
+    compares them with 16 and 32 and keeps the cheapest per token, here the fewest."""
+    args = ["optimize", "--model", "llama3.2-1b", "--cluster", "dgx-h100", "--global-batch",
+            "64", "--engine", "even", "--top", "1", "--json", "--token-budget", "10B",
+            "--gpus-for-days", "3", "--objective", "cost", "--price-per-gpu-hour", str(PRICE)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    line = json.loads(result.stdout)
+    assert line["gpus"] == 8
+    assert "the best of 8, 16, 32 GPUs; against 32 GPUs" in line["why"][0]
+    plan = line["plans"][0]
+    # $ for the budget: price x GPU-hours (10B tokens / tokens/s / 3,600 x 8 GPUs).
+    hours = 10e9 / plan["tokens_per_second"] / 3600 * 8
+    assert line["pricing"]["plans"][0]["dollars_for_token_budget"] == pytest.approx(
+        PRICE * hours, rel=1e-6)
