@@ -73,11 +73,11 @@ class Pricing:
         and each sweep line's "pricing"."""
         return {"price_per_gpu_hour": self.price_per_gpu_hour,
                 "board_power_w": self.board_power_w,
-                "plans": [{"dollars_per_million_tokens": self.dollars_per_million_tokens(p, num_gpus),
-                           "kwh_per_million_tokens": self.kwh_per_million_tokens(p, num_gpus),
-                           "dollars_for_token_budget": self.dollars_for_budget(p, num_gpus),
+                "plans": [{"dollars_per_million_tokens": self.dollars_per_million_tokens(p, n),
+                           "kwh_per_million_tokens": self.kwh_per_million_tokens(p, n),
+                           "dollars_for_token_budget": self.dollars_for_budget(p, n),
                            "kwh_for_token_budget": self.kwh_for_budget(p)}
-                          for p in plans]}
+                          for p, n in ((plan, num_gpus) for plan in plans)]}
 
 
 def check_objective(objective: str, pricing: Pricing, gpu: str) -> None:
