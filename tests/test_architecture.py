@@ -34,12 +34,15 @@ ALLOWED = {
                  "calibrate"},
     "estimate_fixes": {"optimize", "fixes", "search", "spec"},
     "optimize_json": {"optimize", "ranked_plans", "cost", "spec"},
-    "sweep": {"api", "optimize", "optimize_json", "search", "cost", "spec", "errors", "catalog",
+    # `optimize --gpus A,B --objective cost|energy` (issue 42): prices the plans of optimize.
+    "optimize_counts": {"cost", "spec", "errors"},
+    "sweep": {"api", "optimize", "optimize_json", "optimize_counts", "search", "cost", "spec", "errors", "catalog",
               "runtime", "output_file"},
     "rl": {"api", "optimize", "ranked_plans", "search", "cost", "spec", "errors", "catalog",
            "serve"},
-    "cli": {"api", "optimize", "optimize_json", "estimate_fixes", "ranked_plans", "sweep",
-            "search", "cost", "spec", "errors", "catalog", "calibrate", "emit", "serve", "rl",
+    "cli": {"api", "optimize", "optimize_json", "optimize_counts", "estimate_fixes",
+            "ranked_plans", "sweep", "search", "cost", "spec", "errors", "catalog", "calibrate",
+            "emit", "serve", "rl",
             "runtime", "output_file"},
 }
 # Third-party libraries each layer must not import.

@@ -33,6 +33,7 @@ MEMORY_FEATURES = frozenset(MEMORY_SAVERS + OFFLOADS + ("cpu_offloading_num_laye
 # Options by their parameter name, where the declarations above do not say.
 NAMED = {
     **{name: JOB for name in ("model", "cluster", "num_gpus", "gpus_per_node", "segment_gpus",
+                              "price_per_gpu_hour", "prices",
                               "seq_len", "global_batch", "precision", "token_budget",
                               "calibration", "context", "input_len", "output_len", "finetune",
                               "lora_rank", "lora_alpha", "lora_targets", "packed_sequences",

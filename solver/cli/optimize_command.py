@@ -55,7 +55,7 @@ def _pin_options(command):
 
 
 @click.command(cls=GroupedCommand)
-@make_planning_options(gpus_required=False)
+@make_planning_options(gpus_required=False, gpu_counts=True)
 @_pin_options
 @click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="How many plans to list.")
@@ -70,8 +70,15 @@ def _pin_options(command):
                   "flags below override single features.")
 @framework_feature_options
 @finetune_options
-@click.option("--objective", type=click.Choice(["time", "memory"]), default="time",
-              show_default=True, help="Minimise step time or per-GPU memory.")
+@click.option("--objective", type=click.Choice(["time", "memory", "cost", "energy"]),
+              default="time", show_default=True,
+              help="Minimise step time, per-GPU memory, $ per million tokens (needs "
+                   "--price-per-gpu-hour) or kWh per million tokens at the GPUs' board power; "
+                   "at one GPU count cost and energy rank as time, over --gpus A,B,... or "
+                   "--gpus-for-days they pick the count.")
+@click.option("--price-per-gpu-hour", type=FiniteFloat(0, 1e6, min_open=True), default=None,
+              help="$ per GPU-hour of the cluster (the catalog carries no prices): adds $ and "
+                   "kWh per million tokens (and $ for --token-budget) to every plan.")
 @click.option("--allow-tp-across-nodes", is_flag=True,
               help="Let TP/expert-TP groups leave the NVLink domain.")
 @click.option("--gpus-for-days", type=FiniteFloat(0, MAX_DAYS, min_open=True), default=None,
@@ -86,6 +93,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
              time_limit: float | None, work_limit: float | None, framework: str,
              objective: str, allow_tp_across_nodes: bool,
              gpus_for_days: float | None, recompute: str | None, memory_headroom: Any,
+             price_per_gpu_hour: float | None,
              min_fit_probability: float | None, interval_level: float,
              fail_on_infeasible: bool, **pin_values: Any) -> None:
     """Ranked parallel configurations for a model on a cluster, best first."""
@@ -98,6 +106,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
     from solver.cli.render_optimize import echo_result
     from solver.errors import InputError
     from solver.optimize import build_problem, fewest_gpus, solve
+    from solver.optimize_counts import Pricing, check_objective, choose_count, search_objective
     from solver.optimize_json import render_result_json
     from solver.cli.shared_flags import check_fit_flags
     from solver.cost.uncertainty import resolve_memory_headroom
@@ -125,24 +134,33 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
         pins["recompute"] = tuple(RECOMPUTE_CODES[x] for x in names)
     if num_gpus is None and gpus_for_days is None:
         raise InputError("--gpus is required (or --gpus-for-days with --token-budget)")
+    if num_gpus is not None and gpus_for_days is not None:
+        raise InputError("--gpus and --gpus-for-days: give one (--gpus-for-days finds the count)")
+    counts = tuple(num_gpus or (1,))
     problem = build_problem(
-        model, cluster, num_gpus or 1, gpus_per_node=gpus_per_node, seq_len=seq_len,
+        model, cluster, counts[0], gpus_per_node=gpus_per_node, seq_len=seq_len,
         global_batch=global_batch, precision=precision, token_budget=token_budget,
-        framework=framework, objective=objective, pins=pins,
+        framework=framework, objective=search_objective(objective), pins=pins,
         allow_tp_across_nodes=allow_tp_across_nodes, calibration=calibration,
         features=features, memory_headroom=memory_headroom,
         segment_gpus=segment_gpus, finetune=finetune)
+    pricing = Pricing(price_per_gpu_hour, problem.cluster.gpu.power_limit_w)
+    check_objective(objective, pricing, problem.cluster.gpu.name)
+
+    def solve_count(count: int) -> Any:
+        return solve(problem.model_copy(update={"num_gpus": count}), top=top, engine=engine,
+                     time_limit_s=time_limit, work_limit_s=work_limit)
+
     if gpus_for_days is not None:
         found = fewest_gpus(problem, gpus_for_days, engine=engine)
         if found is None:
             raise InputError(f"--gpus-for-days {gpus_for_days:g}: no GPU count up to 65,536 "
                              "trains the token budget in time")
-        num_gpus, result = found
-        result = solve(result.problem, top=top, engine=engine, time_limit_s=time_limit,
-                       work_limit_s=work_limit)
-    else:
-        result = solve(problem, top=top, engine=engine, time_limit_s=time_limit,
-                       work_limit_s=work_limit)
+        # cost and energy: the fewest GPUs, or twice or four times as many (faster, as
+        # fewest_gpus assumes), whichever is cheapest (solver.optimize_counts).
+        counts = (found[0],) if objective in ("time", "memory") else \
+            tuple(found[0] * k for k in (1, 2, 4) if found[0] * k <= 65536)
+    result = choose_count(objective, pricing, counts, solve_count)
     sources, scales = [], None
     if calibration is not None:
         from solver.calibrate.profile import describe_sources, select_profile_scales
@@ -157,8 +175,13 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
             from solver.calibrate.scales import rank_calibrated
 
             result = replace(result, plans=rank_calibrated(result.plans, scales))
+    # The table shows $ and kWh where asked for: a price given, or the energy objective (the
+    # JSON always has them, as a sweep line).
+    shown = pricing if price_per_gpu_hour is not None or objective == "energy" else None
     if as_json:
         answer = render_result_json(result, interval_level, scales)
+        answer["objective"] = objective
+        answer["pricing"] = pricing.as_json(result.plans, result.problem.num_gpus)
         answer["framework_profile"] = render_profile_json(resolved, features.given())
         if calibration is not None:
             from solver.cli.render_calibration import render_sources_json
@@ -166,7 +189,7 @@ def optimize(model: str, cluster: str, num_gpus: int | None, gpus_per_node: int 
             answer["calibration"] = render_sources_json(calibration, sources)
         echo_json(answer)
     else:
-        echo_result(result, gpus_for_days, interval_level, scales)
+        echo_result(result, gpus_for_days, interval_level, scales, shown)
         click.echo("\n".join(render_profile_assumptions(resolved, features)))
         for line in render_finetune_assumptions(result.problem.model_spec,
                                                 result.problem.job.finetune):

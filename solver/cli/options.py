@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import click
 
-from solver.cli.params import MAX_ZERO_STAGE, BoundedInt
+from solver.cli.params import MAX_ZERO_STAGE, BoundedInt, PinSpec
 from solver.spec.features import FEATURE_DECLARATIONS, FEATURES, Feature, FrameworkFeatures
 from solver.spec.framework import RECOMPUTE_MODULES
 from solver.spec.profiles import ResolvedProfile, profile_names, resolve_profile
@@ -122,14 +122,16 @@ def planning_options(command: F) -> F:
     return make_planning_options(gpus_required=True)(command)
 
 
-def make_planning_options(gpus_required: bool, model_required: bool = True
-                          ) -> Callable[[F], F]:
+def make_planning_options(gpus_required: bool, model_required: bool = True,
+                          gpu_counts: bool = False) -> Callable[[F], F]:
     """The common planning options; `optimize --gpus-for-days` makes --gpus optional,
-    `launch --plan FILE` also --model and --cluster (the plan file names them)."""
-    return lambda command: _planning_options(command, gpus_required, model_required)
+    `launch --plan FILE` also --model and --cluster (the plan file names them); `gpu_counts`:
+    --gpus takes a list of counts (optimize, solver.optimize_counts)."""
+    return lambda command: _planning_options(command, gpus_required, model_required, gpu_counts)
 
 
-def _planning_options(command: F, gpus_required: bool, model_required: bool = True) -> F:
+def _planning_options(command: F, gpus_required: bool, model_required: bool = True,
+                      gpu_counts: bool = False) -> F:
     """--model --cluster --gpus --gpus-per-node --segment-gpus --seq-len --global-batch
     --precision --token-budget --calibration --json (parameters model, cluster, num_gpus,
     gpus_per_node, segment_gpus, seq_len, global_batch, precision, token_budget, calibration,
@@ -140,7 +142,9 @@ def _planning_options(command: F, gpus_required: bool, model_required: bool = Tr
         click.option("--cluster", required=model_required, metavar="NAME|PATH",
                      help="Cluster preset name or cluster TOML file."),
         click.option("--gpus", "num_gpus", required=gpus_required,
-                     type=BoundedInt(1, MAX_GPUS), help="Number of GPUs of the job."),
+                     type=PinSpec(1) if gpu_counts else BoundedInt(1, MAX_GPUS),
+                     help="GPU counts of the job to compare (N or N,N,...: the best count by "
+                          "the objective)." if gpu_counts else "Number of GPUs of the job."),
         click.option("--gpus-per-node", type=BoundedInt(1, MAX_GPUS), default=None,
                      help="GPUs per node (overrides the preset)."),
         # How it fits the cluster is checked by ClusterSpec (one line naming --segment-gpus).

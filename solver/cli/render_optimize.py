@@ -42,7 +42,10 @@ def _settings(plan: Any, name: str) -> list[Any]:
 
 
 def echo_result(result: Any, gpus_for_days: float | None,
-                level: float = DEFAULT_INTERVAL_LEVEL, scales: Any = None) -> None:
+                level: float = DEFAULT_INTERVAL_LEVEL, scales: Any = None,
+                pricing: Any = None) -> None:
+    """The heading, the ranking (with $ and kWh per million tokens where `pricing`,
+    solver.optimize_counts.Pricing, prices them), its notes and the best plan's layout."""
     problem = result.problem
     heading = (f"{problem.model_spec.name} on {problem.num_gpus} x {problem.cluster.gpu.name} "
                f"({problem.cluster.name}), seq {problem.job.seq_len}, global batch "
@@ -67,6 +70,8 @@ def echo_result(result: Any, gpus_for_days: float | None,
                                     problem.framework, problem.job.precision, level, scales)
     extras = odds["plans"]
     columns = plan_columns(plans, problem.job.token_budget is not None, level)
+    if pricing is not None:
+        columns += price_columns(pricing, problem.num_gpus, problem.job.token_budget is not None)
     wide = [c for c in columns if c.wide]
     narrow = [c for c in columns if c.narrow]
     rows = [[c.cell(i, plan, extras[i - 1]) for c in wide] for i, plan in enumerate(plans, 1)]
@@ -150,6 +155,26 @@ def plan_columns(plans: Any, budget: bool,
 def _gpu_share(plan: Any) -> float:
     """The worst stage's memory over the GPU's whole memory (the % GPU column)."""
     return plan.worst_stage.total_bytes / plan.gpu_memory_bytes
+
+
+def price_columns(pricing: Any, num_gpus: int, budget: bool) -> list[Column]:
+    """$ per million tokens where priced (and $ for the token budget), kWh per million tokens
+    where the catalog has the GPU's board power (solver.optimize_counts.Pricing)."""
+    columns = []
+    if pricing.price_per_gpu_hour is not None:
+        columns.append(Column("$/M tok", lambda i, p, t: format_significant(
+            pricing.dollars_per_million_tokens(p, num_gpus)),
+            meaning=f"$ per million tokens at ${pricing.price_per_gpu_hour:g} per GPU-hour"))
+        if budget:
+            columns.append(Column(
+                "$", lambda i, p, t: f"{pricing.dollars_for_budget(p, num_gpus):,.0f}",
+                meaning="$ to train the token budget"))
+    if pricing.board_power_w is not None:
+        columns.append(Column("kWh/M tok", lambda i, p, t: format_significant(
+            pricing.kwh_per_million_tokens(p, num_gpus)),
+            meaning=f"kWh per million tokens at {pricing.board_power_w:g} W board power a GPU "
+                    "(an upper bound)"))
+    return columns
 
 
 def _modules_differ(plans: Any) -> bool:

@@ -190,9 +190,12 @@ def _pin_options(command):
                    "SLO percentile).")
 @click.option("--min-tokens-per-s", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Target: output tokens per second of the deployment.")
-@click.option("--objective", type=click.Choice(["throughput", "latency", "gpus"]),
+@click.option("--objective", type=click.Choice(["throughput", "latency", "gpus", "cost",
+                                                "energy"]),
               default="throughput", show_default=True,
-              help="Most tokens/s, fastest request, or fewest GPUs meeting the targets.")
+              help="Most tokens/s, fastest request, fewest GPUs meeting the targets, or the "
+                   "least $ (needs --price-per-gpu-hour) or kWh at board power per output "
+                   "token (under a load: per request/s).")
 @click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="How many plans to list.")
 @click.option("--calibration", metavar="FILE", default=None,
@@ -271,6 +274,9 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
         raise InputError("--disaggregated across two clusters sizes both pools for a load: "
                          "add --request-rate")
     price_of = parse_prices(prices, clusters)
+    if objective == "cost" and not price_of:
+        raise InputError("--objective cost needs --price-per-gpu-hour (the catalog carries no "
+                         "prices)")
     model_spec = load_model_spec(model)
     check_fit_flags(memory_headroom, min_fit_probability)
     cluster_specs = []
@@ -284,6 +290,9 @@ def serve(model: str, clusters: tuple[str, ...], num_gpus: int, gpus_per_node: i
                 build_error_headroom(load_error_model(), engine, min_fit_probability))
         elif memory_headroom is not None:
             cluster_spec = cluster_spec.with_memory_headroom(memory_headroom)
+        if objective == "energy" and cluster_spec.gpu.power_limit_w is None:
+            raise InputError(f"--objective energy: the catalog has no board power for "
+                             f"{cluster_spec.gpu.name} (power_limit_w in its GPU entry)")
         cluster_specs.append(cluster_spec)
     context_source = "given"
     if context is None:  # several clusters: the shortest of their defaults, so all serve it

@@ -58,6 +58,13 @@ def _default(field: str) -> str:
               metavar="P,P,...", help=f"Training precision recipes (a list of "
                                       f"{'|'.join(PRECISIONS)}).")
 @framework_option("Whose rules the plans obey and whose timing they assume.")
+@click.option("--objective", type=click.Choice(["time", "memory", "cost", "energy"]),
+              default="time", show_default=True,
+              help="What each problem's plans are ranked by (optimize --objective; at one GPU "
+                   "count cost and energy rank as time); cost needs a price for every cluster.")
+@click.option("--price-per-gpu-hour", "prices", multiple=True, metavar="PRICE|NAME=PRICE",
+              help="$ per GPU-hour (one cluster: PRICE; several: NAME=PRICE each): each line "
+                   "and the report's fronts gain $ (kWh come from the GPUs' board power).")
 @click.option("--top", type=BoundedInt(1, MAX_TOP), default=5, show_default=True,
               help="Plans kept per problem.")
 @click.option("--engine", type=click.Choice(ENGINES), default="layout", show_default=True,
@@ -82,7 +89,8 @@ def _default(field: str) -> str:
 @interval_level_option
 @min_fit_probability_option
 def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tuple[int, ...],
-          global_batches: tuple[int, ...], precisions: str, framework: str, top: int,
+          global_batches: tuple[int, ...], precisions: str, framework: str, objective: str,
+          prices: tuple[str, ...], top: int,
           engine: str, time_limit: float | None, work_limit: float | None, jobs: int | None,
           max_problems: int, executor: str, address: str | None, output: str, quiet: bool,
           memory_headroom: Any, fail_on_infeasible: bool, interval_level: float,
@@ -129,8 +137,15 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     check_problem_count([model_names, cluster_names, gpu_counts, seq_lens, global_batches,
                          precision_list], max_problems)
     check_jobs(seq_lens, global_batches, precision_list)
+    from solver.cli.serve_command import parse_prices
+
+    price_of = parse_prices(prices, tuple(cluster_names))
+    unpriced = [name for name in cluster_names if name not in price_of]
+    if objective == "cost" and unpriced:
+        raise InputError(f"--objective cost needs --price-per-gpu-hour for every cluster "
+                         f"(none for {', '.join(unpriced)})")
     problems = build_sweep_problems(model_names, cluster_names, gpu_counts, seq_lens,
-                                    global_batches, precision_list, framework)
+                                    global_batches, precision_list, framework, objective)
     # The solver's imports (half a second) come after the checks, so bad input answers fast.
     from solver.sweep.execute import default_jobs, start_run
     from solver.sweep.outcome import ABSENT_LINE_FIELDS, SolveSettings
@@ -141,7 +156,8 @@ def sweep(models: str, clusters: str, gpu_counts: tuple[int, ...], seq_lens: tup
     settings = SolveSettings(top=top, engine=engine, time_limit_s=time_limit,
                              work_limit_s=work_limit,
                              memory_headroom=memory_headroom, interval_level=interval_level,
-                             min_fit_probability=min_fit_probability)
+                             min_fit_probability=min_fit_probability,
+                             prices=tuple(sorted(price_of.items())))
     start = time.perf_counter()
     with ResultsFile(output) as results:
         results.check_settings(settings.as_line_fields(), ABSENT_LINE_FIELDS)

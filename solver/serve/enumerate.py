@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.cost.serving.price import estimate_dollars_per_million_tokens
 from solver.search.constraints import Constraint
 from solver.search.space import divisors
 from solver.serve.candidates import SERVE_VARIABLES, ServeCandidates
@@ -173,6 +174,10 @@ def objective_keys(problem: ServeProblem, estimate: ServeEstimate,
         return [latency, throughput, gpus]
     if problem.job.objective == "gpus":
         return [gpus, throughput, latency]
+    if problem.job.objective in ("cost", "energy"):
+        # $ and kWh per token of one cluster are its price and board power times GPU-hours
+        # per token (solver.cost.serving.price at $1 per GPU-hour): the same order for both.
+        return [estimate_dollars_per_million_tokens(gpus, -throughput), throughput, latency]
     return [throughput, latency, gpus]
 
 

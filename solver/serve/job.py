@@ -25,7 +25,7 @@ SeqLen = Annotated[int, MAX_SEQ_LEN]
 
 WeightPrecision = Literal["bf16", "fp8", "int4", "fp4"]
 KvCacheDtype = Literal["auto", "fp8", "fp4"]
-ServeObjective = Literal["throughput", "latency", "gpus"]
+ServeObjective = Literal["throughput", "latency", "gpus", "cost", "energy"]
 PinnedDegree = Literal["tp", "pp", "dp", "ep", "replicas"]  # SERVE_VARIABLES
 PoolDegree = Literal["tp", "pp", "dp", "ep"]  # a disaggregated pool's engine
 ContextSource = Literal["given", "model", "fits"]  # --context, the model's length, what fits

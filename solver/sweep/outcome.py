@@ -16,6 +16,7 @@ from solver.cost.uncertainty import (
 )
 from solver.errors import ParplanError
 from solver.optimize import build_problem, solve
+from solver.optimize_counts import Pricing, check_objective, search_objective
 from solver.optimize_json import render_result_json
 from solver.spec.features import FrameworkFeatures
 from solver.spec.headroom import AUTO, MemoryHeadroom
@@ -46,6 +47,10 @@ class SolveSettings:
     # Plans kept fit with at least this chance under the framework's memory error (issue 36;
     # 0.5: the predicted total within the usable memory, as optimize --min-fit-probability).
     min_fit_probability: float | None = None
+    # `--price-per-gpu-hour` per cluster as named (issue 42): each line's "pricing" gives its
+    # plans' $ per million tokens; not a solve setting (at one GPU count the search ranks cost
+    # as time), so a file resumes under other prices.
+    prices: tuple[tuple[str, float], ...] = ()
 
     def as_line_fields(self) -> dict[str, Any]:
         headroom = AUTO if self.memory_headroom is None else self.memory_headroom.setting()
@@ -91,9 +96,12 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
         built = build_problem(problem.model, problem.cluster, problem.gpus,
                               seq_len=problem.seq_len, global_batch=problem.global_batch,
                               precision=problem.precision, framework=resolved.framework,
-                              objective=problem.objective,
+                              objective=search_objective(problem.objective),
                               features=FrameworkFeatures(**resolved.features),
                               memory_headroom=settings.fit_headroom(resolved.framework))
+        pricing = Pricing(dict(settings.prices).get(problem.cluster),
+                          built.cluster.gpu.power_limit_w)
+        check_objective(problem.objective, pricing, built.cluster.gpu.name)
         result = solve(built, top=settings.top, engine=settings.engine,
                        time_limit_s=settings.time_limit_s, compare=False,
                        work_limit_s=settings.work_limit_s)
@@ -102,6 +110,7 @@ def solve_sweep_problem(problem: SweepProblem, settings: SolveSettings) -> dict[
                 "solve_seconds": round(time.perf_counter() - start, 3),
                 **problem.as_dict(), **settings.as_line_fields(), "plans": []}
     line = render_result_json(result, settings.interval_level)
+    line["pricing"] = pricing.as_json(result.plans, built.num_gpus)
     # The profile, as optimize --json names it.
     line["framework_profile"] = render_profile_json(resolved)
     line.update(problem.as_dict())  # the names as given (a file path stays a path)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from solver.api import estimate_train_days
+from solver.cost.serving.price import estimate_energy_kwh
 from solver.spec.plan import MEMORY_VIEWS, OBSERVED_VIEWS
 from solver.spec.plan_json import DEGREES
 from solver.sweep.report_fronts import Front, FrontPoint, build_front
@@ -158,16 +159,24 @@ def _problem_data(line: dict[str, Any], token_budget: float) -> dict[str, Any]:
         "rules": {str(k): str(v) for k, v in (line.get("rules") or {}).items()},
         "fixes": [str(x) for x in line.get("fixes") or []],
         "error": str(line.get("error", "")),
+        # Issue 42: the cluster's price per GPU-hour and its GPUs' board power (lines written
+        # before it, or unpriced: None), for the $ and kWh fronts.
+        "price_per_gpu_hour": (line.get("pricing") or {}).get("price_per_gpu_hour"),
+        "board_power_w": (line.get("pricing") or {}).get("board_power_w"),
         "plans": [_plan_data(line, plan, token_budget) for plan in plans],
     }
 
 
 def build_group_fronts(group: Group, problems: Sequence[dict[str, Any]], budget_label: str
                        ) -> list[Front]:
-    """A group's two fronts over its solved problems' best plans: tokens/s against GPUs, and
-    GPU-hours against days for the token budget."""
+    """A group's fronts over its solved problems' best plans: tokens/s against GPUs, and
+    GPU-hours against days for the token budget; where lines carry a price or a board power
+    (sweep --price-per-gpu-hour, issue 42), $ and kWh against days too (price x GPU-hours,
+    GPU-hours x board power: solver.cost.serving.price)."""
     rate: list[FrontPoint] = []
     cost: list[FrontPoint] = []
+    dollars: list[FrontPoint] = []
+    energy: list[FrontPoint] = []
     for index, problem in enumerate(problems):
         if problem["group"] != group.slug or problem["status"] not in SOLVED:
             continue
@@ -177,13 +186,26 @@ def build_group_fronts(group: Group, problems: Sequence[dict[str, Any]], budget_
         if best["days"] is not None:
             cost.append(FrontPoint(problem["cluster"], best["days"], best["gpu_hours"], label,
                                    index))
+            if problem["price_per_gpu_hour"] is not None:
+                dollars.append(FrontPoint(problem["cluster"], best["days"], float(
+                    problem["price_per_gpu_hour"] * best["gpu_hours"]), label, index))
+            if problem["board_power_w"] is not None:
+                energy.append(FrontPoint(problem["cluster"], best["days"], float(
+                    estimate_energy_kwh(best["gpu_hours"], problem["board_power_w"])), label,
+                    index))
     if not rate:
         return []
-    return [build_front("tokens/s against GPUs", "GPUs", "tokens/s (whole job)", "lower",
-                        "higher", rate, group.slug, x_log=True, y_log=True),
-            build_front(f"GPU-hours against days for {budget_label} tokens",
-                        f"days for {budget_label} tokens", "GPU-hours", "lower", "lower", cost,
-                        group.slug, x_log=True)]
+    fronts = [build_front("tokens/s against GPUs", "GPUs", "tokens/s (whole job)", "lower",
+                          "higher", rate, group.slug, x_log=True, y_log=True),
+              build_front(f"GPU-hours against days for {budget_label} tokens",
+                          f"days for {budget_label} tokens", "GPU-hours", "lower", "lower",
+                          cost, group.slug, x_log=True)]
+    for points, what in ((dollars, "$"), (energy, "kWh at board power")):
+        if points:
+            fronts.append(build_front(f"{what} against days for {budget_label} tokens",
+                                      f"days for {budget_label} tokens", what, "lower",
+                                      "lower", points, group.slug, x_log=True))
+    return fronts
 
 
 def build_page_data(lines: Sequence[dict[str, Any]], groups: Sequence[Group],
