@@ -107,6 +107,9 @@ def test_verl_itself_composes_the_overrides(monkeypatch: pytest.MonkeyPatch) -> 
     omegaconf antlr4-python3-runtime==4.9.3 packaging pyyaml`: nothing of torch or vLLM is
     imported) composes every plan's overrides and refuses a misspelt key. Skips where verl or
     Hydra is not installed."""
+    # .ci/run installs verl in a folder of its own (its wheel ships a top-level `tests`).
+    if os.environ.get("PARPLAN_VERL"):
+        monkeypatch.syspath_prepend(os.environ["PARPLAN_VERL"])
     if importlib.util.find_spec("hydra") is None or importlib.util.find_spec("verl") is None:
         reason = "verl or Hydra is not installed: pip install --no-deps verl==0.9.1 hydra-core"
         if os.environ.get("PARPLAN_REQUIRE_FRAMEWORKS") == "1":  # .ci/run installs them

@@ -21,7 +21,7 @@ from solver.cost.serving.overhead import (
 from solver.serve import ServeJob
 from solver.serve.candidates import ServeCandidates
 from solver.serve.timing import build_engine, estimate_ttft_s
-from tests.test_serve_load import problem_of
+from test_serve_load import problem_of
 
 
 @pytest.mark.parametrize("spec, label, generation", [

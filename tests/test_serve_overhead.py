@@ -16,7 +16,7 @@ from solver.serve.candidates import ServeCandidates
 from solver.serve.load import estimate_serving_load
 from solver.serve.timing import build_engine, estimate_decode_round
 from solver.serve.workload import ServeLoadSpec
-from tests.test_serve_load import problem_of
+from test_serve_load import problem_of
 
 ONE = ServeCandidates(tp=1, pp=1, dp=1, ep=1, replicas=1)
 
