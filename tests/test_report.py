@@ -281,7 +281,10 @@ def test_axes_start_at_zero_or_say_they_are_log(results: Path, tmp_path: Path) -
         ({"title": "GPUs (log scale)", "type": "log"},
          {"title": "tokens/s (whole job) (log scale)", "type": "log"}),
         ({"title": "days for 1T tokens (log scale)", "type": "log"},
-         {"title": "GPU-hours", "type": "linear", "rangemode": "tozero"})]
+         {"title": "GPU-hours", "type": "linear", "rangemode": "tozero"}),
+        # issue 42: energy at the GPUs' board power (the lines carry no price: no $ front)
+        ({"title": "days for 1T tokens (log scale)", "type": "log"},
+         {"title": "kWh at board power", "type": "linear", "rangemode": "tozero"})]
 
 
 def test_launch_lines_wrap_at_spaces_only() -> None:

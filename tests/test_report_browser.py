@@ -124,7 +124,8 @@ def test_loads_without_errors_or_requests(page: Any) -> None:
     assert page.inner_text("#row-count") == f"{len(PROBLEMS)} of {len(PROBLEMS)} problems shown"
     # The first solved problem in key order is open, with its charts drawn by Plotly.
     assert page.inner_text("#details-title") == "llama3.1-8b on dgx-h100, 16 GPUs"
-    assert page.locator("#details .js-plotly-plot").count() == 4
+    # step parts, memory, and the fronts: tokens/s, GPU-hours and kWh (issue 42)
+    assert page.locator("#details .js-plotly-plot").count() == 5
     # The extra front has a section of its own.
     assert page.inner_text("#fronts h2") == "Pareto fronts"
     assert page.locator("#fronts .main-svg").count() >= 1

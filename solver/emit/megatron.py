@@ -111,10 +111,15 @@ def _feature_flags(target: LaunchTarget) -> tuple[list[tuple[str, ...]], list[st
     if constants.tp_comm_overlap and c.tp > 1:
         flags.append(("--tp-comm-overlap",))
     if constants.ep_comm_overlap and is_moe and c.ep > 1:
-        # with the experts' weight gradient delayed behind the backward's dispatch, as the
-        # cost model times it (solver.cost.comm.comm_ep; model_parallel_config.py
-        # delay_wgrad_compute, core_v0.16.1)
-        flags += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
+        flags.append(("--overlap-moe-expert-parallel-comm",))
+        # The cost model times the overlap with the experts' weight gradient delayed behind
+        # the backward's dispatch (solver.cost.comm.comm_ep; delay_wgrad_compute). Not written:
+        # Megatron-LM's validate_args (core_v0.16) asserts TE >= 2.8 for it with
+        # --overlap-grad-reduce and TE >= 2.12 with attention in the CUDA graph scope, while
+        # core 0.16 pins TE >= 2.9, < 2.12 (pyproject.toml); the note says when to add it.
+        notes.append("EP all-to-all overlap is costed with the experts' weight gradient "
+                     "delayed (as Megatron-Bridge's recipes run it): add --delay-wgrad-compute "
+                     "with Transformer Engine >= 2.8 (>= 2.12 with attn in --cuda-graph-scope)")
     check_training_states_supported("megatron", constants)  # mixed only
     if constants.precision_aware_optimizer:
         flags += [("--use-precision-aware-optimizer",), ("--main-grads-dtype", "bf16"),
