@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from solver.catalog.zoo import load_model_spec
@@ -103,6 +103,7 @@ def test_sparse_attention_core_flops_worked_number() -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(seq_len=st.integers(1, 1 << 20), topk=st.integers(1, 1 << 16))
+@example(seq_len=3, topk=2)  # CI's draw: the prefill form passed causal attention's s/2
 def test_sparse_context_never_exceeds_causal_attention(seq_len: int, topk: int) -> None:
     """min(i, k) keys for query i: never more than causal attention's s/2 mean, never more
     than k, and exactly s/2 once k covers the sequence; the vectorised prefill form agrees."""

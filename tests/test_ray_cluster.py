@@ -46,10 +46,16 @@ if importlib.util.find_spec("ray") is None:
                 allow_module_level=True)
 
 
+# Ray keeps an auth token in ~/.ray (auth_token, written by a first cluster on the machine);
+# a later run's workers sent that stale token and the head refused them: every run gets a
+# home of its own.
+RAY_HOME = tempfile.mkdtemp(prefix="parplan-ray-home-")
+
+
 def _env() -> dict[str, str]:
     """This checkout first on every node's path (CI installs it editable anyway)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}
+    return {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0", "HOME": RAY_HOME}
 
 
 def _free_port() -> int:

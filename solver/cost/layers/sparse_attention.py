@@ -83,14 +83,15 @@ def estimate_decode_read_tokens(model_spec: ModelSpec, context) -> np.ndarray:
 def estimate_prefill_sparse_flops_per_token(model_spec: ModelSpec, context, tp) -> np.ndarray:
     """Forward core FLOPs per prefill token on one TP rank of one DSA layer, prompts of
     `context` tokens (an array): top-k attention over the rank's heads,
-    2 ctx (a / tp)(d_qk + d_v) with ctx = k - k(k-1)/(2c) for k < c else c/2
+    2 ctx (a / tp)(d_qk + d_v) with ctx = min(c/2, k - k(k-1)/(2c)) for k < c else c/2
     (SparseAttentionFields.sparse_context_tokens, vectorised), plus the indexer's scores on
     the whole sequence, duplicated on every rank, 2 H_I d_I c/2. DeepSeek-V3.2, c = 8192,
     tp 8: 2 x 1792.1 x 16 x 320 + 67,108,864 = 85,460,224."""
     m = model_spec
     c = np.maximum(np.asarray(context, dtype=float), 1.0)
     k = float(m.index_topk or 0)
-    ctx = np.where(k < c, k - k * (k - 1.0) / (2.0 * c), c / 2.0)
+    # never more than causal attention's c/2 (at c 3, k 2 the sum's 1.67 would pass 1.5)
+    ctx = np.where(k < c, np.minimum(c / 2.0, k - k * (k - 1.0) / (2.0 * c)), c / 2.0)
     heads = m.num_attention_heads / np.asarray(tp, dtype=float)
     core = 2.0 * ctx * heads * (m.qk_head_dim + m.value_head_dim)
     return core + 2.0 * (m.index_n_heads or 0) * (m.index_head_dim or 0) * c / 2.0
